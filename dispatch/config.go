@@ -1,0 +1,709 @@
+package dispatch
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/pidispatch/pidispatch/registry"
+)
+
+// Defaults of the configuration (ARCHITECTURE section 9).
+const (
+	DefaultValkeyURL            = "redis://127.0.0.1:6379"
+	DefaultConcurrency          = 3
+	DefaultDailyCap             = 25
+	DefaultJobImage             = "pi-job:latest"
+	DefaultJobMemory            = int64(4) << 30 // 4g
+	DefaultJobCPUs              = 2.0
+	DefaultJobTimeout           = 30 * time.Minute
+	DefaultLogRetentionDays     = 30
+	DefaultSecretResolveTimeout = 10 * time.Second
+	DefaultWaitCheckTimeout     = 10 * time.Second
+	DefaultWaitCheckSlots       = 1
+	DefaultWaitInterval         = 60 * time.Second
+	DefaultWaitMax              = 24 * time.Hour
+)
+
+// Bounds of the configuration. A value outside them is a config error, never clamped:
+// an operator who typed 10 seconds for the wait interval must learn that the floor is 30.
+const (
+	MaxConcurrency        = 256
+	MaxCap                = 1_000_000
+	MinJobMemory          = int64(6) << 20 // Docker refuses a memory limit below 6 MiB
+	MaxJobMemory          = int64(1) << 40 // 1 TiB
+	MinJobCPUs            = 0.01           // Docker's granularity
+	MaxJobCPUs            = 1024.0
+	MinJobTimeout         = time.Second
+	MaxJobTimeout         = 24 * time.Hour
+	MaxLogRetentionDays   = 3650
+	MaxProcessTimeout     = 10 * time.Minute // resolver and wait-check timeouts
+	MaxWaitCheckSlots     = 64
+	MinWaitInterval       = 30 * time.Second
+	MaxWaitInterval       = 24 * time.Hour
+	MaxWaitMax            = 30 * 24 * time.Hour
+	maxValkeyPasswordSize = 512
+)
+
+// EnvVars lists every environment variable LoadConfig reads. docs/configuration.md and
+// .env.example document each of them (a test fails when one is missing).
+var EnvVars = []string{
+	"VALKEY_URL",
+	"VALKEY_PASSWORD",
+	"PI_WORKER_NAME",
+	"PI_CONCURRENCY",
+	"PI_DAILY_CAP",
+	"PI_WEEKLY_CAP",
+	"PI_JOB_IMAGE",
+	"PI_JOB_MEMORY",
+	"PI_JOB_CPUS",
+	"PI_JOB_TIMEOUT",
+	"PI_LOGS_DIR",
+	"PI_LOG_RETENTION_DAYS",
+	"PI_TRIGGERS_FILE",
+	"PI_SCOPED_LIMITS_FILE",
+	"PI_PAUSE_WINDOWS_FILE",
+	"PI_SECRET_PROFILES",
+	"PI_SECRET_RESOLVE_TIMEOUT_MS",
+	"PI_WAIT_PROFILES",
+	"PI_WAIT_CHECK_TIMEOUT_MS",
+	"PI_WAIT_CHECK_SLOTS",
+	"PI_WAIT_INTERVAL_MS",
+	"PI_WAIT_MAX_MS",
+	"TMPDIR", // only for the default of PI_LOGS_DIR
+}
+
+// Config is the worker's configuration. LoadConfig builds it from the environment;
+// an embedding program may build it in code from DefaultConfig and call Validate.
+// Fields hold parsed, typed values; the env syntax is LoadConfig's business.
+type Config struct {
+	// ValkeyURL is a redis:// or rediss:// URL; a password may sit in it.
+	// VALKEY_URL, defaults to redis://127.0.0.1:6379.
+	ValkeyURL string
+	// ValkeyPassword is used when ValkeyURL carries no password. VALKEY_PASSWORD.
+	ValkeyPassword string
+	// WorkerName is this host's name on every log line, record and registry row.
+	// PI_WORKER_NAME; defaults to registry.DefaultName().
+	WorkerName string
+	// WorkerNameDeclared is true when PI_WORKER_NAME was set (non-empty): it turns
+	// on the host queue, fleet leases, the run mirror and routing.
+	WorkerNameDeclared bool
+	// Concurrency is how many jobs run at once on this machine across its queues.
+	// PI_CONCURRENCY, 1..256, defaults to 3.
+	Concurrency int
+	// DailyCap bounds container starts per UTC day, fleet-wide.
+	// PI_DAILY_CAP, 1..1000000, defaults to 25.
+	DailyCap int
+	// WeeklyCap bounds container starts per ISO week; 0 disables the window.
+	// PI_WEEKLY_CAP, 1..1000000, unset by default.
+	WeeklyCap int
+	// JobImage is the default job image, never pulled. PI_JOB_IMAGE, defaults to
+	// pi-job:latest.
+	JobImage string
+	// JobMemory is each job container's memory limit in bytes. PI_JOB_MEMORY
+	// ("4g", "512m", "1024k", "1t" or plain bytes), 6 MiB..1 TiB, defaults to 4g.
+	JobMemory int64
+	// JobCPUs is each job container's CPU limit. PI_JOB_CPUS (a decimal such as
+	// "2" or "0.5"), 0.01..1024, defaults to 2.
+	JobCPUs float64
+	// JobTimeout stops a job running longer (5 s grace, then kill). PI_JOB_TIMEOUT,
+	// Go duration syntax ("30m", "1h30m"; a bare number is refused), 1s..24h,
+	// defaults to 30m.
+	JobTimeout time.Duration
+	// LogsDir holds the run records. PI_LOGS_DIR, an absolute clean path, defaults to
+	// $TMPDIR/pi-dispatch/logs ($TMPDIR when absolute, else /tmp).
+	LogsDir string
+	// LogRetentionDays is the age at which records are pruned.
+	// PI_LOG_RETENTION_DAYS, 1..3650, defaults to 30.
+	LogRetentionDays int
+	// TriggersFile holds the cron triggers; empty disables cron and the host abstains
+	// from cron agreement. PI_TRIGGERS_FILE.
+	TriggersFile string
+	// ScopedLimitsFile holds per-scope limits; empty means none. PI_SCOPED_LIMITS_FILE.
+	ScopedLimitsFile string
+	// PauseWindowsFile holds pause windows; empty means none. PI_PAUSE_WINDOWS_FILE.
+	PauseWindowsFile string
+	// SecretProfiles maps a profile name to the absolute path of its resolver.
+	// PI_SECRET_PROFILES ("name:/abs/resolver,...").
+	SecretProfiles map[string]string
+	// SecretResolveTimeout bounds one resolver run.
+	// PI_SECRET_RESOLVE_TIMEOUT_MS, 1..600000, defaults to 10 s.
+	SecretResolveTimeout time.Duration
+	// WaitProfiles maps a wait profile name to the absolute path of its check.
+	// PI_WAIT_PROFILES ("name:/abs/check,...").
+	WaitProfiles map[string]string
+	// WaitCheckTimeout bounds one check run. PI_WAIT_CHECK_TIMEOUT_MS, 1..600000,
+	// defaults to 10 s.
+	WaitCheckTimeout time.Duration
+	// WaitCheckSlots is how many checks run at once (fleet-wide when the name is
+	// declared). PI_WAIT_CHECK_SLOTS, 1..64, defaults to 1.
+	WaitCheckSlots int
+	// WaitInterval is the re-check interval of a held job. PI_WAIT_INTERVAL_MS,
+	// 30000..86400000, defaults to 60 s. Below the floor is refused, not clamped.
+	WaitInterval time.Duration
+	// WaitMax is how long a job may be held before it is refused wait-timeout.
+	// PI_WAIT_MAX_MS, at least PI_WAIT_INTERVAL_MS and at most 30 days, defaults to 24 h.
+	WaitMax time.Duration
+}
+
+// ConfigError reports one variable that broke one rule. Value is the value as given,
+// except that a password (VALKEY_PASSWORD, or the userinfo of VALKEY_URL) is redacted.
+type ConfigError struct {
+	Var   string
+	Value string
+	Rule  string
+}
+
+func (e *ConfigError) Error() string {
+	return e.Var + "=" + quoteShort(e.Value) + ": " + e.Rule
+}
+
+// ConfigErrors is every problem LoadConfig or Validate found, in EnvVars order, so an
+// operator fixes a broken .env in one pass. errors.As(err, &*ConfigError) finds the
+// first; range over the ConfigErrors for all of them.
+type ConfigErrors []*ConfigError
+
+func (e ConfigErrors) Error() string {
+	parts := make([]string, len(e))
+	for i, ce := range e {
+		parts[i] = ce.Error()
+	}
+	return "invalid configuration: " + strings.Join(parts, "; ")
+}
+
+// Unwrap exposes each *ConfigError to errors.Is and errors.As.
+func (e ConfigErrors) Unwrap() []error {
+	out := make([]error, len(e))
+	for i, ce := range e {
+		out[i] = ce
+	}
+	return out
+}
+
+// DefaultConfig is the configuration of an empty environment: every documented
+// default, the sanitized hostname as WorkerName (undeclared), LogsDir under $TMPDIR.
+func DefaultConfig() Config {
+	return defaultConfig(defaultLogsDir(os.Getenv("TMPDIR")))
+}
+
+func defaultConfig(logsDir string) Config {
+	return Config{
+		ValkeyURL:            DefaultValkeyURL,
+		WorkerName:           registry.DefaultName(),
+		Concurrency:          DefaultConcurrency,
+		DailyCap:             DefaultDailyCap,
+		JobImage:             DefaultJobImage,
+		JobMemory:            DefaultJobMemory,
+		JobCPUs:              DefaultJobCPUs,
+		JobTimeout:           DefaultJobTimeout,
+		LogsDir:              logsDir,
+		LogRetentionDays:     DefaultLogRetentionDays,
+		SecretResolveTimeout: DefaultSecretResolveTimeout,
+		WaitCheckTimeout:     DefaultWaitCheckTimeout,
+		WaitCheckSlots:       DefaultWaitCheckSlots,
+		WaitInterval:         DefaultWaitInterval,
+		WaitMax:              DefaultWaitMax,
+	}
+}
+
+// defaultLogsDir is <tmp>/pi-dispatch/logs, <tmp> being TMPDIR when it is an absolute
+// path and /tmp otherwise (a relative TMPDIR would move with the worker's cwd).
+func defaultLogsDir(tmpdir string) string {
+	if tmpdir == "" || !filepath.IsAbs(tmpdir) || strings.ContainsRune(tmpdir, 0) {
+		tmpdir = "/tmp"
+	}
+	return filepath.Join(tmpdir, "pi-dispatch", "logs")
+}
+
+// LoadConfig builds the configuration from getenv (os.Getenv in production; tests pass
+// a map lookup). Every variable is parsed strictly: integers are plain decimal digits
+// (no sign, spaces, leading zeros, fraction or suffix), durations carry a unit, paths
+// are absolute where the rule says so. An empty value means unset, so "PI_WEEKLY_CAP="
+// in an env file disables the window. A declared PI_WORKER_NAME is refused when
+// invalid, never altered.
+//
+// The error, when not nil, is a ConfigErrors holding every problem found, and the
+// Config is then the zero value: a half-valid configuration is never handed out.
+func LoadConfig(getenv func(string) string) (Config, error) {
+	c := defaultConfig(defaultLogsDir(getenv("TMPDIR")))
+	raw := map[string]string{}
+	var errs ConfigErrors
+	bad := map[string]bool{}
+	fail := func(name, value, rule string) {
+		errs = append(errs, newConfigError(name, value, rule))
+		bad[name] = true
+	}
+	get := func(name string) (string, bool) {
+		v := getenv(name)
+		if v == "" {
+			return "", false
+		}
+		raw[name] = v
+		return v, true
+	}
+	integer := func(name string, dst *int) {
+		if v, ok := get(name); ok {
+			n, rule := parseStrictInt(v)
+			if rule != "" {
+				fail(name, v, rule)
+				return
+			}
+			// Past every bound: problems() reports the range with the value as typed.
+			*dst = int(min(n, math.MaxInt32))
+		}
+	}
+	millis := func(name string, dst *time.Duration) {
+		if v, ok := get(name); ok {
+			n, rule := parseStrictInt(v)
+			if rule != "" {
+				fail(name, v, rule+" (milliseconds)")
+				return
+			}
+			// Past every bound, and small enough not to overflow as nanoseconds.
+			*dst = time.Duration(min(n, 1<<40)) * time.Millisecond
+		}
+	}
+	profiles := func(name string, dst *map[string]string) {
+		if v, ok := get(name); ok {
+			m, rule := parseProfiles(v)
+			if rule != "" {
+				fail(name, v, rule)
+				return
+			}
+			*dst = m
+		}
+	}
+
+	if v, ok := get("VALKEY_URL"); ok {
+		c.ValkeyURL = v
+	}
+	if v, ok := get("VALKEY_PASSWORD"); ok {
+		c.ValkeyPassword = v
+	}
+	if v, ok := get("PI_WORKER_NAME"); ok {
+		c.WorkerName = v
+		c.WorkerNameDeclared = true
+	}
+	integer("PI_CONCURRENCY", &c.Concurrency)
+	integer("PI_DAILY_CAP", &c.DailyCap)
+	integer("PI_WEEKLY_CAP", &c.WeeklyCap)
+	if v, ok := get("PI_JOB_IMAGE"); ok {
+		c.JobImage = v
+	}
+	if v, ok := get("PI_JOB_MEMORY"); ok {
+		if n, rule := parseMemory(v); rule != "" {
+			fail("PI_JOB_MEMORY", v, rule)
+		} else {
+			c.JobMemory = n
+		}
+	}
+	if v, ok := get("PI_JOB_CPUS"); ok {
+		if f, rule := parseCPUs(v); rule != "" {
+			fail("PI_JOB_CPUS", v, rule)
+		} else {
+			c.JobCPUs = f
+		}
+	}
+	if v, ok := get("PI_JOB_TIMEOUT"); ok {
+		if d, rule := parseDuration(v); rule != "" {
+			fail("PI_JOB_TIMEOUT", v, rule)
+		} else {
+			c.JobTimeout = d
+		}
+	}
+	if v, ok := get("PI_LOGS_DIR"); ok {
+		c.LogsDir = v
+	}
+	integer("PI_LOG_RETENTION_DAYS", &c.LogRetentionDays)
+	if v, ok := get("PI_TRIGGERS_FILE"); ok {
+		c.TriggersFile = v
+	}
+	if v, ok := get("PI_SCOPED_LIMITS_FILE"); ok {
+		c.ScopedLimitsFile = v
+	}
+	if v, ok := get("PI_PAUSE_WINDOWS_FILE"); ok {
+		c.PauseWindowsFile = v
+	}
+	profiles("PI_SECRET_PROFILES", &c.SecretProfiles)
+	millis("PI_SECRET_RESOLVE_TIMEOUT_MS", &c.SecretResolveTimeout)
+	profiles("PI_WAIT_PROFILES", &c.WaitProfiles)
+	millis("PI_WAIT_CHECK_TIMEOUT_MS", &c.WaitCheckTimeout)
+	integer("PI_WAIT_CHECK_SLOTS", &c.WaitCheckSlots)
+	millis("PI_WAIT_INTERVAL_MS", &c.WaitInterval)
+	millis("PI_WAIT_MAX_MS", &c.WaitMax)
+
+	// An explicit 0 for the weekly cap is refused: unset is how the window is disabled,
+	// and a cap of 0 reads like "no starts allowed".
+	if v, ok := raw["PI_WEEKLY_CAP"]; ok && !bad["PI_WEEKLY_CAP"] && c.WeeklyCap == 0 {
+		fail("PI_WEEKLY_CAP", v, fmt.Sprintf("must be between 1 and %d (unset it to disable the weekly cap)", MaxCap))
+	}
+	for _, ce := range c.problems(raw) {
+		if !bad[ce.Var] {
+			errs = append(errs, ce)
+		}
+	}
+	if len(errs) > 0 {
+		sortConfigErrors(errs)
+		return Config{}, errs
+	}
+	return c, nil
+}
+
+// Validate checks a configuration built in code with the rules LoadConfig applies
+// to the environment. The error, when not nil, is a ConfigErrors.
+func (c Config) Validate() error {
+	if errs := c.problems(nil); len(errs) > 0 {
+		return errs
+	}
+	return nil
+}
+
+// problems checks the typed fields. raw holds the env text of each variable that was
+// set, so an error repeats what the operator typed rather than a reformatted value.
+func (c Config) problems(raw map[string]string) ConfigErrors {
+	var errs ConfigErrors
+	add := func(name, typed, rule string) {
+		v, ok := raw[name]
+		if !ok {
+			v = typed
+		}
+		errs = append(errs, newConfigError(name, v, rule))
+	}
+	intRange := func(name string, n, lo, hi int) {
+		if n < lo || n > hi {
+			add(name, strconv.Itoa(n), fmt.Sprintf("must be between %d and %d", lo, hi))
+		}
+	}
+	durRange := func(name string, d, lo, hi time.Duration, ms bool) {
+		if d >= lo && d <= hi {
+			return
+		}
+		if ms {
+			add(name, strconv.FormatInt(d.Milliseconds(), 10), fmt.Sprintf("must be between %d and %d (milliseconds)", lo.Milliseconds(), hi.Milliseconds()))
+			return
+		}
+		add(name, d.String(), fmt.Sprintf("must be between %s and %s", lo, hi))
+	}
+
+	if rule := valkeyURLRule(c.ValkeyURL); rule != "" {
+		add("VALKEY_URL", c.ValkeyURL, rule)
+	}
+	if len(c.ValkeyPassword) > maxValkeyPasswordSize || strings.ContainsFunc(c.ValkeyPassword, unicode.IsControl) || !utf8.ValidString(c.ValkeyPassword) {
+		add("VALKEY_PASSWORD", c.ValkeyPassword, fmt.Sprintf("must be valid UTF-8 without control characters, at most %d bytes", maxValkeyPasswordSize))
+	}
+	if err := registry.ValidateName(c.WorkerName); err != nil {
+		rule := err.Error()
+		var ne *registry.NameError
+		if errors.As(err, &ne) {
+			rule = ne.Rule.Error() + " (^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$, not ending in .json or .log)"
+		}
+		add("PI_WORKER_NAME", c.WorkerName, rule)
+	}
+	intRange("PI_CONCURRENCY", c.Concurrency, 1, MaxConcurrency)
+	intRange("PI_DAILY_CAP", c.DailyCap, 1, MaxCap)
+	if c.WeeklyCap != 0 {
+		intRange("PI_WEEKLY_CAP", c.WeeklyCap, 1, MaxCap)
+	}
+	if !ValidImageRef(c.JobImage) {
+		add("PI_JOB_IMAGE", c.JobImage, "must be an image reference ([registry/]name[:tag][@digest], lowercase name)")
+	}
+	if c.JobMemory < MinJobMemory || c.JobMemory > MaxJobMemory {
+		add("PI_JOB_MEMORY", strconv.FormatInt(c.JobMemory, 10), "must be between 6m and 1t")
+	}
+	if !(c.JobCPUs >= MinJobCPUs && c.JobCPUs <= MaxJobCPUs) { // NaN fails too
+		add("PI_JOB_CPUS", strconv.FormatFloat(c.JobCPUs, 'g', -1, 64), fmt.Sprintf("must be between %g and %g", MinJobCPUs, MaxJobCPUs))
+	}
+	durRange("PI_JOB_TIMEOUT", c.JobTimeout, MinJobTimeout, MaxJobTimeout, false)
+	if rule := absCleanRule(c.LogsDir); rule != "" {
+		add("PI_LOGS_DIR", c.LogsDir, rule)
+	}
+	intRange("PI_LOG_RETENTION_DAYS", c.LogRetentionDays, 1, MaxLogRetentionDays)
+	for _, f := range []struct{ name, value string }{
+		{"PI_TRIGGERS_FILE", c.TriggersFile},
+		{"PI_SCOPED_LIMITS_FILE", c.ScopedLimitsFile},
+		{"PI_PAUSE_WINDOWS_FILE", c.PauseWindowsFile},
+	} {
+		if rule := filePathRule(f.value); rule != "" {
+			add(f.name, f.value, rule)
+		}
+	}
+	for _, p := range []struct {
+		name string
+		m    map[string]string
+	}{{"PI_SECRET_PROFILES", c.SecretProfiles}, {"PI_WAIT_PROFILES", c.WaitProfiles}} {
+		if rule := profilesRule(p.m); rule != "" {
+			add(p.name, formatProfiles(p.m), rule)
+		}
+	}
+	durRange("PI_SECRET_RESOLVE_TIMEOUT_MS", c.SecretResolveTimeout, time.Millisecond, MaxProcessTimeout, true)
+	durRange("PI_WAIT_CHECK_TIMEOUT_MS", c.WaitCheckTimeout, time.Millisecond, MaxProcessTimeout, true)
+	intRange("PI_WAIT_CHECK_SLOTS", c.WaitCheckSlots, 1, MaxWaitCheckSlots)
+	if c.WaitInterval < MinWaitInterval {
+		add("PI_WAIT_INTERVAL_MS", strconv.FormatInt(c.WaitInterval.Milliseconds(), 10), fmt.Sprintf("must be at least the floor of %d (milliseconds); a faster re-check only spends wait-check slots", MinWaitInterval.Milliseconds()))
+	} else {
+		durRange("PI_WAIT_INTERVAL_MS", c.WaitInterval, MinWaitInterval, MaxWaitInterval, true)
+	}
+	if c.WaitMax < c.WaitInterval && c.WaitInterval >= MinWaitInterval && c.WaitInterval <= MaxWaitInterval {
+		add("PI_WAIT_MAX_MS", strconv.FormatInt(c.WaitMax.Milliseconds(), 10), fmt.Sprintf("must be at least PI_WAIT_INTERVAL_MS (%d)", c.WaitInterval.Milliseconds()))
+	} else {
+		durRange("PI_WAIT_MAX_MS", c.WaitMax, time.Millisecond, MaxWaitMax, true)
+	}
+	return errs
+}
+
+// newConfigError builds a ConfigError with secrets redacted from Value.
+func newConfigError(name, value, rule string) *ConfigError {
+	switch name {
+	case "VALKEY_PASSWORD":
+		value = "[redacted]"
+	case "VALKEY_URL":
+		value = RedactURL(value)
+	}
+	return &ConfigError{Var: name, Value: value, Rule: rule}
+}
+
+func sortConfigErrors(errs ConfigErrors) {
+	slices.SortStableFunc(errs, func(a, b *ConfigError) int {
+		return slices.Index(EnvVars, a.Var) - slices.Index(EnvVars, b.Var)
+	})
+}
+
+// parseStrictInt accepts plain decimal digits: "0" or a digit string without a
+// leading zero. It refuses "+3", " 3", "3.0", "3abc", "1e3" and "03". A huge value
+// saturates at 2^53, past every bound.
+func parseStrictInt(s string) (int64, string) {
+	const rule = "must be a whole number written in plain digits"
+	if s == "" || len(s) > 1 && s[0] == '0' {
+		return 0, rule
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, rule
+		}
+	}
+	// Saturate rather than fail: the caller's range check then states the bounds.
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n > 1<<53 {
+		n = 1 << 53
+	}
+	return n, ""
+}
+
+// parseMemory reads "4g", "512m", "1024k", "1t" (any case) or plain bytes.
+func parseMemory(s string) (int64, string) {
+	const rule = `must be a size such as "4g", "512m", "1024k" or plain bytes`
+	if s == "" {
+		return 0, rule
+	}
+	digits, mult := s, int64(1)
+	switch s[len(s)-1] {
+	case 'k', 'K':
+		mult = 1 << 10
+	case 'm', 'M':
+		mult = 1 << 20
+	case 'g', 'G':
+		mult = 1 << 30
+	case 't', 'T':
+		mult = 1 << 40
+	}
+	if mult != 1 {
+		digits = s[:len(s)-1]
+	}
+	n, rule2 := parseStrictInt(digits)
+	if rule2 != "" {
+		return 0, rule
+	}
+	if n > MaxJobMemory/mult {
+		return 0, "must be between 6m and 1t"
+	}
+	return n * mult, ""
+}
+
+func cpusSyntax(s string) bool {
+	dot := strings.IndexByte(s, '.')
+	intPart, frac := s, ""
+	if dot >= 0 {
+		intPart, frac = s[:dot], s[dot+1:]
+		if frac == "" || len(frac) > 9 {
+			return false
+		}
+	}
+	if intPart == "" {
+		return false
+	}
+	for _, part := range []string{intPart, frac} {
+		for i := 0; i < len(part); i++ {
+			if part[i] < '0' || part[i] > '9' {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// parseCPUs reads a plain decimal ("2", "0.5", at most 9 decimals).
+func parseCPUs(s string) (float64, string) {
+	if !cpusSyntax(s) {
+		return 0, `must be a decimal number such as "2" or "0.5"`
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return 0, `must be a decimal number such as "2" or "0.5"`
+	}
+	return f, ""
+}
+
+// parseProfiles reads "name:/abs/path,name2:/abs/path2". Each entry splits at its
+// first colon; names are [A-Za-z0-9._-]+; paths are absolute and clean (a comma in a
+// path cannot be expressed); a name declared twice is refused.
+func parseProfiles(s string) (map[string]string, string) {
+	m := map[string]string{}
+	for i, entry := range strings.Split(s, ",") {
+		name, p, ok := strings.Cut(entry, ":")
+		switch {
+		case entry == "":
+			return nil, fmt.Sprintf("entry %d is empty (write name:/abs/path,name2:/abs/path2)", i+1)
+		case !ok:
+			return nil, fmt.Sprintf("entry %d (%s) must be name:/absolute/path", i+1, quoteShort(entry))
+		case !validName(name):
+			return nil, fmt.Sprintf("entry %d: name %s must match %s", i+1, quoteShort(name), nameSyntax)
+		}
+		if rule := absCleanRule(p); rule != "" {
+			return nil, fmt.Sprintf("entry %d (%s): path %s", i+1, name, rule)
+		}
+		if _, dup := m[name]; dup {
+			return nil, fmt.Sprintf("profile %s is declared twice", name)
+		}
+		m[name] = p
+	}
+	return m, ""
+}
+
+func profilesRule(m map[string]string) string {
+	for _, name := range sortedKeys(m) {
+		if !validName(name) {
+			return fmt.Sprintf("name %s must match %s", quoteShort(name), nameSyntax)
+		}
+		if rule := absCleanRule(m[name]); rule != "" {
+			return fmt.Sprintf("profile %s: path %s", name, rule)
+		}
+	}
+	return ""
+}
+
+func formatProfiles(m map[string]string) string {
+	parts := make([]string, 0, len(m))
+	for _, name := range sortedKeys(m) {
+		parts = append(parts, name+":"+m[name])
+	}
+	return strings.Join(parts, ",")
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// filePathRule accepts "" (unset) or a path without NUL, at most 4096 bytes, naming a
+// file rather than a directory. Relative paths resolve against the worker's cwd.
+func filePathRule(p string) string {
+	switch {
+	case p == "":
+		return ""
+	case len(p) > maxPathLen:
+		return fmt.Sprintf("longer than %d bytes", maxPathLen)
+	case strings.ContainsRune(p, 0) || !utf8.ValidString(p):
+		return "must be valid UTF-8 without NUL"
+	case strings.HasSuffix(p, "/"):
+		return "must name a file, not a directory"
+	}
+	return ""
+}
+
+// valkeyURLRule returns "" for a usable redis:// or rediss:// URL: a host, an optional
+// port, an optional /N database, query options left to go-redis at wiring.
+func valkeyURLRule(s string) string {
+	const rule = "must be a redis:// or rediss:// URL such as redis://127.0.0.1:6379/0"
+	if strings.Contains(s, "#") {
+		return "must not carry a fragment ('#'); percent-encode it in a password (%23)"
+	}
+	u, err := url.Parse(s)
+	if err != nil || u.Opaque != "" || (u.Scheme != "redis" && u.Scheme != "rediss") {
+		return rule
+	}
+	if u.Hostname() == "" {
+		return "needs a host (" + rule + ")"
+	}
+	if p := u.Port(); p != "" {
+		if n, rule2 := parseStrictInt(p); rule2 != "" || n < 1 || n > 65535 {
+			return "port must be between 1 and 65535"
+		}
+	}
+	if db := strings.TrimPrefix(u.Path, "/"); db != "" {
+		if _, rule2 := parseStrictInt(db); rule2 != "" {
+			return "path must be a database number (/0, /1, ...)"
+		}
+	}
+	return ""
+}
+
+// RedactURL returns s with everything between "://" and the last '@' (the userinfo:
+// user and password) replaced by "xxxxx", for error messages and logs. It works on the
+// raw text rather than a parsed URL, so a password with an unescaped '#' or '/' that
+// confuses a URL parser is still redacted whole.
+func RedactURL(s string) string {
+	prefix, rest := "", s
+	if i := strings.Index(s, "://"); i >= 0 {
+		prefix, rest = s[:i+3], s[i+3:]
+	}
+	if j := strings.LastIndex(rest, "@"); j >= 0 {
+		return prefix + "xxxxx" + rest[j:]
+	}
+	return s
+}
+
+// String summarizes the configuration for logs with the password and the URL's
+// userinfo redacted, so printing a Config never leaks them.
+func (c Config) String() string {
+	pw := ""
+	if c.ValkeyPassword != "" {
+		pw = " valkeyPassword=[redacted]"
+	}
+	return fmt.Sprintf("valkeyURL=%s%s worker=%s declared=%t concurrency=%d dailyCap=%d weeklyCap=%d image=%s memory=%d cpus=%g timeout=%s logsDir=%s",
+		RedactURL(c.ValkeyURL), pw, c.WorkerName, c.WorkerNameDeclared, c.Concurrency, c.DailyCap, c.WeeklyCap,
+		c.JobImage, c.JobMemory, c.JobCPUs, c.JobTimeout, c.LogsDir)
+}
+
+// LogValue renders the configuration for slog with secrets redacted.
+func (c Config) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("valkeyURL", RedactURL(c.ValkeyURL)),
+		slog.Bool("valkeyPassword", c.ValkeyPassword != ""),
+		slog.String("worker", c.WorkerName),
+		slog.Bool("declared", c.WorkerNameDeclared),
+		slog.Int("concurrency", c.Concurrency),
+		slog.Int("dailyCap", c.DailyCap),
+		slog.Int("weeklyCap", c.WeeklyCap),
+		slog.String("image", c.JobImage),
+		slog.Int64("memory", c.JobMemory),
+		slog.Float64("cpus", c.JobCPUs),
+		slog.Duration("timeout", c.JobTimeout),
+		slog.String("logsDir", c.LogsDir),
+		slog.Any("secretProfiles", sortedKeys(c.SecretProfiles)),
+		slog.Any("waitProfiles", sortedKeys(c.WaitProfiles)),
+	)
+}

@@ -1,0 +1,636 @@
+package dispatch
+
+import (
+	"bytes"
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/pidispatch/pidispatch/capabilities"
+)
+
+// Kind says where a job came from, which decides what it targets and where it may run.
+type Kind string
+
+// Job kinds. Folder kinds (local, cron, chain, and a manual run of a folder) can run only
+// on the host that has the folder; a forge job targets a repository any host can clone.
+const (
+	// KindLocal is `pi-dispatch run <folder>`: a folder on the enqueuing host.
+	KindLocal Kind = "local"
+	// KindCron is fired by a job scheduler from a triggers.json cron entry (a folder).
+	KindCron Kind = "cron"
+	// KindChain is a child a finished job asked for through its /outbox; it runs in
+	// the parent's folder and carries the parent's job id.
+	KindChain Kind = "chain"
+	// KindForge is a forge delivery (webhook or poll): a repository and a ref.
+	KindForge Kind = "forge"
+	// KindManual is an operator-started run of a configured trigger; it targets
+	// either a folder or a repository.
+	KindManual Kind = "manual"
+)
+
+// Limits of the job model.
+const (
+	MaxTaskBytes      = 64 << 10 // a task is a prompt, not a payload
+	MaxJobDataBytes   = 1 << 20  // whole job data, as the queue stores it
+	MaxWaitConditions = 4        // the original's 1-4 waitFor conditions
+	MaxWaitArgs       = 8
+	MaxWaitArgBytes   = 256
+	MaxWaitAfter      = 30 * 24 * time.Hour // the original's PI_WAIT_AFTER_MAX_MS
+	maxNameLen        = 128
+	maxPathLen        = 4096
+	maxRefLen         = 255
+	maxJobIDLen       = 256
+)
+
+// WaitCondition is one entry of a job's waitFor list: exactly one of Profile (a
+// check script declared in PI_WAIT_PROFILES, run with Args until it exits 0) or
+// After (a single delay in Go duration syntax, "90m").
+type WaitCondition struct {
+	Profile string   `json:"profile,omitempty"`
+	Args    []string `json:"args,omitempty"`
+	After   string   `json:"after,omitempty"`
+}
+
+// Job is a job's public description: what travels in the queue's job data and what
+// the container reads as /job/job.json. It carries names and references only; a
+// secret value never travels in it (SecretsProfile names a resolver on the host).
+//
+// The JSON field names are the original's camelCase. Unknown fields are refused by
+// [ParseJob]: a field this worker does not understand may be a policy (a cost cap, a
+// model allowlist) that it would otherwise silently not enforce, and a paid job that
+// ignores its own limits is worse than one refused as invalid-job.
+type Job struct {
+	Kind Kind `json:"kind"`
+	// Folder is the absolute, clean path of the workspace (folder kinds).
+	Folder string `json:"folder,omitempty"`
+	// Repo is the forge repository, "owner/name" (subgroups allowed), for forge jobs.
+	Repo string `json:"repo,omitempty"`
+	// Ref is the git ref to work on (forge jobs); empty means the default branch.
+	Ref string `json:"ref,omitempty"`
+	// Flow names the agent flow to run; exactly one of Flow and Command is set.
+	Flow string `json:"flow,omitempty"`
+	// Command names a prompt command to run instead of a flow.
+	Command string `json:"command,omitempty"`
+	// Task is the instruction; required with Flow, optional with Command.
+	Task string `json:"task,omitempty"`
+	// Image overrides PI_JOB_IMAGE for this job. Never pulled.
+	Image string `json:"image,omitempty"`
+	// SecretsProfile names a resolver in PI_SECRET_PROFILES on the host that runs it.
+	SecretsProfile string `json:"secretsProfile,omitempty"`
+	// WaitFor holds the job until every condition is met (1 to 4 conditions).
+	WaitFor []WaitCondition `json:"waitFor,omitempty"`
+	// Resume continues the previous agent session of the same target. Never routed:
+	// a session key is guessable from the repository and ref, so it is not published.
+	Resume bool `json:"resume,omitempty"`
+	// ParentJobID is the job that asked for this chained child.
+	ParentJobID string `json:"parentJobId,omitempty"`
+
+	// Attempt is the delivery's attempt number (1 for the first). It is a fact of the
+	// queue, not of the job description, so it is never read from or written to the
+	// job data: the worker sets it from the queue when it picks the job up.
+	Attempt int `json:"-"`
+}
+
+// FieldError reports which field of a document (a job, a policy file) broke which
+// rule. Field is a path such as "waitFor[1].profile" or "windows[2].from". Rule never
+// repeats a value that could be secret.
+type FieldError struct {
+	Field string
+	Rule  string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Rule }
+
+func fieldErr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Rule: fmt.Sprintf(format, args...)}
+}
+
+// ErrInvalidJob marks every error ParseJob and Job.Validate return, so the worker can
+// refuse the job (reason invalid-job) rather than retry it.
+var ErrInvalidJob = errors.New("invalid job")
+
+// invalidJob wraps err so errors.Is(err, ErrInvalidJob) holds and a *FieldError stays
+// reachable with errors.As.
+type invalidJob struct{ err error }
+
+func (e *invalidJob) Error() string   { return "invalid job: " + e.err.Error() }
+func (e *invalidJob) Unwrap() []error { return []error{ErrInvalidJob, e.err} }
+
+// ParseJob decodes job data strictly: valid UTF-8, one JSON object, no duplicate keys,
+// no unknown fields (the error names the field), then Validate.
+func ParseJob(data []byte) (Job, error) {
+	var j Job
+	if err := decodeStrict(data, MaxJobDataBytes, &j); err != nil {
+		return Job{}, &invalidJob{err}
+	}
+	if err := j.Validate(); err != nil {
+		return Job{}, err
+	}
+	return j, nil
+}
+
+// Validate checks the job against the model's rules and returns the first broken one
+// as a *FieldError wrapped so that errors.Is(err, ErrInvalidJob) holds.
+func (j Job) Validate() error {
+	if err := j.validate(); err != nil {
+		return &invalidJob{err}
+	}
+	return nil
+}
+
+func (j Job) validate() error {
+	switch j.Kind {
+	case KindLocal, KindCron, KindChain:
+		if j.Folder == "" {
+			return fieldErr("folder", "required for a %s job", j.Kind)
+		}
+		if j.Repo != "" || j.Ref != "" {
+			return fieldErr("repo", "a %s job targets a folder, not a repository", j.Kind)
+		}
+	case KindForge:
+		if j.Repo == "" {
+			return fieldErr("repo", "required for a forge job")
+		}
+		if j.Folder != "" {
+			return fieldErr("folder", "a forge job targets a repository, not a folder")
+		}
+	case KindManual:
+		if (j.Folder == "") == (j.Repo == "") {
+			return fieldErr("folder", "a manual job needs exactly one of folder and repo")
+		}
+		if j.Folder != "" && j.Ref != "" {
+			return fieldErr("ref", "only a repository has a ref")
+		}
+	case "":
+		return fieldErr("kind", "required (local, cron, chain, forge or manual)")
+	default:
+		return fieldErr("kind", "unknown kind %s (want local, cron, chain, forge or manual)", quoteShort(string(j.Kind)))
+	}
+	if j.Folder != "" {
+		if rule := absCleanRule(j.Folder); rule != "" {
+			return fieldErr("folder", "%s", rule)
+		}
+	}
+	if j.Repo != "" && !validRepo(j.Repo) {
+		return fieldErr("repo", "must be owner/name (segments of [A-Za-z0-9._-], no '.' or '..' segment, at most %d bytes)", maxRefLen)
+	}
+	if j.Ref != "" && !validRef(j.Ref) {
+		return fieldErr("ref", "must be a git ref of [A-Za-z0-9._/-], not starting with '-' or '/', without '..' (at most %d bytes)", maxRefLen)
+	}
+	if (j.Flow == "") == (j.Command == "") {
+		return fieldErr("flow", "exactly one of flow and command is required")
+	}
+	if j.Flow != "" && !validName(j.Flow) {
+		return fieldErr("flow", "must match %s (at most %d bytes)", nameSyntax, maxNameLen)
+	}
+	if j.Command != "" && !validName(j.Command) {
+		return fieldErr("command", "must match %s (at most %d bytes)", nameSyntax, maxNameLen)
+	}
+	if j.Flow != "" && j.Task == "" {
+		return fieldErr("task", "required with a flow")
+	}
+	if rule := textRule(j.Task, MaxTaskBytes); rule != "" {
+		return fieldErr("task", "%s", rule)
+	}
+	if j.Image != "" && !ValidImageRef(j.Image) {
+		return fieldErr("image", "not a valid image reference ([registry/]name[:tag][@digest], lowercase name)")
+	}
+	if j.SecretsProfile != "" && !validName(j.SecretsProfile) {
+		return fieldErr("secretsProfile", "must match %s (at most %d bytes)", nameSyntax, maxNameLen)
+	}
+	if j.WaitFor != nil {
+		if err := validateWaitFor(j.WaitFor); err != nil {
+			return err
+		}
+		if j.Kind == KindCron {
+			return fieldErr("waitFor", "a cron job cannot wait: its schedule is its condition")
+		}
+	}
+	if j.Resume {
+		switch {
+		case j.Kind == KindCron:
+			return fieldErr("resume", "a cron job cannot resume a session")
+		case j.Command != "":
+			return fieldErr("resume", "a command job cannot resume a session")
+		case j.SecretsProfile != "":
+			return fieldErr("resume", "a job with a secrets profile cannot resume a session (the session would carry the secrets)")
+		}
+	}
+	if j.Kind == KindChain {
+		if j.ParentJobID == "" {
+			return fieldErr("parentJobId", "required for a chain job")
+		}
+	}
+	if j.ParentJobID != "" {
+		if j.Kind != KindChain {
+			return fieldErr("parentJobId", "only a chain job has a parent")
+		}
+		if !ValidJobID(j.ParentJobID) {
+			return fieldErr("parentJobId", "must match %s", jobIDSyntax)
+		}
+	}
+	return nil
+}
+
+func validateWaitFor(conds []WaitCondition) error {
+	if len(conds) == 0 || len(conds) > MaxWaitConditions {
+		return fieldErr("waitFor", "must hold 1 to %d conditions, not %d", MaxWaitConditions, len(conds))
+	}
+	for i, c := range conds {
+		at := fmt.Sprintf("waitFor[%d]", i)
+		if (c.Profile == "") == (c.After == "") {
+			return fieldErr(at, "exactly one of profile and after is required")
+		}
+		if c.After != "" {
+			if len(c.Args) > 0 {
+				return fieldErr(at+".args", "only a profile condition takes args")
+			}
+			d, rule := parseDuration(c.After)
+			if rule == "" && (d < time.Second || d > MaxWaitAfter) {
+				rule = fmt.Sprintf("must be between 1s and %s", MaxWaitAfter)
+			}
+			if rule != "" {
+				return fieldErr(at+".after", "%s", rule)
+			}
+			continue
+		}
+		if !validName(c.Profile) {
+			return fieldErr(at+".profile", "must match %s (at most %d bytes)", nameSyntax, maxNameLen)
+		}
+		if len(c.Args) > MaxWaitArgs {
+			return fieldErr(at+".args", "at most %d args, not %d", MaxWaitArgs, len(c.Args))
+		}
+		for k, a := range c.Args {
+			if rule := textRule(a, MaxWaitArgBytes); rule != "" {
+				return fieldErr(fmt.Sprintf("%s.args[%d]", at, k), "%s", rule)
+			}
+		}
+	}
+	return nil
+}
+
+// Needs is what the job needs from the host that runs it, as capability tokens
+// ("s:<secretsProfile>", "w:<profile>"), sorted and unique. Routing reads it at enqueue.
+func (j Job) Needs() []string {
+	var waits []string
+	for _, c := range j.WaitFor {
+		if c.Profile != "" {
+			waits = append(waits, c.Profile)
+		}
+	}
+	return capabilities.Needs(j.SecretsProfile, waits)
+}
+
+// WaitProfiles lists the profile names of the job's wait conditions, in order.
+func (j Job) WaitProfiles() []string {
+	var out []string
+	for _, c := range j.WaitFor {
+		if c.Profile != "" {
+			out = append(out, c.Profile)
+		}
+	}
+	return out
+}
+
+// Scope is what scoped limits and pause windows match the job against: the folder of
+// a folder job, the repository of a repository job. It is derived, never read from the
+// job data, so a producer cannot move a job out of its own limits.
+func (j Job) Scope() string {
+	if j.Folder != "" {
+		return j.Folder
+	}
+	return j.Repo
+}
+
+// Target is what a run record says the job worked on: "local:<basename>" for a folder
+// (the full path can name a person and is mirrored fleet-wide; the original records the
+// basename for the same reason) and the repository for a repository job.
+func (j Job) Target() string {
+	if j.Folder != "" {
+		return "local:" + path.Base(filepath.ToSlash(j.Folder))
+	}
+	return j.Repo
+}
+
+// localIDMinute is the original's ISO minute: new Date().toISOString().slice(0, 16).
+const localIDMinute = "2006-01-02T15:04"
+
+// LocalJobID is the id of a local run: "local-" + the first 16 hex of
+// sha256(folder NUL flow NUL task NUL minute), minute being the UTC ISO minute
+// ("2026-11-30T02:11"). The same run asked for twice within one minute is one job.
+// A command job passes "cmd:<command>" as flow, as the original does.
+func LocalJobID(folder, flow, task string, minute time.Time) string {
+	return "local-" + hash16(folder, flow, task, minute.UTC().Format(localIDMinute))
+}
+
+// ChainJobID is the id of a chained child: "chain-" + the first 16 hex of
+// sha256(parent NUL flow NUL task). No time component, so a retried parent asks for
+// the same child and the queue deduplicates it.
+func ChainJobID(parent, flow, task string) string {
+	return "chain-" + hash16(parent, flow, task)
+}
+
+func hash16(parts ...string) string {
+	sum := sha256.Sum256([]byte(strings.Join(parts, "\x00")))
+	return hex.EncodeToString(sum[:])[:16]
+}
+
+// Shared validation helpers, used by the job model, the policy files and the config.
+
+const (
+	nameSyntax  = `^[A-Za-z0-9._-]+$`
+	jobIDSyntax = `^[A-Za-z0-9._:@#-]{1,256}$`
+)
+
+// validName is the profile/flow charset: no ',' and no ':', so names join and split
+// unambiguously in PI_SECRET_PROFILES and in capability tokens.
+func validName(s string) bool {
+	if s == "" || len(s) > maxNameLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidJobID reports whether id is usable as a job id: 1 to 256 bytes of letters,
+// digits and . _ : @ # - (what local-, chain-, repeat:<id>:<ms> and forge delivery ids
+// are made of).
+func ValidJobID(id string) bool {
+	if id == "" || len(id) > maxJobIDLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("._:@#-", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// absCleanRule returns "" when p is an absolute, clean path, else the rule it breaks.
+func absCleanRule(p string) string {
+	switch {
+	case len(p) > maxPathLen:
+		return fmt.Sprintf("longer than %d bytes", maxPathLen)
+	case strings.ContainsRune(p, 0) || !utf8.ValidString(p):
+		return "must be valid UTF-8 without NUL"
+	case !filepath.IsAbs(p):
+		return "must be an absolute path"
+	case filepath.Clean(p) != p:
+		return fmt.Sprintf("must be a clean path (%s)", quoteShort(filepath.Clean(p)))
+	}
+	return ""
+}
+
+// textRule returns "" when s is valid UTF-8 without NUL and at most max bytes.
+func textRule(s string, max int) string {
+	switch {
+	case len(s) > max:
+		return fmt.Sprintf("longer than %d bytes (%d)", max, len(s))
+	case !utf8.ValidString(s):
+		return "not valid UTF-8"
+	case strings.IndexByte(s, 0) >= 0:
+		return "contains a NUL byte"
+	}
+	return ""
+}
+
+var repoSegment = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+
+func validRepo(s string) bool {
+	if len(s) > maxRefLen {
+		return false
+	}
+	segs := strings.Split(s, "/")
+	if len(segs) < 2 {
+		return false
+	}
+	for _, seg := range segs {
+		if seg == "." || seg == ".." || !repoSegment.MatchString(seg) {
+			return false
+		}
+	}
+	return true
+}
+
+var refRE = regexp.MustCompile(`^[A-Za-z0-9._][A-Za-z0-9._/-]*$`)
+
+func validRef(s string) bool {
+	return len(s) <= maxRefLen && refRE.MatchString(s) && !strings.Contains(s, "..") &&
+		!strings.Contains(s, "//") && !strings.HasSuffix(s, "/") && !strings.HasSuffix(s, ".lock")
+}
+
+// imageRefRE follows the distribution reference grammar: an optional registry host
+// (with port), lowercase path components, an optional tag and an optional digest.
+var imageRefRE = regexp.MustCompile(`^` +
+	`(?:(?:localhost|[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*)(?::[0-9]+)?/)?` +
+	`[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*` +
+	`(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?` +
+	`(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$`)
+
+// ValidImageRef reports whether s is a plausible container image reference
+// ("pi-job:latest", "ghcr.io/acme/pi-job:1.2@sha256:..."). It checks syntax only;
+// whether the image is present is the runtime's question.
+func ValidImageRef(s string) bool {
+	return s != "" && len(s) <= 512 && imageRefRE.MatchString(s)
+}
+
+// parseDuration parses Go duration syntax strictly: no sign, no whitespace, at least
+// one unit ("30m", "1h30m", "1.5h"). A bare number is refused: "1800" could mean
+// seconds or milliseconds, and guessing wrong is a 1000x error on a paid job.
+func parseDuration(s string) (time.Duration, string) {
+	if s == "" || s[0] < '0' || s[0] > '9' {
+		return 0, `must be a Go duration such as "30m" or "1h30m" (no sign, no spaces)`
+	}
+	if _, err := strconv.ParseFloat(s, 64); err == nil {
+		return 0, fmt.Sprintf(`needs a unit: %s is ambiguous (write "%ss" or "%sms")`, quoteShort(s), s, s)
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, `must be a Go duration such as "30m" or "1h30m" (units ns, us, ms, s, m, h)`
+	}
+	return d, ""
+}
+
+// quoteShort quotes s for an error message, cut to 80 bytes so a hostile value cannot
+// flood a log line.
+func quoteShort(s string) string {
+	const max = 80
+	if len(s) > max {
+		cut := max
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		return strconv.Quote(s[:cut]) + "..."
+	}
+	return strconv.Quote(s)
+}
+
+// decodeStrict decodes one JSON value into v: at most max bytes, valid UTF-8, no
+// duplicate keys (compared case-insensitively, as encoding/json matches them), no
+// unknown fields, nothing after the value.
+func decodeStrict(data []byte, max int, v any) error {
+	if err := checkJSON(data, max); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return cleanJSONError(err)
+	}
+	return nil
+}
+
+// decodeRow decodes one element of a policy file's list strictly; errors name the
+// element ("windows[2].form: unknown field").
+func decodeRow(data []byte, v any, at string) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		err = cleanJSONError(err)
+		var fe *FieldError
+		switch {
+		case !errors.As(err, &fe):
+			return &FieldError{Field: cmp.Or(at, "(document)"), Rule: err.Error()}
+		case fe.Field == "(document)" && at != "":
+			return &FieldError{Field: at, Rule: fe.Rule}
+		case at != "" && fe.Field != "(document)":
+			return &FieldError{Field: at + "." + fe.Field, Rule: fe.Rule}
+		}
+		return fe
+	}
+	return nil
+}
+
+// cleanJSONError strips encoding/json's "json: " prefix; its messages name the field
+// and the offset but never the value.
+func cleanJSONError(err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		f := te.Field
+		if f == "" {
+			f = "(document)"
+		}
+		return &FieldError{Field: f, Rule: "must be a JSON " + jsonKind(te.Type.Kind().String()) + ", not " + te.Value}
+	}
+	msg := strings.TrimPrefix(err.Error(), "json: ")
+	if rest, ok := strings.CutPrefix(msg, "unknown field "); ok {
+		return &FieldError{Field: strings.Trim(rest, `"`), Rule: "unknown field"}
+	}
+	return errors.New(msg)
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "string":
+		return "string"
+	case "bool":
+		return "boolean"
+	case "slice", "array":
+		return "array"
+	case "struct", "map", "ptr":
+		return "object"
+	default:
+		return "integer"
+	}
+}
+
+// checkJSON walks the token stream once: valid syntax, UTF-8, one top-level value, no
+// duplicate object keys. encoding/json alone keeps the last duplicate silently, so
+// {"to":"06:00","to":"23:00"} would be read as whichever came last.
+func checkJSON(data []byte, max int) error {
+	if len(data) > max {
+		return fmt.Errorf("document is %d bytes, more than %d", len(data), max)
+	}
+	if !utf8.Valid(data) {
+		return errors.New("document is not valid UTF-8")
+	}
+	type frame struct {
+		object    bool
+		expectKey bool
+		keys      map[string]struct{}
+	}
+	var stack []frame
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	afterValue := func() {
+		if n := len(stack); n > 0 && stack[n-1].object {
+			stack[n-1].expectKey = true
+		}
+	}
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			if len(stack) != 0 {
+				return errors.New("document ends inside a value")
+			}
+			return errors.New("document is empty")
+		}
+		if err != nil {
+			return errors.New(strings.TrimPrefix(err.Error(), "json: "))
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{':
+				stack = append(stack, frame{object: true, expectKey: true, keys: map[string]struct{}{}})
+			case '[':
+				stack = append(stack, frame{})
+			default:
+				stack = stack[:len(stack)-1]
+				afterValue()
+			}
+		case string:
+			if n := len(stack); n > 0 && stack[n-1].object && stack[n-1].expectKey {
+				k := foldKey(t)
+				if _, dup := stack[n-1].keys[k]; dup {
+					return &FieldError{Field: quoteShort(t), Rule: "duplicate key"}
+				}
+				stack[n-1].keys[k] = struct{}{}
+				stack[n-1].expectKey = false
+				continue
+			}
+			afterValue()
+		default:
+			afterValue()
+		}
+		if len(stack) == 0 {
+			if _, err := dec.Token(); err != io.EOF {
+				return errors.New("unexpected data after the top-level value")
+			}
+			return nil
+		}
+	}
+}
+
+// foldKey folds a key the way encoding/json matches field names (simple Unicode
+// folding, which maps the Kelvin sign to k and the long s to s).
+func foldKey(k string) string {
+	return strings.Map(func(r rune) rune {
+		switch r {
+		case '\u212a':
+			return 'k'
+		case '\u017f':
+			return 's'
+		}
+		return r
+	}, strings.ToLower(k))
+}

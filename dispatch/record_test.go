@@ -1,0 +1,227 @@
+package dispatch_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pidispatch/pidispatch/dispatch"
+)
+
+func goodRecord() dispatch.Record {
+	code := 0
+	return dispatch.Record{
+		JobID:     "local-00a5c2f57c689cf5",
+		Kind:      dispatch.KindLocal,
+		Target:    "local:proj",
+		Flow:      "review",
+		StartedAt: time.Date(2026, 11, 30, 2, 11, 0, 123456789, time.UTC),
+		EndedAt:   time.Date(2026, 11, 30, 3, 19, 30, 0, time.FixedZone("CET", 3600)),
+		Outcome:   dispatch.OutcomeCompleted,
+		Reason:    dispatch.ReasonCompleted,
+		ExitCode:  &code,
+		Attempt:   1,
+		Host:      "mini1",
+		Image:     "pi-job:latest",
+		Telemetry: json.RawMessage(`{ "event": "exit", "turns": 12, "tokens": {"total": 4096}, "cost": 0.42 }`),
+	}
+}
+
+func TestWriteRecord(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "logs", "nested") // created on demand
+	r := goodRecord()
+	p, err := dispatch.WriteRecord(dir, r)
+	require.NoError(t, err)
+	require.Equal(t, filepath.Join(dir, "local-00a5c2f57c689cf5.json"), p)
+
+	info, err := os.Stat(p)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o640), info.Mode().Perm())
+
+	data, err := os.ReadFile(p)
+	require.NoError(t, err)
+	require.True(t, strings.HasSuffix(string(data), "}\n"))
+	var fields map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(data, &fields))
+	keys := make([]string, 0, len(fields))
+	for k := range fields {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	require.Equal(t, []string{"attempt", "endedAt", "exitCode", "flow", "host", "image", "jobId", "kind", "outcome", "reason", "startedAt", "target", "telemetry"}, keys)
+	require.JSONEq(t, `"2026-11-30T02:11:00.123Z"`, string(fields["startedAt"]), "UTC, milliseconds")
+	require.JSONEq(t, `"2026-11-30T02:19:30Z"`, string(fields["endedAt"]))
+	require.Equal(t, `{"event":"exit","turns":12,"tokens":{"total":4096},"cost":0.42}`, string(fields["telemetry"]), "compacted")
+
+	var back dispatch.Record
+	require.NoError(t, json.Unmarshal(data, &back))
+	require.Equal(t, r.JobID, back.JobID)
+	require.Equal(t, 0, *back.ExitCode)
+	require.True(t, back.EndedAt.Equal(r.EndedAt))
+
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "no temp file left behind")
+
+	// Rewriting replaces the record whole.
+	r.Outcome, r.Reason, r.ExitCode, r.Telemetry = dispatch.OutcomeFailed, dispatch.ReasonNeverStarted, nil, nil
+	_, err = dispatch.WriteRecord(dir, r)
+	require.NoError(t, err)
+	data, err = os.ReadFile(p)
+	require.NoError(t, err)
+	require.Contains(t, string(data), `"exitCode":null`)
+	require.Contains(t, string(data), `"reason":"never-started"`)
+	require.NotContains(t, string(data), "telemetry")
+}
+
+func TestWriteRecord_SanitizesTheFileName(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ id, file string }{
+		{"repeat:nightly:1700000000000", "repeat-nightly-1700000000000.json"},
+		{"gh-7c1e-r2", "gh-7c1e-r2.json"},
+		{"../../etc/passwd", "-.-..-etc-passwd.json"},
+		{".hidden", "-hidden.json"},
+		{"a b\\c", "a-b-c.json"},
+		{strings.Repeat("x", 256), strings.Repeat("x", 200) + ".json"},
+	}
+	for _, tt := range tests {
+		dir := t.TempDir()
+		r := goodRecord()
+		r.JobID = tt.id
+		p, err := dispatch.WriteRecord(dir, r)
+		require.NoError(t, err, tt.id)
+		require.Equal(t, filepath.Join(dir, tt.file), p)
+		require.Equal(t, dir, filepath.Dir(p), "the record stays in dir")
+		require.Equal(t, strings.TrimSuffix(tt.file, ".json"), dispatch.SanitizeJobID(tt.id))
+	}
+}
+
+func TestRecord_Validate(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, goodRecord().Validate())
+	mutate := func(f func(*dispatch.Record)) dispatch.Record {
+		r := goodRecord()
+		f(&r)
+		return r
+	}
+	tests := []struct {
+		name  string
+		give  dispatch.Record
+		field string
+	}{
+		{"NoJobID", mutate(func(r *dispatch.Record) { r.JobID = "" }), "jobId"},
+		{"ControlInJobID", mutate(func(r *dispatch.Record) { r.JobID = "a\nb" }), "jobId"},
+		{"UnknownOutcome", mutate(func(r *dispatch.Record) { r.Outcome = "ok" }), "outcome"},
+		{"UnknownReason", mutate(func(r *dispatch.Record) { r.Outcome, r.Reason = dispatch.OutcomeFailed, "exploded: secret=abc" }), "reason"},
+		{"CompletedWithFailureReason", mutate(func(r *dispatch.Record) { r.Reason = dispatch.ReasonExit1 }), "reason"},
+		{"FailedWithCompletedReason", mutate(func(r *dispatch.Record) { r.Outcome = dispatch.OutcomeFailed }), "reason"},
+		{"UnknownKind", mutate(func(r *dispatch.Record) { r.Kind = "github" }), "kind"},
+		{"NoStart", mutate(func(r *dispatch.Record) { r.StartedAt = time.Time{} }), "startedAt"},
+		{"NoEnd", mutate(func(r *dispatch.Record) { r.EndedAt = time.Time{} }), "endedAt"},
+		{"EndBeforeStart", mutate(func(r *dispatch.Record) { r.EndedAt = r.StartedAt.Add(-time.Second) }), "endedAt"},
+		{"NegativeAttempt", mutate(func(r *dispatch.Record) { r.Attempt = -1 }), "attempt"},
+		{"NoHost", mutate(func(r *dispatch.Record) { r.Host = "" }), "host"},
+		{"BadHost", mutate(func(r *dispatch.Record) { r.Host = "/home/rob" }), "host"},
+		{"MultilineTarget", mutate(func(r *dispatch.Record) { r.Target = "local:a\nb" }), "target"},
+		{"TelemetryArray", mutate(func(r *dispatch.Record) { r.Telemetry = json.RawMessage(`[1]`) }), "telemetry"},
+		{"TelemetryInvalid", mutate(func(r *dispatch.Record) { r.Telemetry = json.RawMessage(`{"a":`) }), "telemetry"},
+		{"TelemetryHuge", mutate(func(r *dispatch.Record) {
+			r.Telemetry = json.RawMessage(`{"a":"` + strings.Repeat("x", dispatch.MaxTelemetryBytes) + `"}`)
+		}), "telemetry"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := tt.give.Validate()
+			var fe *dispatch.FieldError
+			require.ErrorAs(t, err, &fe)
+			require.Equal(t, tt.field, fe.Field)
+			require.NotContains(t, err.Error(), "secret=abc", "a refused reason is not echoed whole")
+
+			dir := t.TempDir()
+			_, err = dispatch.WriteRecord(dir, tt.give)
+			require.ErrorAs(t, err, &fe)
+			entries, rerr := os.ReadDir(dir)
+			require.NoError(t, rerr)
+			require.Empty(t, entries, "nothing written for an invalid record")
+		})
+	}
+}
+
+func TestReasons(t *testing.T) {
+	t.Parallel()
+	want := []string{"completed", "exit-1", "policy", "stalled", "timeout", "secret-profile-unknown",
+		"secret-resolve-failed", "wait-profile-unknown", "scope-cap", "over-budget", "job-image-missing",
+		"never-started", "operator-cancel", "wait-timeout", "wait-max-checks", "wait-faults", "invalid-job"}
+	require.ElementsMatch(t, want, dispatch.Reasons)
+	for _, reason := range dispatch.Reasons {
+		r := goodRecord()
+		r.Reason = reason
+		if reason != dispatch.ReasonCompleted {
+			r.Outcome = dispatch.OutcomePolicy
+		}
+		require.NoError(t, r.Validate(), reason)
+	}
+}
+
+func TestPruneRecords(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	cutoff := now.Add(-30 * 24 * time.Hour)
+	old := cutoff.Add(-time.Hour)
+	recent := cutoff.Add(time.Hour)
+
+	write := func(name, content string, mtime time.Time) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(content), 0o640))
+		require.NoError(t, os.Chtimes(p, mtime, mtime))
+		return p
+	}
+	rec := func(endedAt time.Time) string {
+		return `{"jobId":"x","endedAt":"` + endedAt.Format(time.RFC3339Nano) + `"}`
+	}
+	oldByEnded := write("old-ended.json", rec(old), recent)       // endedAt wins over a fresh mtime
+	recentByEnded := write("recent-ended.json", rec(recent), old) // and over a stale one
+	oldGarbage := write("garbage-old.json", "not json", old)      // no endedAt: mtime decides
+	recentGarbage := write("garbage-new.json", `{"endedAt":""}`, recent)
+	oldLog := write("old.log", "raw output", old)                       // never a .log
+	hidden := write(".hidden.json", rec(old), old)                      // never a hidden file
+	temp := write(".x.json.tmp-123", rec(old), old)                     // never a temp file
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "dir.json"), 0o750)) // never a directory
+	target := write("target.txt", rec(old), old)
+	require.NoError(t, os.Symlink(target, filepath.Join(dir, "link.json"))) // never a symlink
+
+	n, err := dispatch.PruneRecords(dir, cutoff)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	for _, gone := range []string{oldByEnded, oldGarbage} {
+		require.NoFileExists(t, gone)
+	}
+	for _, kept := range []string{recentByEnded, recentGarbage, oldLog, hidden, temp, target, filepath.Join(dir, "link.json")} {
+		_, err := os.Lstat(kept)
+		require.NoError(t, err, kept)
+	}
+	require.DirExists(t, filepath.Join(dir, "dir.json"))
+
+	// A record written by WriteRecord is pruned by its own endedAt.
+	r := goodRecord()
+	r.StartedAt, r.EndedAt = old.Add(-time.Minute), old
+	p, err := dispatch.WriteRecord(dir, r)
+	require.NoError(t, err)
+	n, err = dispatch.PruneRecords(dir, cutoff)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.NoFileExists(t, p)
+
+	n, err = dispatch.PruneRecords(filepath.Join(dir, "absent"), cutoff)
+	require.NoError(t, err)
+	require.Zero(t, n)
+}

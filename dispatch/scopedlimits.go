@@ -1,0 +1,183 @@
+package dispatch
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Limits of a scoped-limits file.
+const (
+	ScopedLimitsVersion = 1    // the version this build reads
+	MaxScopedLimits     = 1024 // rows
+	MaxScopeConcurrent  = 64   // each slot is a lease key probed at every pickup
+)
+
+// ScopeLimit is one row of scoped-limits.json: the limits of one scope. A zero field
+// means "not limited here".
+//
+//   - Scope: matched exactly against a job's scope (Job.Scope): an absolute, clean
+//     folder or a repository owner/name. "*" is refused: the global caps are
+//     PI_DAILY_CAP and PI_WEEKLY_CAP.
+//   - Concurrent: jobs of the scope running at once (fleet-wide when the worker name
+//     is declared, for repository scopes). Over it, a job is deferred, never refused.
+//   - Day, Week: container starts per UTC day and per ISO week (Monday, UTC). Over
+//     either, the job is refused scope-cap.
+type ScopeLimit struct {
+	Scope      string `json:"scope"`
+	Concurrent int    `json:"concurrent,omitempty"`
+	Day        int    `json:"day,omitempty"`
+	Week       int    `json:"week,omitempty"`
+}
+
+// ScopedLimits is a parsed scoped-limits.json. The zero value has no rows. It is
+// immutable and safe for concurrent use.
+type ScopedLimits struct {
+	rows    []ScopeLimit // sorted by scope
+	byScope map[string]int
+}
+
+// ParseScopedLimits parses {"version":1,"limits":[{scope, concurrent?, day?, week?}]}
+// strictly. The version is required and a newer one is refused by name (a v2 file read
+// by a v1 build would silently drop the limits it does not know). Each row needs at
+// least one limit, each limit is at least 1, scopes are unique. The original's "month"
+// field is refused: this build has no monthly window, and a limit that is not enforced
+// must not look as if it were.
+func ParseScopedLimits(data []byte) (ScopedLimits, error) {
+	if err := checkJSON(data, MaxPolicyFileBytes); err != nil {
+		return ScopedLimits{}, fmt.Errorf("scoped limits: %w", err)
+	}
+	var head struct {
+		Version json.RawMessage `json:"version"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
+		return ScopedLimits{}, fmt.Errorf("scoped limits: %w", cleanJSONError(err))
+	}
+	if head.Version == nil {
+		return ScopedLimits{}, fmt.Errorf("scoped limits: %w", fieldErr("version", "required (%d)", ScopedLimitsVersion))
+	}
+	var version int
+	if err := json.Unmarshal(head.Version, &version); err != nil {
+		return ScopedLimits{}, fmt.Errorf("scoped limits: %w", fieldErr("version", "must be the integer %d", ScopedLimitsVersion))
+	}
+	if version > ScopedLimitsVersion {
+		return ScopedLimits{}, fmt.Errorf("scoped limits: %w", fieldErr("version", "%d is newer than this build reads (%d): upgrade the worker or write a version %d file", version, ScopedLimitsVersion, ScopedLimitsVersion))
+	}
+	if version != ScopedLimitsVersion {
+		return ScopedLimits{}, fmt.Errorf("scoped limits: %w", fieldErr("version", "must be %d", ScopedLimitsVersion))
+	}
+
+	var doc struct {
+		Version int                `json:"version"`
+		Limits  *[]json.RawMessage `json:"limits"`
+	}
+	if err := decodeRow(data, &doc, ""); err != nil {
+		return ScopedLimits{}, fmt.Errorf("scoped limits: %w", err)
+	}
+	if doc.Limits == nil {
+		return ScopedLimits{}, fmt.Errorf("scoped limits: %w", fieldErr("limits", "required (an empty list means no limits)"))
+	}
+	rows := *doc.Limits
+	if len(rows) > MaxScopedLimits {
+		return ScopedLimits{}, fmt.Errorf("scoped limits: %w", fieldErr("limits", "at most %d rows, not %d", MaxScopedLimits, len(rows)))
+	}
+	out := ScopedLimits{rows: make([]ScopeLimit, 0, len(rows)), byScope: make(map[string]int, len(rows))}
+	first := map[string]int{}
+	for i, raw := range rows {
+		at := fmt.Sprintf("limits[%d]", i)
+		var r struct {
+			Scope      string `json:"scope"`
+			Concurrent *int   `json:"concurrent"`
+			Day        *int   `json:"day"`
+			Week       *int   `json:"week"`
+		}
+		if err := decodeRow(raw, &r, at); err != nil {
+			return ScopedLimits{}, fmt.Errorf("scoped limits: %w", err)
+		}
+		switch {
+		case r.Scope == "":
+			return ScopedLimits{}, fmt.Errorf("scoped limits: %w", fieldErr(at+".scope", "required (an absolute folder or owner/name)"))
+		case r.Scope == "*":
+			return ScopedLimits{}, fmt.Errorf("scoped limits: %w", fieldErr(at+".scope", `"*" is not a scope: the global caps are PI_DAILY_CAP and PI_WEEKLY_CAP`))
+		}
+		if rule := scopeRule(r.Scope); rule != "" {
+			return ScopedLimits{}, fmt.Errorf("scoped limits: %w", fieldErr(at+".scope", "%s", rule))
+		}
+		if j, dup := first[r.Scope]; dup {
+			return ScopedLimits{}, fmt.Errorf("scoped limits: %w", fieldErr(at+".scope", "duplicate of limits[%d]", j))
+		}
+		first[r.Scope] = i
+		if r.Concurrent == nil && r.Day == nil && r.Week == nil {
+			return ScopedLimits{}, fmt.Errorf("scoped limits: %w", fieldErr(at, "needs at least one of concurrent, day, week"))
+		}
+		row := ScopeLimit{Scope: r.Scope}
+		for _, f := range []struct {
+			name string
+			v    *int
+			max  int
+			dst  *int
+		}{
+			{"concurrent", r.Concurrent, MaxScopeConcurrent, &row.Concurrent},
+			{"day", r.Day, MaxCap, &row.Day},
+			{"week", r.Week, MaxCap, &row.Week},
+		} {
+			if f.v == nil {
+				continue
+			}
+			if *f.v < 1 || *f.v > f.max {
+				return ScopedLimits{}, fmt.Errorf("scoped limits: %w", fieldErr(at+"."+f.name, "must be between 1 and %d", f.max))
+			}
+			*f.dst = *f.v
+		}
+		out.rows = append(out.rows, row)
+	}
+	slices.SortFunc(out.rows, func(a, b ScopeLimit) int { return strings.Compare(a.Scope, b.Scope) })
+	for i, r := range out.rows {
+		out.byScope[r.Scope] = i
+	}
+	return out, nil
+}
+
+// LoadScopedLimits reads and parses a scoped-limits file (at most 1 MiB).
+func LoadScopedLimits(path string) (ScopedLimits, error) {
+	data, err := readPolicyFile(path)
+	if err != nil {
+		return ScopedLimits{}, err
+	}
+	l, err := ParseScopedLimits(data)
+	if err != nil {
+		return ScopedLimits{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return l, nil
+}
+
+// Lookup returns the limits of exactly this scope.
+func (l ScopedLimits) Lookup(scope string) (ScopeLimit, bool) {
+	i, ok := l.byScope[scope]
+	if !ok {
+		return ScopeLimit{}, false
+	}
+	return l.rows[i], true
+}
+
+// Rows returns a copy of every row, sorted by scope (the lease sweep walks them).
+func (l ScopedLimits) Rows() []ScopeLimit { return slices.Clone(l.rows) }
+
+// Len is the number of rows.
+func (l ScopedLimits) Len() int { return len(l.rows) }
+
+// scopeRule returns "" for a valid job scope: an absolute, clean folder or a
+// repository owner/name.
+func scopeRule(s string) string {
+	if strings.HasPrefix(s, "/") {
+		if rule := absCleanRule(s); rule != "" {
+			return "folder " + rule
+		}
+		return ""
+	}
+	if !validRepo(s) {
+		return "must be an absolute folder or a repository owner/name"
+	}
+	return ""
+}

@@ -1,0 +1,158 @@
+package dispatch_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pidispatch/pidispatch/dispatch"
+)
+
+func TestParseScopedLimits_Valid(t *testing.T) {
+	t.Parallel()
+	l, err := dispatch.ParseScopedLimits([]byte(`{"version":1,"limits":[
+		{"scope":"acme/web","concurrent":2,"day":10},
+		{"scope":"/srv/proj","week":50},
+		{"scope":"group/sub/api","concurrent":64,"day":1000000,"week":1}
+	]}`))
+	require.NoError(t, err)
+	require.Equal(t, 3, l.Len())
+	require.Equal(t, []dispatch.ScopeLimit{
+		{Scope: "/srv/proj", Week: 50},
+		{Scope: "acme/web", Concurrent: 2, Day: 10},
+		{Scope: "group/sub/api", Concurrent: 64, Day: 1000000, Week: 1},
+	}, l.Rows(), "rows sorted by scope")
+
+	got, ok := l.Lookup("acme/web")
+	require.True(t, ok)
+	require.Equal(t, dispatch.ScopeLimit{Scope: "acme/web", Concurrent: 2, Day: 10}, got)
+	for _, miss := range []string{"acme/web2", "acme", "/srv/proj/", "/srv", "ACME/WEB", ""} {
+		_, ok := l.Lookup(miss)
+		require.False(t, ok, "matching is exact: %q", miss)
+	}
+
+	rows := l.Rows()
+	rows[0].Week = 999 // a copy
+	again, _ := l.Lookup("/srv/proj")
+	require.Equal(t, 50, again.Week)
+
+	empty, err := dispatch.ParseScopedLimits([]byte(`{"version":1,"limits":[]}`))
+	require.NoError(t, err)
+	require.Equal(t, 0, empty.Len())
+	var zero dispatch.ScopedLimits
+	_, ok = zero.Lookup("acme/web")
+	require.False(t, ok)
+	require.Empty(t, zero.Rows())
+}
+
+func TestParseScopedLimits_Invalid(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		give  string
+		field string
+		rule  string
+	}{
+		{"Empty", ``, "", "empty"},
+		{"NotObject", `[]`, "", "object"},
+		{"NoVersion", `{"limits":[]}`, "version", "required"},
+		{"VersionZero", `{"version":0,"limits":[]}`, "version", "must be 1"},
+		{"VersionString", `{"version":"1","limits":[]}`, "version", "integer 1"},
+		{"VersionFloat", `{"version":1.5,"limits":[]}`, "version", "integer 1"},
+		{"VersionNewer", `{"version":2,"limits":[{"scope":"github:acme/web","dayUsd":"5"}]}`, "version", "newer than this build reads"},
+		{"NoLimits", `{"version":1}`, "limits", "required"},
+		{"UnknownTop", `{"version":1,"limits":[],"extra":1}`, "extra", "unknown field"},
+		{"Month", `{"version":1,"limits":[{"scope":"acme/web","month":5}]}`, "limits[0].month", "unknown field"},
+		{"Misspelled", `{"version":1,"limits":[{"scope":"a/b","day":1},{"scope":"c/d","concurent":2}]}`, "limits[1].concurent", "unknown field"},
+		{"DuplicateKey", `{"version":1,"limits":[{"scope":"a/b","day":1,"day":2}]}`, `"day"`, "duplicate key"},
+		{"NoScope", `{"version":1,"limits":[{"day":1}]}`, "limits[0].scope", "required"},
+		{"Star", `{"version":1,"limits":[{"scope":"*","day":1}]}`, "limits[0].scope", "not a scope"},
+		{"RelativeFolder", `{"version":1,"limits":[{"scope":"proj","day":1}]}`, "limits[0].scope", "absolute folder"},
+		{"UncleanFolder", `{"version":1,"limits":[{"scope":"/srv/proj/","day":1}]}`, "limits[0].scope", `clean path ("/srv/proj")`},
+		{"DuplicateScope", `{"version":1,"limits":[{"scope":"a/b","day":1},{"scope":"c/d","day":1},{"scope":"a/b","week":1}]}`, "limits[2].scope", "duplicate of limits[0]"},
+		{"NoLimit", `{"version":1,"limits":[{"scope":"a/b"}]}`, "limits[0]", "at least one"},
+		{"ZeroDay", `{"version":1,"limits":[{"scope":"a/b","day":0}]}`, "limits[0].day", "between 1 and 1000000"},
+		{"NegativeWeek", `{"version":1,"limits":[{"scope":"a/b","week":-1}]}`, "limits[0].week", "between 1 and 1000000"},
+		{"HugeConcurrent", `{"version":1,"limits":[{"scope":"a/b","concurrent":65}]}`, "limits[0].concurrent", "between 1 and 64"},
+		{"FloatDay", `{"version":1,"limits":[{"scope":"a/b","day":1.5}]}`, "limits[0].day", "integer"},
+		{"StringDay", `{"version":1,"limits":[{"scope":"a/b","day":"3"}]}`, "limits[0].day", "integer"},
+		{"NullRow", `{"version":1,"limits":[null]}`, "limits[0].scope", "required"},
+		{"RowNotObject", `{"version":1,"limits":["a/b"]}`, "limits[0]", "object"},
+		{"Trailing", `{"version":1,"limits":[]}]`, "", "after the top-level value"},
+		{"InvalidUTF8", "{\"version\":1,\"limits\":[{\"scope\":\"a/\xff\",\"day\":1}]}", "", "UTF-8"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := dispatch.ParseScopedLimits([]byte(tt.give))
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tt.rule)
+			require.True(t, strings.HasPrefix(err.Error(), "scoped limits: "), err.Error())
+			if tt.field != "" {
+				var fe *dispatch.FieldError
+				require.ErrorAs(t, err, &fe, "%v", err)
+				require.Equal(t, tt.field, fe.Field, "%v", err)
+			}
+		})
+	}
+}
+
+func TestLoadScopedLimits(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	p := filepath.Join(dir, "scoped-limits.json")
+	require.NoError(t, os.WriteFile(p, []byte(`{"version":1,"limits":[{"scope":"acme/web","concurrent":1}]}`), 0o600))
+	l, err := dispatch.LoadScopedLimits(p)
+	require.NoError(t, err)
+	require.Equal(t, 1, l.Len())
+
+	require.NoError(t, os.WriteFile(p, []byte(`{"version":1,"limits":[{"scope":"acme/web"}]}`), 0o600))
+	_, err = dispatch.LoadScopedLimits(p)
+	require.ErrorContains(t, err, p)
+	require.ErrorContains(t, err, "limits[0]")
+
+	_, err = dispatch.LoadScopedLimits(filepath.Join(dir, "absent.json"))
+	require.ErrorIs(t, err, os.ErrNotExist)
+}
+
+func FuzzParseScopedLimits(f *testing.F) {
+	f.Add([]byte(`{"version":1,"limits":[{"scope":"acme/web","concurrent":2,"day":10,"week":50}]}`))
+	f.Add([]byte(`{"version":1,"limits":[{"scope":"/srv/p","day":1},{"scope":"/srv/p","day":2}]}`))
+	f.Add([]byte(`{"version":2}`))
+	f.Add([]byte(`{"version":1e999,"limits":[]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		l, err := dispatch.ParseScopedLimits(data)
+		if err != nil {
+			return
+		}
+		for _, r := range l.Rows() {
+			got, ok := l.Lookup(r.Scope)
+			if !ok || got != r {
+				t.Fatalf("row %+v not found by its scope", r)
+			}
+			if r.Concurrent < 0 || r.Concurrent > dispatch.MaxScopeConcurrent || r.Day < 0 || r.Week < 0 ||
+				r.Concurrent == 0 && r.Day == 0 && r.Week == 0 {
+				t.Fatalf("accepted an impossible row %+v", r)
+			}
+		}
+	})
+}
+
+func ExampleScopedLimits_Lookup() {
+	l, err := dispatch.ParseScopedLimits([]byte(`{"version":1,"limits":[{"scope":"acme/web","concurrent":1,"day":20}]}`))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(l.Lookup("acme/web"))
+	fmt.Println(l.Lookup("acme/api"))
+	_, err = dispatch.ParseScopedLimits([]byte(`{"version":1,"limits":[{"scope":"acme/web","concurent":1}]}`))
+	fmt.Println(err)
+	// Output:
+	// {acme/web 1 20 0} true
+	// { 0 0 0} false
+	// scoped limits: limits[0].concurent: unknown field
+}
