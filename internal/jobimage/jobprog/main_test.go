@@ -1,0 +1,90 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func env(vars map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
+}
+
+func runWith(t *testing.T, vars map[string]string, p paths) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	ignored := false
+	code = run(env(vars), &out, &errOut, p, func() { ignored = true })
+	if vars["JOB_IGNORE_TERM"] == "1" && !ignored {
+		t.Fatal("JOB_IGNORE_TERM=1 did not ignore SIGTERM")
+	}
+	return code, out.String(), errOut.String()
+}
+
+func TestDefaultBehaviour(t *testing.T) {
+	dir := t.TempDir()
+	jobFile := filepath.Join(dir, "job.json")
+	if err := os.WriteFile(jobFile, []byte(`{"jobId":"j1"}`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runWith(t, nil, paths{jobFile: jobFile, workspace: dir})
+	if code != 0 {
+		t.Fatalf("code %d", code)
+	}
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	want := []string{"hello from the pidispatch test job", `job.json (15 bytes): {"jobId":"j1"}`, zeroLine}
+	if strings.Join(lines, "|") != strings.Join(want, "|") {
+		t.Fatalf("stdout lines\n got %q\nwant %q", lines, want)
+	}
+	if !strings.Contains(errOut, "stderr") {
+		t.Fatalf("stderr %q", errOut)
+	}
+}
+
+func TestKnobs(t *testing.T) {
+	dir := t.TempDir()
+	vars := map[string]string{
+		"JOB_STDOUT_BYTES":    "1000",
+		"JOB_CHECK_ENV":       "SECRET_TOKEN",
+		"SECRET_TOKEN":        "s3cr3t-value",
+		"JOB_WRITE_FILE":      "../../etc/out.txt",
+		"JOB_IGNORE_TERM":     "1",
+		"JOB_SLEEP":           "1ms",
+		"JOB_PRINT_EXIT_LINE": "1",
+		"JOB_GLUE":            "1",
+		"JOB_EXIT_CODE":       "2",
+	}
+	code, out, _ := runWith(t, vars, paths{jobFile: filepath.Join(dir, "absent"), workspace: dir})
+	if code != 2 {
+		t.Fatalf("code %d", code)
+	}
+	if !strings.HasPrefix(out, fillerLine[:40]) || strings.Index(out, "hello") != 1000 {
+		t.Fatalf("filler is not exactly 1000 bytes before hello: index %d", strings.Index(out, "hello"))
+	}
+	if !strings.Contains(out, "env SECRET_TOKEN present\n") || strings.Contains(out, "s3cr3t") {
+		t.Fatalf("env check output wrong: %q", out)
+	}
+	if !strings.HasSuffix(out, "text without a newline"+telemetryLine+"\n") {
+		t.Fatalf("glued exit line missing: %q", out[len(out)-100:])
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "out.txt")); err != nil || len(b) == 0 {
+		t.Fatalf("workspace file (confined to the folder): %v", err)
+	}
+
+	_, out, _ = runWith(t, map[string]string{"JOB_CHECK_ENV": "NOPE", "JOB_PRINT_EXIT_LINE": "0"}, paths{workspace: dir})
+	if !strings.Contains(out, "env NOPE absent") || strings.Contains(out, `"event"`) {
+		t.Fatalf("absent env / no exit line: %q", out)
+	}
+}
+
+func TestBadValuesExit1(t *testing.T) {
+	for _, vars := range []map[string]string{
+		{"JOB_EXIT_CODE": "x"}, {"JOB_EXIT_CODE": "256"}, {"JOB_SLEEP": "soon"}, {"JOB_STDOUT_BYTES": "-1"},
+	} {
+		if code, _, _ := runWith(t, vars, paths{}); code != 1 {
+			t.Errorf("%v: code %d, want 1", vars, code)
+		}
+	}
+}

@@ -1,0 +1,54 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// ReapReport is what a Reap found and did.
+type ReapReport struct {
+	// Enumerated: the engine listed this worker's containers. Only then does
+	// the report say anything about what remains.
+	Enumerated bool
+	// Found is how many containers carried the worker's label; Removed how
+	// many of them are gone now.
+	Found, Removed int
+	// Errors holds one error per container that could not be removed.
+	Errors []error
+}
+
+// Clean reports whether the sweep proved this worker holds no containers:
+// it enumerated them and removed every one.
+func (r ReapReport) Clean() bool { return r.Enumerated && r.Removed == r.Found && len(r.Errors) == 0 }
+
+// Reap force-removes every container, in any state, labelled as owned by
+// worker (LabelWorker), for the worker's boot sweep. Containers are matched
+// by the label only, never by name, so other owners' containers and
+// unlabelled ones named like ours are left alone. The error is non-nil only
+// when the containers could not be listed (Enumerated false); failures to
+// remove single containers are in the report.
+func (d *Docker) Reap(ctx context.Context, worker string) (ReapReport, error) {
+	var rep ReapReport
+	if err := checkText("worker name", worker, 256); err != nil {
+		return rep, fmt.Errorf("%w: %v", ErrInvalidSpec, err)
+	}
+	found, err := d.eng.list(ctx, LabelWorker, worker)
+	if err != nil {
+		return rep, fmt.Errorf("list containers of worker %s: %w", worker, err)
+	}
+	rep.Enumerated = true
+	for _, c := range found {
+		if c.Labels[LabelWorker] != worker {
+			continue // an engine that filters loosely must not widen the sweep
+		}
+		rep.Found++
+		if err := d.eng.remove(ctx, c.ID); err != nil && !errors.Is(err, errNotFound) {
+			rep.Errors = append(rep.Errors, fmt.Errorf("remove container %s (%s): %w", c.Name, c.ID, err))
+			continue
+		}
+		rep.Removed++
+		d.log.Info("reaped_container", "host", worker, "container", c.Name, "id", c.ID, "job", c.Labels[LabelJob], "was_running", c.Running)
+	}
+	return rep, nil
+}

@@ -1,0 +1,638 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"math"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Runtime runs job containers and cleans up after a worker. The worker
+// declares its own consumer interface; this one is the compile-time check
+// that Docker provides the whole contract.
+type Runtime interface {
+	Run(ctx context.Context, spec Spec) (Result, error)
+	Reap(ctx context.Context, worker string) (ReapReport, error)
+	ImageDigest(ctx context.Context, image string) (string, error)
+	ImagePresent(ctx context.Context, image string) (bool, error)
+}
+
+var _ Runtime = (*Docker)(nil)
+
+var (
+	// ErrImageMissing refuses a job whose image is not on this host. Nothing
+	// is pulled and no container is created.
+	ErrImageMissing = errors.New("job image missing")
+	// ErrInvalidSpec refuses a Spec that names no job or worker, asks to share
+	// the host's network, or carries values no engine could pass on (NUL
+	// bytes, invalid UTF-8, reserved labels). Nothing is created.
+	ErrInvalidSpec = errors.New("invalid job spec")
+	// ErrNameConflict refuses a job whose container name is taken by a
+	// container this worker does not own; that container is left alone.
+	ErrNameConflict = errors.New("container name held by a container of another owner")
+)
+
+// Isolation applied to every container; a Spec cannot change it.
+const (
+	// PidsLimit bounds the processes of a job (fork bombs, runaway tools).
+	PidsLimit = 512
+	// ShmSize is the size of /dev/shm (browsers and test runners need more
+	// than the engine's 64 MiB default).
+	ShmSize = 1 << 30
+)
+
+// Config defaults.
+const (
+	MemoryDefault    int64 = 4 << 30
+	CPUsDefault            = 2.0
+	TimeoutDefault         = 30 * time.Minute
+	StopGraceDefault       = 5 * time.Second
+	TailBytesDefault       = 16 << 10
+)
+
+// Bounds of the cleanup after a job, which runs even when the caller's
+// context is cancelled.
+const (
+	// exitWait bounds the wait for the exit status after a stop and a kill.
+	exitWait = 10 * time.Second
+	// drainWait bounds the wait for the rest of the output after the exit.
+	drainWait = 5 * time.Second
+	// cleanupTimeout bounds each engine call of the cleanup.
+	cleanupTimeout = 30 * time.Second
+	// minMemory is the engine's smallest memory limit.
+	minMemory = 6 << 20
+)
+
+// Config tunes a Docker runtime. The zero value is usable.
+type Config struct {
+	// Memory is the memory limit of a job whose Spec leaves Memory zero, in
+	// bytes. Defaults to MemoryDefault (4 GiB).
+	Memory int64
+	// CPUs is the CPU limit of a job whose Spec leaves CPUs zero. Defaults to
+	// CPUsDefault (2).
+	CPUs float64
+	// Timeout bounds a job whose Spec leaves Timeout zero. Defaults to
+	// TimeoutDefault (30 minutes).
+	Timeout time.Duration
+	// StopGrace is how long a stopped job gets between the stop signal and
+	// the kill, rounded up to whole seconds (the engine's unit). Defaults to
+	// StopGraceDefault (5 s).
+	StopGrace time.Duration
+	// TailBytes is how much of a job's combined output Result.Tail keeps.
+	// Defaults to TailBytesDefault (16 KiB).
+	TailBytes int
+	// Logger receives the runner's events, each with a host attribute (the
+	// worker name). Defaults to discarding them.
+	Logger *slog.Logger
+}
+
+// withDefaults returns a validated copy with the defaults applied.
+func (c Config) withDefaults() (Config, error) {
+	switch {
+	case c.Memory < 0:
+		return c, fmt.Errorf("runner config: Memory %d is negative", c.Memory)
+	case c.Memory != 0 && c.Memory < minMemory:
+		return c, fmt.Errorf("runner config: Memory %d is below the engine's minimum of 6 MiB", c.Memory)
+	case c.CPUs < 0 || math.IsNaN(c.CPUs) || math.IsInf(c.CPUs, 0):
+		return c, fmt.Errorf("runner config: CPUs %v is not a positive number", c.CPUs)
+	case c.Timeout < 0:
+		return c, fmt.Errorf("runner config: Timeout %v is negative", c.Timeout)
+	case c.StopGrace < 0:
+		return c, fmt.Errorf("runner config: StopGrace %v is negative", c.StopGrace)
+	case c.TailBytes < 0:
+		return c, fmt.Errorf("runner config: TailBytes %d is negative", c.TailBytes)
+	}
+	c.Memory = cmpOr(c.Memory, MemoryDefault)
+	c.CPUs = cmpOr(c.CPUs, CPUsDefault)
+	c.Timeout = cmpOr(c.Timeout, TimeoutDefault)
+	c.StopGrace = cmpOr(c.StopGrace, StopGraceDefault)
+	c.TailBytes = cmpOr(c.TailBytes, TailBytesDefault)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c, nil
+}
+
+func cmpOr[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// Spec is one job's container.
+type Spec struct {
+	// JobID names the job: the container is ContainerName(JobID) and carries
+	// it in LabelJob. Required.
+	JobID string
+	// Worker is the owning worker's name, carried in LabelWorker; Reap finds
+	// containers by it. Required.
+	Worker string
+	// Image is a local image reference (tag or ID). Never pulled.
+	Image string
+	// Env is the job's environment, secrets included. It travels in the
+	// engine API's Env field only: never on a command line, never logged.
+	Env map[string]string
+	// JobDir, when set, is an absolute host folder mounted read-only at /job.
+	JobDir string
+	// WorkspaceDir, when set, is an absolute host folder mounted read-write
+	// at /workspace.
+	WorkspaceDir string
+	// Memory limit in bytes; zero means Config.Memory.
+	Memory int64
+	// CPUs limit; zero means Config.CPUs.
+	CPUs float64
+	// Network is the network to join: empty is the engine's default bridge,
+	// "none" isolates, any other name is a user network. "host" and
+	// "container:<id>" are refused.
+	Network string
+	// Timeout bounds the run; zero means Config.Timeout.
+	Timeout time.Duration
+	// Labels are extra container labels; they may not set LabelJob or
+	// LabelWorker.
+	Labels map[string]string
+	// OutputFile, when set, receives the job's whole output (stdout and
+	// stderr as they interleaved), created with mode 0600. Its size is not
+	// bounded by the runner.
+	OutputFile string
+}
+
+// Result is how a job's container ended. Run always fills it, also when it
+// returns an error.
+type Result struct {
+	// Container is the container's name.
+	Container string
+	// ImageID is the ID of the image the container ran (empty if the image
+	// was not resolved).
+	ImageID string
+	// ExitCode is the container's exit status; -1 when none is known.
+	ExitCode int
+	// StartedAt is when the start was requested (zero if it never was);
+	// EndedAt is when its exit was observed, or the run gave up.
+	StartedAt, EndedAt time.Time
+	// TimedOut: the job outlived its timeout and was stopped.
+	TimedOut bool
+	// Cancelled: the caller's context ended the job, which was stopped.
+	Cancelled bool
+	// NeverStarted: the job's own program never ran, so nothing it could
+	// spend was spent. True when Run refused or failed before the start,
+	// when the engine refused to start the container (StartError says why),
+	// or when the container exited 125, 126 or 127 (the contract's codes for
+	// an entrypoint that could not be run).
+	NeverStarted bool
+	// StartError is the engine's refusal to start the container, if any.
+	StartError string
+	// OOMKilled: the engine reports the job was killed for exceeding its
+	// memory limit.
+	OOMKilled bool
+	// Telemetry is the job's exit line, nil when it printed none.
+	Telemetry *Telemetry
+	// Tail is the end of the job's combined output (Config.TailBytes), and
+	// TailTruncated says whether more came before it.
+	Tail          []byte
+	TailTruncated bool
+}
+
+// Docker runs jobs on a container engine that speaks the Docker Engine API.
+// It holds no state between calls and is safe for concurrent use.
+type Docker struct {
+	eng engine
+	cfg Config
+	log *slog.Logger
+	// exitWait and drainWait are the package constants; tests shorten them.
+	exitWait, drainWait time.Duration
+}
+
+func newDocker(eng engine, cfg Config) (*Docker, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Docker{eng: eng, cfg: cfg, log: cfg.Logger, exitWait: exitWait, drainWait: drainWait}, nil
+}
+
+// ImagePresent reports whether image is on this host.
+func (d *Docker) ImagePresent(ctx context.Context, image string) (bool, error) {
+	if err := checkImageRef(image); err != nil {
+		return false, err
+	}
+	_, err := d.eng.imageID(ctx, image)
+	if errors.Is(err, errNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("inspect image %q: %w", image, err)
+	}
+	return true, nil
+}
+
+// ImageDigest returns the image ID (sha256:...) of a local image: the digest
+// of its configuration, which every image has, including local builds that no
+// registry ever saw (a repo digest exists only for pushed or pulled images).
+// ErrImageMissing when it is not on this host.
+func (d *Docker) ImageDigest(ctx context.Context, image string) (string, error) {
+	if err := checkImageRef(image); err != nil {
+		return "", err
+	}
+	id, err := d.eng.imageID(ctx, image)
+	if errors.Is(err, errNotFound) {
+		return "", fmt.Errorf("%w: %s", ErrImageMissing, image)
+	}
+	if err != nil {
+		return "", fmt.Errorf("inspect image %q: %w", image, err)
+	}
+	return id, nil
+}
+
+// Run runs one job to its end and removes its container. The image must be
+// on this host (ErrImageMissing otherwise, before anything is created). A job
+// that outlives its timeout is stopped (the stop signal, Config.StopGrace,
+// then a kill) and Run returns with TimedOut set and a nil error; a cancelled
+// ctx stops it the same way and Run returns Cancelled with ctx.Err().
+func (d *Docker) Run(ctx context.Context, spec Spec) (Result, error) {
+	res := Result{ExitCode: -1, NeverStarted: true}
+	cs, timeout, err := d.prepare(spec)
+	if err != nil {
+		return res, err
+	}
+	res.Container = cs.Name
+
+	imageID, err := d.eng.imageID(ctx, spec.Image)
+	if errors.Is(err, errNotFound) {
+		return res, fmt.Errorf("%w: %s", ErrImageMissing, spec.Image)
+	}
+	if err != nil {
+		return d.failedBeforeStart(ctx, res, fmt.Errorf("inspect image %q: %w", spec.Image, err))
+	}
+	cs.Image, res.ImageID = imageID, imageID
+
+	log := d.log.With("host", spec.Worker, "job", spec.JobID, "container", cs.Name)
+	var out *outputFile
+	if spec.OutputFile != "" {
+		if out, err = createOutputFile(spec.OutputFile); err != nil {
+			return res, fmt.Errorf("job output file: %w", err)
+		}
+		defer func() {
+			if err := out.Close(); err != nil {
+				log.Warn("job_output_file_failed", "path", spec.OutputFile, "err", err)
+			}
+		}()
+	}
+
+	id, err := d.create(ctx, cs, spec, log)
+	if err != nil {
+		return d.failedBeforeStart(ctx, res, err)
+	}
+	defer d.remove(ctx, id, log)
+	return d.runCreated(ctx, id, timeout, out, res, log)
+}
+
+// failedBeforeStart marks a run that ended before its container started.
+func (d *Docker) failedBeforeStart(ctx context.Context, res Result, err error) (Result, error) {
+	if ctx.Err() != nil {
+		res.Cancelled = true
+		return res, ctx.Err()
+	}
+	return res, err
+}
+
+// prepare validates a Spec and turns it into the container to create.
+func (d *Docker) prepare(spec Spec) (containerSpec, time.Duration, error) {
+	invalid := func(format string, args ...any) (containerSpec, time.Duration, error) {
+		return containerSpec{}, 0, fmt.Errorf("%w: "+format, append([]any{ErrInvalidSpec}, args...)...)
+	}
+	if err := checkText("job id", spec.JobID, 1024); err != nil {
+		return invalid("%v", err)
+	}
+	if err := checkText("worker name", spec.Worker, 256); err != nil {
+		return invalid("%v", err)
+	}
+	if err := checkImageRef(spec.Image); err != nil {
+		return containerSpec{}, 0, err
+	}
+
+	env := make([]string, 0, len(spec.Env))
+	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
+		v := spec.Env[k]
+		// The messages name the variable, never its value.
+		if err := checkText("env name", k, 4096); err != nil || strings.Contains(k, "=") {
+			return invalid("env name %q is empty, contains '=' or NUL, or is not UTF-8", k)
+		}
+		if strings.IndexByte(v, 0) >= 0 || !utf8.ValidString(v) {
+			return invalid("env %s: value contains NUL or is not UTF-8", k)
+		}
+		env = append(env, k+"="+v)
+	}
+
+	labels := map[string]string{LabelJob: spec.JobID, LabelWorker: spec.Worker}
+	for k, v := range spec.Labels {
+		if k == LabelJob || k == LabelWorker {
+			return invalid("label %s is reserved", k)
+		}
+		if err := checkText("label name", k, 1024); err != nil {
+			return invalid("%v", err)
+		}
+		if strings.IndexByte(v, 0) >= 0 || !utf8.ValidString(v) {
+			return invalid("label %s: value contains NUL or is not UTF-8", k)
+		}
+		labels[k] = v
+	}
+
+	var mounts []bindMount
+	for _, m := range []bindMount{{spec.JobDir, "/job", true}, {spec.WorkspaceDir, "/workspace", false}} {
+		if m.Source == "" {
+			continue
+		}
+		if !filepath.IsAbs(m.Source) || strings.IndexByte(m.Source, 0) >= 0 || !utf8.ValidString(m.Source) {
+			return invalid("mount source for %s must be an absolute path", m.Target)
+		}
+		m.Source = filepath.Clean(m.Source)
+		mounts = append(mounts, m)
+	}
+
+	if n := strings.ToLower(spec.Network); n == "host" || strings.Contains(n, ":") {
+		return invalid("network %q would share the host's or another container's namespace", spec.Network)
+	}
+	if err := checkText("network", spec.Network, 256); spec.Network != "" && err != nil {
+		return invalid("%v", err)
+	}
+
+	memory := spec.Memory
+	switch {
+	case memory < 0 || memory > 0 && memory < minMemory:
+		return invalid("memory %d must be 0 (the default) or at least 6 MiB", memory)
+	case memory == 0:
+		memory = d.cfg.Memory
+	}
+	cpus := spec.CPUs
+	switch {
+	case cpus < 0 || math.IsNaN(cpus) || math.IsInf(cpus, 0) || cpus > 1<<20:
+		return invalid("cpus %v must be 0 (the default) or a positive number", cpus)
+	case cpus == 0:
+		cpus = d.cfg.CPUs
+	}
+	timeout := spec.Timeout
+	switch {
+	case timeout < 0:
+		return invalid("timeout %v is negative", timeout)
+	case timeout == 0:
+		timeout = d.cfg.Timeout
+	}
+
+	return containerSpec{
+		Name:     ContainerName(spec.JobID),
+		Env:      env,
+		Labels:   labels,
+		Mounts:   mounts,
+		Network:  spec.Network,
+		Memory:   memory,
+		NanoCPUs: int64(math.Round(cpus * 1e9)),
+
+		CapDrop:         []string{"ALL"},
+		NoNewPrivileges: true,
+		PidsLimit:       PidsLimit,
+		Init:            true,
+		ShmSize:         ShmSize,
+	}, timeout, nil
+}
+
+// checkText refuses an empty, oversized, NUL-carrying or non-UTF-8 value.
+func checkText(what, s string, max int) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("%s is empty", what)
+	case len(s) > max:
+		return fmt.Errorf("%s is longer than %d bytes", what, max)
+	case strings.IndexByte(s, 0) >= 0 || !utf8.ValidString(s):
+		return fmt.Errorf("%s contains NUL or is not UTF-8", what)
+	}
+	return nil
+}
+
+func checkImageRef(image string) error {
+	if err := checkText("image", image, 1024); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidSpec, err)
+	}
+	if strings.ContainsFunc(image, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return fmt.Errorf("%w: image %q contains whitespace or control characters", ErrInvalidSpec, image)
+	}
+	return nil
+}
+
+// create creates the container. A container already holding the name is
+// removed only when it carries this worker's label (a leftover of an earlier
+// attempt); otherwise the job is refused with ErrNameConflict.
+func (d *Docker) create(ctx context.Context, cs containerSpec, spec Spec, log *slog.Logger) (string, error) {
+	id, err := d.eng.create(ctx, cs)
+	if errors.Is(err, errNameInUse) {
+		holder, ierr := d.eng.inspect(ctx, cs.Name)
+		switch {
+		case errors.Is(ierr, errNotFound):
+			// Gone meanwhile.
+		case ierr != nil:
+			return "", fmt.Errorf("create container %s: name in use, holder unreadable: %w", cs.Name, ierr)
+		case holder.Labels[LabelWorker] != spec.Worker:
+			return "", fmt.Errorf("%w: %s", ErrNameConflict, cs.Name)
+		default:
+			log.Info("job_container_replaced", "stale_id", holder.ID, "stale_job", holder.Labels[LabelJob])
+			if rerr := d.eng.remove(ctx, holder.ID); rerr != nil && !errors.Is(rerr, errNotFound) {
+				return "", fmt.Errorf("remove stale container %s: %w", cs.Name, rerr)
+			}
+		}
+		id, err = d.eng.create(ctx, cs)
+	}
+	if errors.Is(err, errNotFound) {
+		return "", fmt.Errorf("%w: %s", ErrImageMissing, spec.Image)
+	}
+	if err != nil {
+		return "", fmt.Errorf("create container %s: %w", cs.Name, err)
+	}
+	return id, nil
+}
+
+// remove force-removes the container, whatever happened to ctx.
+func (d *Docker) remove(ctx context.Context, id string, log *slog.Logger) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if err := d.eng.remove(cctx, id); err != nil && !errors.Is(err, errNotFound) {
+		log.Warn("job_container_remove_failed", "id", id, "err", err)
+	}
+}
+
+// runCreated attaches to, starts and waits for a created container, stopping
+// it on timeout or cancellation, and collects its output.
+func (d *Docker) runCreated(ctx context.Context, id string, timeout time.Duration, out *outputFile, res Result, log *slog.Logger) (Result, error) {
+	stream, err := d.eng.attach(ctx, id)
+	if err != nil {
+		return d.failedBeforeStart(ctx, res, fmt.Errorf("attach to container %s: %w", res.Container, err))
+	}
+	stdoutTail := newTailBuffer(TelemetryScanBytes)
+	combined := newTailBuffer(d.cfg.TailBytes)
+	stdoutW, stderrW := io.Writer(io.MultiWriter(stdoutTail, combined)), io.Writer(combined)
+	if out != nil {
+		stdoutW, stderrW = io.MultiWriter(stdoutW, out), io.MultiWriter(stderrW, out)
+	}
+	copied := make(chan error, 1)
+	go func() { copied <- stream.demux(stdoutW, stderrW) }()
+	streamDone := false
+	// finishOutput waits up to bound for the output to end by itself (zero:
+	// not at all), then closes the stream and reads what was collected.
+	finishOutput := func(bound time.Duration) {
+		if streamDone {
+			return
+		}
+		streamDone = true
+		drained := false
+		if bound > 0 {
+			timer := time.NewTimer(bound)
+			select {
+			case <-copied:
+				drained = true
+			case <-timer.C:
+				log.Warn("job_output_drain_timeout", "waited", bound.String())
+			}
+			timer.Stop()
+		}
+		_ = stream.Close()
+		if !drained {
+			<-copied // Close unblocks the copy
+		}
+		res.Tail, res.TailTruncated = combined.Bytes(), combined.truncated()
+		if t, ok := ParseExitLine(stdoutTail.Bytes()); ok {
+			res.Telemetry = &t
+		}
+	}
+	defer finishOutput(0)
+
+	waitCtx, cancelWait := context.WithCancel(context.WithoutCancel(ctx))
+	exited := d.eng.wait(waitCtx, id)
+	exitSeen := false
+	defer func() {
+		cancelWait()
+		if !exitSeen {
+			<-exited // the engine's wait has ended once it yields
+		}
+	}()
+
+	res.StartedAt = time.Now()
+	if err := d.eng.start(ctx, id); err != nil {
+		if ctx.Err() != nil {
+			// The start may have happened; stop it like any cancelled job.
+			res.NeverStarted, res.Cancelled = false, true
+			res.ExitCode, exitSeen = d.halt(ctx, id, exited, log)
+			res.EndedAt = time.Now()
+			finishOutput(d.drainFor(res.ExitCode))
+			return res, ctx.Err()
+		}
+		res.StartError = err.Error()
+		res.ExitCode = 125
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		if info, ierr := d.eng.inspect(cctx, id); ierr == nil && info.ExitCode >= 125 && info.ExitCode <= 127 {
+			res.ExitCode = info.ExitCode
+		}
+		cancel()
+		res.EndedAt = time.Now()
+		finishOutput(0)
+		log.Warn("job_container_not_started", "exit_code", res.ExitCode)
+		return res, nil
+	}
+	res.NeverStarted = false
+	log.Info("job_container_started", "image", res.ImageID, "timeout", timeout.String())
+
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var runErr error
+	select {
+	case w := <-exited:
+		exitSeen = true
+		if w.Err == nil {
+			res.ExitCode = int(w.ExitCode)
+			break
+		}
+		// The engine lost track of the wait: make sure the job is over.
+		runErr = fmt.Errorf("wait for container %s: %w", res.Container, w.Err)
+		res.ExitCode, _ = d.halt(ctx, id, nil, log)
+	case <-timer.C:
+		res.TimedOut = true
+		log.Warn("job_timed_out", "timeout", timeout.String())
+		res.ExitCode, exitSeen = d.halt(ctx, id, exited, log)
+	case <-ctx.Done():
+		res.Cancelled = true
+		runErr = ctx.Err()
+		log.Info("job_cancelled")
+		res.ExitCode, exitSeen = d.halt(ctx, id, exited, log)
+	}
+	res.EndedAt = time.Now()
+	finishOutput(d.drainFor(res.ExitCode))
+
+	if res.ExitCode >= 125 && res.ExitCode <= 127 {
+		res.NeverStarted = true
+	}
+	if res.ExitCode == 137 && !res.TimedOut && !res.Cancelled {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		if info, err := d.eng.inspect(cctx, id); err == nil {
+			res.OOMKilled = info.OOMKilled
+		}
+		cancel()
+	}
+	log.Info("job_container_exited", "exit_code", res.ExitCode, "duration", res.EndedAt.Sub(res.StartedAt).String(),
+		"timed_out", res.TimedOut, "cancelled", res.Cancelled, "never_started", res.NeverStarted, "oom_killed", res.OOMKilled)
+	return res, runErr
+}
+
+// drainFor is how long to wait for the rest of the output of a container
+// that ended with code: not at all when it may still run (-1), since its
+// output will not end.
+func (d *Docker) drainFor(code int) time.Duration {
+	if code == -1 {
+		return 0
+	}
+	return d.drainWait
+}
+
+// halt stops a running container (stop signal, grace, kill) and returns its
+// exit code, read from exited when given (seen reports it was received), else
+// by inspection; -1 when it cannot be known.
+func (d *Docker) halt(parent context.Context, id string, exited <-chan waitResult, log *slog.Logger) (code int, seen bool) {
+	parent = context.WithoutCancel(parent)
+	grace := d.cfg.StopGrace
+	ctx, cancel := context.WithTimeout(parent, grace+cleanupTimeout)
+	defer cancel()
+	if err := d.eng.stop(ctx, id, grace); err != nil && !errors.Is(err, errNotFound) {
+		log.Warn("job_stop_failed", "err", err)
+		kctx, kcancel := context.WithTimeout(parent, cleanupTimeout)
+		if err := d.eng.kill(kctx, id); err != nil && !errors.Is(err, errNotFound) {
+			log.Warn("job_kill_failed", "err", err)
+		}
+		kcancel()
+	}
+	if exited != nil {
+		timer := time.NewTimer(d.exitWait)
+		defer timer.Stop()
+		select {
+		case w := <-exited:
+			if w.Err == nil {
+				return int(w.ExitCode), true
+			}
+			seen = true
+		case <-timer.C:
+		}
+	}
+	ictx, icancel := context.WithTimeout(parent, cleanupTimeout)
+	defer icancel()
+	info, err := d.eng.inspect(ictx, id)
+	if err != nil || info.Running {
+		log.Warn("job_stop_did_not_take")
+		return -1, seen
+	}
+	return info.ExitCode, seen
+}
