@@ -1,0 +1,225 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// fetched is a fetch reply: the job taken, if any, and how long until the
+// earliest delayed job is due (-1: none), both from the server's clock.
+type fetched struct {
+	job       *Job
+	nextDelay time.Duration
+}
+
+// Fetch moves the next ready job to active, locked with token for
+// Config.LockTTL, and returns it; nil, nil when nothing is ready (or the
+// queue is paused). It first promotes delayed jobs that are due by the
+// server's clock. It does not block: see Consumer and WaitAny.
+func (q *Queue) Fetch(ctx context.Context, token string) (*Job, error) {
+	f, err := q.fetch(ctx, token)
+	return f.job, err
+}
+
+func (q *Queue) fetch(ctx context.Context, token string) (fetched, error) {
+	if token == "" {
+		return fetched{}, optErr("token", "empty")
+	}
+	res, err := q.run(ctx, fetchScript, nil, token, q.cfg.LockTTL.Milliseconds(), q.cfg.WorkerName)
+	if err != nil {
+		return fetched{}, fmt.Errorf("fetch from %s: %w", q.name, err)
+	}
+	return q.takeReply(ctx, res, token)
+}
+
+// takeReply reads the fetch-shaped reply of fetch.lua and complete.lua
+// and, when the job taken was a scheduler's run, records the scheduler's
+// next cron time.
+func (q *Queue) takeReply(ctx context.Context, res any, token string) (fetched, error) {
+	reply, ok := res.([]any)
+	if !ok || len(reply) != 5 {
+		return fetched{}, fmt.Errorf("fetch from %s: unexpected reply %v", q.name, res)
+	}
+	id, _ := reply[0].(string)
+	nowMs, _ := reply[1].(int64)
+	waitMs, _ := reply[2].(int64)
+	out := fetched{nextDelay: -1}
+	if waitMs >= 0 {
+		out.nextDelay = time.Duration(waitMs) * time.Millisecond
+	}
+	if id == "" {
+		return out, nil
+	}
+	fields, _ := reply[3].([]any)
+	out.job = parseJob(id, fields)
+	out.job.Token = token
+	if sched, _ := reply[4].([]any); len(sched) == 5 {
+		q.recordNextRun(ctx, time.UnixMilli(nowMs), sched)
+	}
+	return out, nil
+}
+
+// Complete moves a job the caller holds to completed with result (JSON;
+// nil stores null), applying its removeOnComplete retention. ErrLockLost
+// means the job is no longer the caller's: its lock expired and it may have
+// been failed as stalled.
+func (q *Queue) Complete(ctx context.Context, id, token string, result json.RawMessage) error {
+	_, err := q.complete(ctx, id, token, result, "")
+	return err
+}
+
+// CompleteAndFetch completes the job like Complete and takes the next
+// ready job, locked with nextToken, in the same round trip. The next job is
+// nil when none is ready.
+func (q *Queue) CompleteAndFetch(ctx context.Context, id, token string, result json.RawMessage, nextToken string) (*Job, error) {
+	if nextToken == "" {
+		return nil, optErr("nextToken", "empty")
+	}
+	f, err := q.complete(ctx, id, token, result, nextToken)
+	return f.job, err
+}
+
+func (q *Queue) complete(ctx context.Context, id, token string, result json.RawMessage, nextToken string) (fetched, error) {
+	if err := checkHeld(id, token); err != nil {
+		return fetched{}, err
+	}
+	value := []byte("null")
+	if len(result) > 0 {
+		if !json.Valid(result) {
+			return fetched{}, optErr("result", "not valid JSON")
+		}
+		value = result
+	}
+	next := "0"
+	if nextToken != "" {
+		next = "1"
+	}
+	res, err := q.run(ctx, completeScript, nil, id, token, value, next, nextToken,
+		q.cfg.LockTTL.Milliseconds(), q.cfg.WorkerName)
+	if err != nil {
+		return fetched{}, fmt.Errorf("complete %q in %s: %w", id, q.name, err)
+	}
+	if code, ok := res.(int64); ok {
+		return fetched{}, scriptError(code, "complete", id)
+	}
+	return q.takeReply(ctx, res, nextToken)
+}
+
+// FailOptions tune Fail.
+type FailOptions struct {
+	// NoRetry fails the job for good even when attempts remain (BullMQ's
+	// UnrecoverableError).
+	NoRetry bool
+}
+
+// Fail records a failed attempt of a job the caller holds. While attempts
+// remain it is retried (after its backoff, in delayed) and retried=true;
+// otherwise it moves to failed with reason, applying removeOnFail.
+func (q *Queue) Fail(ctx context.Context, id, token, reason string, opts FailOptions) (retried bool, err error) {
+	if err := checkHeld(id, token); err != nil {
+		return false, err
+	}
+	noRetry := "0"
+	if opts.NoRetry {
+		noRetry = "1"
+	}
+	res, err := q.run(ctx, failScript, nil, id, token, reason, noRetry, rand.Float64())
+	if err != nil {
+		return false, fmt.Errorf("fail %q in %s: %w", id, q.name, err)
+	}
+	if code, ok := res.(int64); ok {
+		return false, scriptError(code, "fail", id)
+	}
+	reply, _ := res.([]any)
+	if len(reply) != 2 {
+		return false, fmt.Errorf("fail %q in %s: unexpected reply %v", id, q.name, res)
+	}
+	r, _ := reply[0].(int64)
+	return r == 1, nil
+}
+
+// Defer moves a job the caller holds back to delayed for delay (counted on
+// the server's clock). It is not an attempt: AttemptsMade is unchanged.
+func (q *Queue) Defer(ctx context.Context, id, token string, delay time.Duration) error {
+	if err := checkHeld(id, token); err != nil {
+		return err
+	}
+	if delay < 0 {
+		return optErr("delay", "negative")
+	}
+	res, err := q.run(ctx, deferScript, nil, id, token, durationMs(delay))
+	if err != nil {
+		return fmt.Errorf("defer %q in %s: %w", id, q.name, err)
+	}
+	if code, _ := res.(int64); code != 0 {
+		return scriptError(code, "defer", id)
+	}
+	return nil
+}
+
+// ExtendLock renews the lock of a job the caller holds for ttl.
+// ErrLockLost means it is no longer the caller's.
+func (q *Queue) ExtendLock(ctx context.Context, id, token string, ttl time.Duration) error {
+	if err := checkHeld(id, token); err != nil {
+		return err
+	}
+	if ttl < time.Millisecond {
+		return optErr("ttl", "must be at least 1ms")
+	}
+	res, err := q.run(ctx, extendLockScript, nil, id, token, durationMs(ttl))
+	if err != nil {
+		return fmt.Errorf("extend lock %q in %s: %w", id, q.name, err)
+	}
+	if code, _ := res.(int64); code != 0 {
+		return scriptError(code, "extend lock", id)
+	}
+	return nil
+}
+
+// Stalled is the outcome of CheckStalled.
+type Stalled struct {
+	// Failed jobs stalled more than Config.MaxStalledCount times; they are
+	// in failed with reason "stalled" (or deleted, per removeOnFail).
+	Failed []string
+	// Requeued jobs went back to the front of the ready list.
+	Requeued []string
+}
+
+// CheckStalled finds active jobs whose lock expired and fails or requeues
+// them (see Config.MaxStalledCount). Run it periodically, more often than
+// LockTTL; the job ids tell the caller which run records to write.
+func (q *Queue) CheckStalled(ctx context.Context) (Stalled, error) {
+	res, err := q.run(ctx, stalledScript, nil, q.cfg.MaxStalledCount)
+	if err != nil {
+		return Stalled{}, fmt.Errorf("check stalled in %s: %w", q.name, err)
+	}
+	reply, _ := res.([]any)
+	if len(reply) != 2 {
+		return Stalled{}, fmt.Errorf("check stalled in %s: unexpected reply %v", q.name, res)
+	}
+	return Stalled{Failed: stringList(reply[0]), Requeued: stringList(reply[1])}, nil
+}
+
+func checkHeld(id, token string) error {
+	if id == "" {
+		return optErr("id", "empty")
+	}
+	if token == "" {
+		return optErr("token", "empty")
+	}
+	return nil
+}
+
+func stringList(v any) []string {
+	items, _ := v.([]any)
+	out := make([]string, 0, len(items))
+	for _, it := range items {
+		if s, ok := it.(string); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -1,0 +1,241 @@
+package queue_test
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pidispatch/pidispatch/queue"
+)
+
+func TestQueue_FetchCompleteRecordsResult(t *testing.T) {
+	t.Parallel()
+	db, q := setup(t, queue.Config{WorkerName: "w1"})
+	ctx := testCtx(t)
+	id := add(t, q, queue.AddOptions{})
+	empty, err := q.Fetch(ctx, "")
+	require.ErrorIs(t, err, queue.ErrInvalidOption, "a token is required")
+	require.Nil(t, empty)
+
+	job := fetch(t, q, "tok")
+	require.Equal(t, id, job.ID)
+	require.Equal(t, "tok", job.Token)
+	require.Equal(t, 1, job.AttemptsStarted)
+	require.Equal(t, "w1", job.ProcessedBy)
+	require.WithinDuration(t, serverNow(t, db), job.ProcessedOn, 2*time.Second)
+	lock, err := db.Client.Get(ctx, "bull:pi-jobs:"+id+":lock").Result()
+	require.NoError(t, err)
+	require.Equal(t, "tok", lock, "BullMQ's lock key holds the token")
+
+	nothing, err := q.Fetch(ctx, "tok2")
+	require.NoError(t, err)
+	require.Nil(t, nothing)
+
+	require.NoError(t, q.Complete(ctx, id, "tok", json.RawMessage(`{"cost":1.5}`)))
+	got, err := q.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, queue.StateCompleted, got.State)
+	require.JSONEq(t, `{"cost":1.5}`, string(got.ReturnValue))
+	require.Equal(t, 1, got.AttemptsMade)
+	require.False(t, got.FinishedOn.IsZero())
+	require.ErrorIs(t, q.Complete(ctx, id, "tok", nil), queue.ErrLockLost, "a finished job cannot be completed twice")
+	require.ErrorIs(t, q.Complete(ctx, id, "tok", json.RawMessage(`{x`)), queue.ErrInvalidOption)
+}
+
+func TestQueue_CompleteAndFetchTakesNextInSameCall(t *testing.T) {
+	t.Parallel()
+	_, q := setup(t, queue.Config{})
+	ctx := testCtx(t)
+	a := add(t, q, queue.AddOptions{})
+	b := add(t, q, queue.AddOptions{})
+	require.Equal(t, a, fetch(t, q, "t1").ID)
+	next, err := q.CompleteAndFetch(ctx, a, "t1", nil, "t2")
+	require.NoError(t, err)
+	require.NotNil(t, next)
+	require.Equal(t, b, next.ID)
+	require.Equal(t, "t2", next.Token)
+	none, err := q.CompleteAndFetch(ctx, b, "t2", nil, "t3")
+	require.NoError(t, err)
+	require.Nil(t, none)
+	require.Equal(t, queue.Counts{Completed: 2}, counts(t, q))
+}
+
+func TestQueue_DelayedPromotedByServerTime(t *testing.T) {
+	t.Parallel()
+	_, q := setup(t, queue.Config{})
+	ctx := testCtx(t)
+	id := add(t, q, queue.AddOptions{Delay: 250 * time.Millisecond})
+	require.Equal(t, queue.StateDelayed, state(t, q, id))
+	early, err := q.Fetch(ctx, "t")
+	require.NoError(t, err)
+	require.Nil(t, early, "not due yet")
+
+	time.Sleep(300 * time.Millisecond)
+	job := fetch(t, q, "t")
+	require.Equal(t, id, job.ID)
+	require.GreaterOrEqual(t, job.ProcessedOn.Sub(job.Timestamp), 250*time.Millisecond)
+	require.Equal(t, time.Duration(0), job.Delay, "promotion resets delay as BullMQ does")
+}
+
+func TestQueue_AttemptsWithExponentialBackoff(t *testing.T) {
+	t.Parallel()
+	_, q := setup(t, queue.Config{})
+	ctx := testCtx(t)
+	backoff := queue.Backoff{Type: queue.BackoffExponential, Delay: 100 * time.Millisecond}
+	id := add(t, q, queue.AddOptions{Attempts: 3, Backoff: backoff})
+
+	for attempt := 1; attempt <= 2; attempt++ {
+		var job *queue.Job
+		require.Eventually(t, func() bool {
+			var err error
+			job, err = q.Fetch(ctx, "t")
+			require.NoError(t, err)
+			return job != nil
+		}, 2*time.Second, 10*time.Millisecond)
+		require.Equal(t, id, job.ID)
+		retried, err := q.Fail(ctx, id, "t", "infra", queue.FailOptions{})
+		require.NoError(t, err)
+		require.True(t, retried, "attempt %d of 3 is retried", attempt)
+		got, err := q.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, queue.StateDelayed, got.State)
+		require.Equal(t, attempt, got.AttemptsMade)
+		require.Equal(t, "infra", got.FailedReason)
+		require.Equal(t, backoff.DelayFor(attempt), got.Delay, "delay*2^(attemptsMade-1), as BullMQ")
+	}
+	require.Equal(t, 200*time.Millisecond, backoff.DelayFor(2))
+
+	require.Eventually(t, func() bool {
+		job, err := q.Fetch(ctx, "t")
+		require.NoError(t, err)
+		return job != nil
+	}, 2*time.Second, 10*time.Millisecond)
+	retried, err := q.Fail(ctx, id, "t", "infra again", queue.FailOptions{})
+	require.NoError(t, err)
+	require.False(t, retried, "the last attempt fails for good")
+	got, err := q.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, queue.StateFailed, got.State)
+	require.Equal(t, 3, got.AttemptsMade)
+	require.Equal(t, "infra again", got.FailedReason)
+}
+
+func TestQueue_FailWithoutBackoffRetriesAtOnce(t *testing.T) {
+	t.Parallel()
+	_, q := setup(t, queue.Config{})
+	ctx := testCtx(t)
+	id := add(t, q, queue.AddOptions{Attempts: 2})
+	fetch(t, q, "t")
+	retried, err := q.Fail(ctx, id, "t", "x", queue.FailOptions{})
+	require.NoError(t, err)
+	require.True(t, retried)
+	require.Equal(t, queue.StateWaiting, state(t, q, id))
+
+	fetch(t, q, "t")
+	noRetry := add(t, q, queue.AddOptions{Attempts: 5})
+	retried, err = q.Fail(ctx, id, "t", "x", queue.FailOptions{})
+	require.NoError(t, err)
+	require.False(t, retried)
+	fetch(t, q, "t")
+	retried, err = q.Fail(ctx, noRetry, "t", "policy", queue.FailOptions{NoRetry: true})
+	require.NoError(t, err)
+	require.False(t, retried, "NoRetry fails for good with attempts left")
+	require.Equal(t, queue.StateFailed, state(t, q, noRetry))
+}
+
+func TestQueue_DeferIsNotAnAttempt(t *testing.T) {
+	t.Parallel()
+	_, q := setup(t, queue.Config{})
+	ctx := testCtx(t)
+	id := add(t, q, queue.AddOptions{Attempts: 2})
+	fetch(t, q, "t")
+	require.ErrorIs(t, q.Defer(ctx, id, "t", -time.Second), queue.ErrInvalidOption)
+	require.ErrorIs(t, q.Defer(ctx, id, "other", time.Second), queue.ErrLockLost)
+	require.NoError(t, q.Defer(ctx, id, "t", 100*time.Millisecond))
+	got, err := q.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, queue.StateDelayed, got.State)
+	require.Equal(t, 0, got.AttemptsMade)
+	require.Equal(t, 100*time.Millisecond, got.Delay)
+
+	time.Sleep(150 * time.Millisecond)
+	job := fetch(t, q, "t2")
+	require.Equal(t, id, job.ID)
+	require.Equal(t, 0, job.AttemptsMade)
+	require.Equal(t, 2, job.AttemptsStarted)
+	require.NoError(t, q.Complete(ctx, id, "t2", nil))
+	got, err = q.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, 1, got.AttemptsMade)
+}
+
+func TestQueue_StalledJobFailsAndIsReported(t *testing.T) {
+	t.Parallel()
+	_, q := setup(t, queue.Config{LockTTL: 100 * time.Millisecond})
+	ctx := testCtx(t)
+	id := add(t, q, queue.AddOptions{Attempts: 3})
+	live := add(t, q, queue.AddOptions{})
+	fetch(t, q, "dead")
+	st, err := q.CheckStalled(ctx)
+	require.NoError(t, err)
+	require.Empty(t, st.Failed, "a locked job is not stalled")
+
+	time.Sleep(150 * time.Millisecond)
+	fetch(t, q, "alive") // the second job, freshly locked
+	st, err = q.CheckStalled(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{id}, st.Failed, "max stalled count 0: the first stall fails, attempts or not")
+	require.Empty(t, st.Requeued)
+	got, err := q.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, queue.StateFailed, got.State)
+	require.Equal(t, "stalled", got.FailedReason)
+	require.Equal(t, 1, got.StalledCount)
+	require.ErrorIs(t, q.Complete(ctx, id, "dead", nil), queue.ErrLockLost, "the stalled consumer cannot report")
+	require.Equal(t, queue.StateActive, state(t, q, live))
+}
+
+func TestQueue_StalledRequeuedUpToMax(t *testing.T) {
+	t.Parallel()
+	_, q := setup(t, queue.Config{LockTTL: 80 * time.Millisecond, MaxStalledCount: 1})
+	ctx := testCtx(t)
+	id := add(t, q, queue.AddOptions{})
+	add(t, q, queue.AddOptions{}) // queued behind it
+	fetch(t, q, "a")
+	time.Sleep(120 * time.Millisecond)
+	st, err := q.CheckStalled(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{id}, st.Requeued)
+	require.Equal(t, id, fetch(t, q, "b").ID, "a requeued job goes to the front")
+	time.Sleep(120 * time.Millisecond)
+	st, err = q.CheckStalled(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{id}, st.Failed)
+}
+
+func TestQueue_ExtendLockAndLostLock(t *testing.T) {
+	t.Parallel()
+	_, q := setup(t, queue.Config{LockTTL: 150 * time.Millisecond})
+	ctx := testCtx(t)
+	id := add(t, q, queue.AddOptions{})
+	fetch(t, q, "mine")
+	require.ErrorIs(t, q.ExtendLock(ctx, id, "theirs", time.Second), queue.ErrLockLost)
+	require.NoError(t, q.ExtendLock(ctx, id, "mine", time.Second))
+	time.Sleep(200 * time.Millisecond)
+	st, err := q.CheckStalled(ctx)
+	require.NoError(t, err)
+	require.Empty(t, st.Failed, "an extended lock outlives the configured TTL")
+
+	require.ErrorIs(t, q.Complete(ctx, id, "theirs", nil), queue.ErrLockLost)
+	_, err = q.Fail(ctx, id, "theirs", "x", queue.FailOptions{})
+	require.ErrorIs(t, err, queue.ErrLockLost)
+	require.Equal(t, queue.StateActive, state(t, q, id), "a refused report changes nothing")
+	require.NoError(t, q.Complete(ctx, id, "mine", nil))
+
+	lost := add(t, q, queue.AddOptions{})
+	fetch(t, q, "slow")
+	time.Sleep(200 * time.Millisecond)
+	require.ErrorIs(t, q.ExtendLock(ctx, lost, "slow", time.Second), queue.ErrLockLost, "an expired lock cannot be extended")
+}

@@ -1,0 +1,354 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultBlockTimeout is the longest single wait on the markers. An idle
+// consumer of N queues issues N fetches and one BZPOPMIN per timeout.
+const DefaultBlockTimeout = 5 * time.Second
+
+// ErrConsumerClosed is returned by Next after Close.
+var ErrConsumerClosed = errors.New("queue: consumer closed")
+
+// ConsumerConfig tunes a Consumer. The zero value is usable.
+type ConsumerConfig struct {
+	// BlockTimeout is the longest single wait on the queues' markers before
+	// every queue is fetched again as a safety net. Defaults to 5s.
+	BlockTimeout time.Duration
+	// NowFunc is the local clock, used only to measure how long to sleep
+	// until the next delayed job (whose due time the server reports
+	// relative to its own clock). Its absolute value never matters, so a
+	// skewed host clock changes nothing. Defaults to time.Now.
+	NowFunc func() time.Time
+}
+
+// blocker is what waiting needs from a client or a dedicated connection.
+type blocker interface {
+	BZPopMin(ctx context.Context, timeout time.Duration, keys ...string) *redis.ZWithKeyCmd
+	Do(ctx context.Context, args ...any) *redis.Cmd
+}
+
+var (
+	_ blocker = (*redis.Conn)(nil)
+	_ blocker = (redis.UniversalClient)(nil)
+)
+
+// Consumer takes jobs from one or more queues, sleeping on all their
+// markers at once (one BZPOPMIN) when there is nothing to do, so an idle
+// consumer does not poll. Delayed jobs are promoted by the fetch script on
+// the server's clock; the consumer only sleeps until the next one is due.
+//
+// Next must not be called concurrently; Close waits for a running Next, so
+// cancel Next's context first.
+type Consumer struct {
+	queues   []*Queue
+	client   redis.UniversalClient
+	markers  []string
+	byMarker map[string]int
+	cfg      ConsumerConfig
+
+	mu     sync.Mutex
+	closed bool
+	conn   *redis.Conn // dedicated blocking connection, when the client has one
+	connID int64
+	shared bool        // no dedicated connection possible: wait on the client's pool
+	stale  []bool      // fetch this queue at the next pass
+	due    []time.Time // local time its next delayed job is due; zero: none
+	rr     int
+}
+
+// NewConsumer returns a consumer of queues (at least one, all on the same
+// Valkey: the first queue's client is used to wait). With a *redis.Client
+// it waits on a dedicated connection so that cancelling Next's context
+// interrupts the wait at once (CLIENT UNBLOCK); with other clients a
+// cancelled Next returns within BlockTimeout.
+func NewConsumer(queues []*Queue, cfg ConsumerConfig) (*Consumer, error) {
+	if len(queues) == 0 {
+		return nil, optErr("queues", "none")
+	}
+	if cfg.BlockTimeout == 0 {
+		cfg.BlockTimeout = DefaultBlockTimeout
+	}
+	if cfg.BlockTimeout < time.Millisecond {
+		return nil, optErr("ConsumerConfig.BlockTimeout", "must be at least 1ms")
+	}
+	if cfg.NowFunc == nil {
+		cfg.NowFunc = time.Now
+	}
+	c := &Consumer{
+		queues:   queues,
+		client:   queues[0].client,
+		byMarker: make(map[string]int, len(queues)),
+		cfg:      cfg,
+		stale:    make([]bool, len(queues)),
+		due:      make([]time.Time, len(queues)),
+	}
+	for i, q := range queues {
+		if q == nil {
+			return nil, optErr("queues", "nil queue")
+		}
+		m := q.keys.marker()
+		if _, dup := c.byMarker[m]; dup {
+			return nil, optErr("queues", "%s given twice", q.name)
+		}
+		c.byMarker[m] = i
+		c.markers = append(c.markers, m)
+		c.stale[i] = true
+	}
+	return c, nil
+}
+
+// Next returns the next job of any queue, locked with token, and its
+// queue. It blocks until there is one, ctx ends (ctx.Err()), or Close.
+// Queues are served round-robin.
+func (c *Consumer) Next(ctx context.Context, token string) (*Queue, *Job, error) {
+	if token == "" {
+		return nil, nil, optErr("token", "empty")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := len(c.queues)
+	for {
+		if c.closed {
+			return nil, nil, ErrConsumerClosed
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, nil, err
+		}
+		start := c.rr
+		c.rr = (c.rr + 1) % n
+		for i := range n {
+			idx := (start + i) % n
+			if !c.stale[idx] && (c.due[idx].IsZero() || c.cfg.NowFunc().Before(c.due[idx])) {
+				continue
+			}
+			q := c.queues[idx]
+			f, err := q.fetch(ctx, token)
+			if err != nil {
+				return nil, nil, err
+			}
+			c.stale[idx] = false
+			c.due[idx] = time.Time{}
+			if f.nextDelay >= 0 {
+				c.due[idx] = c.cfg.NowFunc().Add(f.nextDelay)
+			}
+			if f.job != nil {
+				// More may be ready here, and the others deserve a turn.
+				for j := range c.stale {
+					c.stale[j] = true
+				}
+				return q, f.job, nil
+			}
+		}
+		wait := c.cfg.BlockTimeout
+		now := c.cfg.NowFunc()
+		for _, d := range c.due {
+			if !d.IsZero() && d.Sub(now) < wait {
+				wait = d.Sub(now)
+			}
+		}
+		if wait <= 0 {
+			continue
+		}
+		woke, err := c.wait(ctx, wait, wait < c.cfg.BlockTimeout)
+		if err != nil {
+			return nil, nil, err
+		}
+		if woke >= 0 {
+			c.stale[woke] = true
+		} else if wait == c.cfg.BlockTimeout {
+			for j := range c.stale {
+				c.stale[j] = true
+			}
+		}
+	}
+}
+
+// Close releases the consumer's dedicated connection. It waits for a
+// running Next to return.
+func (c *Consumer) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	return c.dropConn()
+}
+
+func (c *Consumer) dropConn() error {
+	if c.conn == nil {
+		return nil
+	}
+	err := c.conn.Close()
+	c.conn = nil
+	return err
+}
+
+// wait sleeps on every queue's marker for at most d and returns the index
+// of the queue whose marker woke it, or -1 on timeout or cancellation.
+//
+// Valkey checks blocking timeouts on its own timer (hz, 100ms by default),
+// so a BZPOPMIN timeout can fire that late. When timed is set (the wait
+// ends when a delayed job is due) and a dedicated connection exists, the
+// wait is ended by a local timer with CLIENT UNBLOCK instead, and the
+// server-side timeout is only a backstop.
+func (c *Consumer) wait(ctx context.Context, d time.Duration, timed bool) (int, error) {
+	if dl, ok := ctx.Deadline(); ok {
+		if left := time.Until(dl); left < d {
+			d, timed = left, true
+		}
+	}
+	if d <= 0 {
+		return -1, ctx.Err()
+	}
+	if c.conn == nil && !c.shared {
+		if cl, ok := c.client.(*redis.Client); ok {
+			conn := cl.Conn()
+			id, err := conn.ClientID(ctx).Result()
+			var rerr redis.Error
+			switch {
+			case errors.As(err, &rerr):
+				// The server cannot name connections (CLIENT ID): wait on
+				// the shared pool; cancellation then takes effect when the
+				// wait ends.
+				_ = conn.Close()
+				c.shared = true
+			case err != nil:
+				_ = conn.Close()
+				return -1, fmt.Errorf("consumer connection: %w", err)
+			default:
+				c.conn, c.connID = conn, id
+			}
+		} else {
+			c.shared = true
+		}
+	}
+	var key string
+	var err error
+	// The command itself must not be cut short by ctx: a read deadline
+	// would break the connection. Cancellation unblocks it instead.
+	bctx := context.WithoutCancel(ctx)
+	if c.conn == nil {
+		key, err = popMarker(bctx, c.client, c.markers, d)
+	} else {
+		wctx, cancel := ctx, context.CancelFunc(func() {})
+		serverTimeout := d
+		if timed {
+			wctx, cancel = context.WithTimeout(ctx, d)
+			serverTimeout = d.Truncate(time.Second) + time.Second
+		}
+		done, exited := make(chan struct{}), make(chan struct{})
+		stop := context.AfterFunc(wctx, func() {
+			defer close(exited)
+			c.unblock(wctx, done)
+		})
+		key, err = popMarker(bctx, c.conn, c.markers, serverTimeout)
+		close(done)
+		if !stop() {
+			<-exited
+		}
+		cancel()
+	}
+	switch {
+	case errors.Is(err, redis.Nil):
+		return -1, nil
+	case err != nil:
+		_ = c.dropConn()
+		if ctx.Err() != nil {
+			return -1, ctx.Err()
+		}
+		return -1, fmt.Errorf("wait on queue markers: %w", err)
+	}
+	idx, ok := c.byMarker[key]
+	if !ok {
+		return -1, nil
+	}
+	return idx, nil
+}
+
+// unblock interrupts the dedicated connection's BZPOPMIN once ctx is done,
+// retrying briefly in case the command has not reached the server yet.
+func (c *Consumer) unblock(ctx context.Context, done <-chan struct{}) {
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		n, err := c.client.ClientUnblock(uctx, c.connID).Result()
+		if err != nil || n == 1 {
+			return // unblocked, or the server cannot: the wait ends by its timeout
+		}
+		select {
+		case <-done:
+			return
+		case <-uctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// popMarker runs one BZPOPMIN over keys for d. go-redis sends whole seconds
+// only, so waits under a second are sent as a decimal timeout.
+func popMarker(ctx context.Context, b blocker, keys []string, d time.Duration) (string, error) {
+	if d >= time.Second {
+		r, err := b.BZPopMin(ctx, d.Truncate(time.Second), keys...).Result()
+		if err != nil {
+			return "", err
+		}
+		return r.Key, nil
+	}
+	ms := max(d.Milliseconds(), 1)
+	args := make([]any, 0, len(keys)+2)
+	args = append(args, "BZPOPMIN")
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	args = append(args, strconv.FormatFloat(float64(ms)/1000, 'f', 3, 64))
+	res, err := b.Do(ctx, args...).Result()
+	if err != nil {
+		return "", err
+	}
+	if r, ok := res.([]any); ok && len(r) > 0 {
+		k, _ := r[0].(string)
+		return k, nil
+	}
+	return "", redis.Nil
+}
+
+// WaitAny blocks until one of the queues' markers says a job may be ready
+// (it returns that queue) or timeout passes (nil). Call the queue's Fetch
+// afterwards. It uses client for one BZPOPMIN; cancelling ctx takes effect
+// when the wait ends. Consumer does this loop with fairness and delayed
+// jobs; WaitAny is the primitive for callers with their own loop.
+func WaitAny(ctx context.Context, client redis.UniversalClient, timeout time.Duration, queues ...*Queue) (*Queue, error) {
+	if len(queues) == 0 {
+		return nil, optErr("queues", "none")
+	}
+	if timeout < time.Millisecond {
+		return nil, optErr("timeout", "must be at least 1ms")
+	}
+	keys := make([]string, len(queues))
+	for i, q := range queues {
+		keys[i] = q.keys.marker()
+	}
+	key, err := popMarker(ctx, client, keys, timeout)
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("wait on queue markers: %w", err)
+	}
+	for _, q := range queues {
+		if q.keys.marker() == key {
+			return q, nil
+		}
+	}
+	return nil, nil
+}

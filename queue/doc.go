@@ -1,0 +1,71 @@
+// Package queue is the job queue of pidispatch: jobs, delays, retries,
+// deferrals, pause, counts, stalled jobs, dedup and cron schedulers, on
+// Valkey in BullMQ's key layout, so that Node.js BullMQ producers, workers
+// and dashboards (Bull Board) share the queues with Go workers.
+//
+// # Layout
+//
+// Keys are BullMQ 5.80.4's, under the prefix "bull" and the queue name
+// (SharedQueue "pi-jobs", or HostQueueName(worker) "pi-jobs@<worker>"):
+//
+//	<p>:<q>:wait, :paused, :active       LISTs of ready, paused-ready, held job ids
+//	<p>:<q>:delayed                      ZSET, score dueMs*4096+seq
+//	<p>:<q>:prioritized, :pc             ZSET priority*2^32+counter, and its counter
+//	<p>:<q>:completed, :failed           ZSETs scored by finishedOn
+//	<p>:<q>:marker                       ZSET consumers BZPOPMIN on: "0" = ready, "1" = next due time
+//	<p>:<q>:meta                         HASH: paused, concurrency, opts.maxLenEvents
+//	<p>:<q>:events                       STREAM of BullMQ events
+//	<p>:<q>:id                           job id counter
+//	<p>:<q>:stalled                      SET BullMQ's stalled check uses (we only remove from it)
+//	<p>:<q>:<jobId>                      job HASH: name data opts timestamp delay priority
+//	                                     processedOn finishedOn atm ats stc failedReason
+//	                                     returnvalue rjk deid pb (defa, set by BullMQ)
+//	<p>:<q>:<jobId>:lock                 lock token, PX LockTTL
+//	<p>:<q>:de:<dedupId>                 dedup id -> job id (PX ttl)
+//	<p>:<q>:repeat, :repeat:<id>         schedulers: ZSET id -> pending run millis, and HASH
+//	                                     name pattern tz ic data opts (+ nx, ours)
+//
+// keys.go is the only file that formats these names.
+//
+// # Scripts
+//
+// Every state change is one Lua script call (lua/*.lua, each documenting its
+// KEYS and ARGV): add, fetch, complete (optionally taking the next job in
+// the same call), fail, defer, extend_lock, stalled, pause, remove,
+// scheduler_upsert, scheduler_advance, scheduler_remove; get and schedulers
+// read. They are our own, written from the layout, use cjson only and no
+// exotic commands.
+//
+// # Time
+//
+// Scripts read the clock with TIME; no caller's clock reaches a timestamp,
+// a delayed promotion, a lock or a scheduler run, so hosts with skewed
+// clocks agree (BullMQ uses each client's Date.now() instead). Cron run
+// times are computed in Go with gronx from the server time a script or one
+// TIME read reported. A Consumer measures only durations locally.
+//
+// # Waiting
+//
+// An idle Consumer sleeps in one BZPOPMIN on the markers of all its queues
+// (the marker protocol BullMQ workers use), waking when a job is added or
+// when the next delayed job is due; fetching promotes due delayed jobs, so
+// there is no poller.
+//
+// # Not reproduced from BullMQ
+//
+//   - Rate limiting (meta max/duration, the limiter key), flows
+//     (parent/child jobs), job logs and progress, metrics lists, LIFO adds,
+//     debounce/replace/extend deduplication modes, and the legacy
+//     repeatable jobs. The fetch script honours meta "paused" and global
+//     "concurrency" set by Node clients.
+//   - Stalled jobs: BullMQ marks them with a failure reason ("defa") and
+//     fails them when next taken, and never fails a scheduler's run; we
+//     fail them in the check itself with reason "stalled" (scheduler runs
+//     included), so the caller learns the ids. A job that BullMQ marked is
+//     reported in Job.DeferredFailure.
+//   - Events: we emit added, waiting, delayed, active, completed, failed,
+//     stalled, removed, paused, resumed, duplicated and deduplicated, not
+//     drained, retries-exhausted or progress.
+//   - A taken scheduler run creates the next run in the same script call
+//     (BullMQ does it in a second call from the worker).
+package queue

@@ -1,0 +1,347 @@
+package queue_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/queue"
+)
+
+// These tests drive the real bullmq npm package (version pinned by
+// testdata/bullmq/package-lock.json) against the same database as our
+// queue, through testdata/bullmq/interop.js.
+
+const interopDir = "testdata/bullmq"
+
+// nodeBin finds node and the installed bullmq package, skipping (or failing
+// when live services are required) without them.
+func nodeBin(t *testing.T) string {
+	t.Helper()
+	bin, err := exec.LookPath("node")
+	if err != nil {
+		if livetest.Required() {
+			t.Fatalf("node not found on PATH: %v", err)
+		}
+		t.Skip("node not found on PATH")
+	}
+	if _, err := os.Stat(filepath.Join(interopDir, "node_modules", "bullmq", "package.json")); err != nil {
+		if livetest.Required() {
+			t.Fatal("run npm ci in queue/testdata/bullmq")
+		}
+		t.Skip("bullmq not installed: run npm ci in queue/testdata/bullmq")
+	}
+	return bin
+}
+
+// bull runs one interop scenario and decodes its JSON output into out.
+func bull(t *testing.T, db *livetest.ValkeyDB, scenario string, args any, out any) {
+	t.Helper()
+	bin := nodeBin(t)
+	raw, err := json.Marshal(args)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, filepath.Join(interopDir, "interop.js"), scenario, db.URL, string(raw))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), "bullmq %s: %s", scenario, stderr.String())
+	if out != nil {
+		require.NoError(t, json.Unmarshal(stdout.Bytes(), out), "bullmq %s output %q", scenario, stdout.String())
+	}
+}
+
+type nodeJob struct {
+	ID           string          `json:"id"`
+	Name         string          `json:"name"`
+	Data         json.RawMessage `json:"data"`
+	Opts         json.RawMessage `json:"opts"`
+	ReturnValue  json.RawMessage `json:"returnvalue"`
+	FailedReason string          `json:"failedReason"`
+	AttemptsMade int             `json:"attemptsMade"`
+	Timestamp    int64           `json:"timestamp"`
+	ProcessedOn  int64           `json:"processedOn"`
+	FinishedOn   int64           `json:"finishedOn"`
+	RepeatJobKey string          `json:"repeatJobKey"`
+	State        string          `json:"state"`
+}
+
+type nodeProcessed struct {
+	Processed []nodeJob `json:"processed"`
+}
+
+type nodeCounts struct {
+	Waiting     int64 `json:"waiting"`
+	Active      int64 `json:"active"`
+	Paused      int64 `json:"paused"`
+	Delayed     int64 `json:"delayed"`
+	Prioritized int64 `json:"prioritized"`
+	Completed   int64 `json:"completed"`
+	Failed      int64 `json:"failed"`
+}
+
+func (c nodeCounts) ours() queue.Counts {
+	return queue.Counts{Waiting: c.Waiting, Active: c.Active, Paused: c.Paused, Delayed: c.Delayed,
+		Prioritized: c.Prioritized, Completed: c.Completed, Failed: c.Failed}
+}
+
+func TestInterop_NodeAddsWeComplete(t *testing.T) {
+	t.Parallel()
+	db, q := setup(t, queue.Config{})
+	ctx := testCtx(t)
+	var added struct{ ID string }
+	bull(t, db, "add", map[string]any{"name": "from-node", "data": map[string]any{"x": 1},
+		"opts": map[string]any{"attempts": 2, "backoff": map[string]any{"type": "exponential", "delay": 60000},
+			"removeOnComplete": map[string]any{"age": 3600}}}, &added)
+
+	job := fetch(t, q, "go")
+	require.Equal(t, added.ID, job.ID)
+	require.Equal(t, "from-node", job.Name)
+	require.JSONEq(t, `{"x":1}`, string(job.Data))
+	require.Equal(t, 2, job.Attempts)
+	require.Equal(t, queue.Backoff{Type: queue.BackoffExponential, Delay: time.Minute}, job.Backoff)
+	require.Equal(t, queue.Keep{Age: time.Hour}, job.RemoveOnComplete)
+	require.NoError(t, q.Complete(ctx, job.ID, "go", json.RawMessage(`{"by":"go","cost":0.25}`)))
+
+	var got nodeJob
+	bull(t, db, "get", map[string]any{"id": added.ID}, &got)
+	require.Equal(t, "completed", got.State)
+	require.JSONEq(t, `{"by":"go","cost":0.25}`, string(got.ReturnValue))
+	require.Equal(t, 1, got.AttemptsMade)
+	require.NotZero(t, got.FinishedOn)
+}
+
+func TestInterop_WeAddNodeProcesses(t *testing.T) {
+	t.Parallel()
+	db, q := setup(t, queue.Config{})
+	ctx := testCtx(t)
+	id, _, err := q.Add(ctx, "from-go", json.RawMessage(`{"y":2}`), queue.AddOptions{
+		JobID: "go-1", Attempts: 3, RemoveOnComplete: queue.Keep{Count: 10}})
+	require.NoError(t, err)
+
+	var out nodeProcessed
+	bull(t, db, "process", map[string]any{"count": 1, "timeoutMs": 5000, "returnvalue": map[string]any{"by": "node"}}, &out)
+	require.Len(t, out.Processed, 1)
+	require.Equal(t, id, out.Processed[0].ID)
+	require.Equal(t, "from-go", out.Processed[0].Name)
+	require.JSONEq(t, `{"y":2}`, string(out.Processed[0].Data))
+
+	job, err := q.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, queue.StateCompleted, job.State)
+	require.JSONEq(t, `{"by":"node"}`, string(job.ReturnValue))
+	require.Equal(t, 1, job.AttemptsMade)
+
+	// A Node worker honours our attempts and backoff when the job fails.
+	retry, _, err := q.Add(ctx, "flaky", nil, queue.AddOptions{Attempts: 2,
+		Backoff: queue.Backoff{Type: queue.BackoffFixed, Delay: time.Hour}})
+	require.NoError(t, err)
+	bull(t, db, "process", map[string]any{"count": 1, "timeoutMs": 5000, "fail": "boom"}, &out)
+	job, err = q.Get(ctx, retry)
+	require.NoError(t, err)
+	require.Equal(t, queue.StateDelayed, job.State, "retried after our backoff")
+	require.Equal(t, time.Hour, job.Delay)
+	require.Equal(t, 1, job.AttemptsMade)
+	require.Equal(t, "boom", job.FailedReason)
+}
+
+func TestInterop_PauseSeenBothWays(t *testing.T) {
+	t.Parallel()
+	db, q := setup(t, queue.Config{})
+	ctx := testCtx(t)
+	require.NoError(t, q.Pause(ctx))
+	var p struct{ Paused bool }
+	bull(t, db, "isPaused", nil, &p)
+	require.True(t, p.Paused, "BullMQ's isPaused() reads our pause")
+	id := add(t, q, queue.AddOptions{})
+	var out nodeProcessed
+	bull(t, db, "process", map[string]any{"timeoutMs": 1500}, &out)
+	require.Empty(t, out.Processed, "a BullMQ worker takes nothing from our paused queue")
+	require.Equal(t, queue.Counts{Paused: 1}, counts(t, q))
+	require.NoError(t, q.Resume(ctx))
+
+	bull(t, db, "pause", nil, &p)
+	require.True(t, p.Paused)
+	paused, err := q.IsPaused(ctx)
+	require.NoError(t, err)
+	require.True(t, paused)
+	job, err := q.Fetch(ctx, "t")
+	require.NoError(t, err)
+	require.Nil(t, job, "we take nothing from a queue BullMQ paused")
+	bull(t, db, "resume", nil, &p)
+	require.Equal(t, id, fetch(t, q, "t").ID)
+}
+
+func TestInterop_CountsAgreeInEveryState(t *testing.T) {
+	t.Parallel()
+	db, q := setup(t, queue.Config{})
+	ctx := testCtx(t)
+	var added struct{ ID string }
+	bull(t, db, "add", map[string]any{"name": "n1"}, &added)
+	ours := add(t, q, queue.AddOptions{})
+	bull(t, db, "add", map[string]any{"name": "n2"}, nil)
+	add(t, q, queue.AddOptions{})
+	add(t, q, queue.AddOptions{})
+	bull(t, db, "add", map[string]any{"name": "later", "opts": map[string]any{"delay": 3600000}}, nil)
+	add(t, q, queue.AddOptions{Delay: time.Hour})
+	bull(t, db, "add", map[string]any{"name": "prio", "opts": map[string]any{"priority": 3}}, nil)
+
+	require.Equal(t, added.ID, fetch(t, q, "t").ID)
+	require.NoError(t, q.Complete(ctx, added.ID, "t", nil))
+	require.Equal(t, ours, fetch(t, q, "t").ID)
+	_, err := q.Fail(ctx, ours, "t", "x", queue.FailOptions{})
+	require.NoError(t, err)
+	fetch(t, q, "t")
+
+	var nc nodeCounts
+	bull(t, db, "counts", nil, &nc)
+	want := queue.Counts{Waiting: 2, Active: 1, Delayed: 2, Prioritized: 1, Completed: 1, Failed: 1}
+	require.Equal(t, want, counts(t, q))
+	require.Equal(t, want, nc.ours())
+
+	bull(t, db, "pause", nil, nil)
+	bull(t, db, "counts", nil, &nc)
+	want.Waiting, want.Paused = 0, 2
+	require.Equal(t, want, counts(t, q))
+	require.Equal(t, want, nc.ours())
+}
+
+func TestInterop_NodeDelayedJobPromotedOnTime(t *testing.T) {
+	t.Parallel()
+	db, q := setup(t, queue.Config{})
+	c, err := queue.NewConsumer([]*queue.Queue{q}, queue.ConsumerConfig{})
+	require.NoError(t, err)
+	defer c.Close()
+	ctx, cancel := context.WithCancel(testCtx(t))
+	results, wait := consume(ctx, c)
+	defer func() { cancel(); wait() }()
+
+	const delay = 1000 * time.Millisecond
+	var added struct {
+		ID        string
+		Timestamp int64
+	}
+	bull(t, db, "add", map[string]any{"name": "later", "opts": map[string]any{"delay": delay.Milliseconds()}}, &added)
+	got := <-results
+	require.NoError(t, got.err)
+	require.Equal(t, added.ID, got.job.ID)
+	late := got.job.ProcessedOn.Sub(time.UnixMilli(added.Timestamp))
+	t.Logf("BullMQ job delayed %v taken after %v", delay, late)
+	require.GreaterOrEqual(t, late, delay)
+	require.Less(t, late, delay+150*time.Millisecond)
+}
+
+func TestInterop_SameJobIDFromBothSidesExistsOnce(t *testing.T) {
+	t.Parallel()
+	db, q := setup(t, queue.Config{})
+	ctx := testCtx(t)
+	bull(t, db, "add", map[string]any{"name": "node", "data": map[string]any{"from": "node"},
+		"opts": map[string]any{"jobId": "dup-1"}}, nil)
+	id, added, err := q.Add(ctx, "go", json.RawMessage(`{"from":"go"}`), queue.AddOptions{JobID: "dup-1"})
+	require.NoError(t, err)
+	require.False(t, added)
+	require.Equal(t, "dup-1", id)
+
+	add(t, q, queue.AddOptions{JobID: "dup-2"})
+	var again struct{ ID string }
+	bull(t, db, "add", map[string]any{"name": "node", "data": map[string]any{"from": "node"},
+		"opts": map[string]any{"jobId": "dup-2"}}, &again)
+	require.Equal(t, "dup-2", again.ID)
+
+	var got nodeJob
+	bull(t, db, "get", map[string]any{"id": "dup-2"}, &got)
+	require.JSONEq(t, `{"n":1}`, string(got.Data), "the first add wins")
+	var nc nodeCounts
+	bull(t, db, "counts", nil, &nc)
+	require.Equal(t, int64(2), nc.Waiting)
+	require.Equal(t, int64(2), counts(t, q).Waiting)
+}
+
+type nodeScheduler struct {
+	Key      string `json:"key"`
+	Name     string `json:"name"`
+	Pattern  string `json:"pattern"`
+	TZ       string `json:"tz"`
+	Next     int64  `json:"next"`
+	Template struct {
+		Data json.RawMessage `json:"data"`
+		Opts json.RawMessage `json:"opts"`
+	} `json:"template"`
+}
+
+func TestInterop_NodeListsOurScheduler(t *testing.T) {
+	t.Parallel()
+	db, q := setup(t, queue.Config{})
+	ctx := testCtx(t)
+	_, err := q.UpsertScheduler(ctx, "nightly", queue.Scheduler{Pattern: "0 3 * * *", TZ: "Europe/Amsterdam",
+		JobName: "cron", Data: json.RawMessage(`{"k":1}`), RemoveOnComplete: queue.Keep{Age: 24 * time.Hour}})
+	require.NoError(t, err)
+	ours, err := q.Schedulers(ctx)
+	require.NoError(t, err)
+
+	var list []nodeScheduler
+	bull(t, db, "schedulers", nil, &list)
+	require.Len(t, list, 1)
+	s := list[0]
+	require.Equal(t, "nightly", s.Key)
+	require.Equal(t, "cron", s.Name)
+	require.Equal(t, "0 3 * * *", s.Pattern)
+	require.Equal(t, "Europe/Amsterdam", s.TZ)
+	require.Equal(t, ours[0].Next.UnixMilli(), s.Next)
+	require.JSONEq(t, `{"k":1}`, string(s.Template.Data))
+	require.JSONEq(t, `{"removeOnComplete":{"age":86400}}`, string(s.Template.Opts))
+}
+
+func TestInterop_SchedulerRunsAdvanceOnEitherSide(t *testing.T) {
+	t.Parallel()
+	db, q := setup(t, queue.Config{})
+	ctx := testCtx(t)
+
+	// A BullMQ worker takes a run of our scheduler and makes the next one.
+	_, err := q.UpsertScheduler(ctx, "ours", queue.Scheduler{Pattern: "* * * * * *", JobName: "tick"})
+	require.NoError(t, err)
+	var out nodeProcessed
+	bull(t, db, "process", map[string]any{"count": 1, "timeoutMs": 5000}, &out)
+	require.Len(t, out.Processed, 1)
+	require.Equal(t, "ours", out.Processed[0].RepeatJobKey)
+	ran := millisOf(t, out.Processed[0].ID)
+	list, err := q.Schedulers(ctx)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	require.Greater(t, list[0].Next.UnixMilli(), ran, "BullMQ created the next run from our job's opts")
+	removed, err := q.RemoveScheduler(ctx, "ours")
+	require.NoError(t, err)
+	require.True(t, removed)
+
+	// We take runs of BullMQ's schedulers, cron and "every", and make the next.
+	bull(t, db, "upsertScheduler", map[string]any{"id": "theirs", "repeat": map[string]any{"pattern": "* * * * * *"},
+		"template": map[string]any{"name": "cron", "data": map[string]any{"a": 1}}}, nil)
+	bull(t, db, "upsertScheduler", map[string]any{"id": "every", "repeat": map[string]any{"every": 400},
+		"template": map[string]any{"name": "every"}}, nil)
+	seen := map[string]int64{}
+	require.Eventually(t, func() bool {
+		job, err := q.Fetch(ctx, "t")
+		require.NoError(t, err)
+		if job != nil && seen[job.SchedulerID] == 0 {
+			seen[job.SchedulerID] = millisOf(t, job.ID)
+		}
+		return len(seen) == 2
+	}, 5*time.Second, 10*time.Millisecond)
+	list, err = q.Schedulers(ctx)
+	require.NoError(t, err)
+	require.Len(t, list, 2)
+	for _, s := range list {
+		require.Greater(t, s.Next.UnixMilli(), seen[s.ID], "%s advanced past the run we took", s.ID)
+	}
+	var nc nodeCounts
+	bull(t, db, "counts", nil, &nc)
+	require.GreaterOrEqual(t, nc.Delayed+nc.Waiting, int64(2), "each scheduler has its pending run")
+}

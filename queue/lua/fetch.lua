@@ -1,0 +1,18 @@
+--[[
+  fetch.lua: promote due delayed jobs, then move the next ready job to
+  active under a lock and return it (one call per take).
+
+  KEYS[1..14] the queue keys (wait, active, paused, delayed, prioritized,
+              completed, failed, meta, events, marker, pc, stalled, repeat,
+              id), see lib.lua
+  ARGV[1]     job key prefix ("bull:<queue>:")
+  ARGV[2]     lock token
+  ARGV[3]     lock TTL in milliseconds
+  ARGV[4]     worker name recorded as processedBy ("pb"), "" for none
+
+  Returns { jobId or "", nowMs, msUntilNextDelayed or -1, {job hash
+  fields}, {scheduler request} } (see fetchReply in lib.lua).
+]]
+local k = K()
+local now = nowMs()
+return fetchReply(k, ARGV[1], now, maxEvents(k), ARGV[2], tonumber(ARGV[3]), ARGV[4])

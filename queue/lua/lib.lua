@@ -1,0 +1,422 @@
+--[[
+  lib.lua: helpers shared by every script of package queue.
+
+  It is prepended to each script body when the script is built (scripts.go),
+  defines functions only, and reads no KEYS or ARGV of its own.
+
+  Every job-state script receives the same queue keys first, in this order,
+  so K(...) below can name them (keys.go builds the list):
+
+    KEYS[1]  wait          LIST   ready jobs (LPUSH in, RPOPLPUSH out)
+    KEYS[2]  active        LIST   jobs held by a consumer
+    KEYS[3]  paused        LIST   ready jobs while the queue is paused
+    KEYS[4]  delayed       ZSET   score = dueMs * 4096 + sequence
+    KEYS[5]  prioritized   ZSET   score = priority * 2^32 + counter
+    KEYS[6]  completed     ZSET   score = finishedOn
+    KEYS[7]  failed        ZSET   score = finishedOn
+    KEYS[8]  meta          HASH   paused, concurrency, opts.maxLenEvents
+    KEYS[9]  events        STREAM BullMQ events
+    KEYS[10] marker        ZSET   wake-up marker consumers BZPOPMIN on
+    KEYS[11] pc            STRING priority counter
+    KEYS[12] stalled       SET    BullMQ's stalled candidates (we only SREM)
+    KEYS[13] repeat        ZSET   scheduler id -> millis of its pending job
+    KEYS[14] id            STRING job id counter
+
+  ARGV[1] of every job-state script is the job key prefix ("bull:<queue>:"):
+  scripts derive <prefix><jobId>, <prefix><jobId>:lock and
+  <prefix>de:<dedupId>, and <repeat>:<schedulerId>, as BullMQ's own scripts do.
+
+  Time comes from the server only: nowMs() reads TIME.
+]]
+local rcall = redis.call
+
+local function K()
+  return {
+    wait = KEYS[1], active = KEYS[2], paused = KEYS[3], delayed = KEYS[4],
+    prioritized = KEYS[5], completed = KEYS[6], failed = KEYS[7], meta = KEYS[8],
+    events = KEYS[9], marker = KEYS[10], pc = KEYS[11], stalled = KEYS[12],
+    repeatKey = KEYS[13], id = KEYS[14],
+  }
+end
+
+-- nowMs is the server's clock in milliseconds; the only clock scripts use.
+local function nowMs()
+  local t = rcall("TIME")
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- num converts v to a number, or returns def for nil, junk, cjson.null or NaN.
+local function num(v, def)
+  local n = tonumber(v)
+  if n == nil or n ~= n then return def end
+  return n
+end
+
+-- decodeJSON decodes a JSON object written by us or a peer; junk gives {}.
+local function decodeJSON(raw)
+  if type(raw) ~= "string" or raw == "" then return {} end
+  local ok, v = pcall(cjson.decode, raw)
+  if ok and type(v) == "table" then return v end
+  return {}
+end
+
+-- incrField adds one to a numeric hash field a peer may have written as
+-- junk (HINCRBY would fail mid-script, after earlier writes).
+local function incrField(key, field)
+  local v = math.floor(num(rcall("HGET", key, field), 0)) + 1
+  rcall("HSET", key, field, v)
+  return v
+end
+
+-- meta reads the queue's meta hash once per script call: the paused flag,
+-- BullMQ's global concurrency, and the events stream cap, writing BullMQ's
+-- default cap the first time (which also makes the meta hash exist for
+-- discovery). Only pause.lua changes meta, after reading it.
+local metaCache = nil
+local function meta(k)
+  if not metaCache then
+    local m = rcall("HMGET", k.meta, "paused", "concurrency", "opts.maxLenEvents")
+    local maxLen = tonumber(m[3])
+    if not maxLen then
+      maxLen = 10000
+      rcall("HSET", k.meta, "opts.maxLenEvents", maxLen)
+    end
+    metaCache = { paused = m[1] ~= false and m[1] ~= nil, concurrency = tonumber(m[2]), maxLen = maxLen }
+  end
+  return metaCache
+end
+
+local function maxEvents(k) return meta(k).maxLen end
+
+local function emit(k, maxLen, ...)
+  rcall("XADD", k.events, "MAXLEN", "~", maxLen, "*", "event", ...)
+end
+
+-- blocked reports whether the queue is paused, and whether its global
+-- concurrency (meta.concurrency, set by BullMQ's setGlobalConcurrency) is
+-- reached.
+local function blocked(k)
+  local m = meta(k)
+  local maxed = false
+  if m.concurrency and rcall("LLEN", k.active) >= m.concurrency then maxed = true end
+  return m.paused, maxed
+end
+
+-- delayedScore packs a due time and a per-millisecond sequence into the
+-- delayed ZSET score so jobs due in the same millisecond keep FIFO order.
+local function delayedScore(k, dueMs)
+  local lo = dueMs * 4096
+  local hi = lo + 4095
+  local last = rcall("ZREVRANGEBYSCORE", k.delayed, hi, lo, "WITHSCORES", "LIMIT", 0, 1)
+  if last[2] then
+    local s = tonumber(last[2])
+    if s >= hi then return hi end
+    return s + 1
+  end
+  return lo
+end
+
+-- nextDueMs returns the due time of the earliest delayed job, or nil.
+local function nextDueMs(k)
+  local first = rcall("ZRANGE", k.delayed, 0, 0, "WITHSCORES")
+  if first[2] then return math.floor(tonumber(first[2]) / 4096) end
+  return nil
+end
+
+-- delayMarker sets the marker's "1" member to the earliest due time, waking
+-- one sleeping consumer, which then sleeps until that time.
+local function delayMarker(k)
+  local due = nextDueMs(k)
+  if due then rcall("ZADD", k.marker, due, "1") end
+end
+
+local function priorityScore(k, priority)
+  local c = (math.floor(num(rcall("GET", k.pc), 0)) + 1) % 4294967296
+  rcall("SET", k.pc, c)
+  return priority * 4294967296 + c
+end
+
+-- enqueue makes a job ready: prioritized ZSET, or wait list (paused list
+-- while paused), and wakes a consumer unless the queue is paused or maxed.
+local function enqueue(k, jobId, priority, pushCmd)
+  local paused, maxed = blocked(k)
+  if priority > 0 then
+    rcall("ZADD", k.prioritized, priorityScore(k, priority), jobId)
+  elseif paused then
+    rcall(pushCmd, k.paused, jobId)
+  else
+    rcall(pushCmd, k.wait, jobId)
+  end
+  if not paused and not maxed then rcall("ZADD", k.marker, 0, "0") end
+end
+
+-- addDelayed puts a job in the delayed ZSET, due at dueMs.
+local function addDelayed(k, jobId, dueMs, maxLen)
+  rcall("ZADD", k.delayed, delayedScore(k, dueMs), jobId)
+  emit(k, maxLen, "delayed", "jobId", jobId, "delay", dueMs)
+  delayMarker(k)
+end
+
+-- promoteDue moves delayed jobs due by server time to ready (at most 1000
+-- per call, like BullMQ), skipping ids whose job hash is gone.
+local function promoteDue(k, prefix, now, maxLen)
+  local due = rcall("ZRANGEBYSCORE", k.delayed, 0, (now + 1) * 4096 - 1, "LIMIT", 0, 1000)
+  if #due == 0 then return 0 end
+  rcall("ZREM", k.delayed, unpack(due))
+  local paused, maxed = blocked(k)
+  local moved = 0
+  for _, id in ipairs(due) do
+    local jobKey = prefix .. id
+    local prio = rcall("HGET", jobKey, "priority")
+    if prio or rcall("EXISTS", jobKey) == 1 then
+      local p = math.floor(num(prio, 0))
+      if p > 0 then
+        rcall("ZADD", k.prioritized, priorityScore(k, p), id)
+      elseif paused then
+        rcall("LPUSH", k.paused, id)
+      else
+        rcall("LPUSH", k.wait, id)
+      end
+      rcall("HSET", jobKey, "delay", 0)
+      emit(k, maxLen, "waiting", "jobId", id, "prev", "delayed")
+      moved = moved + 1
+    end
+  end
+  if moved > 0 and not paused and not maxed then rcall("ZADD", k.marker, 0, "0") end
+  return moved
+end
+
+-- keepOf reads a removeOnComplete/removeOnFail value in any of BullMQ's
+-- forms (absent, bool, count, {age, count, limit}). It returns keep (false:
+-- delete the job now), age in seconds or nil, count or nil, and the
+-- per-call age-removal limit.
+local function keepOf(v)
+  if v == nil or v == cjson.null or v == false then return true, nil, nil, 1000 end
+  if v == true then return false, nil, nil, 1000 end
+  if type(v) == "number" then
+    if v == 0 then return false, nil, nil, 1000 end
+    return true, nil, v, 1000
+  end
+  if type(v) == "table" then
+    local count = num(v["count"], nil)
+    if count == 0 then return false, nil, nil, 1000 end
+    return true, num(v["age"], nil), count, num(v["limit"], 1000)
+  end
+  return true, nil, nil, 1000
+end
+
+local function removeJobKeys(jobKey)
+  rcall("DEL", jobKey, jobKey .. ":logs", jobKey .. ":dependencies",
+    jobKey .. ":processed", jobKey .. ":failed", jobKey .. ":unsuccessful")
+end
+
+-- trim applies age and count retention to a finished set.
+local function trim(setKey, prefix, now, age, count, limit)
+  if age then
+    local cutoff = now - age * 1000
+    local old = rcall("ZREVRANGEBYSCORE", setKey, cutoff, "-inf", "LIMIT", 0, limit)
+    for _, id in ipairs(old) do removeJobKeys(prefix .. id) end
+    if #old > 0 then
+      for i = 1, #old, 5000 do
+        rcall("ZREM", setKey, unpack(old, i, math.min(i + 4999, #old)))
+      end
+    end
+  end
+  if count and count > 0 then
+    local extra = rcall("ZREVRANGE", setKey, count, -1)
+    for _, id in ipairs(extra) do removeJobKeys(prefix .. id) end
+    if #extra > 0 then rcall("ZREMRANGEBYRANK", setKey, 0, -(count + 1)) end
+  end
+end
+
+-- releaseDedup deletes a dedup key that still points at this job and has no
+-- TTL (BullMQ's "simple" mode: dedup lasts until the job finishes).
+local function releaseDedup(prefix, dedupId, jobId)
+  if not dedupId then return end
+  local key = prefix .. "de:" .. dedupId
+  if rcall("PTTL", key) == -1 and rcall("GET", key) == jobId then
+    rcall("DEL", key)
+  end
+end
+
+-- checkLock verifies the caller holds the job: 0 ok, -2 no lock, -6 another
+-- token holds it. It changes nothing.
+local function checkLock(jobKey, token)
+  local held = rcall("GET", jobKey .. ":lock")
+  if held == token then return 0 end
+  if held then return -6 end
+  return -2
+end
+
+-- finish moves an active job (already removed from the active list) to
+-- completed or failed, applying its own retention options.
+local function finish(k, prefix, now, maxLen, jobId, jobKey, target, field, value)
+  local attrs = rcall("HMGET", jobKey, "opts", "deid", "atm")
+  local opts = decodeJSON(attrs[1])
+  local setKey, keepSpec = k.completed, opts["removeOnComplete"]
+  if target == "failed" then setKey, keepSpec = k.failed, opts["removeOnFail"] end
+  local atm = math.floor(num(attrs[3], 0)) + 1
+  local keep, age, count, limit = keepOf(keepSpec)
+  if keep then
+    rcall("ZADD", setKey, now, jobId)
+    rcall("HSET", jobKey, field, value, "finishedOn", now, "atm", atm)
+    if target == "failed" then rcall("HDEL", jobKey, "defa") end
+    trim(setKey, prefix, now, age, count, limit)
+  else
+    removeJobKeys(jobKey)
+  end
+  releaseDedup(prefix, attrs[2] or nil, jobId)
+  emit(k, maxLen, target, "jobId", jobId, field, value, "prev", "active")
+  return atm
+end
+
+-- wakeIfFreed re-arms the marker after a job leaves active, when the queue
+-- has a global concurrency limit (BullMQ's meta.concurrency) and ready
+-- jobs: consumers that found it maxed are asleep and would not wake.
+local function wakeIfFreed(k)
+  local m = meta(k)
+  if m.paused or not m.concurrency then return end
+  if rcall("LLEN", k.wait) > 0 or rcall("ZCARD", k.prioritized) > 0 then
+    rcall("ZADD", k.marker, 0, "0")
+  end
+end
+
+-- createSchedulerJob stores and enqueues the job of one scheduler run at
+-- millis, from the scheduler's template. It returns the job id, or nil when
+-- a job with that id already exists.
+local function createSchedulerJob(k, prefix, now, maxLen, sid, millis, s)
+  -- s: name, data, opts (template JSON), pattern, tz, every, ic
+  millis = tonumber(millis)
+  local jobId = "repeat:" .. sid .. ":" .. millis
+  local jobKey = prefix .. jobId
+  if rcall("EXISTS", jobKey) == 1 then return nil end
+  local opts = decodeJSON(s.opts)
+  local delay = millis - now
+  if delay < 0 then delay = 0 end
+  local rep = { count = s.ic }
+  if s.pattern then rep["pattern"] = s.pattern end
+  if s.tz then rep["tz"] = s.tz end
+  if s.every then rep["every"] = s.every end
+  opts["repeat"] = rep
+  opts["jobId"] = jobId
+  opts["delay"] = delay
+  opts["prevMillis"] = millis
+  local prio = math.floor(num(opts["priority"], 0))
+  local ok, optsJSON = pcall(cjson.encode, opts)
+  if not ok then optsJSON = cjson.encode({ jobId = jobId, delay = delay, prevMillis = millis, ["repeat"] = rep }) end
+  rcall("HSET", jobKey, "name", s.name or "", "data", s.data or "{}", "opts", optsJSON,
+    "timestamp", now, "delay", delay, "priority", prio, "rjk", sid)
+  if delay > 0 then
+    addDelayed(k, jobId, millis, maxLen)
+  else
+    enqueue(k, jobId, prio, "LPUSH")
+    emit(k, maxLen, "waiting", "jobId", jobId)
+  end
+  return jobId
+end
+
+local function schedulerFields(k, sid)
+  local sk = k.repeatKey .. ":" .. sid
+  local f = rcall("HMGET", sk, "name", "data", "opts", "pattern", "tz", "every", "nx", "ic")
+  if not f[1] then return nil, sk end
+  return {
+    name = f[1], data = f[2] or nil, opts = f[3] or nil, pattern = f[4] or nil,
+    tz = f[5] or nil, every = num(f[6], nil), nx = num(f[7], nil), ic = num(f[8], 1),
+  }, sk
+end
+
+-- schedulerOnTake runs when a consumer takes a job. If the job is its
+-- scheduler's pending run, the next run is created now, in this call, from
+-- the next time stored at the last upsert/advance ("nx"), or computed here
+-- for BullMQ "every" schedulers. It returns {} when nothing more is needed,
+-- or {flag, schedulerId, pattern, tz, baseMillis} asking the caller to
+-- compute cron times: flag 1 = store the run after baseMillis as the new
+-- "nx"; flag 2 = no stored next time, create the run after
+-- max(now, baseMillis) and store the one after it.
+local function schedulerOnTake(k, prefix, now, maxLen, jobId, jobKey)
+  local sid = rcall("HGET", jobKey, "rjk")
+  if not sid then return {} end
+  local cur = rcall("ZSCORE", k.repeatKey, sid)
+  if not cur or jobId ~= ("repeat:" .. sid .. ":" .. cur) then return {} end
+  local curMs = tonumber(cur)
+  local s, sk = schedulerFields(k, sid)
+  if not s then return {} end
+  if s.every and s.every > 0 then
+    local nextMs = curMs + s.every
+    if nextMs <= now then
+      nextMs = curMs + (math.floor((now - curMs) / s.every) + 1) * s.every
+    end
+    s.ic = incrField(sk, "ic")
+    createSchedulerJob(k, prefix, now, maxLen, sid, nextMs, s)
+    rcall("ZADD", k.repeatKey, nextMs, sid)
+    return {}
+  end
+  if not s.pattern then return {} end
+  if s.nx and s.nx > curMs then
+    s.ic = incrField(sk, "ic")
+    if createSchedulerJob(k, prefix, now, maxLen, sid, s.nx, s) then
+      rcall("ZADD", k.repeatKey, s.nx, sid)
+      rcall("HDEL", sk, "nx")
+      return { 1, sid, s.pattern, s.tz or "", s.nx }
+    end
+  end
+  return { 2, sid, s.pattern, s.tz or "", curMs }
+end
+
+-- takeNext moves the next ready job to active under a lock and returns its
+-- id and key, or nil. Ghost ids (no job hash) and BullMQ v4 "0:" markers are
+-- dropped on the way.
+local function takeNext(k, prefix, now, maxLen, token, lockMs, worker)
+  local paused, maxed = blocked(k)
+  if paused or maxed then return nil end
+  for _ = 1, 100 do
+    local id = rcall("RPOPLPUSH", k.wait, k.active)
+    if not id then
+      local p = rcall("ZPOPMIN", k.prioritized)
+      if #p == 0 then return nil end
+      id = p[1]
+      rcall("LPUSH", k.active, id)
+    end
+    local jobKey = prefix .. id
+    if string.sub(id, 1, 2) ~= "0:" and rcall("EXISTS", jobKey) == 1 then
+      rcall("SET", jobKey .. ":lock", token, "PX", lockMs)
+      local ats = math.floor(num(rcall("HGET", jobKey, "ats"), 0)) + 1
+      if worker ~= "" then
+        rcall("HSET", jobKey, "processedOn", now, "ats", ats, "pb", worker)
+      else
+        rcall("HSET", jobKey, "processedOn", now, "ats", ats)
+      end
+      emit(k, maxLen, "active", "jobId", id, "prev", "waiting")
+      -- Wake a peer when more work is ready.
+      if rcall("LLEN", k.wait) > 0 or rcall("ZCARD", k.prioritized) > 0 then
+        rcall("ZADD", k.marker, 0, "0")
+      end
+      return id, jobKey
+    end
+    rcall("LREM", k.active, -1, id)
+  end
+  return nil
+end
+
+-- fetchReply promotes due jobs, takes the next one and shapes the reply
+-- shared by fetch.lua and complete.lua:
+--   { jobId or "", nowMs, msUntilNextDelayed or -1, {job hash fields}, {scheduler request} }
+local function fetchReply(k, prefix, now, maxLen, token, lockMs, worker)
+  promoteDue(k, prefix, now, maxLen)
+  local id, jobKey = takeNext(k, prefix, now, maxLen, token, lockMs, worker)
+  local fields, sched = {}, {}
+  if id then
+    sched = schedulerOnTake(k, prefix, now, maxLen, id, jobKey)
+    fields = rcall("HGETALL", jobKey)
+  end
+  local wait = -1
+  local due = nextDueMs(k)
+  if due then
+    wait = due - now
+    if wait < 0 then wait = 0 end
+    -- Re-arm the delayed marker in case the consumer that slept on it is
+    -- the one that just got busy.
+    if id then rcall("ZADD", k.marker, due, "1") end
+  end
+  return { id or "", now, wait, fields, sched }
+end

@@ -1,0 +1,134 @@
+// Drives the real bullmq package (the version pinned in package-lock.json)
+// against a Valkey database, for the Go interop tests in queue/.
+//
+//   node interop.js <scenario> <redis://host:port/db> '<json args>'
+//
+// Prints one JSON document on stdout; exits 1 with the error on stderr.
+'use strict';
+
+const { Queue, Worker } = require('bullmq');
+
+function connection(rawURL) {
+  const u = new URL(rawURL);
+  const db = Number((u.pathname || '/0').slice(1) || '0');
+  const opts = {
+    host: u.hostname,
+    port: Number(u.port || 6379),
+    db,
+    maxRetriesPerRequest: null,
+  };
+  if (u.password) opts.password = decodeURIComponent(u.password);
+  if (u.username) opts.username = decodeURIComponent(u.username);
+  return opts;
+}
+
+function jobView(job, state) {
+  if (!job) return null;
+  return {
+    id: job.id,
+    name: job.name,
+    data: job.data,
+    opts: job.opts,
+    returnvalue: job.returnvalue,
+    failedReason: job.failedReason,
+    attemptsMade: job.attemptsMade,
+    timestamp: job.timestamp,
+    processedOn: job.processedOn,
+    finishedOn: job.finishedOn,
+    delay: job.delay,
+    repeatJobKey: job.repeatJobKey,
+    state,
+  };
+}
+
+// runWorker processes jobs with a BullMQ Worker until `count` jobs finished
+// or `timeoutMs` passed, returning them in order.
+async function runWorker(conn, args) {
+  const done = [];
+  let worker;
+  await new Promise((resolve) => {
+    const timer = setTimeout(resolve, args.timeoutMs || 5000);
+    worker = new Worker(
+      args.queue,
+      async (job) => {
+        if (args.fail) throw new Error(args.fail);
+        return args.returnvalue === undefined ? { by: 'node' } : args.returnvalue;
+      },
+      { connection: conn, prefix: args.prefix || 'bull', drainDelay: 1, maxStalledCount: 0 },
+    );
+    const finished = (job) => {
+      done.push(jobView(job));
+      if (args.count && done.length >= args.count) {
+        clearTimeout(timer);
+        resolve();
+      }
+    };
+    worker.on('completed', finished);
+    worker.on('failed', finished);
+    worker.on('error', () => {});
+  });
+  await worker.close();
+  return { processed: done };
+}
+
+const scenarios = {
+  async add(q, conn, args) {
+    const job = await q.add(args.name || 'node-job', args.data === undefined ? {} : args.data, args.opts || {});
+    return { id: job.id, timestamp: job.timestamp };
+  },
+  async get(q, conn, args) {
+    const job = await q.getJob(args.id);
+    if (!job) return null;
+    return jobView(job, await job.getState());
+  },
+  async counts(q) {
+    return q.getJobCounts('waiting', 'active', 'paused', 'delayed', 'prioritized', 'completed', 'failed');
+  },
+  async isPaused(q) {
+    return { paused: await q.isPaused() };
+  },
+  async pause(q) {
+    await q.pause();
+    return { paused: await q.isPaused() };
+  },
+  async resume(q) {
+    await q.resume();
+    return { paused: await q.isPaused() };
+  },
+  async process(q, conn, args) {
+    return runWorker(conn, args);
+  },
+  async schedulers(q) {
+    return q.getJobSchedulers(0, -1, true);
+  },
+  async upsertScheduler(q, conn, args) {
+    const job = await q.upsertJobScheduler(args.id, args.repeat, args.template || {});
+    return { id: job && job.id };
+  },
+};
+
+async function main() {
+  const [scenario, rawURL, rawArgs] = process.argv.slice(2);
+  const run = scenarios[scenario];
+  if (!run || !rawURL) {
+    throw new Error(`usage: interop.js <${Object.keys(scenarios).join('|')}> <redis-url> [json]`);
+  }
+  const args = (rawArgs && JSON.parse(rawArgs)) || {};
+  args.queue = args.queue || 'pi-jobs';
+  const conn = connection(rawURL);
+  const q = new Queue(args.queue, { connection: conn, prefix: args.prefix || 'bull' });
+  try {
+    const out = await run(q, conn, args);
+    process.stdout.write(JSON.stringify(out === undefined ? null : out) + '\n');
+  } finally {
+    await q.close();
+  }
+}
+
+main().then(
+  () => process.exit(0),
+  (err) => {
+    process.stderr.write(String((err && err.stack) || err) + '\n');
+    process.exit(1);
+  },
+);
