@@ -1,0 +1,101 @@
+package dispatch
+
+import (
+	"time"
+
+	"github.com/pidispatch/pidispatch/lease"
+)
+
+// Every Valkey key this package touches is formatted here and nowhere else, so a
+// later change of layout (a hash tag for Valkey Cluster) is one file.
+//
+// The spend-cap windows are the one split: their date is the Valkey server's,
+// read by the reserve script itself, so the script appends the date suffix to a
+// prefix formatted here. The suffix formats are defined here too (budgetDayLayout
+// and the Monday rule of budgetMonday) and the Lua in scripts.go must produce the
+// same text; a test holds the two together. The full key shapes are:
+//
+//	budget:<YYYY-MM-DD>                 global count of the UTC day
+//	budget:w:<monday YYYY-MM-DD>        global count of the ISO week (its Monday, UTC)
+//	budget:s:<hash16>:<YYYY-MM-DD>      one scope's count of the UTC day
+//	budget:s:<hash16>:w:<monday>        one scope's count of the ISO week
+//	budget:rel:<token>                  a reservation's release guard (released once)
+//	runs:rec:<stem>                     a mirrored run record (stem = SanitizeJobID)
+//	runs:index                          ZSET of mirrored stems scored by endedAt ms
+//	cancel:req:<jobId>, cancel:ack:<jobId>  operator cancel of a running job
+//	pi:paused                           the fleet-wide pause flag
+const (
+	budgetDayPrefix     = "budget:"
+	budgetWeekPrefix    = "budget:w:"
+	budgetScopePrefix   = "budget:s:"
+	budgetReleasePrefix = "budget:rel:"
+	runRecordPrefix     = "runs:rec:"
+	cancelRequestPrefix = "cancel:req:"
+	cancelAckPrefix     = "cancel:ack:"
+
+	// budgetDayLayout is the date suffix of every budget window key.
+	budgetDayLayout = "2006-01-02"
+)
+
+// RunIndexKey is the run mirror's index: a ZSET of record stems scored by their
+// endedAt in milliseconds, trimmed by age and by count on every write.
+const RunIndexKey = "runs:index"
+
+// PausedKey is the fleet-wide pause flag: set, every queue of the fleet is
+// paused, including a host queue created after the pause.
+const PausedKey = "pi:paused"
+
+// BudgetDayKey is the global spend-cap counter of t's UTC day.
+func BudgetDayKey(t time.Time) string { return budgetDayPrefix + budgetDay(t) }
+
+// BudgetWeekKey is the global spend-cap counter of t's ISO week, named by its
+// Monday (UTC).
+func BudgetWeekKey(t time.Time) string { return budgetWeekPrefix + budgetMonday(t) }
+
+// BudgetScopeDayKey is scope's own counter of t's UTC day. The scope (a folder or
+// owner/name, which may hold ':' and '/') is hashed rather than used as a key
+// segment, with the same hash as the scope's fleet slots (lease.ScopeHash).
+func BudgetScopeDayKey(scope string, t time.Time) string {
+	return budgetScopeDayPrefix(scope) + budgetDay(t)
+}
+
+// BudgetScopeWeekKey is scope's own counter of t's ISO week.
+func BudgetScopeWeekKey(scope string, t time.Time) string {
+	return budgetScopeWeekPrefix(scope) + budgetMonday(t)
+}
+
+// budgetScopeDayPrefix and budgetScopeWeekPrefix are the scope keys without their
+// date, for the reserve script.
+func budgetScopeDayPrefix(scope string) string {
+	return budgetScopePrefix + lease.ScopeHash(scope) + ":"
+}
+
+func budgetScopeWeekPrefix(scope string) string {
+	return budgetScopePrefix + lease.ScopeHash(scope) + ":w:"
+}
+
+// budgetReleaseKey guards one reservation's release, so a retried release (by a
+// caller or by the client after a timeout) never gives a slot back twice.
+func budgetReleaseKey(token string) string { return budgetReleasePrefix + token }
+
+// budgetDay is t's UTC date, the day suffix of a budget key.
+func budgetDay(t time.Time) string { return t.UTC().Format(budgetDayLayout) }
+
+// budgetMonday is the UTC date of the Monday that starts t's ISO week, the week
+// suffix of a budget key.
+func budgetMonday(t time.Time) string {
+	u := t.UTC()
+	back := (int(u.Weekday()) + 6) % 7 // Monday 0 ... Sunday 6
+	y, m, d := u.Date()
+	return time.Date(y, m, d-back, 0, 0, 0, 0, time.UTC).Format(budgetDayLayout)
+}
+
+// RunRecordKey is the mirrored body of a job's run record. It uses the record
+// file's stem (SanitizeJobID), so the mirror and the file name one job alike.
+func RunRecordKey(jobID string) string { return runRecordPrefix + SanitizeJobID(jobID) }
+
+// CancelRequestKey is an operator's request to stop a running job.
+func CancelRequestKey(jobID string) string { return cancelRequestPrefix + jobID }
+
+// CancelAckKey is the worker's acknowledgement that it stopped a job on request.
+func CancelAckKey(jobID string) string { return cancelAckPrefix + jobID }

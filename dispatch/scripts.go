@@ -1,0 +1,295 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The Lua scripts of the spend caps and the run mirror. Each documents its KEYS
+// and ARGV at its top. Time is always the server's (redis.call('TIME')), so every
+// host of a fleet agrees on which UTC day and ISO week a start belongs to,
+// whatever its own clock says.
+
+// budgetDatesLua is prepended to the scripts that need today's budget keys. The
+// date of a window key comes from the server's clock, which only the script
+// reads, so those scripts append the suffix to a prefix formatted in keys.go:
+//
+//	day suffix:  YYYY-MM-DD of the UTC day
+//	week suffix: YYYY-MM-DD of the Monday (UTC) that starts the ISO week
+//
+// budgetDayKey and budgetWeekKey in keys.go format the same suffixes in Go; a test
+// holds the two to the same answers across year ends, leap days and Sunday/Monday.
+//
+// now_ms(override): production always passes "" and the script reads TIME. Only
+// the tests of this package pass an epoch millisecond, to drive the civil-date
+// arithmetic across boundaries the wall clock will not reach while they run. No
+// exported API can set it.
+const budgetDatesLua = `
+local function now_ms(override)
+  if override ~= nil and override ~= '' then
+    local v = tonumber(override)
+    if v == nil or v ~= math.floor(v) or v < 0 or v > 253402300799999 then
+      return nil
+    end
+    return v
+  end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- civil date of a count of days since 1970-01-01 (proleptic Gregorian),
+-- H. Hinnant's civil_from_days, in floored integer arithmetic on doubles.
+local function ymd(days)
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+  local y = yoe + era * 400
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local d = doy - math.floor((153 * mp + 2) / 5) + 1
+  local m
+  if mp < 10 then m = mp + 3 else m = mp - 9 end
+  if m <= 2 then y = y + 1 end
+  return string.format('%04d-%02d-%02d', y, m, d)
+end
+
+-- the UTC day and the Monday of its ISO week. 1970-01-01 was a Thursday:
+-- (days + 3) % 7 is 0 on a Monday (Lua's % is floored).
+local function budget_dates(ms)
+  local days = math.floor(ms / 86400000)
+  local monday = days - (days + 3) % 7
+  return ymd(days), ymd(monday)
+end
+`
+
+// reserveScript counts one container start in every active window, or in none.
+//
+// KEYS: none declared. The window keys carry the server's date, known only here;
+// the script builds them as prefix .. day (kind "d") or prefix .. monday (kind
+// "w"), the prefixes coming from keys.go.
+// ARGV[1]            -> now_ms override: "" in production (see budgetDatesLua)
+// ARGV[2]            -> TTL in ms of a day key (2 d)
+// ARGV[3]            -> TTL in ms of a week key (9 d)
+// ARGV[4+4i .. 7+4i] -> window i, narrowest first: prefix, kind ("d"|"w"), cap,
+// name (for error text)
+//
+// Every window is INCRed, and a key without expiry gets its TTL in the same
+// script. Then the windows are checked in order; the first whose count exceeds
+// its cap refuses, and every INCR is undone (a refusal consumes nothing).
+// Returns {granted (1|0), refusing window (1-based, 0 when granted), {keys},
+// {counts}}: the counts after this start when granted, before it when refused.
+// A key that is not an integer counter stops the script with an error after
+// undoing what it had counted.
+var reserveScript = redis.NewScript(budgetDatesLua + `
+local now = now_ms(ARGV[1])
+if now == nil then
+  return redis.error_reply('ERR budget: now_ms override is not an epoch millisecond')
+end
+local day, monday = budget_dates(now)
+local dayTTL, weekTTL = ARGV[2], ARGV[3]
+local keys, caps, names, counts = {}, {}, {}, {}
+for i = 4, #ARGV, 4 do
+  local key, ttl
+  if ARGV[i + 1] == 'w' then
+    key, ttl = ARGV[i] .. monday, weekTTL
+  else
+    key, ttl = ARGV[i] .. day, dayTTL
+  end
+  keys[#keys + 1] = key
+  caps[#caps + 1] = tonumber(ARGV[i + 2])
+  names[#names + 1] = ARGV[i + 3]
+  local n = redis.pcall('INCR', key)
+  if type(n) == 'table' and n.err then
+    for j = 1, #counts do
+      redis.call('DECR', keys[j])
+    end
+    return redis.error_reply('ERR budget: window ' .. ARGV[i + 3] .. ' (' .. key .. '): ' .. n.err)
+  end
+  counts[#counts + 1] = n
+  if redis.call('PTTL', key) < 0 then
+    redis.call('PEXPIRE', key, ttl)
+  end
+end
+for i = 1, #keys do
+  if counts[i] > caps[i] then
+    for j = 1, #keys do
+      counts[j] = redis.call('DECR', keys[j])
+    end
+    return {0, i, keys, counts}
+  end
+end
+return {1, 0, keys, counts}
+`)
+
+// releaseScript gives back the windows of one reservation, at most once.
+//
+// KEYS[1]    -> the reservation's release guard, budget:rel:<token>
+// KEYS[2..n] -> the window keys the reservation incremented
+// ARGV[1]    -> the guard's TTL in ms (outlives every window key)
+//
+// Returns -1 when the guard was already set (released before: nothing is done),
+// else how many windows it decremented. A window that is gone or not above zero
+// (expired, or reset by an operator) is left alone, so a late release never
+// creates a negative counter without expiry.
+var releaseScript = redis.NewScript(`
+if not redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1]) then
+  return -1
+end
+local n = 0
+for i = 2, #KEYS do
+  local v = redis.pcall('GET', KEYS[i])
+  if type(v) == 'string' then
+    local c = tonumber(v)
+    if c ~= nil and c > 0 and c == math.floor(c) then
+      local r = redis.pcall('DECR', KEYS[i])
+      if type(r) == 'number' then
+        n = n + 1
+      end
+    end
+  end
+end
+return n
+`)
+
+// countsScript reads today's global counters.
+//
+// KEYS: none declared (the date is the server's; see reserveScript).
+// ARGV[1] -> now_ms override: "" in production (see budgetDatesLua)
+// ARGV[2] -> the global day prefix
+// ARGV[3] -> the global week prefix
+//
+// Returns {day, monday, day count, week count}; a count is "" when its key is
+// absent, else the stored string (the caller parses it).
+var countsScript = redis.NewScript(budgetDatesLua + `
+local now = now_ms(ARGV[1])
+if now == nil then
+  return redis.error_reply('ERR budget: now_ms override is not an epoch millisecond')
+end
+local day, monday = budget_dates(now)
+local d = redis.call('GET', ARGV[2] .. day)
+local w = redis.call('GET', ARGV[3] .. monday)
+return {day, monday, d or '', w or ''}
+`)
+
+// mirrorScript writes one run record to the fleet's run mirror and trims it.
+//
+// KEYS[1] -> runs:rec:<stem>, the record's body
+// KEYS[2] -> runs:index, a ZSET of stems scored by endedAt (ms)
+// ARGV[1] -> the record as JSON
+// ARGV[2] -> the window in ms (retention, at most 92 days)
+// ARGV[3] -> the score: the record's endedAt in ms
+// ARGV[4] -> the index member: the record's stem
+// ARGV[5] -> the most index entries kept
+//
+// A record already older than the window is not written (the mirror never
+// outlives the files it mirrors) and returns 0; otherwise returns 1. The index's
+// expiry is rolling: it is refreshed on every write, so it disappears only after
+// a window without a single run.
+var mirrorScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local window = tonumber(ARGV[2])
+local max = tonumber(ARGV[5])
+local ty = redis.call('TYPE', KEYS[2]).ok
+if ty ~= 'zset' and ty ~= 'none' then
+  return redis.error_reply('ERR run mirror: ' .. KEYS[2] .. ' holds a ' .. ty)
+end
+if tonumber(ARGV[3]) <= now - window then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', window)
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. string.format('%.0f', now - window))
+redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -(max + 1))
+redis.call('PEXPIRE', KEYS[2], window)
+return 1
+`)
+
+// callWithin runs fn with a deadline of d and returns when fn does or when the
+// deadline passes, whichever is first. The deadline also reaches fn through its
+// ctx, but a go-redis client built without ContextTimeoutEnabled waits for its
+// own ReadTimeout on a hung server; racing fn makes the bound hold whatever the
+// client's options. A call that overruns finishes in the background, counted in
+// calls so the owner's Close can wait for it.
+func callWithin[T any](ctx context.Context, d time.Duration, calls *callCounter, fn func(context.Context) (T, error)) (T, error) {
+	cctx, cancel := context.WithTimeout(ctx, d)
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	var state atomic.Int32 // 0 running, 1 delivered, 2 abandoned
+	calls.add()
+	go func() {
+		defer calls.done()
+		defer cancel()
+		v, err := fn(cctx)
+		if state.CompareAndSwap(0, 1) {
+			done <- result{v, err}
+		}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-cctx.Done():
+		if state.CompareAndSwap(0, 2) {
+			var zero T
+			if err := ctx.Err(); err != nil {
+				return zero, err
+			}
+			return zero, fmt.Errorf("no answer within %s: %w", d, context.DeadlineExceeded)
+		}
+		r := <-done
+		return r.v, r.err
+	}
+}
+
+// callCounter counts goroutines in flight. Unlike a sync.WaitGroup, it may be
+// added to while someone waits (a call that starts during Close), and its wait
+// takes a ctx. The zero value is ready.
+type callCounter struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n drops to 0
+}
+
+func (c *callCounter) add() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == 0 {
+		c.idle = make(chan struct{})
+	}
+	c.n++
+}
+
+func (c *callCounter) done() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n--
+	if c.n == 0 {
+		close(c.idle)
+	}
+}
+
+// wait returns nil once nothing is in flight, or ctx's error when ctx ends first.
+func (c *callCounter) wait(ctx context.Context) error {
+	c.mu.Lock()
+	if c.n == 0 {
+		c.mu.Unlock()
+		return nil
+	}
+	idle := c.idle
+	c.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
