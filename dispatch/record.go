@@ -43,6 +43,8 @@ const (
 	ReasonWaitMaxChecks        = "wait-max-checks"
 	ReasonWaitFaults           = "wait-faults"
 	ReasonInvalidJob           = "invalid-job"
+	ReasonExitOther            = "exit-other"      // container exited with another code (137 killed, 3...): retried
+	ReasonWorkerShutdown       = "worker-shutdown" // stopped when the worker's shutdown grace ran out: retried
 )
 
 // Reasons lists every valid Record.Reason.
@@ -51,7 +53,7 @@ var Reasons = []string{
 	ReasonSecretProfileUnknown, ReasonSecretResolveFailed, ReasonWaitProfileUnknown,
 	ReasonScopeCap, ReasonOverBudget, ReasonJobImageMissing, ReasonNeverStarted,
 	ReasonOperatorCancel, ReasonWaitTimeout, ReasonWaitMaxChecks, ReasonWaitFaults,
-	ReasonInvalidJob,
+	ReasonInvalidJob, ReasonExitOther, ReasonWorkerShutdown,
 }
 
 // MaxTelemetryBytes bounds Record.Telemetry (the container's exit line is read from an

@@ -17,18 +17,25 @@
 //	JOB_GLUE=1             print text without a newline right before the exit line
 //	JOB_EXIT_CODE=N        exit with N (default 0)
 //
+// The same variables may also come from the job itself: every line of the
+// "task" field of /job/job.json that reads JOB_NAME=value sets that variable
+// unless the environment already does. That is how a test (or the demo)
+// asks a job run by the real worker to exit 1, sleep, or check an env var.
+//
 // The program uses only the standard library so the image builds from a
 // temporary module anywhere (see package jobimage).
 package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -57,7 +64,15 @@ func main() {
 func ignoreTerm() { signal.Ignore(syscall.SIGTERM) }
 
 // run is the whole program; it returns the exit code.
-func run(lookup func(string) (string, bool), stdout, stderr io.Writer, p paths, ignoreTERM func()) int {
+func run(envLookup func(string) (string, bool), stdout, stderr io.Writer, p paths, ignoreTERM func()) int {
+	directives := taskDirectives(p.jobFile)
+	lookup := func(name string) (string, bool) {
+		if v, ok := envLookup(name); ok {
+			return v, true
+		}
+		v, ok := directives[name]
+		return v, ok
+	}
 	getenv := func(name string) string { v, _ := lookup(name); return v }
 	if raw := getenv("JOB_STDOUT_BYTES"); raw != "" {
 		n, err := strconv.Atoi(raw)
@@ -78,7 +93,7 @@ func run(lookup func(string) (string, bool), stdout, stderr io.Writer, p paths, 
 	}
 
 	if name := getenv("JOB_CHECK_ENV"); name != "" {
-		if _, ok := lookup(name); ok {
+		if _, ok := envLookup(name); ok {
 			fmt.Fprintf(stdout, "env %s present\n", name)
 		} else {
 			fmt.Fprintf(stdout, "env %s absent\n", name)
@@ -155,4 +170,26 @@ func readBounded(path string, limit int64) ([]byte, error) {
 	}
 	defer f.Close()
 	return io.ReadAll(io.LimitReader(f, limit))
+}
+
+// taskDirectives reads JOB_NAME=value lines from the task of the job file.
+func taskDirectives(jobFile string) map[string]string {
+	data, err := readBounded(jobFile, 1<<20)
+	if err != nil {
+		return nil
+	}
+	var job struct {
+		Task string `json:"task"`
+	}
+	if json.Unmarshal(data, &job) != nil {
+		return nil
+	}
+	out := map[string]string{}
+	for _, line := range strings.Split(job.Task, "\n") {
+		name, value, ok := strings.Cut(strings.TrimSpace(line), "=")
+		if ok && strings.HasPrefix(name, "JOB_") {
+			out[name] = value
+		}
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -87,4 +88,33 @@ func TestBadValuesExit1(t *testing.T) {
 			t.Errorf("%v: code %d, want 1", vars, code)
 		}
 	}
+}
+
+// The job's task may carry JOB_* settings, so a job run by the real worker
+// can be told to fail or sleep; the environment still wins, and the env check
+// never counts a directive as a present variable.
+func TestTaskDirectives(t *testing.T) {
+	dir := t.TempDir()
+	jobFile := filepath.Join(dir, "job.json")
+	task := "do the thing\nJOB_EXIT_CODE=2\nJOB_PRINT_EXIT_LINE=1\nJOB_CHECK_ENV=SECRET_TOKEN\nSECRET_TOKEN=x\n"
+	data := `{"jobId":"j1","task":` + strconvQuote(task) + `}`
+	if err := os.WriteFile(jobFile, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := runWith(t, nil, paths{jobFile: jobFile, workspace: dir})
+	if code != 2 {
+		t.Fatalf("code %d, want 2 from the task directive", code)
+	}
+	if !strings.Contains(out, telemetryLine) || !strings.Contains(out, "env SECRET_TOKEN absent") {
+		t.Fatalf("stdout %q", out)
+	}
+	code, _, _ = runWith(t, map[string]string{"JOB_EXIT_CODE": "0"}, paths{jobFile: jobFile, workspace: dir})
+	if code != 0 {
+		t.Fatalf("environment must win over the task: code %d", code)
+	}
+}
+
+func strconvQuote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
 }

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/internal/jobimage"
+	"github.com/pidispatch/pidispatch/internal/livetest"
+)
+
+// syncBuffer collects log lines from several goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// testEnv is the environment of one worker under test.
+func testEnv(t *testing.T, valkeyURL string, extra map[string]string) func(string) string {
+	t.Helper()
+	env := map[string]string{
+		"VALKEY_URL":    valkeyURL,
+		"PI_JOB_IMAGE":  jobimage.TestTag,
+		"PI_LOGS_DIR":   t.TempDir(),
+		"PI_JOB_MEMORY": "256m",
+		"PI_JOB_CPUS":   "0.5",
+	}
+	for k, v := range extra {
+		env[k] = v
+	}
+	return func(k string) string { return env[k] }
+}
+
+type bootedWorker struct {
+	stack  *stack
+	cfg    dispatch.Config
+	logs   *syncBuffer
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// bootWorker builds the real stack from env and runs it until the test ends.
+func bootWorker(t *testing.T, getenv func(string) string, tune dispatch.Tuning) *bootedWorker {
+	t.Helper()
+	cfg, err := dispatch.LoadConfig(getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	logger := slog.New(slog.NewJSONHandler(io.MultiWriter(logs, testWriter{t}), nil))
+	if tune.JobsDir == "" {
+		tune.JobsDir = t.TempDir()
+	}
+	s, err := buildStack(context.Background(), cfg, logger, tune)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b := &bootedWorker{stack: s, cfg: cfg, logs: logs, cancel: cancel, done: make(chan error, 1)}
+	go func() { b.done <- s.Worker.Run(ctx) }()
+	t.Cleanup(func() { b.stop(t) })
+	return b
+}
+
+func (b *bootedWorker) stop(t *testing.T) {
+	b.cancel()
+	select {
+	case err := <-b.done:
+		if err != nil {
+			t.Errorf("worker %s: Run: %v", b.cfg.WorkerName, err)
+		}
+		b.done <- nil
+	case <-time.After(60 * time.Second):
+		t.Errorf("worker %s did not stop", b.cfg.WorkerName)
+	}
+	b.stack.Close()
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	if testing.Verbose() {
+		w.t.Logf("%s", strings.TrimSpace(string(p)))
+	}
+	return len(p), nil
+}
+
+// waitRecord waits for the run record of jobID in dir.
+func waitRecord(t *testing.T, dir, jobID string, timeout time.Duration) dispatch.Record {
+	t.Helper()
+	path := filepath.Join(dir, dispatch.SanitizeJobID(jobID)+".json")
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if data, err := os.ReadFile(path); err == nil {
+			var r dispatch.Record
+			if err := json.Unmarshal(data, &r); err != nil {
+				t.Fatalf("record %s: %v", path, err)
+			}
+			return r
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("no record for %s in %s after %s", jobID, dir, timeout)
+	return dispatch.Record{}
+}
+
+func ensureImage(t *testing.T) {
+	t.Helper()
+	dc := livetest.Docker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := jobimage.Ensure(ctx, dc, jobimage.TestTag); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A local job runs in a container through the real stack; its record lands
+// with host, outcome and telemetry.
+func TestLocalJobRunsAndRecords(t *testing.T) {
+	ensureImage(t)
+	db := livetest.Valkey(t)
+	getenv := testEnv(t, db.URL, map[string]string{"PI_WORKER_NAME": "alpha"})
+	w := bootWorker(t, getenv, dispatch.Tuning{})
+
+	folder := t.TempDir()
+	p, err := dispatch.NewProducer(db.Client, dispatch.ProducerConfig{WorkerName: "alpha", WorkerNameDeclared: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := p.EnqueueLocal(context.Background(), dispatch.Job{Folder: folder, Flow: "fix", Task: "JOB_PRINT_EXIT_LINE=1\nJOB_WRITE_FILE=done.txt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Queue != "pi-jobs@alpha" || !e.Added {
+		t.Fatalf("enqueued %+v, want a new job on pi-jobs@alpha", e)
+	}
+	rec := waitRecord(t, w.cfg.LogsDir, e.JobID, 60*time.Second)
+	if rec.Outcome != dispatch.OutcomeCompleted || rec.Reason != dispatch.ReasonCompleted || rec.Host != "alpha" {
+		t.Fatalf("record %+v", rec)
+	}
+	if rec.ExitCode == nil || *rec.ExitCode != 0 {
+		t.Fatalf("exit code %v", rec.ExitCode)
+	}
+	var tel struct{ Turns, Tokens int }
+	if err := json.Unmarshal(rec.Telemetry, &tel); err != nil || tel.Turns != 3 || tel.Tokens != 1234 {
+		t.Fatalf("telemetry %s (%v)", rec.Telemetry, err)
+	}
+	if _, err := os.Stat(filepath.Join(folder, "done.txt")); err != nil {
+		t.Fatalf("the job did not write into its folder: %v", err)
+	}
+}

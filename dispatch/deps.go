@@ -1,0 +1,123 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/pidispatch/pidispatch/lease"
+	"github.com/pidispatch/pidispatch/queue"
+	"github.com/pidispatch/pidispatch/registry"
+	"github.com/pidispatch/pidispatch/runner"
+)
+
+// The Worker consumes its collaborators through these interfaces, defined
+// here, so the composition can be tested with the real Valkey and Docker
+// implementations and with small fakes alike. The concrete stack is wired in
+// cmd/worker.
+
+// JobQueue is what the worker does to a job it holds on one queue.
+type JobQueue interface {
+	Name() string
+	Complete(ctx context.Context, id, token string, result json.RawMessage) error
+	Fail(ctx context.Context, id, token, reason string, opts queue.FailOptions) (retried bool, err error)
+	Defer(ctx context.Context, id, token string, delay time.Duration) error
+	ExtendLock(ctx context.Context, id, token string, ttl time.Duration) error
+	CheckStalled(ctx context.Context) (queue.Stalled, error)
+	Get(ctx context.Context, id string) (*queue.Job, error)
+}
+
+// JobSource hands out the next job of this host's queues, locked with token.
+// It blocks until there is one or ctx ends; it is called from one goroutine.
+type JobSource interface {
+	Next(ctx context.Context, token string) (JobQueue, *queue.Job, error)
+	Close() error
+}
+
+// Registry is this host's row in the fleet registry.
+type Registry interface {
+	Start(ctx context.Context) error
+	Publish(ctx context.Context) error
+	ReadLive(ctx context.Context) ([]registry.Host, error)
+	Close(ctx context.Context) error
+}
+
+// Leaser grants fleet-wide slots (scope concurrency, wait checks) and sweeps
+// this host's own claims at boot.
+type Leaser interface {
+	Acquire(ctx context.Context, id string, slots int, ttl time.Duration, keyFor func(i int) string) (*lease.Handle, error)
+	SweepOwnClaims(ctx context.Context, reaped bool, rows []lease.ScopeRow) (int, error)
+}
+
+// Runtime runs job containers and cleans up after a crash.
+type Runtime interface {
+	Run(ctx context.Context, spec runner.Spec) (runner.Result, error)
+	Reap(ctx context.Context, worker string) (runner.ReapReport, error)
+	ImagePresent(ctx context.Context, image string) (bool, error)
+	ImageDigest(ctx context.Context, image string) (string, error)
+}
+
+// Budgeter reserves container starts against the spend caps.
+type Budgeter interface {
+	Reserve(ctx context.Context, scope string, limit *ScopeLimit) (Reservation, error)
+	Release(ctx context.Context, r Reservation) error
+}
+
+// RunMirror copies run records to the fleet's shared view without blocking
+// the job.
+type RunMirror interface {
+	Go(rec Record)
+	Close(ctx context.Context) error
+}
+
+// Background is a long-running part of the worker started after its
+// consumers, such as the cron reconcile and triggers-file watch. Run blocks
+// until ctx ends.
+type Background interface {
+	Run(ctx context.Context) error
+}
+
+// Compile-time checks that the concrete stack satisfies the interfaces.
+var (
+	_ JobQueue  = (*queue.Queue)(nil)
+	_ Registry  = (*registry.Registry)(nil)
+	_ Leaser    = (*lease.Lease)(nil)
+	_ Runtime   = (*runner.Docker)(nil)
+	_ Budgeter  = (*Budget)(nil)
+	_ RunMirror = (*Mirror)(nil)
+)
+
+// consumerSource adapts a *queue.Consumer to JobSource.
+type consumerSource struct{ c *queue.Consumer }
+
+// SourceFromConsumer lets the Worker take jobs from a queue.Consumer.
+func SourceFromConsumer(c *queue.Consumer) JobSource { return consumerSource{c} }
+
+func (s consumerSource) Next(ctx context.Context, token string) (JobQueue, *queue.Job, error) {
+	q, j, err := s.c.Next(ctx, token)
+	if err != nil || q == nil {
+		return nil, j, err
+	}
+	return q, j, nil
+}
+
+func (s consumerSource) Close() error { return s.c.Close() }
+
+// Deps are the Worker's required collaborators. Registry, Leases and Mirror
+// may be nil: an undeclared single host runs without fleet leases or a run
+// mirror, and without a registry when Valkey has none to offer.
+type Deps struct {
+	// Queues are the queues this host drains: the shared queue first, then
+	// the host queue when the name is declared. The stalled-job check runs on
+	// each.
+	Queues []JobQueue
+	// Source takes jobs from Queues.
+	Source   JobSource
+	Runtime  Runtime
+	Budget   Budgeter
+	Registry Registry
+	Leases   Leaser
+	Mirror   RunMirror
+	// Background parts start after the consumers (cron reconcile, watches).
+	Background []Background
+}

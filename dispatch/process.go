@@ -1,0 +1,503 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/pidispatch/pidispatch/lease"
+	"github.com/pidispatch/pidispatch/queue"
+	"github.com/pidispatch/pidispatch/registry"
+	"github.com/pidispatch/pidispatch/runner"
+)
+
+// Exit codes of the container contract (ARCHITECTURE section 7).
+const (
+	exitCompleted = 0
+	exitInfra     = 1
+	exitPolicy    = 2
+)
+
+// held is one job this worker holds the lock of.
+type held struct {
+	q     JobQueue
+	job   *queue.Job
+	token string
+	spec  Job // parsed job data; zero when it did not parse
+	rec   Record
+}
+
+// handle runs the gate ladder and, when every gate passes, the container.
+// Every path ends in exactly one of: deferred (back to delayed, not an
+// attempt), refused (recorded, returned as the job's result, never
+// retried), completed, or failed (recorded, retried within attempts).
+func (w *Worker) handle(ctx context.Context, q JobQueue, job *queue.Job, token string) {
+	h := &held{q: q, job: job, token: token}
+	h.rec = Record{
+		JobID:     job.ID,
+		Kind:      KindManual,
+		Attempt:   job.AttemptsMade + 1,
+		Host:      w.cfg.WorkerName,
+		Image:     w.cfg.JobImage,
+		StartedAt: w.tune.Now().UTC(),
+	}
+	log := w.log.With("jobId", job.ID, "queue", q.Name())
+
+	if job.Corrupt != "" || job.DeferredFailure != "" {
+		w.refuse(ctx, h, ReasonInvalidJob)
+		return
+	}
+	spec, err := ParseJob(job.Data)
+	if err != nil {
+		log.Warn("job_invalid", "err", err)
+		w.refuse(ctx, h, ReasonInvalidJob)
+		return
+	}
+	h.spec = spec
+	h.rec.Kind = spec.Kind
+	h.rec.Target = spec.Target()
+	h.rec.Flow = spec.Flow
+	if spec.Image != "" {
+		h.rec.Image = spec.Image
+	}
+
+	// 1. Pause windows: a matching job waits for the window's end.
+	if until, ok := w.pauses.Match(spec.Scope(), w.tune.Now()); ok {
+		if d := until.Sub(w.tune.Now()); d > time.Second {
+			w.deferJob(ctx, h, d, "pause-window")
+			return
+		}
+	}
+	// 2. Secret profile known here.
+	var resolver string
+	if spec.SecretsProfile != "" {
+		p, ok := w.cfg.SecretProfiles[spec.SecretsProfile]
+		if !ok {
+			w.refuse(ctx, h, ReasonSecretProfileUnknown)
+			return
+		}
+		resolver = p
+	}
+	// 3. Wait profiles known here. (Holding on the conditions themselves is
+	// the wait-for feature's; a job reaching this point has none pending.)
+	for _, name := range spec.WaitProfiles() {
+		if _, ok := w.cfg.WaitProfiles[name]; !ok {
+			w.refuse(ctx, h, ReasonWaitProfileUnknown)
+			return
+		}
+	}
+	// 4. The host-wide slot was taken before the fetch.
+	// 5. Scope slot: one job per local folder; a scope's concurrent limit,
+	// fleet-wide for forge scopes when this host declared a name.
+	release, ok := w.takeScope(ctx, h)
+	if !ok {
+		w.deferJob(ctx, h, w.tune.BusyDeferral, "scope-busy")
+		return
+	}
+	defer release()
+
+	// 6. Budget.
+	var limit *ScopeLimit
+	if l, ok := w.limits.Lookup(spec.Scope()); ok {
+		limit = &l
+	}
+	res, err := w.deps.Budget.Reserve(ctx, spec.Scope(), limit)
+	if err != nil {
+		log.Warn("budget_unreachable_deferred", "err", err)
+		w.deferJob(ctx, h, w.tune.UnreachableDeferral, "budget-unreachable")
+		return
+	}
+	if !res.Granted {
+		log.Info("budget_refused", "window", res.Window, "count", res.Count, "cap", res.Cap)
+		w.refuse(ctx, h, res.Reason())
+		return
+	}
+	started := false
+	defer func() {
+		if !started {
+			if err := w.deps.Budget.Release(context.WithoutCancel(ctx), res); err != nil {
+				log.Warn("budget_release_failed", "err", err)
+			}
+		}
+	}()
+
+	// 7. Image present here: never pulled.
+	present, err := w.deps.Runtime.ImagePresent(ctx, h.rec.Image)
+	if err != nil {
+		log.Warn("image_check_failed_deferred", "err", err)
+		w.deferJob(ctx, h, w.tune.UnreachableDeferral, "docker-unreachable")
+		return
+	}
+	if !present {
+		w.refuse(ctx, h, ReasonJobImageMissing)
+		return
+	}
+
+	// Secrets, resolved as late as possible and never written anywhere.
+	env := map[string]string{}
+	if resolver != "" {
+		vals, err := ResolveSecrets(ctx, resolver, spec.SecretsProfile, w.cfg.SecretResolveTimeout)
+		if err != nil {
+			log.Warn("secret_resolve_failed", "profile", spec.SecretsProfile, "err", err)
+			w.refuse(ctx, h, ReasonSecretResolveFailed)
+			return
+		}
+		for k, v := range vals {
+			env[k] = v
+		}
+	}
+	env["PI_JOB_ID"] = job.ID
+	env["PI_WORKER_NAME"] = w.cfg.WorkerName
+
+	jobDir, workspace, cleanup, err := w.prepareDirs(h)
+	if err != nil {
+		log.Error("job_dirs_failed", "err", err)
+		w.fail(ctx, h, ReasonNeverStarted, nil, nil)
+		return
+	}
+	defer cleanup()
+
+	// 8. Run, holding the lock for as long as the container runs.
+	runCtx, stopRun := context.WithCancel(ctx)
+	lost := make(chan struct{})
+	extendDone := make(chan struct{})
+	go func() {
+		defer close(extendDone)
+		w.keepLock(runCtx, h, stopRun, lost)
+	}()
+	log.Info("job_started", "image", h.rec.Image, "kind", string(spec.Kind))
+	result, runErr := w.deps.Runtime.Run(runCtx, runner.Spec{
+		JobID:        job.ID,
+		Worker:       w.cfg.WorkerName,
+		Image:        h.rec.Image,
+		Env:          env,
+		JobDir:       jobDir,
+		WorkspaceDir: workspace,
+		Memory:       w.cfg.JobMemory,
+		CPUs:         w.cfg.JobCPUs,
+		Timeout:      w.cfg.JobTimeout,
+	})
+	stopRun()
+	<-extendDone
+	started = !result.NeverStarted
+	if !result.StartedAt.IsZero() {
+		h.rec.StartedAt = result.StartedAt.UTC()
+	}
+	telemetry := telemetryOf(result)
+
+	select {
+	case <-lost:
+		// Our lock is gone: the stalled check failed the job (never re-run).
+		// The container was stopped; record what we saw, report nothing.
+		w.record(h, OutcomeFailed, ReasonStalled, exitPtr(result), telemetry)
+		log.Warn("job_lock_lost", "exitCode", result.ExitCode)
+		return
+	default:
+	}
+
+	switch {
+	case errors.Is(runErr, runner.ErrImageMissing):
+		w.refuse(ctx, h, ReasonJobImageMissing)
+	case result.NeverStarted:
+		log.Warn("job_never_started", "exitCode", result.ExitCode, "err", errString(runErr))
+		w.fail(ctx, h, ReasonNeverStarted, exitPtr(result), telemetry)
+	case result.TimedOut:
+		w.finishPolicy(ctx, h, ReasonTimeout, exitPtr(result), telemetry)
+	case result.Cancelled:
+		// The worker is shutting down and the grace ran out: an interrupted
+		// run is an infrastructure failure, retried within attempts.
+		w.fail(ctx, h, ReasonWorkerShutdown, exitPtr(result), telemetry)
+	case runErr != nil:
+		log.Error("job_run_failed", "err", runErr)
+		w.fail(ctx, h, ReasonExitOther, exitPtr(result), telemetry)
+	case result.ExitCode == exitCompleted:
+		w.complete(ctx, h, exitPtr(result), telemetry)
+	case result.ExitCode == exitPolicy:
+		w.finishPolicy(ctx, h, ReasonPolicy, exitPtr(result), telemetry)
+	case result.ExitCode == exitInfra:
+		w.fail(ctx, h, ReasonExit1, exitPtr(result), telemetry)
+	default:
+		w.fail(ctx, h, ReasonExitOther, exitPtr(result), telemetry)
+	}
+}
+
+// keepLock extends the job's lock until ctx ends. When the lock is lost, the
+// run is stopped: a job whose lock expired has been (or will be) failed as
+// stalled, and must not go on spending.
+func (w *Worker) keepLock(ctx context.Context, h *held, stop context.CancelFunc, lost chan<- struct{}) {
+	t := time.NewTicker(w.tune.LockTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		err := h.q.ExtendLock(ctx, h.job.ID, h.token, w.tune.LockTTL)
+		if errors.Is(err, queue.ErrLockLost) {
+			close(lost)
+			stop()
+			return
+		}
+		if err != nil && ctx.Err() == nil {
+			w.log.Warn("job_lock_extend_failed", "jobId", h.job.ID, "err", err)
+		}
+	}
+}
+
+// takeScope takes the job's scope slot: the in-process count (one per local
+// folder; the scope's concurrent limit) and, for a forge scope on a named
+// host, the fleet lease. It returns a release func, or ok=false when busy.
+func (w *Worker) takeScope(ctx context.Context, h *held) (release func(), ok bool) {
+	scope := h.spec.Scope()
+	if scope == "" {
+		return func() {}, true
+	}
+	ceiling := 0
+	if h.spec.Kind == KindLocal || h.spec.Folder != "" {
+		ceiling = 1 // a folder is its own mutex: two agents in one tree collide
+	}
+	limit, limited := w.limits.Lookup(scope)
+	if limited && limit.Concurrent > 0 && (ceiling == 0 || limit.Concurrent < ceiling) {
+		ceiling = limit.Concurrent
+	}
+	if ceiling == 0 {
+		return func() {}, true
+	}
+	key := "scope:" + scope
+	w.mu.Lock()
+	if w.inFlight[key] >= ceiling {
+		w.mu.Unlock()
+		return nil, false
+	}
+	w.inFlight[key]++
+	w.mu.Unlock()
+	local := func() {
+		w.mu.Lock()
+		w.inFlight[key]--
+		if w.inFlight[key] <= 0 {
+			delete(w.inFlight, key)
+		}
+		w.mu.Unlock()
+	}
+
+	// A path is not an identity across machines: local folders never take a
+	// fleet lease (routing answers for them). Forge scopes with a limit do.
+	if h.spec.Folder != "" || !limited || limit.Concurrent <= 0 || !w.cfg.WorkerNameDeclared || w.deps.Leases == nil {
+		return local, true
+	}
+	hash := lease.ScopeHash(scope)
+	ttl := w.cfg.JobTimeout + 5*time.Minute
+	handle, err := w.deps.Leases.Acquire(ctx, h.job.ID, limit.Concurrent, ttl, func(i int) string {
+		return lease.ScopeSlotKey(hash, i)
+	})
+	if err != nil || handle == nil {
+		local()
+		if err != nil {
+			w.log.Warn("scope_lease_failed", "jobId", h.job.ID, "err", err)
+		}
+		w.log.Info("scope_busy_deferred", "jobId", h.job.ID, "where", "fleet")
+		return nil, false
+	}
+	return func() {
+		if err := handle.Release(context.WithoutCancel(ctx)); err != nil {
+			w.log.Warn("scope_lease_release_failed", "jobId", h.job.ID, "err", err)
+		}
+		local()
+	}, true
+}
+
+// prepareDirs writes the job's public description to a fresh /job folder and
+// picks its workspace: the folder of a local job, else a fresh empty folder.
+func (w *Worker) prepareDirs(h *held) (jobDir, workspace string, cleanup func(), err error) {
+	base, err := os.MkdirTemp(w.tune.JobsDir, SanitizeJobID(h.job.ID)+"-")
+	if err != nil {
+		return "", "", nil, err
+	}
+	cleanup = func() { _ = os.RemoveAll(base) }
+	jobDir = filepath.Join(base, "job")
+	if err := os.Mkdir(jobDir, 0o755); err != nil {
+		cleanup()
+		return "", "", nil, err
+	}
+	desc := struct {
+		JobID   string `json:"jobId"`
+		Attempt int    `json:"attempt"`
+		Host    string `json:"host"`
+		Job
+	}{h.job.ID, h.rec.Attempt, w.cfg.WorkerName, h.spec}
+	b, err := json.MarshalIndent(desc, "", "  ")
+	if err != nil {
+		cleanup()
+		return "", "", nil, err
+	}
+	if err := os.WriteFile(filepath.Join(jobDir, "job.json"), append(b, '\n'), 0o644); err != nil {
+		cleanup()
+		return "", "", nil, err
+	}
+	workspace = h.spec.Folder
+	if workspace == "" {
+		workspace = filepath.Join(base, "workspace")
+		if err := os.Mkdir(workspace, 0o777); err != nil {
+			cleanup()
+			return "", "", nil, err
+		}
+	}
+	return jobDir, workspace, cleanup, nil
+}
+
+// deferJob puts the job back in delayed for d. It is not an attempt.
+func (w *Worker) deferJob(ctx context.Context, h *held, d time.Duration, why string) {
+	w.log.Info("job_deferred", "jobId", h.job.ID, "queue", h.q.Name(), "reason", why, "delay", d.String())
+	if err := h.q.Defer(context.WithoutCancel(ctx), h.job.ID, h.token, d); err != nil {
+		// The lock expires and the stalled check decides; nothing ran.
+		w.log.Error("job_defer_failed", "jobId", h.job.ID, "err", err)
+	}
+}
+
+// refuse records a pre-spend refusal and returns it as the job's result: a
+// refusal is an answer, not an error, so it is never retried.
+func (w *Worker) refuse(ctx context.Context, h *held, reason string) {
+	w.finishPolicy(ctx, h, reason, nil, nil)
+}
+
+// finishPolicy records a policy outcome (a refusal, exit 2, a timeout) and
+// completes the job with it as the result: never retried.
+func (w *Worker) finishPolicy(ctx context.Context, h *held, reason string, exit *int, telemetry json.RawMessage) {
+	w.record(h, OutcomePolicy, reason, exit, telemetry)
+	result, _ := json.Marshal(map[string]string{"outcome": OutcomePolicy, "reason": reason})
+	if err := h.q.Complete(context.WithoutCancel(ctx), h.job.ID, h.token, result); err != nil {
+		w.log.Error("job_report_failed", "jobId", h.job.ID, "err", err)
+	}
+	w.log.Info("job_refused", "jobId", h.job.ID, "outcome", OutcomePolicy, "reason", reason)
+}
+
+func (w *Worker) complete(ctx context.Context, h *held, exit *int, telemetry json.RawMessage) {
+	w.record(h, OutcomeCompleted, ReasonCompleted, exit, telemetry)
+	result := telemetry
+	if len(result) == 0 {
+		result = json.RawMessage(`{"outcome":"completed"}`)
+	}
+	if err := h.q.Complete(context.WithoutCancel(ctx), h.job.ID, h.token, result); err != nil {
+		w.log.Error("job_report_failed", "jobId", h.job.ID, "err", err)
+	}
+	w.log.Info("job_completed", "jobId", h.job.ID, "outcome", OutcomeCompleted)
+}
+
+// fail records an infrastructure failure and fails the attempt; the queue
+// retries it while attempts remain.
+func (w *Worker) fail(ctx context.Context, h *held, reason string, exit *int, telemetry json.RawMessage) {
+	w.record(h, OutcomeFailed, reason, exit, telemetry)
+	retried, err := h.q.Fail(context.WithoutCancel(ctx), h.job.ID, h.token, reason, queue.FailOptions{})
+	if err != nil {
+		w.log.Error("job_report_failed", "jobId", h.job.ID, "err", err)
+	}
+	w.log.Warn("job_failed", "jobId", h.job.ID, "attempt", h.rec.Attempt, "reason", reason, "retried", retried)
+}
+
+// record writes the run record before anything reports the outcome, then
+// mirrors it fleet-wide without waiting.
+func (w *Worker) record(h *held, outcome, reason string, exit *int, telemetry json.RawMessage) {
+	h.rec.Outcome = outcome
+	h.rec.Reason = reason
+	h.rec.ExitCode = exit
+	h.rec.Telemetry = telemetry
+	h.rec.EndedAt = w.tune.Now().UTC()
+	if h.rec.Target == "" {
+		h.rec.Target = "-"
+	}
+	if _, err := WriteRecord(w.cfg.LogsDir, h.rec); err != nil {
+		w.log.Error("run_record_failed", "jobId", h.job.ID, "err", err)
+	}
+	if w.deps.Mirror != nil {
+		w.deps.Mirror.Go(h.rec)
+	}
+}
+
+// stalledLoop fails jobs whose lock expired (a crashed host's) and records
+// them, on every queue this host drains.
+func (w *Worker) stalledLoop(ctx, jobsCtx context.Context) {
+	t := time.NewTicker(w.tune.StalledInterval)
+	defer t.Stop()
+	for {
+		w.checkStalled(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (w *Worker) checkStalled(ctx context.Context) {
+	for _, q := range w.deps.Queues {
+		st, err := q.CheckStalled(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("stalled_check_failed", "queue", q.Name(), "err", err)
+			}
+			continue
+		}
+		for _, id := range st.Failed {
+			w.recordStalled(ctx, q, id)
+		}
+	}
+}
+
+// recordStalled writes the record of a job the stalled check failed. The
+// record names the host that ran it when the queue knows.
+func (w *Worker) recordStalled(ctx context.Context, q JobQueue, id string) {
+	rec := Record{
+		JobID:     id,
+		Kind:      KindManual,
+		Target:    "-",
+		Host:      w.cfg.WorkerName,
+		Image:     w.cfg.JobImage,
+		StartedAt: w.tune.Now().UTC(),
+	}
+	if job, err := q.Get(ctx, id); err == nil && job != nil {
+		rec.Attempt = job.AttemptsMade
+		if !job.ProcessedOn.IsZero() {
+			rec.StartedAt = job.ProcessedOn.UTC()
+		}
+		if job.ProcessedBy != "" && registry.ValidateName(job.ProcessedBy) == nil {
+			rec.Host = job.ProcessedBy
+		}
+		if spec, err := ParseJob(job.Data); err == nil {
+			rec.Kind, rec.Target, rec.Flow = spec.Kind, spec.Target(), spec.Flow
+			if spec.Image != "" {
+				rec.Image = spec.Image
+			}
+		}
+	}
+	if rec.Attempt < 1 {
+		rec.Attempt = 1
+	}
+	rec.Outcome, rec.Reason = OutcomeFailed, ReasonStalled
+	rec.EndedAt = w.tune.Now().UTC()
+	if _, err := WriteRecord(w.cfg.LogsDir, rec); err != nil {
+		w.log.Error("run_record_failed", "jobId", id, "err", err)
+	}
+	if w.deps.Mirror != nil {
+		w.deps.Mirror.Go(rec)
+	}
+	w.log.Warn("job_stalled", "jobId", id, "queue", q.Name(), "ranOn", rec.Host)
+}
+
+func exitPtr(r runner.Result) *int {
+	if r.NeverStarted && r.ExitCode == 0 {
+		return nil
+	}
+	c := r.ExitCode
+	return &c
+}
+
+func telemetryOf(r runner.Result) json.RawMessage {
+	if r.Telemetry == nil || len(r.Telemetry.Raw) == 0 {
+		return nil
+	}
+	return r.Telemetry.Raw
+}

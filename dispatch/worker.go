@@ -1,0 +1,339 @@
+package dispatch
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/pidispatch/pidispatch/lease"
+	"github.com/pidispatch/pidispatch/registry"
+)
+
+// Tuning holds the Worker's tunables that are not operator configuration.
+// Zero fields take the documented defaults.
+type Tuning struct {
+	// LockTTL is the lock on a job this host holds; it is extended every
+	// LockTTL/3 while the job runs. Default 30s (BullMQ's lockDuration).
+	LockTTL time.Duration
+	// StalledInterval is how often the queues are checked for jobs whose
+	// lock expired. Default 30s.
+	StalledInterval time.Duration
+	// BusyDeferral is how long a job waits when its scope is busy. Default 5s
+	// (the original's SCOPE_BUSY_RECHECK_MS).
+	BusyDeferral time.Duration
+	// UnreachableDeferral is how long a job waits when the budget cannot be
+	// read: money fails closed. Default 30s.
+	UnreachableDeferral time.Duration
+	// ShutdownGrace is how long running jobs may finish after Run's context
+	// ends before their containers are stopped. Default 25s.
+	ShutdownGrace time.Duration
+	// JobsDir holds each job's /job folder (job.json) and, for jobs without a
+	// folder, its workspace. Default $TMPDIR/pi-dispatch/jobs.
+	JobsDir string
+	// Version is published in the registry row.
+	Version string
+	// Now is the local clock, used for pause windows and record times.
+	// Default time.Now.
+	Now func() time.Time
+	// Logger receives the worker's events. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (t Tuning) withDefaults() Tuning {
+	if t.LockTTL <= 0 {
+		t.LockTTL = 30 * time.Second
+	}
+	if t.StalledInterval <= 0 {
+		t.StalledInterval = 30 * time.Second
+	}
+	if t.BusyDeferral <= 0 {
+		t.BusyDeferral = 5 * time.Second
+	}
+	if t.UnreachableDeferral <= 0 {
+		t.UnreachableDeferral = 30 * time.Second
+	}
+	if t.ShutdownGrace <= 0 {
+		t.ShutdownGrace = 25 * time.Second
+	}
+	if t.JobsDir == "" {
+		t.JobsDir = filepath.Join(os.TempDir(), "pi-dispatch", "jobs")
+	}
+	if t.Now == nil {
+		t.Now = time.Now
+	}
+	if t.Logger == nil {
+		t.Logger = slog.Default()
+	}
+	return t
+}
+
+// ErrWorkerStarted is returned by a second call to Run.
+var ErrWorkerStarted = errors.New("dispatch: worker already ran")
+
+// Worker takes jobs off this host's queues, decides before spending anything
+// whether each may run here and now, runs exactly one container per job, and
+// records what happened. Build it with NewWorker and call Run once.
+type Worker struct {
+	cfg    Config
+	deps   Deps
+	tune   Tuning
+	log    *slog.Logger
+	limits ScopedLimits
+	pauses PauseWindows
+
+	slots chan struct{} // host-wide slots: PI_CONCURRENCY across every queue
+
+	mu       sync.Mutex
+	inFlight map[string]int // running jobs per scope key (folder mutex, scope concurrency)
+	started  bool
+
+	fetchFaulty bool // fetch failures are logged once per transition
+}
+
+// NewWorker checks the configuration and the dependencies and loads the
+// policy files. A problem here refuses boot: the error is a *ConfigError (or
+// ConfigErrors) when the configuration is at fault.
+func NewWorker(cfg Config, deps Deps, tune Tuning) (*Worker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	switch {
+	case len(deps.Queues) == 0:
+		return nil, errors.New("dispatch: Deps.Queues is empty")
+	case deps.Source == nil:
+		return nil, errors.New("dispatch: Deps.Source is nil")
+	case deps.Runtime == nil:
+		return nil, errors.New("dispatch: Deps.Runtime is nil")
+	case deps.Budget == nil:
+		return nil, errors.New("dispatch: Deps.Budget is nil")
+	}
+	tune = tune.withDefaults()
+	w := &Worker{
+		cfg:      cfg,
+		deps:     deps,
+		tune:     tune,
+		log:      tune.Logger.With("host", cfg.WorkerName),
+		slots:    make(chan struct{}, cfg.Concurrency),
+		inFlight: map[string]int{},
+	}
+	if cfg.ScopedLimitsFile != "" {
+		l, err := LoadScopedLimits(cfg.ScopedLimitsFile)
+		if err != nil {
+			return nil, &ConfigError{Var: "PI_SCOPED_LIMITS_FILE", Value: cfg.ScopedLimitsFile, Rule: err.Error()}
+		}
+		w.limits = l
+	}
+	if cfg.PauseWindowsFile != "" {
+		p, err := LoadPauseWindows(cfg.PauseWindowsFile)
+		if err != nil {
+			return nil, &ConfigError{Var: "PI_PAUSE_WINDOWS_FILE", Value: cfg.PauseWindowsFile, Rule: err.Error()}
+		}
+		w.pauses = p
+	}
+	return w, nil
+}
+
+// Run boots the worker and drains its queues until ctx ends, then shuts down
+// gracefully: it stops fetching, lets running jobs finish for up to
+// Tuning.ShutdownGrace, stops the containers of those still running, and
+// leaves the registry. It returns nil after a clean shutdown, or the error
+// that refused boot (a duplicate worker name: registry.ErrNameInUse).
+func (w *Worker) Run(ctx context.Context) error {
+	w.mu.Lock()
+	if w.started {
+		w.mu.Unlock()
+		return ErrWorkerStarted
+	}
+	w.started = true
+	w.mu.Unlock()
+
+	if err := os.MkdirAll(w.cfg.LogsDir, 0o750); err != nil {
+		return fmt.Errorf("logs dir %s: %w", w.cfg.LogsDir, err)
+	}
+	if err := os.MkdirAll(w.tune.JobsDir, 0o750); err != nil {
+		return fmt.Errorf("jobs dir %s: %w", w.tune.JobsDir, err)
+	}
+
+	// Boot order (ARCHITECTURE section 8): reaper, scope-claim sweep,
+	// registry, consumers, background parts, worker_started.
+	reaped := w.reap(ctx)
+	w.sweep(ctx, reaped)
+	if w.deps.Registry != nil {
+		if err := w.deps.Registry.Start(ctx); err != nil {
+			if errors.Is(err, registry.ErrNameInUse) {
+				return err
+			}
+			// Valkey down at boot never blocks it: the registry keeps beating.
+			w.log.Warn("host_registry_start_degraded", "err", err)
+		}
+	}
+
+	// jobsCtx outlives ctx by the shutdown grace: running jobs may finish.
+	jobsCtx, stopJobs := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopJobs()
+
+	var jobs, loops sync.WaitGroup
+	loops.Go(func() { w.stalledLoop(ctx, jobsCtx) })
+	for _, b := range w.deps.Background {
+		loops.Go(func() {
+			if err := b.Run(ctx); err != nil && ctx.Err() == nil {
+				w.log.Error("background_failed", "err", err)
+			}
+		})
+	}
+	w.log.Info("worker_started",
+		"concurrency", w.cfg.Concurrency,
+		"queues", w.queueNames(),
+		"declared", w.cfg.WorkerNameDeclared,
+		"reaped", reaped)
+
+	w.fetchLoop(ctx, jobsCtx, &jobs)
+
+	// Shutdown: nothing new is fetched; give running jobs their grace.
+	w.log.Info("worker_stopping", "grace", w.tune.ShutdownGrace.String())
+	done := make(chan struct{})
+	go func() { jobs.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(w.tune.ShutdownGrace):
+		w.log.Warn("worker_stopping_jobs", "reason", "shutdown grace passed")
+		stopJobs()
+		<-done
+	}
+	stopJobs()
+	loops.Wait()
+
+	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := w.deps.Source.Close(); err != nil {
+		w.log.Warn("queue_consumer_close_failed", "err", err)
+	}
+	if w.deps.Mirror != nil {
+		if err := w.deps.Mirror.Close(closeCtx); err != nil {
+			w.log.Warn("run_mirror_close_failed", "err", err)
+		}
+	}
+	if w.deps.Registry != nil {
+		if err := w.deps.Registry.Close(closeCtx); err != nil {
+			w.log.Warn("host_registry_leave_failed", "err", err)
+		}
+	}
+	w.log.Info("worker_stopped")
+	return nil
+}
+
+func (w *Worker) queueNames() []string {
+	names := make([]string, len(w.deps.Queues))
+	for i, q := range w.deps.Queues {
+		names[i] = q.Name()
+	}
+	return names
+}
+
+// reap removes this host's leftover job containers (a crash leaves them
+// behind) and reports whether it could prove there are none.
+func (w *Worker) reap(ctx context.Context) bool {
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	rep, err := w.deps.Runtime.Reap(rctx, w.cfg.WorkerName)
+	if err != nil || !rep.Enumerated {
+		w.log.Warn("reaper_skipped", "err", errString(err))
+		return false
+	}
+	if rep.Found > 0 {
+		w.log.Info("reaped_containers", "found", rep.Found, "removed", rep.Removed)
+	}
+	return rep.Enumerated && rep.Removed == rep.Found
+}
+
+// sweep deletes this host's scope claims left by a crash, only once the
+// reaper proved no job container of ours still runs.
+func (w *Worker) sweep(ctx context.Context, reaped bool) {
+	if !w.cfg.WorkerNameDeclared || w.deps.Leases == nil {
+		return
+	}
+	var rows []lease.ScopeRow
+	for _, l := range w.limits.Rows() {
+		if l.Concurrent > 0 {
+			rows = append(rows, lease.ScopeRow{Scope: l.Scope, Concurrent: l.Concurrent})
+		}
+	}
+	if _, err := w.deps.Leases.SweepOwnClaims(ctx, reaped, rows); err != nil {
+		w.log.Warn("scope_claims_sweep_failed", "err", err)
+	}
+}
+
+// fetchLoop takes a host slot, then a job, and runs the job in its own
+// goroutine; the slot is freed when the job's handling ends (a deferral
+// frees it at once). It returns when ctx ends.
+func (w *Worker) fetchLoop(ctx, jobsCtx context.Context, jobs *sync.WaitGroup) {
+	for {
+		select {
+		case w.slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		token := newToken()
+		q, job, err := w.deps.Source.Next(ctx, token)
+		if err != nil || job == nil {
+			<-w.slots
+			if ctx.Err() != nil {
+				return
+			}
+			w.fetchFailed(err)
+			select {
+			case <-time.After(time.Second):
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
+		w.fetchRestored()
+		jobs.Go(func() {
+			defer func() { <-w.slots }()
+			w.handle(jobsCtx, q, job, token)
+		})
+	}
+}
+
+func (w *Worker) fetchFailed(err error) {
+	w.mu.Lock()
+	first := !w.fetchFaulty
+	w.fetchFaulty = true
+	w.mu.Unlock()
+	if first {
+		w.log.Error("queue_fetch_failed", "err", errString(err))
+	}
+}
+
+func (w *Worker) fetchRestored() {
+	w.mu.Lock()
+	was := w.fetchFaulty
+	w.fetchFaulty = false
+	w.mu.Unlock()
+	if was {
+		w.log.Info("queue_fetch_restored")
+	}
+}
+
+// newToken is a lock token: unguessable, so only this process can complete
+// the job it holds.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
