@@ -118,6 +118,9 @@ type Deps struct {
 	Registry Registry
 	Leases   Leaser
 	Mirror   RunMirror
+	// Directory, when set with Registry, lets the worker re-home jobs
+	// stranded on the queue of a host whose row expired.
+	Directory Directory
 	// Background parts start after the consumers (cron reconcile, watches).
 	Background []Background
 }

@@ -34,6 +34,9 @@ type Tuning struct {
 	// ShutdownGrace is how long running jobs may finish after Run's context
 	// ends before their containers are stopped. Default 25s.
 	ShutdownGrace time.Duration
+	// RehomeInterval is how often stranded jobs on dead hosts' queues are
+	// re-homed. Default 60s.
+	RehomeInterval time.Duration
 	// JobsDir holds each job's /job folder (job.json) and, for jobs without a
 	// folder, its workspace. Default $TMPDIR/pi-dispatch/jobs.
 	JobsDir string
@@ -61,6 +64,9 @@ func (t Tuning) withDefaults() Tuning {
 	}
 	if t.ShutdownGrace <= 0 {
 		t.ShutdownGrace = 25 * time.Second
+	}
+	if t.RehomeInterval <= 0 {
+		t.RehomeInterval = time.Minute
 	}
 	if t.JobsDir == "" {
 		t.JobsDir = filepath.Join(os.TempDir(), "pi-dispatch", "jobs")
@@ -181,6 +187,7 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	var jobs, loops sync.WaitGroup
 	loops.Go(func() { w.stalledLoop(ctx, jobsCtx) })
+	loops.Go(func() { w.rehomeLoop(ctx) })
 	for _, b := range w.deps.Background {
 		loops.Go(func() {
 			if err := b.Run(ctx); err != nil && ctx.Err() == nil {

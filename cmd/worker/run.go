@@ -171,6 +171,11 @@ func buildStack(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, t
 		return fail(err)
 	}
 	deps.Registry = reg
+	dir, err := queue.NewDirectory(rc, queue.Config{})
+	if err != nil {
+		return fail(err)
+	}
+	deps.Directory = dir
 	if cfg.WorkerNameDeclared {
 		deps.Leases = lease.New(rc, cfg.WorkerName, lease.Config{Logger: tune.Logger})
 		deps.Mirror = dispatch.NewMirror(rc, dispatch.MirrorConfig{RetentionDays: cfg.LogRetentionDays, Host: cfg.WorkerName, Logger: tune.Logger})
