@@ -96,6 +96,22 @@ type Job struct {
 	Resume bool `json:"resume,omitempty"`
 	// ParentJobID is the job that asked for this chained child.
 	ParentJobID string `json:"parentJobId,omitempty"`
+	// SchedulerID names the cron trigger that fired a cron job.
+	SchedulerID string `json:"schedulerId,omitempty"`
+
+	// Agent settings from a trigger's run object. The worker does not act on
+	// them: they reach the job image in /job/job.json, and the agent in the
+	// image honours them (its model, turn and cost limits). They are
+	// validated here so junk never reaches the image.
+	Provider     string   `json:"provider,omitempty"`
+	Model        string   `json:"model,omitempty"`
+	Models       []string `json:"models,omitempty"`
+	MaxTurns     int      `json:"maxTurns,omitempty"`
+	MaxCostUSD   string   `json:"maxCostUsd,omitempty"`
+	Packages     *bool    `json:"packages,omitempty"`
+	ExcludeTools []string `json:"excludeTools,omitempty"`
+	SkillsDir    string   `json:"skillsDir,omitempty"`
+	GitHub       bool     `json:"github,omitempty"`
 
 	// Attempt is the delivery's attempt number (1 for the first). It is a fact of the
 	// queue, not of the job description, so it is never read from or written to the
@@ -228,6 +244,17 @@ func (j Job) validate() error {
 			return fieldErr("resume", "a job with a secrets profile cannot resume a session (the session would carry the secrets)")
 		}
 	}
+	if j.SchedulerID != "" {
+		if j.Kind != KindCron {
+			return fieldErr("schedulerId", "only a cron job has a scheduler")
+		}
+		if !validName(strings.NewReplacer("@", "-", "#", "-").Replace(j.SchedulerID)) {
+			return fieldErr("schedulerId", "must be letters, digits and . _ @ # - (at most %d bytes)", maxNameLen)
+		}
+	}
+	if err := j.validateAgent(); err != nil {
+		return err
+	}
 	if j.Kind == KindChain {
 		if j.ParentJobID == "" {
 			return fieldErr("parentJobId", "required for a chain job")
@@ -242,6 +269,85 @@ func (j Job) validate() error {
 		}
 	}
 	return nil
+}
+
+// Bounds of the agent settings.
+const (
+	maxAgentModels       = 16
+	maxAgentTurns        = 10000
+	maxAgentExcludeTools = 8
+)
+
+// validateAgent checks the agent settings' shapes: tokens without spaces or
+// control characters, bounded lists, an absolute skills folder, a positive
+// decimal cost.
+func (j Job) validateAgent() error {
+	token := func(field, s string) error {
+		if s == "" {
+			return nil
+		}
+		if len(s) > maxNameLen || strings.ContainsFunc(s, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+			return fieldErr(field, "must be 1-%d printable characters without spaces", maxNameLen)
+		}
+		return nil
+	}
+	if err := token("provider", j.Provider); err != nil {
+		return err
+	}
+	if err := token("model", j.Model); err != nil {
+		return err
+	}
+	if len(j.Models) > maxAgentModels {
+		return fieldErr("models", "at most %d models", maxAgentModels)
+	}
+	for i, m := range j.Models {
+		if m == "" {
+			return fieldErr(fmt.Sprintf("models[%d]", i), "empty")
+		}
+		if err := token(fmt.Sprintf("models[%d]", i), m); err != nil {
+			return err
+		}
+	}
+	if j.MaxTurns < 0 || j.MaxTurns > maxAgentTurns {
+		return fieldErr("maxTurns", "must be between 1 and %d", maxAgentTurns)
+	}
+	if j.MaxCostUSD != "" && !validCost(j.MaxCostUSD) {
+		return fieldErr("maxCostUsd", `must be a positive decimal string such as "2.50"`)
+	}
+	if len(j.ExcludeTools) > maxAgentExcludeTools {
+		return fieldErr("excludeTools", "at most %d tools", maxAgentExcludeTools)
+	}
+	for i, t := range j.ExcludeTools {
+		if !validName(t) {
+			return fieldErr(fmt.Sprintf("excludeTools[%d]", i), "must match %s", nameSyntax)
+		}
+	}
+	if j.SkillsDir != "" {
+		if rule := absCleanRule(j.SkillsDir); rule != "" {
+			return fieldErr("skillsDir", "%s", rule)
+		}
+	}
+	return nil
+}
+
+// validCost accepts 1-6 digits with up to 4 decimals, above zero.
+func validCost(s string) bool {
+	whole, frac, _ := strings.Cut(s, ".")
+	if whole == "" || len(whole) > 6 || len(frac) > 4 || strings.HasSuffix(s, ".") {
+		return false
+	}
+	nonzero := false
+	for _, part := range []string{whole, frac} {
+		for _, c := range part {
+			if c < '0' || c > '9' {
+				return false
+			}
+			if c != '0' {
+				nonzero = true
+			}
+		}
+	}
+	return nonzero
 }
 
 func validateWaitFor(conds []WaitCondition) error {

@@ -72,7 +72,10 @@ func TestParseJob_Invalid(t *testing.T) {
 		{"Trailing", `{"kind":"local"} {}`, "", "after the top-level value"},
 		{"Truncated", `{"kind":"local"`, "", ""},
 		{"InvalidUTF8", "{\"kind\":\"local\",\"task\":\"\xff\"}", "", "UTF-8"},
-		{"UnknownField", `{"kind":"local","folder":"/p","flow":"f","task":"t","maxCostUsd":"5"}`, "maxCostUsd", "unknown field"},
+		{"UnknownField", `{"kind":"local","folder":"/p","flow":"f","task":"t","maxCost":"5"}`, "maxCost", "unknown field"},
+		{"BadCost", `{"kind":"local","folder":"/p","flow":"f","task":"t","maxCostUsd":"0.0"}`, "maxCostUsd", "positive decimal"},
+		{"SchedulerOnLocal", `{"kind":"local","folder":"/p","flow":"f","task":"t","schedulerId":"n"}`, "schedulerId", "only a cron job"},
+		{"ModelSpace", `{"kind":"local","folder":"/p","flow":"f","task":"t","model":"a b"}`, "model", "printable"},
 		{"UnknownNested", `{"kind":"forge","repo":"a/b","flow":"f","task":"t","waitFor":[{"profile":"j","every":"1m"}]}`, "every", "unknown field"},
 		{"DuplicateKey", `{"kind":"local","folder":"/p","folder":"/q","flow":"f","task":"t"}`, `"folder"`, "duplicate key"},
 		{"DuplicateFoldedKey", `{"kind":"local","folder":"/p","Folder":"/q","flow":"f","task":"t"}`, `"Folder"`, "duplicate key"},
@@ -233,9 +236,9 @@ func ExampleLocalJobID() {
 func ExampleParseJob() {
 	j, err := dispatch.ParseJob([]byte(`{"kind":"forge","repo":"acme/web","flow":"review","task":"look","secretsProfile":"prod","waitFor":[{"profile":"jira","args":["WEB-1"]}]}`))
 	fmt.Println(err, j.Needs(), j.Scope())
-	_, err = dispatch.ParseJob([]byte(`{"kind":"forge","repo":"acme/web","flow":"review","task":"look","maxTurns":99}`))
+	_, err = dispatch.ParseJob([]byte(`{"kind":"forge","repo":"acme/web","flow":"review","task":"look","maxCost":99}`))
 	fmt.Println(err)
 	// Output:
 	// <nil> [s:prod w:jira] acme/web
-	// invalid job: maxTurns: unknown field
+	// invalid job: maxCost: unknown field
 }
