@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/capabilities"
+	"github.com/pidispatch/pidispatch/cronsync"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/lease"
 	"github.com/pidispatch/pidispatch/queue"
@@ -152,6 +153,15 @@ func buildStack(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, t
 		deps.Queues = append(deps.Queues, q)
 	}
 
+	// Cron: the triggers file is read before anything reaches Valkey; a file
+	// that does not parse refuses boot.
+	own, err := readTriggers(cfg)
+	if err != nil {
+		return fail(err)
+	}
+	tz := localZone()
+	live := cronsync.NewLiveSet(own, tz)
+
 	// The image digest is read once at boot, bounded: the registry publishes
 	// it so doctor can tell hosts running different builds apart.
 	digestCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -163,9 +173,9 @@ func buildStack(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, t
 		Concurrency: registry.Value(cfg.Concurrency),
 		Routes:      registry.Value(cfg.WorkerNameDeclared),
 		Caps:        registry.Value(capabilities.Serialize(capabilities.Tokens(keys(cfg.SecretProfiles), keys(cfg.WaitProfiles)))),
-		TZ:          registry.Value(localZone()),
-		FPCron:      registry.Value(""),
-		CronCount:   registry.Value(0),
+		TZ:          registry.Value(tz),
+		FPCron:      live.FPCron,
+		CronCount:   live.CronCount,
 	}, registry.Config{Version: tune.Version, Logger: tune.Logger})
 	if err != nil {
 		return fail(err)
@@ -179,6 +189,20 @@ func buildStack(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, t
 	if cfg.WorkerNameDeclared {
 		deps.Leases = lease.New(rc, cfg.WorkerName, lease.Config{Logger: tune.Logger})
 		deps.Mirror = dispatch.NewMirror(rc, dispatch.MirrorConfig{RetentionDays: cfg.LogRetentionDays, Host: cfg.WorkerName, Logger: tune.Logger})
+	}
+
+	if cfg.TriggersFile != "" {
+		// Schedulers live on this host's own queue when it has one, so hosts
+		// never prune each other's; the shared queue otherwise.
+		deps.Background = append(deps.Background, &cronPart{
+			path:     cfg.TriggersFile,
+			declared: cfg.WorkerNameDeclared,
+			store:    queues[len(queues)-1],
+			peers:    reg,
+			live:     live,
+			opts:     cronsync.Options{Host: cfg.WorkerName, TZ: tz, Logger: tune.Logger},
+			log:      log,
+		})
 	}
 
 	w, err := dispatch.NewWorker(cfg, deps, tune)

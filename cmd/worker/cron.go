@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"log/slog"
+
+	"github.com/pidispatch/pidispatch/cronsync"
+	"github.com/pidispatch/pidispatch/dispatch"
+)
+
+// cronPart is the worker's cron side: at boot, the gated reconcile of the
+// triggers file's cron entries into job schedulers on this host's queue (the
+// shared queue when no name is declared); then the triggers-file watch. It
+// runs as a dispatch.Background, after the consumers.
+type cronPart struct {
+	path     string
+	declared bool
+	store    cronsync.SchedulerStore
+	peers    cronsync.Peers
+	live     *cronsync.LiveSet
+	opts     cronsync.Options
+	log      *slog.Logger
+}
+
+var _ dispatch.Background = (*cronPart)(nil)
+
+// readTriggers reads PI_TRIGGERS_FILE at boot. A file that does not parse
+// refuses boot (exit 2) naming the trigger and field; a missing file starts
+// the worker with cron waiting for the file (nothing installed or pruned).
+func readTriggers(cfg dispatch.Config) (cronsync.Own, error) {
+	own := cronsync.ReadOwn(cfg.TriggersFile)
+	if own.Err != nil && !errors.Is(own.Err, fs.ErrNotExist) {
+		return own, &dispatch.ConfigError{Var: "PI_TRIGGERS_FILE", Value: cfg.TriggersFile, Rule: own.Err.Error()}
+	}
+	return own, nil
+}
+
+// reconcile installs the entries this host serves, if the fleet agrees.
+func (c *cronPart) reconcile(ctx context.Context, authored []cronsync.Entry) (cronsync.GateResult, error) {
+	own := cronsync.Own{Configured: true, Entries: authored}
+	served, unserved := cronsync.Served(authored, c.declared, cronsync.FolderExists)
+	for _, u := range unserved {
+		c.log.Info("schedule_unserved", "schedulerId", u.Entry.SchedulerID, "reason", u.Reason)
+	}
+	return cronsync.ReconcileGated(ctx, c.store, c.peers, own, served, c.opts)
+}
+
+// Run reconciles once, then watches the file until ctx ends.
+func (c *cronPart) Run(ctx context.Context) error {
+	own := c.live.Own()
+	if own.Err != nil {
+		c.log.Warn("schedules_file_missing", "reason", own.Err.Error(), "kept", true)
+	} else {
+		res, err := c.reconcile(ctx, own.Entries)
+		switch {
+		case err != nil:
+			c.log.Error("schedules_install_failed", "reason", err.Error())
+		case res.Refused != "":
+			c.log.Warn("schedules_install_refused", "refused", res.Refused, "peers", res.Peers)
+		default:
+			c.log.Info("schedules_installed", "installed", res.Result.Installed, "removed", res.Result.Removed)
+		}
+	}
+	w, err := cronsync.NewWatcher(c.path, cronsync.WatchConfig{Logger: c.log, Host: c.opts.Host, Live: c.live}, c.reconcile)
+	if err != nil {
+		return err
+	}
+	return w.Run(ctx)
+}
