@@ -313,11 +313,16 @@ func (w *Worker) takeScope(ctx context.Context, h *held) (release func(), ok boo
 // prepareDirs writes the job's public description to a fresh /job folder and
 // picks its workspace: the folder of a local job, else a fresh empty folder.
 func (w *Worker) prepareDirs(h *held) (jobDir, workspace string, cleanup func(), err error) {
-	base, err := os.MkdirTemp(w.tune.JobsDir, SanitizeJobID(h.job.ID)+"-")
+	base, err := os.MkdirTemp(w.jobsDir(), SanitizeJobID(h.job.ID)+"-")
 	if err != nil {
 		return "", "", nil, err
 	}
 	cleanup = func() { _ = os.RemoveAll(base) }
+	// Beside /job, not in it: the container never sees the lock token.
+	if err := writeHeldNote(base, heldNote{Queue: h.q.Name(), JobID: h.job.ID, Token: h.token}); err != nil {
+		cleanup()
+		return "", "", nil, err
+	}
 	jobDir = filepath.Join(base, "job")
 	if err := os.Mkdir(jobDir, 0o755); err != nil {
 		cleanup()
@@ -442,14 +447,15 @@ func (w *Worker) checkStalled(ctx context.Context) {
 			continue
 		}
 		for _, id := range st.Failed {
-			w.recordStalled(ctx, q, id)
+			w.recordStalled(ctx, q, id, "job_stalled")
 		}
 	}
 }
 
-// recordStalled writes the record of a job the stalled check failed. The
+// recordStalled writes the record of a job failed as stalled (by the
+// stalled check, or at boot as an orphan of this host) and logs event. The
 // record names the host that ran it when the queue knows.
-func (w *Worker) recordStalled(ctx context.Context, q JobQueue, id string) {
+func (w *Worker) recordStalled(ctx context.Context, q JobQueue, id, event string) {
 	rec := Record{
 		JobID:     id,
 		Kind:      KindManual,
@@ -484,7 +490,7 @@ func (w *Worker) recordStalled(ctx context.Context, q JobQueue, id string) {
 	if w.deps.Mirror != nil {
 		w.deps.Mirror.Go(rec)
 	}
-	w.log.Warn("job_stalled", "jobId", id, "queue", q.Name(), "ranOn", rec.Host)
+	w.log.Warn(event, "jobId", id, "queue", q.Name(), "ranOn", rec.Host)
 }
 
 func exitPtr(r runner.Result) *int {

@@ -37,8 +37,11 @@ type Tuning struct {
 	// RehomeInterval is how often stranded jobs on dead hosts' queues are
 	// re-homed. Default 60s.
 	RehomeInterval time.Duration
-	// JobsDir holds each job's /job folder (job.json) and, for jobs without a
-	// folder, its workspace. Default $TMPDIR/pi-dispatch/jobs.
+	// JobsDir holds, in a subfolder named after the worker, each job's /job
+	// folder (job.json), the note of the lock it holds and, for jobs without
+	// a folder, its workspace. A crash leaves them behind; the next boot
+	// under the same name fails the jobs they name and removes them.
+	// Default $TMPDIR/pi-dispatch/jobs.
 	JobsDir string
 	// Version is published in the registry row.
 	Version string
@@ -163,14 +166,15 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := os.MkdirAll(w.cfg.LogsDir, 0o750); err != nil {
 		return fmt.Errorf("logs dir %s: %w", w.cfg.LogsDir, err)
 	}
-	if err := os.MkdirAll(w.tune.JobsDir, 0o750); err != nil {
-		return fmt.Errorf("jobs dir %s: %w", w.tune.JobsDir, err)
+	if err := os.MkdirAll(w.jobsDir(), 0o750); err != nil {
+		return fmt.Errorf("jobs dir %s: %w", w.jobsDir(), err)
 	}
 
-	// Boot order (ARCHITECTURE section 8): reaper, scope-claim sweep,
-	// registry, consumers, background parts, worker_started.
-	reaped := w.reap(ctx)
-	w.sweep(ctx, reaped)
+	// Boot order (ARCHITECTURE section 8): registry, reaper, scope-claim
+	// sweep, orphaned jobs, consumers, background parts, worker_started.
+	// The name is claimed first: the reaper and the sweep act on everything
+	// that carries this name, so a duplicate refused only after them would
+	// already have removed the live holder's containers and claims.
 	if w.deps.Registry != nil {
 		if err := w.deps.Registry.Start(ctx); err != nil {
 			if errors.Is(err, registry.ErrNameInUse) {
@@ -180,6 +184,9 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.log.Warn("host_registry_start_degraded", "err", err)
 		}
 	}
+	reaped := w.reap(ctx)
+	w.sweep(ctx, reaped)
+	w.failOrphans(ctx, reaped)
 
 	// jobsCtx outlives ctx by the shutdown grace: running jobs may finish.
 	jobsCtx, stopJobs := context.WithCancel(context.WithoutCancel(ctx))

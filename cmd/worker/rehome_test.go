@@ -18,15 +18,17 @@ import (
 // row expired is moved to a live capable host and runs there; a folder job on
 // the same dead queue stays put.
 func TestRehomeStrandedProfileJob(t *testing.T) {
+	t.Parallel()
 	ensureImage(t)
 	db := livetest.Valkey(t)
 	resolver := filepath.Join(t.TempDir(), "resolve-prod")
 	if err := os.WriteFile(resolver, []byte("#!/bin/sh\necho TOKEN=rehome-secret\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	a := bootWorker(t, testEnv(t, db.URL, map[string]string{"PI_WORKER_NAME": "ra"}), dispatch.Tuning{})
-	b := bootWorker(t, testEnv(t, db.URL, map[string]string{"PI_WORKER_NAME": "rb", "PI_SECRET_PROFILES": "prod:" + resolver}), dispatch.Tuning{})
-	waitLive(t, db, "ra", "rb")
+	ra, rb := uniqueName("ra", db), uniqueName("rb", db)
+	a := bootWorker(t, testEnv(t, db.URL, map[string]string{"PI_WORKER_NAME": ra}), dispatch.Tuning{})
+	b := bootWorker(t, testEnv(t, db.URL, map[string]string{"PI_WORKER_NAME": rb, "PI_SECRET_PROFILES": "prod:" + resolver}), dispatch.Tuning{})
+	waitLive(t, db, ra, rb)
 
 	ctx := context.Background()
 	dead, err := queue.New(db.Client, queue.HostQueueName("rc"), queue.Config{})
@@ -47,11 +49,11 @@ func TestRehomeStrandedProfileJob(t *testing.T) {
 		t.Fatalf("Rehome moved %d (%v), want 1", moved, err)
 	}
 	rec := waitRecord(t, b.cfg.LogsDir, "gh-stranded-1", 60*time.Second)
-	if rec.Host != "rb" || rec.Outcome != dispatch.OutcomeCompleted {
+	if rec.Host != rb || rec.Outcome != dispatch.OutcomeCompleted {
 		t.Fatalf("re-homed job record %+v", rec)
 	}
-	if !strings.Contains(a.logs.String(), `"msg":"job_rehomed"`) || !strings.Contains(a.logs.String(), `"to":"pi-jobs@rb"`) {
-		t.Fatalf("no job_rehomed line to pi-jobs@rb in:\n%s", a.logs.String())
+	if !strings.Contains(a.logs.String(), `"msg":"job_rehomed"`) || !strings.Contains(a.logs.String(), `"to":"pi-jobs@`+rb+`"`) {
+		t.Fatalf("no job_rehomed line to pi-jobs@%s in:\n%s", rb, a.logs.String())
 	}
 	if j, err := dead.Get(ctx, "local-stays-1"); err != nil || j.State != queue.StateWaiting {
 		t.Fatalf("folder job must stay on its host's queue: %+v %v", j, err)

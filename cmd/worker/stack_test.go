@@ -66,6 +66,11 @@ func bootWorker(t *testing.T, getenv func(string) string, tune dispatch.Tuning) 
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Two undeclared workers in one test process would share the hostname's
+	// default name; a test gives each its own, still undeclared.
+	if name := getenv("TEST_DEFAULT_NAME"); name != "" && !cfg.WorkerNameDeclared {
+		cfg.WorkerName = name
+	}
 	logs := &syncBuffer{}
 	logger := slog.New(slog.NewJSONHandler(io.MultiWriter(logs, testWriter{t}), nil))
 	if tune.JobsDir == "" {
@@ -137,13 +142,15 @@ func ensureImage(t *testing.T) {
 // A local job runs in a container through the real stack; its record lands
 // with host, outcome and telemetry.
 func TestLocalJobRunsAndRecords(t *testing.T) {
+	t.Parallel()
 	ensureImage(t)
 	db := livetest.Valkey(t)
-	getenv := testEnv(t, db.URL, map[string]string{"PI_WORKER_NAME": "alpha"})
+	name := uniqueName("alpha", db)
+	getenv := testEnv(t, db.URL, map[string]string{"PI_WORKER_NAME": name})
 	w := bootWorker(t, getenv, dispatch.Tuning{})
 
 	folder := t.TempDir()
-	p, err := dispatch.NewProducer(db.Client, dispatch.ProducerConfig{WorkerName: "alpha", WorkerNameDeclared: true})
+	p, err := dispatch.NewProducer(db.Client, dispatch.ProducerConfig{WorkerName: name, WorkerNameDeclared: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,11 +158,11 @@ func TestLocalJobRunsAndRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.Queue != "pi-jobs@alpha" || !e.Added {
-		t.Fatalf("enqueued %+v, want a new job on pi-jobs@alpha", e)
+	if e.Queue != "pi-jobs@"+name || !e.Added {
+		t.Fatalf("enqueued %+v, want a new job on pi-jobs@%s", e, name)
 	}
 	rec := waitRecord(t, w.cfg.LogsDir, e.JobID, 60*time.Second)
-	if rec.Outcome != dispatch.OutcomeCompleted || rec.Reason != dispatch.ReasonCompleted || rec.Host != "alpha" {
+	if rec.Outcome != dispatch.OutcomeCompleted || rec.Reason != dispatch.ReasonCompleted || rec.Host != name {
 		t.Fatalf("record %+v", rec)
 	}
 	if rec.ExitCode == nil || *rec.ExitCode != 0 {

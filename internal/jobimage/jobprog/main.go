@@ -8,7 +8,8 @@
 // exits 0. The variables, applied in this order:
 //
 //	JOB_STDOUT_BYTES=N     print N bytes of filler lines first
-//	JOB_CHECK_ENV=NAME     print "env NAME present" or "env NAME absent" (never the value)
+//	JOB_CHECK_ENV=NAME     print "env NAME present" or "env NAME absent" (never the value),
+//	                       and add "checkedEnv":{"NAME":"present"|"absent"} to the exit line
 //	JOB_WRITE_FILE=NAME    write /workspace/NAME (base name only)
 //	JOB_IGNORE_TERM=1      ignore SIGTERM, so only a kill ends the job
 //	JOB_SLEEP=DURATION     sleep (Go duration syntax) before the exit line
@@ -92,12 +93,16 @@ func run(envLookup func(string) (string, bool), stdout, stderr io.Writer, p path
 		fmt.Fprintf(stdout, "job.json (%d bytes): %s\n", len(data), bytes.TrimSpace(data))
 	}
 
+	// checked is what the env check found, carried in the exit line too so a
+	// worker's run record (its telemetry) shows it without reading output.
+	var checked map[string]string
 	if name := getenv("JOB_CHECK_ENV"); name != "" {
+		state := "absent"
 		if _, ok := envLookup(name); ok {
-			fmt.Fprintf(stdout, "env %s present\n", name)
-		} else {
-			fmt.Fprintf(stdout, "env %s absent\n", name)
+			state = "present"
 		}
+		fmt.Fprintf(stdout, "env %s %s\n", name, state)
+		checked = map[string]string{name: state}
 	}
 
 	if name := getenv("JOB_WRITE_FILE"); name != "" {
@@ -129,6 +134,9 @@ func run(envLookup func(string) (string, bool), stdout, stderr io.Writer, p path
 	case "0":
 		line = ""
 	}
+	if line != "" && checked != nil {
+		line = withCheckedEnv(line, checked)
+	}
 	if line != "" {
 		if getenv("JOB_GLUE") == "1" {
 			fmt.Fprint(stdout, "text without a newline")
@@ -146,6 +154,16 @@ func run(envLookup func(string) (string, bool), stdout, stderr io.Writer, p path
 		code = n
 	}
 	return code
+}
+
+// withCheckedEnv adds "checkedEnv":{...} as the last field of the exit line
+// (an object ending in '}').
+func withCheckedEnv(line string, checked map[string]string) string {
+	b, err := json.Marshal(checked)
+	if err != nil {
+		return line
+	}
+	return strings.TrimSuffix(line, "}") + `,"checkedEnv":` + string(b) + "}"
 }
 
 // filler writes exactly n bytes of newline-terminated lines (the last one may

@@ -67,8 +67,9 @@ func TestKnobs(t *testing.T) {
 	if !strings.Contains(out, "env SECRET_TOKEN present\n") || strings.Contains(out, "s3cr3t") {
 		t.Fatalf("env check output wrong: %q", out)
 	}
-	if !strings.HasSuffix(out, "text without a newline"+telemetryLine+"\n") {
-		t.Fatalf("glued exit line missing: %q", out[len(out)-100:])
+	wantExit := `{"event":"exit","turns":3,"tokens":1234,"cost":0.05,"checkedEnv":{"SECRET_TOKEN":"present"}}`
+	if !strings.HasSuffix(out, "text without a newline"+wantExit+"\n") {
+		t.Fatalf("glued exit line with the env check missing: %q", out[len(out)-120:])
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "out.txt")); err != nil || len(b) == 0 {
 		t.Fatalf("workspace file (confined to the folder): %v", err)
@@ -77,6 +78,23 @@ func TestKnobs(t *testing.T) {
 	_, out, _ = runWith(t, map[string]string{"JOB_CHECK_ENV": "NOPE", "JOB_PRINT_EXIT_LINE": "0"}, paths{workspace: dir})
 	if !strings.Contains(out, "env NOPE absent") || strings.Contains(out, `"event"`) {
 		t.Fatalf("absent env / no exit line: %q", out)
+	}
+
+	// The default exit line carries the check too, and stays valid JSON.
+	_, out, _ = runWith(t, map[string]string{"JOB_CHECK_ENV": "NOPE"}, paths{workspace: dir})
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	last := lines[len(lines)-1]
+	var exit struct {
+		Event      string            `json:"event"`
+		CheckedEnv map[string]string `json:"checkedEnv"`
+	}
+	if err := json.Unmarshal([]byte(last), &exit); err != nil || exit.Event != "exit" || len(exit.CheckedEnv) != 1 || exit.CheckedEnv["NOPE"] != "absent" {
+		t.Fatalf("exit line %q: %+v (%v)", last, exit, err)
+	}
+	// Without the check the exit line is unchanged.
+	_, out, _ = runWith(t, map[string]string{"JOB_PRINT_EXIT_LINE": "1"}, paths{workspace: dir})
+	if !strings.HasSuffix(out, "\n"+telemetryLine+"\n") || strings.Contains(out, "checkedEnv") {
+		t.Fatalf("exit line without a check: %q", out)
 	}
 }
 
@@ -105,7 +123,7 @@ func TestTaskDirectives(t *testing.T) {
 	if code != 2 {
 		t.Fatalf("code %d, want 2 from the task directive", code)
 	}
-	if !strings.Contains(out, telemetryLine) || !strings.Contains(out, "env SECRET_TOKEN absent") {
+	if !strings.Contains(out, strings.TrimSuffix(telemetryLine, "}")+`,"checkedEnv":{"SECRET_TOKEN":"absent"}}`) || !strings.Contains(out, "env SECRET_TOKEN absent") {
 		t.Fatalf("stdout %q", out)
 	}
 	code, _, _ = runWith(t, map[string]string{"JOB_EXIT_CODE": "0"}, paths{jobFile: jobFile, workspace: dir})

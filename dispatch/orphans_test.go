@@ -1,0 +1,292 @@
+package dispatch
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/queue"
+	"github.com/pidispatch/pidispatch/registry"
+	"github.com/pidispatch/pidispatch/runner"
+)
+
+// orphanRuntime reaps as told and counts runs (it never runs a container).
+type orphanRuntime struct {
+	reap runner.ReapReport
+
+	mu   sync.Mutex
+	runs []string
+}
+
+var _ Runtime = (*orphanRuntime)(nil)
+
+func (r *orphanRuntime) Run(_ context.Context, spec runner.Spec) (runner.Result, error) {
+	r.mu.Lock()
+	r.runs = append(r.runs, spec.JobID)
+	r.mu.Unlock()
+	now := time.Now()
+	return runner.Result{ExitCode: 0, StartedAt: now, EndedAt: now}, nil
+}
+
+func (r *orphanRuntime) Reap(context.Context, string) (runner.ReapReport, error) { return r.reap, nil }
+
+func (r *orphanRuntime) ImagePresent(context.Context, string) (bool, error) { return true, nil }
+
+func (r *orphanRuntime) ImageDigest(context.Context, string) (string, error) { return "", nil }
+
+func (r *orphanRuntime) ran() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.runs...)
+}
+
+// orphanRegistry proves (or fails to prove) that this process holds its name.
+type orphanRegistry struct{ publishErr error }
+
+var _ Registry = (*orphanRegistry)(nil)
+
+func (r *orphanRegistry) Start(context.Context) error                       { return nil }
+func (r *orphanRegistry) Publish(context.Context) error                     { return r.publishErr }
+func (r *orphanRegistry) ReadLive(context.Context) ([]registry.Host, error) { return nil, nil }
+func (r *orphanRegistry) Close(context.Context) error                       { return nil }
+
+// orphanFixture is one worker name's queues and folders on a live Valkey.
+type orphanFixture struct {
+	db     *livetest.ValkeyDB
+	cfg    Config
+	tune   Tuning
+	shared *queue.Queue // as the worker's consumer sees it (processedBy = name)
+}
+
+func newOrphanFixture(t *testing.T) *orphanFixture {
+	t.Helper()
+	db := livetest.Valkey(t)
+	cfg := DefaultConfig()
+	cfg.WorkerName, cfg.WorkerNameDeclared = "orph", true
+	cfg.LogsDir = t.TempDir()
+	shared, err := queue.New(db.Client, queue.SharedQueue, queue.Config{WorkerName: cfg.WorkerName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &orphanFixture{db: db, cfg: cfg, tune: Tuning{JobsDir: t.TempDir()}, shared: shared}
+}
+
+// worker builds a Worker of the fixture's name over the shared queue.
+func (f *orphanFixture) worker(t *testing.T, rt Runtime, reg Registry, logs *bytes.Buffer) *Worker {
+	t.Helper()
+	consumer, err := queue.NewConsumer([]*queue.Queue{f.shared}, queue.ConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tune := f.tune
+	tune.Logger = slog.New(slog.DiscardHandler)
+	if logs != nil {
+		tune.Logger = slog.New(slog.NewJSONHandler(logs, nil))
+	}
+	w, err := NewWorker(f.cfg, Deps{
+		Queues:   []JobQueue{f.shared},
+		Source:   SourceFromConsumer(consumer),
+		Runtime:  rt,
+		Budget:   NewBudget(f.db.Client, BudgetConfig{}),
+		Registry: reg,
+	}, tune)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// leaveOrphan adds a job, takes it as a run of this worker does and writes
+// its folder (the held note with noteToken) exactly as a run does right
+// before its container starts; then the process "dies": nothing reports.
+func (f *orphanFixture) leaveOrphan(t *testing.T, id, noteToken string) (lockToken string) {
+	t.Helper()
+	ctx := context.Background()
+	data, _ := json.Marshal(Job{Kind: KindForge, Repo: "acme/orphan", Flow: "fix", Task: "t"})
+	if _, _, err := f.shared.Add(ctx, JobName, data, queue.AddOptions{JobID: id, Attempts: 3}); err != nil {
+		t.Fatal(err)
+	}
+	lockToken = "lock-" + id
+	job, err := f.shared.Fetch(ctx, lockToken)
+	if err != nil || job == nil || job.ID != id {
+		t.Fatalf("fetch %s: %v %v", id, job, err)
+	}
+	if noteToken == "" {
+		noteToken = lockToken
+	}
+	spec, err := ParseJob(job.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := f.worker(t, &orphanRuntime{}, &orphanRegistry{}, nil)
+	if err := os.MkdirAll(dead.jobsDir(), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	h := &held{q: f.shared, job: job, token: noteToken, spec: spec, rec: Record{Attempt: 1}}
+	if _, _, _, err := dead.prepareDirs(h); err != nil {
+		t.Fatal(err)
+	}
+	return lockToken
+}
+
+// boot runs a fresh worker of the same name until stop is called.
+func (f *orphanFixture) boot(t *testing.T, rt Runtime, reg Registry) (logs func() string, stop func()) {
+	t.Helper()
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	w := f.worker(t, rt, reg, nil)
+	w.log = slog.New(slog.NewJSONHandler(lockedWriter{&mu, &buf}, nil)).With("host", f.cfg.WorkerName)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Error("worker did not stop")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		started := strings.Contains(buf.String(), `"msg":"worker_started"`)
+		mu.Unlock()
+		if started {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no worker_started")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return func() string { mu.Lock(); defer mu.Unlock(); return buf.String() }, stop
+}
+
+type lockedWriter struct {
+	mu  *sync.Mutex
+	buf *bytes.Buffer
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.Write(p)
+}
+
+// A worker restarted under its name after a crash fails the job its dead
+// predecessor held at boot, as stalled and without a retry, records it, and
+// removes every folder the crash left; a note whose token no longer holds
+// the lock, a junk note and a folder without a note fail nothing.
+func TestRestartFailsOwnOrphansAtBoot(t *testing.T) {
+	f := newOrphanFixture(t)
+	f.leaveOrphan(t, "orphan-1", "")
+	f.leaveOrphan(t, "held-elsewhere", "not-the-lock-token")
+	jobsDir := filepath.Join(f.tune.JobsDir, f.cfg.WorkerName)
+	for name, note := range map[string]string{"junk-1": "\x00{not json", "empty-1": ""} {
+		if err := os.Mkdir(filepath.Join(jobsDir, name), 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if note != "" {
+			if err := os.WriteFile(filepath.Join(jobsDir, name, heldNoteName), []byte(note), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Another worker's folders on the same machine are not this worker's.
+	other := filepath.Join(f.tune.JobsDir, "other", "x-1")
+	if err := os.MkdirAll(other, 0o750); err != nil {
+		t.Fatal(err)
+	}
+
+	rt := &orphanRuntime{reap: runner.ReapReport{Enumerated: true, Found: 1, Removed: 1}}
+	began := time.Now()
+	logs, stop := f.boot(t, rt, &orphanRegistry{})
+
+	ctx := context.Background()
+	j, err := f.shared.Get(ctx, "orphan-1")
+	if err != nil || j.State != queue.StateFailed || j.FailedReason != ReasonStalled || j.AttemptsMade != 1 {
+		t.Fatalf("orphan after boot: %+v %v; want failed as stalled, one attempt, no retry", j, err)
+	}
+	if time.Since(began) > 5*time.Second {
+		t.Fatalf("the orphan took %s to fail", time.Since(began))
+	}
+	data, err := os.ReadFile(filepath.Join(f.cfg.LogsDir, "orphan-1.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec Record
+	if err := json.Unmarshal(data, &rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Outcome != OutcomeFailed || rec.Reason != ReasonStalled || rec.Host != "orph" || rec.Kind != KindForge || rec.Target != "acme/orphan" || rec.Attempt != 1 || rec.ExitCode != nil {
+		t.Fatalf("record %+v", rec)
+	}
+	if j, err := f.shared.Get(ctx, "held-elsewhere"); err != nil || j.State != queue.StateActive {
+		t.Fatalf("a job whose lock the note's token does not hold must be left alone: %+v %v", j, err)
+	}
+	if _, err := os.Stat(filepath.Join(f.cfg.LogsDir, "held-elsewhere.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a record for a job not failed: %v", err)
+	}
+	if left, _ := os.ReadDir(jobsDir); len(left) != 0 {
+		t.Fatalf("folders left in %s: %d", jobsDir, len(left))
+	}
+	if _, err := os.Stat(other); err != nil {
+		t.Fatalf("another worker's folder was touched: %v", err)
+	}
+	stop()
+	if n := strings.Count(logs(), `"msg":"job_orphan_failed"`); n != 1 {
+		t.Fatalf("%d job_orphan_failed lines, want 1:\n%s", n, logs())
+	}
+	if len(rt.ran()) != 0 {
+		t.Fatalf("jobs ran: %v", rt.ran())
+	}
+}
+
+// Without proof that no container of this name runs, or that this process
+// holds the name, the orphan and its folder are left to the stalled check.
+func TestOrphansLeftWithoutProof(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		reap runner.ReapReport
+		reg  Registry
+		why  string
+	}{
+		{"reaper-did-not-enumerate", runner.ReapReport{}, &orphanRegistry{}, "reaper"},
+		{"reaper-left-a-container", runner.ReapReport{Enumerated: true, Found: 1}, &orphanRegistry{}, "reaper"},
+		{"name-not-proven", runner.ReapReport{Enumerated: true}, &orphanRegistry{publishErr: registry.ErrUnreachable}, "name"},
+		{"no-registry", runner.ReapReport{Enumerated: true}, nil, "registry"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newOrphanFixture(t)
+			f.leaveOrphan(t, "orphan-2", "")
+			logs, stop := f.boot(t, &orphanRuntime{reap: tc.reap}, tc.reg)
+			stop()
+			if j, err := f.shared.Get(context.Background(), "orphan-2"); err != nil || j.State != queue.StateActive {
+				t.Fatalf("orphan: %+v %v; want still active", j, err)
+			}
+			if left, _ := os.ReadDir(filepath.Join(f.tune.JobsDir, f.cfg.WorkerName)); len(left) != 1 {
+				t.Fatalf("%d folders left, want the orphan's", len(left))
+			}
+			if !strings.Contains(logs(), `"msg":"orphaned_jobs_skipped"`) || !strings.Contains(logs(), tc.why) {
+				t.Fatalf("no orphaned_jobs_skipped line naming the %s:\n%s", tc.why, logs())
+			}
+		})
+	}
+}
