@@ -1,0 +1,200 @@
+// Package stack wires one concrete worker: Valkey for the queues and fleet
+// state, Docker for the job containers, the triggers file for cron. The
+// library (package dispatch) holds only interfaces; this is where the real
+// implementations meet, shared by cmd/worker, the CLI's demo and the tests.
+package stack
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/moby/moby/client"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pidispatch/pidispatch/capabilities"
+	"github.com/pidispatch/pidispatch/cronsync"
+	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/lease"
+	"github.com/pidispatch/pidispatch/queue"
+	"github.com/pidispatch/pidispatch/registry"
+	"github.com/pidispatch/pidispatch/runner"
+)
+
+// Stack is one concrete worker: Valkey for queues and fleet state, Docker for
+// containers. Close releases the clients after the Worker's Run returned.
+type Stack struct {
+	Worker   *dispatch.Worker
+	Valkey   *redis.Client
+	Docker   *client.Client
+	Registry *registry.Registry
+	Budget   *dispatch.Budget
+
+	closeOnce sync.Once
+}
+
+func (s *Stack) Close() {
+	s.closeOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.Budget.Close(ctx)
+		_ = s.Valkey.Close()
+		_ = s.Docker.Close()
+	})
+}
+
+// Build wires the concrete implementations (Valkey, Docker) into a
+// dispatch.Worker. It is the only place that does: cmd/worker, the demo and
+// the tests all boot workers through it.
+func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune dispatch.Tuning) (*Stack, error) {
+	opts, err := redis.ParseURL(cfg.ValkeyURL)
+	if err != nil {
+		return nil, &dispatch.ConfigError{Var: "VALKEY_URL", Value: dispatch.RedactURL(cfg.ValkeyURL), Rule: err.Error()}
+	}
+	if opts.Password == "" && cfg.ValkeyPassword != "" {
+		opts.Password = cfg.ValkeyPassword
+	}
+	// Every call the worker makes is bounded by its caller; a dead server must
+	// not queue commands forever.
+	opts.DialTimeout = 2 * time.Second
+	opts.MaxRetries = 1
+	rc := redis.NewClient(opts)
+
+	dc, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		_ = rc.Close()
+		return nil, fmt.Errorf("docker client: %w", err)
+	}
+	fail := func(err error) (*Stack, error) {
+		_ = rc.Close()
+		_ = dc.Close()
+		return nil, err
+	}
+
+	if tune.Logger == nil {
+		tune.Logger = logger
+	}
+	log := tune.Logger.With("host", cfg.WorkerName)
+
+	// Components that stamp the host themselves get the bare logger.
+	runtime, err := runner.NewDocker(dc, runner.Config{
+		Memory: cfg.JobMemory, CPUs: cfg.JobCPUs, Timeout: cfg.JobTimeout, Logger: tune.Logger,
+	})
+	if err != nil {
+		return fail(err)
+	}
+
+	qcfg := queue.Config{LockTTL: tune.LockTTL, WorkerName: cfg.WorkerName, Logger: log}
+	shared, err := queue.New(rc, queue.SharedQueue, qcfg)
+	if err != nil {
+		return fail(err)
+	}
+	queues := []*queue.Queue{shared}
+	if cfg.WorkerNameDeclared {
+		host, err := queue.New(rc, queue.HostQueueName(cfg.WorkerName), qcfg)
+		if err != nil {
+			return fail(err)
+		}
+		queues = append(queues, host)
+	}
+	consumer, err := queue.NewConsumer(queues, queue.ConsumerConfig{})
+	if err != nil {
+		return fail(err)
+	}
+	budget := dispatch.NewBudget(rc, dispatch.BudgetConfig{DailyCap: cfg.DailyCap, WeeklyCap: cfg.WeeklyCap, Host: cfg.WorkerName, Logger: tune.Logger})
+	deps := dispatch.Deps{
+		Source:  dispatch.SourceFromConsumer(consumer),
+		Runtime: runtime,
+		Budget:  budget,
+	}
+	for _, q := range queues {
+		deps.Queues = append(deps.Queues, q)
+	}
+
+	// Cron: the triggers file is read before anything reaches Valkey; a file
+	// that does not parse refuses boot.
+	own, err := readTriggers(cfg)
+	if err != nil {
+		return fail(err)
+	}
+	tz := localZone()
+	live := cronsync.NewLiveSet(own, tz)
+
+	// The image digest is read once at boot, bounded: the registry publishes
+	// it so doctor can tell hosts running different builds apart.
+	digestCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	digest, _ := runtime.ImageDigest(digestCtx, cfg.JobImage)
+	cancel()
+	reg, err := registry.New(rc, cfg.WorkerName, registry.Facts{
+		Image:       registry.Value(cfg.JobImage),
+		ImageDigest: registry.Value(digest),
+		Concurrency: registry.Value(cfg.Concurrency),
+		Routes:      registry.Value(cfg.WorkerNameDeclared),
+		Caps:        registry.Value(capabilities.Serialize(capabilities.Tokens(keys(cfg.SecretProfiles), keys(cfg.WaitProfiles)))),
+		TZ:          registry.Value(tz),
+		FPCron:      live.FPCron,
+		CronCount:   live.CronCount,
+	}, registry.Config{Version: tune.Version, Logger: tune.Logger})
+	if err != nil {
+		return fail(err)
+	}
+	deps.Registry = reg
+	dir, err := queue.NewDirectory(rc, queue.Config{})
+	if err != nil {
+		return fail(err)
+	}
+	deps.Directory = dir
+	if cfg.WorkerNameDeclared {
+		deps.Leases = lease.New(rc, cfg.WorkerName, lease.Config{Logger: tune.Logger})
+		deps.Mirror = dispatch.NewMirror(rc, dispatch.MirrorConfig{RetentionDays: cfg.LogRetentionDays, Host: cfg.WorkerName, Logger: tune.Logger})
+	}
+
+	if cfg.TriggersFile != "" {
+		// Schedulers live on this host's own queue when it has one, so hosts
+		// never prune each other's; the shared queue otherwise.
+		deps.Background = append(deps.Background, &cronPart{
+			path:     cfg.TriggersFile,
+			declared: cfg.WorkerNameDeclared,
+			store:    queues[len(queues)-1],
+			peers:    reg,
+			live:     live,
+			opts:     cronsync.Options{Host: cfg.WorkerName, TZ: tz, Logger: tune.Logger},
+			log:      log,
+		})
+	}
+
+	w, err := dispatch.NewWorker(cfg, deps, tune)
+	if err != nil {
+		return fail(err)
+	}
+	return &Stack{Worker: w, Valkey: rc, Docker: dc, Registry: reg, Budget: budget}, nil
+}
+
+func keys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// localZone is this host's IANA zone name for the registry: TZ when set,
+// else the target of /etc/localtime, else UTC.
+func localZone() string {
+	if tz := os.Getenv("TZ"); tz != "" {
+		return strings.TrimPrefix(tz, ":")
+	}
+	if target, err := os.Readlink("/etc/localtime"); err == nil {
+		if i := strings.Index(target, "zoneinfo/"); i >= 0 {
+			return filepath.ToSlash(target[i+len("zoneinfo/"):])
+		}
+	}
+	return "UTC"
+}
