@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -264,11 +266,23 @@ func (h *countingHook) take() []string {
 
 func TestConsumer_IdleIssuesAboutOneCommandPerSecond(t *testing.T) {
 	t.Parallel()
-	db := livetest.Valkey(t)
-	opts, err := redis.ParseURL(db.URL)
-	require.NoError(t, err)
-	client := redis.NewClient(opts) // only the consumer's commands go through it
-	defer client.Close()
+	// A private server: INFO commandstats there counts this consumer's
+	// commands and no other test's.
+	srv := livetest.StartServer(t)
+	admin := srv.Client() // INFO only
+	client := srv.Client()
+	// Two pooled connections, as a consumer has after its first pass: one
+	// it holds to wait on, one its fetches use. Otherwise the second is
+	// dialled at the first fetch after a wait, inside the window.
+	var warm []*redis.Conn
+	for range 2 {
+		conn := client.Conn()
+		require.NoError(t, conn.Ping(testCtx(t)).Err())
+		warm = append(warm, conn)
+	}
+	for _, conn := range warm {
+		require.NoError(t, conn.Close())
+	}
 	hook := &countingHook{}
 	client.AddHook(hook)
 	a, err := queue.New(client, queue.SharedQueue, queue.Config{})
@@ -282,22 +296,60 @@ func TestConsumer_IdleIssuesAboutOneCommandPerSecond(t *testing.T) {
 	results, wait := consume(ctx, c)
 	defer func() { cancel(); wait() }()
 
+	// Start-up is not idle cost: connection setup, the first fetch of each
+	// queue (EVALSHA, then EVAL on the fresh server) and CLIENT ID for the
+	// blocking connection happen once. Measure from the first BZPOPMIN on.
+	var startup []string
+	require.Eventually(t, func() bool {
+		startup = append(startup, hook.take()...)
+		return slices.Contains(startup, "bzpopmin")
+	}, 5*time.Second, 5*time.Millisecond, "the consumer goes to sleep on the markers")
+	time.Sleep(50 * time.Millisecond) // the BZPOPMIN reaches the server
+	startup = append(startup, hook.take()...)
+	before := commandCalls(t, admin) // also sets up admin's connection
+
 	const window = 6 * time.Second
 	time.Sleep(window)
-	all := hook.take()
-	// Connection setup (HELLO, SELECT, CLIENT SETINFO/ID) happens once per
-	// connection, not per idle second; everything else is polling cost.
-	var cmds []string
-	for _, name := range all {
-		if !slices.Contains([]string{"hello", "select", "client", "auth"}, name) {
-			cmds = append(cmds, name)
+	after := commandCalls(t, admin)
+	sent := hook.take()
+	ran := callsBetween(before, after)
+
+	// commandstats also counts the commands a script runs. Calibrate what
+	// one idle pass (a fetch of each empty queue) runs inside its scripts,
+	// and count a script call as one command.
+	calBefore := commandCalls(t, admin)
+	require.Nil(t, fetchNone(t, a))
+	require.Nil(t, fetchNone(t, b))
+	pass := callsBetween(calBefore, commandCalls(t, admin))
+	hook.take()
+	require.Equal(t, int64(2), pass["evalsha"], "calibration: %v", pass)
+	passes := ran["evalsha"] / 2
+	received := map[string]int64{}
+	total := int64(0)
+	for name, n := range ran {
+		if name != "evalsha" {
+			n -= passes * pass[name] // run by the scripts of the idle passes
+		}
+		if n != 0 {
+			received[name] = n
+			total += n
 		}
 	}
-	t.Logf("idle consumer of 2 queues sent %d commands in %v: %v (with connection setup: %v)", len(cmds), window, cmds, all)
-	// At start: 2 fetches and a BZPOPMIN; at 5s (BlockTimeout): the same.
-	require.GreaterOrEqual(t, len(cmds), 3, "the consumer is alive")
-	require.LessOrEqual(t, len(cmds), 6, "about one command per second while idle")
-	for _, name := range cmds {
+	t.Logf("idle consumer of 2 queues over %v: the server received %d commands %v (ran %v with the scripts' own; one idle pass runs %v); the client sent %v (start-up: %v)",
+		window, total, received, ran, pass, sent, startup)
+	// In the window: the BZPOPMIN that was asleep times out after
+	// BlockTimeout (5s), then one fetch per queue; the next BZPOPMIN is
+	// still asleep when the window ends (a blocked command is counted when
+	// it returns).
+	require.GreaterOrEqual(t, total, int64(3), "the consumer is alive")
+	require.LessOrEqual(t, total, int64(8), "about one command per second while idle")
+	for name := range received {
+		require.Contains(t, []string{"evalsha", "bzpopmin"}, name, "only fetches and the wait reach the server")
+	}
+	// The client's view (the hook) agrees: it also sees the BZPOPMIN still
+	// asleep, and would see a command the server rejected.
+	require.LessOrEqual(t, len(sent), 8)
+	for _, name := range sent {
 		require.Contains(t, []string{"evalsha", "bzpopmin"}, name)
 	}
 	select {
@@ -305,4 +357,49 @@ func TestConsumer_IdleIssuesAboutOneCommandPerSecond(t *testing.T) {
 		t.Fatalf("idle consumer returned %+v", got)
 	default:
 	}
+}
+
+// fetchNone fetches from q, which must be empty.
+func fetchNone(t *testing.T, q *queue.Queue) *queue.Job {
+	t.Helper()
+	job, err := q.Fetch(testCtx(t), "calibration")
+	require.NoError(t, err)
+	return job
+}
+
+// callsBetween is after minus before, per command, leaving out INFO.
+func callsBetween(before, after map[string]int64) map[string]int64 {
+	out := map[string]int64{}
+	for name, n := range after {
+		if d := n - before[name]; name != "info" && d != 0 {
+			out[name] = d
+		}
+	}
+	return out
+}
+
+// commandCalls reads INFO commandstats: per command, the calls the server
+// ran plus those it rejected before running them.
+func commandCalls(t *testing.T, c *redis.Client) map[string]int64 {
+	t.Helper()
+	raw, err := c.Info(testCtx(t), "commandstats").Result()
+	require.NoError(t, err)
+	out := map[string]int64{}
+	for line := range strings.SplitSeq(raw, "\n") {
+		name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
+		name, isStat := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !isStat {
+			continue
+		}
+		for field := range strings.SplitSeq(stats, ",") {
+			k, v, _ := strings.Cut(field, "=")
+			if k == "calls" || k == "rejected_calls" {
+				n, err := strconv.ParseInt(v, 10, 64)
+				require.NoError(t, err, "INFO commandstats line %q", line)
+				out[name] += n
+			}
+		}
+	}
+	require.NotEmpty(t, out, "INFO commandstats: %q", raw)
+	return out
 }

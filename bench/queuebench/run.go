@@ -1,0 +1,325 @@
+// Package queuebench measures our queue (package queue) against BullMQ and
+// asynq on one redis-server: throughput of no-op jobs at a fixed
+// concurrency, pickup latency with an idle consumer, and how close ours
+// comes to the server's own ceiling for script calls. cmd/queuebench runs it.
+package queuebench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Systems compared, in report order.
+const (
+	SystemOurs   = "ours"
+	SystemBullMQ = "bullmq"
+	SystemAsynq  = "asynq"
+)
+
+// Defaults of Config.
+const (
+	DefaultJobs            = 20000
+	DefaultConcurrency     = 16
+	DefaultLatencyJobs     = 500
+	DefaultSpacing         = 2 * time.Millisecond
+	DefaultCeilingDuration = 2 * time.Second
+	DefaultNodeDir         = "bullmq"
+	DefaultPhaseTimeout    = 2 * time.Minute
+)
+
+// Config tunes Run. The zero value runs the full bench on a private server.
+type Config struct {
+	// ValkeyURL is the server to use. Its database must be empty; it is
+	// flushed before and after each measurement. Empty (the default): start
+	// a private redis-server on a free loopback port and stop it at the end.
+	ValkeyURL string
+	// Jobs is the number of no-op jobs each system drains. Default 20000.
+	Jobs int
+	// Concurrency is the number of jobs each system runs at once. Default 16.
+	Concurrency int
+	// LatencyJobs is the number of jobs added one at a time to an idle
+	// consumer to measure pickup latency. Default 500.
+	LatencyJobs int
+	// Spacing is the pause between two latency jobs. Default 2ms.
+	Spacing time.Duration
+	// CeilingDuration is how long the trivial EVALSHA rate is measured.
+	// Default 2s.
+	CeilingDuration time.Duration
+	// NodeDir holds bench.js and its node_modules. Default "bullmq" (run
+	// from bench/).
+	NodeDir string
+	// Systems to measure; default all three. The ceiling is measured when
+	// ours is.
+	Systems []string
+	// PhaseTimeout bounds each measurement. Default 2 minutes.
+	PhaseTimeout time.Duration
+	// AutoPipeline, an experiment: our handler slots complete and fetch
+	// through go-redis's AutoPipeliner (an EXPERIMENTAL go-redis API), so
+	// concurrent slots share round trips. Default off: a plain client.
+	AutoPipeline bool
+	// CPUProfile, when set, receives a CPU profile of this process while
+	// our queue drains.
+	CPUProfile io.Writer
+	// Logger receives one event per finished measurement. Default discards.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Jobs == 0 {
+		c.Jobs = DefaultJobs
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.LatencyJobs == 0 {
+		c.LatencyJobs = DefaultLatencyJobs
+	}
+	if c.Spacing == 0 {
+		c.Spacing = DefaultSpacing
+	}
+	if c.CeilingDuration == 0 {
+		c.CeilingDuration = DefaultCeilingDuration
+	}
+	if c.NodeDir == "" {
+		c.NodeDir = DefaultNodeDir
+	}
+	if len(c.Systems) == 0 {
+		c.Systems = []string{SystemOurs, SystemBullMQ, SystemAsynq}
+	}
+	if c.PhaseTimeout == 0 {
+		c.PhaseTimeout = DefaultPhaseTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case c.Jobs < 0 || c.Jobs > 10_000_000:
+		return c, errors.New("queuebench: Jobs must be within 1..10000000")
+	case c.Concurrency < 0 || c.Concurrency > 1024:
+		return c, errors.New("queuebench: Concurrency must be within 1..1024")
+	case c.LatencyJobs < 0 || c.LatencyJobs > 100_000:
+		return c, errors.New("queuebench: LatencyJobs must be within 1..100000")
+	case c.Spacing < 0 || c.CeilingDuration < 0 || c.PhaseTimeout < 0:
+		return c, errors.New("queuebench: negative duration")
+	}
+	for _, s := range c.Systems {
+		if s != SystemOurs && s != SystemBullMQ && s != SystemAsynq {
+			return c, fmt.Errorf("queuebench: unknown system %q (use %s, %s, %s)", s, SystemOurs, SystemBullMQ, SystemAsynq)
+		}
+	}
+	return c, nil
+}
+
+// Throughput is one system's drain of Jobs no-op jobs.
+type Throughput struct {
+	Jobs int
+	// Enqueue is how long adding the jobs took (not part of JobsPerSec).
+	Enqueue time.Duration
+	// Drain runs from the first fetch (the consumer's start) to the last
+	// completion the system acknowledged.
+	Drain time.Duration
+	// Server is the server's work during the drain.
+	Server ServerWork
+}
+
+// JobsPerSec is Jobs over Drain.
+func (t Throughput) JobsPerSec() float64 {
+	if t.Drain <= 0 {
+		return 0
+	}
+	return float64(t.Jobs) / t.Drain.Seconds()
+}
+
+// Result is one system's figures.
+type Result struct {
+	System     string
+	Throughput Throughput
+	Latency    Latency
+}
+
+// Ceiling is the server's rate for a trivial script call, and ours
+// against it.
+type Ceiling struct {
+	Clients       int
+	EvalshaPerSec float64
+	// CallsPerJob is the commands our worker's client sent per job while
+	// draining (go-redis hook), Calls their breakdown.
+	CallsPerJob float64
+	Calls       map[string]int64
+	// JobsPerSec is EvalshaPerSec / CallsPerJob; Fraction is ours over it.
+	JobsPerSec float64
+	Fraction   float64
+}
+
+// OursDrain is what ours sent and spent while draining.
+type OursDrain struct {
+	// ClientCPU is the bench process's CPU time (the worker's client side).
+	ClientCPU time.Duration
+}
+
+// Report is the outcome of Run.
+type Report struct {
+	Server        string // host:port
+	Private       bool   // a redis-server started by the bench
+	ServerVersion string
+	Jobs          int
+	Concurrency   int
+	LatencyJobs   int
+	Spacing       time.Duration
+	Results       []Result
+	Ceiling       *Ceiling   // nil unless ours was measured
+	OursDrain     *OursDrain // nil unless ours was measured
+}
+
+// Result returns the named system's result, or nil.
+func (r *Report) Result(system string) *Result {
+	for i := range r.Results {
+		if r.Results[i].System == system {
+			return &r.Results[i]
+		}
+	}
+	return nil
+}
+
+// Run measures each configured system in turn on one server (each in an
+// empty database) and returns the report.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if slices.Contains(cfg.Systems, SystemBullMQ) {
+		if err := checkBullMQ(cfg.NodeDir); err != nil {
+			return nil, err
+		}
+	}
+	rep := &Report{Jobs: cfg.Jobs, Concurrency: cfg.Concurrency, LatencyJobs: cfg.LatencyJobs, Spacing: cfg.Spacing}
+	url := cfg.ValkeyURL
+	if url == "" {
+		srv, err := StartServer(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer srv.Close()
+		url, rep.Private = srv.URL(), true
+	}
+	admin, err := newClient(url, 2)
+	if err != nil {
+		return nil, fmt.Errorf("valkey URL: %w", err)
+	}
+	defer admin.Close()
+	rep.Server = admin.Options().Addr
+	if rep.ServerVersion, err = serverVersion(ctx, admin); err != nil {
+		return nil, err
+	}
+	if n, err := admin.DBSize(ctx).Result(); err != nil {
+		return nil, fmt.Errorf("dbsize: %w", err)
+	} else if n != 0 {
+		return nil, fmt.Errorf("queuebench: database %d of %s holds %d keys; give an empty one (it is flushed between runs)", admin.Options().DB, rep.Server, n)
+	}
+	flush := func() error {
+		if err := admin.FlushDB(ctx).Err(); err != nil {
+			return fmt.Errorf("flushdb: %w", err)
+		}
+		return nil
+	}
+	// measure runs one phase in an empty database and leaves it empty.
+	measure := func(system, phase string, fn func() error) error {
+		if err := flush(); err != nil {
+			return err
+		}
+		start := time.Now()
+		if err := fn(); err != nil {
+			return fmt.Errorf("%s %s: %w", system, phase, err)
+		}
+		cfg.Logger.Info("bench_phase_done", "system", system, "phase", phase, "took", time.Since(start).Round(time.Millisecond))
+		return flush()
+	}
+
+	for _, system := range cfg.Systems {
+		res := Result{System: system}
+		var tp func() error
+		var lat func() ([]time.Duration, error)
+		switch system {
+		case SystemOurs:
+			tp = func() error {
+				r, err := oursThroughput(ctx, url, cfg, cfg.CPUProfile)
+				if err != nil {
+					return err
+				}
+				res.Throughput = r.Throughput
+				rep.Ceiling = &Ceiling{Clients: cfg.Concurrency, Calls: r.Calls, CallsPerJob: float64(sum(r.Calls)) / float64(r.Jobs)}
+				rep.OursDrain = &OursDrain{ClientCPU: r.ClientCPU}
+				return nil
+			}
+			lat = func() ([]time.Duration, error) { return oursLatency(ctx, url, cfg) }
+		case SystemBullMQ:
+			tp = func() (err error) { res.Throughput, err = bullmqThroughput(ctx, url, cfg); return err }
+			lat = func() ([]time.Duration, error) { return bullmqLatency(ctx, url, cfg) }
+		case SystemAsynq:
+			tp = func() (err error) { res.Throughput, err = asynqThroughput(ctx, url, cfg); return err }
+			lat = func() ([]time.Duration, error) { return asynqLatency(ctx, url, cfg) }
+		}
+		if err := measure(system, "throughput", tp); err != nil {
+			return rep, err
+		}
+		err := measure(system, "latency", func() error {
+			samples, err := lat()
+			res.Latency = summarize(samples)
+			return err
+		})
+		if err != nil {
+			return rep, err
+		}
+		rep.Results = append(rep.Results, res)
+		cfg.Logger.Info("bench_system_done", "system", system,
+			"jobs_per_sec", int(res.Throughput.JobsPerSec()), "p50", res.Latency.P50, "p99", res.Latency.P99)
+	}
+
+	if rep.Ceiling != nil {
+		err := measure("server", "ceiling", func() error {
+			rate, err := evalshaRate(ctx, url, cfg.Concurrency, cfg.CeilingDuration)
+			if err != nil {
+				return err
+			}
+			c := rep.Ceiling
+			c.EvalshaPerSec = rate
+			if c.CallsPerJob > 0 {
+				c.JobsPerSec = rate / c.CallsPerJob
+				c.Fraction = rep.Result(SystemOurs).Throughput.JobsPerSec() / c.JobsPerSec
+			}
+			return nil
+		})
+		if err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+// serverVersion reads "redis 7.0.15" or "valkey 8.1.0" from INFO server.
+func serverVersion(ctx context.Context, c *redis.Client) (string, error) {
+	raw, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return "", fmt.Errorf("info server: %w", err)
+	}
+	version := ""
+	for line := range strings.SplitSeq(raw, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		switch k {
+		case "valkey_version":
+			return "valkey " + v, nil
+		case "redis_version":
+			version = "redis " + v
+		}
+	}
+	return version, nil
+}
