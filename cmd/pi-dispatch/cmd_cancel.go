@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/pidispatch/pidispatch/dispatch"
+)
+
+func init() {
+	register(command{name: "cancel", summary: "remove a queued job, or stop a running one through its worker", run: runCancel})
+}
+
+const cancelUsage = "usage: pi-dispatch cancel [--wait 10s] <jobId>"
+
+func runCancel(ctx context.Context, e env, args []string) int {
+	fs := flag.NewFlagSet("cancel", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	wait := fs.Duration("wait", dispatch.DefaultCancelWait, "how long to wait for the worker running the job to acknowledge")
+	// Flags may come before or after the job id.
+	var ids []string
+	rest := args
+	for {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fmt.Fprintln(e.stdout, cancelUsage)
+				return exitOK
+			}
+			fmt.Fprintf(e.stderr, "pi-dispatch cancel: %v (%s)\n", err, cancelUsage)
+			return exitUsage
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		ids = append(ids, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+	if len(ids) != 1 {
+		fmt.Fprintf(e.stderr, "pi-dispatch cancel: want exactly one job id, got %d (%s)\n", len(ids), cancelUsage)
+		return exitUsage
+	}
+	if *wait <= 0 {
+		fmt.Fprintf(e.stderr, "pi-dispatch cancel: --wait must be positive (%s)\n", cancelUsage)
+		return exitUsage
+	}
+	id := ids[0]
+	client, url, code := ksConnect(e, "cancel")
+	if code != exitOK {
+		return code
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(ctx, ksCommandTimeout+*wait)
+	defer cancel()
+
+	res, err := dispatch.Cancel(ctx, client, id, *wait)
+	switch {
+	case errors.Is(err, dispatch.ErrInvalidJobID):
+		fmt.Fprintf(e.stderr, "pi-dispatch %v\n", err)
+		return exitUsage
+	case err != nil && isReply(err):
+		fmt.Fprintf(e.stderr, "could not cancel %s at %s\n  %v\n", id, url, err)
+		return exitFailure
+	case err != nil:
+		return ksUnreachable(e.stderr, url, err)
+	}
+	switch res.Where {
+	case dispatch.CancelRemoved:
+		fmt.Fprintf(e.stdout, "cancelled %s: removed from %s (it was %s; it had not started, so no run record is written)\n", id, res.Queue, res.State)
+		return exitOK
+	case dispatch.CancelRunningStopped:
+		host := res.Host
+		if host == "" {
+			host = "(an unnamed worker)"
+		}
+		fmt.Fprintf(e.stdout, "cancelled %s: stopped on host %s (%s); its run record says operator-cancel\n", id, host, res.Queue)
+		return exitOK
+	case dispatch.CancelNotFound:
+		fmt.Fprintf(e.stderr, "no job %s on any queue — nothing changed\n", id)
+	case dispatch.CancelFinished:
+		fmt.Fprintf(e.stderr, "job %s already finished (%s) on %s — nothing changed\n", id, res.State, res.Queue)
+	case dispatch.CancelSchedulerRun:
+		fmt.Fprintf(e.stderr, "job %s is the pending run of scheduler %s on %s — nothing changed; remove the trigger (its cron entry) to stop it\n", id, res.SchedulerID, res.Queue)
+	case dispatch.CancelTimeout:
+		fmt.Fprintf(e.stderr, "no worker acknowledged the cancel of running job %s on %s within %s — request withdrawn, nothing changed\n", id, res.Queue, *wait)
+	case dispatch.CancelUnconfirmed:
+		fmt.Fprintf(e.stderr, "a worker took the cancel request for running job %s on %s but did not acknowledge it within %s — it was probably stopped; check its run record\n", id, res.Queue, *wait)
+	default:
+		fmt.Fprintf(e.stderr, "cancel %s: %s\n", id, res.Where)
+	}
+	return exitFailure
+}

@@ -1,0 +1,438 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pidispatch/pidispatch/queue"
+	"github.com/pidispatch/pidispatch/registry"
+)
+
+// Operator cancel. A job that is not running is removed from its queue
+// directly. A running job can only be stopped by the process that holds it,
+// so the operator writes a durable request key (CancelRequestKey) and the
+// owning worker's CancelWatcher, which polls the keys of the jobs it runs,
+// consumes it, stops the job and acknowledges (CancelAckKey) with its name.
+// A key rather than pub/sub: a message published during a blip is lost, a
+// key waits out its TTL.
+
+// Timings of the cancel handshake.
+const (
+	// DefaultCancelWait is how long Cancel waits for a worker's ack.
+	DefaultCancelWait = 10 * time.Second
+	// cancelRequestTTL bounds a request no worker consumes (its job ended,
+	// or its worker died); Cancel withdraws it itself on timeout.
+	cancelRequestTTL = 60 * time.Second
+	// cancelAckTTL keeps the worker's ack long enough for a slow CLI.
+	cancelAckTTL = 5 * time.Minute
+	// cancelAckPoll is how often Cancel reads the ack.
+	cancelAckPoll = 250 * time.Millisecond
+	// cancelCleanupTimeout bounds the withdrawal of a request after the
+	// caller's ctx ended.
+	cancelCleanupTimeout = 2 * time.Second
+	// maxCancelJobID bounds a job id given to Cancel.
+	maxCancelJobID = 512
+)
+
+// Where a Cancel ended.
+const (
+	CancelRemoved        = "removed"         // a job that was not running was deleted from its queue
+	CancelRunningStopped = "running-stopped" // the worker running it stopped it and acknowledged
+	CancelNotFound       = "not-found"       // no queue has the job
+	CancelTimeout        = "timeout"         // no worker acknowledged; the request was withdrawn, nothing changed
+	CancelFinished       = "finished"        // the job had already completed or failed
+	CancelSchedulerRun   = "scheduler-run"   // a cron scheduler's pending run: remove the trigger instead
+	// CancelUnconfirmed: a worker consumed the request but no ack arrived
+	// in time. The job was probably stopped; Cancel cannot prove it.
+	CancelUnconfirmed = "unconfirmed"
+)
+
+// CancelResult says what Cancel did.
+type CancelResult struct {
+	// Where is one of the Cancel* outcomes.
+	Where string
+	// Queue is the queue the job was found on ("" when not found).
+	Queue string
+	// Host is the worker that stopped the job (CancelRunningStopped), as it
+	// acknowledged; "" when its ack was not a valid worker name.
+	Host string
+	// State is the job's state when Cancel found it.
+	State queue.State
+	// SchedulerID is set for CancelSchedulerRun.
+	SchedulerID string
+}
+
+// Changed reports whether the job is gone or stopped.
+func (r CancelResult) Changed() bool {
+	return r.Where == CancelRemoved || r.Where == CancelRunningStopped
+}
+
+// Cancel finds jobID on the shared queue and every host queue and stops it:
+// a job waiting (or paused, delayed, prioritized) is removed and leaves no
+// run record; a running job is stopped by its worker through the request /
+// ack handshake, waiting up to wait (DefaultCancelWait when 0) for the ack;
+// its run record then says operator-cancel. A finished job, a scheduler's
+// pending run, or an ack that does not come change nothing, and say so in
+// Where. The error is for Valkey failures only.
+func Cancel(ctx context.Context, client redis.UniversalClient, jobID string, wait time.Duration) (CancelResult, error) {
+	if client == nil {
+		return CancelResult{}, errors.New("dispatch: nil client")
+	}
+	if err := checkCancelJobID(jobID); err != nil {
+		return CancelResult{}, err
+	}
+	if wait <= 0 {
+		wait = DefaultCancelWait
+	}
+	dir, err := queue.NewDirectory(client, queue.Config{})
+	if err != nil {
+		return CancelResult{}, err
+	}
+	name, job, err := dir.Find(ctx, jobID)
+	if errors.Is(err, queue.ErrNotFound) {
+		return CancelResult{Where: CancelNotFound}, nil
+	}
+	if err != nil {
+		return CancelResult{}, fmt.Errorf("cancel %q: %w", jobID, err)
+	}
+	res := CancelResult{Queue: name, State: job.State, SchedulerID: job.SchedulerID}
+	switch job.State {
+	case queue.StateCompleted, queue.StateFailed:
+		res.Where = CancelFinished
+		return res, nil
+	case queue.StateActive:
+		return stopRunning(ctx, client, dir, jobID, wait, res)
+	}
+	q, err := dir.Queue(name)
+	if err != nil {
+		return res, err
+	}
+	switch err := q.Remove(ctx, jobID); {
+	case err == nil:
+		res.Where = CancelRemoved
+		return res, nil
+	case errors.Is(err, queue.ErrNotFound):
+		// Gone between the lookup and the removal: finished and removed by
+		// retention, or removed by someone else.
+		res.Where = CancelNotFound
+		return res, nil
+	case errors.Is(err, queue.ErrSchedulerJob):
+		res.Where = CancelSchedulerRun
+		return res, nil
+	case errors.Is(err, queue.ErrJobLocked):
+		// A worker took it between the lookup and the removal.
+		res.State = queue.StateActive
+		return stopRunning(ctx, client, dir, jobID, wait, res)
+	default:
+		return res, fmt.Errorf("cancel %q: %w", jobID, err)
+	}
+}
+
+// stopRunning asks the worker that runs jobID to stop it and waits for its
+// ack. On timeout it withdraws the request: if the withdrawal deleted it, no
+// worker ever saw it and nothing changed; if the key was already gone, a
+// worker consumed it, and the result is unconfirmed rather than "nothing".
+func stopRunning(ctx context.Context, client redis.UniversalClient, dir *queue.Directory, jobID string, wait time.Duration, res CancelResult) (CancelResult, error) {
+	reqKey, ackKey := CancelRequestKey(jobID), CancelAckKey(jobID)
+	ttl := max(cancelRequestTTL, wait+5*time.Second)
+	// A stale ack of an earlier cancel of the same id must not answer this one.
+	_, err := client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, ackKey)
+		p.Set(ctx, reqKey, ReasonOperatorCancel, ttl)
+		return nil
+	})
+	if err != nil {
+		return res, fmt.Errorf("cancel %q: request: %w", jobID, err)
+	}
+	withdraw := func() (bool, error) {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelCleanupTimeout)
+		defer cancel()
+		n, err := client.Del(cctx, reqKey).Result()
+		return n == 1, err
+	}
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	tick := time.NewTicker(cancelAckPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			if _, err := withdraw(); err != nil {
+				return res, fmt.Errorf("cancel %q: %w (and withdrawing the request: %w)", jobID, ctx.Err(), err)
+			}
+			return res, ctx.Err()
+		case <-deadline.C:
+			return cancelTimedOut(ctx, client, dir, jobID, res, withdraw)
+		case <-tick.C:
+			host, ok, err := readAck(ctx, client, ackKey)
+			if err != nil {
+				return res, fmt.Errorf("cancel %q: read ack (the request expires by itself in %s): %w", jobID, ttl, err)
+			}
+			if ok {
+				res.Where, res.Host = CancelRunningStopped, host
+				return res, nil
+			}
+		}
+	}
+}
+
+func cancelTimedOut(ctx context.Context, client redis.UniversalClient, dir *queue.Directory, jobID string, res CancelResult, withdraw func() (bool, error)) (CancelResult, error) {
+	deleted, err := withdraw()
+	if err != nil {
+		return res, fmt.Errorf("cancel %q: withdraw the request: %w", jobID, err)
+	}
+	// A last look: the ack may have landed with the deadline.
+	host, ok, err := readAck(ctx, client, CancelAckKey(jobID))
+	if err != nil {
+		return res, fmt.Errorf("cancel %q: read ack: %w", jobID, err)
+	}
+	if ok {
+		res.Where, res.Host = CancelRunningStopped, host
+		return res, nil
+	}
+	res.Where = CancelTimeout
+	if !deleted {
+		res.Where = CancelUnconfirmed
+	}
+	// The job may have ended on its own meanwhile: say so rather than
+	// "timeout".
+	if _, job, err := dir.Find(ctx, jobID); err == nil && (job.State == queue.StateCompleted || job.State == queue.StateFailed) {
+		res.Where, res.State = CancelFinished, job.State
+	}
+	return res, nil
+}
+
+// readAck reads the worker's ack. Its value is peer-written: a value that is
+// not a worker name is reported as an ack from an unnamed host.
+func readAck(ctx context.Context, client redis.UniversalClient, key string) (host string, ok bool, err error) {
+	v, err := client.Get(ctx, key).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	if registry.ValidateName(v) != nil {
+		return "", true, nil
+	}
+	return v, true, nil
+}
+
+// ErrInvalidJobID is a job id given to Cancel that no job can have. Nothing
+// is read or written for it.
+var ErrInvalidJobID = errors.New("invalid job id")
+
+// checkCancelJobID refuses an id no job can have before any key is built
+// from it: empty, oversized, invalid UTF-8 or control characters.
+func checkCancelJobID(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("cancel: %w: empty", ErrInvalidJobID)
+	case len(id) > maxCancelJobID:
+		return fmt.Errorf("cancel: %w: longer than %d bytes", ErrInvalidJobID, maxCancelJobID)
+	case !utf8.ValidString(id):
+		return fmt.Errorf("cancel: %w: not valid UTF-8", ErrInvalidJobID)
+	}
+	for _, r := range id {
+		if r < 0x20 || r == 0x7f {
+			return fmt.Errorf("cancel: %w: contains control character %U", ErrInvalidJobID, r)
+		}
+	}
+	return nil
+}
+
+// JobCancels is what a worker's job handler needs from the cancel watcher.
+type JobCancels interface {
+	// Watch stops the job by calling cancel when an operator asks, until
+	// the returned stop is called or ctx ends.
+	Watch(ctx context.Context, jobID string, cancel func()) (stop func())
+	// Cancelled reports whether jobID was stopped on an operator's request.
+	Cancelled(jobID string) bool
+}
+
+var _ JobCancels = (*CancelWatcher)(nil)
+
+// Defaults of CancelWatcherConfig.
+const (
+	DefaultCancelPoll = time.Second
+	// cancelledMemory is how long Cancelled remembers a stopped job after
+	// its watch ended.
+	cancelledMemory = 10 * time.Minute
+)
+
+// CancelWatcherConfig tunes a CancelWatcher. The zero value is valid.
+type CancelWatcherConfig struct {
+	// Poll is how often the watched jobs' request keys are read, all in one
+	// MGET. Defaults to 1s: an operator's cancel lands within about a
+	// second, and an idle worker sends nothing.
+	Poll time.Duration
+	// Logger receives cancel_requested and the unreachable/restored
+	// transitions, each with a host attribute. Defaults to discarding.
+	Logger *slog.Logger
+}
+
+// CancelWatcher is the worker side of operator cancel: one loop (Run) reads
+// the cancel requests of every job the worker runs in one MGET per Poll; a
+// job handler registers its job with Watch for as long as it runs.
+type CancelWatcher struct {
+	client redis.UniversalClient
+	worker string
+	cfg    CancelWatcherConfig
+	log    *slog.Logger
+
+	mu        sync.Mutex
+	watched   map[string]*cancelWatch
+	cancelled map[string]time.Time
+}
+
+type cancelWatch struct{ cancel func() }
+
+// NewCancelWatcher returns the watcher of the worker called worker (a valid
+// worker name: it is the ack's value, read by the operator's CLI).
+func NewCancelWatcher(client redis.UniversalClient, worker string, cfg CancelWatcherConfig) (*CancelWatcher, error) {
+	if client == nil {
+		return nil, errors.New("dispatch: NewCancelWatcher: nil client")
+	}
+	if err := registry.ValidateName(worker); err != nil {
+		return nil, fmt.Errorf("dispatch: NewCancelWatcher: %w", err)
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = DefaultCancelPoll
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &CancelWatcher{
+		client: client, worker: worker, cfg: cfg, log: cfg.Logger.With("host", worker),
+		watched: map[string]*cancelWatch{}, cancelled: map[string]time.Time{},
+	}, nil
+}
+
+// Watch registers a running job: when an operator's request for jobID
+// arrives, cancel is called (once). The watch ends when stop is called or
+// ctx ends, whichever is first; stop may be called more than once.
+func (w *CancelWatcher) Watch(ctx context.Context, jobID string, cancel func()) (stop func()) {
+	entry := &cancelWatch{cancel: cancel}
+	w.mu.Lock()
+	w.watched[jobID] = entry
+	w.mu.Unlock()
+	unwatch := func() {
+		w.mu.Lock()
+		if w.watched[jobID] == entry {
+			delete(w.watched, jobID)
+		}
+		w.mu.Unlock()
+	}
+	stopAfter := context.AfterFunc(ctx, unwatch)
+	return func() {
+		stopAfter()
+		unwatch()
+	}
+}
+
+// Cancelled reports whether jobID was stopped by an operator's request, so
+// its handler records reason operator-cancel. It stays true after the watch
+// ends (for cancelledMemory), so the handler may ask after stop.
+func (w *CancelWatcher) Cancelled(jobID string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.cancelled[jobID]
+	return ok
+}
+
+// Run polls until ctx ends, then returns nil. It starts no goroutine.
+func (w *CancelWatcher) Run(ctx context.Context) error {
+	t := time.NewTicker(w.cfg.Poll)
+	defer t.Stop()
+	down := false
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		err := w.poll(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil && !down:
+			down = true
+			w.log.Warn("cancel_watch_unreachable", "err", err)
+		case err == nil && down:
+			down = false
+			w.log.Info("cancel_watch_restored")
+		}
+	}
+}
+
+// poll reads every watched job's request in one MGET and acts on each one
+// present.
+func (w *CancelWatcher) poll(ctx context.Context) error {
+	now := time.Now()
+	w.mu.Lock()
+	for id, at := range w.cancelled {
+		if now.Sub(at) > cancelledMemory {
+			delete(w.cancelled, id)
+		}
+	}
+	ids := make([]string, 0, len(w.watched))
+	for id := range w.watched {
+		ids = append(ids, id)
+	}
+	w.mu.Unlock()
+	if len(ids) == 0 {
+		return nil
+	}
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = CancelRequestKey(id)
+	}
+	vals, err := w.client.MGet(ctx, keys...).Result()
+	if err != nil {
+		return fmt.Errorf("read cancel requests: %w", err)
+	}
+	for i, v := range vals {
+		if v == nil {
+			continue
+		}
+		if err := w.consume(ctx, ids[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// consume takes the request for jobID (the DEL that removes it decides which
+// reader owns it, so the operator's withdrawal and this worker never both
+// believe they won), stops the job and acknowledges.
+func (w *CancelWatcher) consume(ctx context.Context, jobID string) error {
+	w.mu.Lock()
+	entry := w.watched[jobID]
+	w.mu.Unlock()
+	if entry == nil {
+		return nil // the job ended since the read; leave the request to the operator
+	}
+	n, err := w.client.Del(ctx, CancelRequestKey(jobID)).Result()
+	if err != nil {
+		return fmt.Errorf("take cancel request %q: %w", jobID, err)
+	}
+	if n == 0 {
+		return nil // withdrawn or expired
+	}
+	w.mu.Lock()
+	w.cancelled[jobID] = time.Now()
+	delete(w.watched, jobID)
+	w.mu.Unlock()
+	w.log.Info("cancel_requested", "jobId", jobID)
+	entry.cancel()
+	if err := w.client.Set(ctx, CancelAckKey(jobID), w.worker, cancelAckTTL).Err(); err != nil {
+		// The job is stopped; the operator's CLI will say "unconfirmed".
+		w.log.Warn("cancel_ack_failed", "jobId", jobID, "err", err)
+	}
+	return nil
+}

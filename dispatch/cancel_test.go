@@ -1,0 +1,371 @@
+package dispatch_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/queue"
+)
+
+func addJob(t *testing.T, q *queue.Queue, id string, opts queue.AddOptions) {
+	t.Helper()
+	opts.JobID = id
+	if _, added, err := q.Add(context.Background(), "j", json.RawMessage(`{}`), opts); err != nil || !added {
+		t.Fatalf("add %s: %v %v", id, added, err)
+	}
+}
+
+func notFound(t *testing.T, client redis.UniversalClient, id string) {
+	t.Helper()
+	dir, err := queue.NewDirectory(client, queue.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := dir.Find(context.Background(), id); !errors.Is(err, queue.ErrNotFound) {
+		t.Fatalf("job %s still found: %v", id, err)
+	}
+}
+
+// Jobs that are not running are removed from whichever queue holds them.
+func TestCancelPendingJobs(t *testing.T) {
+	db := livetest.Valkey(t)
+	ctx := context.Background()
+	host := mustQueue(t, db.Client, queue.HostQueueName("alpha"))
+	shared := mustQueue(t, db.Client, queue.SharedQueue)
+	if err := host.Declare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	addJob(t, shared, "waiting-1", queue.AddOptions{})
+	addJob(t, host, "delayed-1", queue.AddOptions{Delay: time.Hour})
+	addJob(t, host, "prio-1", queue.AddOptions{Priority: 3})
+
+	for _, tc := range []struct {
+		id, queue string
+		state     queue.State
+	}{
+		{"waiting-1", "pi-jobs", queue.StateWaiting},
+		{"delayed-1", "pi-jobs@alpha", queue.StateDelayed},
+		{"prio-1", "pi-jobs@alpha", queue.StatePrioritized},
+	} {
+		res, err := dispatch.Cancel(ctx, db.Client, tc.id, time.Second)
+		if err != nil || res.Where != dispatch.CancelRemoved || res.Queue != tc.queue || res.State != tc.state || !res.Changed() {
+			t.Fatalf("Cancel(%s) = %+v, %v", tc.id, res, err)
+		}
+		notFound(t, db.Client, tc.id)
+	}
+	res, err := dispatch.Cancel(ctx, db.Client, "waiting-1", time.Second)
+	if err != nil || res.Where != dispatch.CancelNotFound || res.Changed() {
+		t.Fatalf("second Cancel = %+v, %v", res, err)
+	}
+}
+
+// A finished job and a scheduler's pending run are left alone, and said so.
+func TestCancelRefusals(t *testing.T) {
+	db := livetest.Valkey(t)
+	ctx := context.Background()
+	shared := mustQueue(t, db.Client, queue.SharedQueue)
+	addJob(t, shared, "done-1", queue.AddOptions{})
+	tok := queue.NewToken()
+	if j, err := shared.Fetch(ctx, tok); err != nil || j == nil {
+		t.Fatal(j, err)
+	}
+	if err := shared.Complete(ctx, "done-1", tok, nil); err != nil {
+		t.Fatal(err)
+	}
+	res, err := dispatch.Cancel(ctx, db.Client, "done-1", time.Second)
+	if err != nil || res.Where != dispatch.CancelFinished || res.State != queue.StateCompleted || res.Changed() {
+		t.Fatalf("finished = %+v, %v", res, err)
+	}
+
+	host := mustQueue(t, db.Client, queue.HostQueueName("alpha"))
+	runID, err := host.UpsertScheduler(ctx, "nightly", queue.Scheduler{Pattern: "0 3 * * *", JobName: "j", Data: json.RawMessage(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err = dispatch.Cancel(ctx, db.Client, runID, time.Second)
+	if err != nil || res.Where != dispatch.CancelSchedulerRun || res.SchedulerID != "nightly" || res.Queue != "pi-jobs@alpha" {
+		t.Fatalf("scheduler run = %+v, %v", res, err)
+	}
+	if _, err := host.Get(ctx, runID); err != nil {
+		t.Fatalf("the scheduler's run was touched: %v", err)
+	}
+}
+
+// Hostile ids give an error, never a key built from them, never a panic.
+func TestCancelHostileIDs(t *testing.T) {
+	db := livetest.Valkey(t)
+	for _, id := range []string{"", "a\x00b", "\xff\xfe", strings.Repeat("x", 100_000), "line\nbreak"} {
+		if _, err := dispatch.Cancel(context.Background(), db.Client, id, time.Second); !errors.Is(err, dispatch.ErrInvalidJobID) {
+			t.Errorf("Cancel(%q) accepted", id[:min(len(id), 10)])
+		}
+	}
+	if n, _ := db.Client.DBSize(context.Background()).Result(); n != 0 {
+		t.Fatalf("hostile ids wrote %d keys", n)
+	}
+}
+
+// runningJob adds a job and fetches it as a worker would; it returns its queue.
+func runningJob(t *testing.T, client redis.UniversalClient, id string) *queue.Queue {
+	t.Helper()
+	q := mustQueue(t, client, queue.HostQueueName("alpha"))
+	addJob(t, q, id, queue.AddOptions{})
+	if j, err := q.Fetch(context.Background(), queue.NewToken()); err != nil || j == nil || j.ID != id {
+		t.Fatalf("fetch: %v %v", j, err)
+	}
+	return q
+}
+
+// startWatcher runs a watcher until the test ends and checks its loop exits.
+func startWatcher(t *testing.T, client redis.UniversalClient, worker string) *dispatch.CancelWatcher {
+	t.Helper()
+	w, err := dispatch.NewCancelWatcher(client, worker, dispatch.CancelWatcherConfig{Poll: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run = %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Error("watcher did not stop")
+		}
+	})
+	return w
+}
+
+// A running job is stopped through its worker's watcher: the job's cancel is
+// called, the ack names the worker, the handler can tell it was an operator.
+func TestCancelRunningJob(t *testing.T) {
+	db := livetest.Valkey(t)
+	ctx := context.Background()
+	runningJob(t, db.Client, "run-1")
+	w := startWatcher(t, db.Client, "alpha")
+	jobCtx, stopJob := context.WithCancel(ctx)
+	defer stopJob()
+	var calls atomic.Int32
+	stop := w.Watch(jobCtx, "run-1", func() { calls.Add(1); stopJob() })
+	defer stop()
+
+	res, err := dispatch.Cancel(ctx, db.Client, "run-1", 5*time.Second)
+	if err != nil || res.Where != dispatch.CancelRunningStopped || res.Host != "alpha" || res.Queue != "pi-jobs@alpha" || !res.Changed() {
+		t.Fatalf("Cancel = %+v, %v", res, err)
+	}
+	if calls.Load() != 1 || jobCtx.Err() == nil {
+		t.Fatalf("cancel func called %d times", calls.Load())
+	}
+	if !w.Cancelled("run-1") || w.Cancelled("other") {
+		t.Fatal("Cancelled does not tell the operator's stop")
+	}
+	stop()
+	if !w.Cancelled("run-1") {
+		t.Fatal("Cancelled forgot after stop")
+	}
+	if v, _ := db.Client.Get(ctx, dispatch.CancelAckKey("run-1")).Result(); v != "alpha" {
+		t.Fatalf("ack = %q", v)
+	}
+	if n, _ := db.Client.Exists(ctx, dispatch.CancelRequestKey("run-1")).Result(); n != 0 {
+		t.Fatal("request left behind")
+	}
+	if ttl, _ := db.Client.PTTL(ctx, dispatch.CancelAckKey("run-1")).Result(); ttl <= 4*time.Minute {
+		t.Fatalf("ack TTL = %s", ttl)
+	}
+}
+
+// With no worker watching, the cancel times out, withdraws its request and
+// reports that nothing changed.
+func TestCancelRunningJobTimeout(t *testing.T) {
+	db := livetest.Valkey(t)
+	ctx := context.Background()
+	runningJob(t, db.Client, "run-2")
+	// A stale ack of an earlier cancel must not answer this one.
+	if err := db.Client.Set(ctx, dispatch.CancelAckKey("run-2"), "ghost", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	res, err := dispatch.Cancel(ctx, db.Client, "run-2", 600*time.Millisecond)
+	if err != nil || res.Where != dispatch.CancelTimeout || res.Changed() {
+		t.Fatalf("Cancel = %+v, %v", res, err)
+	}
+	if el := time.Since(start); el < 600*time.Millisecond || el > 3*time.Second {
+		t.Fatalf("waited %s", el)
+	}
+	if n, _ := db.Client.Exists(ctx, dispatch.CancelRequestKey("run-2")).Result(); n != 0 {
+		t.Fatal("the request was not withdrawn")
+	}
+}
+
+// A worker that consumed the request but never acknowledged: the outcome is
+// unconfirmed, not "nothing changed".
+func TestCancelUnconfirmed(t *testing.T) {
+	db := livetest.Valkey(t)
+	ctx := context.Background()
+	runningJob(t, db.Client, "run-3")
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for range 100 {
+			if n, _ := db.Client.Del(ctx, dispatch.CancelRequestKey("run-3")).Result(); n == 1 {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	res, err := dispatch.Cancel(ctx, db.Client, "run-3", 600*time.Millisecond)
+	wg.Wait()
+	if err != nil || res.Where != dispatch.CancelUnconfirmed || res.Changed() {
+		t.Fatalf("Cancel = %+v, %v", res, err)
+	}
+}
+
+// One MGET per poll covers every watched job; a stopped watch or an ended
+// job context leaves a request alone; an ack value that is not a name is not
+// repeated to the operator.
+func TestCancelWatcherWatchLifecycle(t *testing.T) {
+	db := livetest.Valkey(t)
+	ctx := context.Background()
+	w := startWatcher(t, db.Client, "alpha")
+
+	var a, b atomic.Int32
+	stopA := w.Watch(ctx, "job-a", func() { a.Add(1) })
+	jobCtx, endJob := context.WithCancel(ctx)
+	w.Watch(jobCtx, "job-b", func() { b.Add(1) })
+	stopA()
+	endJob()
+	for _, id := range []string{"job-a", "job-b"} {
+		if err := db.Client.Set(ctx, dispatch.CancelRequestKey(id), "operator-cancel", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	if a.Load() != 0 || b.Load() != 0 {
+		t.Fatal("an unwatched job was cancelled")
+	}
+	if n, _ := db.Client.Exists(ctx, dispatch.CancelRequestKey("job-a"), dispatch.CancelRequestKey("job-b")).Result(); n != 2 {
+		t.Fatalf("requests consumed by a watcher not watching: %d left", n)
+	}
+
+	// Several watched jobs, one request: only that job stops.
+	var c, d atomic.Int32
+	defer w.Watch(ctx, "job-c", func() { c.Add(1) })()
+	defer w.Watch(ctx, "job-d", func() { d.Add(1) })()
+	if err := db.Client.Set(ctx, dispatch.CancelRequestKey("job-d"), "operator-cancel", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for d.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if c.Load() != 0 || d.Load() != 1 {
+		t.Fatalf("c=%d d=%d", c.Load(), d.Load())
+	}
+}
+
+func TestNewCancelWatcherRefusesBadInput(t *testing.T) {
+	db := livetest.Valkey(t)
+	if _, err := dispatch.NewCancelWatcher(nil, "alpha", dispatch.CancelWatcherConfig{}); err == nil {
+		t.Fatal("nil client accepted")
+	}
+	for _, name := range []string{"", "bad name", "x.json"} {
+		if _, err := dispatch.NewCancelWatcher(db.Client, name, dispatch.CancelWatcherConfig{}); err == nil {
+			t.Errorf("worker %q accepted", name)
+		}
+	}
+}
+
+// The watcher's loop ends with its context and leaves no goroutine behind;
+// a Valkey outage is logged once and its end once.
+func TestCancelWatcherOutage(t *testing.T) {
+	srv := livetest.StartServer(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialTimeout: 200 * time.Millisecond, MaxRetries: -1, DialerRetries: 1})
+	var logs syncBuffer
+	w, err := dispatch.NewCancelWatcher(c, "alpha", dispatch.CancelWatcherConfig{
+		Poll: 30 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := runtime.NumGoroutine()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer w.Watch(ctx, "job-x", func() {})()
+	srv.Stop()
+	time.Sleep(300 * time.Millisecond)
+	srv.Start()
+	time.Sleep(300 * time.Millisecond)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Close()
+	out := logs.String()
+	if strings.Count(out, "cancel_watch_unreachable") != 1 || strings.Count(out, "cancel_watch_restored") != 1 ||
+		!strings.Contains(out, "host=alpha") {
+		t.Fatalf("logs:\n%s", out)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		t.Fatalf("goroutines: %d after, %d before", n, before)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// The worker side of operator cancel: one watcher loop per worker, one Watch
+// per running job; the handler asks Cancelled to record operator-cancel.
+func ExampleCancelWatcher() {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer client.Close()
+	w, err := dispatch.NewCancelWatcher(client, "alpha", dispatch.CancelWatcherConfig{})
+	if err != nil {
+		return
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go func() { _ = w.Run(ctx) }()
+
+	// In the job handler:
+	runCtx, stopRun := context.WithCancel(ctx)
+	unwatch := w.Watch(runCtx, "job-1", stopRun)
+	<-runCtx.Done() // the container runs under runCtx
+	unwatch()
+	if w.Cancelled("job-1") {
+		fmt.Println("record reason:", dispatch.ReasonOperatorCancel)
+	}
+}

@@ -1,0 +1,376 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pidispatch/pidispatch/queue"
+	"github.com/pidispatch/pidispatch/registry"
+)
+
+// FleetReadTimeout is the one budget the kill switch gives its two reads of
+// the fleet (the host registry and the keyspace scan), which run
+// concurrently. Past it, the kill switch acts on what it has and says so.
+const FleetReadTimeout = 2 * time.Second
+
+// QueueSet is every queue the kill switch acts on: the union of the
+// registry's routing hosts and the host queues found in the keyspace, plus
+// the shared queue. Both reads fail open (a Valkey blip must never make the
+// kill switch refuse), but loudly: a degraded read is kept here so the
+// operator is told, rather than shown a result indistinguishable from a
+// complete one while a host keeps spending.
+type QueueSet struct {
+	// Names is queue.SharedQueue first, then the host queues, sorted, unique.
+	Names []string
+	// RegistryErr is why the host registry could not be read; Names then
+	// come from the keyspace alone. The registry answers who is live; the
+	// keyspace answers which queues exist, which is what a kill switch
+	// needs, so this is a warning, not a failure.
+	RegistryErr error
+	// DiscoveryErr is why the keyspace scan did not finish; Names then hold
+	// the queues it saw before it stopped, plus the registry's.
+	DiscoveryErr error
+}
+
+// Degraded reports whether either read failed.
+func (s QueueSet) Degraded() bool { return s.RegistryErr != nil || s.DiscoveryErr != nil }
+
+// FleetQueues reads the registry and scans the keyspace, concurrently, within
+// FleetReadTimeout, and returns their union. The budget is enforced through
+// ctx, so the client should honour context deadlines (ContextTimeoutEnabled)
+// or have read timeouts no longer than the budget. Only the caller's own ctx
+// ending is an error; failed reads are named in the set.
+func FleetQueues(ctx context.Context, client redis.UniversalClient) (QueueSet, error) {
+	if client == nil {
+		return QueueSet{}, errors.New("dispatch: FleetQueues: nil client")
+	}
+	if err := ctx.Err(); err != nil {
+		return QueueSet{}, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, FleetReadTimeout)
+	defer cancel()
+
+	var (
+		wg                  sync.WaitGroup
+		hosts               []registry.Host
+		found               []string
+		regErr, discoverErr error
+	)
+	wg.Go(func() { hosts, regErr = registry.ReadLive(rctx, client, FleetReadTimeout) })
+	wg.Go(func() {
+		found, discoverErr = queue.Discover(rctx, client, queue.DefaultPrefix)
+		var de *queue.DiscoveryError
+		if errors.As(discoverErr, &de) {
+			found = de.Found
+		}
+	})
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return QueueSet{}, err
+	}
+
+	set := QueueSet{RegistryErr: regErr, DiscoveryErr: discoverErr}
+	var names []string
+	for _, h := range hosts {
+		if !h.Routes || registry.ValidateName(h.Name) != nil {
+			continue
+		}
+		names = append(names, queue.HostQueueName(h.Name))
+	}
+	names = append(names, found...)
+	names = slices.DeleteFunc(names, func(n string) bool {
+		return n == queue.SharedQueue || queue.ValidateQueueName(n) != nil
+	})
+	slices.Sort(names)
+	set.Names = append([]string{queue.SharedQueue}, slices.Compact(names)...)
+	return set, nil
+}
+
+// QueueFailure is one queue a pause or resume could not change.
+type QueueFailure struct {
+	Queue string
+	Err   error
+}
+
+// KillResult says what a Pause or Resume changed. All its parts are applied
+// in one MULTI/EXEC round trip (queue.SetPausedWithFlag): the fleet flag
+// first, then every queue. Each part succeeds or fails on its own, so a
+// failure is never "halfway through a list": Changed and Failed together
+// cover every queue, and the flag's own outcome is FlagChanged/FlagErr.
+type KillResult struct {
+	// Verb is "pause" or "resume".
+	Verb string
+	// Queues is the set acted on, in order.
+	Queues []string
+	// Changed are the queues now paused (resumed).
+	Changed []string
+	// Failed are the queues that refused, with the server's reason.
+	Failed []QueueFailure
+	// FlagChanged: PausedKey was set (pause) or deleted (resume).
+	FlagChanged bool
+	// FlagErr is why the flag could not be changed.
+	FlagErr error
+	// NotSent: the round trip never reached Valkey (the connection could
+	// not be made, or a name was refused first), so nothing changed. With a
+	// transport error and NotSent false, the transaction may or may not
+	// have run.
+	NotSent bool
+	// SweepErr is why the scan after the round trip (see Pause) did not
+	// finish: a host queue declared during the call may have been missed.
+	SweepErr error
+}
+
+// Complete reports whether every queue and the flag changed.
+func (r KillResult) Complete() bool {
+	return len(r.Failed) == 0 && r.FlagChanged && len(r.Changed) == len(r.Queues)
+}
+
+// KillError is a pause or resume that reached Valkey and was refused in part.
+type KillError struct {
+	Result KillResult
+}
+
+func (e *KillError) Error() string {
+	r := e.Result
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s incomplete: ", r.Verb)
+	if len(r.Changed) == 0 && !r.FlagChanged {
+		b.WriteString("nothing changed")
+	} else {
+		fmt.Fprintf(&b, "%sd [%s], fleet flag changed=%t", r.Verb, strings.Join(r.Changed, ", "), r.FlagChanged)
+	}
+	for _, f := range r.Failed {
+		fmt.Fprintf(&b, "; failed at %s: %v", f.Queue, f.Err)
+	}
+	if r.FlagErr != nil {
+		fmt.Fprintf(&b, "; fleet flag: %v", r.FlagErr)
+	}
+	return b.String()
+}
+
+// Pause pauses every queue of set and sets the fleet pause flag (PausedKey),
+// so a host queue declared later (DeclareHostQueue) starts paused. A second
+// scan after the round trip pauses any host queue declared since set was read
+// (KillResult.Queues then lists more than set.Names). Jobs already running
+// run on; producers can still enqueue. A refusal of any part
+// is a *KillError holding the KillResult (also returned); a transport failure
+// is returned wrapped, with KillResult.NotSent saying whether nothing can
+// have changed.
+func Pause(ctx context.Context, client redis.UniversalClient, set QueueSet) (KillResult, error) {
+	return setFleetPaused(ctx, client, set, true)
+}
+
+// Resume undoes Pause: it resumes every queue of set and deletes the flag.
+func Resume(ctx context.Context, client redis.UniversalClient, set QueueSet) (KillResult, error) {
+	return setFleetPaused(ctx, client, set, false)
+}
+
+func setFleetPaused(ctx context.Context, client redis.UniversalClient, set QueueSet, paused bool) (KillResult, error) {
+	r := KillResult{Verb: "resume"}
+	if paused {
+		r.Verb = "pause"
+	}
+	if client == nil {
+		return r, errors.New("dispatch: nil client")
+	}
+	names := set.Names
+	if len(names) == 0 {
+		names = []string{queue.SharedQueue}
+	}
+	for _, name := range names {
+		if err := queue.ValidateQueueName(name); err != nil { // not from FleetQueues
+			r.Queues = slices.Clone(names)
+			r.NotSent = true
+			return r, fmt.Errorf("%s: %w", r.Verb, err)
+		}
+	}
+	if err := r.apply(ctx, client, paused, names); err != nil {
+		r.NotSent = neverConnected(err)
+		return r, fmt.Errorf("%s: %w", r.Verb, err)
+	}
+
+	// The sweep: a host queue declared between the caller's scan and the
+	// round trip above was declared under the flag as it was before (an
+	// unpaused queue during a pause, a paused one during a resume) and is
+	// in no set. Every queue declared before the round trip is visible to
+	// this scan, and every one declared after it follows the flag, so
+	// nothing is missed.
+	sctx, cancel := context.WithTimeout(ctx, FleetReadTimeout)
+	found, derr := queue.Discover(sctx, client, queue.DefaultPrefix)
+	cancel()
+	var de *queue.DiscoveryError
+	if errors.As(derr, &de) {
+		found = de.Found
+	}
+	r.SweepErr = derr
+	extra := slices.DeleteFunc(found, func(n string) bool { return slices.Contains(r.Queues, n) })
+	if len(extra) > 0 {
+		if err := r.apply(ctx, client, paused, extra); err != nil {
+			for _, n := range extra { // state unknown: not confirmed changed
+				r.Queues = append(r.Queues, n)
+				r.Failed = append(r.Failed, QueueFailure{Queue: n, Err: fmt.Errorf("outcome unknown: %w", err)})
+			}
+		}
+	}
+	if !r.Complete() {
+		return r, &KillError{Result: r}
+	}
+	return r, nil
+}
+
+// apply runs one transaction over names (valid queue names) and the flag, and
+// adds its outcome to r. A transport error is returned and changes nothing in r.
+func (r *KillResult) apply(ctx context.Context, client redis.UniversalClient, paused bool, names []string) error {
+	qs := make([]*queue.Queue, len(names))
+	for i, name := range names {
+		q, err := queue.New(client, name, queue.Config{})
+		if err != nil {
+			return err
+		}
+		qs[i] = q
+	}
+	out, err := queue.SetPausedWithFlag(ctx, paused, PausedKey, qs...)
+	if err != nil {
+		return err
+	}
+	r.Queues = append(r.Queues, names...)
+	for i, qerr := range out.Queues {
+		if qerr != nil {
+			r.Failed = append(r.Failed, QueueFailure{Queue: names[i], Err: qerr})
+		} else {
+			r.Changed = append(r.Changed, names[i])
+		}
+	}
+	// Either transaction having written the flag is enough.
+	if out.Flag == nil {
+		r.FlagChanged, r.FlagErr = true, nil
+	} else if !r.FlagChanged {
+		r.FlagErr = out.Flag
+	}
+	return nil
+}
+
+// neverConnected reports an error of a connection that could not be made:
+// nothing was sent, so nothing changed.
+func neverConnected(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// DeclareHostQueue declares a worker's host queue at boot, paused when the
+// fleet is paused (PausedKey set), in one atomic call, so a host that joins
+// during a pause never takes a job before the operator resumes. It reports
+// whether the queue is paused afterwards (by the flag, or left paused from
+// before).
+func DeclareHostQueue(ctx context.Context, q *queue.Queue) (paused bool, err error) {
+	if q == nil {
+		return false, errors.New("dispatch: DeclareHostQueue: nil queue")
+	}
+	return q.DeclarePausedIf(ctx, PausedKey)
+}
+
+// StatusReport is the kill switch's status: the real pause state of every
+// queue of the set and their job counts, summed. Its JSON is the original's
+// status line (same field names), extended.
+type StatusReport struct {
+	// PausedState is true when every queue is paused.
+	PausedState bool `json:"pausedState"`
+	// PausedPartial is the third state: some queues paused, some not. The
+	// dangerous one: a pause that missed a host leaves it spending.
+	PausedPartial bool `json:"pausedPartial,omitempty"`
+	// PausedQueues names the paused queues, only when PausedPartial.
+	PausedQueues []string `json:"pausedQueues,omitempty"`
+	Waiting      int64    `json:"waiting"`
+	Active       int64    `json:"active"`
+	// Paused counts jobs that arrived while their queue was paused (they
+	// sit in the paused list, not wait): the backlog a pause creates.
+	Paused      int64 `json:"paused"`
+	Delayed     int64 `json:"delayed"`
+	Failed      int64 `json:"failed"`
+	Completed   int64 `json:"completed"`
+	Prioritized int64 `json:"prioritized"`
+	// Fleet names a registry that could not be read (only then).
+	Fleet string `json:"fleet,omitempty"`
+	// Discovery names a keyspace scan that did not finish (only then).
+	Discovery string `json:"discovery,omitempty"`
+	// PauseFlag is the fleet pause flag: set, a host queue declared from
+	// now on starts paused.
+	PauseFlag bool `json:"pauseFlag"`
+	// Queues is how many queues were read.
+	Queues int `json:"queues"`
+}
+
+// Status reads the pause state and the counts of every queue of set, and the
+// fleet pause flag. A queue that cannot be read fails the whole status (a sum
+// without it would understate the backlog), naming the queue.
+func Status(ctx context.Context, client redis.UniversalClient, set QueueSet) (StatusReport, error) {
+	var rep StatusReport
+	if client == nil {
+		return rep, errors.New("dispatch: nil client")
+	}
+	names := set.Names
+	if len(names) == 0 {
+		names = []string{queue.SharedQueue}
+	}
+	flag, err := client.Exists(ctx, PausedKey).Result()
+	if err != nil {
+		return rep, fmt.Errorf("status: read %s: %w", PausedKey, err)
+	}
+	rep.PauseFlag = flag == 1
+	var paused []string
+	for _, name := range names {
+		q, err := queue.New(client, name, queue.Config{})
+		if err != nil {
+			return rep, fmt.Errorf("status: %w", err)
+		}
+		isPaused, err := q.IsPaused(ctx)
+		if err != nil {
+			return rep, fmt.Errorf("status: %w", err)
+		}
+		c, err := q.Counts(ctx)
+		if err != nil {
+			return rep, fmt.Errorf("status: %w", err)
+		}
+		if isPaused {
+			paused = append(paused, name)
+		}
+		rep.Waiting += c.Waiting
+		rep.Active += c.Active
+		rep.Paused += c.Paused
+		rep.Delayed += c.Delayed
+		rep.Failed += c.Failed
+		rep.Completed += c.Completed
+		rep.Prioritized += c.Prioritized
+	}
+	rep.Queues = len(names)
+	rep.PausedState = len(paused) == len(names)
+	if len(paused) > 0 && !rep.PausedState {
+		rep.PausedPartial = true
+		rep.PausedQueues = paused
+	}
+	if set.RegistryErr != nil {
+		rep.Fleet = set.RegistryErr.Error()
+	}
+	if set.DiscoveryErr != nil {
+		rep.Discovery = set.DiscoveryErr.Error()
+	}
+	return rep, nil
+}
+
+// Hosts returns every live registry row, sorted by name, for the operator's
+// host list (registry.ReadLive bounded by FleetReadTimeout). An unreadable
+// registry is an error wrapping registry.ErrUnreachable, never an empty list.
+func Hosts(ctx context.Context, client redis.UniversalClient) ([]registry.Host, error) {
+	if client == nil {
+		return nil, errors.New("dispatch: nil client")
+	}
+	return registry.ReadLive(ctx, client, FleetReadTimeout)
+}
