@@ -121,6 +121,10 @@ type Deps struct {
 	// Directory, when set with Registry, lets the worker re-home jobs
 	// stranded on the queue of a host whose row expired.
 	Directory Directory
+	// Cancels, when set, stops a running job on an operator's request
+	// (pi-dispatch cancel); the job is recorded operator-cancel. A Cancels
+	// that also has Run(ctx) is run for as long as jobs may run.
+	Cancels JobCancels
 	// Background parts start after the consumers (cron reconcile, watches).
 	Background []Background
 }

@@ -162,6 +162,10 @@ func (w *Worker) handle(ctx context.Context, q JobQueue, job *queue.Job, token s
 
 	// 8. Run, holding the lock for as long as the container runs.
 	runCtx, stopRun := context.WithCancel(ctx)
+	unwatch := func() {}
+	if w.deps.Cancels != nil {
+		unwatch = w.deps.Cancels.Watch(runCtx, job.ID, stopRun)
+	}
 	lost := make(chan struct{})
 	extendDone := make(chan struct{})
 	go func() {
@@ -181,6 +185,7 @@ func (w *Worker) handle(ctx context.Context, q JobQueue, job *queue.Job, token s
 		Timeout:      w.cfg.JobTimeout,
 	})
 	stopRun()
+	unwatch()
 	<-extendDone
 	started = !result.NeverStarted
 	if !result.StartedAt.IsZero() {
@@ -204,6 +209,9 @@ func (w *Worker) handle(ctx context.Context, q JobQueue, job *queue.Job, token s
 	case result.NeverStarted:
 		log.Warn("job_never_started", "exitCode", result.ExitCode, "err", errString(runErr))
 		w.fail(ctx, h, ReasonNeverStarted, exitPtr(result), telemetry)
+	case w.deps.Cancels != nil && w.deps.Cancels.Cancelled(job.ID):
+		// An operator stopped it: recorded, never retried.
+		w.finishPolicy(ctx, h, ReasonOperatorCancel, exitPtr(result), telemetry)
 	case result.TimedOut:
 		w.finishPolicy(ctx, h, ReasonTimeout, exitPtr(result), telemetry)
 	case result.Cancelled:

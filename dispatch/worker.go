@@ -195,6 +195,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	var jobs, loops sync.WaitGroup
 	loops.Go(func() { w.stalledLoop(ctx, jobsCtx) })
 	loops.Go(func() { w.rehomeLoop(ctx) })
+	if r, ok := w.deps.Cancels.(Background); ok {
+		// Cancel requests are watched for as long as jobs may run.
+		loops.Go(func() {
+			if err := r.Run(jobsCtx); err != nil && jobsCtx.Err() == nil {
+				w.log.Error("cancel_watch_failed", "err", err)
+			}
+		})
+	}
 	for _, b := range w.deps.Background {
 		loops.Go(func() {
 			if err := b.Run(ctx); err != nil && ctx.Err() == nil {

@@ -102,6 +102,17 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 			return fail(err)
 		}
 		queues = append(queues, host)
+		// Declare the host queue so the kill switch finds it even before its
+		// first job; it starts paused when the fleet is paused (pi:paused).
+		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		paused, err := dispatch.DeclareHostQueue(dctx, host)
+		cancel()
+		switch {
+		case err != nil:
+			log.Warn("host_queue_declare_failed", "queue", host.Name(), "err", err)
+		case paused:
+			log.Warn("host_queue_starts_paused", "queue", host.Name(), "reason", "the fleet is paused (pi-dispatch resume)")
+		}
 	}
 	consumer, err := queue.NewConsumer(queues, queue.ConsumerConfig{})
 	if err != nil {
@@ -168,6 +179,12 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 			log:      log,
 		})
 	}
+
+	cancels, err := dispatch.NewCancelWatcher(rc, cfg.WorkerName, dispatch.CancelWatcherConfig{Logger: tune.Logger})
+	if err != nil {
+		return fail(err)
+	}
+	deps.Cancels = cancels
 
 	w, err := dispatch.NewWorker(cfg, deps, tune)
 	if err != nil {
