@@ -9,9 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -134,7 +132,7 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 	if err != nil {
 		return fail(err)
 	}
-	tz := localZone()
+	tz := dispatch.LocalZone(os.Getenv)
 	live := cronsync.NewLiveSet(own, tz)
 
 	// The image digest is read once at boot, bounded: the registry publishes
@@ -200,18 +198,4 @@ func keys(m map[string]string) []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// localZone is this host's IANA zone name for the registry: TZ when set,
-// else the target of /etc/localtime, else UTC.
-func localZone() string {
-	if tz := os.Getenv("TZ"); tz != "" {
-		return strings.TrimPrefix(tz, ":")
-	}
-	if target, err := os.Readlink("/etc/localtime"); err == nil {
-		if i := strings.Index(target, "zoneinfo/"); i >= 0 {
-			return filepath.ToSlash(target[i+len("zoneinfo/"):])
-		}
-	}
-	return "UTC"
 }

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/moby/moby/client"
+
+	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/runner"
+)
+
+func init() {
+	register(command{name: "doctor", summary: "check this host: Valkey, Docker, the job image, config, files, the fleet", run: cmdDoctor})
+}
+
+const doctorUsage = `usage: pi-dispatch doctor [--env-file PATH]
+
+Prints one line per check (✓ fine, ⚠ suspicious, ✗ broken), each one not ✓
+followed by its fix, and exits 1 when any check is ✗. It reads the same
+environment as the worker and changes nothing: it never pulls an image.
+`
+
+func cmdDoctor(ctx context.Context, e env, args []string) int {
+	fset := flag.NewFlagSet("doctor", flag.ContinueOnError)
+	fset.SetOutput(e.stderr)
+	fset.Usage = func() { fmt.Fprint(e.stderr, doctorUsage); fset.PrintDefaults() }
+	envFile := fset.String("env-file", ".env", "the deployment .env read for PI_WORKER_NAME when the shell does not set it, as run does (\"\" to skip)")
+	if err := fset.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fset.NArg() > 0 {
+		fmt.Fprintf(e.stderr, "pi-dispatch doctor: unexpected argument %q\n", fset.Arg(0))
+		return exitUsage
+	}
+
+	// This host's identity as `run` resolves it, so doctor does not mistake
+	// its own worker's row for a peer's.
+	name, _, nameErr := resolveWorkerName(e.getenv, *envFile)
+	getenv := e.getenv
+	if nameErr == nil {
+		getenv = func(k string) string {
+			if k == "PI_WORKER_NAME" {
+				return name
+			}
+			return e.getenv(k)
+		}
+	}
+	cfg, cfgErr := dispatch.ConfigForDoctor(getenv)
+	deps := dispatch.DoctorDeps{ConfigErr: cfgErr, TZ: dispatch.LocalZone(e.getenv)}
+	if rc, err := dialConfigValkey(cfg); err == nil {
+		defer rc.Close()
+		deps.Valkey = rc
+	}
+	probe, closeDocker := newDockerProbe()
+	defer closeDocker()
+	deps.Docker = probe
+
+	checks := dispatch.Doctor(ctx, cfg, deps)
+	if nameErr != nil {
+		first, rest, _ := strings.Cut(nameErr.Error(), "\n")
+		checks = append([]dispatch.Check{{
+			Status: dispatch.CheckFail, Name: "worker-name", Detail: first, Fix: strings.TrimSpace(rest),
+		}}, checks...)
+	}
+	printChecks(e.stdout, checks)
+	if dispatch.Failed(checks) {
+		return exitFailure
+	}
+	return exitOK
+}
+
+// printChecks writes one line per check and, under each one that is not ✓,
+// its fix; then a summary line.
+func printChecks(w io.Writer, checks []dispatch.Check) {
+	var warns, fails int
+	for _, c := range checks {
+		mark := "✓"
+		switch c.Status {
+		case dispatch.CheckWarn:
+			mark = "⚠"
+			warns++
+		case dispatch.CheckFail:
+			mark = "✗"
+			fails++
+		}
+		fmt.Fprintf(w, "%s %s\n", mark, c.Detail)
+		if c.Status != dispatch.CheckOK && c.Fix != "" {
+			fmt.Fprintf(w, "    fix: %s\n", c.Fix)
+		}
+	}
+	switch {
+	case fails > 0:
+		fmt.Fprintf(w, "%d %s, %d %s\n", fails, pluralize(fails, "problem", "problems"), warns, pluralize(warns, "warning", "warnings"))
+	case warns > 0:
+		fmt.Fprintf(w, "ready, with %d %s\n", warns, pluralize(warns, "warning", "warnings"))
+	default:
+		fmt.Fprintln(w, "ready")
+	}
+}
+
+func pluralize(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// dockerProbe is doctor's view of the local Docker daemon: a ping and the
+// runner's never-pulling image lookups.
+type dockerProbe struct {
+	c  *client.Client
+	rt *runner.Docker
+}
+
+var _ dispatch.DoctorDocker = dockerProbe{}
+
+func (p dockerProbe) Ping(ctx context.Context) error {
+	_, err := p.c.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true})
+	return err
+}
+
+func (p dockerProbe) ImagePresent(ctx context.Context, image string) (bool, error) {
+	return p.rt.ImagePresent(ctx, image)
+}
+
+func (p dockerProbe) ImageDigest(ctx context.Context, image string) (string, error) {
+	return p.rt.ImageDigest(ctx, image)
+}
+
+// brokenDocker reports why no Docker client could be built, on every probe.
+type brokenDocker struct{ err error }
+
+var _ dispatch.DoctorDocker = brokenDocker{}
+
+func (b brokenDocker) Ping(context.Context) error { return b.err }
+func (b brokenDocker) ImagePresent(context.Context, string) (bool, error) {
+	return false, b.err
+}
+func (b brokenDocker) ImageDigest(context.Context, string) (string, error) { return "", b.err }
+
+// newDockerProbe connects to the daemon DOCKER_HOST (or the default socket)
+// names, with the API version negotiated.
+func newDockerProbe() (dispatch.DoctorDocker, func()) {
+	dc, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return brokenDocker{fmt.Errorf("docker client: %w", err)}, func() {}
+	}
+	rt, err := runner.NewDocker(dc, runner.Config{})
+	if err != nil {
+		_ = dc.Close()
+		return brokenDocker{err}, func() {}
+	}
+	return dockerProbe{c: dc, rt: rt}, func() { _ = dc.Close() }
+}

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pidispatch/pidispatch/internal/jobimage"
+	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/registry"
+)
+
+// doctorHost is a live Valkey of its own, the real Docker daemon with the
+// test job image built, and the environment of a healthy declared host.
+func doctorHost(t *testing.T) (*livetest.ValkeyDB, map[string]string) {
+	t.Helper()
+	db := livetest.Valkey(t)
+	dc := livetest.Docker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := jobimage.Ensure(ctx, dc, jobimage.TestTag); err != nil {
+		t.Fatal(err)
+	}
+	return db, map[string]string{
+		"VALKEY_URL":     db.URL,
+		"PI_WORKER_NAME": "doc-a",
+		"PI_JOB_IMAGE":   jobimage.TestTag,
+		"PI_LOGS_DIR":    t.TempDir(),
+		"TZ":             "UTC",
+	}
+}
+
+// writePeerRow publishes a peer's registry row by hand, as a worker on
+// another machine would, beating age ago by the server's clock.
+func writePeerRow(t *testing.T, c *redis.Client, name, tz, digest string, age time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	now, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.HSet(ctx, registry.HostKey(name),
+		registry.FieldName, name,
+		registry.FieldBeatAt, strconv.FormatInt(now.Add(-age).UnixMilli(), 10),
+		registry.FieldRoutes, "true",
+		registry.FieldTZ, tz,
+		registry.FieldImageDigest, digest,
+	).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.PExpire(ctx, registry.HostKey(name), 90*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SAdd(ctx, registry.LiveKey, name).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var (
+	doctorDigestRE = regexp.MustCompile(`sha256:[0-9a-f]{12}`)
+	doctorAgeRE    = regexp.MustCompile(`(peer-old) [0-9]+m[0-9]+s`)
+)
+
+// normalizeDoctor replaces what differs between runs with placeholders.
+func normalizeDoctor(out string, vars map[string]string) string {
+	out = strings.NewReplacer(vars["VALKEY_URL"], "$VALKEY_URL", vars["PI_LOGS_DIR"], "$LOGS").Replace(out)
+	out = doctorAgeRE.ReplaceAllString(out, "$1 $$AGE")
+	return doctorDigestRE.ReplaceAllLiteralString(out, "sha256:$DIGEST")
+}
+
+func TestDoctorHealthyHost(t *testing.T) {
+	db, vars := doctorHost(t)
+	// Our own row (the worker of this host) is not a peer.
+	writePeerRow(t, db.Client, "doc-a", "UTC", "", 0)
+	r := runCLI(t, vars, "doctor")
+	if r.code != exitOK || r.stderr != "" {
+		t.Fatalf("%+v", r)
+	}
+	checkGolden(t, "doctor-healthy", normalizeDoctor(r.stdout, vars))
+}
+
+func TestDoctorMissingImageFails(t *testing.T) {
+	_, vars := doctorHost(t)
+	vars["PI_JOB_IMAGE"] = "pidispatch-no-such-image:never"
+	r := runCLI(t, vars, "doctor")
+	if r.code != exitFailure {
+		t.Fatalf("%+v", r)
+	}
+	want := "✗ job image pidispatch-no-such-image:never is not on this host (jobs are refused job-image-missing; the worker never pulls)\n" +
+		"    fix: build or pull it: docker pull <registry>/pidispatch-no-such-image:never && docker tag <registry>/pidispatch-no-such-image:never pidispatch-no-such-image:never"
+	if !strings.Contains(r.stdout, want) || !strings.HasSuffix(r.stdout, "1 problem, 0 warnings\n") {
+		t.Fatalf("stdout:\n%s", r.stdout)
+	}
+}
+
+func TestDoctorFleetOfThreeWarnsAndPasses(t *testing.T) {
+	db, vars := doctorHost(t)
+	writePeerRow(t, db.Client, "doc-a", "UTC", "", 0)
+	writePeerRow(t, db.Client, "peer-tokyo", "Asia/Tokyo", "sha256:"+strings.Repeat("0", 64), 0)
+	writePeerRow(t, db.Client, "peer-old", "UTC", "", 6*time.Minute)
+	r := runCLI(t, vars, "doctor")
+	if r.code != exitOK {
+		t.Fatalf("fleet warnings must not fail doctor: %+v", r)
+	}
+	if !strings.Contains(r.stdout, "⚠ hosts disagree about the time zone (Asia/Tokyo, UTC; here UTC)") {
+		t.Fatalf("no zone warning naming both zones:\n%s", r.stdout)
+	}
+	checkGolden(t, "doctor-fleet", normalizeDoctor(r.stdout, vars))
+}
+
+func TestDoctorPeerWithoutOurNameDeclared(t *testing.T) {
+	db, vars := doctorHost(t)
+	delete(vars, "PI_WORKER_NAME")
+	writePeerRow(t, db.Client, "peer-b", "UTC", "", 0)
+	r := runCLI(t, vars, "doctor")
+	if r.code != exitOK || !strings.Contains(r.stdout, "⚠ this worker has peers but no PI_WORKER_NAME, so host routing is off here\n    fix: set PI_WORKER_NAME") {
+		t.Fatalf("%+v", r)
+	}
+}
+
+func TestDoctorBadConfigAndFiles(t *testing.T) {
+	_, vars := doctorHost(t)
+	dir := t.TempDir()
+	triggers := filepath.Join(dir, "triggers.json")
+	if err := os.WriteFile(triggers, []byte(`{"triggers": [], "extra": 1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	vars["PI_CONCURRENCY"] = "0"
+	vars["PI_JOB_MEMORY"] = "lots"
+	vars["PI_TRIGGERS_FILE"] = triggers
+	vars["PI_SCOPED_LIMITS_FILE"] = filepath.Join(dir, "absent.json")
+	r := runCLI(t, vars, "doctor")
+	if r.code != exitFailure {
+		t.Fatalf("%+v", r)
+	}
+	for _, want := range []string{
+		"✓ Valkey reachable at ", // the other checks still run
+		"✓ job image " + jobimage.TestTag + " present",
+		"✗ PI_CONCURRENCY=\"0\": must be between 1 and 256\n    fix: fix PI_CONCURRENCY in .env",
+		"✗ PI_JOB_MEMORY=\"lots\": ",
+		"✗ triggers file " + triggers + " invalid: extra: ",
+		"✗ scoped limits file " + filepath.Join(dir, "absent.json") + ": ",
+		"4 problems, 0 warnings\n",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, r.stdout)
+		}
+	}
+}
+
+func TestDoctorValkeyDown(t *testing.T) {
+	_, vars := doctorHost(t)
+	vars["VALKEY_URL"] = "redis://127.0.0.1:1/0"
+	start := time.Now()
+	r := runCLI(t, vars, "doctor")
+	if elapsed := time.Since(start); elapsed > 8*time.Second {
+		t.Fatalf("took %s", elapsed)
+	}
+	if r.code != exitFailure ||
+		!strings.Contains(r.stdout, "✗ Valkey unreachable at redis://127.0.0.1:1/0") ||
+		!strings.Contains(r.stdout, "⚠ fleet: host registry not read (Valkey unreachable)") ||
+		r.stderr != "" {
+		t.Fatalf("%+v", r)
+	}
+}
+
+func TestDoctorRefusesArguments(t *testing.T) {
+	if r := runCLI(t, nil, "doctor", "--fix"); r.code != exitUsage {
+		t.Fatalf("%+v", r)
+	}
+	if r := runCLI(t, nil, "doctor", "extra"); r.code != exitUsage || !strings.Contains(r.stderr, "unexpected argument") {
+		t.Fatalf("%+v", r)
+	}
+}
+
+func TestDoctorTakesTheNameFromTheDeploymentEnv(t *testing.T) {
+	db, vars := doctorHost(t)
+	delete(vars, "PI_WORKER_NAME")
+	envFile := filepath.Join(t.TempDir(), ".env")
+	if err := os.WriteFile(envFile, []byte("PI_WORKER_NAME=doc-env\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The worker started from that .env published this row: it is us.
+	writePeerRow(t, db.Client, "doc-env", "UTC", "", 0)
+	r := runCLI(t, vars, "doctor", "--env-file", envFile)
+	if r.code != exitOK || !strings.Contains(r.stdout, "✓ configuration valid (worker doc-env, declared") || strings.Contains(r.stdout, "fleet") {
+		t.Fatalf("%+v", r)
+	}
+
+	vars["PI_WORKER_NAME"] = "doc-shell"
+	r = runCLI(t, vars, "doctor", "--env-file", envFile)
+	if r.code != exitFailure || !strings.HasPrefix(r.stdout, `✗ PI_WORKER_NAME is "doc-shell" in the shell but "doc-env" in `+envFile+"\n    fix: ") {
+		t.Fatalf("%+v", r)
+	}
+}

@@ -1,0 +1,262 @@
+package main
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+func init() {
+	register(command{name: "init", summary: "scaffold .env, triggers.json and scoped-limits.json here (never overwrites)", run: cmdInit})
+}
+
+// envExample is a copy of the repository's .env.example (a test keeps the two
+// identical): the documented defaults of every variable.
+//
+//go:embed env.example
+var envExample string
+
+const initUsage = `usage: pi-dispatch init [--dir DIR]
+
+Writes a deployment's files into DIR (default: the current folder): .env
+(mode 0600), triggers.json and scoped-limits.json. A file that exists is kept
+as it is, never overwritten.
+`
+
+// Files init writes.
+const (
+	initEnvFile          = ".env"
+	initTriggersFile     = "triggers.json"
+	initScopedLimitsFile = "scoped-limits.json"
+)
+
+// initTriggers is an empty, valid triggers file: an example cron entry
+// cannot live in it, because JSON has no comments and the triggers parser
+// refuses unknown keys (an "_comment" included). The example is printed
+// instead (triggersHelp).
+const initTriggers = `{
+  "triggers": []
+}
+`
+
+// triggersExample is one cron trigger, printed by init; a test checks that
+// the triggers parser accepts it.
+const triggersExample = `{"on": {"type": "cron", "id": "nightly-deps", "pattern": "0 3 * * *", "tz": "Europe/Amsterdam"},
+     "run": {"kind": "local", "folder": "/srv/app", "flow": "update-deps", "task": "Update the dependencies and open a pull request"}}`
+
+const initScopedLimits = `{
+  "version": 1,
+  "limits": [
+    { "scope": "acme/web", "concurrent": 1, "day": 20 }
+  ]
+}
+`
+
+func cmdInit(_ context.Context, e env, args []string) int {
+	fset := flag.NewFlagSet("init", flag.ContinueOnError)
+	fset.SetOutput(e.stderr)
+	fset.Usage = func() { fmt.Fprint(e.stderr, initUsage); fset.PrintDefaults() }
+	dirFlag := fset.String("dir", "", "the deployment folder (default: the current folder)")
+	if err := fset.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fset.NArg() > 0 {
+		fmt.Fprintf(e.stderr, "pi-dispatch init: unexpected argument %q (use --dir DIR)\n", fset.Arg(0))
+		return exitUsage
+	}
+	dir, err := deploymentDir(*dirFlag)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "pi-dispatch init: %v\n", err)
+		return exitUsage
+	}
+
+	files := []struct {
+		name    string
+		mode    fs.FileMode
+		content string
+	}{
+		{initEnvFile, 0o600, scaffoldEnv(envExample)},
+		{initTriggersFile, 0o644, initTriggers},
+		{initScopedLimitsFile, 0o644, initScopedLimits},
+	}
+	failed := false
+	created := map[string]bool{}
+	for _, f := range files {
+		ok, err := createNew(filepath.Join(dir, f.name), f.mode, f.content)
+		created[f.name] = ok
+		switch {
+		case err != nil:
+			fmt.Fprintf(e.stderr, "pi-dispatch init: %s: %v\n", f.name, err)
+			failed = true
+		case !ok:
+			fmt.Fprintf(e.stdout, "kept %s (it exists; not overwritten)\n", f.name)
+			if f.mode == 0o600 {
+				warnIfReadableByOthers(e, filepath.Join(dir, f.name))
+			}
+		case f.mode == 0o600:
+			fmt.Fprintf(e.stdout, "created %s (mode 0600)\n", f.name)
+		default:
+			fmt.Fprintf(e.stdout, "created %s\n", f.name)
+		}
+	}
+	if created[initEnvFile] || created[initTriggersFile] || created[initScopedLimitsFile] {
+		fmt.Fprintf(e.stdout, "\nin %s:\n", dir)
+	}
+	if created[initEnvFile] {
+		fmt.Fprint(e.stdout, `  .env                the worker's configuration, every variable with its default.
+                      PI_SCOPED_LIMITS_FILE names ./scoped-limits.json (paths
+                      resolve in the worker's working directory); set
+                      PI_WORKER_NAME on each host of a fleet.
+`)
+	}
+	if created[initScopedLimitsFile] {
+		fmt.Fprint(e.stdout, "  scoped-limits.json  per-scope limits; the example row limits acme/web.\n")
+	}
+	if created[initTriggersFile] {
+		fmt.Fprintf(e.stdout, `  triggers.json       cron triggers. It starts empty: JSON has no comments, and
+                      the parser refuses unknown keys. A cron trigger looks like
+    %s
+                      Cron is off until PI_TRIGGERS_FILE in .env is uncommented
+                      (unset, this host abstains from the fleet's cron agreement).
+`, triggersExample)
+	}
+	fmt.Fprintln(e.stdout, "next: pi-dispatch doctor")
+	if failed {
+		return exitFailure
+	}
+	return exitOK
+}
+
+// deploymentDir is the --dir value made absolute, or the current folder; it
+// must be an existing directory.
+func deploymentDir(flagValue string) (string, error) {
+	dir := flagValue
+	if dir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return "", err
+		}
+		dir = wd
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	fi, err := os.Stat(abs)
+	if err != nil {
+		return "", err
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("%s is not a directory", abs)
+	}
+	return abs, nil
+}
+
+// warnIfReadableByOthers flags a kept .env that others can read: it may hold
+// VALKEY_PASSWORD.
+func warnIfReadableByOthers(e env, path string) {
+	fi, err := os.Lstat(path)
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o077 == 0 {
+		return
+	}
+	fmt.Fprintf(e.stderr, "pi-dispatch init: warning: %s is readable by others (mode %04o); it may hold VALKEY_PASSWORD: chmod 600 %s\n", path, fi.Mode().Perm(), path)
+}
+
+// createNew writes a file that must not exist yet (O_EXCL: an existing file,
+// or a symlink, is kept untouched and created is false).
+func createNew(path string, mode fs.FileMode, content string) (created bool, err error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if errors.Is(err, fs.ErrExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	_, werr := f.WriteString(content)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		_ = os.Remove(path)
+		return false, werr
+	}
+	return true, nil
+}
+
+// scaffoldEnv turns .env.example into a deployment's .env that systemd's
+// EnvironmentFile and docker compose read alike: systemd takes everything
+// after '=' as the value, so a comment that trails an assignment moves to
+// its own line above it. PI_SCOPED_LIMITS_FILE is set to the scaffolded file
+// (left commented, it is the original's documented trap: an edited limits
+// file that nothing reads); PI_TRIGGERS_FILE stays commented, since an empty
+// cron set is an opinion that would stop a fleet's cron reconcile until every
+// host agrees.
+func scaffoldEnv(example string) string {
+	var b strings.Builder
+	b.WriteString("# Written by pi-dispatch init from .env.example. Read by the worker's\n")
+	b.WriteString("# EnvironmentFile (systemd) or env_file (docker compose): no comment may\n")
+	b.WriteString("# follow a value on its line.\n")
+	lines := strings.Split(strings.TrimRight(example, "\n"), "\n")
+	for i := 0; i < len(lines); i++ {
+		line := lines[i]
+		trimmed := strings.TrimSpace(line)
+		switch {
+		case trimmed == "":
+			b.WriteString("\n")
+			continue
+		case strings.HasPrefix(line, "#"):
+			b.WriteString(scaffoldComment(line) + "\n")
+			continue
+		case strings.HasPrefix(trimmed, "#"):
+			// A continuation of the comment above, indented under it.
+			b.WriteString("#   " + strings.TrimSpace(strings.TrimPrefix(trimmed, "#")) + "\n")
+			continue
+		}
+		assign, comment := splitTrailingComment(line)
+		var block []string
+		if comment != "" {
+			block = append(block, "# "+comment)
+		}
+		for i+1 < len(lines) && strings.HasPrefix(lines[i+1], " ") && strings.HasPrefix(strings.TrimSpace(lines[i+1]), "#") {
+			i++
+			block = append(block, "#   "+strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(lines[i]), "#")))
+		}
+		for _, c := range block {
+			b.WriteString(c + "\n")
+		}
+		b.WriteString(assign + "\n")
+	}
+	return b.String()
+}
+
+// scaffoldComment uncomments PI_SCOPED_LIMITS_FILE, whose relative path
+// resolves against the worker's working directory: the unit's
+// WorkingDirectory, the compose file's working_dir.
+func scaffoldComment(line string) string {
+	body := strings.TrimSpace(strings.TrimPrefix(line, "#"))
+	if assign, comment := splitTrailingComment(body); assign == "PI_SCOPED_LIMITS_FILE=./"+initScopedLimitsFile {
+		if comment != "" {
+			return "# " + comment + "\n" + assign
+		}
+		return assign
+	}
+	return line
+}
+
+// splitTrailingComment splits "KEY=value   # comment" at the first " #".
+func splitTrailingComment(line string) (assign, comment string) {
+	i := strings.Index(line, " #")
+	if i < 0 {
+		return strings.TrimSpace(line), ""
+	}
+	return strings.TrimSpace(line[:i]), strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line[i:]), "#"))
+}

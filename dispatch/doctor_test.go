@@ -1,0 +1,441 @@
+package dispatch_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/registry"
+)
+
+// fakeDoctorDocker is a Docker daemon as doctor sees it.
+type fakeDoctorDocker struct {
+	pingErr     error
+	present     bool
+	presentErr  error
+	digest      string
+	digestCalls atomic.Int32
+}
+
+var _ dispatch.DoctorDocker = (*fakeDoctorDocker)(nil)
+
+func (f *fakeDoctorDocker) Ping(context.Context) error { return f.pingErr }
+func (f *fakeDoctorDocker) ImagePresent(context.Context, string) (bool, error) {
+	return f.present, f.presentErr
+}
+func (f *fakeDoctorDocker) ImageDigest(context.Context, string) (string, error) {
+	f.digestCalls.Add(1)
+	if !f.present {
+		return "", errors.New("no such image")
+	}
+	return f.digest, nil
+}
+
+const (
+	doctorDigestA = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	doctorDigestB = "sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+)
+
+// doctorConfig is a valid configuration named self, declared, logging to a
+// fresh folder.
+func doctorConfig(t *testing.T, self string) dispatch.Config {
+	t.Helper()
+	cfg, err := dispatch.LoadConfig(func(k string) string {
+		return map[string]string{
+			"PI_WORKER_NAME": self,
+			"PI_LOGS_DIR":    t.TempDir(),
+			"PI_JOB_IMAGE":   "pi-job:test",
+		}[k]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// doctorPeer writes a peer's registry row by hand, beating age ago by the
+// server's clock.
+func doctorPeer(t *testing.T, c *redis.Client, name, tz, digest string, age time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	now, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	beat := now.Add(-age).UnixMilli()
+	if err := c.HSet(ctx, registry.HostKey(name),
+		registry.FieldName, name,
+		registry.FieldBeatAt, strconv.FormatInt(beat, 10),
+		registry.FieldRoutes, "true",
+		registry.FieldTZ, tz,
+		registry.FieldImageDigest, digest,
+	).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.PExpire(ctx, registry.HostKey(name), time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SAdd(ctx, registry.LiveKey, name).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func findChecks(checks []dispatch.Check, name string) []dispatch.Check {
+	var out []dispatch.Check
+	for _, c := range checks {
+		if c.Name == name {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func oneCheck(t *testing.T, checks []dispatch.Check, name string) dispatch.Check {
+	t.Helper()
+	got := findChecks(checks, name)
+	if len(got) != 1 {
+		t.Fatalf("want exactly one %s check, got %d in %+v", name, len(got), checks)
+	}
+	return got[0]
+}
+
+func TestDoctorHealthySingleHost(t *testing.T) {
+	db := livetest.Valkey(t)
+	cfg := doctorConfig(t, "doc-a")
+	docker := &fakeDoctorDocker{present: true, digest: doctorDigestA}
+	// Our own row is not a peer: no fleet line.
+	doctorPeer(t, db.Client, "doc-a", "Asia/Tokyo", doctorDigestB, 0)
+
+	checks := dispatch.Doctor(context.Background(), cfg, dispatch.DoctorDeps{Valkey: db.Client, Docker: docker, TZ: "UTC"})
+	if dispatch.Failed(checks) {
+		t.Fatalf("healthy host failed: %+v", checks)
+	}
+	var names []string
+	for _, c := range checks {
+		if c.Status != dispatch.CheckOK || c.Fix != "" {
+			t.Errorf("not ok: %+v", c)
+		}
+		names = append(names, c.Name)
+	}
+	if got, want := strings.Join(names, ","), "valkey,docker,job-image,config,logs-dir"; got != want {
+		t.Fatalf("checks %s, want %s", got, want)
+	}
+	if n := docker.digestCalls.Load(); n != 0 {
+		t.Fatalf("image digest read %d times without a peer to compare with", n)
+	}
+}
+
+func TestDoctorFleetLinesWarnNeverFail(t *testing.T) {
+	db := livetest.Valkey(t)
+	cfg := doctorConfig(t, "doc-a")
+	docker := &fakeDoctorDocker{present: true, digest: doctorDigestA}
+	doctorPeer(t, db.Client, "doc-a", "UTC", doctorDigestA, 0)
+	doctorPeer(t, db.Client, "peer-tokyo", "Asia/Tokyo", doctorDigestB, 0)
+	doctorPeer(t, db.Client, "peer-old", "UTC", doctorDigestA, 6*time.Minute)
+
+	checks := dispatch.Doctor(context.Background(), cfg, dispatch.DoctorDeps{Valkey: db.Client, Docker: docker, TZ: "UTC"})
+	if dispatch.Failed(checks) {
+		t.Fatalf("fleet differences must never fail: %+v", checks)
+	}
+	fleet := oneCheck(t, checks, "fleet")
+	if fleet.Status != dispatch.CheckOK || fleet.Detail != "fleet: 3 workers (doc-a, peer-old, peer-tokyo)" {
+		t.Errorf("fleet: %+v", fleet)
+	}
+	tz := oneCheck(t, checks, "fleet-tz")
+	if tz.Status != dispatch.CheckWarn || !strings.Contains(tz.Detail, "Asia/Tokyo, UTC") || tz.Fix == "" {
+		t.Errorf("fleet-tz: %+v", tz)
+	}
+	img := oneCheck(t, checks, "fleet-image")
+	if img.Status != dispatch.CheckWarn || !strings.Contains(img.Detail, "differs from peer-tokyo (") || strings.Contains(img.Detail, "peer-old") {
+		t.Errorf("fleet-image: %+v", img)
+	}
+	stale := oneCheck(t, checks, "fleet-stale")
+	if stale.Status != dispatch.CheckWarn || !strings.Contains(stale.Detail, "peer-old") || strings.Contains(stale.Detail, "peer-tokyo") {
+		t.Errorf("fleet-stale: %+v", stale)
+	}
+	if got := findChecks(checks, "fleet-name"); len(got) != 0 {
+		t.Errorf("a declared host got %+v", got)
+	}
+}
+
+func TestDoctorPeersWithoutDeclaredName(t *testing.T) {
+	db := livetest.Valkey(t)
+	cfg, err := dispatch.LoadConfig(func(k string) string {
+		return map[string]string{"PI_LOGS_DIR": t.TempDir()}[k]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	doctorPeer(t, db.Client, "someone-else", "UTC", "", 0)
+	checks := dispatch.Doctor(context.Background(), cfg, dispatch.DoctorDeps{
+		Valkey: db.Client, Docker: &fakeDoctorDocker{present: true, digest: doctorDigestA}, TZ: "UTC",
+	})
+	name := oneCheck(t, checks, "fleet-name")
+	if name.Status != dispatch.CheckWarn || !strings.Contains(name.Fix, "PI_WORKER_NAME") {
+		t.Fatalf("fleet-name: %+v", name)
+	}
+	if len(findChecks(checks, "fleet-tz")) != 0 || len(findChecks(checks, "fleet-image")) != 0 {
+		t.Fatalf("same zone and a peer without a digest must not warn: %+v", checks)
+	}
+}
+
+func TestDoctorDockerDownSkipsImage(t *testing.T) {
+	db := livetest.Valkey(t)
+	doctorPeer(t, db.Client, "peer", "UTC", doctorDigestB, 0)
+	docker := &fakeDoctorDocker{pingErr: errors.New("connection refused"), present: true, digest: doctorDigestA}
+	checks := dispatch.Doctor(context.Background(), doctorConfig(t, "doc-a"), dispatch.DoctorDeps{Valkey: db.Client, Docker: docker, TZ: "UTC"})
+	if c := oneCheck(t, checks, "docker"); c.Status != dispatch.CheckFail || !strings.Contains(c.Detail, "connection refused") || c.Fix == "" {
+		t.Errorf("docker: %+v", c)
+	}
+	if c := oneCheck(t, checks, "job-image"); c.Status != dispatch.CheckWarn || !strings.Contains(c.Detail, "not checked") {
+		t.Errorf("job-image: %+v", c)
+	}
+	if docker.digestCalls.Load() != 0 || len(findChecks(checks, "fleet-image")) != 0 {
+		t.Errorf("digest compared with Docker down: %+v", checks)
+	}
+	if !dispatch.Failed(checks) {
+		t.Error("Docker down must fail doctor")
+	}
+}
+
+func TestDoctorImageMissingFailsWithFix(t *testing.T) {
+	db := livetest.Valkey(t)
+	checks := dispatch.Doctor(context.Background(), doctorConfig(t, "doc-a"), dispatch.DoctorDeps{Valkey: db.Client, Docker: &fakeDoctorDocker{}, TZ: "UTC"})
+	c := oneCheck(t, checks, "job-image")
+	if c.Status != dispatch.CheckFail || !strings.Contains(c.Detail, "pi-job:test is not on this host") ||
+		!strings.Contains(c.Fix, "docker pull <registry>/pi-job:test && docker tag <registry>/pi-job:test pi-job:test") {
+		t.Fatalf("job-image: %+v", c)
+	}
+	if !dispatch.Failed(checks) {
+		t.Fatal("a missing image must fail doctor")
+	}
+}
+
+func TestDoctorImageInspectErrorFails(t *testing.T) {
+	db := livetest.Valkey(t)
+	docker := &fakeDoctorDocker{presentErr: errors.New("daemon hiccup")}
+	checks := dispatch.Doctor(context.Background(), doctorConfig(t, "doc-a"), dispatch.DoctorDeps{Valkey: db.Client, Docker: docker, TZ: "UTC"})
+	if c := oneCheck(t, checks, "job-image"); c.Status != dispatch.CheckFail || !strings.Contains(c.Detail, "daemon hiccup") {
+		t.Fatalf("job-image: %+v", c)
+	}
+}
+
+func TestImageFix(t *testing.T) {
+	for image, want := range map[string]string{
+		"ghcr.io/acme/pi-job:1":  "build or pull it: docker pull ghcr.io/acme/pi-job:1",
+		"localhost:5000/pi-job":  "build or pull it: docker pull localhost:5000/pi-job",
+		"acme/pi-job:latest":     "build or pull it: docker pull <registry>/acme/pi-job:latest && docker tag <registry>/acme/pi-job:latest acme/pi-job:latest (or docker build -t acme/pi-job:latest <agent image folder>)",
+		"pi-job:latest":          "build or pull it: docker pull <registry>/pi-job:latest && docker tag <registry>/pi-job:latest pi-job:latest (or docker build -t pi-job:latest <agent image folder>)",
+		"localhost/pi-job:local": "build or pull it: docker pull localhost/pi-job:local",
+	} {
+		if got := dispatch.ImageFix(image); got != want {
+			t.Errorf("ImageFix(%q) = %q, want %q", image, got, want)
+		}
+	}
+}
+
+func TestDoctorValkeyDownIsSaidFast(t *testing.T) {
+	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialTimeout: time.Second, MaxRetries: -1})
+	defer rc.Close()
+	start := time.Now()
+	checks := dispatch.Doctor(context.Background(), doctorConfig(t, "doc-a"), dispatch.DoctorDeps{
+		Valkey: rc, Docker: &fakeDoctorDocker{present: true}, TZ: "UTC", Timeout: 500 * time.Millisecond,
+	})
+	if time.Since(start) > 3*time.Second {
+		t.Fatalf("doctor took %s with Valkey down", time.Since(start))
+	}
+	if c := oneCheck(t, checks, "valkey"); c.Status != dispatch.CheckFail || !strings.Contains(c.Fix, "VALKEY_URL") {
+		t.Errorf("valkey: %+v", c)
+	}
+	if c := oneCheck(t, checks, "fleet-registry"); c.Status != dispatch.CheckWarn || !strings.Contains(c.Detail, "not read") {
+		t.Errorf("fleet-registry: %+v", c)
+	}
+}
+
+func TestDoctorRegistryUnreadableIsSaid(t *testing.T) {
+	db := livetest.Valkey(t)
+	// A ping answers, the registry read does not: a wrong type under the
+	// live set's key makes the read script fail.
+	if err := db.Client.Set(context.Background(), registry.LiveKey, "junk", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	checks := dispatch.Doctor(context.Background(), doctorConfig(t, "doc-a"), dispatch.DoctorDeps{
+		Valkey: db.Client, Docker: &fakeDoctorDocker{present: true}, TZ: "UTC",
+	})
+	c := oneCheck(t, checks, "fleet-registry")
+	if c.Status != dispatch.CheckWarn || !strings.Contains(c.Detail, "could not read the host registry") {
+		t.Fatalf("fleet-registry: %+v", c)
+	}
+	if dispatch.Failed(checks) {
+		t.Fatalf("an unreadable registry is a warning: %+v", checks)
+	}
+}
+
+func TestDoctorNilDepsFailNotPanic(t *testing.T) {
+	checks := dispatch.Doctor(context.Background(), doctorConfig(t, "doc-a"), dispatch.DoctorDeps{TZ: "UTC"})
+	for _, name := range []string{"valkey", "docker"} {
+		if c := oneCheck(t, checks, name); c.Status != dispatch.CheckFail {
+			t.Errorf("%s: %+v", name, c)
+		}
+	}
+}
+
+func TestDoctorConfigErrorsOnePerVariable(t *testing.T) {
+	env := map[string]string{
+		"PI_CONCURRENCY": "lots",
+		"PI_JOB_TIMEOUT": "90",
+		"PI_JOB_IMAGE":   "pi-job:kept",
+		"PI_LOGS_DIR":    t.TempDir(),
+	}
+	cfg, err := dispatch.ConfigForDoctor(func(k string) string { return env[k] })
+	if err == nil {
+		t.Fatal("invalid configuration accepted")
+	}
+	if cfg.JobImage != "pi-job:kept" || cfg.LogsDir != env["PI_LOGS_DIR"] || cfg.Concurrency != dispatch.DefaultConcurrency || cfg.JobTimeout != dispatch.DefaultJobTimeout {
+		t.Fatalf("best-effort config: %v", cfg)
+	}
+	db := livetest.Valkey(t)
+	checks := dispatch.Doctor(context.Background(), cfg, dispatch.DoctorDeps{
+		Valkey: db.Client, Docker: &fakeDoctorDocker{present: true}, ConfigErr: err, TZ: "UTC",
+	})
+	got := findChecks(checks, "config")
+	if len(got) != 2 {
+		t.Fatalf("want one config line per bad variable, got %+v", got)
+	}
+	for i, v := range []string{"PI_CONCURRENCY", "PI_JOB_TIMEOUT"} {
+		if got[i].Status != dispatch.CheckFail || !strings.HasPrefix(got[i].Detail, v+"=") || !strings.Contains(got[i].Fix, v) {
+			t.Errorf("config line %d: %+v", i, got[i])
+		}
+	}
+	if c := oneCheck(t, checks, "valkey"); c.Status != dispatch.CheckOK {
+		t.Errorf("the other checks must still run: %+v", c)
+	}
+}
+
+func TestConfigForDoctorDependentRule(t *testing.T) {
+	// PI_WAIT_MAX_MS below the interval is reported once the interval is
+	// valid; both are replaced by defaults in the returned configuration.
+	env := map[string]string{"PI_WAIT_INTERVAL_MS": "10", "PI_WAIT_MAX_MS": "40000", "PI_DAILY_CAP": "7"}
+	cfg, err := dispatch.ConfigForDoctor(func(k string) string { return env[k] })
+	var errs dispatch.ConfigErrors
+	if !errors.As(err, &errs) || len(errs) == 0 || errs[0].Var != "PI_WAIT_INTERVAL_MS" {
+		t.Fatalf("err %v", err)
+	}
+	if cfg.DailyCap != 7 || cfg.WaitInterval != dispatch.DefaultWaitInterval {
+		t.Fatalf("cfg %v", cfg)
+	}
+	if cfg.Validate() != nil {
+		t.Fatalf("best-effort config invalid: %v", cfg.Validate())
+	}
+	good, err := dispatch.ConfigForDoctor(func(k string) string { return map[string]string{"PI_DAILY_CAP": "9"}[k] })
+	if err != nil || good.DailyCap != 9 {
+		t.Fatalf("valid env: %v %v", good, err)
+	}
+}
+
+func TestDoctorPolicyFiles(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cfg := doctorConfig(t, "doc-a")
+	cfg.TriggersFile = write("triggers.json", `{"triggers": [{"on": {"type": "cron", "id": "x", "pattern": "bad"}, "run": {}}]}`)
+	cfg.ScopedLimitsFile = filepath.Join(dir, "absent-limits.json")
+	cfg.PauseWindowsFile = write("pause.json", `{"windows": [{"scope": "*", "from": "22:00", "to": "06:00"}]}`)
+	db := livetest.Valkey(t)
+	checks := dispatch.Doctor(context.Background(), cfg, dispatch.DoctorDeps{Valkey: db.Client, Docker: &fakeDoctorDocker{present: true}, TZ: "UTC"})
+
+	if c := oneCheck(t, checks, "triggers"); c.Status != dispatch.CheckFail || !strings.Contains(c.Detail, "on.pattern") || strings.Contains(c.Detail, "\n") {
+		t.Errorf("triggers: %+v", c)
+	}
+	if c := oneCheck(t, checks, "scoped-limits"); c.Status != dispatch.CheckFail || !strings.Contains(c.Fix, "create it") {
+		t.Errorf("scoped-limits: %+v", c)
+	}
+	if c := oneCheck(t, checks, "pause-windows"); c.Status != dispatch.CheckOK || !strings.Contains(c.Detail, "(1 row)") {
+		t.Errorf("pause-windows: %+v", c)
+	}
+
+	cfg.TriggersFile = write("good.json", `{"triggers": [{"on": {"type": "cron", "id": "n", "pattern": "0 3 * * *"}, "run": {"kind": "local", "folder": "/srv/x", "flow": "f", "task": "t"}}]}`)
+	cfg.ScopedLimitsFile = write("limits.json", `{"version": 1, "limits": [{"scope": "acme/web", "day": 3}]}`)
+	checks = dispatch.Doctor(context.Background(), cfg, dispatch.DoctorDeps{Valkey: db.Client, Docker: &fakeDoctorDocker{present: true}, TZ: "UTC"})
+	if c := oneCheck(t, checks, "triggers"); c.Status != dispatch.CheckOK || !strings.Contains(c.Detail, "(1 cron entry)") {
+		t.Errorf("triggers: %+v", c)
+	}
+	if c := oneCheck(t, checks, "scoped-limits"); c.Status != dispatch.CheckOK {
+		t.Errorf("scoped-limits: %+v", c)
+	}
+
+	cfg.TriggersFile = filepath.Join(dir, "no-triggers.json")
+	checks = dispatch.Doctor(context.Background(), cfg, dispatch.DoctorDeps{Valkey: db.Client, Docker: &fakeDoctorDocker{present: true}, TZ: "UTC"})
+	if c := oneCheck(t, checks, "triggers"); c.Status != dispatch.CheckWarn || !strings.Contains(c.Detail, "does not exist") {
+		t.Errorf("absent triggers: %+v", c)
+	}
+}
+
+func TestDoctorLogsDir(t *testing.T) {
+	db := livetest.Valkey(t)
+	deps := dispatch.DoctorDeps{Valkey: db.Client, Docker: &fakeDoctorDocker{present: true}, TZ: "UTC"}
+	cfg := doctorConfig(t, "doc-a")
+
+	// Not created by doctor: the worker, as its own user, creates it.
+	cfg.LogsDir = filepath.Join(t.TempDir(), "not", "yet")
+	c := oneCheck(t, dispatch.Doctor(context.Background(), cfg, deps), "logs-dir")
+	if c.Status != dispatch.CheckOK || !strings.Contains(c.Detail, "does not exist yet") {
+		t.Errorf("absent dir: %+v", c)
+	}
+	if _, err := os.Stat(cfg.LogsDir); !os.IsNotExist(err) {
+		t.Errorf("doctor created %s: %v", cfg.LogsDir, err)
+	}
+
+	// Under a regular file: never writable.
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg.LogsDir = filepath.Join(file, "logs")
+	if c := oneCheck(t, dispatch.Doctor(context.Background(), cfg, deps), "logs-dir"); c.Status != dispatch.CheckFail || !strings.Contains(c.Detail, "not a directory") {
+		t.Errorf("dir under a file: %+v", c)
+	}
+
+	// An existing dir is written to and left as it was.
+	cfg.LogsDir = t.TempDir()
+	if c := oneCheck(t, dispatch.Doctor(context.Background(), cfg, deps), "logs-dir"); c.Status != dispatch.CheckOK || !strings.HasSuffix(c.Detail, "writable") {
+		t.Errorf("existing dir: %+v", c)
+	}
+	if left, _ := os.ReadDir(cfg.LogsDir); len(left) != 0 {
+		t.Errorf("doctor left %v in the logs dir", left)
+	}
+}
+
+func TestLocalZone(t *testing.T) {
+	for tz, want := range map[string]string{":Europe/Paris": "Europe/Paris", "Asia/Tokyo": "Asia/Tokyo"} {
+		if got := dispatch.LocalZone(func(string) string { return tz }); got != want {
+			t.Errorf("LocalZone(TZ=%q) = %q, want %q", tz, got, want)
+		}
+	}
+	if got := dispatch.LocalZone(func(string) string { return "" }); got == "" {
+		t.Error("LocalZone without TZ is empty")
+	}
+}
+
+func TestCheckStatusString(t *testing.T) {
+	for s, want := range map[dispatch.CheckStatus]string{dispatch.CheckOK: "ok", dispatch.CheckWarn: "warn", dispatch.CheckFail: "fail", 7: "CheckStatus(7)"} {
+		if s.String() != want {
+			t.Errorf("%d: %s", int(s), s)
+		}
+	}
+}
