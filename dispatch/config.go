@@ -33,6 +33,7 @@ const (
 	DefaultWaitCheckSlots       = 1
 	DefaultWaitInterval         = 60 * time.Second
 	DefaultWaitMax              = 24 * time.Hour
+	DefaultWaitAfterMax         = MaxWaitAfter // 30 days
 )
 
 // Bounds of the configuration. A value outside them is a config error, never clamped:
@@ -52,6 +53,7 @@ const (
 	MinWaitInterval       = 30 * time.Second
 	MaxWaitInterval       = 24 * time.Hour
 	MaxWaitMax            = 30 * 24 * time.Hour
+	MinWaitAfterMax       = time.Second // the shortest `after` a job may name
 	maxValkeyPasswordSize = 512
 )
 
@@ -80,6 +82,7 @@ var EnvVars = []string{
 	"PI_WAIT_CHECK_SLOTS",
 	"PI_WAIT_INTERVAL_MS",
 	"PI_WAIT_MAX_MS",
+	"PI_WAIT_AFTER_MAX_MS",
 	"TMPDIR", // only for the default of PI_LOGS_DIR
 }
 
@@ -153,7 +156,12 @@ type Config struct {
 	WaitInterval time.Duration
 	// WaitMax is how long a job may be held before it is refused wait-timeout.
 	// PI_WAIT_MAX_MS, at least PI_WAIT_INTERVAL_MS and at most 30 days, defaults to 24 h.
+	// It counts from the hold's start, or from its latest `after` instant when later.
 	WaitMax time.Duration
+	// WaitAfterMax caps an `after` condition: a job whose `after` ends more than this
+	// past the hold's start is refused wait-timeout at once (it could only end past
+	// the cap). PI_WAIT_AFTER_MAX_MS, 1000..2592000000, defaults to 30 days.
+	WaitAfterMax time.Duration
 }
 
 // ConfigError reports one variable that broke one rule. Value is the value as given,
@@ -213,6 +221,7 @@ func defaultConfig(logsDir string) Config {
 		WaitCheckSlots:       DefaultWaitCheckSlots,
 		WaitInterval:         DefaultWaitInterval,
 		WaitMax:              DefaultWaitMax,
+		WaitAfterMax:         DefaultWaitAfterMax,
 	}
 }
 
@@ -341,6 +350,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	integer("PI_WAIT_CHECK_SLOTS", &c.WaitCheckSlots)
 	millis("PI_WAIT_INTERVAL_MS", &c.WaitInterval)
 	millis("PI_WAIT_MAX_MS", &c.WaitMax)
+	millis("PI_WAIT_AFTER_MAX_MS", &c.WaitAfterMax)
 
 	// An explicit 0 for the weekly cap is refused: unset is how the window is disabled,
 	// and a cap of 0 reads like "no starts allowed".
@@ -458,6 +468,7 @@ func (c Config) problems(raw map[string]string) ConfigErrors {
 	} else {
 		durRange("PI_WAIT_MAX_MS", c.WaitMax, time.Millisecond, MaxWaitMax, true)
 	}
+	durRange("PI_WAIT_AFTER_MAX_MS", c.WaitAfterMax, MinWaitAfterMax, MaxWaitAfter, true)
 	return errs
 }
 

@@ -69,6 +69,8 @@ func field(c dispatch.Config, name string) any {
 		return c.WaitInterval
 	case "PI_WAIT_MAX_MS":
 		return c.WaitMax
+	case "PI_WAIT_AFTER_MAX_MS":
+		return c.WaitAfterMax
 	}
 	panic("no field for " + name)
 }
@@ -93,6 +95,7 @@ func TestLoadConfig_Defaults(t *testing.T) {
 		WaitCheckSlots:       1,
 		WaitInterval:         60 * time.Second,
 		WaitMax:              24 * time.Hour,
+		WaitAfterMax:         30 * 24 * time.Hour,
 	}
 	require.Equal(t, want, c)
 	require.NoError(t, c.Validate())
@@ -155,6 +158,8 @@ func TestLoadConfig_GoodValues(t *testing.T) {
 		{"PI_WAIT_INTERVAL_MS", "120000", 2 * time.Minute},
 		{"PI_WAIT_MAX_MS", "3600000", time.Hour},
 		{"PI_WAIT_MAX_MS", "2592000000", 30 * 24 * time.Hour},
+		{"PI_WAIT_AFTER_MAX_MS", "1000", time.Second},
+		{"PI_WAIT_AFTER_MAX_MS", "2592000000", 30 * 24 * time.Hour},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name+"="+tt.value, func(t *testing.T) {
@@ -276,6 +281,10 @@ func TestLoadConfig_BadValues(t *testing.T) {
 		{"PI_WAIT_MAX_MS", "59999", "at least PI_WAIT_INTERVAL_MS (60000)"},
 		{"PI_WAIT_MAX_MS", "2592000001", "between 1 and 2592000000"},
 		{"PI_WAIT_MAX_MS", "99999999999999999", "between 1 and 2592000000"},
+		{"PI_WAIT_AFTER_MAX_MS", "999", "between 1000 and 2592000000"},
+		{"PI_WAIT_AFTER_MAX_MS", "2592000001", "between 1000 and 2592000000"},
+		{"PI_WAIT_AFTER_MAX_MS", "1e6", "whole number"},
+		{"PI_WAIT_AFTER_MAX_MS", "-5", "whole number"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name+"="+tt.value, func(t *testing.T) {
@@ -446,6 +455,7 @@ func TestConfig_Validate(t *testing.T) {
 		{"BadImage", withField(base, "JobImage", "UPPER"), "PI_JOB_IMAGE"},
 		{"TriggersDir", withField(base, "TriggersFile", "/etc/"), "PI_TRIGGERS_FILE"},
 		{"WaitMax", withField(base, "WaitMax", time.Second), "PI_WAIT_MAX_MS"},
+		{"ZeroAfterMax", withField(base, "WaitAfterMax", time.Duration(0)), "PI_WAIT_AFTER_MAX_MS"},
 		{"Password", withField(base, "ValkeyPassword", "a\x00b"), "VALKEY_PASSWORD"},
 	}
 	for _, tt := range tests {
@@ -502,6 +512,8 @@ func withField(c dispatch.Config, name string, v any) dispatch.Config {
 		c.TriggersFile = v.(string)
 	case "WaitMax":
 		c.WaitMax = v.(time.Duration)
+	case "WaitAfterMax":
+		c.WaitAfterMax = v.(time.Duration)
 	default:
 		panic(name)
 	}

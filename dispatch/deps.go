@@ -49,6 +49,18 @@ type Leaser interface {
 	SweepOwnClaims(ctx context.Context, reaped bool, rows []lease.ScopeRow) (int, error)
 }
 
+// HoldStore keeps the hold state of jobs waiting on their waitFor conditions,
+// shared by the fleet so any host continues a hold where the last check left it.
+// *Holds implements it on Valkey.
+type HoldStore interface {
+	Begin(ctx context.Context, jobID, dedupID string, b HoldBounds) (HoldState, error)
+	Throttled(ctx context.Context, jobID, dedupID string) (HoldState, error)
+	Checked(ctx context.Context, jobID, dedupID string, o CheckOutcome) (HoldState, error)
+	Release(ctx context.Context, jobID, dedupID string) (HoldState, error)
+	Supersede(ctx context.Context, jobID string) error
+	End(ctx context.Context, jobID string) error
+}
+
 // Runtime runs job containers and cleans up after a crash.
 type Runtime interface {
 	Run(ctx context.Context, spec runner.Spec) (runner.Result, error)
@@ -121,6 +133,13 @@ type Deps struct {
 	// Directory, when set with Registry, lets the worker re-home jobs
 	// stranded on the queue of a host whose row expired.
 	Directory Directory
+	// Holds keeps the state of jobs waiting on their waitFor conditions. Without
+	// it such a job cannot be held safely and is deferred, never run.
+	Holds HoldStore
+	// Finder looks a job up on every queue, to tell whether the older holder
+	// of a dedup id is still live when a newer delivery takes its wait over.
+	// Without it the older hold is always marked superseded.
+	Finder Finder
 	// Cancels, when set, stops a running job on an operator's request
 	// (pi-dispatch cancel); the job is recorded operator-cancel. A Cancels
 	// that also has Run(ctx) is run for as long as jobs may run.

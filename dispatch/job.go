@@ -56,7 +56,9 @@ const (
 
 // WaitCondition is one entry of a job's waitFor list: exactly one of Profile (a
 // check script declared in PI_WAIT_PROFILES, run with Args until it exits 0) or
-// After (a single delay in Go duration syntax, "90m").
+// After: a delay in Go duration syntax ("90m", 1s to 30 days), counted from the
+// start of the job's hold, or an RFC 3339 instant ("2026-05-01T09:00:00Z"). An
+// instant already past is met.
 type WaitCondition struct {
 	Profile string   `json:"profile,omitempty"`
 	Args    []string `json:"args,omitempty"`
@@ -363,10 +365,7 @@ func validateWaitFor(conds []WaitCondition) error {
 			if len(c.Args) > 0 {
 				return fieldErr(at+".args", "only a profile condition takes args")
 			}
-			d, rule := parseDuration(c.After)
-			if rule == "" && (d < time.Second || d > MaxWaitAfter) {
-				rule = fmt.Sprintf("must be between 1s and %s", MaxWaitAfter)
-			}
+			_, _, rule := parseAfter(c.After)
 			if rule != "" {
 				return fieldErr(at+".after", "%s", rule)
 			}
@@ -385,6 +384,34 @@ func validateWaitFor(conds []WaitCondition) error {
 		}
 	}
 	return nil
+}
+
+// maxAfterInstantLen bounds an RFC 3339 instant ("2026-05-01T09:00:00.123456789+01:00"
+// is 35 bytes).
+const maxAfterInstantLen = 64
+
+// parseAfter reads an `after` value: a delay (Go duration syntax, 1s to
+// MaxWaitAfter) or, when it holds a 'T' or a '-' (which no duration has), an RFC
+// 3339 instant. Exactly one of delay and at is set when rule is "".
+func parseAfter(s string) (delay time.Duration, at time.Time, rule string) {
+	if strings.ContainsAny(s, "T-") {
+		if len(s) > maxAfterInstantLen || !utf8.ValidString(s) {
+			return 0, time.Time{}, `must be a Go duration such as "90m" or an RFC 3339 instant such as "2026-05-01T09:00:00Z"`
+		}
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return 0, time.Time{}, `must be an RFC 3339 instant such as "2026-05-01T09:00:00Z" (or a Go duration such as "90m")`
+		}
+		return 0, t, ""
+	}
+	d, rule := parseDuration(s)
+	if rule == "" && (d < time.Second || d > MaxWaitAfter) {
+		rule = fmt.Sprintf("must be between 1s and %s", MaxWaitAfter)
+	}
+	if rule != "" {
+		return 0, time.Time{}, rule
+	}
+	return d, time.Time{}, ""
 }
 
 // Needs is what the job needs from the host that runs it, as capability tokens

@@ -24,6 +24,9 @@ import (
 //	runs:index                          ZSET of mirrored stems scored by endedAt ms
 //	cancel:req:<jobId>, cancel:ack:<jobId>  operator cancel of a running job
 //	pi:paused                           the fleet-wide pause flag
+//	wait:job:<jobId>                    HASH: a held job's hold state (wait-for)
+//	wait:key:<dedupId>                  STRING: the job id holding a dedup id's wait
+//	wait:held                           SET: ids of held jobs; readers prune the gone
 const (
 	budgetDayPrefix     = "budget:"
 	budgetWeekPrefix    = "budget:w:"
@@ -32,6 +35,8 @@ const (
 	runRecordPrefix     = "runs:rec:"
 	cancelRequestPrefix = "cancel:req:"
 	cancelAckPrefix     = "cancel:ack:"
+	waitJobPrefix       = "wait:job:"
+	waitDedupPrefix     = "wait:key:"
 
 	// budgetDayLayout is the date suffix of every budget window key.
 	budgetDayLayout = "2006-01-02"
@@ -99,3 +104,16 @@ func CancelRequestKey(jobID string) string { return cancelRequestPrefix + jobID 
 
 // CancelAckKey is the worker's acknowledgement that it stopped a job on request.
 func CancelAckKey(jobID string) string { return cancelAckPrefix + jobID }
+
+// WaitHeldKey is the SET of the ids of held jobs (jobs waiting on their waitFor
+// conditions). A SET cannot expire its members, so its readers (HeldCount) prune
+// ids whose hold state (WaitJobKey) is gone.
+const WaitHeldKey = "wait:held"
+
+// WaitJobKey is a held job's hold state: a HASH any host reads to continue the
+// hold where the last check left it.
+func WaitJobKey(jobID string) string { return waitJobPrefix + jobID }
+
+// WaitDedupKey names the job that holds the wait of a dedup id: a newer delivery
+// of the same intent takes it over and ends the older hold.
+func WaitDedupKey(dedupID string) string { return waitDedupPrefix + dedupID }

@@ -81,13 +81,16 @@ func (w *Worker) handle(ctx context.Context, q JobQueue, job *queue.Job, token s
 		}
 		resolver = p
 	}
-	// 3. Wait profiles known here. (Holding on the conditions themselves is
-	// the wait-for feature's; a job reaching this point has none pending.)
+	// 3. Wait profiles known here, then the wait conditions themselves: a
+	// held job is deferred (or refused) here until every one is met.
 	for _, name := range spec.WaitProfiles() {
 		if _, ok := w.cfg.WaitProfiles[name]; !ok {
 			w.refuse(ctx, h, ReasonWaitProfileUnknown)
 			return
 		}
+	}
+	if w.hold(ctx, h) {
+		return
 	}
 	// 4. The host-wide slot was taken before the fetch.
 	// 5. Scope slot: one job per local folder; a scope's concurrent limit,
@@ -428,6 +431,7 @@ func (w *Worker) record(h *held, outcome, reason string, exit *int, telemetry js
 	if w.deps.Mirror != nil {
 		w.deps.Mirror.Go(h.rec)
 	}
+	w.endHold(h.job.ID, h.spec.WaitFor) // the job ended: so did its hold
 }
 
 // stalledLoop fails jobs whose lock expired (a crashed host's) and records
@@ -485,6 +489,7 @@ func (w *Worker) recordStalled(ctx context.Context, q JobQueue, id, event string
 			if spec.Image != "" {
 				rec.Image = spec.Image
 			}
+			defer w.endHold(id, spec.WaitFor)
 		}
 	}
 	if rec.Attempt < 1 {

@@ -42,6 +42,7 @@ const (
 	ReasonWaitTimeout          = "wait-timeout"
 	ReasonWaitMaxChecks        = "wait-max-checks"
 	ReasonWaitFaults           = "wait-faults"
+	ReasonWaitSuperseded       = "wait-superseded" // a newer delivery of the same intent took over the hold
 	ReasonInvalidJob           = "invalid-job"
 	ReasonExitOther            = "exit-other"      // container exited with another code (137 killed, 3...): retried
 	ReasonWorkerShutdown       = "worker-shutdown" // stopped when the worker's shutdown grace ran out: retried
@@ -53,7 +54,7 @@ var Reasons = []string{
 	ReasonSecretProfileUnknown, ReasonSecretResolveFailed, ReasonWaitProfileUnknown,
 	ReasonScopeCap, ReasonOverBudget, ReasonJobImageMissing, ReasonNeverStarted,
 	ReasonOperatorCancel, ReasonWaitTimeout, ReasonWaitMaxChecks, ReasonWaitFaults,
-	ReasonInvalidJob, ReasonExitOther, ReasonWorkerShutdown,
+	ReasonWaitSuperseded, ReasonInvalidJob, ReasonExitOther, ReasonWorkerShutdown,
 }
 
 // MaxTelemetryBytes bounds Record.Telemetry (the container's exit line is read from an

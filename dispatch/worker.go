@@ -45,6 +45,23 @@ type Tuning struct {
 	JobsDir string
 	// Version is published in the registry row.
 	Version string
+
+	// WaitMaxChecks refuses a hold wait-max-checks after this many check
+	// rounds. Default: the rounds the backoff schedule makes within
+	// PI_WAIT_MAX_MS, and at least MinWaitMaxChecks (see maxWaitChecks).
+	WaitMaxChecks int
+	// WaitMaxFaults refuses a hold wait-faults after this many faulted
+	// rounds in a row. Default DefaultWaitMaxFaults (5).
+	WaitMaxFaults int
+	// WaitThrottleFloor is the shortest re-deferral of a check denied a slot.
+	// Default DefaultWaitThrottleFloor (11s, the original's THROTTLE_FLOOR_MS).
+	WaitThrottleFloor time.Duration
+	// WaitIntervalOverride and WaitMaxOverride replace PI_WAIT_INTERVAL_MS
+	// and PI_WAIT_MAX_MS, bypassing their floors, so tests can hold jobs for
+	// milliseconds. Production never sets them: the floor of 30 s is what
+	// keeps a fleet's checks from hammering the systems they ask.
+	WaitIntervalOverride time.Duration
+	WaitMaxOverride      time.Duration
 	// Now is the local clock, used for pause windows and record times.
 	// Default time.Now.
 	Now func() time.Time
@@ -70,6 +87,12 @@ func (t Tuning) withDefaults() Tuning {
 	}
 	if t.RehomeInterval <= 0 {
 		t.RehomeInterval = time.Minute
+	}
+	if t.WaitMaxFaults <= 0 {
+		t.WaitMaxFaults = DefaultWaitMaxFaults
+	}
+	if t.WaitThrottleFloor <= 0 {
+		t.WaitThrottleFloor = DefaultWaitThrottleFloor
 	}
 	if t.JobsDir == "" {
 		t.JobsDir = filepath.Join(os.TempDir(), "pi-dispatch", "jobs")
@@ -98,6 +121,11 @@ type Worker struct {
 	pauses PauseWindows
 
 	slots chan struct{} // host-wide slots: PI_CONCURRENCY across every queue
+
+	// checks bounds the wait checks running at once in this process; it never
+	// takes the last job slot: min(PI_WAIT_CHECK_SLOTS, max(1, concurrency-1)).
+	checks chan struct{}
+	wait   waitPolicy
 
 	mu       sync.Mutex
 	inFlight map[string]int // running jobs per scope key (folder mutex, scope concurrency)
@@ -130,6 +158,8 @@ func NewWorker(cfg Config, deps Deps, tune Tuning) (*Worker, error) {
 		tune:     tune,
 		log:      tune.Logger.With("host", cfg.WorkerName),
 		slots:    make(chan struct{}, cfg.Concurrency),
+		checks:   make(chan struct{}, min(cfg.WaitCheckSlots, max(1, cfg.Concurrency-1))),
+		wait:     newWaitPolicy(cfg, tune),
 		inFlight: map[string]int{},
 	}
 	if cfg.ScopedLimitsFile != "" {

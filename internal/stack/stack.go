@@ -33,6 +33,7 @@ type Stack struct {
 	Docker   *client.Client
 	Registry *registry.Registry
 	Budget   *dispatch.Budget
+	Holds    *dispatch.Holds
 
 	closeOnce sync.Once
 }
@@ -42,6 +43,7 @@ func (s *Stack) Close() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = s.Budget.Close(ctx)
+		_ = s.Holds.Close(ctx)
 		_ = s.Valkey.Close()
 		_ = s.Docker.Close()
 	})
@@ -117,10 +119,12 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 		return fail(err)
 	}
 	budget := dispatch.NewBudget(rc, dispatch.BudgetConfig{DailyCap: cfg.DailyCap, WeeklyCap: cfg.WeeklyCap, Host: cfg.WorkerName, Logger: tune.Logger})
+	holds := dispatch.NewHolds(rc, dispatch.HoldsConfig{})
 	deps := dispatch.Deps{
 		Source:  dispatch.SourceFromConsumer(consumer),
 		Runtime: runtime,
 		Budget:  budget,
+		Holds:   holds,
 	}
 	for _, q := range queues {
 		deps.Queues = append(deps.Queues, q)
@@ -159,6 +163,7 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 		return fail(err)
 	}
 	deps.Directory = dir
+	deps.Finder = dir // held-job liveness across every queue
 	if cfg.WorkerNameDeclared {
 		deps.Leases = lease.New(rc, cfg.WorkerName, lease.Config{Logger: tune.Logger})
 		deps.Mirror = dispatch.NewMirror(rc, dispatch.MirrorConfig{RetentionDays: cfg.LogRetentionDays, Host: cfg.WorkerName, Logger: tune.Logger})
@@ -188,7 +193,7 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 	if err != nil {
 		return fail(err)
 	}
-	return &Stack{Worker: w, Valkey: rc, Docker: dc, Registry: reg, Budget: budget}, nil
+	return &Stack{Worker: w, Valkey: rc, Docker: dc, Registry: reg, Budget: budget, Holds: holds}, nil
 }
 
 func keys(m map[string]string) []string {
