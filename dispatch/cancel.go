@@ -117,6 +117,10 @@ func Cancel(ctx context.Context, client redis.UniversalClient, jobID string, wai
 	switch err := q.Remove(ctx, jobID); {
 	case err == nil:
 		res.Where = CancelRemoved
+		// A held job leaves its hold state behind; nothing would end it now.
+		if err := RemoveHold(ctx, client, jobID); err != nil {
+			return res, fmt.Errorf("cancel %q: removed from %s, but its hold state remains: %w", jobID, name, err)
+		}
 		return res, nil
 	case errors.Is(err, queue.ErrNotFound):
 		// Gone between the lookup and the removal: finished and removed by

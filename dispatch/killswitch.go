@@ -306,6 +306,8 @@ type StatusReport struct {
 	PauseFlag bool `json:"pauseFlag"`
 	// Queues is how many queues were read.
 	Queues int `json:"queues"`
+	// Held counts jobs held on their wait conditions, fleet-wide.
+	Held int `json:"held"`
 }
 
 // Status reads the pause state and the counts of every queue of set, and the
@@ -350,6 +352,11 @@ func Status(ctx context.Context, client redis.UniversalClient, set QueueSet) (St
 		rep.Completed += c.Completed
 		rep.Prioritized += c.Prioritized
 	}
+	held, err := HeldCount(ctx, client)
+	if err != nil {
+		return rep, fmt.Errorf("status: held jobs: %w", err)
+	}
+	rep.Held = held
 	rep.Queues = len(names)
 	rep.PausedState = len(paused) == len(names)
 	if len(paused) > 0 && !rep.PausedState {

@@ -81,6 +81,9 @@ func runHosts(ctx context.Context, e env, args []string) int {
 	if err := tw.Flush(); err != nil {
 		return exitFailure
 	}
+	if held, err := dispatch.HeldCount(ctx, client); err == nil && held > 0 {
+		fmt.Fprintf(e.stdout, "held: %d job(s) waiting on their wait-for conditions (any capable host continues them)\n", held)
+	}
 	for _, h := range hosts {
 		if len(h.Problems) > 0 {
 			fmt.Fprintf(e.stdout, "note: %s published values that were refused: %s\n", h.Name, strings.Join(h.Problems, "; "))

@@ -504,3 +504,49 @@ func TestWaitSupersededAcrossQueues(t *testing.T) {
 		t.Fatal("want the newer job alone to run")
 	}
 }
+
+// A held job shows in the operator's status, and cancelling it removes the
+// job and its hold state.
+func TestHeldJobInStatusAndCancel(t *testing.T) {
+	t.Parallel()
+	ensureImage(t)
+	db := livetest.Valkey(t)
+	fx := newWaitFixture(t)
+	name := uniqueName("heldcancel", db)
+	bootWorker(t, testEnv(t, db.URL, map[string]string{"PI_WORKER_NAME": name, "PI_WAIT_PROFILES": fx.profile}), fastWait())
+	// A check that never passes (it would pass at run 1000).
+	addWaitJob(t, db, queue.SharedQueue, "gh-held-1", nil, fx.condition("never", 1000, 1000, ""))
+
+	ctx := context.Background()
+	deadline := time.Now().Add(20 * time.Second)
+	for fx.runs(t, "never") < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the check never ran")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	set, err := dispatch.FleetQueues(ctx, db.Client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := dispatch.Status(ctx, db.Client, set)
+	if err != nil || rep.Held != 1 {
+		t.Fatalf("status held = %d (%v), want 1", rep.Held, err)
+	}
+	// Cancel it between checks (it is delayed, not running).
+	var res dispatch.CancelResult
+	for {
+		res, err = dispatch.Cancel(ctx, db.Client, "gh-held-1", 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Where == dispatch.CancelRemoved || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // it was mid-check; try again
+	}
+	if res.Where != dispatch.CancelRemoved {
+		t.Fatalf("cancel %+v", res)
+	}
+	waitHoldGone(t, db, "gh-held-1")
+}
