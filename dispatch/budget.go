@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pidispatch/pidispatch/internal/bounded"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -87,7 +88,7 @@ type Budget struct {
 	client redis.UniversalClient
 	cfg    BudgetConfig
 	health budgetHealth
-	calls  callCounter // Valkey calls, including ones that overran their bound
+	calls  bounded.Calls // Valkey calls, including ones that overran their bound
 }
 
 // NewBudget returns a Budget over client.
@@ -181,7 +182,7 @@ func (b *Budget) reserve(ctx context.Context, scope string, scopeLimit *ScopeLim
 		args = append(args, w.prefix, w.kind, w.cap, w.name)
 	}
 
-	res, err := callWithin(ctx, b.cfg.CallTimeout, &b.calls, func(ctx context.Context) (any, error) {
+	res, err := bounded.Call(ctx, b.cfg.CallTimeout, &b.calls, nil, func(ctx context.Context) (any, error) {
 		return reserveScript.Run(ctx, b.client, nil, args...).Result()
 	})
 	b.health.observe(err)
@@ -262,7 +263,7 @@ func (b *Budget) Release(ctx context.Context, r Reservation) error {
 		return nil
 	}
 	keys := append([]string{budgetReleaseKey(r.token)}, r.keys...)
-	_, err := callWithin(ctx, b.cfg.CallTimeout, &b.calls, func(ctx context.Context) (any, error) {
+	_, err := bounded.Call(ctx, b.cfg.CallTimeout, &b.calls, nil, func(ctx context.Context) (any, error) {
 		return releaseScript.Run(ctx, b.client, keys, budgetReleaseTTL.Milliseconds()).Result()
 	})
 	b.health.observe(err)
@@ -289,7 +290,7 @@ type budgetCounts struct {
 
 // counts is Counts with the script's clock override (see reserve).
 func (b *Budget) counts(ctx context.Context, nowMs string) (budgetCounts, error) {
-	res, err := callWithin(ctx, b.cfg.CallTimeout, &b.calls, func(ctx context.Context) (any, error) {
+	res, err := bounded.Call(ctx, b.cfg.CallTimeout, &b.calls, nil, func(ctx context.Context) (any, error) {
 		return countsScript.Run(ctx, b.client, nil, nowMs, budgetDayPrefix, budgetWeekPrefix).Result()
 	})
 	b.health.observe(err)
@@ -330,7 +331,7 @@ func (b *Budget) counts(ctx context.Context, nowMs string) (budgetCounts, error)
 // still run in the background, so none outlives the Budget's owner. It does not
 // close the client. The Budget stays usable.
 func (b *Budget) Close(ctx context.Context) error {
-	return b.calls.wait(ctx)
+	return b.calls.Wait(ctx)
 }
 
 // budgetHealth logs reachability transitions, once each, never per call.

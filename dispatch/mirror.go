@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pidispatch/pidispatch/internal/bounded"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -90,7 +91,7 @@ type Mirror struct {
 	mu     sync.Mutex // guards closed against Go
 	closed bool
 	// inflight counts Go's goroutines and Valkey calls that overran their bound.
-	inflight callCounter
+	inflight bounded.Calls
 
 	healthMu sync.Mutex
 	failing  bool
@@ -127,7 +128,7 @@ func (m *Mirror) Mirror(ctx context.Context, rec Record) error {
 	stem := SanitizeJobID(rec.JobID)
 	score := rec.EndedAt.UnixMilli()
 	keys := []string{RunRecordKey(rec.JobID), RunIndexKey}
-	_, err = callWithin(ctx, m.cfg.CallTimeout, &m.inflight, func(ctx context.Context) (any, error) {
+	_, err = bounded.Call(ctx, m.cfg.CallTimeout, &m.inflight, nil, func(ctx context.Context) (any, error) {
 		return mirrorScript.Run(ctx, m.client, keys, body, m.window.Milliseconds(), score, stem, m.cfg.IndexMax).Result()
 	})
 	m.observe(err)
@@ -183,10 +184,10 @@ func (m *Mirror) Go(rec Record) {
 		m.mu.Unlock()
 		return
 	}
-	m.inflight.add()
+	m.inflight.Add()
 	m.mu.Unlock()
 	go func() {
-		defer m.inflight.done()
+		defer m.inflight.Done()
 		if err := m.Mirror(context.Background(), rec); err != nil && !errors.Is(err, ErrMirrorUnreachable) {
 			// An outage is logged by the transition; a record the mirror refused
 			// is logged here, since no caller sees this error.
@@ -202,7 +203,7 @@ func (m *Mirror) Close(ctx context.Context) error {
 	m.mu.Lock()
 	m.closed = true
 	m.mu.Unlock()
-	return m.inflight.wait(ctx)
+	return m.inflight.Wait(ctx)
 }
 
 // Read lists the mirrored runs that ended after since (exclusive; the zero time
@@ -233,7 +234,7 @@ func (m *Mirror) Read(ctx context.Context, limit int, since time.Time) (runs []R
 		card    int64
 		oldest  []redis.Z
 	}
-	h, err := callWithin(ctx, m.cfg.CallTimeout, &m.inflight, func(ctx context.Context) (head, error) {
+	h, err := bounded.Call(ctx, m.cfg.CallTimeout, &m.inflight, nil, func(ctx context.Context) (head, error) {
 		pipe := m.client.Pipeline()
 		members := pipe.ZRevRangeByScore(ctx, RunIndexKey, &redis.ZRangeBy{
 			Min: "(" + strconv.FormatInt(sinceMs, 10), Max: "+inf", Count: int64(limit) + 1,
@@ -268,7 +269,7 @@ func (m *Mirror) Read(ctx context.Context, limit int, since time.Time) (runs []R
 	for i, member := range members {
 		keys[i] = RunRecordKey(member)
 	}
-	bodies, err := callWithin(ctx, m.cfg.CallTimeout, &m.inflight, func(ctx context.Context) ([]any, error) {
+	bodies, err := bounded.Call(ctx, m.cfg.CallTimeout, &m.inflight, nil, func(ctx context.Context) ([]any, error) {
 		return m.client.MGet(ctx, keys...).Result()
 	})
 	if err != nil {
@@ -287,7 +288,7 @@ func (m *Mirror) Read(ctx context.Context, limit int, since time.Time) (runs []R
 	if len(junk) > 0 {
 		// Best effort: a failed prune is retried by the next read, which skips
 		// the same junk again.
-		_, _ = callWithin(ctx, m.cfg.CallTimeout, &m.inflight, func(ctx context.Context) (int64, error) {
+		_, _ = bounded.Call(ctx, m.cfg.CallTimeout, &m.inflight, nil, func(ctx context.Context) (int64, error) {
 			return m.client.ZRem(ctx, RunIndexKey, junk...).Result()
 		})
 	}

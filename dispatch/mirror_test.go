@@ -283,9 +283,9 @@ func TestMirrorGoAndClose(t *testing.T) {
 	require.NoError(t, m.Close(ctx))
 	_, err = db.Client.ZScore(ctx, RunIndexKey, "late").Result()
 	require.ErrorIs(t, err, redis.Nil, "Go after Close does nothing")
-	m.inflight.mu.Lock()
-	require.Zero(t, m.inflight.n, "nothing in flight after Close")
-	m.inflight.mu.Unlock()
+	expired, stop := context.WithTimeout(context.Background(), 0)
+	defer stop()
+	require.NoError(t, m.inflight.Wait(expired), "nothing in flight after Close")
 	budgetWaitGoroutines(t, before)
 }
 

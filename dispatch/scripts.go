@@ -1,12 +1,6 @@
 package dispatch
 
 import (
-	"context"
-	"fmt"
-	"sync"
-	"sync/atomic"
-	"time"
-
 	"github.com/redis/go-redis/v9"
 )
 
@@ -210,86 +204,3 @@ redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -(max + 1))
 redis.call('PEXPIRE', KEYS[2], window)
 return 1
 `)
-
-// callWithin runs fn with a deadline of d and returns when fn does or when the
-// deadline passes, whichever is first. The deadline also reaches fn through its
-// ctx, but a go-redis client built without ContextTimeoutEnabled waits for its
-// own ReadTimeout on a hung server; racing fn makes the bound hold whatever the
-// client's options. A call that overruns finishes in the background, counted in
-// calls so the owner's Close can wait for it.
-func callWithin[T any](ctx context.Context, d time.Duration, calls *callCounter, fn func(context.Context) (T, error)) (T, error) {
-	cctx, cancel := context.WithTimeout(ctx, d)
-	type result struct {
-		v   T
-		err error
-	}
-	done := make(chan result, 1)
-	var state atomic.Int32 // 0 running, 1 delivered, 2 abandoned
-	calls.add()
-	go func() {
-		defer calls.done()
-		defer cancel()
-		v, err := fn(cctx)
-		if state.CompareAndSwap(0, 1) {
-			done <- result{v, err}
-		}
-	}()
-	select {
-	case r := <-done:
-		return r.v, r.err
-	case <-cctx.Done():
-		if state.CompareAndSwap(0, 2) {
-			var zero T
-			if err := ctx.Err(); err != nil {
-				return zero, err
-			}
-			return zero, fmt.Errorf("no answer within %s: %w", d, context.DeadlineExceeded)
-		}
-		r := <-done
-		return r.v, r.err
-	}
-}
-
-// callCounter counts goroutines in flight. Unlike a sync.WaitGroup, it may be
-// added to while someone waits (a call that starts during Close), and its wait
-// takes a ctx. The zero value is ready.
-type callCounter struct {
-	mu   sync.Mutex
-	n    int
-	idle chan struct{} // closed when n drops to 0
-}
-
-func (c *callCounter) add() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.n == 0 {
-		c.idle = make(chan struct{})
-	}
-	c.n++
-}
-
-func (c *callCounter) done() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.n--
-	if c.n == 0 {
-		close(c.idle)
-	}
-}
-
-// wait returns nil once nothing is in flight, or ctx's error when ctx ends first.
-func (c *callCounter) wait(ctx context.Context) error {
-	c.mu.Lock()
-	if c.n == 0 {
-		c.mu.Unlock()
-		return nil
-	}
-	idle := c.idle
-	c.mu.Unlock()
-	select {
-	case <-idle:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}

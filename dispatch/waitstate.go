@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pidispatch/pidispatch/internal/bounded"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -250,7 +251,7 @@ type HoldsConfig struct {
 type Holds struct {
 	client redis.UniversalClient
 	cfg    HoldsConfig
-	calls  callCounter
+	calls  bounded.Calls
 }
 
 var _ HoldStore = (*Holds)(nil)
@@ -301,7 +302,7 @@ func (h *Holds) Release(ctx context.Context, jobID, dedupID string) (HoldState, 
 // Supersede marks jobID's hold (an older delivery's) superseded: it is refused
 // wait-superseded at its next check. A hold that no longer exists is left alone.
 func (h *Holds) Supersede(ctx context.Context, jobID string) error {
-	_, err := callWithin(ctx, h.cfg.CallTimeout, &h.calls, func(ctx context.Context) (any, error) {
+	_, err := bounded.Call(ctx, h.cfg.CallTimeout, &h.calls, nil, func(ctx context.Context) (any, error) {
 		return holdSupersedeScript.Run(ctx, h.client, []string{WaitJobKey(jobID)}).Result()
 	})
 	if err != nil {
@@ -313,13 +314,13 @@ func (h *Holds) Supersede(ctx context.Context, jobID string) error {
 // End deletes jobID's hold state, its held-set membership and its dedup id's
 // holder when that is still jobID. Ending a job that holds nothing does nothing.
 func (h *Holds) End(ctx context.Context, jobID string) error {
-	dedupID, err := callWithin(ctx, h.cfg.CallTimeout, &h.calls, func(ctx context.Context) (string, error) {
+	dedupID, err := bounded.Call(ctx, h.cfg.CallTimeout, &h.calls, nil, func(ctx context.Context) (string, error) {
 		return h.client.HGet(ctx, WaitJobKey(jobID), "dedupId").Result()
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("hold end %s: %w", quoteShort(jobID), err)
 	}
-	_, err = callWithin(ctx, h.cfg.CallTimeout, &h.calls, func(ctx context.Context) (any, error) {
+	_, err = bounded.Call(ctx, h.cfg.CallTimeout, &h.calls, nil, func(ctx context.Context) (any, error) {
 		return holdEndScript.Run(ctx, h.client, holdKeys(jobID, dedupID), jobID).Result()
 	})
 	if err != nil {
@@ -330,10 +331,10 @@ func (h *Holds) End(ctx context.Context, jobID string) error {
 
 // Close waits, until ctx ends, for calls that overran CallTimeout and still run
 // in the background. It does not close the client.
-func (h *Holds) Close(ctx context.Context) error { return h.calls.wait(ctx) }
+func (h *Holds) Close(ctx context.Context) error { return h.calls.Wait(ctx) }
 
 func (h *Holds) run(ctx context.Context, op string, s *redis.Script, keys []string, args ...any) (HoldState, error) {
-	res, err := callWithin(ctx, h.cfg.CallTimeout, &h.calls, func(ctx context.Context) (any, error) {
+	res, err := bounded.Call(ctx, h.cfg.CallTimeout, &h.calls, nil, func(ctx context.Context) (any, error) {
 		return s.Run(ctx, h.client, keys, args...).Result()
 	})
 	if err != nil {

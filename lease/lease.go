@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unicode/utf16"
 
+	"github.com/pidispatch/pidispatch/internal/bounded"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -107,17 +107,18 @@ func (l *Lease) Acquire(ctx context.Context, id string, slots int, ttl time.Dura
 	}
 	ms := max(ttl.Milliseconds(), 1)
 	detached := context.WithoutCancel(ctx)
-	won, err := bounded(ctx, l.cfg.CallTimeout, func(ctx context.Context) (int64, error) {
-		return acquireScript.Run(ctx, l.client, keys, holder, ms).Int64()
-	}, func(late int64, err error) {
-		// The script answered after we granted degraded: give back the slot it
-		// took, or it would stay held for a whole TTL by nobody.
+	// A script that answers after we granted degraded gives back the slot it
+	// took, or it would stay held for a whole TTL by nobody.
+	giveBack := func(late int64, err error) {
 		if err == nil && late > 0 && int(late) <= len(keys) {
 			h := &Handle{lease: l, key: keys[late-1], holder: holder}
 			ctx, cancel := context.WithTimeout(detached, l.cfg.CallTimeout)
 			defer cancel()
 			_ = h.Release(ctx)
 		}
+	}
+	won, err := bounded.Call(ctx, l.cfg.CallTimeout, nil, giveBack, func(ctx context.Context) (int64, error) {
+		return acquireScript.Run(ctx, l.client, keys, holder, ms).Int64()
 	})
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
@@ -142,9 +143,9 @@ func (h *Handle) Release(ctx context.Context) error {
 		return nil
 	}
 	l := h.lease
-	_, err := bounded(ctx, l.cfg.CallTimeout, func(ctx context.Context) (int64, error) {
+	_, err := bounded.Call(ctx, l.cfg.CallTimeout, nil, nil, func(ctx context.Context) (int64, error) {
 		return releaseScript.Run(ctx, l.client, []string{h.key}, h.holder).Int64()
-	}, nil)
+	})
 	if err != nil {
 		return fmt.Errorf("lease: release %s: %w", h.key, err)
 	}
@@ -164,9 +165,9 @@ func (h *Handle) Refresh(ctx context.Context, ttl time.Duration) (bool, error) {
 	}
 	l := h.lease
 	ms := max(ttl.Milliseconds(), 1)
-	ours, err := bounded(ctx, l.cfg.CallTimeout, func(ctx context.Context) (int64, error) {
+	ours, err := bounded.Call(ctx, l.cfg.CallTimeout, nil, nil, func(ctx context.Context) (int64, error) {
 		return refreshScript.Run(ctx, l.client, []string{h.key}, h.holder, ms).Int64()
-	}, nil)
+	})
 	if err != nil {
 		return true, fmt.Errorf("lease: refresh %s: %w", h.key, err)
 	}
@@ -199,42 +200,4 @@ func startIndex(id string, slots int) int {
 		a = -a
 	}
 	return int(a % int64(slots))
-}
-
-// bounded runs fn with a deadline of d and returns when fn does or when the
-// deadline passes, whichever is first: a client built without
-// ContextTimeoutEnabled would otherwise wait for its own ReadTimeout on a hung
-// server. A call that overruns finishes in the background (within the client's
-// own timeouts) and then hands its result to late, if not nil.
-func bounded[T any](ctx context.Context, d time.Duration, fn func(context.Context) (T, error), late func(T, error)) (T, error) {
-	cctx, cancel := context.WithTimeout(ctx, d)
-	type result struct {
-		v   T
-		err error
-	}
-	done := make(chan result, 1)
-	var state atomic.Int32 // 0 running, 1 delivered, 2 abandoned
-	go func() {
-		defer cancel()
-		v, err := fn(cctx)
-		if state.CompareAndSwap(0, 1) {
-			done <- result{v, err}
-		} else if late != nil {
-			late(v, err)
-		}
-	}()
-	select {
-	case r := <-done:
-		return r.v, r.err
-	case <-cctx.Done():
-		if state.CompareAndSwap(0, 2) {
-			var zero T
-			if err := ctx.Err(); err != nil {
-				return zero, err
-			}
-			return zero, fmt.Errorf("no answer within %s: %w", d, context.DeadlineExceeded)
-		}
-		r := <-done
-		return r.v, r.err
-	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/pidispatch/pidispatch/internal/bounded"
 )
 
 // ScopeRow is one scoped-limits row: a scope and its fleet-wide concurrency.
@@ -64,9 +66,10 @@ func (l *Lease) SweepOwnClaims(ctx context.Context, reaped bool, rows []ScopeRow
 	for len(keys) > 0 {
 		batch := keys[:min(len(keys), sweepBatch)]
 		keys = keys[len(batch):]
-		n, err := bounded(ctx, l.cfg.CallTimeout, func(ctx context.Context) (int64, error) {
+		// A late answer needs no undo: the claims it deleted were ours.
+		n, err := bounded.Call(ctx, l.cfg.CallTimeout, nil, nil, func(ctx context.Context) (int64, error) {
 			return sweepScript.Run(ctx, l.client, batch, prefix).Int64()
-		}, nil) // a late answer needs no undo: the claims it deleted were ours
+		})
 
 		if err != nil {
 			return swept, fmt.Errorf("lease: sweep: %w", err)

@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/capabilities"
+	"github.com/pidispatch/pidispatch/internal/bounded"
 )
 
 // Host is one live row as a reader sees it, re-validated: every field holds a
@@ -97,7 +97,7 @@ func (r *Registry) LivePeers(ctx context.Context) ([]Host, error) {
 // A failure returns an error wrapping ErrUnreachable; no hosts is an empty
 // slice and a nil error.
 func ReadLive(ctx context.Context, client redis.UniversalClient, timeout time.Duration) ([]Host, error) {
-	var calls sync.WaitGroup
+	var calls bounded.Calls
 	hosts, _, err := readLive(ctx, client, cmp.Or(timeout, DefaultCallTimeout), &calls)
 	return hosts, err
 }
@@ -115,8 +115,8 @@ var readArgs = func() []any {
 	return args
 }()
 
-func readLive(ctx context.Context, client redis.UniversalClient, timeout time.Duration, calls *sync.WaitGroup) ([]Host, []refusedRow, error) {
-	res, err := bounded(ctx, timeout, calls, func(ctx context.Context) (any, error) {
+func readLive(ctx context.Context, client redis.UniversalClient, timeout time.Duration, calls *bounded.Calls) ([]Host, []refusedRow, error) {
+	res, err := bounded.Call(ctx, timeout, calls, nil, func(ctx context.Context) (any, error) {
 		return readScript.Run(ctx, client, []string{LiveKey}, readArgs...).Result()
 	})
 	if err != nil {

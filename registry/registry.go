@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pidispatch/pidispatch/internal/bounded"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -114,7 +115,7 @@ type Registry struct {
 	refused onceSet // field+value pairs already logged as refused
 	dropped onceSet // peer rows already logged as refused
 
-	calls sync.WaitGroup // Valkey calls, including ones that overran their bound
+	calls bounded.Calls // Valkey calls, including ones that overran their bound
 
 	beatMu    sync.Mutex
 	startedAt string          // ms, from the first successful beat
@@ -303,7 +304,7 @@ func (r *Registry) beat(ctx context.Context, args []any, replace string) (*strin
 	argv = append(argv, r.name, r.cfg.TTL.Milliseconds(), r.claim, replace, r.startedAt)
 	argv = append(argv, args...)
 	keys := []string{HostKey(r.name), LiveKey, ClaimKey(r.name)}
-	res, err := bounded(ctx, r.cfg.CallTimeout, &r.calls, func(ctx context.Context) (any, error) {
+	res, err := bounded.Call(ctx, r.cfg.CallTimeout, &r.calls, nil, func(ctx context.Context) (any, error) {
 		return beatScript.Run(ctx, r.client, keys, argv...).Result()
 	})
 	if err != nil {
@@ -410,10 +411,10 @@ func (r *Registry) Close(ctx context.Context) error {
 	r.beatMu.Unlock()
 
 	keys := []string{HostKey(r.name), LiveKey, ClaimKey(r.name)}
-	_, err := bounded(ctx, r.cfg.CallTimeout, &r.calls, func(ctx context.Context) (any, error) {
+	_, err := bounded.Call(ctx, r.cfg.CallTimeout, &r.calls, nil, func(ctx context.Context) (any, error) {
 		return leaveScript.Run(ctx, r.client, keys, r.name, r.claim, r.instance).Result()
 	})
-	r.calls.Wait()
+	_ = r.calls.Wait(context.WithoutCancel(ctx))
 	if err != nil {
 		return fmt.Errorf("%w: leave: %w", ErrUnreachable, err)
 	}
