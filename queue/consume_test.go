@@ -1,12 +1,18 @@
 package queue_test
 
 import (
+	"context"
 	"encoding/json"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -238,4 +244,66 @@ func TestQueue_ExtendLockAndLostLock(t *testing.T) {
 	fetch(t, q, "slow")
 	time.Sleep(200 * time.Millisecond)
 	require.ErrorIs(t, q.ExtendLock(ctx, lost, "slow", time.Second), queue.ErrLockLost, "an expired lock cannot be extended")
+}
+
+// scriptCalls counts the script calls a client sends.
+type scriptCalls struct{ n atomic.Int64 }
+
+func (h *scriptCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *scriptCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *scriptCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func TestQueue_ConcurrentCompletionsShareCalls(t *testing.T) {
+	t.Parallel()
+	db := livetest.Valkey(t)
+	opts, err := redis.ParseURL(db.URL)
+	require.NoError(t, err)
+	client := redis.NewClient(opts)
+	defer client.Close()
+	calls := &scriptCalls{}
+	client.AddHook(calls)
+	q, err := queue.New(client, queue.SharedQueue, queue.Config{})
+	require.NoError(t, err)
+	ctx := testCtx(t)
+	const jobs, slots = 400, 16
+	for range jobs {
+		add(t, q, queue.AddOptions{})
+	}
+	calls.n.Store(0)
+	var mu sync.Mutex
+	seen := map[string]int{}
+	var wg sync.WaitGroup
+	for range slots {
+		wg.Go(func() {
+			job, err := q.Fetch(ctx, queue.NewToken())
+			for err == nil && job != nil {
+				mu.Lock()
+				seen[job.ID]++
+				mu.Unlock()
+				job, err = q.CompleteAndFetch(ctx, job.ID, job.Token, json.RawMessage(`{"ok":true}`), queue.NewToken())
+			}
+			assert.NoError(t, err)
+		})
+	}
+	wg.Wait()
+	require.Len(t, seen, jobs)
+	for id, n := range seen {
+		require.Equal(t, 1, n, "job %s taken %d times", id, n)
+	}
+	require.Equal(t, queue.Counts{Completed: jobs}, counts(t, q))
+	completeCalls := calls.n.Load() - slots // the first fetches
+	t.Logf("%d completions in %d script calls", jobs, completeCalls)
+	require.Less(t, completeCalls, int64(jobs), "concurrent completions share script calls")
+	job, err := q.Get(ctx, "1")
+	require.NoError(t, err)
+	require.JSONEq(t, `{"ok":true}`, string(job.ReturnValue))
 }

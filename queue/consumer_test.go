@@ -403,3 +403,71 @@ func commandCalls(t *testing.T, c *redis.Client) map[string]int64 {
 	require.NotEmpty(t, out, "INFO commandstats: %q", raw)
 	return out
 }
+
+// A slot that completes and fetches in one call passes no wake-up on (it
+// consumed none), so this checks that consumers asleep on the marker still
+// get every job added while the slot keeps taking jobs, and that no job is
+// taken twice.
+func TestConsumer_SleepersWakeWhileASlotCompletesAndFetches(t *testing.T) {
+	t.Parallel()
+	_, q := setup(t, queue.Config{})
+	ctx, cancel := context.WithCancel(testCtx(t))
+	add(t, q, queue.AddOptions{})
+	cur := fetch(t, q, "slot")
+
+	var results []<-chan taken
+	var waits []func()
+	for range 2 {
+		c, err := queue.NewConsumer([]*queue.Queue{q}, queue.ConsumerConfig{})
+		require.NoError(t, err)
+		defer c.Close()
+		r, wait := consume(ctx, c)
+		results, waits = append(results, r), append(waits, wait)
+	}
+	defer func() {
+		cancel()
+		for _, w := range waits {
+			w()
+		}
+	}()
+	time.Sleep(100 * time.Millisecond) // both consumers asleep on the marker
+
+	const n = 20
+	added := map[string]bool{}
+	takenBy := map[string]string{}
+	record := func(id, by string) {
+		require.True(t, added[id], "%s took unknown job %s", by, id)
+		require.Empty(t, takenBy[id], "job %s taken by %s and %s", id, takenBy[id], by)
+		takenBy[id] = by
+	}
+	for i := range n {
+		added[add(t, q, queue.AddOptions{})] = true
+		if i%2 == 0 { // the slot keeps taking jobs, not always the last one
+			var next *queue.Job
+			var err error
+			if cur != nil {
+				next, err = q.CompleteAndFetch(ctx, cur.ID, cur.Token, nil, queue.NewToken())
+			} else {
+				next, err = q.Fetch(ctx, queue.NewToken())
+			}
+			require.NoError(t, err)
+			if next != nil {
+				record(next.ID, "slot")
+			}
+			cur = next
+		}
+	}
+	deadline := time.After(3 * time.Second)
+	for len(takenBy) < n {
+		select {
+		case got := <-results[0]:
+			require.NoError(t, got.err)
+			record(got.job.ID, "consumer 1")
+		case got := <-results[1]:
+			require.NoError(t, got.err)
+			record(got.job.ID, "consumer 2")
+		case <-deadline:
+			t.Fatalf("%d of %d added jobs taken: a sleeper missed a wake-up", len(takenBy), n)
+		}
+	}
+}

@@ -34,7 +34,9 @@
 // the same call), fail, defer, extend_lock, stalled, pause, remove,
 // scheduler_upsert, scheduler_advance, scheduler_remove; get and schedulers
 // read. They are our own, written from the layout, use cjson only and no
-// exotic commands.
+// exotic commands. Completions made at the same time through one Queue
+// share a complete call, each applied as if alone. scripts.go prepends to
+// each script only the lua/lib.lua helpers it uses.
 //
 // # Time
 //

@@ -1,11 +1,16 @@
 package queue
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pidispatch/pidispatch/internal/livetest"
 )
 
 func TestIsJSInteger_MatchesBullMQ(t *testing.T) {
@@ -111,4 +116,136 @@ func TestAddOptions_WireIsBullMQs(t *testing.T) {
 		"backoff":{"type":"exponential","delay":60000},
 		"removeOnComplete":{"age":86400},"removeOnFail":true,
 		"de":{"id":"r#1","ttl":600000}}`, string(b))
+}
+
+func TestCompletionBatcher_QueuesWhileCallsRunAndHonoursCancel(t *testing.T) {
+	t.Parallel()
+	var b completionBatcher
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var calls [][]string
+	run := func(_ context.Context, batch []*completion) func() {
+		<-release
+		mu.Lock()
+		defer mu.Unlock()
+		var ids []string
+		for _, c := range batch {
+			ids = append(ids, c.id)
+		}
+		calls = append(calls, ids)
+		return func() {
+			for _, c := range batch {
+				c.err = errors.New("ran " + c.id)
+			}
+		}
+	}
+	ctx := context.Background()
+	errs := make(chan error, 4)
+	start := func(ctx context.Context, c *completion) {
+		go func() {
+			if err := b.do(ctx, c, run); err != nil {
+				errs <- err
+				return
+			}
+			errs <- c.err
+		}()
+	}
+	pending := func() int {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return len(b.pending)
+	}
+	// Two calls run at once; the next completions wait.
+	start(ctx, &completion{id: "a"})
+	start(ctx, &completion{id: "b"})
+	require.Eventually(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.inflight == 2 }, time.Second, time.Millisecond)
+	cctx, cancel := context.WithCancel(ctx)
+	start(cctx, &completion{id: "cancelled"})
+	require.Eventually(t, func() bool { return pending() == 1 }, time.Second, time.Millisecond)
+	cancel()
+	require.ErrorIs(t, <-errs, context.Canceled, "a waiting completion withdraws when its ctx ends")
+	require.Zero(t, pending())
+	start(ctx, &completion{id: "c"})
+	require.Eventually(t, func() bool { return pending() == 1 }, time.Second, time.Millisecond)
+	start(ctx, &completion{id: "d"})
+	require.Eventually(t, func() bool { return pending() == 2 }, time.Second, time.Millisecond)
+	close(release)
+	got := map[string]bool{}
+	for range 4 {
+		err := <-errs
+		require.Error(t, err)
+		got[err.Error()] = true
+	}
+	require.Equal(t, map[string]bool{"ran a": true, "ran b": true, "ran c": true, "ran d": true}, got)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, calls, 3)
+	require.Contains(t, calls, []string{"c", "d"}, "the waiting completions go together in the next call")
+	require.Zero(t, b.inflight)
+}
+
+func TestRunCompletions_ErrorsStayWithTheirCompletion(t *testing.T) {
+	t.Parallel()
+	db := livetest.Valkey(t)
+	q, err := New(db.Client, SharedQueue, Config{})
+	require.NoError(t, err)
+	ctx := context.Background()
+	var ids []string
+	for range 4 {
+		id, _, err := q.Add(ctx, "run", nil, AddOptions{})
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+	for i, tok := range []string{"ta", "tb", "tc"} {
+		job, err := q.Fetch(ctx, tok)
+		require.NoError(t, err)
+		require.Equal(t, ids[i], job.ID)
+	}
+	// A peer overwrote c's hash with a string: commands on it fail.
+	cKey := q.keys.jobPrefix() + ids[2]
+	require.NoError(t, db.Client.Del(ctx, cKey).Err())
+	require.NoError(t, db.Client.Set(ctx, cKey, "junk", 0).Err())
+
+	null := []byte("null")
+	batch := []*completion{
+		{id: ids[0], token: "ta", value: []byte(`{"r":1}`), nextToken: "tn"},
+		{id: ids[1], token: "wrong", value: null},
+		{id: "nope", token: "t", value: null},
+		{id: ids[2], token: "tc", value: null},
+		{id: ids[1], token: "tb", value: null},
+	}
+	q.completionCall(ctx, batch)() // one script call for all five
+	require.NoError(t, batch[0].err)
+	require.NotNil(t, batch[0].res.job)
+	require.Equal(t, ids[3], batch[0].res.job.ID, "the first completion took the next job")
+	require.ErrorIs(t, batch[1].err, ErrLockLost)
+	require.ErrorIs(t, batch[2].err, ErrNotFound)
+	require.ErrorContains(t, batch[3].err, "WRONGTYPE")
+	require.NoError(t, batch[4].err, "a failing completion does not end the others")
+	require.Nil(t, batch[4].res.job)
+
+	c, err := q.Counts(ctx)
+	require.NoError(t, err)
+	require.Equal(t, Counts{Active: 2, Completed: 2}, c) // c (untouched) and d
+	a, err := q.Get(ctx, ids[0])
+	require.NoError(t, err)
+	require.JSONEq(t, `{"r":1}`, string(a.ReturnValue))
+}
+
+func TestPruneLib_KeepsWhatAScriptUsesTransitively(t *testing.T) {
+	t.Parallel()
+	lib := "--[[ header ]]\nlocal rcall = redis.call\n\n-- a reads x.\nlocal function a()\n  -- c() in a comment\n  return rcall(\"GET\", \"x\")\nend\n\n" +
+		"local function b() return a() end\n\nlocal function c() return 1 end\n\nlocal function d() return c() end\n"
+	got := pruneLib(lib, "local t = { d = 1 }\nreturn b() .. t.c .. \"c()\" -- d()\n")
+	require.Contains(t, got, "local rcall = redis.call")
+	require.Contains(t, got, "-- a reads x.\nlocal function a()\n  -- c() in a comment\n")
+	require.Contains(t, got, "local function b()")
+	require.NotContains(t, got, "local function c()", "named only in a comment, a string, a field and a key")
+	require.NotContains(t, got, "local function d()")
+	require.NotContains(t, got, "header")
+
+	require.Contains(t, scriptSource("complete.lua"), "local function finish(")
+	require.Contains(t, scriptSource("fetch.lua"), "local function takeNext(")
+	require.NotContains(t, scriptSource("fetch.lua"), "local function finish(")
+	require.NotContains(t, scriptSource("add.lua"), "local function schedulerOnTake(")
 }

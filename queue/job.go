@@ -77,18 +77,64 @@ type Job struct {
 	Corrupt string
 }
 
-// parseJob builds a Job from a flat HGETALL reply.
+// hashFields are the job hash fields parseJob reads.
+type hashFields struct {
+	name, data, opts, deid, priority, atm, attemptsMade, ats, stc string
+	timestamp, processedOn, finishedOn, delay, failedReason       string
+	returnValue, rjk, pb, defa                                    string
+	hasReturnValue                                                bool
+}
+
+// parseJob builds a Job from a flat HGETALL reply. It runs for every job
+// taken, so it reads the reply in one pass, without a map.
 func parseJob(id string, flat []any) *Job {
-	j := &Job{ID: id}
-	fields := make(map[string]string, len(flat)/2)
+	var f hashFields
 	for i := 0; i+1 < len(flat); i += 2 {
 		k, _ := flat[i].(string)
 		v, _ := flat[i+1].(string)
-		fields[k] = v
+		switch k {
+		case "name":
+			f.name = v
+		case "data":
+			f.data = v
+		case "opts":
+			f.opts = v
+		case "deid":
+			f.deid = v
+		case "priority":
+			f.priority = v
+		case "atm":
+			f.atm = v
+		case "attemptsMade":
+			f.attemptsMade = v
+		case "ats":
+			f.ats = v
+		case "stc":
+			f.stc = v
+		case "timestamp":
+			f.timestamp = v
+		case "processedOn":
+			f.processedOn = v
+		case "finishedOn":
+			f.finishedOn = v
+		case "delay":
+			f.delay = v
+		case "failedReason":
+			f.failedReason = v
+		case "returnvalue":
+			f.returnValue, f.hasReturnValue = v, true
+		case "rjk":
+			f.rjk = v
+		case "pb":
+			f.pb = v
+		case "defa":
+			f.defa = v
+		}
 	}
+	j := &Job{ID: id}
 	var corrupt []string
-	j.Name = fields["name"]
-	if d := fields["data"]; d != "" {
+	j.Name = f.name
+	if d := f.data; d != "" {
 		if json.Valid([]byte(d)) {
 			j.Data = json.RawMessage(d)
 		} else {
@@ -97,7 +143,7 @@ func parseJob(id string, flat []any) *Job {
 	} else {
 		j.Data = json.RawMessage("{}")
 	}
-	opts, err := parseOpts(fields["opts"])
+	opts, err := parseOpts(f.opts)
 	if err != nil {
 		corrupt = append(corrupt, "opts is not a JSON object")
 	}
@@ -106,34 +152,34 @@ func parseJob(id string, flat []any) *Job {
 	j.Priority = opts.Priority
 	j.RemoveOnComplete = opts.RemoveOnComplete
 	j.RemoveOnFail = opts.RemoveOnFail
-	j.DedupID = fields["deid"]
+	j.DedupID = f.deid
 	if j.DedupID == "" {
 		j.DedupID = opts.DedupID
 	}
-	if p := atoi(fields["priority"]); p > 0 {
+	if p := atoi(f.priority); p > 0 {
 		j.Priority = p
 	}
-	j.AttemptsMade = atoi(fields["atm"])
+	j.AttemptsMade = atoi(f.atm)
 	if j.AttemptsMade == 0 {
-		j.AttemptsMade = atoi(fields["attemptsMade"])
+		j.AttemptsMade = atoi(f.attemptsMade)
 	}
-	j.AttemptsStarted = atoi(fields["ats"])
-	j.StalledCount = atoi(fields["stc"])
-	j.Timestamp = msTime(fields["timestamp"])
-	j.ProcessedOn = msTime(fields["processedOn"])
-	j.FinishedOn = msTime(fields["finishedOn"])
-	j.Delay = time.Duration(atoi(fields["delay"])) * time.Millisecond
-	j.FailedReason = fields["failedReason"]
-	if rv, ok := fields["returnvalue"]; ok {
-		if json.Valid([]byte(rv)) {
-			j.ReturnValue = json.RawMessage(rv)
+	j.AttemptsStarted = atoi(f.ats)
+	j.StalledCount = atoi(f.stc)
+	j.Timestamp = msTime(f.timestamp)
+	j.ProcessedOn = msTime(f.processedOn)
+	j.FinishedOn = msTime(f.finishedOn)
+	j.Delay = time.Duration(atoi(f.delay)) * time.Millisecond
+	j.FailedReason = f.failedReason
+	if f.hasReturnValue {
+		if json.Valid([]byte(f.returnValue)) {
+			j.ReturnValue = json.RawMessage(f.returnValue)
 		} else {
 			corrupt = append(corrupt, "returnvalue is not JSON")
 		}
 	}
-	j.SchedulerID = fields["rjk"]
-	j.ProcessedBy = fields["pb"]
-	j.DeferredFailure = fields["defa"]
+	j.SchedulerID = f.rjk
+	j.ProcessedBy = f.pb
+	j.DeferredFailure = f.defa
 	j.Corrupt = strings.Join(corrupt, "; ")
 	return j
 }

@@ -377,13 +377,17 @@ func parseOpts(raw string) (parsedOpts, error) {
 			p.Backoff = Backoff{Type: wb.Type, Delay: msDuration(wb.Delay), Jitter: wb.Jitter}
 		}
 	}
-	var de struct {
-		ID string `json:"id"`
+	if raw := m["de"]; len(raw) > 0 {
+		var de struct {
+			ID string `json:"id"`
+		}
+		if json.Unmarshal(raw, &de) == nil {
+			p.DedupID = de.ID
+		}
 	}
-	if json.Unmarshal(m["de"], &de) == nil {
-		p.DedupID = de.ID
+	if raw := m["repeat"]; len(raw) > 0 {
+		_ = json.Unmarshal(raw, &p.Repeat)
 	}
-	_ = json.Unmarshal(m["repeat"], &p.Repeat)
 	return p, nil
 }
 
@@ -426,10 +430,16 @@ func parseKeep(raw json.RawMessage) Keep {
 	return k
 }
 
-// jsonNumber reads a JSON number, or 0 for anything else.
+// jsonNumber reads a JSON number, or 0 for anything else. raw is one
+// value of a valid JSON document, so a JSON number is exactly what
+// strconv.ParseFloat accepts of it (the other values start with a letter,
+// a quote, a brace or a bracket, which it refuses).
 func jsonNumber(raw json.RawMessage) float64 {
-	var n float64
-	if len(raw) == 0 || json.Unmarshal(raw, &n) != nil || math.IsNaN(n) || math.IsInf(n, 0) {
+	if len(raw) == 0 {
+		return 0
+	}
+	n, err := strconv.ParseFloat(string(bytes.TrimSpace(raw)), 64)
+	if err != nil || math.IsNaN(n) || math.IsInf(n, 0) {
 		return 0
 	}
 	return n

@@ -79,6 +79,7 @@ type Queue struct {
 	cfg    Config
 	keys   keys
 	log    *slog.Logger
+	batch  completionBatcher // shares complete.lua calls between concurrent completions
 }
 
 // New returns the queue called name (SharedQueue or a HostQueueName). It

@@ -84,10 +84,11 @@ func TestRun_SmokeAllSystemsOnPrivateServer(t *testing.T) {
 			t.Errorf("%s latency: %+v", system, lat)
 		}
 	}
-	// Ours takes one script call per job (CompleteAndFetch) plus the
-	// Consumer's few fetches and waits.
+	// Ours takes at most one script call per job (CompleteAndFetch, whose
+	// concurrent calls share script calls) plus the Consumer's few fetches
+	// and waits.
 	c := rep.Ceiling
-	if c == nil || c.CallsPerJob < 1 || c.CallsPerJob > 1.5 || c.Calls["evalsha"] < jobs {
+	if c == nil || c.CallsPerJob <= 0 || c.CallsPerJob > 1.5 || c.Calls["evalsha"]+c.Calls["eval"] == 0 {
 		t.Fatalf("ceiling: %+v", c)
 	}
 	if c.EvalshaPerSec <= 0 || c.JobsPerSec <= 0 || c.Fraction <= 0 {

@@ -48,14 +48,16 @@ if dedupId ~= "" then
   end
 end
 
-local now = nowMs()
+local now, nowS = nowMs()
 local jobKey = prefix .. jobId
+-- ARGV[6] and ARGV[7] are integers as the caller wrote them: stored as
+-- given, so the server does not format them again.
 if dedupId ~= "" then
-  rcall("HSET", jobKey, "name", name, "data", data, "opts", opts, "timestamp", now,
-    "delay", delay, "priority", priority, "deid", dedupId)
+  rcall("HSET", jobKey, "name", name, "data", data, "opts", opts, "timestamp", nowS,
+    "delay", ARGV[6], "priority", ARGV[7], "deid", dedupId)
 else
-  rcall("HSET", jobKey, "name", name, "data", data, "opts", opts, "timestamp", now,
-    "delay", delay, "priority", priority)
+  rcall("HSET", jobKey, "name", name, "data", data, "opts", opts, "timestamp", nowS,
+    "delay", ARGV[6], "priority", ARGV[7])
 end
 emit(k, maxLen, "added", "jobId", jobId, "name", name)
 if delay > 0 then

@@ -1,36 +1,59 @@
 --[[
-  complete.lua: move an active job held by the caller to completed (or
-  delete it, per its removeOnComplete), optionally taking the next job in the
-  same call.
+  complete.lua: move active jobs held by the caller to completed (or
+  delete them, per their removeOnComplete), each optionally taking the next
+  job in the same call. The Go side puts the completions of concurrent
+  callers into one call; each runs exactly as a call of its own would, in
+  order, and the calls share the script's fixed costs (the round trip, the
+  server clock and meta reads).
 
   KEYS[1..14] the queue keys, see lib.lua
   ARGV[1]     job key prefix
-  ARGV[2]     job id
-  ARGV[3]     lock token the job was taken with
-  ARGV[4]     return value, JSON text
-  ARGV[5]     "1" to take the next job in the same call, else "0"
-  ARGV[6]     lock token for the next job
-  ARGV[7]     lock TTL in milliseconds for the next job
-  ARGV[8]     worker name for the next job ("" for none)
+  ARGV[2]     lock TTL in milliseconds for the next jobs
+  ARGV[3]     worker name for the next jobs ("" for none)
+  ARGV[4..]   five per completion: job id; lock token the job was taken
+              with; return value, JSON text; "1" to take the next job in
+              the same call, else "0"; lock token for the next job
 
-  Returns -1 no such job, -2 lock missing, -6 lock held by another token,
-  -3 job not active; otherwise the fetch reply of lib.lua (jobId "" when no
-  next job was taken or none was asked for).
+  Returns one reply per completion, in order: -1 no such job, -2 lock
+  missing, -6 lock held by another token, -3 job not active, an error
+  reply when the completion raised one; otherwise the fetch reply of
+  lib.lua (jobId "" when no next job was taken or none was asked for).
 ]]
 local k = K()
-local prefix, jobId, token = ARGV[1], ARGV[2], ARGV[3]
-local jobKey = prefix .. jobId
-if rcall("EXISTS", jobKey) == 0 then return -1 end
-local lockErr = checkLock(jobKey, token)
-if lockErr < 0 then return lockErr end
-if rcall("LREM", k.active, -1, jobId) == 0 then return -3 end
-rcall("DEL", jobKey .. ":lock")
-rcall("SREM", k.stalled, jobId)
-local now = nowMs()
-local maxLen = maxEvents(k)
-finish(k, prefix, now, maxLen, jobId, jobKey, "completed", "returnvalue", ARGV[4])
-wakeIfFreed(k)
-if ARGV[5] == "1" then
-  return fetchReply(k, prefix, now, maxLen, ARGV[6], tonumber(ARGV[7]), ARGV[8])
+local prefix, lockMs, worker = ARGV[1], ARGV[2], ARGV[3]
+local now, nowS = nowMs()
+local delayedHead = {} -- shared by the takes of this call, see fetchReply
+
+local function completeOne(jobId, token, value, andFetch, nextToken)
+  local jobKey = prefix .. jobId
+  -- The attributes finish() needs, read first: a hash without any of them
+  -- is checked for existence separately.
+  local attrs = rcall("HMGET", jobKey, "opts", "deid", "atm")
+  if not (attrs[1] or attrs[2] or attrs[3]) and rcall("EXISTS", jobKey) == 0 then return -1 end
+  local lockErr = checkLock(jobKey, token)
+  if lockErr < 0 then return lockErr end
+  if rcall("LREM", k.active, "-1", jobId) == 0 then return -3 end
+  rcall("DEL", jobKey .. ":lock")
+  rcall("SREM", k.stalled, jobId)
+  local maxLen = maxEvents(k)
+  finish(k, prefix, now, maxLen, jobId, jobKey, "completed", "returnvalue", value, attrs, nowS)
+  wakeIfFreed(k)
+  if andFetch == "1" then
+    -- No marker re-arm (takeNext's rearm): this call consumed no wake-up.
+    return fetchReply(k, prefix, now, maxLen, nextToken, lockMs, worker, false, nowS, delayedHead)
+  end
+  return { "", now, -1, {}, {} }
 end
-return { "", now, -1, {}, {} }
+
+-- An error (a command refused, junk a peer wrote) ends only its own
+-- completion, as it would end a call of its own: its reply is the error.
+local out = {}
+for i = 4, #ARGV - 4, 5 do
+  local ok, r = pcall(completeOne, ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4])
+  if not ok then
+    if type(r) ~= "table" or not r.err then r = { err = tostring(r) } end
+    delayedHead.known = false -- it may have stopped halfway through a change
+  end
+  out[#out + 1] = r
+end
+return out

@@ -14,5 +14,5 @@
   fields}, {scheduler request} } (see fetchReply in lib.lua).
 ]]
 local k = K()
-local now = nowMs()
-return fetchReply(k, ARGV[1], now, maxEvents(k), ARGV[2], tonumber(ARGV[3]), ARGV[4])
+local now, nowS = nowMs()
+return fetchReply(k, ARGV[1], now, maxEvents(k), ARGV[2], ARGV[3], ARGV[4], true, nowS)

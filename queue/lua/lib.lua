@@ -27,6 +27,14 @@
   <prefix>de:<dedupId>, and <repeat>:<schedulerId>, as BullMQ's own scripts do.
 
   Time comes from the server only: nowMs() reads TIME.
+
+  scripts.go prepends only the helpers a script uses (with the helpers
+  they use), so each top-level definition here starts at column 0 with
+  "local function name" or "local name", and its comment lines sit right
+  above it. Every definition runs on every call, so hot paths avoid helpers
+  they do not need. Numbers passed to redis.call are formatted by the server
+  with sprintf, which costs about as much as a cheap command: hot paths
+  pass strings (constants, strings read from Valkey, nowMs's string).
 ]]
 local rcall = redis.call
 
@@ -40,9 +48,14 @@ local function K()
 end
 
 -- nowMs is the server's clock in milliseconds; the only clock scripts use.
+-- It returns the number and its decimal string, built from TIME's strings
+-- (seconds, then the microseconds' leading digits padded to three).
 local function nowMs()
   local t = rcall("TIME")
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local ms = ""
+  if #t[2] > 3 then ms = string.sub(t[2], 1, #t[2] - 3) end
+  local s = t[1] .. string.sub("000" .. ms, -3)
+  return tonumber(s), s
 end
 
 -- num converts v to a number, or returns def for nil, junk, cjson.null or NaN.
@@ -76,10 +89,15 @@ local metaCache = nil
 local function meta(k)
   if not metaCache then
     local m = rcall("HMGET", k.meta, "paused", "concurrency", "opts.maxLenEvents")
-    local maxLen = tonumber(m[3])
-    if not maxLen then
-      maxLen = 10000
-      rcall("HSET", k.meta, "opts.maxLenEvents", maxLen)
+    -- Kept as the stored string when it is a plain integer (no formatting
+    -- on each XADD).
+    local maxLen = m[3]
+    if not maxLen or not string.find(maxLen, "^%d+$") then
+      maxLen = tonumber(maxLen)
+      if not maxLen then
+        maxLen = 10000
+        rcall("HSET", k.meta, "opts.maxLenEvents", maxLen)
+      end
     end
     metaCache = { paused = m[1] ~= false and m[1] ~= nil, concurrency = tonumber(m[2]), maxLen = maxLen }
   end
@@ -118,7 +136,7 @@ end
 
 -- nextDueMs returns the due time of the earliest delayed job, or nil.
 local function nextDueMs(k)
-  local first = rcall("ZRANGE", k.delayed, 0, 0, "WITHSCORES")
+  local first = rcall("ZRANGE", k.delayed, "0", "0", "WITHSCORES")
   if first[2] then return math.floor(tonumber(first[2]) / 4096) end
   return nil
 end
@@ -147,7 +165,7 @@ local function enqueue(k, jobId, priority, pushCmd)
   else
     rcall(pushCmd, k.wait, jobId)
   end
-  if not paused and not maxed then rcall("ZADD", k.marker, 0, "0") end
+  if not paused and not maxed then rcall("ZADD", k.marker, "0", "0") end
 end
 
 -- addDelayed puts a job in the delayed ZSET, due at dueMs.
@@ -182,7 +200,7 @@ local function promoteDue(k, prefix, now, maxLen)
       moved = moved + 1
     end
   end
-  if moved > 0 and not paused and not maxed then rcall("ZADD", k.marker, 0, "0") end
+  if moved > 0 and not paused and not maxed then rcall("ZADD", k.marker, "0", "0") end
   return moved
 end
 
@@ -249,17 +267,24 @@ local function checkLock(jobKey, token)
 end
 
 -- finish moves an active job (already removed from the active list) to
--- completed or failed, applying its own retention options.
-local function finish(k, prefix, now, maxLen, jobId, jobKey, target, field, value)
-  local attrs = rcall("HMGET", jobKey, "opts", "deid", "atm")
-  local opts = decodeJSON(attrs[1])
-  local setKey, keepSpec = k.completed, opts["removeOnComplete"]
-  if target == "failed" then setKey, keepSpec = k.failed, opts["removeOnFail"] end
+-- completed or failed, applying its own retention options. attrs is the
+-- job's HMGET opts, deid, atm when the caller already read it, and nowS
+-- now's string (both optional). The opts JSON is decoded only when it can
+-- hold the retention option.
+local function finish(k, prefix, now, maxLen, jobId, jobKey, target, field, value, attrs, nowS)
+  attrs = attrs or rcall("HMGET", jobKey, "opts", "deid", "atm")
+  local setKey, optName = k.completed, "removeOnComplete"
+  if target == "failed" then setKey, optName = k.failed, "removeOnFail" end
+  local keepSpec = nil
+  local raw = attrs[1]
+  if raw and (string.find(raw, optName, 1, true) or string.find(raw, "\\", 1, true)) then
+    keepSpec = decodeJSON(raw)[optName]
+  end
   local atm = math.floor(num(attrs[3], 0)) + 1
   local keep, age, count, limit = keepOf(keepSpec)
   if keep then
-    rcall("ZADD", setKey, now, jobId)
-    rcall("HSET", jobKey, field, value, "finishedOn", now, "atm", atm)
+    rcall("ZADD", setKey, nowS or now, jobId)
+    rcall("HSET", jobKey, field, value, "finishedOn", nowS or now, "atm", atm)
     if target == "failed" then rcall("HDEL", jobKey, "defa") end
     trim(setKey, prefix, now, age, count, limit)
   else
@@ -277,7 +302,7 @@ local function wakeIfFreed(k)
   local m = meta(k)
   if m.paused or not m.concurrency then return end
   if rcall("LLEN", k.wait) > 0 or rcall("ZCARD", k.prioritized) > 0 then
-    rcall("ZADD", k.marker, 0, "0")
+    rcall("ZADD", k.marker, "0", "0")
   end
 end
 
@@ -325,17 +350,15 @@ local function schedulerFields(k, sid)
   }, sk
 end
 
--- schedulerOnTake runs when a consumer takes a job. If the job is its
--- scheduler's pending run, the next run is created now, in this call, from
--- the next time stored at the last upsert/advance ("nx"), or computed here
--- for BullMQ "every" schedulers. It returns {} when nothing more is needed,
+-- schedulerOnTake runs when a consumer takes a job of scheduler sid (its
+-- "rjk" field). If the job is its scheduler's pending run, the next run is
+-- created now, in this call, from the next time stored at the last
+-- upsert/advance ("nx"), or computed here for BullMQ "every" schedulers. It returns {} when nothing more is needed,
 -- or {flag, schedulerId, pattern, tz, baseMillis} asking the caller to
 -- compute cron times: flag 1 = store the run after baseMillis as the new
 -- "nx"; flag 2 = no stored next time, create the run after
 -- max(now, baseMillis) and store the one after it.
-local function schedulerOnTake(k, prefix, now, maxLen, jobId, jobKey)
-  local sid = rcall("HGET", jobKey, "rjk")
-  if not sid then return {} end
+local function schedulerOnTake(k, prefix, now, maxLen, jobId, sid)
   local cur = rcall("ZSCORE", k.repeatKey, sid)
   if not cur or jobId ~= ("repeat:" .. sid .. ":" .. cur) then return {} end
   local curMs = tonumber(cur)
@@ -363,12 +386,29 @@ local function schedulerOnTake(k, prefix, now, maxLen, jobId, jobKey)
   return { 2, sid, s.pattern, s.tz or "", curMs }
 end
 
+-- setField sets field f to v in a flat HGETALL reply, at the value index
+-- at[f] when the field is there, else appended (where HSET puts it).
+local function setField(fields, at, f, v)
+  local i = at[f]
+  if i then
+    fields[i] = v
+  else
+    fields[#fields + 1] = f
+    fields[#fields + 1] = v
+  end
+end
+
 -- takeNext moves the next ready job to active under a lock and returns its
--- id and key, or nil. Ghost ids (no job hash) and BullMQ v4 "0:" markers are
--- dropped on the way.
-local function takeNext(k, prefix, now, maxLen, token, lockMs, worker)
+-- id, key, hash fields (as HGETALL gives them, with this take's writes)
+-- and scheduler id ("rjk"), or nil. Ghost ids (no job hash) and BullMQ v4
+-- "0:" markers are dropped on the way. With rearm it wakes a peer when more
+-- jobs are ready: a consumer woken by the marker must pass the wake-up on.
+-- A consumer that completes a job and takes the next in the same call
+-- consumed no wake-up, so it has none to pass on (an add re-arms anyway).
+local function takeNext(k, prefix, now, maxLen, token, lockMs, worker, rearm, nowS)
   local paused, maxed = blocked(k)
   if paused or maxed then return nil end
+  nowS = nowS or now
   for _ = 1, 100 do
     local id = rcall("RPOPLPUSH", k.wait, k.active)
     if not id then
@@ -378,22 +418,35 @@ local function takeNext(k, prefix, now, maxLen, token, lockMs, worker)
       rcall("LPUSH", k.active, id)
     end
     local jobKey = prefix .. id
-    if string.sub(id, 1, 2) ~= "0:" and rcall("EXISTS", jobKey) == 1 then
+    local fields = {}
+    if string.sub(id, 1, 2) ~= "0:" then fields = rcall("HGETALL", jobKey) end
+    if #fields > 0 then
       rcall("SET", jobKey .. ":lock", token, "PX", lockMs)
-      local ats = math.floor(num(rcall("HGET", jobKey, "ats"), 0)) + 1
+      local at, rjk = {}, nil
+      for i = 1, #fields, 2 do
+        local f = fields[i]
+        if f == "ats" or f == "processedOn" or f == "pb" then
+          at[f] = i + 1
+        elseif f == "rjk" then
+          rjk = fields[i + 1]
+        end
+      end
+      local ats = string.format("%d", math.floor(num(fields[at["ats"]], 0)) + 1)
+      setField(fields, at, "processedOn", nowS)
+      setField(fields, at, "ats", ats)
       if worker ~= "" then
-        rcall("HSET", jobKey, "processedOn", now, "ats", ats, "pb", worker)
+        setField(fields, at, "pb", worker)
+        rcall("HSET", jobKey, "processedOn", nowS, "ats", ats, "pb", worker)
       else
-        rcall("HSET", jobKey, "processedOn", now, "ats", ats)
+        rcall("HSET", jobKey, "processedOn", nowS, "ats", ats)
       end
       emit(k, maxLen, "active", "jobId", id, "prev", "waiting")
-      -- Wake a peer when more work is ready.
-      if rcall("LLEN", k.wait) > 0 or rcall("ZCARD", k.prioritized) > 0 then
-        rcall("ZADD", k.marker, 0, "0")
+      if rearm and (rcall("LLEN", k.wait) > 0 or rcall("ZCARD", k.prioritized) > 0) then
+        rcall("ZADD", k.marker, "0", "0")
       end
-      return id, jobKey
+      return id, jobKey, fields, rjk
     end
-    rcall("LREM", k.active, -1, id)
+    rcall("LREM", k.active, "-1", id)
   end
   return nil
 end
@@ -401,16 +454,31 @@ end
 -- fetchReply promotes due jobs, takes the next one and shapes the reply
 -- shared by fetch.lua and complete.lua:
 --   { jobId or "", nowMs, msUntilNextDelayed or -1, {job hash fields}, {scheduler request} }
-local function fetchReply(k, prefix, now, maxLen, token, lockMs, worker)
-  promoteDue(k, prefix, now, maxLen)
-  local id, jobKey = takeNext(k, prefix, now, maxLen, token, lockMs, worker)
-  local fields, sched = {}, {}
-  if id then
-    sched = schedulerOnTake(k, prefix, now, maxLen, id, jobKey)
-    fields = rcall("HGETALL", jobKey)
+-- The delayed set's head is read once; promotion (and a second read) only
+-- happen when it is due, and a second read when a scheduler run was made.
+-- head, when given, carries the head's due time (head.due, nil for none)
+-- from one fetchReply to the next in the same script call once head.known
+-- is set: nothing else in a take or a completion changes the delayed set.
+local function fetchReply(k, prefix, now, maxLen, token, lockMs, worker, rearm, nowS, head)
+  head = head or {}
+  if not head.known then
+    head.due = nextDueMs(k)
+    head.known = true
   end
+  if head.due and head.due <= now then
+    promoteDue(k, prefix, now, maxLen)
+    head.due = nextDueMs(k)
+  end
+  local id, _, fields, rjk = takeNext(k, prefix, now, maxLen, token, lockMs, worker, rearm, nowS)
+  local sched = {}
+  if not id then
+    fields = {}
+  elseif rjk then
+    sched = schedulerOnTake(k, prefix, now, maxLen, id, rjk)
+    head.due = nextDueMs(k)
+  end
+  local due = head.due
   local wait = -1
-  local due = nextDueMs(k)
   if due then
     wait = due - now
     if wait < 0 then wait = 0 end
