@@ -368,7 +368,7 @@ func (w *Worker) prepareDirs(h *held) (jobDir, workspace string, cleanup func(),
 // deferJob puts the job back in delayed for d. It is not an attempt.
 func (w *Worker) deferJob(ctx context.Context, h *held, d time.Duration, why string) {
 	w.log.Info("job_deferred", "jobId", h.job.ID, "queue", h.q.Name(), "reason", why, "delay", d.String())
-	if err := h.q.Defer(context.WithoutCancel(ctx), h.job.ID, h.token, d); err != nil {
+	if err := w.report(ctx, h, func(ctx context.Context) error { return h.q.Defer(ctx, h.job.ID, h.token, d) }); err != nil {
 		// The lock expires and the stalled check decides; nothing ran.
 		w.log.Error("job_defer_failed", "jobId", h.job.ID, "err", err)
 	}
@@ -385,7 +385,7 @@ func (w *Worker) refuse(ctx context.Context, h *held, reason string) {
 func (w *Worker) finishPolicy(ctx context.Context, h *held, reason string, exit *int, telemetry json.RawMessage) {
 	w.record(h, OutcomePolicy, reason, exit, telemetry)
 	result, _ := json.Marshal(map[string]string{"outcome": OutcomePolicy, "reason": reason})
-	if err := h.q.Complete(context.WithoutCancel(ctx), h.job.ID, h.token, result); err != nil {
+	if err := w.report(ctx, h, func(ctx context.Context) error { return h.q.Complete(ctx, h.job.ID, h.token, result) }); err != nil {
 		w.log.Error("job_report_failed", "jobId", h.job.ID, "err", err)
 	}
 	w.log.Info("job_refused", "jobId", h.job.ID, "outcome", OutcomePolicy, "reason", reason)
@@ -397,7 +397,7 @@ func (w *Worker) complete(ctx context.Context, h *held, exit *int, telemetry jso
 	if len(result) == 0 {
 		result = json.RawMessage(`{"outcome":"completed"}`)
 	}
-	if err := h.q.Complete(context.WithoutCancel(ctx), h.job.ID, h.token, result); err != nil {
+	if err := w.report(ctx, h, func(ctx context.Context) error { return h.q.Complete(ctx, h.job.ID, h.token, result) }); err != nil {
 		w.log.Error("job_report_failed", "jobId", h.job.ID, "err", err)
 	}
 	w.log.Info("job_completed", "jobId", h.job.ID, "outcome", OutcomeCompleted)
@@ -407,11 +407,51 @@ func (w *Worker) complete(ctx context.Context, h *held, exit *int, telemetry jso
 // retries it while attempts remain.
 func (w *Worker) fail(ctx context.Context, h *held, reason string, exit *int, telemetry json.RawMessage) {
 	w.record(h, OutcomeFailed, reason, exit, telemetry)
-	retried, err := h.q.Fail(context.WithoutCancel(ctx), h.job.ID, h.token, reason, queue.FailOptions{})
+	var retried bool
+	err := w.report(ctx, h, func(ctx context.Context) (err error) {
+		retried, err = h.q.Fail(ctx, h.job.ID, h.token, reason, queue.FailOptions{})
+		return err
+	})
 	if err != nil {
 		w.log.Error("job_report_failed", "jobId", h.job.ID, "err", err)
 	}
 	w.log.Warn("job_failed", "jobId", h.job.ID, "attempt", h.rec.Attempt, "reason", reason, "retried", retried)
+}
+
+// reportBackoffMin and reportBackoffMax are the first and the longest pause
+// between two attempts of a report.
+const (
+	reportBackoffMin = 100 * time.Millisecond
+	reportBackoffMax = 2 * time.Second
+)
+
+// report delivers a state change of a held job to its queue (complete, fail,
+// defer), retrying while Valkey cannot be reached. A run that ends during a
+// Valkey restart or failover has still run: giving up at the first refused
+// connection would leave the job active until its lock expires, and the
+// stalled check would then fail a completed run as stalled, recorded twice
+// (completed here, stalled by whichever host checks). The lock outlives the
+// outage by up to LockTTL, so the report is tried until it lands, the queue
+// answers that the job is no longer ours (lock lost, not active, gone), or
+// LockTTL has passed. Each attempt is checked against the lock token by the
+// queue's script, so a retry never acts on a job someone else holds, and an
+// attempt whose reply was lost is answered "lock lost" by the next one.
+func (w *Worker) report(ctx context.Context, h *held, op func(context.Context) error) error {
+	ctx = context.WithoutCancel(ctx) // a shutting-down worker still reports
+	deadline := time.Now().Add(w.tune.LockTTL)
+	delay := reportBackoffMin
+	for attempt := 1; ; attempt++ {
+		err := op(ctx)
+		if err == nil && attempt > 1 {
+			w.log.Info("job_report_delivered", "jobId", h.job.ID, "queue", h.q.Name(), "attempts", attempt)
+		}
+		if err == nil || errors.Is(err, queue.ErrLockLost) || errors.Is(err, queue.ErrNotActive) ||
+			errors.Is(err, queue.ErrNotFound) || time.Now().Add(delay).After(deadline) {
+			return err
+		}
+		time.Sleep(delay)
+		delay = min(2*delay, reportBackoffMax)
+	}
 }
 
 // record writes the run record before anything reports the outcome, then
