@@ -94,3 +94,51 @@ func TestCronFiresOncePerTickWithTwoWorkers(t *testing.T) {
 		t.Fatalf("%d ticks ran in 9 s of a 2 s schedule: %v", len(seen), seen)
 	}
 }
+
+// A host whose cron set disagrees with a peer's refuses to install or prune,
+// and still drains its queues: the refusal never stops the worker.
+func TestCronDivergenceLeavesWorkerDraining(t *testing.T) {
+	t.Parallel()
+	ensureImage(t)
+	db := livetest.Valkey(t)
+	folder := t.TempDir()
+	write := func(pattern string) string {
+		p := filepath.Join(t.TempDir(), "triggers.json")
+		file := fmt.Sprintf(`{"triggers":[{"on":{"type":"cron","id":"nightly","pattern":%q,"tz":"UTC"},`+
+			`"run":{"kind":"local","folder":%q,"flow":"fix","task":"t"}}]}`, pattern, folder)
+		if err := os.WriteFile(p, []byte(file), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	first, second := uniqueName("div-a", db), uniqueName("div-b", db)
+	bootWorker(t, testEnv(t, db.URL, map[string]string{"PI_WORKER_NAME": first, "PI_TRIGGERS_FILE": write("0 3 * * *")}), dispatch.Tuning{})
+	waitLive(t, db, first)
+	b := bootWorker(t, testEnv(t, db.URL, map[string]string{"PI_WORKER_NAME": second, "PI_TRIGGERS_FILE": write("0 4 * * *")}), dispatch.Tuning{})
+
+	deadline := time.Now().Add(20 * time.Second)
+	for countEvents(t, b.logs.String(), "cron_divergence_refused", "") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no cron_divergence_refused in:\n%s", b.logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	q, err := queue.New(db.Client, queue.HostQueueName(second), queue.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err := q.Schedulers(context.Background()); err != nil || len(s) != 0 {
+		t.Fatalf("a refusing host installed schedulers: %+v %v", s, err)
+	}
+	p, err := dispatch.NewProducer(db.Client, dispatch.ProducerConfig{WorkerName: second, WorkerNameDeclared: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := p.EnqueueLocal(context.Background(), dispatch.Job{Folder: t.TempDir(), Flow: "fix", Task: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec := waitRecord(t, b.cfg.LogsDir, e.JobID, 60*time.Second); rec.Outcome != dispatch.OutcomeCompleted {
+		t.Fatalf("the refusing host did not drain its queue: %+v", rec)
+	}
+}
