@@ -89,3 +89,87 @@ func BenchmarkAcquire(b *testing.B) {
 		})
 	}
 }
+
+// setCounter counts SET commands: the round trips of the original's acquire.
+type setCounter struct{ n atomic.Int64 }
+
+func (h *setCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *setCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "set" {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *setCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// BenchmarkOriginalAcquire re-implements the original's fleet lease acquire
+// (makeFleetLease in docs/benchmarks.md's reference) for a ratio with
+// BenchmarkAcquire: the same slots held, the same start index, probed with one
+// SET key holder PX ttl NX per slot, sequentially, until one succeeds. It is
+// not the original (Node, ioredis) itself, only its commands from Go against
+// the same server: with every slot but the last held, slots round trips.
+func BenchmarkOriginalAcquire(b *testing.B) {
+	for _, slots := range []int{1, 8, 64} {
+		b.Run("slots="+strconv.Itoa(slots), func(b *testing.B) {
+			db := livetest.Valkey(b)
+			ctx := context.Background()
+			const id = "gh-123456"
+			holder := "mini1#" + id
+			start := startIndex(id, slots)
+			last := (start + slots - 1) % slots
+			for i := range slots {
+				if i != last {
+					if err := db.Client.Set(ctx, CheckSlotKey(i), "other#x", time.Hour).Err(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			c := redis.NewClient(&redis.Options{Addr: db.Client.Options().Addr, DB: db.DB})
+			b.Cleanup(func() { _ = c.Close() })
+			counter := &setCounter{}
+			c.AddHook(counter)
+			acquire := func() string {
+				for n := range slots {
+					key := CheckSlotKey((start + n) % slots)
+					ok, err := c.SetNX(ctx, key, holder, time.Minute).Result()
+					if err != nil {
+						b.Fatal(err)
+					}
+					if ok {
+						return key
+					}
+				}
+				return ""
+			}
+			release := func(key string) {
+				if key != CheckSlotKey(last) {
+					b.Fatalf("acquired %q, want the last free slot %d", key, last)
+				}
+				if err := db.Client.Del(ctx, key).Err(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			release(acquire())
+			counter.n.Store(0)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				key := acquire()
+				b.StopTimer()
+				release(key)
+				b.StartTimer()
+			}
+			b.StopTimer()
+			if got := counter.n.Load(); got != int64(slots)*int64(b.N) {
+				b.Fatalf("%d SETs for %d acquires, want %d each", got, b.N, slots)
+			}
+			b.ReportMetric(float64(counter.n.Load())/float64(b.N), "roundtrips/op")
+		})
+	}
+}
