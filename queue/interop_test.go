@@ -345,3 +345,43 @@ func TestInterop_SchedulerRunsAdvanceOnEitherSide(t *testing.T) {
 	bull(t, db, "counts", nil, &nc)
 	require.GreaterOrEqual(t, nc.Delayed+nc.Waiting, int64(2), "each scheduler has its pending run")
 }
+
+// Our completion leaves the job's id in BullMQ's stalled set (complete.lua
+// saves the SREM); BullMQ's stalled check must still leave the job alone.
+func TestInterop_NodeStalledCheckLeavesOurCompletedJob(t *testing.T) {
+	t.Parallel()
+	db, q := setup(t, queue.Config{})
+	ctx := testCtx(t)
+	id, _, err := q.Add(ctx, "held", []byte(`{}`), queue.AddOptions{})
+	require.NoError(t, err)
+	job := fetch(t, q, "go")
+	require.Equal(t, id, job.ID)
+
+	// The first check marks every active job as a candidate; ours holds
+	// its lock, so it is not stalled.
+	var check struct{ Stalled []string }
+	bull(t, db, "stalledCheck", nil, &check)
+	require.Empty(t, check.Stalled)
+	stalledSet := "bull:" + queue.SharedQueue + ":stalled"
+	member, err := db.Client.SIsMember(ctx, stalledSet, id).Result()
+	require.NoError(t, err)
+	require.True(t, member, "BullMQ's check did not mark the active job")
+
+	require.NoError(t, q.Complete(ctx, id, "go", json.RawMessage(`{"ok":true}`)))
+	member, err = db.Client.SIsMember(ctx, stalledSet, id).Result()
+	require.NoError(t, err)
+	require.True(t, member, "the completion was expected to leave the id in the stalled set")
+
+	// The next check finds the id without a lock, but no longer active.
+	time.Sleep(5 * time.Millisecond) // past the check's 1 ms guard key
+	bull(t, db, "stalledCheck", nil, &check)
+	require.Empty(t, check.Stalled)
+	var got nodeJob
+	bull(t, db, "get", map[string]any{"id": id}, &got)
+	require.Equal(t, "completed", got.State)
+	require.JSONEq(t, `{"ok":true}`, string(got.ReturnValue))
+	counts, err := q.Counts(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), counts.Completed)
+	require.Zero(t, counts.Waiting+counts.Active+counts.Failed)
+}

@@ -6,6 +6,11 @@
   order, and the calls share the script's fixed costs (the round trip, the
   server clock and meta reads).
 
+  The job id is left in BullMQ's stalled set (KEYS[12]), unlike fail.lua:
+  BullMQ's stalled check only acts on ids it can still remove from the
+  active list, so a completed id there is inert until that check deletes
+  the set, and the completion saves a command.
+
   KEYS[1..14] the queue keys, see lib.lua
   ARGV[1]     job key prefix
   ARGV[2]     lock TTL in milliseconds for the next jobs
@@ -34,7 +39,6 @@ local function completeOne(jobId, token, value, andFetch, nextToken)
   if lockErr < 0 then return lockErr end
   if rcall("LREM", k.active, "-1", jobId) == 0 then return -3 end
   rcall("DEL", jobKey .. ":lock")
-  rcall("SREM", k.stalled, jobId)
   local maxLen = maxEvents(k)
   finish(k, prefix, now, maxLen, jobId, jobKey, "completed", "returnvalue", value, attrs, nowS)
   wakeIfFreed(k)

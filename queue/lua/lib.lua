@@ -18,7 +18,7 @@
     KEYS[9]  events        STREAM BullMQ events
     KEYS[10] marker        ZSET   wake-up marker consumers BZPOPMIN on
     KEYS[11] pc            STRING priority counter
-    KEYS[12] stalled       SET    BullMQ's stalled candidates (we only SREM)
+    KEYS[12] stalled       SET    BullMQ's stalled candidates (we only SREM, and not on completion)
     KEYS[13] repeat        ZSET   scheduler id -> millis of its pending job
     KEYS[14] id            STRING job id counter
 

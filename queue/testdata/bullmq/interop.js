@@ -98,6 +98,19 @@ const scenarios = {
   async process(q, conn, args) {
     return runWorker(conn, args);
   },
+  // stalledCheck runs BullMQ's own stalled check once (the script a Worker
+  // runs every stalledInterval) and returns the ids it moved or failed.
+  async stalledCheck(q, conn, args) {
+    const worker = new Worker(args.queue, null, {
+      connection: conn, prefix: args.prefix || 'bull', autorun: false, maxStalledCount: 0, stalledInterval: 1,
+    });
+    try {
+      await worker.waitUntilReady();
+      return { stalled: await worker.scripts.moveStalledJobsToWait() };
+    } finally {
+      await worker.close();
+    }
+  },
   async schedulers(q) {
     return q.getJobSchedulers(0, -1, true);
   },
