@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -46,13 +47,14 @@ func TestRun_SmokeAllSystemsOnPrivateServer(t *testing.T) {
 	baseline := runtime.NumGoroutine()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	const jobs, probes = 200, 20
+	const jobs, probes, rounds = 200, 20, 2
 	rep, err := queuebench.Run(ctx, queuebench.Config{
 		Jobs:            jobs,
 		LatencyJobs:     probes,
 		CeilingDuration: 200 * time.Millisecond,
 		NodeDir:         "../bullmq",
 		PhaseTimeout:    time.Minute,
+		Rounds:          rounds,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -75,6 +77,9 @@ func TestRun_SmokeAllSystemsOnPrivateServer(t *testing.T) {
 		if tp.Jobs != jobs || tp.JobsPerSec() <= 0 || tp.Enqueue <= 0 {
 			t.Errorf("%s throughput: %+v", system, tp)
 		}
+		if len(res.Rounds) != rounds || !slices.ContainsFunc(res.Rounds, func(r queuebench.Throughput) bool { return r.Drain == tp.Drain }) {
+			t.Errorf("%s: %d rounds, reported %+v not among them", system, len(res.Rounds), tp)
+		}
 		// Each drain ran real commands on the server: at least one script
 		// call per job.
 		if n := tp.Server.Commands(); n < jobs || tp.Server.ScriptTime() <= 0 || tp.Server.CPU <= 0 {
@@ -91,10 +96,13 @@ func TestRun_SmokeAllSystemsOnPrivateServer(t *testing.T) {
 	if c == nil || c.CallsPerJob <= 0 || c.CallsPerJob > 1.5 || c.Calls["evalsha"]+c.Calls["eval"] == 0 {
 		t.Fatalf("ceiling: %+v", c)
 	}
-	if c.EvalshaPerSec <= 0 || c.JobsPerSec <= 0 || c.Fraction <= 0 {
+	if c.EvalshaPerSec <= 0 || c.Before <= 0 || c.After <= 0 || c.JobsPerSec <= 0 || c.Fraction <= 0 || c.PerCallFraction <= 0 || len(c.Rounds) != rounds {
 		t.Errorf("ceiling: %+v", c)
 	}
-	for _, want := range []string{"ours / bullmq throughput", "ours / asynq throughput", "ceiling: EVALSHA", "ours pickup p99"} {
+	if r, each, ok := rep.Ratio(queuebench.SystemBullMQ); !ok || r <= 0 || len(each) != rounds {
+		t.Errorf("ours/bullmq ratio: %v %v %v", r, each, ok)
+	}
+	for _, want := range []string{"ours / bullmq throughput", "ours / asynq throughput", "ceiling: EVALSHA", "at one script call per job", "median of 2 rounds", "ours pickup p99"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q", want)
 		}
@@ -145,6 +153,8 @@ func TestRun_RejectsBadConfig(t *testing.T) {
 		{Spacing: -time.Millisecond},
 		{Systems: []string{"ours", "sidekiq"}},
 		{Systems: []string{""}},
+		{Rounds: -1},
+		{Rounds: 1000},
 	} {
 		if _, err := queuebench.Run(context.Background(), cfg); err == nil {
 			t.Errorf("Run(%+v) accepted", cfg)

@@ -33,6 +33,7 @@ const (
 	DefaultCeilingDuration = 2 * time.Second
 	DefaultNodeDir         = "bullmq"
 	DefaultPhaseTimeout    = 2 * time.Minute
+	DefaultRounds          = 1
 )
 
 // Config tunes Run. The zero value runs the full bench on a private server.
@@ -61,6 +62,13 @@ type Config struct {
 	Systems []string
 	// PhaseTimeout bounds each measurement. Default 2 minutes.
 	PhaseTimeout time.Duration
+	// Rounds is how many times each system's throughput is measured, the
+	// systems taking turns, with the ceiling measured right before and
+	// right after each of ours. On a shared machine the load drifts within
+	// seconds, so each round compares figures taken close together; the
+	// report gives the median round. Latency is measured in the first
+	// round only. Default 1.
+	Rounds int
 	// AutoPipeline, an experiment: our handler slots complete and fetch
 	// through go-redis's AutoPipeliner (an EXPERIMENTAL go-redis API), so
 	// concurrent slots share round trips. Default off: a plain client.
@@ -97,6 +105,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.PhaseTimeout == 0 {
 		c.PhaseTimeout = DefaultPhaseTimeout
 	}
+	if c.Rounds == 0 {
+		c.Rounds = DefaultRounds
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -109,6 +120,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, errors.New("queuebench: LatencyJobs must be within 1..100000")
 	case c.Spacing < 0 || c.CeilingDuration < 0 || c.PhaseTimeout < 0:
 		return c, errors.New("queuebench: negative duration")
+	case c.Rounds < 0 || c.Rounds > 100:
+		return c, errors.New("queuebench: Rounds must be within 1..100")
 	}
 	for _, s := range c.Systems {
 		if s != SystemOurs && s != SystemBullMQ && s != SystemAsynq {
@@ -140,26 +153,46 @@ func (t Throughput) JobsPerSec() float64 {
 
 // Result is one system's figures.
 type Result struct {
-	System     string
+	System string
+	// Throughput is the median round's (by jobs/s); Rounds has every
+	// round's, in order.
 	Throughput Throughput
+	Rounds     []Throughput
 	Latency    Latency
 }
 
 // Ceiling is the server's rate for a trivial script call, and ours
-// against it.
+// against it, in the median round (by Fraction); Rounds has every round's.
 type Ceiling struct {
-	Clients       int
+	CeilingRound
+	Clients int
+	Rounds  []CeilingRound
+}
+
+// CeilingRound is the ceiling of one round.
+type CeilingRound struct {
+	// EvalshaPerSec is the mean of the trivial EVALSHA rates measured
+	// right before and right after ours drained; Before and After are
+	// the two.
 	EvalshaPerSec float64
+	Before, After float64
 	// CallsPerJob is the commands our worker's client sent per job while
 	// draining (go-redis hook), Calls their breakdown.
 	CallsPerJob float64
 	Calls       map[string]int64
+	// OursJobsPerSec is ours' throughput in this round.
+	OursJobsPerSec float64
 	// JobsPerSec is EvalshaPerSec / CallsPerJob; Fraction is ours over it.
 	JobsPerSec float64
 	Fraction   float64
+	// PerCallFraction is ours over EvalshaPerSec itself: the share of the
+	// ceiling at one script call per job (a job's own CompleteAndFetch,
+	// were no call shared with other jobs).
+	PerCallFraction float64
 }
 
-// OursDrain is what ours sent and spent while draining.
+// OursDrain is what ours sent and spent while draining, in the round
+// whose throughput is reported.
 type OursDrain struct {
 	// ClientCPU is the bench process's CPU time (the worker's client side).
 	ClientCPU time.Duration
@@ -174,6 +207,7 @@ type Report struct {
 	Concurrency   int
 	LatencyJobs   int
 	Spacing       time.Duration
+	Rounds        int
 	Results       []Result
 	Ceiling       *Ceiling   // nil unless ours was measured
 	OursDrain     *OursDrain // nil unless ours was measured
@@ -189,8 +223,43 @@ func (r *Report) Result(system string) *Result {
 	return nil
 }
 
+// Ratio is ours' throughput over peer's: the median of the rounds' ratios
+// (each round's two drains ran seconds apart), and each round's. ok is
+// false when either system was not measured.
+func (r *Report) Ratio(peer string) (median float64, rounds []float64, ok bool) {
+	ours, other := r.Result(SystemOurs), r.Result(peer)
+	if ours == nil || other == nil || len(ours.Rounds) != len(other.Rounds) {
+		return 0, nil, false
+	}
+	for i := range ours.Rounds {
+		o := other.Rounds[i].JobsPerSec()
+		if o == 0 {
+			return 0, nil, false
+		}
+		rounds = append(rounds, ours.Rounds[i].JobsPerSec()/o)
+	}
+	if len(rounds) == 0 {
+		return 0, nil, false
+	}
+	return medianOf(rounds), rounds, true
+}
+
+// medianOf is the median of xs (non-empty); the lower middle for an even
+// count.
+func medianOf(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[(len(s)-1)/2]
+}
+
+// medianIndex is the index in xs (non-empty) of its median value.
+func medianIndex(xs []float64) int {
+	m := medianOf(xs)
+	return slices.Index(xs, m)
+}
+
 // Run measures each configured system in turn on one server (each in an
-// empty database) and returns the report.
+// empty database), cfg.Rounds times, and returns the report.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -201,7 +270,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, err
 		}
 	}
-	rep := &Report{Jobs: cfg.Jobs, Concurrency: cfg.Concurrency, LatencyJobs: cfg.LatencyJobs, Spacing: cfg.Spacing}
+	rep := &Report{Jobs: cfg.Jobs, Concurrency: cfg.Concurrency, LatencyJobs: cfg.LatencyJobs, Spacing: cfg.Spacing, Rounds: cfg.Rounds}
 	url := cfg.ValkeyURL
 	if url == "" {
 		srv, err := StartServer(ctx)
@@ -243,66 +312,121 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		cfg.Logger.Info("bench_phase_done", "system", system, "phase", phase, "took", time.Since(start).Round(time.Millisecond))
 		return flush()
 	}
-
-	for _, system := range cfg.Systems {
-		res := Result{System: system}
-		var tp func() error
-		var lat func() ([]time.Duration, error)
-		switch system {
-		case SystemOurs:
-			tp = func() error {
-				r, err := oursThroughput(ctx, url, cfg, cfg.CPUProfile)
-				if err != nil {
-					return err
-				}
-				res.Throughput = r.Throughput
-				rep.Ceiling = &Ceiling{Clients: cfg.Concurrency, Calls: r.Calls, CallsPerJob: float64(sum(r.Calls)) / float64(r.Jobs)}
-				rep.OursDrain = &OursDrain{ClientCPU: r.ClientCPU}
-				return nil
-			}
-			lat = func() ([]time.Duration, error) { return oursLatency(ctx, url, cfg) }
-		case SystemBullMQ:
-			tp = func() (err error) { res.Throughput, err = bullmqThroughput(ctx, url, cfg); return err }
-			lat = func() ([]time.Duration, error) { return bullmqLatency(ctx, url, cfg) }
-		case SystemAsynq:
-			tp = func() (err error) { res.Throughput, err = asynqThroughput(ctx, url, cfg); return err }
-			lat = func() ([]time.Duration, error) { return asynqLatency(ctx, url, cfg) }
-		}
-		if err := measure(system, "throughput", tp); err != nil {
-			return rep, err
-		}
-		err := measure(system, "latency", func() error {
-			samples, err := lat()
-			res.Latency = summarize(samples)
+	ceiling := func() (float64, error) {
+		var rate float64
+		err := measure("server", "ceiling", func() (err error) {
+			rate, err = evalshaRate(ctx, url, cfg.Concurrency, cfg.CeilingDuration)
 			return err
 		})
-		if err != nil {
-			return rep, err
-		}
-		rep.Results = append(rep.Results, res)
-		cfg.Logger.Info("bench_system_done", "system", system,
-			"jobs_per_sec", int(res.Throughput.JobsPerSec()), "p50", res.Latency.P50, "p99", res.Latency.P99)
+		return rate, err
 	}
 
-	if rep.Ceiling != nil {
-		err := measure("server", "ceiling", func() error {
-			rate, err := evalshaRate(ctx, url, cfg.Concurrency, cfg.CeilingDuration)
-			if err != nil {
+	results := make([]Result, len(cfg.Systems))
+	var ceilings []CeilingRound
+	var clientCPU []time.Duration
+	for round := 1; round <= cfg.Rounds; round++ {
+		for i, system := range cfg.Systems {
+			res := &results[i]
+			res.System = system
+			var tp Throughput
+			var oursRound ourResult
+			var fn func() error
+			switch system {
+			case SystemOurs:
+				fn = func() (err error) {
+					profile := cfg.CPUProfile
+					if round > 1 {
+						profile = nil // one profile per file
+					}
+					oursRound, err = oursThroughput(ctx, url, cfg, profile)
+					tp = oursRound.Throughput
+					return err
+				}
+			case SystemBullMQ:
+				fn = func() (err error) { tp, err = bullmqThroughput(ctx, url, cfg); return err }
+			case SystemAsynq:
+				fn = func() (err error) { tp, err = asynqThroughput(ctx, url, cfg); return err }
+			}
+			var before float64
+			if system == SystemOurs {
+				if before, err = ceiling(); err != nil {
+					return rep, err
+				}
+			}
+			if err := measure(system, "throughput", fn); err != nil {
+				return rep, err
+			}
+			res.Rounds = append(res.Rounds, tp)
+			if system == SystemOurs {
+				after, err := ceiling()
+				if err != nil {
+					return rep, err
+				}
+				ceilings = append(ceilings, ceilingRound(before, after, oursRound))
+				clientCPU = append(clientCPU, oursRound.ClientCPU)
+			}
+			cfg.Logger.Info("bench_round_done", "system", system, "round", round, "jobs_per_sec", int(tp.JobsPerSec()))
+			if round > 1 {
+				continue
+			}
+			var lat func() ([]time.Duration, error)
+			switch system {
+			case SystemOurs:
+				lat = func() ([]time.Duration, error) { return oursLatency(ctx, url, cfg) }
+			case SystemBullMQ:
+				lat = func() ([]time.Duration, error) { return bullmqLatency(ctx, url, cfg) }
+			case SystemAsynq:
+				lat = func() ([]time.Duration, error) { return asynqLatency(ctx, url, cfg) }
+			}
+			err := measure(system, "latency", func() error {
+				samples, err := lat()
+				res.Latency = summarize(samples)
 				return err
+			})
+			if err != nil {
+				return rep, err
 			}
-			c := rep.Ceiling
-			c.EvalshaPerSec = rate
-			if c.CallsPerJob > 0 {
-				c.JobsPerSec = rate / c.CallsPerJob
-				c.Fraction = rep.Result(SystemOurs).Throughput.JobsPerSec() / c.JobsPerSec
-			}
-			return nil
-		})
-		if err != nil {
-			return rep, err
 		}
 	}
+	for i := range results {
+		res := &results[i]
+		rates := make([]float64, len(res.Rounds))
+		for j, t := range res.Rounds {
+			rates[j] = t.JobsPerSec()
+		}
+		mi := medianIndex(rates)
+		res.Throughput = res.Rounds[mi]
+		if res.System == SystemOurs {
+			rep.OursDrain = &OursDrain{ClientCPU: clientCPU[mi]}
+		}
+		cfg.Logger.Info("bench_system_done", "system", res.System,
+			"jobs_per_sec", int(res.Throughput.JobsPerSec()), "p50", res.Latency.P50, "p99", res.Latency.P99)
+	}
+	rep.Results = results
+	if len(ceilings) > 0 {
+		fractions := make([]float64, len(ceilings))
+		for j, c := range ceilings {
+			fractions[j] = c.Fraction
+		}
+		rep.Ceiling = &Ceiling{CeilingRound: ceilings[medianIndex(fractions)], Clients: cfg.Concurrency, Rounds: ceilings}
+	}
 	return rep, nil
+}
+
+// ceilingRound puts one round's ceiling together from the EVALSHA rates
+// measured before and after ours drained.
+func ceilingRound(before, after float64, ours ourResult) CeilingRound {
+	c := CeilingRound{Before: before, After: after, EvalshaPerSec: (before + after) / 2,
+		Calls: ours.Calls, OursJobsPerSec: ours.JobsPerSec()}
+	if ours.Jobs > 0 {
+		c.CallsPerJob = float64(sum(ours.Calls)) / float64(ours.Jobs)
+	}
+	if c.CallsPerJob > 0 && c.EvalshaPerSec > 0 {
+		c.JobsPerSec = c.EvalshaPerSec / c.CallsPerJob
+		c.Fraction = c.OursJobsPerSec / c.JobsPerSec
+		c.PerCallFraction = c.OursJobsPerSec / c.EvalshaPerSec
+	}
+	return c
 }
 
 // serverVersion reads "redis 7.0.15" or "valkey 8.1.0" from INFO server.

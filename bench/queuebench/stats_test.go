@@ -2,6 +2,7 @@ package queuebench
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 )
@@ -85,5 +86,47 @@ func TestEncodePayload_IsTheJSONOfPayload(t *testing.T) {
 		if got := encodePayload(p); string(got) != string(want) {
 			t.Errorf("encodePayload(%+v) = %s, want %s", p, got, want)
 		}
+	}
+}
+
+func TestMedian_LowerMiddleAndItsIndex(t *testing.T) {
+	for _, c := range []struct {
+		xs   []float64
+		want float64
+		at   int
+	}{
+		{[]float64{3}, 3, 0},
+		{[]float64{5, 1, 3}, 3, 2},
+		{[]float64{4, 1, 3, 2}, 2, 3}, // lower middle of an even count
+	} {
+		xs := slices.Clone(c.xs)
+		if got := medianOf(xs); got != c.want {
+			t.Errorf("medianOf(%v) = %v, want %v", c.xs, got, c.want)
+		}
+		if got := medianIndex(xs); got != c.at {
+			t.Errorf("medianIndex(%v) = %d, want %d", c.xs, got, c.at)
+		}
+		if !slices.Equal(xs, c.xs) {
+			t.Errorf("median sorted the caller's slice: %v", xs)
+		}
+	}
+}
+
+func TestCeilingRound_BothReadings(t *testing.T) {
+	ours := ourResult{Throughput: Throughput{Jobs: 1000, Drain: 50 * time.Millisecond}, // 20000 jobs/s
+		Calls: map[string]int64{"evalsha": 200}}
+	c := ceilingRound(70000, 90000, ours)
+	if c.EvalshaPerSec != 80000 || c.CallsPerJob != 0.2 || c.OursJobsPerSec != 20000 {
+		t.Fatalf("ceilingRound = %+v", c)
+	}
+	// The formula: 80000 calls/s over 0.2 calls per job.
+	if c.JobsPerSec != 400000 || c.Fraction != 0.05 {
+		t.Errorf("formula reading: %v jobs/s, fraction %v", c.JobsPerSec, c.Fraction)
+	}
+	if c.PerCallFraction != 0.25 {
+		t.Errorf("one call per job reading: %v", c.PerCallFraction)
+	}
+	if z := ceilingRound(0, 0, ourResult{}); z.Fraction != 0 || z.JobsPerSec != 0 {
+		t.Errorf("no measurement gives a ceiling: %+v", z)
 	}
 }

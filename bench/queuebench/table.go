@@ -3,6 +3,7 @@ package queuebench
 import (
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -43,6 +44,16 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if r.Rounds > 1 {
+		p.f("\njobs/s and server work are the median round's; latency is from round 1. Each round, in turn:\n")
+		for _, res := range r.Results {
+			rates := make([]float64, len(res.Rounds))
+			for i, t := range res.Rounds {
+				rates[i] = t.JobsPerSec()
+			}
+			p.f("  %s jobs/s: %s\n", res.System, joinf(rates, "%.0f"))
+		}
+	}
 	p.f("\n")
 	if err := r.writeServerWork(w); err != nil {
 		return err
@@ -57,18 +68,25 @@ func (r *Report) WriteTable(w io.Writer) error {
 		system string
 		target float64
 	}{{SystemBullMQ, TargetVsBullMQ}, {SystemAsynq, TargetVsAsynq}} {
-		other := r.Result(peer.system)
-		if other == nil || other.Throughput.JobsPerSec() == 0 {
+		ratio, rounds, ok := r.Ratio(peer.system)
+		if !ok {
 			continue
 		}
-		ratio := ours.Throughput.JobsPerSec() / other.Throughput.JobsPerSec()
-		p.f("ours / %s throughput: %.2fx (target >= %.1fx: %s)\n", peer.system, ratio, peer.target, mark(ratio >= peer.target))
+		p.f("ours / %s throughput: %.2fx%s (target >= %.1fx: %s)\n", peer.system, ratio, roundsNote(rounds, "%.2fx"), peer.target, mark(ratio >= peer.target))
 	}
 	if c := r.Ceiling; c != nil && c.EvalshaPerSec > 0 {
-		p.f("ceiling: EVALSHA 'return 1' from %d clients: %.0f calls/s; ours sends %.3f commands per job while draining (%s)\n",
-			c.Clients, c.EvalshaPerSec, c.CallsPerJob, formatCounts(c.Calls))
-		p.f("         -> at most %.0f jobs/s; ours = %.2f of it (target >= %.2f: %s)\n",
-			c.JobsPerSec, c.Fraction, TargetCeilingShare, mark(c.Fraction >= TargetCeilingShare))
+		p.f("ceiling: EVALSHA 'return 1' from %d clients: %.0f calls/s (mean of %.0f right before and %.0f right after ours drained)\n",
+			c.Clients, c.EvalshaPerSec, c.Before, c.After)
+		p.f("         ours sends %.3f commands per job while draining (%s)\n", c.CallsPerJob, formatCounts(c.Calls))
+		fractions := make([]float64, len(c.Rounds))
+		perCall := make([]float64, len(c.Rounds))
+		for i, cr := range c.Rounds {
+			fractions[i], perCall[i] = cr.Fraction, cr.PerCallFraction
+		}
+		p.f("         -> at most %.0f jobs/s; ours = %.2f of it%s (target >= %.2f: %s)\n",
+			c.JobsPerSec, c.Fraction, roundsNote(fractions, "%.2f"), TargetCeilingShare, mark(c.Fraction >= TargetCeilingShare))
+		p.f("         at one script call per job: at most %.0f jobs/s; ours = %.2f of it%s\n",
+			c.EvalshaPerSec, medianOf(perCall), roundsNote(perCall, "%.2f"))
 	}
 	p.f("ours pickup p99: %.2f ms (target <= %v: %s)\n", ms(ours.Latency.P99), TargetPickupP99, mark(ours.Latency.P99 <= TargetPickupP99))
 	if d := r.OursDrain; d != nil && ours.Throughput.Drain > 0 {
@@ -92,6 +110,23 @@ func (r *Report) writeServerWork(w io.Writer) error {
 			100*t.Server.CPU.Seconds()/t.Drain.Seconds())
 	}
 	return tw.Flush()
+}
+
+// roundsNote lists each round's value when there was more than one.
+func roundsNote(xs []float64, format string) string {
+	if len(xs) < 2 {
+		return ""
+	}
+	return fmt.Sprintf(" (median of %d rounds: %s)", len(xs), joinf(xs, format))
+}
+
+// joinf formats each of xs and joins them with spaces.
+func joinf(xs []float64, format string) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprintf(format, x)
+	}
+	return strings.Join(parts, " ")
 }
 
 func perJob(d time.Duration, jobs int) float64 {

@@ -30,6 +30,7 @@ func main() {
 	flag.StringVar(&systems, "systems", "ours,bullmq,asynq", "systems to measure, comma-separated")
 	flag.StringVar(&profile, "cpuprofile", "", "write a CPU profile of this process while ours drains to this file")
 	flag.BoolVar(&cfg.AutoPipeline, "autopipeline", false, "experiment: ours' slots complete through go-redis's AutoPipeliner")
+	flag.IntVar(&cfg.Rounds, "rounds", 3, "rounds of throughput measurements, systems taking turns; the median round is reported")
 	flag.BoolVar(&asJSON, "json", false, "print the report as JSON instead of a table")
 	flag.Parse()
 	cfg.Systems = strings.Split(systems, ",")
