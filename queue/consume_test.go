@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -306,4 +307,44 @@ func TestQueue_ConcurrentCompletionsShareCalls(t *testing.T) {
 	job, err := q.Get(ctx, "1")
 	require.NoError(t, err)
 	require.JSONEq(t, `{"ok":true}`, string(job.ReturnValue))
+}
+
+// Completions add their events uncapped and cap the stream once per call
+// (as BullMQ caps once per completion): under concurrent completions the
+// stream still stays near the cap, and the newest events are kept.
+func TestCompleteAndFetch_EventsStreamStaysCapped(t *testing.T) {
+	t.Parallel()
+	db, q := setup(t, queue.Config{})
+	ctx := testCtx(t)
+	const maxLen, jobs, slots = 50, 600, 8
+	require.NoError(t, db.Client.HSet(ctx, "bull:pi-jobs:meta", "opts.maxLenEvents", maxLen).Err())
+	for range jobs {
+		add(t, q, queue.AddOptions{})
+	}
+	var wg sync.WaitGroup
+	var done atomic.Int64
+	for s := range slots {
+		wg.Go(func() {
+			job, err := q.Fetch(ctx, fmt.Sprintf("slot-%d-0", s))
+			for n := 1; err == nil && job != nil; n++ {
+				job, err = q.CompleteAndFetch(ctx, job.ID, job.Token, nil, fmt.Sprintf("slot-%d-%d", s, n))
+				done.Add(1)
+			}
+			assert.NoError(t, err)
+		})
+	}
+	wg.Wait()
+	require.EqualValues(t, jobs, done.Load())
+
+	// 4 events per job were written. Approximate trimming drops whole
+	// stream nodes (100 entries each by default), so up to about a node
+	// more than the cap may remain, plus the events of the last call.
+	n, err := db.Client.XLen(ctx, "bull:pi-jobs:events").Result()
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, n, int64(maxLen))
+	require.Less(t, n, int64(maxLen+100+4*slots), "the events stream was not capped")
+	last, err := db.Client.XRevRangeN(ctx, "bull:pi-jobs:events", "+", "-", 1).Result()
+	require.NoError(t, err)
+	require.Len(t, last, 1)
+	require.Equal(t, "completed", last[0].Values["event"])
 }

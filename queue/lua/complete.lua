@@ -6,6 +6,10 @@
   order, and the calls share the script's fixed costs (the round trip, the
   server clock and meta reads).
 
+  The completions' events are added uncapped and the events stream is
+  capped once, after them (XTRIM MAXLEN ~, as BullMQ caps it once per
+  completion): the cap on each XADD cost more than the trim.
+
   The job id is left in BullMQ's stalled set (KEYS[12]), unlike fail.lua:
   BullMQ's stalled check only acts on ids it can still remove from the
   active list, so a completed id there is inert until that check deletes
@@ -39,12 +43,12 @@ local function completeOne(jobId, token, value, andFetch, nextToken)
   if lockErr < 0 then return lockErr end
   if rcall("LREM", k.active, "-1", jobId) == 0 then return -3 end
   rcall("DEL", jobKey .. ":lock")
-  local maxLen = maxEvents(k)
-  finish(k, prefix, now, maxLen, jobId, jobKey, "completed", "returnvalue", value, attrs, nowS)
+  -- Events go uncapped; the stream is capped once, after the completions.
+  finish(k, prefix, now, false, jobId, jobKey, "completed", "returnvalue", value, attrs, nowS)
   wakeIfFreed(k)
   if andFetch == "1" then
     -- No marker re-arm (takeNext's rearm): this call consumed no wake-up.
-    return fetchReply(k, prefix, now, maxLen, nextToken, lockMs, worker, false, nowS, delayedHead)
+    return fetchReply(k, prefix, now, false, nextToken, lockMs, worker, false, nowS, delayedHead)
   end
   return { "", now, -1, {}, {} }
 end
@@ -60,4 +64,5 @@ for i = 4, #ARGV - 4, 5 do
   end
   out[#out + 1] = r
 end
+rcall("XTRIM", k.events, "MAXLEN", "~", maxEvents(k))
 return out

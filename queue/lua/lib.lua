@@ -106,8 +106,15 @@ end
 
 local function maxEvents(k) return meta(k).maxLen end
 
+-- emit adds an event to the queue's events stream, capped at maxLen
+-- (approximately, as BullMQ does). A maxLen of false adds it uncapped: a
+-- script that emits many events caps the stream once, at its end, instead.
 local function emit(k, maxLen, ...)
-  rcall("XADD", k.events, "MAXLEN", "~", maxLen, "*", "event", ...)
+  if maxLen then
+    rcall("XADD", k.events, "MAXLEN", "~", maxLen, "*", "event", ...)
+  else
+    rcall("XADD", k.events, "*", "event", ...)
+  end
 end
 
 -- blocked reports whether the queue is paused, and whether its global
