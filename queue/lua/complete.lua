@@ -50,7 +50,7 @@ local function completeOne(jobId, token, value, andFetch, nextToken)
     -- No marker re-arm (takeNext's rearm): this call consumed no wake-up.
     return fetchReply(k, prefix, now, false, nextToken, lockMs, worker, false, nowS, delayedHead)
   end
-  return { "", now, -1, {}, {} }
+  return { "", now, -1, noItems, noItems }
 end
 
 -- An error (a command refused, junk a peer wrote) ends only its own

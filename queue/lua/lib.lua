@@ -38,6 +38,9 @@
 ]]
 local rcall = redis.call
 
+-- noItems is the empty array of a reply, shared: a reply only reads it.
+local noItems = {}
+
 local function K()
   return {
     wait = KEYS[1], active = KEYS[2], paused = KEYS[3], delayed = KEYS[4],
@@ -394,9 +397,8 @@ local function schedulerOnTake(k, prefix, now, maxLen, jobId, sid)
 end
 
 -- setField sets field f to v in a flat HGETALL reply, at the value index
--- at[f] when the field is there, else appended (where HSET puts it).
-local function setField(fields, at, f, v)
-  local i = at[f]
+-- i when the field is there (i not nil), else appended (where HSET puts it).
+local function setField(fields, i, f, v)
   if i then
     fields[i] = v
   else
@@ -429,20 +431,27 @@ local function takeNext(k, prefix, now, maxLen, token, lockMs, worker, rearm, no
     if string.sub(id, 1, 2) ~= "0:" then fields = rcall("HGETALL", jobKey) end
     if #fields > 0 then
       rcall("SET", jobKey .. ":lock", token, "PX", lockMs)
-      local at, rjk = {}, nil
+      -- Value indexes of the fields this take rewrites (locals, not a table:
+      -- this runs for every job).
+      local atsAt, poAt, pbAt, rjk = nil, nil, nil, nil
       for i = 1, #fields, 2 do
         local f = fields[i]
-        if f == "ats" or f == "processedOn" or f == "pb" then
-          at[f] = i + 1
+        if f == "ats" then
+          atsAt = i + 1
+        elseif f == "processedOn" then
+          poAt = i + 1
+        elseif f == "pb" then
+          pbAt = i + 1
         elseif f == "rjk" then
           rjk = fields[i + 1]
         end
       end
-      local ats = string.format("%d", math.floor(num(fields[at["ats"]], 0)) + 1)
-      setField(fields, at, "processedOn", nowS)
-      setField(fields, at, "ats", ats)
+      local ats = "1"
+      if atsAt then ats = string.format("%d", math.floor(num(fields[atsAt], 0)) + 1) end
+      setField(fields, poAt, "processedOn", nowS)
+      setField(fields, atsAt, "ats", ats)
       if worker ~= "" then
-        setField(fields, at, "pb", worker)
+        setField(fields, pbAt, "pb", worker)
         rcall("HSET", jobKey, "processedOn", nowS, "ats", ats, "pb", worker)
       else
         rcall("HSET", jobKey, "processedOn", nowS, "ats", ats)
@@ -477,9 +486,9 @@ local function fetchReply(k, prefix, now, maxLen, token, lockMs, worker, rearm, 
     head.due = nextDueMs(k)
   end
   local id, _, fields, rjk = takeNext(k, prefix, now, maxLen, token, lockMs, worker, rearm, nowS)
-  local sched = {}
+  local sched = noItems
   if not id then
-    fields = {}
+    fields = noItems
   elseif rjk then
     sched = schedulerOnTake(k, prefix, now, maxLen, id, rjk)
     head.due = nextDueMs(k)
