@@ -30,7 +30,7 @@ const (
 	DefaultConcurrency     = 16
 	DefaultLatencyJobs     = 500
 	DefaultSpacing         = 2 * time.Millisecond
-	DefaultCeilingDuration = 2 * time.Second
+	DefaultCeilingDuration = time.Second
 	DefaultNodeDir         = "bullmq"
 	DefaultPhaseTimeout    = 2 * time.Minute
 	DefaultRounds          = 1
@@ -51,8 +51,9 @@ type Config struct {
 	LatencyJobs int
 	// Spacing is the pause between two latency jobs. Default 2ms.
 	Spacing time.Duration
-	// CeilingDuration is how long the trivial EVALSHA rate is measured.
-	// Default 2s.
+	// CeilingDuration is how long each measurement of the trivial EVALSHA
+	// rate lasts (two per round: right before and right after ours).
+	// Default 1s.
 	CeilingDuration time.Duration
 	// NodeDir holds bench.js and its node_modules. Default "bullmq" (run
 	// from bench/).

@@ -25,7 +25,7 @@ func main() {
 	flag.IntVar(&cfg.Concurrency, "concurrency", queuebench.DefaultConcurrency, "jobs each system runs at once")
 	flag.IntVar(&cfg.LatencyJobs, "latency-jobs", queuebench.DefaultLatencyJobs, "jobs added one at a time to an idle consumer")
 	flag.DurationVar(&cfg.Spacing, "spacing", queuebench.DefaultSpacing, "pause between two latency jobs")
-	flag.DurationVar(&cfg.CeilingDuration, "ceiling", queuebench.DefaultCeilingDuration, "how long the trivial EVALSHA rate is measured")
+	flag.DurationVar(&cfg.CeilingDuration, "ceiling", queuebench.DefaultCeilingDuration, "how long each trivial EVALSHA rate measurement lasts (two per round)")
 	flag.StringVar(&cfg.NodeDir, "node-dir", queuebench.DefaultNodeDir, "folder of bench.js and its node_modules")
 	flag.StringVar(&systems, "systems", "ours,bullmq,asynq", "systems to measure, comma-separated")
 	flag.StringVar(&profile, "cpuprofile", "", "write a CPU profile of this process while ours drains to this file")
