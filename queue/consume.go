@@ -263,13 +263,24 @@ func stringList(v any) []string {
 
 // Completions of one Queue that callers make at the same time share script
 // calls: at most completionsInFlight complete.lua calls run at once, and
-// completions arriving meanwhile wait and go together in the next one (up
+// completions arriving meanwhile wait and go together in a later one (up
 // to maxCompletionBatch). A lone caller runs at once, in a call of its own.
 // Each call costs the server a fixed amount (reading and answering the
 // request, the script's setup, the clock and meta reads) besides the work
 // per job, so under load this cuts its time per job; and slots completing
 // through one Queue share round trips the way a BullMQ worker's slots share
 // its connection.
+//
+// While one call is in flight, the waiting completions start the second
+// only once they are half of the completions seen cycling through calls
+// lately (the batcher's work estimate), and otherwise when the first call
+// returns. Started at once, the second call would often carry one or two
+// completions and leave the rest to wait for the big one: the calls then
+// alternate large and small, and the server pays the fixed cost of the
+// small ones for little. Balanced, 16 busy slots go as two calls of about
+// 8 (0.125 calls per job instead of 0.2), which measured 20 to 25 % more
+// jobs per second in the bench. The wait is bounded by the call in flight,
+// and with nothing in flight a completion never waits.
 const (
 	completionsInFlight = 2
 	maxCompletionBatch  = 64
@@ -290,9 +301,14 @@ type completion struct {
 
 // completionBatcher queues the completions waiting for a call.
 type completionBatcher struct {
-	mu       sync.Mutex
-	inflight int
-	pending  []*completion
+	mu           sync.Mutex
+	inflight     int           // calls in flight
+	inflightJobs int           // completions in them
+	pending      []*completion // completions waiting, oldest first
+	// work estimates how many completions cycle through calls: the most
+	// seen in flight and waiting at once, decaying by a sixteenth (at least
+	// one) per call.
+	work int
 }
 
 // do runs c, in a call of its own or with others, and returns once c's
@@ -307,14 +323,16 @@ func (b *completionBatcher) do(ctx context.Context, c *completion, call func(con
 	}
 	var batch []*completion
 	b.mu.Lock()
-	if b.inflight < completionsInFlight {
-		b.inflight++
+	if b.inflight == 0 && len(b.pending) == 0 {
+		b.started(1)
 		b.mu.Unlock()
 		batch = []*completion{c}
 	} else {
 		c.lead = make(chan []*completion, 1)
 		c.done = make(chan struct{})
 		b.pending = append(b.pending, c)
+		b.work = max(b.work, b.inflightJobs+len(b.pending))
+		b.launchLocked()
 		b.mu.Unlock()
 		select {
 		case batch = <-c.lead:
@@ -332,7 +350,7 @@ func (b *completionBatcher) do(ctx context.Context, c *completion, call func(con
 		}
 	}
 	deliver := call(context.WithoutCancel(ctx), batch)
-	b.handOff() // the next call goes while this one's replies are read
+	b.handOff(len(batch)) // the next call goes while this one's replies are read
 	deliver()
 	for _, o := range batch {
 		if o != c {
@@ -355,18 +373,41 @@ func (b *completionBatcher) withdraw(c *completion) bool {
 	return true
 }
 
-// handOff passes the finished call's slot to the oldest waiting completion,
-// which runs the waiting ones as the next call.
-func (b *completionBatcher) handOff() {
+// handOff records a finished call of n completions and starts the waiting
+// ones, if the launch rule allows.
+func (b *completionBatcher) handOff(n int) {
 	b.mu.Lock()
-	if len(b.pending) == 0 {
-		b.inflight--
-		b.mu.Unlock()
-		return
-	}
-	n := min(len(b.pending), maxCompletionBatch)
-	next := slices.Clone(b.pending[:n])
-	b.pending = slices.Delete(b.pending, 0, n)
+	b.inflight--
+	b.inflightJobs -= n
+	b.launchLocked()
 	b.mu.Unlock()
-	next[0].lead <- next
+}
+
+// launchLocked starts waiting completions as calls while the rule allows:
+// with nothing in flight, always; with one call in flight, once half the
+// work estimate is waiting. Each call takes the oldest, up to
+// maxCompletionBatch. The first of a call's completions runs it. Callers
+// hold b.mu.
+func (b *completionBatcher) launchLocked() {
+	for len(b.pending) > 0 && b.inflight < completionsInFlight &&
+		(b.inflight == 0 || len(b.pending) >= b.threshold()) {
+		n := min(len(b.pending), maxCompletionBatch)
+		next := slices.Clone(b.pending[:n])
+		b.pending = slices.Delete(b.pending, 0, n)
+		b.started(n)
+		next[0].lead <- next
+	}
+}
+
+// threshold is how many completions must wait before a second call starts.
+func (b *completionBatcher) threshold() int {
+	return min(max(1, b.work/2), maxCompletionBatch)
+}
+
+// started records a call of n completions starting, decaying the work
+// estimate by a sixteenth, at least one. Callers hold b.mu.
+func (b *completionBatcher) started(n int) {
+	b.inflight++
+	b.inflightJobs += n
+	b.work = max(b.inflightJobs+len(b.pending), b.work-max(1, b.work/16))
 }

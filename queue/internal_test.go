@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pidispatch/pidispatch/internal/livetest"
@@ -248,4 +250,110 @@ func TestPruneLib_KeepsWhatAScriptUsesTransitively(t *testing.T) {
 	require.Contains(t, scriptSource("fetch.lua"), "local function takeNext(")
 	require.NotContains(t, scriptSource("fetch.lua"), "local function finish(")
 	require.NotContains(t, scriptSource("add.lua"), "local function schedulerOnTake(")
+}
+
+func TestCompletionBatcher_BalancesTheSecondCall(t *testing.T) {
+	t.Parallel()
+	var b completionBatcher
+	gate := make(chan struct{}) // one send lets one call finish
+	var mu sync.Mutex
+	var calls [][]string
+	run := func(_ context.Context, batch []*completion) func() {
+		var ids []string
+		for _, c := range batch {
+			ids = append(ids, c.id)
+		}
+		mu.Lock()
+		calls = append(calls, ids)
+		mu.Unlock()
+		<-gate
+		return func() {}
+	}
+	ctx := context.Background()
+	done := make(chan string, 16)
+	start := func(id string) {
+		go func() {
+			c := &completion{id: id}
+			assert.NoError(t, b.do(ctx, c, run))
+			done <- id
+		}()
+	}
+	state := func() (inflight, pending int) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.inflight, len(b.pending)
+	}
+	callsSoFar := func() [][]string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(calls)
+	}
+
+	// With nothing in flight a completion goes at once, alone.
+	start("a")
+	require.Eventually(t, func() bool { n, _ := state(); return n == 1 }, time.Second, time.Millisecond)
+	// Lately 8 completions cycled: with a call in flight, a second one
+	// starts once 4 wait, not before.
+	b.mu.Lock()
+	b.work = 8
+	b.mu.Unlock()
+	for _, id := range []string{"b", "c", "d"} {
+		start(id)
+	}
+	require.Eventually(t, func() bool { _, p := state(); return p == 3 }, time.Second, time.Millisecond)
+	time.Sleep(20 * time.Millisecond)
+	if n, p := state(); n != 1 || p != 3 {
+		t.Fatalf("3 of 8 waiting started a call: %d in flight, %d waiting", n, p)
+	}
+	start("e")
+	require.Eventually(t, func() bool { n, p := state(); return n == 2 && p == 0 }, time.Second, time.Millisecond)
+
+	// Fewer than the threshold wait for the call in flight to return.
+	start("f")
+	start("g")
+	require.Eventually(t, func() bool { _, p := state(); return p == 2 }, time.Second, time.Millisecond)
+	gate <- struct{}{} // "a" returns: one call in flight, 2 of 4 waiting
+	require.Equal(t, "a", <-done)
+	if n, p := state(); n != 1 || p != 2 {
+		t.Fatalf("after a call returned with 2 of 4 waiting: %d in flight, %d waiting", n, p)
+	}
+	gate <- struct{}{} // "b".."e" return: nothing in flight, so "f" and "g" go
+	for range 4 {
+		<-done
+	}
+	require.Eventually(t, func() bool { n, p := state(); return n == 1 && p == 0 }, time.Second, time.Millisecond)
+	gate <- struct{}{}
+	for range 2 {
+		<-done
+	}
+	got := callsSoFar()
+	for _, ids := range got {
+		slices.Sort(ids) // the goroutines reach the batcher in any order
+	}
+	require.Equal(t, [][]string{{"a"}, {"b", "c", "d", "e"}, {"f", "g"}}, got)
+	n, p := state()
+	require.Zero(t, n+p)
+	require.Zero(t, b.inflightJobs)
+}
+
+func TestCompletionBatcher_WorkEstimateFollowsLoad(t *testing.T) {
+	var b completionBatcher
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	// 16 completions in flight and waiting at once set the estimate...
+	b.pending = make([]*completion, 10)
+	b.started(6)
+	require.Equal(t, 16, b.work)
+	require.Equal(t, 8, b.threshold())
+	// ...which decays by a sixteenth per call (at least one) while the load
+	// is lower.
+	b.pending, b.inflight, b.inflightJobs = nil, 0, 0
+	for range 11 {
+		b.started(1)
+		b.inflight, b.inflightJobs = 0, 0
+	}
+	require.Equal(t, 5, b.work)
+	require.Equal(t, 2, b.threshold())
+	b.work = 1000
+	require.Equal(t, maxCompletionBatch, b.threshold(), "never more than one call can carry")
 }
