@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -356,4 +357,83 @@ func TestCompletionBatcher_WorkEstimateFollowsLoad(t *testing.T) {
 	require.Equal(t, 2, b.threshold())
 	b.work = 1000
 	require.Equal(t, maxCompletionBatch, b.threshold(), "never more than one call can carry")
+}
+
+// parseOptsViaMap is parseOpts without the in-place reading: the whole
+// object decoded into a map first.
+func parseOptsViaMap(raw string) (parsedOpts, error) {
+	var p parsedOpts
+	if raw == "" {
+		return p, nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(raw), &m); err != nil {
+		return p, err
+	}
+	for key, value := range m {
+		p.apply(key, string(value))
+	}
+	return p, nil
+}
+
+func FuzzParseOpts_SameAsAMapDecode(f *testing.F) {
+	for _, seed := range []string{
+		``, `{}`, `null`, `[]`, `"x"`, `{"attempts":0,"delay":0}`,
+		`{"attempts":3,"backoff":{"type":"exponential","delay":1000},"removeOnComplete":{"age":3600,"count":10}}`,
+		` { "attempts" : 2 , "backoff" : 500 , "priority":7} `,
+		`{"attempts":1,"attempts":"x"}`, `{"backoff":5,"backoff":"junk"}`, `{"repeat":{"a":1},"repeat":{"b":2}}`,
+		`{"de":{"id":"a\"b"},"jobId":"x,y}z","removeOnFail":true}`, `{"att\u0065mpts":4}`, `{"a\"b":1,"attempts":2}`,
+		`{"x":[1,{"y":"]}"},[]],"attempts":5}`, `{"attempts":1e2}`, `{"attempts":-0.5}`, `{`, `{"attempts":}`,
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		got, gotErr := parseOpts(raw)
+		want, wantErr := parseOptsViaMap(raw)
+		if (gotErr != nil) != (wantErr != nil) {
+			t.Fatalf("parseOpts(%q) error %v, map decode error %v", raw, gotErr, wantErr)
+		}
+		if gotErr == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("parseOpts(%q)\n got %+v\nwant %+v", raw, got, want)
+		}
+	})
+}
+
+func TestEachMember_ReadsPlainObjectsInPlace(t *testing.T) {
+	var keys, values []string
+	ok := eachMember(` {"a":1, "b" : {"c":[1,"}"]} ,"d":"x\"y","e":null}`, func(k, v string) {
+		keys, values = append(keys, k), append(values, v)
+	})
+	require.True(t, ok)
+	require.Equal(t, []string{"a", "b", "d", "e"}, keys)
+	require.Equal(t, []string{`1`, `{"c":[1,"}"]}`, `"x\"y"`, `null`}, values)
+	for _, doc := range []string{`[]`, `"s"`, `{"k\u0065y":1}`} {
+		require.False(t, eachMember(doc, func(string, string) {}), doc)
+	}
+}
+
+// BenchmarkParseOpts compares the in-place reading with a map decode on
+// the opts of a plain job and of one with every option.
+func BenchmarkParseOpts(b *testing.B) {
+	for _, opts := range []struct{ name, raw string }{
+		{"plain", `{"attempts":0,"delay":0}`},
+		{"full", `{"attempts":3,"delay":0,"jobId":"gh-1","backoff":{"type":"exponential","delay":60000},"removeOnComplete":{"age":86400},"removeOnFail":true,"de":{"id":"r#1","ttl":600000}}`},
+	} {
+		b.Run(opts.name+"/in-place", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := parseOpts(opts.raw); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(opts.name+"/map", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := parseOptsViaMap(opts.raw); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

@@ -357,38 +357,161 @@ func parseOpts(raw string) (parsedOpts, error) {
 	if raw == "" {
 		return p, nil
 	}
+	if !json.Valid([]byte(raw)) {
+		var m map[string]json.RawMessage
+		return p, json.Unmarshal([]byte(raw), &m) // the decoder's error
+	}
+	// Every job taken is parsed, so the usual object of plain keys is read
+	// in place; anything else goes through a map like any JSON.
+	if eachMember(raw, func(key, value string) { p.apply(key, value) }) {
+		return p, nil
+	}
+	p = parsedOpts{}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(raw), &m); err != nil {
 		return p, err
 	}
-	p.Attempts = int(jsonNumber(m["attempts"]))
-	p.Priority = int(jsonNumber(m["priority"]))
-	p.RemoveOnComplete = parseKeep(m["removeOnComplete"])
-	p.RemoveOnFail = parseKeep(m["removeOnFail"])
-	if b := m["backoff"]; len(b) > 0 {
+	for key, value := range m {
+		p.apply(key, string(value))
+	}
+	return p, nil
+}
+
+// apply reads one member of the opts object. A key given twice is read
+// twice, the last one winning, as when decoding into a map.
+func (p *parsedOpts) apply(key, value string) {
+	switch key {
+	case "attempts":
+		p.Attempts = int(numberOf(value))
+	case "priority":
+		p.Priority = int(numberOf(value))
+	case "removeOnComplete":
+		p.RemoveOnComplete = parseKeep(json.RawMessage(value))
+	case "removeOnFail":
+		p.RemoveOnFail = parseKeep(json.RawMessage(value))
+	case "backoff":
+		p.Backoff = Backoff{}
 		var wb struct {
 			Type   string  `json:"type"`
 			Delay  float64 `json:"delay"`
 			Jitter float64 `json:"jitter"`
 		}
-		if n := jsonNumber(b); n > 0 {
+		if n := numberOf(value); n > 0 {
 			p.Backoff = Backoff{Type: BackoffFixed, Delay: msDuration(n)}
-		} else if json.Unmarshal(b, &wb) == nil {
+		} else if json.Unmarshal([]byte(value), &wb) == nil {
 			p.Backoff = Backoff{Type: wb.Type, Delay: msDuration(wb.Delay), Jitter: wb.Jitter}
 		}
-	}
-	if raw := m["de"]; len(raw) > 0 {
+	case "de":
+		p.DedupID = ""
 		var de struct {
 			ID string `json:"id"`
 		}
-		if json.Unmarshal(raw, &de) == nil {
+		if json.Unmarshal([]byte(value), &de) == nil {
 			p.DedupID = de.ID
 		}
+	case "repeat":
+		p.Repeat = nil
+		_ = json.Unmarshal([]byte(value), &p.Repeat)
 	}
-	if raw := m["repeat"]; len(raw) > 0 {
-		_ = json.Unmarshal(raw, &p.Repeat)
+}
+
+// eachMember calls fn with each member of the JSON object doc, which must
+// be valid JSON, its value as raw JSON text; false, having called fn for
+// none or some members, when doc is not an object or a key holds an escape
+// (the caller then decodes doc another way).
+func eachMember(doc string, fn func(key, value string)) bool {
+	i := skipSpace(doc, 0)
+	if i >= len(doc) || doc[i] != '{' {
+		return false
 	}
-	return p, nil
+	i = skipSpace(doc, i+1)
+	if i < len(doc) && doc[i] == '}' {
+		return true
+	}
+	for i < len(doc) && doc[i] == '"' {
+		end := strings.IndexByte(doc[i+1:], '"')
+		if end < 0 {
+			return false
+		}
+		key := doc[i+1 : i+1+end]
+		if strings.IndexByte(key, '\\') >= 0 {
+			return false
+		}
+		i = skipSpace(doc, i+2+end)
+		if i >= len(doc) || doc[i] != ':' {
+			return false
+		}
+		i = skipSpace(doc, i+1)
+		end = skipValue(doc, i)
+		if end <= i {
+			return false
+		}
+		fn(key, doc[i:end])
+		i = skipSpace(doc, end)
+		if i >= len(doc) {
+			return false
+		}
+		switch doc[i] {
+		case '}':
+			return true
+		case ',':
+			i = skipSpace(doc, i+1)
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+// skipSpace returns the index of the first byte at or after i that is not
+// JSON whitespace.
+func skipSpace(doc string, i int) int {
+	for i < len(doc) && (doc[i] == ' ' || doc[i] == '\t' || doc[i] == '\n' || doc[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipValue returns the index just past the JSON value starting at i in
+// valid JSON (strings and nested objects and arrays included), or -1.
+func skipValue(doc string, i int) int {
+	depth := 0
+	for j := i; j < len(doc); j++ {
+		switch c := doc[j]; c {
+		case '"':
+			j++
+			for j < len(doc) && doc[j] != '"' {
+				if doc[j] == '\\' {
+					j++
+				}
+				j++
+			}
+			if j >= len(doc) {
+				return -1
+			}
+			if depth == 0 {
+				return j + 1
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return j // the end of the enclosing object
+			}
+			depth--
+			if depth == 0 {
+				return j + 1
+			}
+		case ',', ' ', '\t', '\n', '\r':
+			if depth == 0 {
+				return j
+			}
+		}
+	}
+	if depth == 0 {
+		return len(doc)
+	}
+	return -1
 }
 
 func parseKeep(raw json.RawMessage) Keep {
@@ -435,10 +558,15 @@ func parseKeep(raw json.RawMessage) Keep {
 // strconv.ParseFloat accepts of it (the other values start with a letter,
 // a quote, a brace or a bracket, which it refuses).
 func jsonNumber(raw json.RawMessage) float64 {
+	return numberOf(string(raw))
+}
+
+// numberOf is jsonNumber of a value held as a string.
+func numberOf(raw string) float64 {
 	if len(raw) == 0 {
 		return 0
 	}
-	n, err := strconv.ParseFloat(string(bytes.TrimSpace(raw)), 64)
+	n, err := strconv.ParseFloat(strings.TrimSpace(raw), 64)
 	if err != nil || math.IsNaN(n) || math.IsInf(n, 0) {
 		return 0
 	}
