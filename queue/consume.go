@@ -70,10 +70,12 @@ func (q *Queue) takeReply(ctx context.Context, res any, token string) (fetched, 
 // been failed as stalled.
 //
 // Completions made at the same time through one Queue share script calls,
-// which saves the server most of its fixed cost per call. A completion
-// whose ctx ends before it is sent returns ctx's error and changes
-// nothing; once sent, it is not cut short by ctx, since only the caller
-// learns which next job it took (the client's read timeout bounds it).
+// which saves the server most of its fixed cost per call. Under load a
+// completion may wait for a call already in flight to return, never when
+// none is. A completion whose ctx ends before it is sent returns ctx's
+// error and changes nothing; once sent, it is not cut short by ctx, since
+// only the caller learns which next job it took (the client's read
+// timeout bounds it).
 func (q *Queue) Complete(ctx context.Context, id, token string, result json.RawMessage) error {
 	_, err := q.complete(ctx, id, token, result, "")
 	return err
