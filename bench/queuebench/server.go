@@ -1,6 +1,7 @@
 package queuebench
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -8,18 +9,30 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // ErrNoRedisServer means no redis-server binary is on PATH, so the bench
 // cannot start its private server (give -valkey instead).
 var ErrNoRedisServer = errors.New("queuebench: no redis-server on PATH")
 
-const serverReadyTimeout = 10 * time.Second
+// DefaultReadyTimeout is how long StartServer waits for the server to
+// answer PING.
+const DefaultReadyTimeout = 10 * time.Second
+
+// ServerOptions tune StartServerWith. The zero value is StartServer's.
+type ServerOptions struct {
+	// Wrapper, when set, is a command line that runs redis-server: the
+	// server's path and arguments are appended to it (scriptcost runs the
+	// server under valgrind this way). It runs in the server's directory.
+	Wrapper []string
+	// ReadyTimeout bounds the wait for the first PING. Default
+	// DefaultReadyTimeout.
+	ReadyTimeout time.Duration
+}
 
 // Server is a private redis-server the bench starts for itself, so that no
 // other client's traffic shares its single thread during a measurement. It
@@ -37,6 +50,14 @@ type Server struct {
 // StartServer starts redis-server from PATH on a free loopback port and
 // waits until it answers PING. Close stops it.
 func StartServer(ctx context.Context) (*Server, error) {
+	return StartServerWith(ctx, ServerOptions{})
+}
+
+// StartServerWith is StartServer with options.
+func StartServerWith(ctx context.Context, opts ServerOptions) (*Server, error) {
+	if opts.ReadyTimeout == 0 {
+		opts.ReadyTimeout = DefaultReadyTimeout
+	}
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, ErrNoRedisServer
@@ -50,7 +71,7 @@ func StartServer(ctx context.Context) (*Server, error) {
 		return nil, err
 	}
 	out := &bytes.Buffer{}
-	cmd := exec.Command(bin,
+	args := []string{bin,
 		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
 		"--save", "",
@@ -58,11 +79,14 @@ func StartServer(ctx context.Context) (*Server, error) {
 		"--dir", dir,
 		"--daemonize", "no",
 		"--protected-mode", "no",
-	)
+	}
+	args = append(slices.Clone(opts.Wrapper), args...)
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("start redis-server: %w", err)
+		return nil, fmt.Errorf("start %s: %w", args[0], err)
 	}
 	s := &Server{
 		addr:   net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
@@ -75,7 +99,7 @@ func StartServer(ctx context.Context) (*Server, error) {
 		_ = cmd.Wait()
 		close(s.exited)
 	}()
-	if err := s.waitReady(ctx); err != nil {
+	if err := s.waitReady(ctx, opts.ReadyTimeout); err != nil {
 		_ = s.Close()
 		return nil, fmt.Errorf("redis-server on %s: %w\n%s", s.addr, err, out.String())
 	}
@@ -93,14 +117,11 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-func (s *Server) waitReady(ctx context.Context) error {
-	c := redis.NewClient(&redis.Options{Addr: s.addr, DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
-	defer c.Close()
-	deadline := time.Now().Add(serverReadyTimeout)
+// waitReady waits until the server answers PING, for at most timeout.
+func (s *Server) waitReady(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
 	for {
-		pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-		err := c.Ping(pctx).Err()
-		cancel()
+		err := s.ping(ctx)
 		if err == nil {
 			return nil
 		}
@@ -112,10 +133,41 @@ func (s *Server) waitReady(ctx context.Context) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("no answer within %s: %w", serverReadyTimeout, err)
+			return fmt.Errorf("no answer within %s: %w", timeout, err)
 		}
 	}
 }
+
+// ping dials the server and sends one PING, without a client pool (whose
+// failed dials would be logged while the server starts).
+func (s *Server) ping(ctx context.Context) error {
+	d := net.Dialer{Timeout: 200 * time.Millisecond}
+	conn, err := d.DialContext(ctx, "tcp", s.addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(time.Second)); err != nil {
+		return err
+	}
+	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if line != "+PONG\r\n" {
+		return fmt.Errorf("PING answered %q", line)
+	}
+	return nil
+}
+
+// Pid is the process id of the server, or of its wrapper.
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
+// Dir is the server's working directory, removed by Close.
+func (s *Server) Dir() string { return s.dir }
 
 // Addr is the server's host:port.
 func (s *Server) Addr() string { return s.addr }

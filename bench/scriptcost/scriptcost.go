@@ -11,14 +11,13 @@ package scriptcost
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pidispatch/pidispatch/bench/queuebench"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -81,9 +81,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	defer srv.close()
+	defer srv.Close()
 
-	client := redis.NewClient(&redis.Options{Addr: srv.addr, PoolSize: cfg.Slots + 2, ReadTimeout: time.Minute})
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: cfg.Slots + 2, ReadTimeout: time.Minute})
 	defer client.Close()
 	q, err := queue.New(client, queue.SharedQueue, queue.Config{})
 	if err != nil {
@@ -97,17 +97,17 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err := client.ConfigResetStat(ctx).Err(); err != nil {
 		return Report{}, err
 	}
-	if err := srv.control(ctx, "-z"); err != nil {
+	if err := control(ctx, srv, "-z"); err != nil {
 		return Report{}, err
 	}
 	if err := drain(ctx, q, cfg); err != nil {
 		return Report{}, err
 	}
-	if err := srv.control(ctx, "-d"); err != nil {
+	if err := control(ctx, srv, "-d"); err != nil {
 		return Report{}, err
 	}
 	rep := Report{Jobs: cfg.Jobs}
-	if rep.Instructions, err = srv.dumpedTotal(); err != nil {
+	if rep.Instructions, err = dumpedTotal(srv); err != nil {
 		return Report{}, err
 	}
 	stats, err := client.Info(ctx, "commandstats").Result()
@@ -174,115 +174,38 @@ func countCommands(info string) (scripts, all int64) {
 	return scripts, all
 }
 
-// server is redis-server running under callgrind.
-type server struct {
-	addr   string
-	dir    string
-	cmd    *exec.Cmd
-	exited chan struct{}
-	output bytes.Buffer
-}
-
-func startServer(ctx context.Context) (*server, error) {
+// startServer starts redis-server under callgrind (queuebench's private
+// server, wrapped). Its dumps go to the server's directory.
+func startServer(ctx context.Context) (*queuebench.Server, error) {
 	valgrind, err1 := exec.LookPath("valgrind")
 	_, err2 := exec.LookPath("callgrind_control")
-	redisServer, err3 := exec.LookPath("redis-server")
+	_, err3 := exec.LookPath("redis-server")
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoTools, err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	dir, err := os.MkdirTemp("", "scriptcost-")
-	if err != nil {
-		return nil, err
-	}
-	s := &server{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, exited: make(chan struct{})}
-	s.cmd = exec.Command(valgrind, "--tool=callgrind", "--callgrind-out-file="+filepath.Join(dir, "callgrind.out"),
-		redisServer, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", dir, "--protected-mode", "no")
-	s.cmd.Stdout, s.cmd.Stderr = &s.output, &s.output
-	if err := s.cmd.Start(); err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("start valgrind: %w", err)
-	}
-	go func() {
-		_ = s.cmd.Wait()
-		close(s.exited)
-	}()
-	if err := s.waitReady(ctx); err != nil {
-		s.close()
-		return nil, fmt.Errorf("redis-server under callgrind on %s: %w\n%s", s.addr, err, s.output.String())
-	}
-	return s, nil
-}
-
-// waitReady waits until the server accepts connections and answers PING
-// (valgrind starts it slowly).
-func (s *server) waitReady(ctx context.Context) error {
-	deadline := time.Now().Add(time.Minute)
-	for {
-		err := s.ping(ctx)
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-s.exited:
-			return fmt.Errorf("exited before answering: %w", err)
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("no answer within a minute: %w", err)
-		}
-	}
-}
-
-// ping dials the server and sends one PING, without a client pool (whose
-// failed dials would be logged while the server starts).
-func (s *server) ping(ctx context.Context) error {
-	d := net.Dialer{Timeout: time.Second}
-	conn, err := d.DialContext(ctx, "tcp", s.addr)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	if err := conn.SetDeadline(time.Now().Add(5 * time.Second)); err != nil {
-		return err
-	}
-	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(conn).ReadString('\n')
-	if err != nil {
-		return err
-	}
-	if line != "+PONG\r\n" {
-		return fmt.Errorf("PING answered %q", line)
-	}
-	return nil
+	return queuebench.StartServerWith(ctx, queuebench.ServerOptions{
+		Wrapper:      []string{valgrind, "--tool=callgrind", "--callgrind-out-file=callgrind.out.%p"},
+		ReadyTimeout: time.Minute, // valgrind starts the server slowly
+	})
 }
 
 // control runs callgrind_control with arg (-z zero the counts, -d dump
 // them) on the server.
-func (s *server) control(ctx context.Context, arg string) error {
-	out, err := exec.CommandContext(ctx, "callgrind_control", arg, strconv.Itoa(s.cmd.Process.Pid)).CombinedOutput()
+func control(ctx context.Context, srv *queuebench.Server, arg string) error {
+	out, err := exec.CommandContext(ctx, "callgrind_control", arg, strconv.Itoa(srv.Pid())).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("callgrind_control %s: %w: %s", arg, err, out)
 	}
 	return nil
 }
 
-// dumpedTotal reads the instruction total of the last dump.
-func (s *server) dumpedTotal() (int64, error) {
-	files, err := filepath.Glob(filepath.Join(s.dir, "callgrind.out.*"))
+// dumpedTotal reads the instruction total of the server's last dump.
+func dumpedTotal(srv *queuebench.Server) (int64, error) {
+	files, err := filepath.Glob(filepath.Join(srv.Dir(), "callgrind.out.*.*"))
 	if err != nil || len(files) == 0 {
-		return 0, fmt.Errorf("no callgrind dump in %s (%v)", s.dir, err)
+		return 0, fmt.Errorf("no callgrind dump in %s (%v)", srv.Dir(), err)
 	}
+	slices.Sort(files)
 	return readTotal(files[len(files)-1])
 }
 
@@ -311,11 +234,4 @@ func readTotal(path string) (int64, error) {
 		return 0, err
 	}
 	return 0, fmt.Errorf("%s: no totals line", path)
-}
-
-// close kills the server and removes its directory.
-func (s *server) close() {
-	_ = s.cmd.Process.Kill()
-	<-s.exited
-	_ = os.RemoveAll(s.dir)
 }
