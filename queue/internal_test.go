@@ -359,23 +359,6 @@ func TestCompletionBatcher_WorkEstimateFollowsLoad(t *testing.T) {
 	require.Equal(t, maxCompletionBatch, b.threshold(), "never more than one call can carry")
 }
 
-// parseOptsViaMap is parseOpts without the in-place reading: the whole
-// object decoded into a map first.
-func parseOptsViaMap(raw string) (parsedOpts, error) {
-	var p parsedOpts
-	if raw == "" {
-		return p, nil
-	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(raw), &m); err != nil {
-		return p, err
-	}
-	for key, value := range m {
-		p.apply(key, string(value))
-	}
-	return p, nil
-}
-
 func FuzzParseOpts_SameAsAMapDecode(f *testing.F) {
 	for _, seed := range []string{
 		``, `{}`, `null`, `[]`, `"x"`, `{"attempts":0,"delay":0}`,

@@ -353,20 +353,22 @@ type parsedOpts struct {
 }
 
 func parseOpts(raw string) (parsedOpts, error) {
+	// Every job taken is parsed, so the usual object of plain keys is read
+	// in place; anything else goes through a map like any JSON.
+	var p parsedOpts
+	if raw != "" && json.Valid([]byte(raw)) && eachMember(raw, p.apply) {
+		return p, nil
+	}
+	return parseOptsViaMap(raw)
+}
+
+// parseOptsViaMap is parseOpts decoding the whole object into a map first:
+// what parseOpts does when the in-place reading cannot.
+func parseOptsViaMap(raw string) (parsedOpts, error) {
 	var p parsedOpts
 	if raw == "" {
 		return p, nil
 	}
-	if !json.Valid([]byte(raw)) {
-		var m map[string]json.RawMessage
-		return p, json.Unmarshal([]byte(raw), &m) // the decoder's error
-	}
-	// Every job taken is parsed, so the usual object of plain keys is read
-	// in place; anything else goes through a map like any JSON.
-	if eachMember(raw, func(key, value string) { p.apply(key, value) }) {
-		return p, nil
-	}
-	p = parsedOpts{}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(raw), &m); err != nil {
 		return p, err
