@@ -290,11 +290,15 @@ local function finish(k, prefix, now, maxLen, jobId, jobKey, target, field, valu
   if raw and (string.find(raw, optName, 1, true) or string.find(raw, "\\", 1, true)) then
     keepSpec = decodeJSON(raw)[optName]
   end
-  local atm = math.floor(num(attrs[3], 0)) + 1
+  local atm, atmS = 1, "1" -- a string: the server would format a number with %.17g
+  if attrs[3] then
+    atm = math.floor(num(attrs[3], 0)) + 1
+    atmS = string.format("%d", atm)
+  end
   local keep, age, count, limit = keepOf(keepSpec)
   if keep then
     rcall("ZADD", setKey, nowS or now, jobId)
-    rcall("HSET", jobKey, field, value, "finishedOn", nowS or now, "atm", atm)
+    rcall("HSET", jobKey, field, value, "finishedOn", nowS or now, "atm", atmS)
     if target == "failed" then rcall("HDEL", jobKey, "defa") end
     trim(setKey, prefix, now, age, count, limit)
   else
