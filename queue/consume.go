@@ -38,11 +38,11 @@ func (q *Queue) fetch(ctx context.Context, token string) (fetched, error) {
 }
 
 // takeReply reads the fetch-shaped reply of fetch.lua and complete.lua
-// and, when the job taken was a scheduler's run, records the scheduler's
-// next cron time.
+// (lib.lua's fetchReply: six values) and, when the job taken was a
+// scheduler's run, records the scheduler's next cron time.
 func (q *Queue) takeReply(ctx context.Context, res any, token string) (fetched, error) {
 	reply, ok := res.([]any)
-	if !ok || len(reply) != 5 {
+	if !ok || len(reply) != 6 {
 		return fetched{}, fmt.Errorf("fetch from %s: unexpected reply %v", q.name, res)
 	}
 	id, _ := reply[0].(string)
@@ -58,6 +58,14 @@ func (q *Queue) takeReply(ctx context.Context, res any, token string) (fetched, 
 	fields, _ := reply[3].([]any)
 	out.job = parseJob(id, fields)
 	out.job.Token = token
+	// The fields were read before the take wrote processedOn (now), ats
+	// (returned) and pb (our worker name, when we have one): apply them.
+	out.job.ProcessedOn = msInstant(nowMs)
+	ats, _ := reply[5].(string)
+	out.job.AttemptsStarted = atoi(ats)
+	if q.cfg.WorkerName != "" {
+		out.job.ProcessedBy = q.cfg.WorkerName
+	}
 	if sched, _ := reply[4].([]any); len(sched) == 5 {
 		q.recordNextRun(ctx, time.UnixMilli(nowMs), sched)
 	}
@@ -114,19 +122,15 @@ func (q *Queue) complete(ctx context.Context, id, token string, result json.RawM
 // returns a function that records each completion's outcome in it, which
 // the batcher runs once the next call may start.
 func (q *Queue) completionCall(ctx context.Context, batch []*completion) func() {
-	args := make([]any, 0, 2+5*len(batch))
+	args := make([]any, 0, 2+4*len(batch))
 	args = append(args, q.cfg.LockTTL.Milliseconds(), q.cfg.WorkerName)
 	for _, c := range batch {
-		next := "0"
-		if c.nextToken != "" {
-			next = "1"
-		}
-		args = append(args, c.id, c.token, c.value, next, c.nextToken)
+		args = append(args, c.id, c.token, c.value, c.nextToken)
 	}
 	res, err := q.run(ctx, completeScript, nil, args...)
 	return func() {
 		replies, ok := res.([]any)
-		if err == nil && (!ok || len(replies) != len(batch)) {
+		if err == nil && (!ok || len(replies) != 6*len(batch)) {
 			err = fmt.Errorf("unexpected reply %v", res)
 		}
 		for i, c := range batch {
@@ -134,7 +138,8 @@ func (q *Queue) completionCall(ctx context.Context, batch []*completion) func() 
 				c.err = fmt.Errorf("complete %q in %s: %w", c.id, q.name, err)
 				continue
 			}
-			switch r := replies[i].(type) {
+			reply := replies[6*i : 6*i+6]
+			switch r := reply[0].(type) {
 			case int64:
 				c.err = scriptError(r, "complete", c.id)
 				continue
@@ -142,7 +147,7 @@ func (q *Queue) completionCall(ctx context.Context, batch []*completion) func() 
 				c.err = fmt.Errorf("complete %q in %s: %w", c.id, q.name, r)
 				continue
 			}
-			c.res, c.err = q.takeReply(ctx, replies[i], c.nextToken)
+			c.res, c.err = q.takeReply(ctx, reply, c.nextToken)
 		}
 	}
 }

@@ -51,6 +51,54 @@ func TestQueue_FetchCompleteRecordsResult(t *testing.T) {
 	require.ErrorIs(t, q.Complete(ctx, id, "tok", json.RawMessage(`{x`)), queue.ErrInvalidOption)
 }
 
+// A take returns the job's fields as read and applies its own writes on
+// the Go side: the job it returns must match the stored hash, through
+// Fetch and through CompleteAndFetch, with and without a worker name.
+func TestTake_ReturnedJobMatchesStoredJob(t *testing.T) {
+	t.Parallel()
+	db, named := setup(t, queue.Config{WorkerName: "w1"})
+	unnamed, err := queue.New(db.Client, queue.SharedQueue, queue.Config{})
+	require.NoError(t, err)
+	ctx := testCtx(t)
+	same := func(t *testing.T, got *queue.Job) {
+		t.Helper()
+		stored, err := named.Get(ctx, got.ID)
+		require.NoError(t, err)
+		require.Equal(t, stored.ProcessedOn, got.ProcessedOn, "processedOn")
+		require.False(t, got.ProcessedOn.IsZero())
+		require.Equal(t, stored.AttemptsStarted, got.AttemptsStarted, "ats")
+		require.Equal(t, stored.ProcessedBy, got.ProcessedBy, "pb")
+		require.Equal(t, stored.AttemptsMade, got.AttemptsMade, "atm")
+	}
+
+	a := add(t, named, queue.AddOptions{})
+	b := add(t, named, queue.AddOptions{})
+	first := fetch(t, named, "ta")
+	require.Equal(t, a, first.ID)
+	require.Equal(t, 1, first.AttemptsStarted)
+	require.Equal(t, "w1", first.ProcessedBy)
+	same(t, first)
+
+	// a goes back (a deferral, not an attempt); the unnamed queue takes b,
+	// then a again through CompleteAndFetch: a keeps w1 as its pb, since a
+	// take without a worker name does not write one.
+	require.NoError(t, named.Defer(ctx, a, "ta", time.Millisecond))
+	second := fetch(t, unnamed, "tb")
+	require.Equal(t, b, second.ID)
+	require.Equal(t, "", second.ProcessedBy)
+	same(t, second)
+	time.Sleep(5 * time.Millisecond)
+	again, err := unnamed.CompleteAndFetch(ctx, b, "tb", nil, "ta2")
+	require.NoError(t, err)
+	require.NotNil(t, again)
+	require.Equal(t, a, again.ID)
+	require.Equal(t, 2, again.AttemptsStarted)
+	require.Equal(t, "w1", again.ProcessedBy)
+	require.Equal(t, "ta2", again.Token)
+	same(t, again)
+	require.NoError(t, unnamed.Complete(ctx, a, "ta2", nil))
+}
+
 func TestQueue_CompleteAndFetchTakesNextInSameCall(t *testing.T) {
 	t.Parallel()
 	_, q := setup(t, queue.Config{})

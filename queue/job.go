@@ -211,6 +211,12 @@ func msTime(s string) time.Time {
 		}
 		ms = int64(f)
 	}
+	return msInstant(ms)
+}
+
+// msInstant is the time of a Unix millisecond count, zero when it is not a
+// plausible one.
+func msInstant(ms int64) time.Time {
 	if ms <= 0 || ms > 1e15 {
 		return time.Time{}
 	}

@@ -19,21 +19,24 @@
   ARGV[1]     job key prefix
   ARGV[2]     lock TTL in milliseconds for the next jobs
   ARGV[3]     worker name for the next jobs ("" for none)
-  ARGV[4..]   five per completion: job id; lock token the job was taken
-              with; return value, JSON text; "1" to take the next job in
-              the same call, else "0"; lock token for the next job
+  ARGV[4..]   four per completion: job id; lock token the job was taken
+              with; return value, JSON text; lock token for the next job,
+              "" to take none
 
-  Returns one reply per completion, in order: -1 no such job, -2 lock
-  missing, -6 lock held by another token, -3 job not active, an error
-  reply when the completion raised one; otherwise the fetch reply of
-  lib.lua (jobId "" when no next job was taken or none was asked for).
+  Returns six values per completion, in order, flat (one table per
+  completion would cost the server a table's worth of reply probes per
+  job). The first is -1 no such job, -2 lock missing, -6 lock held by
+  another token, -3 job not active, or an error reply when the completion
+  raised one, and the other five are then nil. Otherwise the six are the
+  fetch reply of lib.lua's fetchReply (jobId "" when no next job was taken
+  or none was asked for).
 ]]
 local k = K()
 local prefix, lockMs, worker = ARGV[1], ARGV[2], ARGV[3]
 local now, nowS = nowMs()
 local delayedHead = {} -- shared by the takes of this call, see fetchReply
 
-local function completeOne(jobId, token, value, andFetch, nextToken)
+local function completeOne(jobId, token, value, nextToken)
   local jobKey = prefix .. jobId
   -- The attributes finish() needs, read first: a hash without any of them
   -- is checked for existence separately.
@@ -46,23 +49,25 @@ local function completeOne(jobId, token, value, andFetch, nextToken)
   -- Events go uncapped; the stream is capped once, after the completions.
   finish(k, prefix, now, false, jobId, jobKey, "completed", "returnvalue", value, attrs, nowS)
   wakeIfFreed(k)
-  if andFetch == "1" then
+  if nextToken ~= "" then
     -- No marker re-arm (takeNext's rearm): this call consumed no wake-up.
     return fetchReply(k, prefix, now, false, nextToken, lockMs, worker, false, nowS, delayedHead)
   end
-  return { "", now, -1, noItems, noItems }
+  return "", now, -1, noItems, false, ""
 end
 
 -- An error (a command refused, junk a peer wrote) ends only its own
 -- completion, as it would end a call of its own: its reply is the error.
-local out = {}
-for i = 4, #ARGV - 4, 5 do
-  local ok, r = pcall(completeOne, ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4])
+local out, n = {}, 0
+for i = 4, #ARGV - 3, 4 do
+  local ok, id, at, wait, fields, sched, ats = pcall(completeOne, ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3])
   if not ok then
-    if type(r) ~= "table" or not r.err then r = { err = tostring(r) } end
+    if type(id) ~= "table" or not id.err then id = { err = tostring(id) } end
     delayedHead.known = false -- it may have stopped halfway through a change
   end
-  out[#out + 1] = r
+  out[n + 1], out[n + 2], out[n + 3] = id, at or false, wait or false
+  out[n + 4], out[n + 5], out[n + 6] = fields or false, sched or false, ats or false
+  n = n + 6
 end
 rcall("XTRIM", k.events, "MAXLEN", "~", maxEvents(k))
 return out

@@ -11,8 +11,9 @@
   ARGV[4]     worker name recorded as processedBy ("pb"), "" for none
 
   Returns { jobId or "", nowMs, msUntilNextDelayed or -1, {job hash
-  fields}, {scheduler request} } (see fetchReply in lib.lua).
+  fields as read before the take}, {scheduler request} or nil, attempts
+  started or "" } (see fetchReply in lib.lua).
 ]]
 local k = K()
 local now, nowS = nowMs()
-return fetchReply(k, ARGV[1], now, maxEvents(k), ARGV[2], ARGV[3], ARGV[4], true, nowS)
+return { fetchReply(k, ARGV[1], now, maxEvents(k), ARGV[2], ARGV[3], ARGV[4], true, nowS) }

@@ -400,20 +400,12 @@ local function schedulerOnTake(k, prefix, now, maxLen, jobId, sid)
   return { 2, sid, s.pattern, s.tz or "", curMs }
 end
 
--- setField sets field f to v in a flat HGETALL reply, at the value index
--- i when the field is there (i not nil), else appended (where HSET puts it).
-local function setField(fields, i, f, v)
-  if i then
-    fields[i] = v
-  else
-    fields[#fields + 1] = f
-    fields[#fields + 1] = v
-  end
-end
-
 -- takeNext moves the next ready job to active under a lock and returns its
--- id, key, hash fields (as HGETALL gives them, with this take's writes)
--- and scheduler id ("rjk"), or nil. Ghost ids (no job hash) and BullMQ v4
+-- id, key, hash fields (as HGETALL gave them, before this take's writes),
+-- scheduler id ("rjk") and new attempts-started count ("ats", a string), or
+-- nil. The caller knows the rest of what the take wrote (processedOn is now,
+-- pb the worker name it passed), so the fields are not patched here: the
+-- patch grew the table and the reply by three fields per job. Ghost ids (no job hash) and BullMQ v4
 -- "0:" markers are dropped on the way. With rearm it wakes a peer when more
 -- jobs are ready: a consumer woken by the marker must pass the wake-up on.
 -- A consumer that completes a job and takes the next in the same call
@@ -435,27 +427,20 @@ local function takeNext(k, prefix, now, maxLen, token, lockMs, worker, rearm, no
     if string.sub(id, 1, 2) ~= "0:" then fields = rcall("HGETALL", jobKey) end
     if #fields > 0 then
       rcall("SET", jobKey .. ":lock", token, "PX", lockMs)
-      -- Value indexes of the fields this take rewrites (locals, not a table:
-      -- this runs for every job).
-      local atsAt, poAt, pbAt, rjk = nil, nil, nil, nil
+      -- The fields are returned as read: the caller applies this take's
+      -- writes itself (processedOn is now, pb its own name, ats returned).
+      local atsAt, rjk = nil, nil
       for i = 1, #fields, 2 do
         local f = fields[i]
         if f == "ats" then
           atsAt = i + 1
-        elseif f == "processedOn" then
-          poAt = i + 1
-        elseif f == "pb" then
-          pbAt = i + 1
         elseif f == "rjk" then
           rjk = fields[i + 1]
         end
       end
       local ats = "1"
       if atsAt then ats = string.format("%d", math.floor(num(fields[atsAt], 0)) + 1) end
-      setField(fields, poAt, "processedOn", nowS)
-      setField(fields, atsAt, "ats", ats)
       if worker ~= "" then
-        setField(fields, pbAt, "pb", worker)
         rcall("HSET", jobKey, "processedOn", nowS, "ats", ats, "pb", worker)
       else
         rcall("HSET", jobKey, "processedOn", nowS, "ats", ats)
@@ -464,16 +449,21 @@ local function takeNext(k, prefix, now, maxLen, token, lockMs, worker, rearm, no
       if rearm and (rcall("LLEN", k.wait) > 0 or rcall("ZCARD", k.prioritized) > 0) then
         rcall("ZADD", k.marker, "0", "0")
       end
-      return id, jobKey, fields, rjk
+      return id, jobKey, fields, rjk, ats
     end
     rcall("LREM", k.active, "-1", id)
   end
   return nil
 end
 
--- fetchReply promotes due jobs, takes the next one and shapes the reply
--- shared by fetch.lua and complete.lua:
---   { jobId or "", nowMs, msUntilNextDelayed or -1, {job hash fields}, {scheduler request} }
+-- fetchReply promotes due jobs, takes the next one and returns the six
+-- values of the reply shared by fetch.lua and complete.lua (multiple
+-- values, not a table: complete.lua lays them out flat):
+--   jobId or "", nowMs, msUntilNextDelayed or -1, {job hash fields as
+--   read}, {scheduler request} or false, attempts started or ""
+-- Each table of a script's reply costs the server seven probes for the
+-- special reply fields (err, ok, double, ...), so "no scheduler request" is
+-- false rather than an empty table.
 -- The delayed set's head is read once; promotion (and a second read) only
 -- happen when it is due, and a second read when a scheduler run was made.
 -- head, when given, carries the head's due time (head.due, nil for none)
@@ -489,8 +479,8 @@ local function fetchReply(k, prefix, now, maxLen, token, lockMs, worker, rearm, 
     promoteDue(k, prefix, now, maxLen)
     head.due = nextDueMs(k)
   end
-  local id, _, fields, rjk = takeNext(k, prefix, now, maxLen, token, lockMs, worker, rearm, nowS)
-  local sched = noItems
+  local id, _, fields, rjk, ats = takeNext(k, prefix, now, maxLen, token, lockMs, worker, rearm, nowS)
+  local sched = false
   if not id then
     fields = noItems
   elseif rjk then
@@ -506,5 +496,5 @@ local function fetchReply(k, prefix, now, maxLen, token, lockMs, worker, rearm, 
     -- the one that just got busy.
     if id then rcall("ZADD", k.marker, due, "1") end
   end
-  return { id or "", now, wait, fields, sched }
+  return id or "", now, wait, fields, sched, ats or ""
 end
