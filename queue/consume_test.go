@@ -396,3 +396,34 @@ func TestCompleteAndFetch_EventsStreamStaysCapped(t *testing.T) {
 	require.Len(t, last, 1)
 	require.Equal(t, "completed", last[0].Values["event"])
 }
+
+// BenchmarkCompleteAndFetch drains b.N jobs with 16 slots completing and
+// taking through one Queue, as a worker's slots do. Its allocs/op are the
+// client's allocations per job (go test -bench CompleteAndFetch -benchmem
+// ./queue/, with VALKEY_TEST_URL set).
+func BenchmarkCompleteAndFetch(b *testing.B) {
+	db := livetest.Valkey(b)
+	q, err := queue.New(db.Client, queue.SharedQueue, queue.Config{WorkerName: "bench"})
+	require.NoError(b, err)
+	ctx := context.Background()
+	for i := range b.N {
+		if _, _, err := q.Add(ctx, "noop", json.RawMessage(fmt.Sprintf(`{"i":%d}`, i)), queue.AddOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			job, err := q.Fetch(ctx, queue.NewToken())
+			for err == nil && job != nil {
+				job, err = q.CompleteAndFetch(ctx, job.ID, job.Token, nil, queue.NewToken())
+			}
+			if err != nil {
+				b.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+}
