@@ -34,42 +34,48 @@ func (q *Queue) fetch(ctx context.Context, token string) (fetched, error) {
 	if err != nil {
 		return fetched{}, fmt.Errorf("fetch from %s: %w", q.name, err)
 	}
-	return q.takeReply(ctx, res, token)
-}
-
-// takeReply reads the fetch-shaped reply of fetch.lua and complete.lua
-// (lib.lua's fetchReply: six values) and, when the job taken was a
-// scheduler's run, records the scheduler's next cron time.
-func (q *Queue) takeReply(ctx context.Context, res any, token string) (fetched, error) {
 	reply, ok := res.([]any)
-	if !ok || len(reply) != 6 {
+	if !ok || len(reply) != 1+takeReplyLen {
 		return fetched{}, fmt.Errorf("fetch from %s: unexpected reply %v", q.name, res)
 	}
-	id, _ := reply[0].(string)
-	nowMs, _ := reply[1].(int64)
-	waitMs, _ := reply[2].(int64)
+	nowMs, _ := reply[0].(int64)
+	return q.takeReply(ctx, nowMs, reply[1:], token), nil
+}
+
+// takeReplyLen is the length of a take's reply, lib.lua's fetchReply:
+// job id or "", ms until the next delayed job is due or nil, the job's
+// fields numbered by takeFieldOrder or nil, a scheduler request or nil,
+// and the new attempts-started count or nil. fetch.lua and complete.lua
+// put the server time in ms before it.
+const takeReplyLen = 5
+
+// takeReply reads a take's reply (see takeReplyLen) made at nowMs, server
+// time, and, when the job taken was a scheduler's run, records the
+// scheduler's next cron time.
+func (q *Queue) takeReply(ctx context.Context, nowMs int64, reply []any, token string) fetched {
 	out := fetched{nextDelay: -1}
-	if waitMs >= 0 {
+	if waitMs, ok := reply[1].(int64); ok && waitMs >= 0 {
 		out.nextDelay = time.Duration(waitMs) * time.Millisecond
 	}
+	id, _ := reply[0].(string)
 	if id == "" {
-		return out, nil
+		return out
 	}
-	fields, _ := reply[3].([]any)
-	out.job = parseJob(id, fields)
+	numbered, _ := reply[2].([]any)
+	out.job = parseTakenJob(id, numbered)
 	out.job.Token = token
 	// The fields were read before the take wrote processedOn (now), ats
 	// (returned) and pb (our worker name, when we have one): apply them.
 	out.job.ProcessedOn = msInstant(nowMs)
-	ats, _ := reply[5].(string)
-	out.job.AttemptsStarted = atoi(ats)
+	ats, _ := reply[4].(int64)
+	out.job.AttemptsStarted = int(ats)
 	if q.cfg.WorkerName != "" {
 		out.job.ProcessedBy = q.cfg.WorkerName
 	}
-	if sched, _ := reply[4].([]any); len(sched) == 5 {
+	if sched, _ := reply[3].([]any); len(sched) == 5 {
 		q.recordNextRun(ctx, time.UnixMilli(nowMs), sched)
 	}
-	return out, nil
+	return out
 }
 
 // Complete moves a job the caller holds to completed with result (JSON;
@@ -130,15 +136,19 @@ func (q *Queue) completionCall(ctx context.Context, batch []*completion) func() 
 	res, err := q.run(ctx, completeScript, nil, args...)
 	return func() {
 		replies, ok := res.([]any)
-		if err == nil && (!ok || len(replies) != 6*len(batch)) {
+		if err == nil && (!ok || len(replies) != 1+takeReplyLen*len(batch)) {
 			err = fmt.Errorf("unexpected reply %v", res)
+		}
+		var nowMs int64
+		if err == nil {
+			nowMs, _ = replies[0].(int64)
 		}
 		for i, c := range batch {
 			if err != nil {
 				c.err = fmt.Errorf("complete %q in %s: %w", c.id, q.name, err)
 				continue
 			}
-			reply := replies[6*i : 6*i+6]
+			reply := replies[1+takeReplyLen*i : 1+takeReplyLen*(i+1)]
 			switch r := reply[0].(type) {
 			case int64:
 				c.err = scriptError(r, "complete", c.id)
@@ -147,7 +157,7 @@ func (q *Queue) completionCall(ctx context.Context, batch []*completion) func() 
 				c.err = fmt.Errorf("complete %q in %s: %w", c.id, q.name, r)
 				continue
 			}
-			c.res, c.err = q.takeReply(ctx, reply, c.nextToken)
+			c.res = q.takeReply(ctx, nowMs, reply, c.nextToken)
 		}
 	}
 }

@@ -97,6 +97,24 @@ func TestTake_ReturnedJobMatchesStoredJob(t *testing.T) {
 	require.Equal(t, "ta2", again.Token)
 	same(t, again)
 	require.NoError(t, unnamed.Complete(ctx, a, "ta2", nil))
+
+	// Every field a take reads, written by a peer, comes back as Get reads
+	// it (the take's own writes aside).
+	c := add(t, named, queue.AddOptions{Attempts: 3})
+	require.NoError(t, db.Client.HSet(ctx, "bull:pi-jobs:"+c,
+		"deid", "d1", "priority", "0", "atm", "1", "attemptsMade", "1", "ats", "4", "stc", "2",
+		"processedOn", "1700000000000", "finishedOn", "1700000000500", "delay", "0",
+		"failedReason", "boom", "returnvalue", `{"r":1}`, "pb", "old", "defa", "", "extra", "x").Err())
+	taken := fetch(t, named, "tc")
+	require.Equal(t, c, taken.ID)
+	stored, err := named.Get(ctx, c)
+	require.NoError(t, err)
+	require.Equal(t, 5, taken.AttemptsStarted)
+	require.Equal(t, "w1", taken.ProcessedBy)
+	require.Equal(t, "boom", taken.FailedReason)
+	require.JSONEq(t, `{"r":1}`, string(taken.ReturnValue))
+	taken.Token, stored.State = "", ""
+	require.Equal(t, stored, taken, "a take returns the job as stored")
 }
 
 func TestQueue_CompleteAndFetchTakesNextInSameCall(t *testing.T) {

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"regexp"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -185,6 +187,31 @@ func TestCompletionBatcher_QueuesWhileCallsRunAndHonoursCancel(t *testing.T) {
 	require.Len(t, calls, 3)
 	require.Contains(t, calls, []string{"c", "d"}, "the waiting completions go together in the next call")
 	require.Zero(t, b.inflight)
+}
+
+func TestTakeFieldOrder_IsLibsJobFields(t *testing.T) {
+	t.Parallel()
+	lib, err := luaFiles.ReadFile("lua/lib.lua")
+	require.NoError(t, err)
+	m := regexp.MustCompile(`(?s)\nlocal jobFieldIndex = \{(.*?)\}`).FindSubmatch(lib)
+	require.NotNil(t, m, "lib.lua defines jobFieldIndex")
+	lua := make([]string, len(takeFieldOrder))
+	pairs := regexp.MustCompile(`(\w+) = (\d+)`).FindAllSubmatch(m[1], -1)
+	require.Len(t, pairs, len(takeFieldOrder))
+	for _, p := range pairs {
+		n, err := strconv.Atoi(string(p[2]))
+		require.NoError(t, err)
+		require.True(t, n >= 1 && n <= len(lua), "number %d of %s", n, p[1])
+		lua[n-1] = string(p[1])
+	}
+	require.Equal(t, takeFieldOrder[:], lua, "a take's fields are numbered the same on both sides")
+
+	// Every field parseJob reads is in the order, and nothing else.
+	for _, name := range takeFieldOrder {
+		var f hashFields
+		f.set(name, "1")
+		require.NotEqual(t, hashFields{}, f, "parseJob reads %q", name)
+	}
 }
 
 func TestRunCompletions_ErrorsStayWithTheirCompletion(t *testing.T) {

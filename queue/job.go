@@ -85,52 +85,82 @@ type hashFields struct {
 	hasReturnValue                                                bool
 }
 
-// parseJob builds a Job from a flat HGETALL reply. It runs for every job
-// taken, so it reads the reply in one pass, without a map.
+// takeFieldOrder numbers the job hash fields parseJob reads, from 1, as
+// lib.lua's jobFieldIndex does (a test keeps the two the same): a take
+// returns its job's fields with these numbers in place of the names.
+var takeFieldOrder = [...]string{"name", "data", "opts", "deid", "priority", "atm", "attemptsMade", "ats", "stc",
+	"timestamp", "processedOn", "finishedOn", "delay", "failedReason", "returnvalue", "rjk", "pb", "defa"}
+
+// set records field k's value; it ignores fields parseJob does not read.
+func (f *hashFields) set(k, v string) {
+	switch k {
+	case "name":
+		f.name = v
+	case "data":
+		f.data = v
+	case "opts":
+		f.opts = v
+	case "deid":
+		f.deid = v
+	case "priority":
+		f.priority = v
+	case "atm":
+		f.atm = v
+	case "attemptsMade":
+		f.attemptsMade = v
+	case "ats":
+		f.ats = v
+	case "stc":
+		f.stc = v
+	case "timestamp":
+		f.timestamp = v
+	case "processedOn":
+		f.processedOn = v
+	case "finishedOn":
+		f.finishedOn = v
+	case "delay":
+		f.delay = v
+	case "failedReason":
+		f.failedReason = v
+	case "returnvalue":
+		f.returnValue, f.hasReturnValue = v, true
+	case "rjk":
+		f.rjk = v
+	case "pb":
+		f.pb = v
+	case "defa":
+		f.defa = v
+	}
+}
+
+// parseJob builds a Job from a flat HGETALL reply (field, value, ...).
 func parseJob(id string, flat []any) *Job {
 	var f hashFields
 	for i := 0; i+1 < len(flat); i += 2 {
 		k, _ := flat[i].(string)
 		v, _ := flat[i+1].(string)
-		switch k {
-		case "name":
-			f.name = v
-		case "data":
-			f.data = v
-		case "opts":
-			f.opts = v
-		case "deid":
-			f.deid = v
-		case "priority":
-			f.priority = v
-		case "atm":
-			f.atm = v
-		case "attemptsMade":
-			f.attemptsMade = v
-		case "ats":
-			f.ats = v
-		case "stc":
-			f.stc = v
-		case "timestamp":
-			f.timestamp = v
-		case "processedOn":
-			f.processedOn = v
-		case "finishedOn":
-			f.finishedOn = v
-		case "delay":
-			f.delay = v
-		case "failedReason":
-			f.failedReason = v
-		case "returnvalue":
-			f.returnValue, f.hasReturnValue = v, true
-		case "rjk":
-			f.rjk = v
-		case "pb":
-			f.pb = v
-		case "defa":
-			f.defa = v
+		f.set(k, v)
+	}
+	return f.job(id)
+}
+
+// parseTakenJob builds a Job from a take's fields: number, value, ...,
+// numbered by takeFieldOrder (0 for a field it does not read). It runs for
+// every job taken.
+func parseTakenJob(id string, numbered []any) *Job {
+	var f hashFields
+	for i := 0; i+1 < len(numbered); i += 2 {
+		n, _ := numbered[i].(int64)
+		v, ok := numbered[i+1].(string)
+		if ok && n >= 1 && n <= int64(len(takeFieldOrder)) {
+			f.set(takeFieldOrder[n-1], v)
 		}
 	}
+	return f.job(id)
+}
+
+// job builds the Job the fields describe.
+func (f *hashFields) job(id string) *Job {
 	j := &Job{ID: id}
 	var corrupt []string
 	j.Name = f.name

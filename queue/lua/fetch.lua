@@ -10,10 +10,11 @@
   ARGV[3]     lock TTL in milliseconds
   ARGV[4]     worker name recorded as processedBy ("pb"), "" for none
 
-  Returns { jobId or "", nowMs, msUntilNextDelayed or -1, {job hash
-  fields as read before the take}, {scheduler request} or nil, attempts
-  started or "" } (see fetchReply in lib.lua).
+  Returns { nowMs, then lib.lua's fetchReply: jobId or "",
+  msUntilNextDelayed or nil, {job hash fields as read before the take,
+  names numbered by lib.lua's jobFieldIndex} or nil, {scheduler request} or
+  nil, attempts started or nil }.
 ]]
 local k = K()
 local now, nowS = nowMs()
-return { fetchReply(k, ARGV[1], now, maxEvents(k), ARGV[2], ARGV[3], ARGV[4], true, nowS) }
+return { now, fetchReply(k, ARGV[1], now, maxEvents(k), ARGV[2], ARGV[3], ARGV[4], true, nowS) }

@@ -38,9 +38,6 @@
 ]]
 local rcall = redis.call
 
--- noItems is the empty array of a reply, shared: a reply only reads it.
-local noItems = {}
-
 local function K()
   return {
     wait = KEYS[1], active = KEYS[2], paused = KEYS[3], delayed = KEYS[4],
@@ -400,16 +397,25 @@ local function schedulerOnTake(k, prefix, now, maxLen, jobId, sid)
   return { 2, sid, s.pattern, s.tz or "", curMs }
 end
 
+-- jobFieldIndex numbers the job hash fields Go's parseJob reads, as
+-- takeFieldOrder in job.go orders them (a test keeps the two the same). A
+-- take returns its job's fields with each name replaced by its number (0
+-- for a field Go does not read): a number costs the client no allocation,
+-- a string two, and the names were half of a take's strings.
+local jobFieldIndex = { name = 1, data = 2, opts = 3, deid = 4, priority = 5, atm = 6, attemptsMade = 7,
+  ats = 8, stc = 9, timestamp = 10, processedOn = 11, finishedOn = 12, delay = 13, failedReason = 14,
+  returnvalue = 15, rjk = 16, pb = 17, defa = 18 }
+
 -- takeNext moves the next ready job to active under a lock and returns its
--- id, key, hash fields (as HGETALL gave them, before this take's writes),
--- scheduler id ("rjk") and new attempts-started count ("ats", a string), or
--- nil. The caller knows the rest of what the take wrote (processedOn is now,
--- pb the worker name it passed), so the fields are not patched here: the
--- patch grew the table and the reply by three fields per job. Ghost ids (no job hash) and BullMQ v4
--- "0:" markers are dropped on the way. With rearm it wakes a peer when more
--- jobs are ready: a consumer woken by the marker must pass the wake-up on.
--- A consumer that completes a job and takes the next in the same call
--- consumed no wake-up, so it has none to pass on (an add re-arms anyway).
+-- id, key, hash fields (HGETALL's, before this take's writes, names
+-- numbered by jobFieldIndex), scheduler id ("rjk") and new attempts-started
+-- count ("ats"), or nil. The caller knows the rest of what the take wrote
+-- (processedOn is now, pb the worker name it passed). Ghost ids (no job
+-- hash) and BullMQ v4 "0:" markers are dropped on the way. With rearm it
+-- wakes a peer when more jobs are ready: a consumer woken by the marker
+-- must pass the wake-up on. A consumer that completes a job and takes the
+-- next in the same call consumed no wake-up, so it has none to pass on (an
+-- add re-arms anyway).
 local function takeNext(k, prefix, now, maxLen, token, lockMs, worker, rearm, nowS)
   local paused, maxed = blocked(k)
   if paused or maxed then return nil end
@@ -423,27 +429,29 @@ local function takeNext(k, prefix, now, maxLen, token, lockMs, worker, rearm, no
       rcall("LPUSH", k.active, id)
     end
     local jobKey = prefix .. id
-    local fields = {}
+    local fields = nil
     if string.sub(id, 1, 2) ~= "0:" then fields = rcall("HGETALL", jobKey) end
-    if #fields > 0 then
+    if fields and #fields > 0 then
       rcall("SET", jobKey .. ":lock", token, "PX", lockMs)
-      -- The fields are returned as read: the caller applies this take's
-      -- writes itself (processedOn is now, pb its own name, ats returned).
       local atsAt, rjk = nil, nil
       for i = 1, #fields, 2 do
-        local f = fields[i]
-        if f == "ats" then
+        local ix = jobFieldIndex[fields[i]] or 0
+        fields[i] = ix
+        if ix == 8 then
           atsAt = i + 1
-        elseif f == "rjk" then
+        elseif ix == 16 then
           rjk = fields[i + 1]
         end
       end
-      local ats = "1"
-      if atsAt then ats = string.format("%d", math.floor(num(fields[atsAt], 0)) + 1) end
+      local ats, atsS = 1, "1"
+      if atsAt then
+        ats = math.floor(num(fields[atsAt], 0)) + 1
+        atsS = string.format("%d", ats)
+      end
       if worker ~= "" then
-        rcall("HSET", jobKey, "processedOn", nowS, "ats", ats, "pb", worker)
+        rcall("HSET", jobKey, "processedOn", nowS, "ats", atsS, "pb", worker)
       else
-        rcall("HSET", jobKey, "processedOn", nowS, "ats", ats)
+        rcall("HSET", jobKey, "processedOn", nowS, "ats", atsS)
       end
       emit(k, maxLen, "active", "jobId", id, "prev", "waiting")
       if rearm and (rcall("LLEN", k.wait) > 0 or rcall("ZCARD", k.prioritized) > 0) then
@@ -456,14 +464,15 @@ local function takeNext(k, prefix, now, maxLen, token, lockMs, worker, rearm, no
   return nil
 end
 
--- fetchReply promotes due jobs, takes the next one and returns the six
--- values of the reply shared by fetch.lua and complete.lua (multiple
--- values, not a table: complete.lua lays them out flat):
---   jobId or "", nowMs, msUntilNextDelayed or -1, {job hash fields as
---   read}, {scheduler request} or false, attempts started or ""
+-- fetchReply promotes due jobs, takes the next one and returns the five
+-- values of a take's reply, shared by fetch.lua and complete.lua (multiple
+-- values, not a table: complete.lua lays them out flat, after the server
+-- time they share):
+--   jobId or "", msUntilNextDelayed or false, {numbered fields} or false,
+--   {scheduler request} or false, attempts started or false
 -- Each table of a script's reply costs the server seven probes for the
--- special reply fields (err, ok, double, ...), so "no scheduler request" is
--- false rather than an empty table.
+-- special reply fields (err, ok, double, ...), and each value the client an
+-- allocation or two: what is absent is false (a nil reply).
 -- The delayed set's head is read once; promotion (and a second read) only
 -- happen when it is due, and a second read when a scheduler run was made.
 -- head, when given, carries the head's due time (head.due, nil for none)
@@ -481,14 +490,12 @@ local function fetchReply(k, prefix, now, maxLen, token, lockMs, worker, rearm, 
   end
   local id, _, fields, rjk, ats = takeNext(k, prefix, now, maxLen, token, lockMs, worker, rearm, nowS)
   local sched = false
-  if not id then
-    fields = noItems
-  elseif rjk then
+  if rjk then
     sched = schedulerOnTake(k, prefix, now, maxLen, id, rjk)
     head.due = nextDueMs(k)
   end
   local due = head.due
-  local wait = -1
+  local wait = false
   if due then
     wait = due - now
     if wait < 0 then wait = 0 end
@@ -496,5 +503,5 @@ local function fetchReply(k, prefix, now, maxLen, token, lockMs, worker, rearm, 
     -- the one that just got busy.
     if id then rcall("ZADD", k.marker, due, "1") end
   end
-  return id or "", now, wait, fields, sched, ats or ""
+  return id or "", wait, fields or false, sched, ats or false
 end
