@@ -65,6 +65,15 @@ local function num(v, def)
   return n
 end
 
+-- nextCount is the count after a stored one (v; nil or junk counts as 0),
+-- as a number and as the decimal string redis.call is given (a number
+-- argument would be formatted by the server with %.17g).
+local function nextCount(v)
+  if not v then return 1, "1" end
+  local n = math.floor(num(v, 0)) + 1
+  return n, string.format("%d", n)
+end
+
 -- decodeJSON decodes a JSON object written by us or a peer; junk gives {}.
 local function decodeJSON(raw)
   if type(raw) ~= "string" or raw == "" then return {} end
@@ -287,11 +296,7 @@ local function finish(k, prefix, now, maxLen, jobId, jobKey, target, field, valu
   if raw and (string.find(raw, optName, 1, true) or string.find(raw, "\\", 1, true)) then
     keepSpec = decodeJSON(raw)[optName]
   end
-  local atm, atmS = 1, "1" -- a string: the server would format a number with %.17g
-  if attrs[3] then
-    atm = math.floor(num(attrs[3], 0)) + 1
-    atmS = string.format("%d", atm)
-  end
+  local atm, atmS = nextCount(attrs[3])
   local keep, age, count, limit = keepOf(keepSpec)
   if keep then
     rcall("ZADD", setKey, nowS or now, jobId)
@@ -433,21 +438,18 @@ local function takeNext(k, prefix, now, maxLen, token, lockMs, worker, rearm, no
     if string.sub(id, 1, 2) ~= "0:" then fields = rcall("HGETALL", jobKey) end
     if fields and #fields > 0 then
       rcall("SET", jobKey .. ":lock", token, "PX", lockMs)
-      local atsAt, rjk = nil, nil
+      local atsIx, rjkIx = jobFieldIndex.ats, jobFieldIndex.rjk
+      local stored, rjk = nil, nil
       for i = 1, #fields, 2 do
         local ix = jobFieldIndex[fields[i]] or 0
         fields[i] = ix
-        if ix == 8 then
-          atsAt = i + 1
-        elseif ix == 16 then
+        if ix == atsIx then
+          stored = fields[i + 1]
+        elseif ix == rjkIx then
           rjk = fields[i + 1]
         end
       end
-      local ats, atsS = 1, "1"
-      if atsAt then
-        ats = math.floor(num(fields[atsAt], 0)) + 1
-        atsS = string.format("%d", ats)
-      end
+      local ats, atsS = nextCount(stored)
       if worker ~= "" then
         rcall("HSET", jobKey, "processedOn", nowS, "ats", atsS, "pb", worker)
       else
