@@ -73,7 +73,21 @@ func ksConnect(e env, cmd string) (*redis.Client, string, int) {
 	opts.ContextTimeoutEnabled = true
 	opts.PoolSize = 4
 	opts.DisableIdentity = true // one fewer round trip per connection (CLIENT SETINFO)
+	opts.OnConnect = refuseUnauthenticated
 	return redis.NewClient(opts), shown, exitOK
+}
+
+// refuseUnauthenticated fails a new connection that the server will not
+// serve without a password. Left in the pool, such a connection gave a
+// command NOAUTH or, when the server had closed it (Valkey drops an
+// unauthenticated client that sends more than 10 arguments, as the
+// registry read does), EOF: "unreachable" instead of "wrong password".
+func refuseUnauthenticated(ctx context.Context, cn *redis.Conn) error {
+	err := cn.Ping(ctx).Err()
+	if err != nil && isReply(err) && (strings.HasPrefix(err.Error(), "NOAUTH") || strings.HasPrefix(err.Error(), "WRONGPASS")) {
+		return err
+	}
+	return nil
 }
 
 // ksUnreachable prints the one message every kill-switch command gives when
