@@ -119,7 +119,7 @@ func TestCeilingRound_BothReadings(t *testing.T) {
 	if c.EvalshaPerSec != 80000 || c.CallsPerJob != 0.2 || c.OursJobsPerSec != 20000 {
 		t.Fatalf("ceilingRound = %+v", c)
 	}
-	// The formula: 80000 calls/s over 0.2 calls per job.
+	// The ceiling formula: 80000 calls/s over 0.2 calls per job.
 	if c.JobsPerSec != 400000 || c.Fraction != 0.05 {
 		t.Errorf("formula reading: %v jobs/s, fraction %v", c.JobsPerSec, c.Fraction)
 	}

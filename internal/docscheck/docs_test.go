@@ -1,0 +1,62 @@
+package docscheck
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// offTopic are phrases that speak about how the software was built rather
+// than about the software, or point at files that do not ship with it.
+var offTopic = []*regexp.Regexp{
+	regexp.MustCompile(`(?i)\b(first|second|third|fourth|this|previous|last|next) session\b`),
+	regexp.MustCompile(`(?i)\bsession's (figures|runs|first)\b`),
+	regexp.MustCompile(`(?i)\bthe issue\b|\bissue's\b|\bissue #?\d+\b`),
+	regexp.MustCompile(`ARCHITECTURE\.md|shared folder|\.\./shared|original-pi-dispatch\.md|§\d`),
+}
+
+// docFiles lists every Markdown file the module ships outside node_modules.
+func docFiles(t *testing.T) []string {
+	t.Helper()
+	root := filepath.Join("..", "..")
+	var files []string
+	for _, dir := range []string{"docs", "examples", "deploy", "image", "bench"} {
+		_ = filepath.WalkDir(filepath.Join(root, dir), func(p string, d os.DirEntry, err error) error {
+			if err != nil {
+				return nil
+			}
+			if d.IsDir() && d.Name() == "node_modules" {
+				return filepath.SkipDir
+			}
+			if !d.IsDir() && strings.HasSuffix(p, ".md") {
+				files = append(files, p)
+			}
+			return nil
+		})
+	}
+	files = append(files, filepath.Join(root, "README.md"))
+	if len(files) < 5 {
+		t.Fatalf("found only %d doc files under %s; is the test running from internal/docscheck?", len(files), root)
+	}
+	return files
+}
+
+// TestDocsSpeakToUsers fails on a doc line that narrates the work behind the
+// software or cites a file outside the repository.
+func TestDocsSpeakToUsers(t *testing.T) {
+	for _, f := range docFiles(t) {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(raw), "\n") {
+			for _, re := range offTopic {
+				if m := re.FindString(line); m != "" {
+					t.Errorf("%s:%d: %q speaks about the work, not the software: %s", f, i+1, m, strings.TrimSpace(line))
+				}
+			}
+		}
+	}
+}
