@@ -70,6 +70,7 @@ var EnvVars = []string{
 	"PI_JOB_MEMORY",
 	"PI_JOB_CPUS",
 	"PI_JOB_TIMEOUT",
+	"PI_CONTAINER_USER",
 	"PI_LOGS_DIR",
 	"PI_LOG_RETENTION_DAYS",
 	"PI_TRIGGERS_FILE",
@@ -123,6 +124,12 @@ type Config struct {
 	// Go duration syntax ("30m", "1h30m"; a bare number is refused), 1s..24h,
 	// defaults to 30m.
 	JobTimeout time.Duration
+	// ContainerUser is who a job's process runs as. PI_CONTAINER_USER:
+	// "owner" (the default, also when empty) runs a folder job as the uid:gid
+	// that owns its folder on this host, and a forge job as the image's USER;
+	// "image" runs every job as the image's USER; "root" (0:0) or "UID:GID"
+	// runs every job as that user. See docs/container-contract.md.
+	ContainerUser string
 	// LogsDir holds the run records. PI_LOGS_DIR, an absolute clean path, defaults to
 	// $TMPDIR/pi-dispatch/logs ($TMPDIR when absolute, else /tmp).
 	LogsDir string
@@ -330,6 +337,9 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 			c.JobTimeout = d
 		}
 	}
+	if v, ok := get("PI_CONTAINER_USER"); ok {
+		c.ContainerUser = v
+	}
 	if v, ok := get("PI_LOGS_DIR"); ok {
 		c.LogsDir = v
 	}
@@ -434,6 +444,9 @@ func (c Config) problems(raw map[string]string) ConfigErrors {
 		add("PI_JOB_CPUS", strconv.FormatFloat(c.JobCPUs, 'g', -1, 64), fmt.Sprintf("must be between %g and %g", MinJobCPUs, MaxJobCPUs))
 	}
 	durRange("PI_JOB_TIMEOUT", c.JobTimeout, MinJobTimeout, MaxJobTimeout, false)
+	if _, rule := parseContainerUser(c.ContainerUser); rule != "" {
+		add("PI_CONTAINER_USER", c.ContainerUser, rule)
+	}
 	if rule := absCleanRule(c.LogsDir); rule != "" {
 		add("PI_LOGS_DIR", c.LogsDir, rule)
 	}

@@ -45,6 +45,8 @@ func field(c dispatch.Config, name string) any {
 		return c.JobCPUs
 	case "PI_JOB_TIMEOUT":
 		return c.JobTimeout
+	case "PI_CONTAINER_USER":
+		return c.ContainerUser
 	case "PI_LOGS_DIR":
 		return c.LogsDir
 	case "PI_LOG_RETENTION_DAYS":
@@ -136,6 +138,12 @@ func TestLoadConfig_GoodValues(t *testing.T) {
 		{"PI_JOB_CPUS", "16", 16.0},
 		{"PI_JOB_CPUS", "0.01", 0.01},
 		{"PI_JOB_CPUS", "1024", 1024.0},
+		{"PI_CONTAINER_USER", "owner", "owner"},
+		{"PI_CONTAINER_USER", "image", "image"},
+		{"PI_CONTAINER_USER", "root", "root"},
+		{"PI_CONTAINER_USER", "1000:1000", "1000:1000"},
+		{"PI_CONTAINER_USER", "0:0", "0:0"},
+		{"PI_CONTAINER_USER", "", ""},
 		{"PI_JOB_TIMEOUT", "45m", 45 * time.Minute},
 		{"PI_JOB_TIMEOUT", "1h30m", 90 * time.Minute},
 		{"PI_JOB_TIMEOUT", "1s", time.Second},
@@ -238,6 +246,14 @@ func TestLoadConfig_BadValues(t *testing.T) {
 		{"PI_JOB_CPUS", "NaN", "decimal number"},
 		{"PI_JOB_CPUS", "Inf", "decimal number"},
 		{"PI_JOB_CPUS", "2 ", "decimal number"},
+		{"PI_CONTAINER_USER", "1000", "UID:GID in numbers"},
+		{"PI_CONTAINER_USER", "bob", `"owner" (the folder's owner, the default), "image"`},
+		{"PI_CONTAINER_USER", "bob:staff", "UID:GID in numbers"},
+		{"PI_CONTAINER_USER", "-1:0", "UID:GID"},
+		{"PI_CONTAINER_USER", "01:1", "UID:GID"},
+		{"PI_CONTAINER_USER", "4294967295:0", "UID:GID"},
+		{"PI_CONTAINER_USER", "1000:1000:1", "UID:GID"},
+		{"PI_CONTAINER_USER", "Owner", "UID:GID"},
 		{"PI_JOB_TIMEOUT", "1800", "needs a unit"},
 		{"PI_JOB_TIMEOUT", "1800000", "needs a unit"},
 		{"PI_JOB_TIMEOUT", "-5m", "Go duration"},

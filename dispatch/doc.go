@@ -15,7 +15,8 @@
 //   - [Job] is the job's public description as it travels in the queue's job data
 //     (camelCase JSON, unknown fields refused). [LocalJobID] and [ChainJobID]
 //     derive the deterministic ids the original derives, so a Go and a Node
-//     producer deduplicate the same run.
+//     producer deduplicate the same run; [LocalRunID] adds every other field
+//     that changes what runs, so the same run on another image is a new job.
 //   - [PauseWindows] and [ScopedLimits] are the two optional policy files.
 //     Both parsers are strict: a misspelled key is an error naming the row and
 //     the field, never a silently ignored limit.

@@ -2,6 +2,8 @@ package dispatch
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -69,6 +71,10 @@ type Enqueued struct {
 	// Added is false when a job with this id (or dedup id) already existed:
 	// the request was a duplicate and nothing new will run.
 	Added bool
+	// State is the existing job's state when a local run was a duplicate
+	// (Added false), so the caller can say whether it is still to run or
+	// already ran; empty when it could not be read.
+	State queue.State
 }
 
 // NewProducer returns a Producer writing through client.
@@ -146,10 +152,26 @@ func (p *Producer) retryOpts(keepDone, keepFailed time.Duration) queue.AddOption
 }
 
 // EnqueueLocal enqueues a run of a folder on this host. Its id is
-// LocalJobID(folder, flow, task, this minute): the same request twice within
-// one minute is one job. It goes onto this host's own queue when the name is
-// declared (only this machine has the folder), else the shared queue.
+// LocalRunID(job, this minute): the same request twice within one minute is
+// one job, and a duplicate comes back with Added false and the existing
+// job's State. It goes onto this host's own queue when the name is declared
+// (only this machine has the folder), else the shared queue.
 func (p *Producer) EnqueueLocal(ctx context.Context, job Job) (Enqueued, error) {
+	return p.enqueueLocal(ctx, job)
+}
+
+// EnqueueLocalNew enqueues a run of a folder like EnqueueLocal, but always as
+// a new job: a random part joins the id, so an identical run asked for
+// within the same minute (one that already finished, say) runs again.
+func (p *Producer) EnqueueLocalNew(ctx context.Context, job Job) (Enqueued, error) {
+	var nonce [8]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		return Enqueued{}, err
+	}
+	return p.enqueueLocal(ctx, job, "new:"+hex.EncodeToString(nonce[:]))
+}
+
+func (p *Producer) enqueueLocal(ctx context.Context, job Job, extra ...string) (Enqueued, error) {
 	if job.Kind == "" {
 		job.Kind = KindLocal
 	}
@@ -159,12 +181,18 @@ func (p *Producer) EnqueueLocal(ctx context.Context, job Job) (Enqueued, error) 
 	if job.Folder == "" {
 		return Enqueued{}, fmt.Errorf("%w: folder: a local run needs a folder", ErrInvalidJob)
 	}
-	flow := job.Flow
-	if job.Command != "" {
-		flow = "cmd:" + job.Command
+	id := LocalRunID(job, p.cfg.Now(), extra...)
+	e, err := p.add(ctx, p.ownQueue(), id, job, p.retryOpts(localKeepCompleted, localKeepFailed))
+	if err != nil || e.Added {
+		return e, err
 	}
-	id := LocalJobID(job.Folder, flow, job.Task, p.cfg.Now())
-	return p.add(ctx, p.ownQueue(), id, job, p.retryOpts(localKeepCompleted, localKeepFailed))
+	// A duplicate: say what became of the first, best effort.
+	if q, qerr := p.queue(e.Queue); qerr == nil {
+		if existing, gerr := q.Get(ctx, e.JobID); gerr == nil {
+			e.State = existing.State
+		}
+	}
+	return e, nil
 }
 
 // EnqueueChain enqueues a child a finished job asked for. Its id is

@@ -468,6 +468,31 @@ func LocalJobID(folder, flow, task string, minute time.Time) string {
 	return "local-" + hash16(folder, flow, task, minute.UTC().Format(localIDMinute))
 }
 
+// emptyJobJSON is the JSON of a Job{} (kind is never omitted).
+const emptyJobJSON = `{"kind":""}`
+
+// LocalRunID is the id [Producer.EnqueueLocal] gives job, a local run asked
+// for at minute. A job that sets only its folder, flow (or command) and task
+// gets LocalJobID, the original's id. Every other field that changes what
+// runs (the image, the agent settings, the secrets profile, waitFor, resume)
+// joins the hash as one more part, the job's JSON without the four fields
+// already hashed, so the same run on another image is another job, never a
+// duplicate of the first. extra parts (a nonce for a forced fresh run)
+// follow. The id stays "local-" + 16 hex.
+func LocalRunID(job Job, minute time.Time, extra ...string) string {
+	flow := job.Flow
+	if job.Command != "" {
+		flow = "cmd:" + job.Command
+	}
+	parts := []string{job.Folder, flow, job.Task, minute.UTC().Format(localIDMinute)}
+	rest := job
+	rest.Kind, rest.Folder, rest.Flow, rest.Command, rest.Task = "", "", "", "", ""
+	if b, err := json.Marshal(rest); err == nil && string(b) != emptyJobJSON {
+		parts = append(parts, string(b))
+	}
+	return "local-" + hash16(append(parts, extra...)...)
+}
+
 // ChainJobID is the id of a chained child: "chain-" + the first 16 hex of
 // sha256(parent NUL flow NUL task). No time component, so a retried parent asks for
 // the same child and the queue deduplicates it.

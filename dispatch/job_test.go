@@ -181,6 +181,51 @@ func TestLocalJobID(t *testing.T) {
 	require.True(t, dispatch.ValidJobID(dispatch.ChainJobID("p", "f", "t")))
 }
 
+func TestLocalRunID(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 30, 2, 11, 42, 0, time.UTC)
+	base := dispatch.Job{Kind: dispatch.KindLocal, Folder: "/home/me/proj", Flow: "review", Task: "fix the bug"}
+	// A job with only folder, flow and task keeps the original's id.
+	require.Equal(t, "local-00a5c2f57c689cf5", dispatch.LocalRunID(base, at))
+	require.Equal(t, "local-26c83670cfedc325", dispatch.LocalRunID(dispatch.Job{Folder: "/srv/ü", Command: "lint"}, time.Date(2027, 1, 1, 0, 0, 59, 0, time.UTC)))
+	// Every field that changes what runs makes another job.
+	seen := map[string]string{dispatch.LocalRunID(base, at): "base"}
+	pkgs := false
+	for name, change := range map[string]func(*dispatch.Job){
+		"image":          func(j *dispatch.Job) { j.Image = "pi-job:2" },
+		"model":          func(j *dispatch.Job) { j.Model = "m" },
+		"provider":       func(j *dispatch.Job) { j.Provider = "p" },
+		"models":         func(j *dispatch.Job) { j.Models = []string{"a"} },
+		"maxTurns":       func(j *dispatch.Job) { j.MaxTurns = 3 },
+		"maxCostUsd":     func(j *dispatch.Job) { j.MaxCostUSD = "1.00" },
+		"packages":       func(j *dispatch.Job) { j.Packages = &pkgs },
+		"secretsProfile": func(j *dispatch.Job) { j.SecretsProfile = "prod" },
+		"waitFor":        func(j *dispatch.Job) { j.WaitFor = []dispatch.WaitCondition{{After: "1m"}} },
+		"resume":         func(j *dispatch.Job) { j.Resume = true },
+		"skillsDir":      func(j *dispatch.Job) { j.SkillsDir = "/skills" },
+		"github":         func(j *dispatch.Job) { j.GitHub = true },
+		"excludeTools":   func(j *dispatch.Job) { j.ExcludeTools = []string{"bash"} },
+	} {
+		j := base
+		change(&j)
+		id := dispatch.LocalRunID(j, at)
+		if prev, dup := seen[id]; dup {
+			t.Errorf("%s: same id as %s", name, prev)
+		}
+		seen[id] = name
+		require.True(t, dispatch.ValidJobID(id))
+		require.Regexp(t, `^local-[0-9a-f]{16}$`, id)
+		// Still one job per minute.
+		require.Equal(t, id, dispatch.LocalRunID(j, at.Add(10*time.Second)), name)
+	}
+	// The attempt is not part of what runs.
+	j := base
+	j.Attempt = 2
+	require.Equal(t, "local-00a5c2f57c689cf5", dispatch.LocalRunID(j, at))
+	// An extra part (the nonce of a forced fresh run) makes another job.
+	require.NotEqual(t, dispatch.LocalRunID(base, at), dispatch.LocalRunID(base, at, "new:1"))
+}
+
 func TestValidImageRef(t *testing.T) {
 	t.Parallel()
 	good := []string{"pi-job", "pi-job:latest", "ghcr.io/edgehero/pi-job:1.8.0", "localhost:5000/a/b_c__d", "a.b-c:Tag_1.0",

@@ -155,6 +155,12 @@ func (w *Worker) handle(ctx context.Context, q JobQueue, job *queue.Job, token s
 	env["PI_JOB_ID"] = job.ID
 	env["PI_WORKER_NAME"] = w.cfg.WorkerName
 
+	user, err := w.containerUser(spec)
+	if err != nil {
+		log.Error("job_user_failed", "err", err)
+		w.fail(ctx, h, ReasonNeverStarted, nil, nil)
+		return
+	}
 	jobDir, workspace, cleanup, err := w.prepareDirs(h)
 	if err != nil {
 		log.Error("job_dirs_failed", "err", err)
@@ -175,7 +181,7 @@ func (w *Worker) handle(ctx context.Context, q JobQueue, job *queue.Job, token s
 		defer close(extendDone)
 		w.keepLock(runCtx, h, stopRun, lost)
 	}()
-	log.Info("job_started", "image", h.rec.Image, "kind", string(spec.Kind))
+	log.Info("job_started", "image", h.rec.Image, "kind", string(spec.Kind), "user", user)
 	result, runErr := w.deps.Runtime.Run(runCtx, runner.Spec{
 		JobID:        job.ID,
 		Worker:       w.cfg.WorkerName,
@@ -186,6 +192,7 @@ func (w *Worker) handle(ctx context.Context, q JobQueue, job *queue.Job, token s
 		Memory:       w.cfg.JobMemory,
 		CPUs:         w.cfg.JobCPUs,
 		Timeout:      w.cfg.JobTimeout,
+		User:         user,
 	})
 	stopRun()
 	unwatch()

@@ -52,6 +52,7 @@ type containerSpec struct {
 	Labels  map[string]string
 	Mounts  []bindMount
 	Network string // "" is the engine's default network
+	User    string // "UID[:GID]"; "" is the image's USER
 
 	Memory   int64
 	NanoCPUs int64

@@ -87,6 +87,7 @@ func (e mobyEngine) create(ctx context.Context, cs containerSpec) (string, error
 			Image:        cs.Image,
 			Env:          cs.Env,
 			Labels:       cs.Labels,
+			User:         cs.User,
 			AttachStdout: true,
 			AttachStderr: true,
 		},

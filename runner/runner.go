@@ -160,6 +160,11 @@ type Spec struct {
 	// Labels are extra container labels; they may not set LabelJob or
 	// LabelWorker.
 	Labels map[string]string
+	// User is the user the job's process runs as, "UID" or "UID:GID" in
+	// numbers; empty keeps the image's own USER. A job that writes a host
+	// folder runs as the folder's owner: with every capability dropped, a
+	// root process cannot write a folder another uid owns.
+	User string
 	// OutputFile, when set, receives the job's whole output (stdout and
 	// stderr as they interleaved), created with mode 0600. Its size is not
 	// bounded by the runner.
@@ -359,6 +364,10 @@ func (d *Docker) prepare(spec Spec) (containerSpec, time.Duration, error) {
 		mounts = append(mounts, m)
 	}
 
+	if spec.User != "" && !validUser(spec.User) {
+		return invalid("user %q must be UID or UID:GID in numbers (empty keeps the image's user)", spec.User)
+	}
+
 	if n := strings.ToLower(spec.Network); n == "host" || strings.Contains(n, ":") {
 		return invalid("network %q would share the host's or another container's namespace", spec.Network)
 	}
@@ -394,6 +403,7 @@ func (d *Docker) prepare(spec Spec) (containerSpec, time.Duration, error) {
 		Labels:   labels,
 		Mounts:   mounts,
 		Network:  spec.Network,
+		User:     spec.User,
 		Memory:   memory,
 		NanoCPUs: int64(math.Round(cpus * 1e9)),
 
@@ -403,6 +413,25 @@ func (d *Docker) prepare(spec Spec) (containerSpec, time.Duration, error) {
 		Init:            true,
 		ShmSize:         ShmSize,
 	}, timeout, nil
+}
+
+// validUser accepts "UID" or "UID:GID", each 1 to 10 digits: numbers need
+// no passwd file in the image, and a name could resolve to another user in
+// another image.
+func validUser(u string) bool {
+	uid, gid, hasGID := strings.Cut(u, ":")
+	digits := func(s string) bool {
+		if s == "" || len(s) > 10 {
+			return false
+		}
+		for i := 0; i < len(s); i++ {
+			if s[i] < '0' || s[i] > '9' {
+				return false
+			}
+		}
+		return true
+	}
+	return digits(uid) && (!hasGID || digits(gid))
 }
 
 // checkText refuses an empty, oversized, NUL-carrying or non-UTF-8 value.

@@ -108,10 +108,14 @@ func TestRunContainerSpec(t *testing.T) {
 	spec.Labels = map[string]string{"team": "x"}
 	spec.JobDir, spec.WorkspaceDir = "/srv/jobs/1/", "/srv/ws/1"
 	spec.Network = "none"
+	spec.User = "1000:1001"
 	if _, err := d.Run(context.Background(), spec); err != nil {
 		t.Fatal(err)
 	}
 	cs := eng.created[0]
+	if cs.User != "1000:1001" {
+		t.Fatalf("user %q, want the spec's", cs.User)
+	}
 	if cs.Image != "sha256:feed" || !slices.Equal(cs.Env, []string{"A=1", "B=2", "EMPTY=", "SECRET_TOKEN=s3cr3t-value"}) {
 		t.Fatalf("image %q env %q", cs.Image, cs.Env)
 	}
@@ -132,11 +136,12 @@ func TestRunContainerSpec(t *testing.T) {
 
 	spec.Memory, spec.CPUs = 64<<20, 0.25
 	spec.JobID = "job-2"
+	spec.User = ""
 	if _, err := d.Run(context.Background(), spec); err != nil {
 		t.Fatal(err)
 	}
-	if cs := eng.created[1]; cs.Memory != 64<<20 || cs.NanoCPUs != 250_000_000 {
-		t.Fatalf("spec limits not used: %d %d", cs.Memory, cs.NanoCPUs)
+	if cs := eng.created[1]; cs.Memory != 64<<20 || cs.NanoCPUs != 250_000_000 || cs.User != "" {
+		t.Fatalf("spec limits not used: %d %d %q", cs.Memory, cs.NanoCPUs, cs.User)
 	}
 }
 
@@ -166,6 +171,11 @@ func TestRunRefusesInvalidSpec(t *testing.T) {
 		"infinite cpus":      func(s *Spec) { s.CPUs = math.Inf(1) },
 		"negative cpus":      func(s *Spec) { s.CPUs = -1 },
 		"negative timeout":   func(s *Spec) { s.Timeout = -time.Second },
+		"user by name":       func(s *Spec) { s.User = "root" },
+		"user with a space":  func(s *Spec) { s.User = "1000 :1000" },
+		"user empty gid":     func(s *Spec) { s.User = "1000:" },
+		"user three parts":   func(s *Spec) { s.User = "1:2:3" },
+		"user too long":      func(s *Spec) { s.User = "12345678901" },
 	}
 	for name, m := range mutate {
 		t.Run(name, func(t *testing.T) {

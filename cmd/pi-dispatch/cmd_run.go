@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/queue"
 )
 
 func init() {
@@ -26,46 +27,38 @@ func init() {
 // seconds rather than a hang.
 const runEnqueueTimeout = 5 * time.Second
 
-const runUsage = `usage: pi-dispatch run <folder> --task TEXT (--flow NAME | --command CMD) [--image IMG] [--force] [--env-file PATH]
+const runUsage = `usage: pi-dispatch run <folder> (--task TEXT | --task - | --task-file PATH) [--flow NAME | --command CMD] [--image IMG] [--new] [--force] [--env-file PATH]
 
 Queues one job that runs the agent in <folder>, on this host: onto this host's
 own queue pi-jobs@<name> when PI_WORKER_NAME is declared (in the shell, or else
-in the deployment .env), else onto the shared queue. A folder with uncommitted
-git changes is refused unless --force. Prints "queued <jobId>" on stdout.
+in the deployment .env), else onto the shared queue. The folder must be a clean
+git work tree: a folder with uncommitted changes, or one outside any git
+repository, is refused unless --force. The job image runs the flow named by
+--flow (default "` + defaultFlow + `") with the task, or the prompt command named by
+--command; docs/flows.md says what each means. The same run asked for twice
+within one minute is one job; --new queues another. Prints "queued <jobId>" on
+stdout.
 `
 
-func cmdRun(ctx context.Context, e env, args []string) int {
-	fset := flag.NewFlagSet("run", flag.ContinueOnError)
-	fset.SetOutput(e.stderr)
-	fset.Usage = func() { fmt.Fprint(e.stderr, runUsage); fset.PrintDefaults() }
-	task := fset.String("task", "", "the instruction for the agent (required with --flow)")
-	flow := fset.String("flow", "", "the agent flow to run")
-	command := fset.String("command", "", "a prompt command to run instead of a flow")
-	image := fset.String("image", "", "the job image for this run (default PI_JOB_IMAGE; never pulled)")
-	force := fset.Bool("force", false, "queue even when the folder has uncommitted git changes")
-	envFile := fset.String("env-file", ".env", "the deployment .env read for PI_WORKER_NAME when the shell does not set it (\"\" to skip)")
-	pos, err := parseInterleaved(fset, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	if err != nil {
-		return exitUsage
-	}
-	if len(pos) != 1 {
-		fmt.Fprintf(e.stderr, "pi-dispatch run: want exactly one folder, got %d argument(s)\n", len(pos))
-		fset.Usage()
-		return exitUsage
-	}
-	if (*flow == "") == (*command == "") {
-		fmt.Fprintln(e.stderr, "pi-dispatch run: give exactly one of --flow NAME and --command CMD")
-		return exitUsage
-	}
-	if *flow != "" && strings.TrimSpace(*task) == "" {
-		fmt.Fprintln(e.stderr, "pi-dispatch run: --task is required with --flow")
-		return exitUsage
-	}
+// defaultFlow is the flow of a run that names neither --flow nor --command:
+// the job image's general "carry out the task" flow (docs/flows.md).
+const defaultFlow = "default"
 
-	name, from, err := resolveWorkerName(e.getenv, *envFile)
+// runArgs is what the run command's arguments ask for.
+type runArgs struct {
+	folder  string // as given; made absolute by runFolder
+	job     dispatch.Job
+	force   bool
+	fresh   bool // --new
+	envFile string
+}
+
+func cmdRun(ctx context.Context, e env, args []string) int {
+	ra, code, ok := parseRunArgs(e, args)
+	if !ok {
+		return code
+	}
+	name, from, err := resolveWorkerName(e.getenv, ra.envFile)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "pi-dispatch run: %v\n", err)
 		return exitUsage
@@ -81,41 +74,11 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 		printConfigErrors(e.stderr, "pi-dispatch run", err)
 		return exitUsage
 	}
-
-	folder, err := filepath.Abs(pos[0])
-	if err != nil {
-		fmt.Fprintf(e.stderr, "pi-dispatch run: folder %q: %v\n", pos[0], err)
-		return exitUsage
+	folder, code := runFolder(ctx, e, ra)
+	if code != exitOK {
+		return code
 	}
-	folder = filepath.Clean(folder)
-	switch fi, err := os.Stat(folder); {
-	case errors.Is(err, fs.ErrNotExist):
-		fmt.Fprintf(e.stderr, "pi-dispatch run: folder %s does not exist\n", folder)
-		return exitUsage
-	case err != nil:
-		fmt.Fprintf(e.stderr, "pi-dispatch run: folder %s: %v\n", folder, err)
-		return exitUsage
-	case !fi.IsDir():
-		fmt.Fprintf(e.stderr, "pi-dispatch run: %s is not a directory\n", folder)
-		return exitUsage
-	}
-
-	switch state, detail := gitStatus(ctx, folder); state {
-	case gitDirty:
-		if !*force {
-			fmt.Fprintf(e.stderr, "pi-dispatch run: %s has uncommitted changes (%s).\n  Commit or stash them, or pass --force: the agent works on the folder as it is and its changes would mix with yours.\n", folder, detail)
-			return exitFailure
-		}
-		fmt.Fprintf(e.stderr, "pi-dispatch run: warning: %s has uncommitted changes; queued anyway (--force)\n", folder)
-	case gitBroken:
-		if !*force {
-			fmt.Fprintf(e.stderr, "pi-dispatch run: git cannot read the repository at %s: %s\n  Fix the repository (git status must succeed there), or pass --force.\n", folder, detail)
-			return exitFailure
-		}
-		fmt.Fprintf(e.stderr, "pi-dispatch run: warning: git cannot read %s (%s); queued anyway (--force)\n", folder, detail)
-	case gitMissing:
-		fmt.Fprintf(e.stderr, "pi-dispatch run: warning: git is not installed, so uncommitted changes in %s were not checked\n", folder)
-	}
+	ra.job.Folder = folder
 
 	client, err := dialConfigValkey(cfg)
 	if err != nil {
@@ -130,8 +93,11 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 	}
 	qctx, cancel := context.WithTimeout(ctx, runEnqueueTimeout)
 	defer cancel()
-	job := dispatch.Job{Kind: dispatch.KindLocal, Folder: folder, Flow: *flow, Command: *command, Task: *task, Image: *image}
-	got, err := producer.EnqueueLocal(qctx, job)
+	enqueue := producer.EnqueueLocal
+	if ra.fresh {
+		enqueue = producer.EnqueueLocalNew
+	}
+	got, err := enqueue(qctx, ra.job)
 	if errors.Is(err, dispatch.ErrInvalidJob) {
 		fmt.Fprintf(e.stderr, "pi-dispatch run: %v\n", err)
 		return exitUsage
@@ -140,12 +106,182 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 		fmt.Fprintf(e.stderr, "pi-dispatch run: could not reach Valkey at %s: %v\n  %s\n", dispatch.RedactURL(cfg.ValkeyURL), err, valkeyFix)
 		return exitFailure
 	}
-	if got.Added {
-		fmt.Fprintf(e.stdout, "queued %s\n", got.JobID)
-	} else {
-		fmt.Fprintf(e.stdout, "queued %s (already queued this minute)\n", got.JobID)
-	}
+	code = reportQueued(e, got)
 	fmt.Fprintf(e.stderr, "queue %s, folder %s%s\n", got.Queue, folder, from)
+	return code
+}
+
+// parseRunArgs reads the run command's arguments into the job to queue.
+// ok is false when the command must end with code (a usage error, or help).
+func parseRunArgs(e env, args []string) (ra runArgs, code int, ok bool) {
+	fset := flag.NewFlagSet("run", flag.ContinueOnError)
+	fset.SetOutput(e.stderr)
+	fset.Usage = func() { fmt.Fprint(e.stderr, runUsage); fset.PrintDefaults() }
+	task := fset.String("task", "", "the instruction for the agent (required with a flow); - reads it from stdin")
+	taskFile := fset.String("task-file", "", "read the instruction from this file (for a long task)")
+	flow := fset.String("flow", defaultFlow, "the agent flow to run")
+	command := fset.String("command", "", "a prompt command to run instead of a flow")
+	image := fset.String("image", "", "the job image for this run (default PI_JOB_IMAGE; never pulled)")
+	fset.BoolVar(&ra.force, "force", false, "queue even when the folder has uncommitted git changes or is not in a git repository")
+	fset.BoolVar(&ra.fresh, "new", false, "queue a new job even when the same run was queued this minute")
+	fset.StringVar(&ra.envFile, "env-file", ".env", "the deployment .env read for PI_WORKER_NAME when the shell does not set it (\"\" to skip)")
+	pos, err := parseInterleaved(fset, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return ra, exitOK, false
+	}
+	if err != nil {
+		return ra, exitUsage, false
+	}
+	fail := func(format string, args ...any) (runArgs, int, bool) {
+		fmt.Fprintf(e.stderr, "pi-dispatch run: "+format+"\n", args...)
+		return ra, exitUsage, false
+	}
+	if len(pos) != 1 {
+		fmt.Fprintf(e.stderr, "pi-dispatch run: want exactly one folder, got %d argument(s)\n", len(pos))
+		fset.Usage()
+		return ra, exitUsage, false
+	}
+	ra.folder = pos[0]
+	set := map[string]bool{}
+	fset.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	switch {
+	case *command != "" && set["flow"]:
+		return fail("give only one of --flow NAME and --command CMD")
+	case *command != "":
+		*flow = ""
+	case *flow == "":
+		return fail("--flow needs a flow name (leave it out for the default flow %q)", defaultFlow)
+	}
+	text, err := runTask(e, *task, *taskFile, set["task"])
+	if err != nil {
+		return fail("%v", err)
+	}
+	if *flow != "" && strings.TrimSpace(text) == "" {
+		return fail("--task is required with a flow (or --task-file PATH, or --task - to read it from stdin)")
+	}
+	ra.job = dispatch.Job{Kind: dispatch.KindLocal, Flow: *flow, Command: *command, Task: text, Image: *image}
+	return ra, exitOK, true
+}
+
+// runTask returns the task text: --task's value, or the contents of
+// --task-file, or stdin for "--task -". A file or stdin is read up to the job
+// model's task limit, and its trailing line breaks are dropped.
+func runTask(e env, task, file string, taskSet bool) (string, error) {
+	var r io.Reader
+	var from string
+	switch {
+	case file != "" && taskSet:
+		return "", errors.New("give only one of --task and --task-file")
+	case file != "":
+		f, err := os.Open(file)
+		if err != nil {
+			return "", fmt.Errorf("--task-file: %w", err)
+		}
+		defer f.Close()
+		r, from = f, file
+	case task == "-":
+		r, from = e.stdin, "stdin"
+		if r == nil {
+			r = os.Stdin
+		}
+	default:
+		return task, nil
+	}
+	b, err := io.ReadAll(io.LimitReader(r, dispatch.MaxTaskBytes+1))
+	if err != nil {
+		return "", fmt.Errorf("read the task from %s: %w", from, err)
+	}
+	if len(b) > dispatch.MaxTaskBytes {
+		return "", fmt.Errorf("the task in %s is longer than %d bytes, the limit of a job's task; shorten it", from, dispatch.MaxTaskBytes)
+	}
+	text := strings.TrimRight(string(b), "\r\n")
+	if strings.TrimSpace(text) == "" {
+		return "", fmt.Errorf("the task in %s is empty", from)
+	}
+	return text, nil
+}
+
+// runFolder makes the folder absolute, checks the job before anything is
+// asked of git, and refuses a folder that is missing, not a directory, dirty,
+// or outside a git repository (the last two unless --force). It returns the
+// clean absolute folder, or the exit code to end with.
+func runFolder(ctx context.Context, e env, ra runArgs) (string, int) {
+	folder, err := filepath.Abs(ra.folder)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "pi-dispatch run: folder %q: %v\n", ra.folder, err)
+		return "", exitUsage
+	}
+	folder = filepath.Clean(folder)
+	switch fi, err := os.Stat(folder); {
+	case errors.Is(err, fs.ErrNotExist):
+		fmt.Fprintf(e.stderr, "pi-dispatch run: folder %s does not exist\n", folder)
+		return "", exitUsage
+	case err != nil:
+		fmt.Fprintf(e.stderr, "pi-dispatch run: folder %s: %v\n", folder, err)
+		return "", exitUsage
+	case !fi.IsDir():
+		fmt.Fprintf(e.stderr, "pi-dispatch run: %s is not a directory\n", folder)
+		return "", exitUsage
+	}
+	job := ra.job
+	job.Folder = folder
+	if err := job.Validate(); err != nil {
+		fmt.Fprintf(e.stderr, "pi-dispatch run: %v\n", err)
+		return "", exitUsage
+	}
+	return folder, gitCheck(ctx, e, folder, ra.force)
+}
+
+// gitCheck refuses a folder the agent should not change in place: one with
+// uncommitted changes (they would mix with the agent's) and one outside any
+// git repository (nothing would show or undo what the agent did), unless
+// force. Without git it warns and lets the run go.
+func gitCheck(ctx context.Context, e env, folder string, force bool) int {
+	state, detail := gitStatus(ctx, folder)
+	var refusal, warning string
+	switch state {
+	case gitDirty:
+		refusal = fmt.Sprintf("%s has uncommitted changes (%s).\n  Commit or stash them, or pass --force: the agent works on the folder as it is and its changes would mix with yours.", folder, detail)
+		warning = fmt.Sprintf("%s has uncommitted changes; queued anyway (--force)", folder)
+	case gitNotRepo:
+		refusal = fmt.Sprintf("%s is not in a git repository.\n  The agent changes the folder in place, and without git nothing shows or undoes what it did. Run git init and commit the folder, or pass --force.", folder)
+		warning = fmt.Sprintf("%s is not in a git repository; queued anyway (--force)", folder)
+	case gitBroken:
+		refusal = fmt.Sprintf("git cannot read the repository at %s: %s\n  Fix the repository (git status must succeed there), or pass --force.", folder, detail)
+		warning = fmt.Sprintf("git cannot read %s (%s); queued anyway (--force)", folder, detail)
+	case gitMissing:
+		fmt.Fprintf(e.stderr, "pi-dispatch run: warning: git is not installed, so uncommitted changes in %s were not checked\n", folder)
+		return exitOK
+	default:
+		return exitOK
+	}
+	if !force {
+		fmt.Fprintf(e.stderr, "pi-dispatch run: %s\n", refusal)
+		return exitFailure
+	}
+	fmt.Fprintf(e.stderr, "pi-dispatch run: warning: %s\n", warning)
+	return exitOK
+}
+
+// reportQueued prints what the enqueue did. A duplicate names the existing
+// job and its state: one still to run (or running) satisfies the request,
+// exit 0; one that already finished means nothing will run, exit 1, with
+// the flag that queues another.
+func reportQueued(e env, got dispatch.Enqueued) int {
+	switch got.State {
+	case "":
+		if got.Added {
+			fmt.Fprintf(e.stdout, "queued %s\n", got.JobID)
+		} else {
+			fmt.Fprintf(e.stdout, "queued %s (already queued this minute)\n", got.JobID)
+		}
+		return exitOK
+	case queue.StateCompleted, queue.StateFailed:
+		fmt.Fprintf(e.stderr, "pi-dispatch run: the same run was already queued this minute as %s, which is %s; nothing new was queued.\n  Pass --new to run it again.\n", got.JobID, got.State)
+		return exitFailure
+	}
+	fmt.Fprintf(e.stdout, "queued %s (already queued this minute, %s)\n", got.JobID, got.State)
+	fmt.Fprintf(e.stderr, "pi-dispatch run: the same run was already queued this minute as %s (%s); pass --new for another run\n", got.JobID, got.State)
 	return exitOK
 }
 

@@ -43,10 +43,21 @@ func gitRepo(t *testing.T, dirty bool) string {
 	return dir
 }
 
-var queuedRE = regexp.MustCompile(`^queued (local-[0-9a-f]{16})( \(already queued this minute\))?\n$`)
+var queuedRE = regexp.MustCompile(`^queued (local-[0-9a-f]{16})( \(already queued this minute[^)]*\))?\n$`)
 
-// queuedJob reads the job `run` printed from queueName and checks what it holds.
+// queuedJob reads the job `run` printed from queueName and checks what it
+// holds: the flow fix and the task "fix the tests".
 func queuedJob(t *testing.T, db *livetest.ValkeyDB, queueName, stdout, folder string) string {
+	t.Helper()
+	id, job := queuedAny(t, db, queueName, stdout, folder)
+	if job.Flow != "fix" || job.Task != "fix the tests" {
+		t.Fatalf("queued job %+v", job)
+	}
+	return id
+}
+
+// queuedAny reads the job `run` printed from queueName: a local job of folder.
+func queuedAny(t *testing.T, db *livetest.ValkeyDB, queueName, stdout, folder string) (string, dispatch.Job) {
 	t.Helper()
 	m := queuedRE.FindStringSubmatch(stdout)
 	if m == nil {
@@ -64,10 +75,10 @@ func queuedJob(t *testing.T, db *livetest.ValkeyDB, queueName, stdout, folder st
 	if err != nil {
 		t.Fatal(err)
 	}
-	if job.Kind != dispatch.KindLocal || job.Folder != folder || job.Flow != "fix" || job.Task != "fix the tests" {
+	if job.Kind != dispatch.KindLocal || job.Folder != folder {
 		t.Fatalf("queued job %+v", job)
 	}
-	return m[1]
+	return m[1], job
 }
 
 func dbEmpty(t *testing.T, db *livetest.ValkeyDB) {
@@ -124,7 +135,7 @@ func TestRunQueuesACleanFolderOnThisHostsQueue(t *testing.T) {
 
 func TestRunUndeclaredGoesToTheSharedQueue(t *testing.T) {
 	db := livetest.Valkey(t)
-	folder := t.TempDir() // not a git repository: allowed, nothing said
+	folder := gitRepo(t, false)
 	r := runCLI(t, map[string]string{"VALKEY_URL": db.URL}, "run", folder, "--task", "fix the tests", "--flow", "fix", "--env-file", "")
 	if r.code != exitOK || r.stderr != "queue pi-jobs, folder "+folder+"\n" {
 		t.Fatalf("%+v", r)
@@ -153,7 +164,7 @@ func TestRunRefusesADirtyFolderUnlessForced(t *testing.T) {
 
 func TestRunTakesTheNameFromTheDeploymentEnv(t *testing.T) {
 	db := livetest.Valkey(t)
-	folder := t.TempDir()
+	folder := gitRepo(t, false)
 	envFile := filepath.Join(t.TempDir(), ".env")
 	if err := os.WriteFile(envFile, []byte("# deployment\nVALKEY_URL=redis://elsewhere:6379\nexport PI_WORKER_NAME=from-file   # this host\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -188,7 +199,7 @@ func TestRunTakesTheNameFromTheDeploymentEnv(t *testing.T) {
 }
 
 func TestRunValkeyDownFailsFast(t *testing.T) {
-	folder := t.TempDir()
+	folder := gitRepo(t, false)
 	start := time.Now()
 	r := runCLI(t, map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0"}, "run", folder, "--task", "t", "--flow", "fix", "--env-file", "")
 	if elapsed := time.Since(start); elapsed > 6*time.Second {
@@ -214,9 +225,11 @@ func TestRunRefusesBadInput(t *testing.T) {
 		args []string
 		want string
 	}{
-		{vars, []string{folder, "--task", "t"}, "exactly one of --flow NAME and --command CMD"},
-		{vars, []string{folder, "--task", "t", "--flow", "a", "--command", "b"}, "exactly one of --flow"},
+		{vars, []string{folder, "--task", "t", "--flow", "a", "--command", "b"}, "only one of --flow NAME and --command CMD"},
+		{vars, []string{folder, "--task", "t", "--command", "b", "--flow", "default"}, "only one of --flow"},
+		{vars, []string{folder, "--task", "t", "--flow", ""}, `--flow needs a flow name (leave it out for the default flow "default")`},
 		{vars, []string{folder, "--flow", "a"}, "--task is required"},
+		{vars, []string{folder}, "--task is required with a flow (or --task-file PATH, or --task - to read it from stdin)"},
 		{vars, []string{"--flow", "a", "--task", "t"}, "exactly one folder"},
 		{vars, []string{folder, folder, "--flow", "a", "--task", "t"}, "exactly one folder"},
 		{vars, []string{filepath.Join(folder, "absent"), "--flow", "a", "--task", "t"}, "does not exist"},
@@ -338,4 +351,224 @@ func mustGetwd(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return wd
+}
+
+// The README's example names no flow: it runs the default flow.
+func TestRunWithoutAFlowRunsTheDefaultFlow(t *testing.T) {
+	db := livetest.Valkey(t)
+	folder := gitRepo(t, false)
+	r := runCLI(t, map[string]string{"VALKEY_URL": db.URL}, "run", folder, "--task", "fix the tests", "--env-file", "")
+	if r.code != exitOK {
+		t.Fatalf("%+v", r)
+	}
+	if _, job := queuedAny(t, db, queue.SharedQueue, r.stdout, folder); job.Flow != "default" || job.Command != "" || job.Task != "fix the tests" {
+		t.Fatalf("queued %+v, want the default flow", job)
+	}
+	// A command replaces the default flow, and needs no task.
+	r = runCLI(t, map[string]string{"VALKEY_URL": db.URL}, "run", folder, "--command", "lint", "--env-file", "")
+	if r.code != exitOK {
+		t.Fatalf("%+v", r)
+	}
+	if _, job := queuedAny(t, db, queue.SharedQueue, r.stdout, folder); job.Flow != "" || job.Command != "lint" {
+		t.Fatalf("queued %+v, want the command alone", job)
+	}
+}
+
+func TestRunRefusesAFolderOutsideGitUnlessForced(t *testing.T) {
+	db := livetest.Valkey(t)
+	folder := t.TempDir()
+	vars := map[string]string{"VALKEY_URL": db.URL}
+	r := runCLI(t, vars, "run", folder, "--task", "fix the tests", "--flow", "fix", "--env-file", "")
+	if r.code != exitFailure || r.stdout != "" ||
+		!strings.Contains(r.stderr, folder+" is not in a git repository") ||
+		!strings.Contains(r.stderr, "git init") || !strings.Contains(r.stderr, "or pass --force") {
+		t.Fatalf("%+v", r)
+	}
+	dbEmpty(t, db)
+
+	r = runCLI(t, vars, "run", folder, "--force", "--task", "fix the tests", "--flow", "fix", "--env-file", "")
+	if r.code != exitOK || !strings.Contains(r.stderr, "not in a git repository; queued anyway (--force)") {
+		t.Fatalf("%+v", r)
+	}
+	queuedJob(t, db, queue.SharedQueue, r.stdout, folder)
+}
+
+// runSameMinute runs each argument list in turn, retrying the whole list when
+// a minute boundary fell between the first and the last run (the ids of one
+// run change with the minute).
+func runSameMinute(t *testing.T, vars map[string]string, runs ...[]string) []result {
+	t.Helper()
+	for attempt := 0; attempt < 3; attempt++ {
+		start := time.Now().UTC().Truncate(time.Minute)
+		out := make([]result, len(runs))
+		for i, args := range runs {
+			out[i] = runCLI(t, vars, append([]string{"run", "--env-file", ""}, args...)...)
+		}
+		if time.Now().UTC().Truncate(time.Minute).Equal(start) {
+			return out
+		}
+	}
+	t.Fatal("three minute boundaries in a row")
+	return nil
+}
+
+func TestRunDuplicateNamesTheJobAndItsState(t *testing.T) {
+	db := livetest.Valkey(t)
+	folder := gitRepo(t, false)
+	vars := map[string]string{"VALKEY_URL": db.URL}
+	base := []string{folder, "--task", "fix the tests", "--flow", "fix"}
+	rs := runSameMinute(t, vars,
+		base,
+		base,
+		append(append([]string{}, base...), "--image", "pi-job:other"),
+		append(append([]string{}, base...), "--new"),
+	)
+	first, again, otherImage, fresh := rs[0], rs[1], rs[2], rs[3]
+	for _, r := range rs {
+		if r.code != exitOK {
+			t.Fatalf("%+v", r)
+		}
+	}
+	id := queuedJob(t, db, queue.SharedQueue, first.stdout, folder)
+	// The same run again is the same job, said with its state.
+	if again.stdout != "queued "+id+" (already queued this minute, waiting)\n" ||
+		!strings.Contains(again.stderr, "already queued this minute as "+id+" (waiting); pass --new") {
+		t.Fatalf("duplicate: %+v", again)
+	}
+	// Another image is another run.
+	otherID, job := queuedAny(t, db, queue.SharedQueue, otherImage.stdout, folder)
+	if otherID == id || job.Image != "pi-job:other" || strings.Contains(otherImage.stdout, "already") {
+		t.Fatalf("another image was taken for a duplicate: %+v", otherImage)
+	}
+	// --new forces a fresh job.
+	if freshID := queuedJob(t, db, queue.SharedQueue, fresh.stdout, folder); freshID == id || freshID == otherID || strings.Contains(fresh.stdout, "already") {
+		t.Fatalf("--new: %+v", fresh)
+	}
+
+	// Once the first job has finished, the same run again says so and fails:
+	// nothing would run.
+	finishJob(t, db, queue.SharedQueue, id)
+	rs = runSameMinute(t, vars, base)
+	if rs[0].code == exitOK && strings.Contains(rs[0].stdout, "queued "+id+" ") {
+		t.Fatalf("a finished duplicate passed for queued: %+v", rs[0])
+	}
+	if !strings.Contains(rs[0].stdout, id) && !strings.Contains(rs[0].stderr, id) {
+		// A minute passed since the first run: a new job was queued, which
+		// is right. The finished case is pinned by TestReportQueued.
+		t.Logf("the minute changed: %+v", rs[0])
+		return
+	}
+	if rs[0].code != exitFailure || rs[0].stdout != "" ||
+		!strings.Contains(rs[0].stderr, "already queued this minute as "+id+", which is completed; nothing new was queued") ||
+		!strings.Contains(rs[0].stderr, "Pass --new to run it again") {
+		t.Fatalf("finished duplicate: %+v", rs[0])
+	}
+}
+
+// finishJob takes the queue's next job, which must be id, and completes it.
+func finishJob(t *testing.T, db *livetest.ValkeyDB, queueName, id string) {
+	t.Helper()
+	q, err := queue.New(db.Client, queueName, queue.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := q.Fetch(context.Background(), "test-token")
+	if err != nil || j == nil || j.ID != id {
+		t.Fatalf("fetch: %+v %v, want %s", j, err, id)
+	}
+	if err := q.Complete(context.Background(), id, "test-token", nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReportQueued(t *testing.T) {
+	for _, tc := range []struct {
+		got          dispatch.Enqueued
+		code         int
+		stdout, errs string
+	}{
+		{dispatch.Enqueued{JobID: "local-1", Added: true}, exitOK, "queued local-1\n", ""},
+		{dispatch.Enqueued{JobID: "local-1"}, exitOK, "queued local-1 (already queued this minute)\n", ""},
+		{dispatch.Enqueued{JobID: "local-1", State: queue.StateActive}, exitOK, "queued local-1 (already queued this minute, active)\n", "(active); pass --new for another run"},
+		{dispatch.Enqueued{JobID: "local-1", State: queue.StateCompleted}, exitFailure, "", "as local-1, which is completed; nothing new was queued"},
+		{dispatch.Enqueued{JobID: "local-1", State: queue.StateFailed}, exitFailure, "", "as local-1, which is failed; nothing new was queued.\n  Pass --new to run it again."},
+	} {
+		var out, errOut strings.Builder
+		code := reportQueued(env{stdout: &out, stderr: &errOut}, tc.got)
+		if code != tc.code || out.String() != tc.stdout || !strings.Contains(errOut.String(), tc.errs) {
+			t.Errorf("%+v: %d %q %q", tc.got, code, out.String(), errOut.String())
+		}
+	}
+}
+
+// runWithStdin runs `pi-dispatch run` in-process with stdin.
+func runWithStdin(t *testing.T, vars map[string]string, stdin string, args ...string) result {
+	t.Helper()
+	var out, errOut strings.Builder
+	e := env{getenv: func(k string) string { return vars[k] }, stdout: &out, stderr: &errOut, stdin: strings.NewReader(stdin)}
+	code := cmdRun(context.Background(), e, args)
+	return result{code: code, stdout: out.String(), stderr: errOut.String()}
+}
+
+func TestRunTaskFromAFileOrStdin(t *testing.T) {
+	db := livetest.Valkey(t)
+	folder := gitRepo(t, false)
+	vars := map[string]string{"VALKEY_URL": db.URL}
+	long := strings.Repeat("Step one of a long task.\n", 200) + "Last line.\n"
+	file := filepath.Join(t.TempDir(), "task.md")
+	if err := os.WriteFile(file, []byte(long), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want := strings.TrimRight(long, "\n")
+	r := runCLI(t, vars, "run", folder, "--task-file", file, "--env-file", "")
+	if r.code != exitOK {
+		t.Fatalf("%+v", r)
+	}
+	if _, job := queuedAny(t, db, queue.SharedQueue, r.stdout, folder); job.Task != want {
+		t.Fatalf("task from file: %q", job.Task)
+	}
+	r = runWithStdin(t, vars, "from stdin\r\n", folder, "--task", "-", "--env-file", "")
+	if r.code != exitOK {
+		t.Fatalf("%+v", r)
+	}
+	if _, job := queuedAny(t, db, queue.SharedQueue, r.stdout, folder); job.Task != "from stdin" {
+		t.Fatalf("task from stdin: %q", job.Task)
+	}
+}
+
+func TestRunRefusesBadTaskInput(t *testing.T) {
+	folder := t.TempDir()
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	empty := write("empty", "\n\n")
+	tooLong := write("long", strings.Repeat("x", dispatch.MaxTaskBytes+1))
+	atLimit := write("limit", strings.Repeat("x", dispatch.MaxTaskBytes))
+	vars := map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0"}
+	for _, tc := range []struct {
+		stdin string
+		args  []string
+		code  int
+		want  string
+	}{
+		{"", []string{"--task", "t", "--task-file", atLimit}, exitUsage, "give only one of --task and --task-file"},
+		{"", []string{"--task-file", empty}, exitUsage, "the task in " + empty + " is empty"},
+		{"", []string{"--task-file", tooLong}, exitUsage, "the task in " + tooLong + " is longer than 65536 bytes, the limit of a job's task; shorten it"},
+		{"", []string{"--task-file", filepath.Join(dir, "absent")}, exitUsage, "--task-file: open " + filepath.Join(dir, "absent")},
+		{"  \n", []string{"--task", "-"}, exitUsage, "the task in stdin is empty"},
+		{strings.Repeat("y", dispatch.MaxTaskBytes+5), []string{"--task", "-"}, exitUsage, "the task in stdin is longer than 65536 bytes"},
+		// At the limit the task is accepted: the run goes on to the folder
+		// check (not a git repository).
+		{"", []string{"--task-file", atLimit}, exitFailure, "is not in a git repository"},
+	} {
+		r := runWithStdin(t, vars, tc.stdin, append([]string{folder, "--env-file", ""}, tc.args...)...)
+		if r.code != tc.code || r.stdout != "" || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%v: %+v", tc.args, r)
+		}
+	}
 }

@@ -21,6 +21,8 @@ type env struct {
 	getenv func(string) string
 	stdout io.Writer
 	stderr io.Writer
+	// stdin is what `run --task -` reads; nil is the process's stdin.
+	stdin io.Reader
 }
 
 // command is one subcommand.

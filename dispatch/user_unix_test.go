@@ -1,0 +1,55 @@
+//go:build unix
+
+package dispatch
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestContainerUser(t *testing.T) {
+	folder := t.TempDir()
+	if os.Geteuid() == 0 {
+		if err := os.Chown(folder, 4321, 4322); err != nil {
+			t.Fatal(err)
+		}
+	}
+	owner, err := folderOwner(folder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() == 0 && owner != "4321:4322" {
+		t.Fatalf("owner %q, want 4321:4322", owner)
+	}
+	local := Job{Kind: KindLocal, Folder: folder, Flow: "f", Task: "t"}
+	forge := Job{Kind: KindForge, Repo: "a/b", Flow: "f", Task: "t"}
+	for _, tc := range []struct {
+		setting string
+		job     Job
+		want    string
+	}{
+		{"", local, owner},
+		{"owner", local, owner},
+		{"owner", forge, ""},
+		{"image", local, ""},
+		{"root", local, "0:0"},
+		{"root", forge, "0:0"},
+		{"1000:1001", local, "1000:1001"},
+		{"1000:1001", forge, "1000:1001"},
+	} {
+		w := &Worker{cfg: Config{ContainerUser: tc.setting}}
+		got, err := w.containerUser(tc.job)
+		if err != nil || got != tc.want {
+			t.Errorf("%q, %s job: %q %v, want %q", tc.setting, tc.job.Kind, got, err, tc.want)
+		}
+	}
+	// A folder that is gone is an error naming what was read.
+	w := &Worker{cfg: Config{}}
+	gone := local
+	gone.Folder = filepath.Join(folder, "absent")
+	if _, err := w.containerUser(gone); err == nil || !strings.Contains(err.Error(), "owner of the job's folder") {
+		t.Fatalf("missing folder: %v", err)
+	}
+}
