@@ -8,6 +8,7 @@ import (
 	"log/slog"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/internal/buildinfo"
 	wiring "github.com/pidispatch/pidispatch/internal/stack"
 	"github.com/pidispatch/pidispatch/registry"
 )
@@ -23,14 +24,19 @@ const (
 )
 
 // run boots the worker from the environment and runs it until ctx ends.
-func run(ctx context.Context, getenv func(string) string, stderr io.Writer) int {
+// Arguments only ask for the usage text or the version: any other refuses
+// boot before anything is read or connected.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if boot, code := parseArgs(args, stdout, stderr); !boot {
+		return code
+	}
 	cfg, err := dispatch.LoadConfig(getenv)
 	if err != nil {
 		fmt.Fprintf(stderr, "worker: invalid configuration (nothing started):\n%v\n", err)
 		return exitConfig
 	}
 	logger := slog.New(slog.NewJSONHandler(stderr, nil))
-	s, err := buildStack(ctx, cfg, logger, dispatch.Tuning{Version: version})
+	s, err := buildStack(ctx, cfg, logger, dispatch.Tuning{Version: buildinfo.Version(version)})
 	if err != nil {
 		fmt.Fprintf(stderr, "worker: %v\n", err)
 		var ce *dispatch.ConfigError
