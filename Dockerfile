@@ -26,7 +26,7 @@ COPY runner ./runner
 ARG VERSION=dev
 ENV CGO_ENABLED=0
 RUN go build -trimpath -ldflags="-s -w -X main.version=${VERSION}" -o /out/pi-dispatch-worker ./cmd/worker \
- && go build -trimpath -ldflags="-s -w" -o /out/pi-dispatch ./cmd/pi-dispatch \
+ && go build -trimpath -ldflags="-s -w -X main.version=${VERSION}" -o /out/pi-dispatch ./cmd/pi-dispatch \
  && mkdir -p /out/tmp && chmod 1777 /out/tmp
 
 FROM scratch

@@ -13,7 +13,7 @@ import (
 )
 
 func init() {
-	register(command{name: "init", summary: "scaffold .env, triggers.json and scoped-limits.json here (never overwrites)", run: cmdInit})
+	register(command{name: "init", summary: "scaffold .env, triggers.json and scoped-limits.json here (never overwrites)", help: initHelp, run: cmdInit})
 }
 
 // envExample is a copy of the repository's .env.example (a test keeps the two
