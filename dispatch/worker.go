@@ -241,6 +241,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		})
 	}
 	w.log.Info("worker_started",
+		"version", w.tune.Version,
 		"concurrency", w.cfg.Concurrency,
 		"queues", w.queueNames(),
 		"declared", w.cfg.WorkerNameDeclared,

@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/internal/buildinfo"
 	wiring "github.com/pidispatch/pidispatch/internal/stack"
@@ -36,6 +38,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return exitConfig
 	}
 	logger := slog.New(slog.NewJSONHandler(stderr, nil))
+	redis.SetLogger(newRedisLog(logger.With("host", cfg.WorkerName)))
 	s, err := buildStack(ctx, cfg, logger, dispatch.Tuning{Version: buildinfo.Version(version)})
 	if err != nil {
 		fmt.Fprintf(stderr, "worker: %v\n", err)
@@ -47,6 +50,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return exitFailure
 	}
 	defer s.Close()
+	reportDown(ctx, logger.With("host", cfg.WorkerName), cfg, s.Valkey, s.Docker)
 	if err := s.Worker.Run(ctx); err != nil {
 		fmt.Fprintf(stderr, "worker: boot refused: %v\n", err)
 		if errors.Is(err, registry.ErrNameInUse) {
