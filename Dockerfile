@@ -32,8 +32,8 @@ RUN go build -trimpath -ldflags="-s -w -X main.version=${VERSION}" -o /out/pi-di
 FROM scratch
 # rediss:// needs the CA roots; zone data is compiled into the worker.
 COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
-# os.TempDir for the worker's default jobs and logs folders (set TMPDIR to a
-# host-visible path in a deployment: see deploy/docker-compose.yml).
+# os.TempDir for the worker's default jobs folder (set TMPDIR and PI_LOGS_DIR
+# to host-visible paths in a deployment: see deploy/docker-compose.yml).
 COPY --from=build /out/tmp /tmp
 COPY --from=build /out/pi-dispatch-worker /out/pi-dispatch /usr/local/bin/
 # Root in the container: the worker's one privilege is the Docker socket,

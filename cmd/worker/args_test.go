@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -151,5 +152,30 @@ func TestRunHelpAndVersion(t *testing.T) {
 	}
 	if code := run(context.Background(), []string{"-x"}, never, &out, &errOut); code != exitConfig {
 		t.Fatalf("-x: exit %d", code)
+	}
+}
+
+// A logs folder the worker cannot create or write refuses boot with exit 2
+// and the fix, before anything connects: systemd's RestartPreventExitStatus=2
+// then stops restarting it.
+func TestUnwritableLogsDirRefusesBoot(t *testing.T) {
+	t.Parallel()
+	valkey := listenRecorder(t, "tcp", "127.0.0.1:0")
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{
+		"VALKEY_URL":  "redis://" + valkey.ln.Addr().String() + "/0",
+		"PI_LOGS_DIR": filepath.Join(file, "runs"),
+	}
+	var stderr bytes.Buffer
+	code := run(context.Background(), nil, func(k string) string { return env[k] }, io.Discard, &stderr)
+	if code != exitConfig || !strings.Contains(stderr.String(), "PI_LOGS_DIR") || !strings.Contains(stderr.String(), "install -d") {
+		t.Fatalf("exit %d, stderr %q; want 2 naming PI_LOGS_DIR and the fix", code, stderr.String())
+	}
+	valkey.close()
+	if n := valkey.accepted.Load(); n != 0 {
+		t.Errorf("%d Valkey connection(s) before the refusal", n)
 	}
 }

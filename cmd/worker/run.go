@@ -37,6 +37,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stderr, "worker: invalid configuration (nothing started):\n%v\n", err)
 		return exitConfig
 	}
+	// Checked before anything connects: without a place for its records the
+	// worker would spend money it cannot account for.
+	if err := dispatch.PrepareLogsDir(cfg.LogsDir); err != nil {
+		fmt.Fprintf(stderr, "worker: refused boot (nothing started): %v\n", err)
+		return exitConfig
+	}
 	logger := slog.New(slog.NewJSONHandler(stderr, nil))
 	redis.SetLogger(newRedisLog(logger.With("host", cfg.WorkerName)))
 	s, err := buildStack(ctx, cfg, logger, dispatch.Tuning{Version: buildinfo.Version(version)})
@@ -53,7 +59,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	reportDown(ctx, logger.With("host", cfg.WorkerName), cfg, s.Valkey, s.Docker)
 	if err := s.Worker.Run(ctx); err != nil {
 		fmt.Fprintf(stderr, "worker: boot refused: %v\n", err)
-		if errors.Is(err, registry.ErrNameInUse) {
+		var ce *dispatch.ConfigError
+		if errors.Is(err, registry.ErrNameInUse) || errors.As(err, &ce) {
 			return exitConfig
 		}
 		return exitFailure
