@@ -23,7 +23,7 @@ docs/configuration.md and .env.example):
   PI_CONCURRENCY    jobs at once on this machine (default 3)
   PI_DAILY_CAP      container starts per UTC day, fleet-wide (default 25)
   PI_JOB_IMAGE      the job image, never pulled (default pi-job:latest)
-  PI_LOGS_DIR       where run records go
+  PI_LOGS_DIR       where run records go (default ~/.local/state/pidispatch/runs)
   PI_TRIGGERS_FILE  cron triggers (unset: no cron)
 
 Exit codes: 0 stopped cleanly; 1 failed; 2 refused to boot (bad configuration,
