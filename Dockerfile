@@ -26,14 +26,14 @@ COPY runner ./runner
 ARG VERSION=dev
 ENV CGO_ENABLED=0
 RUN go build -trimpath -ldflags="-s -w -X main.version=${VERSION}" -o /out/pi-dispatch-worker ./cmd/worker \
- && go build -trimpath -ldflags="-s -w" -o /out/pi-dispatch ./cmd/pi-dispatch \
+ && go build -trimpath -ldflags="-s -w -X main.version=${VERSION}" -o /out/pi-dispatch ./cmd/pi-dispatch \
  && mkdir -p /out/tmp && chmod 1777 /out/tmp
 
 FROM scratch
 # rediss:// needs the CA roots; zone data is compiled into the worker.
 COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
-# os.TempDir for the worker's default jobs and logs folders (set TMPDIR to a
-# host-visible path in a deployment: see deploy/docker-compose.yml).
+# os.TempDir for the worker's default jobs folder (set TMPDIR and PI_LOGS_DIR
+# to host-visible paths in a deployment: see deploy/docker-compose.yml).
 COPY --from=build /out/tmp /tmp
 COPY --from=build /out/pi-dispatch-worker /out/pi-dispatch /usr/local/bin/
 # Root in the container: the worker's one privilege is the Docker socket,

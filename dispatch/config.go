@@ -84,7 +84,10 @@ var EnvVars = []string{
 	"PI_WAIT_INTERVAL_MS",
 	"PI_WAIT_MAX_MS",
 	"PI_WAIT_AFTER_MAX_MS",
-	"TMPDIR", // only for the default of PI_LOGS_DIR
+	// Only for the default of PI_LOGS_DIR, in this order.
+	"XDG_STATE_HOME",
+	"HOME",
+	"TMPDIR",
 }
 
 // Config is the worker's configuration. LoadConfig builds it from the environment;
@@ -131,7 +134,9 @@ type Config struct {
 	// runs every job as that user. See docs/container-contract.md.
 	ContainerUser string
 	// LogsDir holds the run records. PI_LOGS_DIR, an absolute clean path, defaults to
-	// $TMPDIR/pi-dispatch/logs ($TMPDIR when absolute, else /tmp).
+	// a per-user folder that survives a reboot: $XDG_STATE_HOME/pidispatch/runs,
+	// else $HOME/.local/state/pidispatch/runs (each only when absolute); with
+	// neither, $TMPDIR/pi-dispatch/logs ($TMPDIR when absolute, else /tmp).
 	LogsDir string
 	// LogRetentionDays is the age at which records are pruned.
 	// PI_LOG_RETENTION_DAYS, 1..3650, defaults to 30.
@@ -206,9 +211,10 @@ func (e ConfigErrors) Unwrap() []error {
 }
 
 // DefaultConfig is the configuration of an empty environment: every documented
-// default, the sanitized hostname as WorkerName (undeclared), LogsDir under $TMPDIR.
+// default, the sanitized hostname as WorkerName (undeclared), LogsDir under the
+// user's state folder.
 func DefaultConfig() Config {
-	return defaultConfig(defaultLogsDir(os.Getenv("TMPDIR")))
+	return defaultConfig(defaultLogsDir(os.Getenv))
 }
 
 func defaultConfig(logsDir string) Config {
@@ -232,13 +238,31 @@ func defaultConfig(logsDir string) Config {
 	}
 }
 
-// defaultLogsDir is <tmp>/pi-dispatch/logs, <tmp> being TMPDIR when it is an absolute
-// path and /tmp otherwise (a relative TMPDIR would move with the worker's cwd).
-func defaultLogsDir(tmpdir string) string {
-	if tmpdir == "" || !filepath.IsAbs(tmpdir) || strings.ContainsRune(tmpdir, 0) {
+// defaultLogsDir is the XDG state folder's pidispatch/runs: records are kept
+// for PI_LOG_RETENTION_DAYS, so they must outlive a reboot, which may empty
+// /tmp. Only without XDG_STATE_HOME and HOME (a root unit without User=, say)
+// is it <tmp>/pi-dispatch/logs. A relative value of any of them is ignored: it
+// would move with the worker's working directory.
+func defaultLogsDir(getenv func(string) string) string {
+	if d := absEnvDir(getenv("XDG_STATE_HOME")); d != "" {
+		return filepath.Join(d, "pidispatch", "runs")
+	}
+	if d := absEnvDir(getenv("HOME")); d != "" {
+		return filepath.Join(d, ".local", "state", "pidispatch", "runs")
+	}
+	tmpdir := absEnvDir(getenv("TMPDIR"))
+	if tmpdir == "" {
 		tmpdir = "/tmp"
 	}
 	return filepath.Join(tmpdir, "pi-dispatch", "logs")
+}
+
+// absEnvDir is dir when it is a usable absolute path, else "".
+func absEnvDir(dir string) string {
+	if dir == "" || !filepath.IsAbs(dir) || strings.ContainsRune(dir, 0) {
+		return ""
+	}
+	return dir
 }
 
 // LoadConfig builds the configuration from getenv (os.Getenv in production; tests pass
@@ -251,7 +275,7 @@ func defaultLogsDir(tmpdir string) string {
 // The error, when not nil, is a ConfigErrors holding every problem found, and the
 // Config is then the zero value: a half-valid configuration is never handed out.
 func LoadConfig(getenv func(string) string) (Config, error) {
-	c := defaultConfig(defaultLogsDir(getenv("TMPDIR")))
+	c := defaultConfig(defaultLogsDir(getenv))
 	raw := map[string]string{}
 	var errs ConfigErrors
 	bad := map[string]bool{}

@@ -367,6 +367,27 @@ func TestLoadConfig_LogsDirDefaultFollowsTMPDIR(t *testing.T) {
 	}
 }
 
+// Records default to a per-user state folder, which a reboot does not empty;
+// the temporary folder only when no home is known.
+func TestLoadConfig_LogsDirDefaultSurvivesReboot(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"HOME": "/home/op", "TMPDIR": "/var/tmp"}, "/home/op/.local/state/pidispatch/runs"},
+		{map[string]string{"XDG_STATE_HOME": "/srv/state", "HOME": "/home/op"}, "/srv/state/pidispatch/runs"},
+		{map[string]string{"XDG_STATE_HOME": "state", "HOME": "/home/op"}, "/home/op/.local/state/pidispatch/runs"},
+		{map[string]string{"HOME": "op", "TMPDIR": "/var/tmp"}, "/var/tmp/pi-dispatch/logs"},
+		{map[string]string{"HOME": "/home/op", "PI_LOGS_DIR": "/data/runs"}, "/data/runs"},
+	}
+	for _, tt := range tests {
+		c, err := dispatch.LoadConfig(envOf(tt.env))
+		require.NoError(t, err)
+		require.Equal(t, tt.want, c.LogsDir, "%v", tt.env)
+	}
+}
+
 func TestLoadConfig_SecretsAreRedacted(t *testing.T) {
 	t.Parallel()
 	const secret = "hunter2-very-secret"

@@ -193,8 +193,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.started = true
 	w.mu.Unlock()
 
-	if err := os.MkdirAll(w.cfg.LogsDir, 0o750); err != nil {
-		return fmt.Errorf("logs dir %s: %w", w.cfg.LogsDir, err)
+	if err := PrepareLogsDir(w.cfg.LogsDir); err != nil {
+		return err
 	}
 	if err := os.MkdirAll(w.jobsDir(), 0o750); err != nil {
 		return fmt.Errorf("jobs dir %s: %w", w.jobsDir(), err)
@@ -241,6 +241,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		})
 	}
 	w.log.Info("worker_started",
+		"version", w.tune.Version,
 		"concurrency", w.cfg.Concurrency,
 		"queues", w.queueNames(),
 		"declared", w.cfg.WorkerNameDeclared,

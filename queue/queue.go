@@ -36,8 +36,9 @@ type Config struct {
 	// (BullMQ's "pb"). Defaults to none.
 	WorkerName string
 	// Logger receives the few events the queue logs rather than returns
-	// (a scheduler whose next run could not be recorded). Defaults to
-	// discarding.
+	// (a scheduler whose next run could not be recorded). The queue adds
+	// queue=<name> and nothing else: give it a logger that already carries
+	// the host, so no line holds a key twice. Defaults to discarding.
 	Logger *slog.Logger
 }
 
@@ -96,9 +97,6 @@ func New(client redis.UniversalClient, name string, cfg Config) (*Queue, error) 
 		return nil, err
 	}
 	log := cfg.Logger.With("queue", name)
-	if w, ok := strings.CutPrefix(name, hostQueuePrefix); ok {
-		log = log.With("host", w)
-	}
 	return &Queue{client: client, name: name, cfg: cfg, keys: newKeys(cfg.Prefix, name), log: log}, nil
 }
 

@@ -28,7 +28,7 @@ import (
 )
 
 func init() {
-	register(command{name: "demo", summary: "run one job end to end on this machine (builds the test job image; nothing is pulled)", run: runDemo})
+	register(command{name: "demo", summary: "run one job end to end on this machine (builds the test job image; nothing is pulled)", help: demoHelp, run: runDemo})
 }
 
 const demoUsage = `usage: pi-dispatch demo [--keep] [--timeout 3m]

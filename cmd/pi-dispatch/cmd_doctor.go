@@ -15,7 +15,7 @@ import (
 )
 
 func init() {
-	register(command{name: "doctor", summary: "check this host: Valkey, Docker, the job image, config, files, the fleet", run: cmdDoctor})
+	register(command{name: "doctor", summary: "check this host: Valkey, Docker, the job image, config, files, the fleet", help: doctorHelp, run: cmdDoctor})
 }
 
 const doctorUsage = `usage: pi-dispatch doctor [--env-file PATH]

@@ -13,7 +13,7 @@ import (
 )
 
 func init() {
-	register(command{name: "init", summary: "scaffold .env, triggers.json and scoped-limits.json here (never overwrites)", run: cmdInit})
+	register(command{name: "init", summary: "scaffold .env, triggers.json, scoped-limits.json and a pause-windows example here (never overwrites)", help: initHelp, run: cmdInit})
 }
 
 // envExample is a copy of the repository's .env.example (a test keeps the two
@@ -25,8 +25,10 @@ var envExample string
 const initUsage = `usage: pi-dispatch init [--dir DIR]
 
 Writes a deployment's files into DIR (default: the current folder): .env
-(mode 0600), triggers.json and scoped-limits.json. A file that exists is kept
-as it is, never overwritten.
+(mode 0600), triggers.json, scoped-limits.json and pause-windows.example.json
+(an example, not read). A file that exists is kept as it is, never
+overwritten. In a git work tree, the files it writes are added to
+.git/info/exclude, so git does not offer to commit them.
 `
 
 // Files init writes.
@@ -58,7 +60,7 @@ const initScopedLimits = `{
 }
 `
 
-func cmdInit(_ context.Context, e env, args []string) int {
+func cmdInit(ctx context.Context, e env, args []string) int {
 	fset := flag.NewFlagSet("init", flag.ContinueOnError)
 	fset.SetOutput(e.stderr)
 	fset.Usage = func() { fmt.Fprint(e.stderr, initUsage); fset.PrintDefaults() }
@@ -87,12 +89,17 @@ func cmdInit(_ context.Context, e env, args []string) int {
 		{initEnvFile, 0o600, scaffoldEnv(envExample)},
 		{initTriggersFile, 0o644, initTriggers},
 		{initScopedLimitsFile, 0o644, initScopedLimits},
+		{initPauseWindowsFile, 0o644, initPauseWindows},
 	}
 	failed := false
 	created := map[string]bool{}
+	var createdNames []string
 	for _, f := range files {
 		ok, err := createNew(filepath.Join(dir, f.name), f.mode, f.content)
 		created[f.name] = ok
+		if ok {
+			createdNames = append(createdNames, f.name)
+		}
 		switch {
 		case err != nil:
 			fmt.Fprintf(e.stderr, "pi-dispatch init: %s: %v\n", f.name, err)
@@ -108,7 +115,7 @@ func cmdInit(_ context.Context, e env, args []string) int {
 			fmt.Fprintf(e.stdout, "created %s\n", f.name)
 		}
 	}
-	if created[initEnvFile] || created[initTriggersFile] || created[initScopedLimitsFile] {
+	if len(createdNames) > 0 {
 		fmt.Fprintf(e.stdout, "\nin %s:\n", dir)
 	}
 	if created[initEnvFile] {
@@ -128,6 +135,12 @@ func cmdInit(_ context.Context, e env, args []string) int {
                       Cron is off until PI_TRIGGERS_FILE in .env is uncommented
                       (unset, this host abstains from the fleet's cron agreement).
 `, triggersExample)
+	}
+	if created[initPauseWindowsFile] {
+		fmt.Fprint(e.stdout, initPauseWindowsHelp)
+	}
+	if len(createdNames) > 0 && !printGitExclude(ctx, e, dir, createdNames) {
+		failed = true
 	}
 	fmt.Fprintln(e.stdout, "next: pi-dispatch doctor")
 	if failed {

@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -112,6 +113,50 @@ func TestInitScaffoldsADeployment(t *testing.T) {
 	if err != nil || len(tr.Cron) != 1 {
 		t.Fatalf("printed example: %v", err)
 	}
+	// The pause-windows example parses as it is, and nothing reads it.
+	if cfg.PauseWindowsFile != "" {
+		t.Fatalf("PI_PAUSE_WINDOWS_FILE=%q in the scaffold, want unset", cfg.PauseWindowsFile)
+	}
+	if w, err := dispatch.LoadPauseWindows(filepath.Join(dir, initPauseWindowsFile)); err != nil || w.Len() != 3 {
+		t.Fatalf("%s: %d windows, %v", initPauseWindowsFile, w.Len(), err)
+	}
+}
+
+// init in the root of a git repository, or in a folder of one, leaves
+// nothing git would commit: what it wrote is in .git/info/exclude, and its
+// output says so. A second run adds nothing twice.
+func TestInitInAGitRepositoryLeavesNothingToCommit(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git not installed")
+	}
+	repo := t.TempDir()
+	if out, err := exec.Command("git", "init", "-q", repo).CombinedOutput(); err != nil {
+		t.Fatalf("git init: %v %s", err, out)
+	}
+	sub := filepath.Join(repo, "deploy", "host a")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{repo, sub} {
+		r := runCLI(t, nil, "init", "--dir", dir)
+		if r.code != exitOK || r.stderr != "" || !strings.Contains(r.stdout, "info/exclude, so git does not offer to commit them") {
+			t.Fatalf("init in %s: %+v", dir, r)
+		}
+		if r := runCLI(t, nil, "init", "--dir", dir); r.code != exitOK || strings.Contains(r.stdout, "exclude") {
+			t.Fatalf("second init in %s: %+v", dir, r)
+		}
+	}
+	out, err := exec.Command("git", "-C", repo, "status", "--porcelain", "--untracked-files=all").Output()
+	if err != nil || len(out) != 0 {
+		t.Fatalf("git status after init: %q %v", out, err)
+	}
+	exclude, err := os.ReadFile(filepath.Join(repo, ".git", "info", "exclude"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(exclude), "\n/.env\n"); n != 1 || !strings.Contains(string(exclude), "/deploy/host\\ a/.env\n") {
+		t.Fatalf("exclude file:\n%s", exclude)
+	}
 }
 
 func TestInitNeverOverwrites(t *testing.T) {
@@ -142,7 +187,7 @@ func TestInitNeverOverwrites(t *testing.T) {
 
 	// A second run keeps everything.
 	r = runCLI(t, nil, "init", "--dir", dir)
-	if r.code != exitOK || strings.Contains(r.stdout, "created") || strings.Count(r.stdout, "kept ") != 3 || strings.Contains(r.stdout, "in "+dir) {
+	if r.code != exitOK || strings.Contains(r.stdout, "created") || strings.Count(r.stdout, "kept ") != 4 || strings.Contains(r.stdout, "in "+dir) {
 		t.Fatalf("%+v", r)
 	}
 }

@@ -33,9 +33,9 @@ const (
 )
 
 func init() {
-	register(command{name: "pause", summary: "pause every queue of the fleet (jobs still enqueue)", run: runPause})
-	register(command{name: "resume", summary: "resume every queue of the fleet", run: runResume})
-	register(command{name: "status", summary: "pause state and job counts of the fleet, as one JSON line", run: runStatus})
+	register(command{name: "pause", summary: "pause every queue of the fleet (jobs still enqueue)", help: pauseHelp, run: runPause})
+	register(command{name: "resume", summary: "resume every queue of the fleet", help: resumeHelp, run: runResume})
+	register(command{name: "status", summary: "pause state and job counts of the fleet, as one JSON line", help: statusHelp, run: runStatus})
 }
 
 // quietRedis silences go-redis's own logger, which otherwise prints a line

@@ -20,7 +20,7 @@ import (
 )
 
 func init() {
-	register(command{name: "run", summary: "queue a job on a folder of this host (run <folder> --task TEXT --flow NAME)", run: cmdRun})
+	register(command{name: "run", summary: "queue a job on a folder of this host (run <folder> --task TEXT --flow NAME)", help: runHelp, run: cmdRun})
 }
 
 // runEnqueueTimeout bounds the whole enqueue, so a dead Valkey is an error in

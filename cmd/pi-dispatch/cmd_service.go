@@ -11,7 +11,7 @@ import (
 )
 
 func init() {
-	register(command{name: "service", summary: "print a systemd unit for the worker of this folder (service render)", run: cmdService})
+	register(command{name: "service", summary: "print a systemd unit for the worker of this folder (service render)", help: serviceHelp, run: cmdService})
 }
 
 // Defaults of service render.

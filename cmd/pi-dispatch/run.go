@@ -6,7 +6,12 @@ import (
 	"io"
 	"slices"
 	"strings"
+
+	"github.com/pidispatch/pidispatch/internal/buildinfo"
 )
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
 
 // Exit codes.
 const (
@@ -28,7 +33,8 @@ type env struct {
 // command is one subcommand.
 type command struct {
 	name    string
-	summary string
+	summary string // one line, in the command list
+	help    string // the usage line, what it does and its flags (help.go)
 	run     func(ctx context.Context, e env, args []string) int
 }
 
@@ -43,20 +49,56 @@ func register(c command) {
 // run dispatches to a subcommand and returns the process exit code.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	e := env{getenv: getenv, stdout: stdout, stderr: stderr}
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		usage(stdout)
-		if len(args) == 0 {
-			return exitUsage
+	switch {
+	case len(args) == 0:
+		usage(stderr)
+		return exitUsage
+	case isHelp(args[0]) || args[0] == "help":
+		if len(args) == 1 {
+			usage(stdout)
+			return exitOK
 		}
+		return commandHelp(e, args[1], args[2:])
+	case args[0] == "--version" || args[0] == "-version" || args[0] == "version":
+		fmt.Fprintf(stdout, "pi-dispatch %s\n", buildinfo.Version(version))
 		return exitOK
 	}
+	c, ok := lookup(args[0])
+	if !ok {
+		fmt.Fprintf(stderr, "pi-dispatch: unknown command %q (run 'pi-dispatch help' for the list)\n", args[0])
+		return exitUsage
+	}
+	if len(args) == 2 && isHelp(args[1]) {
+		fmt.Fprint(stdout, c.help)
+		return exitOK
+	}
+	return c.run(ctx, e, args[1:])
+}
+
+func isHelp(arg string) bool { return arg == "-h" || arg == "--help" || arg == "-help" }
+
+func lookup(name string) (command, bool) {
 	for _, c := range commands {
-		if c.name == args[0] {
-			return c.run(ctx, e, args[1:])
+		if c.name == name {
+			return c, true
 		}
 	}
-	fmt.Fprintf(stderr, "pi-dispatch: unknown command %q (run 'pi-dispatch help' for the list)\n", args[0])
-	return exitUsage
+	return command{}, false
+}
+
+// commandHelp prints one command's help: pi-dispatch help <command>.
+func commandHelp(e env, name string, extra []string) int {
+	c, ok := lookup(name)
+	switch {
+	case !ok:
+		fmt.Fprintf(e.stderr, "pi-dispatch help: unknown command %q (run 'pi-dispatch help' for the list)\n", name)
+		return exitUsage
+	case len(extra) > 0:
+		fmt.Fprintf(e.stderr, "pi-dispatch help: unexpected argument %q (usage: pi-dispatch help <command>)\n", extra[0])
+		return exitUsage
+	}
+	fmt.Fprint(e.stdout, c.help)
+	return exitOK
 }
 
 func usage(w io.Writer) {
@@ -67,4 +109,8 @@ func usage(w io.Writer) {
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "pi-dispatch help <command> (or <command> --help) describes one command;")
+	fmt.Fprintln(w, "pi-dispatch --version prints the version. The worker is a separate binary")
+	fmt.Fprintln(w, "(worker --help). Docs: docs/configuration.md, docs/fleet.md.")
 }

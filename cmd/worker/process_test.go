@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -301,7 +302,7 @@ func TestInvalidEnvironmentRefusesBoot(t *testing.T) {
 	} {
 		env := map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0", tc.name: tc.value}
 		var stderr bytes.Buffer
-		code := run(context.Background(), func(k string) string { return env[k] }, &stderr)
+		code := run(context.Background(), nil, func(k string) string { return env[k] }, io.Discard, &stderr)
 		if code != exitConfig || !strings.Contains(stderr.String(), tc.name) {
 			t.Errorf("%s=%q: exit %d, stderr %q; want 2 naming the variable", tc.name, tc.value, code, stderr.String())
 		}

@@ -7,7 +7,10 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/internal/buildinfo"
 	wiring "github.com/pidispatch/pidispatch/internal/stack"
 	"github.com/pidispatch/pidispatch/registry"
 )
@@ -23,14 +26,26 @@ const (
 )
 
 // run boots the worker from the environment and runs it until ctx ends.
-func run(ctx context.Context, getenv func(string) string, stderr io.Writer) int {
+// Arguments only ask for the usage text or the version: any other refuses
+// boot before anything is read or connected.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if boot, code := parseArgs(args, stdout, stderr); !boot {
+		return code
+	}
 	cfg, err := dispatch.LoadConfig(getenv)
 	if err != nil {
 		fmt.Fprintf(stderr, "worker: invalid configuration (nothing started):\n%v\n", err)
 		return exitConfig
 	}
+	// Checked before anything connects: without a place for its records the
+	// worker would spend money it cannot account for.
+	if err := dispatch.PrepareLogsDir(cfg.LogsDir); err != nil {
+		fmt.Fprintf(stderr, "worker: refused boot (nothing started): %v\n", err)
+		return exitConfig
+	}
 	logger := slog.New(slog.NewJSONHandler(stderr, nil))
-	s, err := buildStack(ctx, cfg, logger, dispatch.Tuning{Version: version})
+	redis.SetLogger(newRedisLog(logger.With("host", cfg.WorkerName)))
+	s, err := buildStack(ctx, cfg, logger, dispatch.Tuning{Version: buildinfo.Version(version)})
 	if err != nil {
 		fmt.Fprintf(stderr, "worker: %v\n", err)
 		var ce *dispatch.ConfigError
@@ -41,9 +56,11 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) int 
 		return exitFailure
 	}
 	defer s.Close()
+	reportDown(ctx, logger.With("host", cfg.WorkerName), cfg, s.Valkey, s.Docker)
 	if err := s.Worker.Run(ctx); err != nil {
 		fmt.Fprintf(stderr, "worker: boot refused: %v\n", err)
-		if errors.Is(err, registry.ErrNameInUse) {
+		var ce *dispatch.ConfigError
+		if errors.Is(err, registry.ErrNameInUse) || errors.As(err, &ce) {
 			return exitConfig
 		}
 		return exitFailure

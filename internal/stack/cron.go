@@ -63,7 +63,8 @@ func (c *cronPart) Run(ctx context.Context) error {
 			c.log.Info("schedules_installed", "installed", res.Result.Installed, "removed", res.Result.Removed)
 		}
 	}
-	w, err := cronsync.NewWatcher(c.path, cronsync.WatchConfig{Logger: c.log, Host: c.opts.Host, Live: c.live}, c.reconcile)
+	// The watcher stamps the host itself: it gets the bare logger, not c.log.
+	w, err := cronsync.NewWatcher(c.path, cronsync.WatchConfig{Logger: c.opts.Logger, Host: c.opts.Host, Live: c.live}, c.reconcile)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,91 @@
+package main
+
+// The help text of each command, printed by `pi-dispatch help <command>` and
+// `pi-dispatch <command> --help`. A test checks that each names every flag
+// its command parses.
+
+const killSwitchVars = `
+Reads only VALKEY_URL and VALKEY_PASSWORD, so no other misconfiguration can
+stop it. Exits 1 naming the fix when Valkey cannot be reached or refuses the
+password. See docs/fleet.md.
+`
+
+const pauseHelp = `usage: pi-dispatch pause
+
+The kill switch: pauses every queue of the fleet (the shared queue and every
+host's queue) and sets the fleet-wide pause flag, so no worker takes a new job.
+Running jobs finish; jobs can still be queued and wait for resume.
+` + killSwitchVars
+
+const resumeHelp = `usage: pi-dispatch resume
+
+Resumes every queue of the fleet and clears the fleet-wide pause flag, so the
+workers take jobs again.
+` + killSwitchVars
+
+const statusHelp = `usage: pi-dispatch status
+
+Prints whether the fleet is paused and the job counts of its queues.
+` + killSwitchVars
+
+const hostsHelp = `usage: pi-dispatch hosts [--json]
+
+Lists the fleet's live hosts from the registry: each worker's name, age of its
+last heartbeat, whether it routes, its capabilities, image and version.
+
+flags:
+  --json   print one JSON array instead of a table
+` + killSwitchVars
+
+const cancelHelp = cancelUsage + `
+
+Removes a job that has not started (waiting, delayed or held) from its queue,
+or asks the worker running it to stop its container and waits for that worker
+to acknowledge.
+
+flags:
+  --wait DURATION   how long to wait for the worker running the job to
+                    acknowledge (default 10s)
+` + killSwitchVars
+
+const runHelp = runUsage + `
+flags:
+  --task TEXT       the instruction for the agent (required with --flow)
+  --flow NAME       the agent flow to run
+  --command CMD     a prompt command to run instead of a flow
+  --image IMG       the job image for this run (default PI_JOB_IMAGE; never pulled)
+  --force           queue even when the folder has uncommitted git changes
+  --env-file PATH   the deployment .env (default .env; "" to skip)
+
+Reads VALKEY_URL, VALKEY_PASSWORD and PI_WORKER_NAME; see docs/configuration.md.
+`
+
+const doctorHelp = doctorUsage + `
+flags:
+  --env-file PATH   the deployment .env (default .env; "" to skip)
+
+Checks Valkey, Docker, the job image, the configuration (every variable of
+docs/configuration.md), the files it names, and the fleet's hosts.
+`
+
+const initHelp = initUsage + `
+flags:
+  --dir DIR   the deployment folder (default: the current folder)
+
+Then edit .env (every variable is in docs/configuration.md), run
+pi-dispatch doctor, and start the worker.
+`
+
+const serviceHelp = serviceUsage + `
+flags:
+  --dir DIR           the deployment folder holding .env (default: the current folder)
+  --worker-bin PATH   absolute path of the worker binary (default /usr/local/bin/pi-dispatch-worker)
+  --user NAME         the user the worker runs as, in group docker ("" runs it as root;
+                      default pi-dispatch)
+`
+
+const demoHelp = demoUsage + `
+flags:
+  --keep             keep the temporary folders (workspace, run records) and print where they are
+  --timeout DURATION give up after this long, the image build included (default 3m)
+`
