@@ -340,7 +340,7 @@ func (d *demo) claimValkey(ctx context.Context, rawURL, password string) (int, f
 	shown := dispatch.RedactURL(rawURL)
 	rc, err := valkey.NewClient(rawURL, valkey.Options{Password: password, OneShot: true})
 	if err != nil {
-		fmt.Fprintf(d.errw, "pi-dispatch demo: VALKEY_URL=%s: %v\n", shown, err)
+		fmt.Fprintf(d.errw, "pi-dispatch demo: VALKEY_URL=%s is %v\n", shown, err)
 		return exitUsage, nil
 	}
 	quietRedis.Do(func() { redis.SetLogger(discardRedisLog{}) })

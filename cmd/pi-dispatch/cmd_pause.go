@@ -57,7 +57,7 @@ func ksConnect(e env, cmd string) (*redis.Client, string, int) {
 	shown := dispatch.RedactURL(raw)
 	client, err := valkey.NewClient(raw, valkey.Options{Password: e.getenv("VALKEY_PASSWORD"), OneShot: true, PoolSize: 4})
 	if err != nil {
-		fmt.Fprintf(e.stderr, "pi-dispatch %s: VALKEY_URL=%s: %v\n", cmd, shown, err)
+		fmt.Fprintf(e.stderr, "pi-dispatch %s: VALKEY_URL=%s is %v\n", cmd, shown, err)
 		return nil, shown, exitUsage
 	}
 	return client, shown, exitOK
