@@ -10,6 +10,7 @@ import (
 	"github.com/pidispatch/pidispatch/dispatch"
 	wiring "github.com/pidispatch/pidispatch/internal/stack"
 	"github.com/pidispatch/pidispatch/registry"
+	"github.com/pidispatch/pidispatch/valkey"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -19,7 +20,7 @@ var version = "dev"
 const (
 	exitOK      = 0
 	exitFailure = 1
-	exitConfig  = 2 // refused boot: invalid configuration or a name in use
+	exitConfig  = 2 // refused boot: invalid configuration, a password Valkey refuses, or a name in use
 )
 
 // run boots the worker from the environment and runs it until ctx ends.
@@ -35,7 +36,7 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "worker: %v\n", err)
 		var ce *dispatch.ConfigError
 		var ces dispatch.ConfigErrors
-		if errors.As(err, &ce) || errors.As(err, &ces) {
+		if errors.As(err, &ce) || errors.As(err, &ces) || errors.Is(err, valkey.ErrAuthRefused) {
 			return exitConfig
 		}
 		return exitFailure
