@@ -33,7 +33,12 @@ type AuthError struct {
 	Reply string
 }
 
-func (e *AuthError) Error() string { return ErrAuthRefused.Error() + ": " + e.Reply }
+// Error names the fix and the server's error code (NOAUTH, WRONGPASS); the
+// rest of the reply can mislead (a refused HELLO explains HELLO's syntax).
+func (e *AuthError) Error() string {
+	code, _, _ := strings.Cut(e.Reply, " ")
+	return ErrAuthRefused.Error() + ": " + code
+}
 
 // Is makes errors.Is(err, ErrAuthRefused) hold. AuthError has no Unwrap on
 // purpose: it hides the redis.Error it came from (see the package comment),
