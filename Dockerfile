@@ -23,6 +23,7 @@ COPY lease ./lease
 COPY queue ./queue
 COPY registry ./registry
 COPY runner ./runner
+COPY valkey ./valkey
 ARG VERSION=dev
 ENV CGO_ENABLED=0
 RUN go build -trimpath -ldflags="-s -w -X main.version=${VERSION}" -o /out/pi-dispatch-worker ./cmd/worker \

@@ -94,7 +94,7 @@ var EnvVars = []string{
 // an embedding program may build it in code from DefaultConfig and call Validate.
 // Fields hold parsed, typed values; the env syntax is LoadConfig's business.
 type Config struct {
-	// ValkeyURL is a redis:// or rediss:// URL; a password may sit in it.
+	// ValkeyURL is a redis://, rediss:// or unix:// URL; a password may sit in it.
 	// VALKEY_URL, defaults to redis://127.0.0.1:6379.
 	ValkeyURL string
 	// ValkeyPassword is used when ValkeyURL carries no password. VALKEY_PASSWORD.
@@ -682,14 +682,21 @@ func filePathRule(p string) string {
 	return ""
 }
 
-// valkeyURLRule returns "" for a usable redis:// or rediss:// URL: a host, an optional
-// port, an optional /N database, query options left to go-redis at wiring.
+// valkeyURLRule returns "" for a usable redis:// or rediss:// URL (a host, an
+// optional port, an optional /N database) or unix:// URL (an absolute socket
+// path, ?db=N for a database), query options left to go-redis at wiring.
 func valkeyURLRule(s string) string {
-	const rule = "must be a redis:// or rediss:// URL such as redis://127.0.0.1:6379/0"
+	const rule = "must be a redis://, rediss:// or unix:// URL such as redis://127.0.0.1:6379/0 or unix:///run/valkey/valkey.sock"
 	if strings.Contains(s, "#") {
 		return "must not carry a fragment ('#'); percent-encode it in a password (%23)"
 	}
 	u, err := url.Parse(s)
+	if err == nil && u.Scheme == "unix" && u.Opaque == "" {
+		if u.Hostname() != "" || !strings.HasPrefix(u.Path, "/") || strings.HasSuffix(u.Path, "/") {
+			return "a unix:// URL names a socket by its absolute path, with no host (unix:///run/valkey/valkey.sock)"
+		}
+		return ""
+	}
 	if err != nil || u.Opaque != "" || (u.Scheme != "redis" && u.Scheme != "rediss") {
 		return rule
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/cronsync"
 	"github.com/pidispatch/pidispatch/registry"
+	"github.com/pidispatch/pidispatch/valkey"
 )
 
 // CheckStatus is the verdict of one doctor check.
@@ -158,7 +159,12 @@ func (d *doctor) valkey(ctx context.Context) bool {
 	}
 	pctx, cancel := d.bounded(ctx)
 	defer cancel()
-	if err := d.deps.Valkey.Ping(pctx).Err(); err != nil {
+	err := d.deps.Valkey.Ping(pctx).Err()
+	switch {
+	case valkey.IsAuthRefused(err): // reachable: "start Valkey" would mislead
+		d.fail("valkey", "set VALKEY_PASSWORD or put the password in VALKEY_URL", "Valkey at %s refused authentication: %v", url, err)
+		return false
+	case err != nil:
 		d.fail("valkey", fix, "Valkey unreachable at %s within %s: %v", url, d.deps.Timeout, err)
 		return false
 	}

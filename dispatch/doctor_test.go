@@ -16,6 +16,7 @@ import (
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/registry"
+	"github.com/pidispatch/pidispatch/valkey"
 )
 
 // fakeDoctorDocker is a Docker daemon as doctor sees it.
@@ -259,6 +260,30 @@ func TestDoctorValkeyDownIsSaidFast(t *testing.T) {
 	}
 	if c := oneCheck(t, checks, "fleet-registry"); c.Status != dispatch.CheckWarn || !strings.Contains(c.Detail, "not read") {
 		t.Errorf("fleet-registry: %+v", c)
+	}
+}
+
+// A Valkey that refuses the password is reachable: doctor names the
+// password fix, not "start Valkey".
+func TestDoctorRefusedPasswordIsSaid(t *testing.T) {
+	srv := livetest.StartServer(t)
+	if err := srv.Client().ConfigSet(context.Background(), "requirepass", "pw1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, pw := range []string{"", "wrong"} {
+		rc, err := valkey.NewClient(srv.URL(), valkey.Options{Password: pw, OneShot: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checks := dispatch.Doctor(context.Background(), doctorConfig(t, "doc-a"), dispatch.DoctorDeps{
+			Valkey: rc, Docker: &fakeDoctorDocker{present: true}, TZ: "UTC", Timeout: time.Second,
+		})
+		_ = rc.Close()
+		c := oneCheck(t, checks, "valkey")
+		if c.Status != dispatch.CheckFail || c.Fix != "set VALKEY_PASSWORD or put the password in VALKEY_URL" ||
+			!strings.Contains(c.Detail, "refused authentication") || strings.Contains(c.Detail, "unreachable") {
+			t.Errorf("password %q: %+v", pw, c)
+		}
 	}
 }
 

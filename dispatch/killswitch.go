@@ -14,6 +14,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
+	"github.com/pidispatch/pidispatch/valkey"
 )
 
 // FleetReadTimeout is the one budget the kill switch gives its two reads of
@@ -118,10 +119,10 @@ type KillResult struct {
 	FlagChanged bool
 	// FlagErr is why the flag could not be changed.
 	FlagErr error
-	// NotSent: the round trip never reached Valkey (the connection could
-	// not be made, or a name was refused first), so nothing changed. With a
-	// transport error and NotSent false, the transaction may or may not
-	// have run.
+	// NotSent: the round trip changed nothing (the connection could not
+	// be made, the server refused the client's authentication or the
+	// transaction, or a name was refused first). With a transport error and
+	// NotSent false, the transaction may or may not have run.
 	NotSent bool
 	// SweepErr is why the scan after the round trip (see Pause) did not
 	// finish: a host queue declared during the call may have been missed.
@@ -193,7 +194,7 @@ func setFleetPaused(ctx context.Context, client redis.UniversalClient, set Queue
 		}
 	}
 	if err := r.apply(ctx, client, paused, names); err != nil {
-		r.NotSent = neverConnected(err)
+		r.NotSent = nothingRan(err)
 		return r, fmt.Errorf("%s: %w", r.Verb, err)
 	}
 
@@ -214,9 +215,12 @@ func setFleetPaused(ctx context.Context, client redis.UniversalClient, set Queue
 	extra := slices.DeleteFunc(found, func(n string) bool { return slices.Contains(r.Queues, n) })
 	if len(extra) > 0 {
 		if err := r.apply(ctx, client, paused, extra); err != nil {
-			for _, n := range extra { // state unknown: not confirmed changed
+			if !nothingRan(err) { // state unknown: not confirmed changed
+				err = fmt.Errorf("outcome unknown: %w", err)
+			}
+			for _, n := range extra {
 				r.Queues = append(r.Queues, n)
-				r.Failed = append(r.Failed, QueueFailure{Queue: n, Err: fmt.Errorf("outcome unknown: %w", err)})
+				r.Failed = append(r.Failed, QueueFailure{Queue: n, Err: err})
 			}
 		}
 	}
@@ -258,11 +262,14 @@ func (r *KillResult) apply(ctx context.Context, client redis.UniversalClient, pa
 	return nil
 }
 
-// neverConnected reports an error of a connection that could not be made:
-// nothing was sent, so nothing changed.
-func neverConnected(err error) bool {
+// nothingRan reports an error after which nothing can have changed: a
+// connection that could not be made, a server that refused the client's
+// authentication (it serves no command of that connection), or a
+// transaction refused as a whole.
+func nothingRan(err error) bool {
 	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
+	return errors.As(err, &op) && op.Op == "dial" ||
+		valkey.IsAuthRefused(err) || errors.Is(err, queue.ErrTxRefused)
 }
 
 // DeclareHostQueue declares a worker's host queue at boot, paused when the

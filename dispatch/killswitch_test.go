@@ -15,6 +15,7 @@ import (
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
+	"github.com/pidispatch/pidispatch/valkey"
 )
 
 // publishHost writes a registry row for name, as a worker's beat does.
@@ -404,5 +405,41 @@ func ExampleDeclareHostQueue() {
 	}
 	if paused, err := dispatch.DeclareHostQueue(context.Background(), q); err == nil && paused {
 		fmt.Println("fleet paused: this host takes no job until `pi-dispatch resume`")
+	}
+}
+
+// A server that refuses the client's password serves no part of a pause or
+// resume: the call fails, says nothing changed, and names the refusal,
+// whichever client is used (a plain go-redis one reports the handshake's
+// refusal on no command, the shared constructor's reports it on every one).
+func TestKillSwitchAuthRefused(t *testing.T) {
+	srv := livetest.StartServer(t)
+	ctx := context.Background()
+	if err := srv.Client().ConfigSet(ctx, "requirepass", "pw1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	shared, err := valkey.NewClient(srv.URL(), valkey.Options{OneShot: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = shared.Close() })
+	plain := redis.NewClient(&redis.Options{Addr: srv.Addr(), Password: "wrong", MaxRetries: -1})
+	t.Cleanup(func() { _ = plain.Close() })
+	for _, tc := range []struct {
+		name   string
+		client *redis.Client
+		want   error
+	}{{"shared constructor", shared, valkey.ErrAuthRefused}, {"plain client", plain, queue.ErrTxRefused}} {
+		set, err := dispatch.FleetQueues(ctx, tc.client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, act := range []func(context.Context, redis.UniversalClient, dispatch.QueueSet) (dispatch.KillResult, error){dispatch.Pause, dispatch.Resume} {
+			r, err := act(ctx, tc.client, set)
+			var ke *dispatch.KillError
+			if !errors.Is(err, tc.want) || errors.As(err, &ke) || !r.NotSent || len(r.Changed) != 0 || r.FlagChanged {
+				t.Fatalf("%s: %+v, %v", tc.name, r, err)
+			}
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -90,9 +91,10 @@ type FlagPauseOutcome struct {
 // all in one MULTI/EXEC round trip: no other client sees a state in between.
 // Each part succeeds or fails on its own, as a transaction's commands do, and
 // FlagPauseOutcome says which. The returned error is non-nil only when the
-// round trip itself failed (a transport error): the transaction may or may
-// not have run, unless the connection was never made. The queues must share
-// one Valkey: the first queue's client is used.
+// round trip itself failed: wrapping ErrTxRefused when the server refused
+// the transaction as a whole (nothing ran), else a transport error (the
+// transaction may or may not have run, unless the connection was never
+// made). The queues must share one Valkey: the first queue's client is used.
 func SetPausedWithFlag(ctx context.Context, paused bool, flagKey string, queues ...*Queue) (FlagPauseOutcome, error) {
 	if flagKey == "" {
 		return FlagPauseOutcome{}, optErr("flagKey", "empty")
@@ -138,8 +140,18 @@ func SetPausedWithFlag(ctx context.Context, paused bool, flagKey string, queues 
 		// idempotent, so running the whole transaction again is safe.
 		cmds, setCmd, delCmd, err = exec(true)
 	}
-	if err != nil && !isReply(err) {
+	parts := slices.Clone(cmds)
+	if setCmd != nil {
+		parts = append(parts, setCmd)
+	}
+	if delCmd != nil {
+		parts = append(parts, delCmd)
+	}
+	switch {
+	case err != nil && !isReply(err):
 		return FlagPauseOutcome{}, fmt.Errorf("%s %d queue(s): %w", verb, len(queues), err)
+	case err != nil && !carried(err, parts):
+		return FlagPauseOutcome{}, fmt.Errorf("%s %d queue(s): %w: %w", verb, len(queues), ErrTxRefused, err)
 	}
 	out := FlagPauseOutcome{Queues: make([]error, len(queues))}
 	for i, c := range cmds {
@@ -154,6 +166,21 @@ func SetPausedWithFlag(ctx context.Context, paused bool, flagKey string, queues 
 		out.Flag = fmt.Errorf("delete %s: %w", flagKey, delCmd.Err())
 	}
 	return out, nil
+}
+
+// carried reports whether a transaction's error reply is one of its
+// commands' own (EXEC ran, and that command failed inside it). An error reply
+// no command carries was MULTI's or EXEC's, or failed the connection before
+// anything was sent (a handshake refused: NOAUTH, WRONGPASS): the
+// transaction did not run, and reading the commands' empty outcomes as
+// successes would report changes that never happened.
+func carried(err error, cmds []redis.Cmder) bool {
+	for _, c := range cmds {
+		if c != nil && c.Err() != nil && errors.Is(err, c.Err()) {
+			return true
+		}
+	}
+	return false
 }
 
 func anyNoScript(cmds []redis.Cmder) bool {

@@ -2,10 +2,14 @@ package queue_test
 
 import (
 	"context"
+	"errors"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/queue"
+	"github.com/pidispatch/pidispatch/valkey"
 )
 
 const testFlag = "pi:paused"
@@ -74,5 +78,77 @@ func TestSetPausedWithFlag(t *testing.T) {
 	}
 	if p, _ := a.IsPaused(ctx); p {
 		t.Fatal("a still paused")
+	}
+}
+
+// A transaction the server refuses as a whole (a wrongly authenticated or
+// unauthenticated connection, a command refused while queued) ran nothing:
+// SetPausedWithFlag must say so, either as ErrTxRefused (the refusal is on
+// no command: the handshake failed) or as a failure of every part, never as
+// a part's success.
+func TestSetPausedWithFlagRefusedWhole(t *testing.T) {
+	srv := livetest.StartServer(t)
+	ctx := context.Background()
+	admin := srv.Client()
+	// A user who may do everything but run scripts: the pause script is
+	// refused while queued, and EXEC answers EXECABORT.
+	if err := admin.Do(ctx, "ACL", "SETUSER", "noscript", "on", ">pw2", "~*", "&*", "+@all", "-eval", "-evalsha").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.ConfigSet(ctx, "requirepass", "pw1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		opts    *redis.Options
+		refused bool // the error is on no command
+	}{
+		{"wrong password", &redis.Options{Addr: srv.Addr(), Password: "wrong", MaxRetries: -1}, true},
+		{"no password", &redis.Options{Addr: srv.Addr(), MaxRetries: -1}, false},
+		{"script refused while queued", &redis.Options{Addr: srv.Addr(), Username: "noscript", Password: "pw2", MaxRetries: -1}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := redis.NewClient(tc.opts)
+			defer client.Close()
+			a, _ := queue.New(client, queue.SharedQueue, queue.Config{})
+			b, _ := queue.New(client, queue.HostQueueName("b"), queue.Config{})
+			for _, paused := range []bool{true, false} {
+				out, err := queue.SetPausedWithFlag(ctx, paused, testFlag, a, b)
+				everyPartFailed := err == nil && out.Flag != nil && len(out.Queues) == 2 && out.Queues[0] != nil && out.Queues[1] != nil
+				if tc.refused && !errors.Is(err, queue.ErrTxRefused) || !tc.refused && !everyPartFailed {
+					t.Fatalf("paused=%t: outcome %+v, err %v", paused, out, err)
+				}
+			}
+		})
+	}
+	ok, err := valkey.NewClient(srv.URL(), valkey.Options{Password: "pw1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ok.Close()
+	if n, err := ok.Exists(ctx, testFlag, "bull:pi-jobs:meta", "bull:pi-jobs@b:meta").Result(); err != nil || n != 0 {
+		t.Fatalf("a refused transaction changed %d keys (%v)", n, err)
+	}
+}
+
+// Through the shared constructor the refusal is the connection's, named as
+// such: every part failed, nothing ran.
+func TestSetPausedWithFlagAuthRefused(t *testing.T) {
+	srv := livetest.StartServer(t)
+	ctx := context.Background()
+	if err := srv.Client().ConfigSet(ctx, "requirepass", "pw1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, pw := range []string{"", "wrong"} {
+		client, err := valkey.NewClient(srv.URL(), valkey.Options{Password: pw, OneShot: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, _ := queue.New(client, queue.SharedQueue, queue.Config{})
+		out, err := queue.SetPausedWithFlag(ctx, true, testFlag, q)
+		if !errors.Is(err, valkey.ErrAuthRefused) || out.Queues != nil {
+			t.Fatalf("password %q: outcome %+v, err %v", pw, out, err)
+		}
+		_ = client.Close()
 	}
 }

@@ -30,6 +30,10 @@ var (
 	ErrInvalidQueueName = errors.New("queue: invalid queue name")
 	// ErrDiscoveryIncomplete wraps every *DiscoveryError.
 	ErrDiscoveryIncomplete = errors.New("queue: queue discovery incomplete")
+	// ErrTxRefused: the server refused a MULTI/EXEC transaction as a whole
+	// (MULTI or EXEC answered an error: an unauthenticated connection, a
+	// command refused while queued, EXECABORT), so none of it ran.
+	ErrTxRefused = errors.New("queue: transaction refused, nothing ran")
 )
 
 // OptionError reports a bad argument; nothing was written.

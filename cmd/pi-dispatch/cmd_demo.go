@@ -25,6 +25,7 @@ import (
 	"github.com/pidispatch/pidispatch/internal/jobimage"
 	"github.com/pidispatch/pidispatch/internal/stack"
 	"github.com/pidispatch/pidispatch/registry"
+	"github.com/pidispatch/pidispatch/valkey"
 )
 
 func init() {
@@ -337,20 +338,13 @@ func (d *demo) banner() {
 // prints why and returns a non-zero code when the demo must not use it.
 func (d *demo) claimValkey(ctx context.Context, rawURL, password string) (int, func()) {
 	shown := dispatch.RedactURL(rawURL)
-	opts, err := redis.ParseURL(rawURL)
+	rc, err := valkey.NewClient(rawURL, valkey.Options{Password: password, OneShot: true})
 	if err != nil {
-		msg := strings.ReplaceAll(err.Error(), rawURL, shown)
-		fmt.Fprintf(d.errw, "pi-dispatch demo: VALKEY_URL=%s is not a redis:// or rediss:// URL: %s\n", shown, msg)
+		fmt.Fprintf(d.errw, "pi-dispatch demo: VALKEY_URL=%s is %v\n", shown, err)
 		return exitUsage, nil
 	}
-	if opts.Password == "" {
-		opts.Password = password
-	}
-	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = 2*time.Second, 2*time.Second, 2*time.Second
-	opts.MaxRetries = -1
-	opts.DialerRetries = 1
 	quietRedis.Do(func() { redis.SetLogger(discardRedisLog{}) })
-	rc := redis.NewClient(opts)
+	opts := rc.Options()
 
 	cctx, cancel := context.WithTimeout(ctx, demoCheckTimeout)
 	found, err := pidispatchKeys(cctx, rc, 1)

@@ -238,7 +238,7 @@ func TestDemo_BadInvocations(t *testing.T) {
 		{"ExtraArgument", nil, []string{"demo", "now"}, exitUsage, `unexpected argument "now"`},
 		{"BadTimeout", nil, []string{"demo", "--timeout", "0s"}, exitUsage, "--timeout must be positive"},
 		{"UnknownFlag", nil, []string{"demo", "--fast"}, exitUsage, "flag provided but not defined"},
-		{"NotAURL", map[string]string{"VALKEY_URL": "http://u:hunter2@example.com"}, []string{"demo"}, exitUsage, "is not a redis:// or rediss:// URL"},
+		{"NotAURL", map[string]string{"VALKEY_URL": "http://u:hunter2@example.com"}, []string{"demo"}, exitUsage, "is not a redis://, rediss:// or unix:// URL"},
 		{"Unreachable", map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/15"}, []string{"demo"}, exitFailure, "could not check database 15"},
 	}
 	for _, tt := range tests {

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/valkey"
 )
 
 // The kill switch (pause, resume, status) and its siblings (hosts, cancel)
@@ -20,11 +21,10 @@ import (
 // other misconfiguration may stop an operator from stopping spend. Their
 // client fails fast, so a dead Valkey is reported in seconds, not hung on.
 const (
-	ksDialTimeout = 2 * time.Second
-	ksIOTimeout   = 2 * time.Second
 	// ksCommandTimeout bounds a whole command (cancel adds its --wait): a
 	// Valkey that accepts connections and never answers costs a transaction
-	// two read timeouts, after the fleet read's own budget.
+	// two read timeouts (valkey.OneShotTimeout), after the fleet read's own
+	// budget.
 	ksCommandTimeout = 4500 * time.Millisecond
 	// ksUnreachableFix is the one-line fix printed with an unreachable Valkey.
 	ksUnreachableFix = "(start it, or point VALKEY_URL at it)"
@@ -55,44 +55,37 @@ func ksConnect(e env, cmd string) (*redis.Client, string, int) {
 		raw = dispatch.DefaultValkeyURL
 	}
 	shown := dispatch.RedactURL(raw)
-	opts, err := redis.ParseURL(raw)
+	client, err := valkey.NewClient(raw, valkey.Options{Password: e.getenv("VALKEY_PASSWORD"), OneShot: true, PoolSize: 4})
 	if err != nil {
-		// The parser's message may quote the URL, password included.
-		msg := strings.ReplaceAll(err.Error(), raw, shown)
-		fmt.Fprintf(e.stderr, "pi-dispatch %s: VALKEY_URL=%s is not a redis:// or rediss:// URL: %s\n", cmd, shown, msg)
+		fmt.Fprintf(e.stderr, "pi-dispatch %s: VALKEY_URL=%s is %v\n", cmd, shown, err)
 		return nil, shown, exitUsage
 	}
-	if opts.Password == "" {
-		opts.Password = e.getenv("VALKEY_PASSWORD")
-	}
-	opts.DialTimeout = ksDialTimeout
-	opts.DialerRetries = 1
-	opts.ReadTimeout = ksIOTimeout
-	opts.WriteTimeout = ksIOTimeout
-	opts.MaxRetries = -1 // no retries: the first failure is the answer
-	opts.ContextTimeoutEnabled = true
-	opts.PoolSize = 4
-	opts.DisableIdentity = true // one fewer round trip per connection (CLIENT SETINFO)
-	opts.OnConnect = refuseUnauthenticated
-	return redis.NewClient(opts), shown, exitOK
+	return client, shown, exitOK
 }
 
-// refuseUnauthenticated fails a new connection that the server will not
-// serve without a password. Left in the pool, such a connection gave a
-// command NOAUTH or, when the server had closed it (Valkey drops an
-// unauthenticated client that sends more than 10 arguments, as the
-// registry read does), EOF: "unreachable" instead of "wrong password".
-func refuseUnauthenticated(ctx context.Context, cn *redis.Conn) error {
-	err := cn.Ping(ctx).Err()
-	if err != nil && isReply(err) && (strings.HasPrefix(err.Error(), "NOAUTH") || strings.HasPrefix(err.Error(), "WRONGPASS")) {
-		return err
+// ksAuthRefused prints, when err is the server refusing the password, that
+// what could not be done and the fix, then extra lines, and reports whether
+// it did. A refused password is not an outage: "is it running?" would send
+// the operator the wrong way.
+func ksAuthRefused(w io.Writer, what, url string, err error, extra ...string) bool {
+	var ae *valkey.AuthError
+	if !errors.As(err, &ae) {
+		return false
 	}
-	return nil
+	answer, _, _ := strings.Cut(ae.Reply, " ")
+	fmt.Fprintf(w, "could not %s at %s: %v\n  (the server answered %s)\n", what, url, valkey.ErrAuthRefused, answer)
+	for _, line := range extra {
+		fmt.Fprintf(w, "  %s\n", line)
+	}
+	return true
 }
 
 // ksUnreachable prints the one message every kill-switch command gives when
 // Valkey cannot be reached, and returns exitFailure.
 func ksUnreachable(w io.Writer, url string, err error, extra ...string) int {
+	if ksAuthRefused(w, "use Valkey", url, err, extra...) {
+		return exitFailure
+	}
 	fmt.Fprintf(w, "could not reach Valkey at %s — is it running? %s\n  %v\n", url, ksUnreachableFix, err)
 	for _, line := range extra {
 		fmt.Fprintf(w, "  %s\n", line)
@@ -156,6 +149,9 @@ func runKill(ctx context.Context, e env, args []string, verb string) int {
 		outcome := "the outcome is unknown: run `pi-dispatch status` once Valkey answers"
 		if res.NotSent {
 			outcome = "nothing changed"
+		}
+		if ksAuthRefused(e.stderr, verb+" the deployment", url, err, outcome) {
+			return exitFailure
 		}
 		return ksUnreachable(e.stderr, url, err, outcome)
 	}

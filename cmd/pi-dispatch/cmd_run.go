@@ -17,6 +17,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/queue"
+	"github.com/pidispatch/pidispatch/valkey"
 )
 
 func init() {
@@ -387,24 +388,14 @@ func parseInterleaved(fset *flag.FlagSet, args []string) ([]string, error) {
 // dialConfigValkey builds a fail-fast client of cfg's Valkey: a one-shot
 // command must report a dead server in seconds, never queue behind it.
 func dialConfigValkey(cfg dispatch.Config) (*redis.Client, error) {
-	opts, err := redis.ParseURL(cfg.ValkeyURL)
-	if err != nil {
-		return nil, &dispatch.ConfigError{Var: "VALKEY_URL", Value: dispatch.RedactURL(cfg.ValkeyURL), Rule: err.Error()}
-	}
-	if opts.Password == "" && cfg.ValkeyPassword != "" {
-		opts.Password = cfg.ValkeyPassword
-	}
 	// go-redis logs every failed dial to stderr; the command prints one clean
 	// message instead (quietRedis is shared with the kill switch's client).
 	quietRedis.Do(func() { redis.SetLogger(discardRedisLog{}) })
-	opts.DialTimeout = 2 * time.Second
-	opts.DialerRetries = 1 // the default retries a dead address five times
-	opts.ReadTimeout = 2 * time.Second
-	opts.WriteTimeout = 2 * time.Second
-	opts.MaxRetries = -1 // the first failure is the answer (0 would mean 3)
-	opts.ContextTimeoutEnabled = true
-	opts.DisableIdentity = true // no CLIENT SETINFO round trip
-	return redis.NewClient(opts), nil
+	client, err := valkey.NewClient(cfg.ValkeyURL, valkey.Options{Password: cfg.ValkeyPassword, OneShot: true})
+	if err != nil {
+		return nil, &dispatch.ConfigError{Var: "VALKEY_URL", Value: dispatch.RedactURL(cfg.ValkeyURL), Rule: err.Error()}
+	}
+	return client, nil
 }
 
 // printConfigErrors writes one line per invalid variable.

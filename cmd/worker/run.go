@@ -13,6 +13,7 @@ import (
 	"github.com/pidispatch/pidispatch/internal/buildinfo"
 	wiring "github.com/pidispatch/pidispatch/internal/stack"
 	"github.com/pidispatch/pidispatch/registry"
+	"github.com/pidispatch/pidispatch/valkey"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -22,7 +23,7 @@ var version = "dev"
 const (
 	exitOK      = 0
 	exitFailure = 1
-	exitConfig  = 2 // refused boot: invalid configuration or a name in use
+	exitConfig  = 2 // refused boot: invalid configuration, a password Valkey refuses, or a name in use
 )
 
 // run boots the worker from the environment and runs it until ctx ends.
@@ -50,7 +51,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stderr, "worker: %v\n", err)
 		var ce *dispatch.ConfigError
 		var ces dispatch.ConfigErrors
-		if errors.As(err, &ce) || errors.As(err, &ces) {
+		if errors.As(err, &ce) || errors.As(err, &ces) || errors.Is(err, valkey.ErrAuthRefused) {
 			return exitConfig
 		}
 		return exitFailure

@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/capabilities"
 	"github.com/pidispatch/pidispatch/dispatch"
@@ -29,6 +28,7 @@ import (
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
 	"github.com/pidispatch/pidispatch/runner"
+	"github.com/pidispatch/pidispatch/valkey"
 )
 
 func main() {
@@ -61,15 +61,10 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 // newWorker wires Valkey and Docker into a dispatch.Worker. closeAll releases
 // the clients; call it after the worker's Run returned.
 func newWorker(cfg dispatch.Config, logger *slog.Logger) (w *dispatch.Worker, closeAll func(), err error) {
-	opts, err := redis.ParseURL(cfg.ValkeyURL)
+	rc, err := valkey.NewClient(cfg.ValkeyURL, valkey.Options{Password: cfg.ValkeyPassword})
 	if err != nil {
 		return nil, nil, fmt.Errorf("VALKEY_URL: %w", err)
 	}
-	if opts.Password == "" {
-		opts.Password = cfg.ValkeyPassword
-	}
-	opts.DialTimeout = 2 * time.Second
-	rc := redis.NewClient(opts)
 	dc, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		_ = rc.Close()

@@ -38,6 +38,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/valkey"
 )
 
 const (
@@ -75,14 +76,10 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer, addr
 	if rawURL == "" {
 		rawURL = dispatch.DefaultValkeyURL
 	}
-	opts, err := redis.ParseURL(rawURL)
+	rc, err := valkey.NewClient(rawURL, valkey.Options{Password: getenv("VALKEY_PASSWORD")})
 	if err != nil {
 		return fmt.Errorf("VALKEY_URL=%s: %w", dispatch.RedactURL(rawURL), err)
 	}
-	if opts.Password == "" {
-		opts.Password = getenv("VALKEY_PASSWORD")
-	}
-	rc := redis.NewClient(opts)
 	defer rc.Close()
 	logger := slog.New(slog.NewJSONHandler(stderr, nil)).With("service", "webhook-frontend")
 	h, err := newHandler([]byte(secret), rc, logger)

@@ -6,6 +6,7 @@ package stack
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -23,6 +24,7 @@ import (
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
 	"github.com/pidispatch/pidispatch/runner"
+	"github.com/pidispatch/pidispatch/valkey"
 )
 
 // Stack is one concrete worker: Valkey for queues and fleet state, Docker for
@@ -53,18 +55,14 @@ func (s *Stack) Close() {
 // dispatch.Worker. It is the only place that does: cmd/worker, the demo and
 // the tests all boot workers through it.
 func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune dispatch.Tuning) (*Stack, error) {
-	opts, err := redis.ParseURL(cfg.ValkeyURL)
+	rc, err := valkey.NewClient(cfg.ValkeyURL, valkey.Options{Password: cfg.ValkeyPassword})
 	if err != nil {
 		return nil, &dispatch.ConfigError{Var: "VALKEY_URL", Value: dispatch.RedactURL(cfg.ValkeyURL), Rule: err.Error()}
 	}
-	if opts.Password == "" && cfg.ValkeyPassword != "" {
-		opts.Password = cfg.ValkeyPassword
+	if err := refusedPassword(ctx, rc, cfg.ValkeyURL); err != nil {
+		_ = rc.Close()
+		return nil, err
 	}
-	// Every call the worker makes is bounded by its caller; a dead server must
-	// not queue commands forever.
-	opts.DialTimeout = 2 * time.Second
-	opts.MaxRetries = 1
-	rc := redis.NewClient(opts)
 
 	dc, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
@@ -194,6 +192,18 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 		return fail(err)
 	}
 	return &Stack{Worker: w, Valkey: rc, Docker: dc, Registry: reg, Budget: budget, Holds: holds}, nil
+}
+
+// refusedPassword fails boot when Valkey refuses the password: unlike an
+// outage, waiting cannot mend it, and a worker that boots anyway fails every
+// call for ever. Any other answer (Valkey down included) lets boot go on.
+func refusedPassword(ctx context.Context, rc *redis.Client, rawURL string) error {
+	pctx, cancel := context.WithTimeout(ctx, valkey.DialTimeout)
+	defer cancel()
+	if err := rc.Ping(pctx).Err(); errors.Is(err, valkey.ErrAuthRefused) {
+		return fmt.Errorf("valkey at %s: %w", dispatch.RedactURL(rawURL), err)
+	}
+	return nil
 }
 
 func keys(m map[string]string) []string {
