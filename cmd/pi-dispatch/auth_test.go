@@ -43,7 +43,7 @@ func TestCommandsAuthRefused(t *testing.T) {
 					t.Errorf("%s took %s", args[0], el)
 				}
 				if r.code == exitOK || r.stdout != "" || !strings.Contains(r.stderr, authFix) ||
-					strings.Contains(r.stderr, "is it running") || strings.Contains(r.stderr, "wrong@") {
+					strings.Contains(strings.ToLower(r.stderr), "is it running") || strings.Contains(r.stderr, "wrong@") {
 					t.Fatalf("%s: %+v", args[0], r)
 				}
 				if args[0] == "pause" || args[0] == "resume" {

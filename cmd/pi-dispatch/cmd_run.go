@@ -103,6 +103,10 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 		fmt.Fprintf(e.stderr, "pi-dispatch run: %v\n", err)
 		return exitUsage
 	}
+	if errors.Is(err, valkey.ErrAuthRefused) {
+		fmt.Fprintf(e.stderr, "pi-dispatch run: could not queue at %s: %v\n", dispatch.RedactURL(cfg.ValkeyURL), err)
+		return exitFailure
+	}
 	if err != nil {
 		fmt.Fprintf(e.stderr, "pi-dispatch run: could not reach Valkey at %s: %v\n  %s\n", dispatch.RedactURL(cfg.ValkeyURL), err, valkeyFix)
 		return exitFailure
