@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -29,8 +28,8 @@ const runEnqueueTimeout = 5 * time.Second
 const runUsage = `usage: pi-dispatch run <folder> --task TEXT (--flow NAME | --command CMD) [--image IMG] [--force] [--env-file PATH]
 
 Queues one job that runs the agent in <folder>, on this host: onto this host's
-own queue pi-jobs@<name> when PI_WORKER_NAME is declared (in the shell, or else
-in the deployment .env), else onto the shared queue. A folder with uncommitted
+own queue pi-jobs@<name> when PI_WORKER_NAME is declared (in the shell, or in
+the env file: $PI_ENV_FILE, else ./.env), else onto the shared queue. A folder with uncommitted
 git changes is refused unless --force. Prints "queued <jobId>" on stdout.
 `
 
@@ -43,7 +42,7 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 	command := fset.String("command", "", "a prompt command to run instead of a flow")
 	image := fset.String("image", "", "the job image for this run (default PI_JOB_IMAGE; never pulled)")
 	force := fset.Bool("force", false, "queue even when the folder has uncommitted git changes")
-	envFile := fset.String("env-file", ".env", "the deployment .env read for PI_WORKER_NAME when the shell does not set it (\"\" to skip)")
+	envFile := envFileFlag(fset)
 	pos, err := parseInterleaved(fset, args)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
@@ -65,18 +64,12 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 		return exitUsage
 	}
 
-	name, from, err := resolveWorkerName(e.getenv, *envFile)
+	e, err = applyEnvFileFlag(fset, e, *envFile)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "pi-dispatch run: %v\n", err)
 		return exitUsage
 	}
-	getenv := func(k string) string {
-		if k == "PI_WORKER_NAME" {
-			return name
-		}
-		return e.getenv(k)
-	}
-	cfg, err := dispatch.LoadConfig(getenv)
+	cfg, err := dispatch.LoadConfig(e.getenv)
 	if err != nil {
 		printConfigErrors(e.stderr, "pi-dispatch run", err)
 		return exitUsage
@@ -145,84 +138,12 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 	} else {
 		fmt.Fprintf(e.stdout, "queued %s (already queued this minute)\n", got.JobID)
 	}
-	fmt.Fprintf(e.stderr, "queue %s, folder %s%s\n", got.Queue, folder, from)
+	fmt.Fprintf(e.stderr, "queue %s, folder %s%s\n", got.Queue, folder, envFrom(e, "PI_WORKER_NAME", "VALKEY_URL"))
 	return exitOK
 }
 
 // valkeyFix is the one-line fix for a Valkey the command could not reach.
 const valkeyFix = "Is it running? Start it (docker compose -f deploy/docker-compose.yml up -d valkey) or point VALKEY_URL at it."
-
-// resolveWorkerName returns this host's PI_WORKER_NAME as `run` must use it:
-// the shell's value, else the deployment .env's, so a manual run lands on the
-// queue the worker started from that .env drains. It refuses when the two
-// disagree, and when the .env cannot be read and the shell says nothing (the
-// job would silently go to the shared queue). from says where the name came
-// from, for the message.
-func resolveWorkerName(getenv func(string) string, envFile string) (name, from string, err error) {
-	shell := getenv("PI_WORKER_NAME")
-	if envFile == "" {
-		return shell, "", nil
-	}
-	file, found, err := envFileValue(envFile, "PI_WORKER_NAME")
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return shell, "", nil
-	case err != nil && shell == "":
-		return "", "", fmt.Errorf("cannot read %s to learn PI_WORKER_NAME: %w\n  fix the file's permissions, set PI_WORKER_NAME in the shell, or pass --env-file \"\"", envFile, err)
-	case err != nil:
-		return shell, "", nil
-	case shell != "" && found && file != "" && file != shell:
-		return "", "", fmt.Errorf("PI_WORKER_NAME is %q in the shell but %q in %s\n  the job would go to a queue the worker from that .env does not drain; make them agree", shell, file, envFile)
-	case shell == "" && file != "":
-		return file, " (PI_WORKER_NAME from " + envFile + ")", nil
-	}
-	return shell, "", nil
-}
-
-// maxEnvFileBytes bounds the read of a .env: configuration, not data.
-const maxEnvFileBytes = 1 << 20
-
-// envFileValue reads key's value from a .env file as systemd and docker
-// compose read it: KEY=VALUE lines, '#' comment lines, an optional "export ",
-// optional quotes; an unquoted value ends at " #". The last assignment wins.
-func envFileValue(path, key string) (value string, found bool, err error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", false, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(io.LimitReader(f, maxEnvFileBytes))
-	sc.Buffer(make([]byte, 0, 64<<10), maxEnvFileBytes)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' || line[0] == ';' {
-			continue
-		}
-		line = strings.TrimPrefix(line, "export ")
-		k, v, ok := strings.Cut(line, "=")
-		if !ok || strings.TrimSpace(k) != key {
-			continue
-		}
-		v = strings.TrimSpace(v)
-		switch {
-		case len(v) >= 2 && (v[0] == '"' || v[0] == '\'') && v[len(v)-1] == v[0]:
-			v = v[1 : len(v)-1]
-		default:
-			if i := strings.Index(v, " #"); i >= 0 {
-				v = v[:i]
-			}
-			if i := strings.Index(v, "\t#"); i >= 0 {
-				v = v[:i]
-			}
-			v = strings.TrimSpace(v)
-		}
-		value, found = v, true
-	}
-	if err := sc.Err(); err != nil {
-		return "", false, fmt.Errorf("read %s: %w", path, err)
-	}
-	return value, found, nil
-}
 
 // parseInterleaved parses flags that may come before, between or after the
 // positional arguments (`run ./app --task x` and `run --task x ./app`), which

@@ -6,6 +6,8 @@ import (
 	"io"
 	"slices"
 	"strings"
+
+	"github.com/pidispatch/pidispatch/internal/envfile"
 )
 
 // Exit codes.
@@ -21,6 +23,11 @@ type env struct {
 	getenv func(string) string
 	stdout io.Writer
 	stderr io.Writer
+	// shell is the process environment alone, and vars the env file layered
+	// under it (layerEnvFile): getenv is vars.Getenv. Both are nil in tests
+	// that build an env by hand.
+	shell func(string) string
+	vars  *envfile.Env
 }
 
 // command is one subcommand.
@@ -50,6 +57,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	for _, c := range commands {
 		if c.name == args[0] {
+			e, err := layerEnvFile(e, getenv)
+			if err != nil {
+				fmt.Fprintf(stderr, "pi-dispatch %s: %v\n", c.name, err)
+				return exitUsage
+			}
 			return c.run(ctx, e, args[1:])
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/internal/envfile"
 	wiring "github.com/pidispatch/pidispatch/internal/stack"
 	"github.com/pidispatch/pidispatch/registry"
 )
@@ -24,7 +25,12 @@ const (
 
 // run boots the worker from the environment and runs it until ctx ends.
 func run(ctx context.Context, getenv func(string) string, stderr io.Writer) int {
-	cfg, err := dispatch.LoadConfig(getenv)
+	layered, err := envfile.Load(getenv) // the rule every pi-dispatch command applies too
+	if err != nil {
+		fmt.Fprintf(stderr, "worker: %v (nothing started)\n", err)
+		return exitConfig
+	}
+	cfg, err := dispatch.LoadConfig(layered.Getenv)
 	if err != nil {
 		fmt.Fprintf(stderr, "worker: invalid configuration (nothing started):\n%v\n", err)
 		return exitConfig

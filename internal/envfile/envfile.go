@@ -269,8 +269,7 @@ const (
 
 // Env is the process environment with an env file layered under it.
 type Env struct {
-	// Path is the file read, as named (relative paths stay relative); empty
-	// when none was read.
+	// Path is the absolute path of the file read; empty when none was.
 	Path  string
 	shell func(string) string
 	file  map[string]Entry
@@ -291,6 +290,9 @@ func LoadPath(shell func(string) string, path string, required bool) (*Env, erro
 	e := &Env{shell: shell, file: map[string]Entry{}}
 	if path == "" {
 		return e, nil
+	}
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs // every message names the file wherever the command ran
 	}
 	entries, err := ParseFile(path)
 	switch {
@@ -338,18 +340,11 @@ func (e *Env) Describe(key string) string {
 	switch src {
 	case FromShell:
 		if overridden {
-			return fmt.Sprintf("shell (overrides %s:%d)", e.absPath(), en.Line)
+			return fmt.Sprintf("shell (overrides %s:%d)", e.Path, en.Line)
 		}
 		return "shell"
 	case FromFile:
-		return fmt.Sprintf(".env file %s:%d", e.absPath(), en.Line)
+		return fmt.Sprintf(".env file %s:%d", e.Path, en.Line)
 	}
 	return "default"
-}
-
-func (e *Env) absPath() string {
-	if abs, err := filepath.Abs(e.Path); err == nil {
-		return abs
-	}
-	return e.Path
 }

@@ -101,7 +101,7 @@ func TestLoadShellWinsOverTheFile(t *testing.T) {
 			t.Errorf("%s from %q, want %q", tc.key, got, tc.from)
 		}
 	}
-	if e.Path != ".env" {
+	if e.Path != abs {
 		t.Errorf("Path %q", e.Path)
 	}
 }
