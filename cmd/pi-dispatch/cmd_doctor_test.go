@@ -179,4 +179,3 @@ func TestDoctorRefusesArguments(t *testing.T) {
 		t.Fatalf("%+v", r)
 	}
 }
-
