@@ -134,7 +134,7 @@ func TestKillSwitchFleetGolden(t *testing.T) {
 		t.Fatal("fleet flag not set")
 	}
 	expect(t, runCLI(t, env, "status"), db.URL, 0,
-		`{"pausedState":true,"waiting":0,"active":0,"paused":2,"delayed":1,"failed":0,"completed":0,"prioritized":1,"pauseFlag":true,"queues":3,"held":0}`+"\n", "")
+		`{"pausedState":true,"waiting":0,"active":0,"paused":2,"delayed":1,"failed":0,"completed":0,"refused":0,"cancelled":0,"prioritized":1,"pauseFlag":true,"queues":3,"held":0}`+"\n", "")
 
 	// A host that boots during the pause starts paused.
 	charlie := newQueue(t, db.Client, queue.HostQueueName("charlie"))
@@ -161,7 +161,7 @@ func TestKillSwitchFleetGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect(t, runCLI(t, env, "status"), db.URL, 0,
-		`{"pausedState":false,"pausedPartial":true,"pausedQueues":["pi-jobs@bravo"],"waiting":1,"active":0,"paused":1,"delayed":1,"failed":0,"completed":0,"prioritized":1,"pauseFlag":false,"queues":5,"held":0}`+"\n", "")
+		`{"pausedState":false,"pausedPartial":true,"pausedQueues":["pi-jobs@bravo"],"waiting":1,"active":0,"paused":1,"delayed":1,"failed":0,"completed":0,"refused":0,"cancelled":0,"prioritized":1,"pauseFlag":false,"queues":5,"held":0}`+"\n", "")
 }
 
 // One queue (a single host): no span, as the original printed it.
@@ -170,7 +170,7 @@ func TestKillSwitchSingleQueueGolden(t *testing.T) {
 	env := vars(db.URL)
 	expect(t, runCLI(t, env, "pause"), db.URL, 0, pausedLine+"\n", "")
 	expect(t, runCLI(t, env, "status"), db.URL, 0,
-		`{"pausedState":true,"waiting":0,"active":0,"paused":0,"delayed":0,"failed":0,"completed":0,"prioritized":0,"pauseFlag":true,"queues":1,"held":0}`+"\n", "")
+		`{"pausedState":true,"waiting":0,"active":0,"paused":0,"delayed":0,"failed":0,"completed":0,"refused":0,"cancelled":0,"prioritized":0,"pauseFlag":true,"queues":1,"held":0}`+"\n", "")
 	expect(t, runCLI(t, env, "resume"), db.URL, 0, "resumed\n", "")
 	expect(t, runCLI(t, env, "pause", "now"), db.URL, 2, "",
 		"pi-dispatch pause: unexpected argument \"now\" (usage: pi-dispatch pause)\n")
