@@ -292,7 +292,7 @@ type StatusReport struct {
 	Active       int64    `json:"active"`
 	// Paused counts jobs that arrived while their queue was paused (they
 	// sit in the paused list, not wait): the backlog a pause creates.
-	Paused      int64 `json:"paused"`
+	Paused  int64 `json:"paused"`
 	Delayed int64 `json:"delayed"`
 	Failed  int64 `json:"failed"`
 	// Completed, Refused and Cancelled split the queue's completed set by
