@@ -139,6 +139,7 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 		fmt.Fprintf(e.stdout, "queued %s (already queued this minute)\n", got.JobID)
 	}
 	fmt.Fprintf(e.stderr, "queue %s, folder %s%s\n", got.Queue, folder, envFrom(e, "PI_WORKER_NAME", "VALKEY_URL"))
+	noteHold(qctx, e, client, got.Queue)
 	return exitOK
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/pidispatch/pidispatch/dispatch"
@@ -73,4 +74,24 @@ func TestStatusCountsByOutcomeGolden(t *testing.T) {
 			`"pauseFlag":false,"queues":2,"held":0}`+"\n", "")
 	expect(t, runCLI(t, env, "status", "--frobnicate"), db.URL, 2, "",
 		"pi-dispatch status: unexpected argument \"--frobnicate\" (usage: pi-dispatch status [--per-queue] [--json])\n")
+}
+
+// run says when the job it queued waits for a resume.
+func TestRunSaysTheJobWaitsForAResume(t *testing.T) {
+	db := livetest.Valkey(t)
+	env := map[string]string{"VALKEY_URL": db.URL}
+	folder := gitRepo(t, false)
+	r := runCLI(t, env, "run", folder, "--task", "fix the tests", "--flow", "fix", "--env-file", "")
+	if r.code != exitOK || strings.Contains(r.stderr, "resume") {
+		t.Fatalf("not paused: %+v", r)
+	}
+	if r := runCLI(t, env, "pause"); r.code != exitOK {
+		t.Fatalf("%+v", r)
+	}
+	folder2 := gitRepo(t, false)
+	r = runCLI(t, env, "run", folder2, "--task", "fix the tests", "--flow", "fix", "--env-file", "")
+	if r.code != exitOK || !strings.HasSuffix(r.stderr, "note: the fleet is paused, so this job waits until `pi-dispatch resume`\n") {
+		t.Fatalf("paused: %+v", r)
+	}
+	queuedJob(t, db, queue.SharedQueue, r.stdout, folder2)
 }
