@@ -13,8 +13,9 @@ import (
 // The worker reads the env file by the rule the CLI applies: PI_ENV_FILE,
 // else ./.env, the shell winning. An invalid value in the file refuses boot
 // naming the variable; a malformed line names the file and line. The
-// context is bounded so a worker that ignored the file (and tried to boot
-// against an unreachable Valkey) fails the test instead of hanging it.
+// context is bounded so a worker that ignored the file (and booted against
+// an unreachable Valkey) fails the test instead of hanging it; its name is
+// the test's own, so such a worker never touches another's containers.
 func TestWorkerReadsTheEnvFile(t *testing.T) {
 	dir := t.TempDir()
 	named := filepath.Join(dir, "deploy.env")
@@ -33,7 +34,7 @@ func TestWorkerReadsTheEnvFile(t *testing.T) {
 		code := run(ctx, func(k string) string { return shell[k] }, &stderr)
 		return code, stderr.String()
 	}
-	if code, out := boot(map[string]string{"PI_ENV_FILE": named}); code != exitConfig || !strings.Contains(out, "PI_CONCURRENCY") {
+	if code, out := boot(map[string]string{"PI_ENV_FILE": named, "PI_WORKER_NAME": "envfile-test"}); code != exitConfig || !strings.Contains(out, "PI_CONCURRENCY") {
 		t.Errorf("PI_ENV_FILE: exit %d, %q; want 2 naming PI_CONCURRENCY", code, out)
 	}
 	// The shell wins over the file: its valid value replaces the file's 0,
@@ -42,7 +43,7 @@ func TestWorkerReadsTheEnvFile(t *testing.T) {
 		strings.Contains(out, "PI_CONCURRENCY") || !strings.Contains(out, "PI_WORKER_NAME") {
 		t.Errorf("shell over file: exit %d, %q", code, out)
 	}
-	if code, out := boot(nil); code != exitConfig || !strings.Contains(out, dot+":3: PI_JOB_IMAGE: the value holds a comment") {
+	if code, out := boot(map[string]string{"PI_WORKER_NAME": "envfile-test"}); code != exitConfig || !strings.Contains(out, dot+":3: PI_JOB_IMAGE: the value holds a comment") {
 		t.Errorf("./.env: exit %d, %q; want 2 naming %s:3", code, out, dot)
 	}
 }
