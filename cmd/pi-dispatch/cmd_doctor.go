@@ -21,7 +21,9 @@ const doctorUsage = `usage: pi-dispatch doctor [--env-file PATH]
 
 Prints one line per check (✓ fine, ⚠ suspicious, ✗ broken), each one not ✓
 followed by its fix, and exits 1 when any check is ✗. It reads the same
-environment as the worker and changes nothing: it never pulls an image.
+environment as the worker (the env file $PI_ENV_FILE, else ./.env, under the
+shell's variables; its first line says where each value came from) and
+changes nothing: it never pulls an image.
 `
 
 func cmdDoctor(ctx context.Context, e env, args []string) int {

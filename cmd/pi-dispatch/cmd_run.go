@@ -29,8 +29,9 @@ const runUsage = `usage: pi-dispatch run <folder> --task TEXT (--flow NAME | --c
 
 Queues one job that runs the agent in <folder>, on this host: onto this host's
 own queue pi-jobs@<name> when PI_WORKER_NAME is declared (in the shell, or in
-the env file: $PI_ENV_FILE, else ./.env), else onto the shared queue. A folder with uncommitted
-git changes is refused unless --force. Prints "queued <jobId>" on stdout.
+the env file: $PI_ENV_FILE, else ./.env), else onto the shared queue. A folder
+with uncommitted git changes is refused unless --force. Prints "queued <jobId>"
+on stdout.
 `
 
 func cmdRun(ctx context.Context, e env, args []string) int {
