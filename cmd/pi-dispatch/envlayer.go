@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"strings"
 
 	"github.com/pidispatch/pidispatch/dispatch"
@@ -36,6 +38,9 @@ func applyEnvFileFlag(fset *flag.FlagSet, e env, path string) (env, error) {
 		return e, nil
 	}
 	layered, err := envfile.LoadPath(e.shell, path, path != "")
+	if errors.Is(err, fs.ErrNotExist) {
+		return e, fmt.Errorf("%w (named by --env-file)", err)
+	}
 	if err != nil {
 		return e, err
 	}

@@ -62,6 +62,11 @@ func TestRunReadsTheWholeEnvFile(t *testing.T) {
 		t.Fatalf("%+v", r)
 	}
 	queuedJob(t, db2, "pi-jobs@named", r.stdout, folder3)
+	missing := filepath.Join(t.TempDir(), "missing.env")
+	r = runCLI(t, nil, "run", folder3, "--task", "fix the tests", "--flow", "fix", "--env-file", missing)
+	if r.code != exitUsage || !strings.Contains(r.stderr, "env file "+missing+": file does not exist (named by --env-file)") {
+		t.Fatalf("%+v", r)
+	}
 }
 
 // A malformed line is refused naming the file and line, before anything is

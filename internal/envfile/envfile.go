@@ -279,13 +279,17 @@ type Env struct {
 // ./.env when it exists, else no file.
 func Load(shell func(string) string) (*Env, error) {
 	if path := shell(Var); path != "" {
-		return LoadPath(shell, path, true)
+		e, err := LoadPath(shell, path, true)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%w (named by %s): create it, or unset %s to read ./.env", err, Var, Var)
+		}
+		return e, err
 	}
 	return LoadPath(shell, DefaultPath, false)
 }
 
 // LoadPath layers the file at path (none when path is empty) under shell. A
-// missing file is an error only when required.
+// missing file is an error wrapping fs.ErrNotExist only when required.
 func LoadPath(shell func(string) string, path string, required bool) (*Env, error) {
 	e := &Env{shell: shell, file: map[string]Entry{}}
 	if path == "" {
@@ -299,7 +303,7 @@ func LoadPath(shell func(string) string, path string, required bool) (*Env, erro
 	case errors.Is(err, fs.ErrNotExist) && !required:
 		return e, nil
 	case errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("env file %s does not exist (named by %s); create it, or unset %s", path, Var, Var)
+		return nil, fmt.Errorf("env file %s: %w", path, fs.ErrNotExist)
 	case err != nil && !errors.Is(err, ErrSyntax):
 		return nil, fmt.Errorf("cannot read env file %s: %w; fix its permissions, or set %s=/dev/null to read none", path, err, Var)
 	case err != nil:

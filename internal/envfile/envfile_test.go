@@ -131,7 +131,7 @@ func TestLoadPicksTheFile(t *testing.T) {
 		t.Fatalf("./.env: %v %v", e, err)
 	}
 	// A named file must exist; a malformed one is refused naming the line.
-	if _, err := Load(shellOf(map[string]string{Var: filepath.Join(dir, "missing.env")})); err == nil || !strings.Contains(err.Error(), "does not exist (named by PI_ENV_FILE)") {
+	if _, err := Load(shellOf(map[string]string{Var: filepath.Join(dir, "missing.env")})); err == nil || !strings.Contains(err.Error(), ": file does not exist (named by PI_ENV_FILE): create it") {
 		t.Fatalf("missing: %v", err)
 	}
 	if err := os.WriteFile(".env", []byte("X=1\nPI_CONCURRENCY=3 # jobs\n"), 0o600); err != nil {
