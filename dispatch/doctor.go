@@ -120,6 +120,7 @@ func Doctor(ctx context.Context, cfg Config, deps DoctorDeps) []Check {
 	})
 	d.logsDir()
 	d.fleet(ctx, valkeyUp, imagePresent)
+	d.queues(ctx, valkeyUp)
 	return d.checks
 }
 

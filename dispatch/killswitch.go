@@ -299,11 +299,18 @@ type StatusReport struct {
 	Active       int64    `json:"active"`
 	// Paused counts jobs that arrived while their queue was paused (they
 	// sit in the paused list, not wait): the backlog a pause creates.
-	Paused      int64 `json:"paused"`
-	Delayed     int64 `json:"delayed"`
-	Failed      int64 `json:"failed"`
+	Paused  int64 `json:"paused"`
+	Delayed int64 `json:"delayed"`
+	Failed  int64 `json:"failed"`
+	// Completed, Refused and Cancelled split the queue's completed set by
+	// outcome (FinishedOutcome): a refusal and a cancel complete a job too,
+	// so that it is never retried.
 	Completed   int64 `json:"completed"`
+	Refused     int64 `json:"refused"`
+	Cancelled   int64 `json:"cancelled"`
 	Prioritized int64 `json:"prioritized"`
+	// PerQueue holds each queue's own state and counts, in the set's order.
+	PerQueue []QueueStatus `json:"perQueue,omitempty"`
 	// Fleet names a registry that could not be read (only then).
 	Fleet string `json:"fleet,omitempty"`
 	// Discovery names a keyspace scan that did not finish (only then).
@@ -319,8 +326,16 @@ type StatusReport struct {
 
 // Status reads the pause state and the counts of every queue of set, and the
 // fleet pause flag. A queue that cannot be read fails the whole status (a sum
-// without it would understate the backlog), naming the queue.
+// without it would understate the backlog), naming the queue. PerQueue is
+// left empty; StatusPerQueue fills it.
 func Status(ctx context.Context, client redis.UniversalClient, set QueueSet) (StatusReport, error) {
+	rep, err := StatusPerQueue(ctx, client, set)
+	rep.PerQueue = nil
+	return rep, err
+}
+
+// StatusPerQueue is Status with each queue's own row in PerQueue.
+func StatusPerQueue(ctx context.Context, client redis.UniversalClient, set QueueSet) (StatusReport, error) {
 	var rep StatusReport
 	if client == nil {
 		return rep, errors.New("dispatch: nil client")
@@ -344,20 +359,14 @@ func Status(ctx context.Context, client redis.UniversalClient, set QueueSet) (St
 		if err != nil {
 			return rep, fmt.Errorf("status: %w", err)
 		}
-		c, err := q.Counts(ctx)
+		qs, err := queueStatus(ctx, q, isPaused)
 		if err != nil {
 			return rep, fmt.Errorf("status: %w", err)
 		}
 		if isPaused {
 			paused = append(paused, name)
 		}
-		rep.Waiting += c.Waiting
-		rep.Active += c.Active
-		rep.Paused += c.Paused
-		rep.Delayed += c.Delayed
-		rep.Failed += c.Failed
-		rep.Completed += c.Completed
-		rep.Prioritized += c.Prioritized
+		rep.add(qs)
 	}
 	held, err := HeldCount(ctx, client)
 	if err != nil {

@@ -266,7 +266,7 @@ func TestStatusPartial(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, _ := json.Marshal(st)
-	want := `{"pausedState":false,"pausedPartial":true,"pausedQueues":["pi-jobs@bravo"],"waiting":0,"active":0,"paused":0,"delayed":0,"failed":0,"completed":0,"prioritized":0,"pauseFlag":false,"queues":3,"held":0}`
+	want := `{"pausedState":false,"pausedPartial":true,"pausedQueues":["pi-jobs@bravo"],"waiting":0,"active":0,"paused":0,"delayed":0,"failed":0,"completed":0,"refused":0,"cancelled":0,"prioritized":0,"pauseFlag":false,"queues":3,"held":0}`
 	if string(got) != want {
 		t.Fatalf("status\n got %s\nwant %s", got, want)
 	}

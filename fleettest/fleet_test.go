@@ -634,7 +634,7 @@ func (s *scenario) mustCLI(args ...string) string {
 // status is `pi-dispatch status`, decoded.
 func (s *scenario) status() dispatch.StatusReport {
 	s.t.Helper()
-	out := s.mustCLI("status")
+	out := s.mustCLI("status", "--json")
 	var rep dispatch.StatusReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		s.t.Fatalf("status is not one JSON line: %q: %v", out, err)

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/moby/moby/client"
 
@@ -22,14 +21,16 @@ const doctorUsage = `usage: pi-dispatch doctor [--env-file PATH]
 
 Prints one line per check (✓ fine, ⚠ suspicious, ✗ broken), each one not ✓
 followed by its fix, and exits 1 when any check is ✗. It reads the same
-environment as the worker and changes nothing: it never pulls an image.
+environment as the worker (the env file $PI_ENV_FILE, else ./.env, under the
+shell's variables; its first line says where each value came from) and
+changes nothing: it never pulls an image.
 `
 
 func cmdDoctor(ctx context.Context, e env, args []string) int {
 	fset := flag.NewFlagSet("doctor", flag.ContinueOnError)
 	fset.SetOutput(e.stderr)
 	fset.Usage = func() { fmt.Fprint(e.stderr, doctorUsage); fset.PrintDefaults() }
-	envFile := fset.String("env-file", ".env", "the deployment .env read for PI_WORKER_NAME when the shell does not set it, as run does (\"\" to skip)")
+	envFile := envFileFlag(fset)
 	if err := fset.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
@@ -41,19 +42,12 @@ func cmdDoctor(ctx context.Context, e env, args []string) int {
 		return exitUsage
 	}
 
-	// This host's identity as `run` resolves it, so doctor does not mistake
-	// its own worker's row for a peer's.
-	name, _, nameErr := resolveWorkerName(e.getenv, *envFile)
-	getenv := e.getenv
-	if nameErr == nil {
-		getenv = func(k string) string {
-			if k == "PI_WORKER_NAME" {
-				return name
-			}
-			return e.getenv(k)
-		}
+	e, err := applyEnvFileFlag(fset, e, *envFile)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "pi-dispatch doctor: %v\n", err)
+		return exitUsage
 	}
-	cfg, cfgErr := dispatch.ConfigForDoctor(getenv)
+	cfg, cfgErr := dispatch.ConfigForDoctor(e.getenv)
 	deps := dispatch.DoctorDeps{ConfigErr: cfgErr, TZ: dispatch.LocalZone(e.getenv)}
 	if rc, err := dialConfigValkey(cfg); err == nil {
 		defer rc.Close()
@@ -63,13 +57,7 @@ func cmdDoctor(ctx context.Context, e env, args []string) int {
 	defer closeDocker()
 	deps.Docker = probe
 
-	checks := dispatch.Doctor(ctx, cfg, deps)
-	if nameErr != nil {
-		first, rest, _ := strings.Cut(nameErr.Error(), "\n")
-		checks = append([]dispatch.Check{{
-			Status: dispatch.CheckFail, Name: "worker-name", Detail: first, Fix: strings.TrimSpace(rest),
-		}}, checks...)
-	}
+	checks := append(envSources(e), dispatch.Doctor(ctx, cfg, deps)...)
 	printChecks(e.stdout, checks)
 	if dispatch.Failed(checks) {
 		return exitFailure

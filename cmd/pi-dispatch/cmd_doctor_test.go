@@ -179,24 +179,3 @@ func TestDoctorRefusesArguments(t *testing.T) {
 		t.Fatalf("%+v", r)
 	}
 }
-
-func TestDoctorTakesTheNameFromTheDeploymentEnv(t *testing.T) {
-	db, vars := doctorHost(t)
-	delete(vars, "PI_WORKER_NAME")
-	envFile := filepath.Join(t.TempDir(), ".env")
-	if err := os.WriteFile(envFile, []byte("PI_WORKER_NAME=doc-env\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	// The worker started from that .env published this row: it is us.
-	writePeerRow(t, db.Client, "doc-env", "UTC", "", 0)
-	r := runCLI(t, vars, "doctor", "--env-file", envFile)
-	if r.code != exitOK || !strings.Contains(r.stdout, "✓ configuration valid (worker doc-env, declared") || strings.Contains(r.stdout, "fleet") {
-		t.Fatalf("%+v", r)
-	}
-
-	vars["PI_WORKER_NAME"] = "doc-shell"
-	r = runCLI(t, vars, "doctor", "--env-file", envFile)
-	if r.code != exitFailure || !strings.HasPrefix(r.stdout, `✗ PI_WORKER_NAME is "doc-shell" in the shell but "doc-env" in `+envFile+"\n    fix: ") {
-		t.Fatalf("%+v", r)
-	}
-}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/cronsync"
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/internal/envfile"
 )
 
 var updateGolden = flag.Bool("update-golden", false, "rewrite testdata/*.golden from the output of this run")
@@ -84,12 +85,12 @@ func TestInitScaffoldsADeployment(t *testing.T) {
 	// The scaffold is a valid configuration, with the limits file wired in
 	// and cron left off.
 	vars := map[string]string{}
-	for _, v := range dispatch.EnvVars {
-		if value, found, err := envFileValue(envPath, v); err != nil {
-			t.Fatal(err)
-		} else if found {
-			vars[v] = value
-		}
+	entries, err := envfile.ParseFile(envPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, en := range entries {
+		vars[en.Key] = en.Value
 	}
 	if vars["PI_CONCURRENCY"] != "3" || vars["PI_JOB_IMAGE"] != "pi-job:latest" {
 		t.Fatalf("defaults lost: %v", vars)

@@ -133,8 +133,8 @@ func TestKillSwitchFleetGolden(t *testing.T) {
 	if !pauseFlag(t, db.Client) {
 		t.Fatal("fleet flag not set")
 	}
-	expect(t, runCLI(t, env, "status"), db.URL, 0,
-		`{"pausedState":true,"waiting":0,"active":0,"paused":2,"delayed":1,"failed":0,"completed":0,"prioritized":1,"pauseFlag":true,"queues":3,"held":0}`+"\n", "")
+	expect(t, runCLI(t, env, "status", "--json"), db.URL, 0,
+		`{"pausedState":true,"waiting":0,"active":0,"paused":2,"delayed":1,"failed":0,"completed":0,"refused":0,"cancelled":0,"prioritized":1,"pauseFlag":true,"queues":3,"held":0}`+"\n", "")
 
 	// A host that boots during the pause starts paused.
 	charlie := newQueue(t, db.Client, queue.HostQueueName("charlie"))
@@ -160,8 +160,8 @@ func TestKillSwitchFleetGolden(t *testing.T) {
 	if err := bravo.Pause(ctx); err != nil {
 		t.Fatal(err)
 	}
-	expect(t, runCLI(t, env, "status"), db.URL, 0,
-		`{"pausedState":false,"pausedPartial":true,"pausedQueues":["pi-jobs@bravo"],"waiting":1,"active":0,"paused":1,"delayed":1,"failed":0,"completed":0,"prioritized":1,"pauseFlag":false,"queues":5,"held":0}`+"\n", "")
+	expect(t, runCLI(t, env, "status", "--json"), db.URL, 0,
+		`{"pausedState":false,"pausedPartial":true,"pausedQueues":["pi-jobs@bravo"],"waiting":1,"active":0,"paused":1,"delayed":1,"failed":0,"completed":0,"refused":0,"cancelled":0,"prioritized":1,"pauseFlag":false,"queues":5,"held":0}`+"\n", "")
 }
 
 // One queue (a single host): no span, as the original printed it.
@@ -169,8 +169,8 @@ func TestKillSwitchSingleQueueGolden(t *testing.T) {
 	db := livetest.Valkey(t)
 	env := vars(db.URL)
 	expect(t, runCLI(t, env, "pause"), db.URL, 0, pausedLine+"\n", "")
-	expect(t, runCLI(t, env, "status"), db.URL, 0,
-		`{"pausedState":true,"waiting":0,"active":0,"paused":0,"delayed":0,"failed":0,"completed":0,"prioritized":0,"pauseFlag":true,"queues":1,"held":0}`+"\n", "")
+	expect(t, runCLI(t, env, "status", "--json"), db.URL, 0,
+		`{"pausedState":true,"waiting":0,"active":0,"paused":0,"delayed":0,"failed":0,"completed":0,"refused":0,"cancelled":0,"prioritized":0,"pauseFlag":true,"queues":1,"held":0}`+"\n", "")
 	expect(t, runCLI(t, env, "resume"), db.URL, 0, "resumed\n", "")
 	expect(t, runCLI(t, env, "pause", "now"), db.URL, 2, "",
 		"pi-dispatch pause: unexpected argument \"now\" (usage: pi-dispatch pause)\n")
@@ -193,7 +193,7 @@ func TestKillSwitchRegistryUnreadableGolden(t *testing.T) {
 	if !paused(t, bravo) {
 		t.Fatal("the keyspace's queue was not paused")
 	}
-	r := runCLI(t, env, "status")
+	r := runCLI(t, env, "status", "--json")
 	var st map[string]any
 	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || r.code != 0 {
 		t.Fatalf("%+v: %v", r, err)

@@ -35,7 +35,7 @@ const (
 func init() {
 	register(command{name: "pause", summary: "pause every queue of the fleet (jobs still enqueue)", help: pauseHelp, run: runPause})
 	register(command{name: "resume", summary: "resume every queue of the fleet", help: resumeHelp, run: runResume})
-	register(command{name: "status", summary: "pause state and job counts of the fleet, as one JSON line", help: statusHelp, run: runStatus})
+	register(command{name: "status", summary: "pause state and job counts of the fleet by outcome (--per-queue, --json)", help: statusHelp, run: runStatus})
 }
 
 // quietRedis silences go-redis's own logger, which otherwise prints a line
@@ -216,32 +216,6 @@ func printKillFailure(w io.Writer, url string, set dispatch.QueueSet, r dispatch
 	if s := strings.TrimSpace(killSpan(0, set, r.SweepErr)); s != "" {
 		fmt.Fprintf(w, "  %s\n", s)
 	}
-}
-
-func runStatus(ctx context.Context, e env, args []string) int {
-	if code, ok := noArgs(e, "status", args); !ok {
-		return code
-	}
-	client, url, code := ksConnect(e, "status")
-	if code != exitOK {
-		return code
-	}
-	defer client.Close()
-	ctx, cancel := context.WithTimeout(ctx, ksCommandTimeout)
-	defer cancel()
-	set, err := dispatch.FleetQueues(ctx, client)
-	if err != nil {
-		return ksUnreachable(e.stderr, url, err)
-	}
-	rep, err := dispatch.Status(ctx, client, set)
-	if err != nil {
-		if isReply(err) {
-			fmt.Fprintf(e.stderr, "could not read the status of every queue at %s\n  %v\n", url, err)
-			return exitFailure
-		}
-		return ksUnreachable(e.stderr, url, err)
-	}
-	return writeJSONLine(e, "status", rep)
 }
 
 // writeJSONLine prints v as one JSON line, without HTML escaping (the line is

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -32,7 +31,7 @@ const runUsage = `usage: pi-dispatch run <folder> (--task TEXT | --task - | --ta
 
 Queues one job that runs the agent in <folder>, on this host: onto this host's
 own queue pi-jobs@<name> when PI_WORKER_NAME is declared (in the shell, or else
-in the deployment .env), else onto the shared queue. The folder must be a clean
+in the env file: $PI_ENV_FILE, else ./.env), else onto the shared queue. The folder must be a clean
 git work tree: a folder with uncommitted changes, or one outside any git
 repository, is refused unless --force. The job image runs the flow named by
 --flow (default "` + defaultFlow + `") with the task, or the prompt command named by
@@ -47,11 +46,12 @@ const defaultFlow = "default"
 
 // runArgs is what the run command's arguments ask for.
 type runArgs struct {
-	folder  string // as given; made absolute by runFolder
-	job     dispatch.Job
-	force   bool
-	fresh   bool // --new
-	envFile string
+	folder       string // as given; made absolute by runFolder
+	job          dispatch.Job
+	force        bool
+	fresh        bool    // --new
+	envFile      *string // --env-file
+	envFileGiven bool
 }
 
 func cmdRun(ctx context.Context, e env, args []string) int {
@@ -59,18 +59,12 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 	if !ok {
 		return code
 	}
-	name, from, err := resolveWorkerName(e.getenv, ra.envFile)
+	e, err := applyEnvFile(e, ra.envFileGiven, *ra.envFile)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "pi-dispatch run: %v\n", err)
 		return exitUsage
 	}
-	getenv := func(k string) string {
-		if k == "PI_WORKER_NAME" {
-			return name
-		}
-		return e.getenv(k)
-	}
-	cfg, err := dispatch.LoadConfig(getenv)
+	cfg, err := dispatch.LoadConfig(e.getenv)
 	if err != nil {
 		printConfigErrors(e.stderr, "pi-dispatch run", err)
 		return exitUsage
@@ -112,7 +106,8 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 		return exitFailure
 	}
 	code = reportQueued(e, got)
-	fmt.Fprintf(e.stderr, "queue %s, folder %s%s\n", got.Queue, folder, from)
+	fmt.Fprintf(e.stderr, "queue %s, folder %s%s\n", got.Queue, folder, envFrom(e, "PI_WORKER_NAME", "VALKEY_URL"))
+	noteHold(qctx, e, client, got.Queue)
 	return code
 }
 
@@ -129,7 +124,7 @@ func parseRunArgs(e env, args []string) (ra runArgs, code int, ok bool) {
 	image := fset.String("image", "", "the job image for this run (default PI_JOB_IMAGE; never pulled)")
 	fset.BoolVar(&ra.force, "force", false, "queue even when the folder has uncommitted git changes or is not in a git repository")
 	fset.BoolVar(&ra.fresh, "new", false, "queue a new job even when the same run was queued this minute")
-	fset.StringVar(&ra.envFile, "env-file", ".env", "the deployment .env read for PI_WORKER_NAME when the shell does not set it (\"\" to skip)")
+	ra.envFile = envFileFlag(fset)
 	pos, err := parseInterleaved(fset, args)
 	if errors.Is(err, flag.ErrHelp) {
 		return ra, exitOK, false
@@ -149,6 +144,7 @@ func parseRunArgs(e env, args []string) (ra runArgs, code int, ok bool) {
 	ra.folder = pos[0]
 	set := map[string]bool{}
 	fset.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	ra.envFileGiven = set["env-file"]
 	switch {
 	case *command != "" && set["flow"]:
 		return fail("give only one of --flow NAME and --command CMD")
@@ -292,78 +288,6 @@ func reportQueued(e env, got dispatch.Enqueued) int {
 
 // valkeyFix is the one-line fix for a Valkey the command could not reach.
 const valkeyFix = "Is it running? Start it (docker compose -f deploy/docker-compose.yml up -d valkey) or point VALKEY_URL at it."
-
-// resolveWorkerName returns this host's PI_WORKER_NAME as `run` must use it:
-// the shell's value, else the deployment .env's, so a manual run lands on the
-// queue the worker started from that .env drains. It refuses when the two
-// disagree, and when the .env cannot be read and the shell says nothing (the
-// job would silently go to the shared queue). from says where the name came
-// from, for the message.
-func resolveWorkerName(getenv func(string) string, envFile string) (name, from string, err error) {
-	shell := getenv("PI_WORKER_NAME")
-	if envFile == "" {
-		return shell, "", nil
-	}
-	file, found, err := envFileValue(envFile, "PI_WORKER_NAME")
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return shell, "", nil
-	case err != nil && shell == "":
-		return "", "", fmt.Errorf("cannot read %s to learn PI_WORKER_NAME: %w\n  fix the file's permissions, set PI_WORKER_NAME in the shell, or pass --env-file \"\"", envFile, err)
-	case err != nil:
-		return shell, "", nil
-	case shell != "" && found && file != "" && file != shell:
-		return "", "", fmt.Errorf("PI_WORKER_NAME is %q in the shell but %q in %s\n  the job would go to a queue the worker from that .env does not drain; make them agree", shell, file, envFile)
-	case shell == "" && file != "":
-		return file, " (PI_WORKER_NAME from " + envFile + ")", nil
-	}
-	return shell, "", nil
-}
-
-// maxEnvFileBytes bounds the read of a .env: configuration, not data.
-const maxEnvFileBytes = 1 << 20
-
-// envFileValue reads key's value from a .env file as systemd and docker
-// compose read it: KEY=VALUE lines, '#' comment lines, an optional "export ",
-// optional quotes; an unquoted value ends at " #". The last assignment wins.
-func envFileValue(path, key string) (value string, found bool, err error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", false, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(io.LimitReader(f, maxEnvFileBytes))
-	sc.Buffer(make([]byte, 0, 64<<10), maxEnvFileBytes)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' || line[0] == ';' {
-			continue
-		}
-		line = strings.TrimPrefix(line, "export ")
-		k, v, ok := strings.Cut(line, "=")
-		if !ok || strings.TrimSpace(k) != key {
-			continue
-		}
-		v = strings.TrimSpace(v)
-		switch {
-		case len(v) >= 2 && (v[0] == '"' || v[0] == '\'') && v[len(v)-1] == v[0]:
-			v = v[1 : len(v)-1]
-		default:
-			if i := strings.Index(v, " #"); i >= 0 {
-				v = v[:i]
-			}
-			if i := strings.Index(v, "\t#"); i >= 0 {
-				v = v[:i]
-			}
-			v = strings.TrimSpace(v)
-		}
-		value, found = v, true
-	}
-	if err := sc.Err(); err != nil {
-		return "", false, fmt.Errorf("read %s: %w", path, err)
-	}
-	return value, found, nil
-}
 
 // parseInterleaved parses flags that may come before, between or after the
 // positional arguments (`run ./app --task x` and `run --task x ./app`), which

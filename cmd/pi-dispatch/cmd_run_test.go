@@ -162,42 +162,6 @@ func TestRunRefusesADirtyFolderUnlessForced(t *testing.T) {
 	queuedJob(t, db, "pi-jobs@web", r.stdout, folder)
 }
 
-func TestRunTakesTheNameFromTheDeploymentEnv(t *testing.T) {
-	db := livetest.Valkey(t)
-	folder := gitRepo(t, false)
-	envFile := filepath.Join(t.TempDir(), ".env")
-	if err := os.WriteFile(envFile, []byte("# deployment\nVALKEY_URL=redis://elsewhere:6379\nexport PI_WORKER_NAME=from-file   # this host\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	vars := map[string]string{"VALKEY_URL": db.URL}
-	r := runCLI(t, vars, "run", folder, "--task", "fix the tests", "--flow", "fix", "--env-file", envFile)
-	if r.code != exitOK || !strings.Contains(r.stderr, "queue pi-jobs@from-file, folder "+folder+" (PI_WORKER_NAME from "+envFile+")") {
-		t.Fatalf("%+v", r)
-	}
-	queuedJob(t, db, "pi-jobs@from-file", r.stdout, folder)
-
-	// The shell agreeing is fine; disagreeing is refused before anything is
-	// written.
-	vars["PI_WORKER_NAME"] = "from-file"
-	if r := runCLI(t, vars, "run", folder, "--task", "fix the tests", "--flow", "fix", "--env-file", envFile); r.code != exitOK {
-		t.Fatalf("%+v", r)
-	}
-	db2 := livetest.Valkey(t)
-	vars = map[string]string{"VALKEY_URL": db2.URL, "PI_WORKER_NAME": "other"}
-	r = runCLI(t, vars, "run", folder, "--task", "fix the tests", "--flow", "fix", "--env-file", envFile)
-	if r.code != exitUsage || !strings.Contains(r.stderr, `PI_WORKER_NAME is "other" in the shell but "from-file" in `+envFile) {
-		t.Fatalf("%+v", r)
-	}
-	dbEmpty(t, db2)
-
-	// An unreadable .env with no name in the shell is refused.
-	r = runCLI(t, map[string]string{"VALKEY_URL": db2.URL}, "run", folder, "--task", "t", "--flow", "fix", "--env-file", t.TempDir())
-	if r.code != exitUsage || !strings.Contains(r.stderr, "to learn PI_WORKER_NAME") {
-		t.Fatalf("%+v", r)
-	}
-	dbEmpty(t, db2)
-}
-
 func TestRunValkeyDownFailsFast(t *testing.T) {
 	folder := gitRepo(t, false)
 	start := time.Now()
@@ -295,29 +259,6 @@ func TestRunWithoutGitWarnsAndQueues(t *testing.T) {
 		t.Fatalf("%+v", r)
 	}
 	queuedJob(t, db, queue.SharedQueue, r.stdout, folder)
-}
-
-func TestEnvFileValue(t *testing.T) {
-	p := filepath.Join(t.TempDir(), ".env")
-	content := "# c\nA=1\n; also a comment\nB = two words  # trailing\nC=\"quoted # kept\"\nexport D='x'\nA=last\nE=\nnot an assignment\n"
-	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	for key, want := range map[string]struct {
-		v     string
-		found bool
-	}{
-		"A": {"last", true}, "B": {"two words", true}, "C": {"quoted # kept", true},
-		"D": {"x", true}, "E": {"", true}, "F": {"", false},
-	} {
-		v, found, err := envFileValue(p, key)
-		if err != nil || v != want.v || found != want.found {
-			t.Errorf("%s: %q %v %v, want %q %v", key, v, found, err, want.v, want.found)
-		}
-	}
-	if _, _, err := envFileValue(filepath.Join(t.TempDir(), "absent"), "A"); !os.IsNotExist(err) {
-		t.Errorf("absent file: %v", err)
-	}
 }
 
 func TestParseInterleaved(t *testing.T) {

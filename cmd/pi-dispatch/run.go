@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/pidispatch/pidispatch/internal/buildinfo"
+	"github.com/pidispatch/pidispatch/internal/envfile"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -28,6 +29,11 @@ type env struct {
 	stderr io.Writer
 	// stdin is what `run --task -` reads; nil is the process's stdin.
 	stdin io.Reader
+	// shell is the process environment alone, and vars the env file layered
+	// under it (layerEnvFile): getenv is vars.Getenv. Both are nil in tests
+	// that build an env by hand.
+	shell func(string) string
+	vars  *envfile.Env
 }
 
 // command is one subcommand.
@@ -71,6 +77,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(args) == 2 && isHelp(args[1]) {
 		fmt.Fprint(stdout, c.help)
 		return exitOK
+	}
+	e, err := layerEnvFile(e, getenv)
+	if err != nil {
+		fmt.Fprintf(stderr, "pi-dispatch %s: %v\n", c.name, err)
+		return exitUsage
 	}
 	return c.run(ctx, e, args[1:])
 }

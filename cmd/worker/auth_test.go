@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +30,7 @@ func TestBootRefusedPassword(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		var stderr bytes.Buffer
 		start := time.Now()
-		code := run(ctx, func(k string) string { return env[k] }, &stderr)
+		code := run(ctx, nil, func(k string) string { return env[k] }, io.Discard, &stderr)
 		el := time.Since(start)
 		cancel()
 		out := stderr.String()
@@ -52,7 +53,7 @@ func TestBootRefusedPassword(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	var stderr bytes.Buffer
-	if code := run(ctx, func(k string) string { return env[k] }, &stderr); code != exitOK || !strings.Contains(stderr.String(), `"msg":"worker_started"`) {
+	if code := run(ctx, nil, func(k string) string { return env[k] }, io.Discard, &stderr); code != exitOK || !strings.Contains(stderr.String(), `"msg":"worker_started"`) {
 		t.Fatalf("with the password: exit %d\n%s", code, stderr.String())
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/internal/buildinfo"
+	"github.com/pidispatch/pidispatch/internal/envfile"
 	wiring "github.com/pidispatch/pidispatch/internal/stack"
 	"github.com/pidispatch/pidispatch/registry"
 	"github.com/pidispatch/pidispatch/valkey"
@@ -33,7 +34,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if boot, code := parseArgs(args, stdout, stderr); !boot {
 		return code
 	}
-	cfg, err := dispatch.LoadConfig(getenv)
+	layered, err := envfile.Load(getenv) // the rule every pi-dispatch command applies too
+	if err != nil {
+		fmt.Fprintf(stderr, "worker: %v (nothing started)\n", err)
+		return exitConfig
+	}
+	cfg, err := dispatch.LoadConfig(layered.Getenv)
 	if err != nil {
 		fmt.Fprintf(stderr, "worker: invalid configuration (nothing started):\n%v\n", err)
 		return exitConfig

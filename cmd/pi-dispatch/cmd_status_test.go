@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/queue"
+)
+
+// finishNext takes q's next job and completes it with result, or fails it
+// for good when result is "".
+func finishNext(t *testing.T, q *queue.Queue, result string) {
+	t.Helper()
+	ctx := context.Background()
+	tok := queue.NewToken()
+	j, err := q.Fetch(ctx, tok)
+	if err != nil || j == nil {
+		t.Fatalf("fetch: %v %v", j, err)
+	}
+	if result == "" {
+		if _, err := q.Fail(ctx, j.ID, tok, dispatch.ReasonExit1, queue.FailOptions{NoRetry: true}); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if err := q.Complete(ctx, j.ID, tok, json.RawMessage(result)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Refused and cancelled jobs are not "completed": status counts each
+// outcome, as a table by default, per queue on request, and as JSON.
+func TestStatusCountsByOutcomeGolden(t *testing.T) {
+	db := livetest.Valkey(t)
+	ctx := context.Background()
+	shared := newQueue(t, db.Client, queue.SharedQueue)
+	alpha := newQueue(t, db.Client, queue.HostQueueName("alpha"))
+	if err := alpha.Declare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"s1", "s2", "s3", "s4", "s5"} {
+		add(t, shared, id, queue.AddOptions{})
+	}
+	add(t, alpha, "a1", queue.AddOptions{})
+	add(t, alpha, "a2", queue.AddOptions{})
+	finishNext(t, shared, `{"event":"exit","turns":3}`)
+	finishNext(t, shared, `{"outcome":"policy","reason":"scope-cap"}`)
+	finishNext(t, shared, `{"outcome":"policy","reason":"operator-cancel"}`)
+	finishNext(t, shared, "")
+	finishNext(t, alpha, `{"outcome":"policy","reason":"over-budget"}`)
+	if err := alpha.Pause(ctx); err != nil {
+		t.Fatal(err)
+	}
+	env := vars(db.URL)
+
+	expect(t, runCLI(t, env, "status"), db.URL, 0, ""+
+		"fleet: PARTLY PAUSED (1 of 2 queues paused: pi-jobs@alpha); run `pi-dispatch pause` or `resume` to make it whole\n"+
+		"QUEUE  PAUSED  WAITING  DELAYED  PRIORITIZED  ACTIVE  COMPLETED  REFUSED  CANCELLED  FAILED\n"+
+		"total  partly  2        0        0            0       1          2        1          1\n", "")
+	expect(t, runCLI(t, env, "status", "--per-queue"), db.URL, 0, ""+
+		"fleet: PARTLY PAUSED (1 of 2 queues paused: pi-jobs@alpha); run `pi-dispatch pause` or `resume` to make it whole\n"+
+		"QUEUE          PAUSED  WAITING  DELAYED  PRIORITIZED  ACTIVE  COMPLETED  REFUSED  CANCELLED  FAILED\n"+
+		"pi-jobs        no      1        0        0            0       1          1        1          1\n"+
+		"pi-jobs@alpha  yes     1        0        0            0       0          1        0          0\n"+
+		"total          partly  2        0        0            0       1          2        1          1\n", "")
+	expect(t, runCLI(t, env, "status", "--json", "--per-queue"), db.URL, 0,
+		`{"pausedState":false,"pausedPartial":true,"pausedQueues":["pi-jobs@alpha"],"waiting":1,"active":0,"paused":1,"delayed":0,"failed":1,"completed":1,"refused":2,"cancelled":1,"prioritized":0,`+
+			`"perQueue":[{"queue":"pi-jobs","pausedState":false,"waiting":1,"active":0,"paused":0,"delayed":0,"failed":1,"completed":1,"refused":1,"cancelled":1,"prioritized":0},`+
+			`{"queue":"pi-jobs@alpha","pausedState":true,"waiting":0,"active":0,"paused":1,"delayed":0,"failed":0,"completed":0,"refused":1,"cancelled":0,"prioritized":0}],`+
+			`"pauseFlag":false,"queues":2,"held":0}`+"\n", "")
+	expect(t, runCLI(t, env, "status", "--frobnicate"), db.URL, 2, "",
+		"pi-dispatch status: unexpected argument \"--frobnicate\" (usage: pi-dispatch status [--per-queue] [--json])\n")
+}
+
+// run says when the job it queued waits for a resume.
+func TestRunSaysTheJobWaitsForAResume(t *testing.T) {
+	db := livetest.Valkey(t)
+	env := map[string]string{"VALKEY_URL": db.URL}
+	folder := gitRepo(t, false)
+	r := runCLI(t, env, "run", folder, "--task", "fix the tests", "--flow", "fix", "--env-file", "")
+	if r.code != exitOK || strings.Contains(r.stderr, "resume") {
+		t.Fatalf("not paused: %+v", r)
+	}
+	if r := runCLI(t, env, "pause"); r.code != exitOK {
+		t.Fatalf("%+v", r)
+	}
+	folder2 := gitRepo(t, false)
+	r = runCLI(t, env, "run", folder2, "--task", "fix the tests", "--flow", "fix", "--env-file", "")
+	if r.code != exitOK || !strings.HasSuffix(r.stderr, "note: the fleet is paused, so this job waits until `pi-dispatch resume`\n") {
+		t.Fatalf("paused: %+v", r)
+	}
+	queuedJob(t, db, queue.SharedQueue, r.stdout, folder2)
+}

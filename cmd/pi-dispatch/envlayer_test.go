@@ -1,0 +1,126 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/queue"
+)
+
+// writeDotEnv makes a folder holding .env with content and moves the test
+// into it, as an operator runs pi-dispatch from the deployment folder.
+func writeDotEnv(t *testing.T, content string) string {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, ".env")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	return path
+}
+
+// The whole ./.env applies, not only PI_WORKER_NAME: the job goes to the
+// Valkey and the queue the file names, as the worker started from it.
+func TestRunReadsTheWholeEnvFile(t *testing.T) {
+	db := livetest.Valkey(t)
+	folder := gitRepo(t, false)
+	path := writeDotEnv(t, "# deployment\nVALKEY_URL="+db.URL+"\nPI_WORKER_NAME=from-file\n")
+	r := runCLI(t, nil, "run", folder, "--task", "fix the tests", "--flow", "fix")
+	if r.code != exitOK || !strings.Contains(r.stderr, "queue pi-jobs@from-file, folder "+folder+
+		" (PI_WORKER_NAME from .env file "+path+":3, VALKEY_URL from .env file "+path+":2)") {
+		t.Fatalf("%+v", r)
+	}
+	queuedJob(t, db, "pi-jobs@from-file", r.stdout, folder)
+
+	// The shell wins, and the note says it overrode the file.
+	db2 := livetest.Valkey(t)
+	r = runCLI(t, map[string]string{"VALKEY_URL": db2.URL, "PI_WORKER_NAME": "other"}, "run", folder, "--task", "fix the tests", "--flow", "fix")
+	if r.code != exitOK || !strings.Contains(r.stderr, "PI_WORKER_NAME from shell (overrides "+path+":3)") {
+		t.Fatalf("%+v", r)
+	}
+	queuedJob(t, db2, "pi-jobs@other", r.stdout, folder)
+
+	// --env-file "" reads none; --env-file PATH reads that one instead.
+	folder2 := gitRepo(t, false)
+	r = runCLI(t, map[string]string{"VALKEY_URL": db.URL}, "run", folder2, "--task", "fix the tests", "--flow", "fix", "--env-file", "")
+	if r.code != exitOK || strings.Contains(r.stderr, "from-file") {
+		t.Fatalf("--env-file \"\" still read ./.env: %+v", r)
+	}
+	queuedJob(t, db, queue.SharedQueue, r.stdout, folder2)
+	other := filepath.Join(t.TempDir(), "other.env")
+	if err := os.WriteFile(other, []byte("VALKEY_URL="+db2.URL+"\nPI_WORKER_NAME=named\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	folder3 := gitRepo(t, false)
+	r = runCLI(t, nil, "run", folder3, "--task", "fix the tests", "--flow", "fix", "--env-file", other)
+	if r.code != exitOK {
+		t.Fatalf("%+v", r)
+	}
+	queuedJob(t, db2, "pi-jobs@named", r.stdout, folder3)
+	missing := filepath.Join(t.TempDir(), "missing.env")
+	r = runCLI(t, nil, "run", folder3, "--task", "fix the tests", "--flow", "fix", "--env-file", missing)
+	if r.code != exitUsage || !strings.Contains(r.stderr, "env file "+missing+": file does not exist (named by --env-file)") {
+		t.Fatalf("%+v", r)
+	}
+}
+
+// A malformed line is refused naming the file and line, before anything is
+// written; the kill switch refuses it too rather than act on a guess.
+func TestEveryCommandRefusesAMalformedEnvFile(t *testing.T) {
+	db := livetest.Valkey(t)
+	folder := gitRepo(t, false)
+	path := writeDotEnv(t, "VALKEY_URL="+db.URL+"\nPI_CONCURRENCY=3     # jobs at once\n")
+	for _, args := range [][]string{
+		{"run", folder, "--task", "t", "--flow", "fix"},
+		{"status"}, {"pause"}, {"hosts"}, {"doctor"},
+	} {
+		r := runCLI(t, nil, args...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, "env file "+path+":2: PI_CONCURRENCY: the value holds a comment") {
+			t.Errorf("%v: %+v", args, r)
+		}
+	}
+	dbEmpty(t, db)
+	// PI_ENV_FILE=/dev/null reads no file.
+	if r := runCLI(t, map[string]string{"PI_ENV_FILE": "/dev/null", "VALKEY_URL": db.URL}, "status"); r.code != exitOK {
+		t.Fatalf("%+v", r)
+	}
+}
+
+// The kill switch reads VALKEY_URL from the env file too: a pause goes to
+// the Valkey the deployment's workers use.
+func TestStatusReadsValkeyURLFromTheEnvFile(t *testing.T) {
+	db := livetest.Valkey(t)
+	writeDotEnv(t, "VALKEY_URL="+db.URL+"\n")
+	if r := runCLI(t, nil, "pause"); r.code != exitOK {
+		t.Fatalf("%+v", r)
+	}
+	if n, err := db.Client.Exists(t.Context(), dispatch.PausedKey).Result(); err != nil || n != 1 {
+		t.Fatalf("the pause flag is not set in the file's Valkey: %d %v", n, err)
+	}
+}
+
+// doctor says which env file it read and where each value came from, and
+// warns when the shell overrides the file.
+func TestDoctorNamesWhereEachValueCameFrom(t *testing.T) {
+	db, vars := doctorHost(t)
+	path := writeDotEnv(t, "VALKEY_URL="+vars["VALKEY_URL"]+"\nPI_WORKER_NAME=doc-env\nPI_JOB_IMAGE="+vars["PI_JOB_IMAGE"]+"\n")
+	writePeerRow(t, db.Client, "doc-env", "UTC", "", 0)
+	shell := map[string]string{"PI_LOGS_DIR": vars["PI_LOGS_DIR"], "TZ": "UTC"}
+	r := runCLI(t, shell, "doctor")
+	want := "✓ environment: env file " + path + " read, the shell winning over it; from the shell: PI_LOGS_DIR; " +
+		"from the file: VALKEY_URL (line 1), PI_WORKER_NAME (line 2), PI_JOB_IMAGE (line 3); every other variable: its default\n"
+	if r.code != exitOK || !strings.HasPrefix(r.stdout, want) || !strings.Contains(r.stdout, "configuration valid (worker doc-env, declared") {
+		t.Fatalf("%+v", r)
+	}
+
+	shell["PI_WORKER_NAME"] = "doc-shell"
+	r = runCLI(t, shell, "doctor")
+	if !strings.Contains(r.stdout, "\n⚠ the shell overrides "+path+" for PI_WORKER_NAME (line 2)\n    fix: a worker started from that file uses the file's value") {
+		t.Fatalf("%+v", r)
+	}
+}
