@@ -68,7 +68,7 @@ func TestCommandsAuthRefused(t *testing.T) {
 	if !pauseFlag(t, admin) {
 		t.Fatal("pause with the password set no flag")
 	}
-	if r := runCLI(t, env, "status"); r.code != exitOK || !strings.Contains(r.stdout, `"pausedState":true`) {
+	if r := runCLI(t, env, "status", "--json"); r.code != exitOK || !strings.Contains(r.stdout, `"pausedState":true`) {
 		t.Fatalf("status: %+v", r)
 	}
 	if r := runCLI(t, env, "run", folder, "--task", "t", "--flow", "fix", "--env-file", ""); r.code != exitOK || !strings.HasPrefix(r.stdout, "queued ") {

@@ -23,9 +23,15 @@ Resumes every queue of the fleet and clears the fleet-wide pause flag, so the
 workers take jobs again.
 ` + killSwitchVars
 
-const statusHelp = `usage: pi-dispatch status
+const statusHelp = `usage: pi-dispatch status [--per-queue] [--json]
 
-Prints whether the fleet is paused and the job counts of its queues.
+Prints whether the fleet is paused and the job counts of its queues by state
+and, for finished jobs, by outcome: completed, refused (a policy outcome),
+cancelled and failed.
+
+flags:
+  --per-queue   add one row per queue under the fleet's total
+  --json        print one JSON line instead of a table, for scripts
 ` + killSwitchVars
 
 const hostsHelp = `usage: pi-dispatch hosts [--json]
@@ -50,19 +56,24 @@ flags:
 
 const runHelp = runUsage + `
 flags:
-  --task TEXT       the instruction for the agent (required with --flow)
-  --flow NAME       the agent flow to run
+  --task TEXT       the instruction for the agent; "-" reads it from stdin
+  --task-file PATH  read the instruction from a file (for a long task)
+  --flow NAME       the agent flow to run (default "default"; docs/flows.md)
   --command CMD     a prompt command to run instead of a flow
   --image IMG       the job image for this run (default PI_JOB_IMAGE; never pulled)
-  --force           queue even when the folder has uncommitted git changes
-  --env-file PATH   the deployment .env (default .env; "" to skip)
+  --new             queue a new job even when the same run was queued this minute
+  --force           queue even when the folder has uncommitted git changes or is
+                    outside any git repository
+  --env-file PATH   the env file under the shell's variables, instead of
+                    $PI_ENV_FILE or ./.env ("" reads none)
 
 Reads VALKEY_URL, VALKEY_PASSWORD and PI_WORKER_NAME; see docs/configuration.md.
 `
 
 const doctorHelp = doctorUsage + `
 flags:
-  --env-file PATH   the deployment .env (default .env; "" to skip)
+  --env-file PATH   the env file under the shell's variables, instead of
+                    $PI_ENV_FILE or ./.env ("" reads none)
 
 Checks Valkey, Docker, the job image, the configuration (every variable of
 docs/configuration.md), the files it names, and the fleet's hosts.
