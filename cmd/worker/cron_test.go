@@ -142,3 +142,137 @@ func TestCronDivergenceLeavesWorkerDraining(t *testing.T) {
 		t.Fatalf("the refusing host did not drain its queue: %+v", rec)
 	}
 }
+
+// tickScheduler is the scheduler a triggers file with one 2-second trigger
+// "tick" on folder installs: what a host left in Valkey when it had cron on.
+func tickScheduler(t *testing.T, folder string) (string, queue.Scheduler) {
+	t.Helper()
+	file := fmt.Sprintf(`{"triggers":[{"on":{"type":"cron","id":"tick","pattern":"*/2 * * * * *","tz":"UTC"},`+
+		`"run":{"kind":"local","folder":%q,"flow":"fix","task":"JOB_PRINT_EXIT_LINE=1"}}]}`, folder)
+	tr, err := cronsync.ParseTriggers([]byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := cronsync.Scheduler(tr.Cron[0], "UTC")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return file, s
+}
+
+// records reads every run record in dir.
+func records(t *testing.T, dir string) []dispatch.Record {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []dispatch.Record
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r dispatch.Record
+		if err := json.Unmarshal(data, &r); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// A host without PI_TRIGGERS_FILE runs no cron job, whatever schedulers its
+// queue still holds: each run is refused before anything is spent, with a
+// record (cron-not-agreed), and the boot log names the resident schedulers.
+// Declared, the runs are on its own queue; undeclared and alone, on the
+// shared queue with no peer that could have agreed to them.
+func TestCronOffRunsNoResidentScheduler(t *testing.T) {
+	t.Parallel()
+	ensureImage(t)
+	for _, declared := range []bool{true, false} {
+		t.Run(fmt.Sprintf("declared=%v", declared), func(t *testing.T) {
+			t.Parallel()
+			db := livetest.Valkey(t)
+			name := uniqueName("cron-off", db)
+			env := map[string]string{"TEST_DEFAULT_NAME": name}
+			queueName := queue.SharedQueue
+			if declared {
+				env["PI_WORKER_NAME"] = name
+				queueName = queue.HostQueueName(name)
+			}
+			_, s := tickScheduler(t, t.TempDir())
+			q := testQueue(t, db, queueName)
+			if _, err := q.UpsertScheduler(context.Background(), "tick", s); err != nil {
+				t.Fatal(err)
+			}
+			w := bootWorker(t, testEnv(t, db.URL, env), dispatch.Tuning{})
+
+			deadline := time.Now().Add(30 * time.Second)
+			var recs []dispatch.Record
+			for len(recs) < 2 {
+				if time.Now().After(deadline) {
+					t.Fatalf("no refusal records after 30 s; log:\n%s", w.logs.String())
+				}
+				time.Sleep(200 * time.Millisecond)
+				recs = records(t, w.cfg.LogsDir)
+			}
+			for _, r := range recs {
+				if !strings.HasPrefix(r.JobID, "repeat:tick:") || r.Outcome != dispatch.OutcomePolicy ||
+					r.Reason != dispatch.ReasonCronNotAgreed || r.ExitCode != nil {
+					t.Fatalf("a host with cron off did not refuse a cron run: %+v", r)
+				}
+			}
+			if n := countEvents(t, w.logs.String(), "cron_run_refused", ""); n < 2 {
+				t.Fatalf("%d cron_run_refused lines for %d refusals", n, len(recs))
+			}
+			if n := countEvents(t, w.logs.String(), "cron_disabled_schedulers_resident", ""); n != 1 {
+				t.Fatalf("%d cron_disabled_schedulers_resident lines, want 1; log:\n%s", n, w.logs.String())
+			}
+			if list, err := q.Schedulers(context.Background()); err != nil || len(list) != 1 {
+				t.Fatalf("an abstaining host touched the schedulers: %+v %v", list, err)
+			}
+		})
+	}
+}
+
+// On the shared queue a host with cron off leaves a scheduler's runs for the
+// peer that agreed to them: every tick runs, and only on that peer.
+func TestCronOffLeavesSharedRunsToAgreeingPeer(t *testing.T) {
+	t.Parallel()
+	ensureImage(t)
+	db := livetest.Valkey(t)
+	file, _ := tickScheduler(t, t.TempDir())
+	triggers := filepath.Join(t.TempDir(), "triggers.json")
+	if err := os.WriteFile(triggers, []byte(file), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	onName, offName := uniqueName("cron-on", db), uniqueName("cron-off", db)
+	on := bootWorker(t, testEnv(t, db.URL, map[string]string{"PI_TRIGGERS_FILE": triggers, "TEST_DEFAULT_NAME": onName}), dispatch.Tuning{})
+	waitLive(t, db, onName)
+	off := bootWorker(t, testEnv(t, db.URL, map[string]string{"TEST_DEFAULT_NAME": offName}), dispatch.Tuning{BusyDeferral: time.Second})
+
+	deadline := time.Now().Add(60 * time.Second)
+	for countEvents(t, off.logs.String(), "cron_run_left", "") < 2 || len(records(t, on.cfg.LogsDir)) < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 60 s: %d runs left by the abstaining host, %d records on the agreeing one",
+				countEvents(t, off.logs.String(), "cron_run_left", ""), len(records(t, on.cfg.LogsDir)))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if recs := records(t, off.cfg.LogsDir); len(recs) != 0 {
+		t.Fatalf("the host with cron off ran or refused cron runs: %+v", recs)
+	}
+	for _, r := range records(t, on.cfg.LogsDir) {
+		if !strings.HasPrefix(r.JobID, "repeat:tick:") || r.Outcome != dispatch.OutcomeCompleted {
+			t.Fatalf("tick record on the agreeing host %+v", r)
+		}
+	}
+	// A run the abstaining host left is run by the peer, not lost.
+	for _, e := range parseLog(t, off.logs.String()) {
+		if e.Msg == "cron_run_left" {
+			waitRecord(t, on.cfg.LogsDir, e.JobID, 30*time.Second)
+			break
+		}
+	}
+}
