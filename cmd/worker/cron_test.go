@@ -144,11 +144,13 @@ func TestCronDivergenceLeavesWorkerDraining(t *testing.T) {
 }
 
 // tickScheduler is the scheduler a triggers file with one 2-second trigger
-// "tick" on folder installs: what a host left in Valkey when it had cron on.
-func tickScheduler(t *testing.T, folder string) (string, queue.Scheduler) {
+// id on folder installs: what a host left in Valkey when it had cron on. Tests
+// running at once use distinct ids: a run's container name derives from its
+// job id, which is the same for the same id and instant.
+func tickScheduler(t *testing.T, id, folder string) (string, queue.Scheduler) {
 	t.Helper()
-	file := fmt.Sprintf(`{"triggers":[{"on":{"type":"cron","id":"tick","pattern":"*/2 * * * * *","tz":"UTC"},`+
-		`"run":{"kind":"local","folder":%q,"flow":"fix","task":"JOB_PRINT_EXIT_LINE=1"}}]}`, folder)
+	file := fmt.Sprintf(`{"triggers":[{"on":{"type":"cron","id":%q,"pattern":"*/2 * * * * *","tz":"UTC"},`+
+		`"run":{"kind":"local","folder":%q,"flow":"fix","task":"JOB_PRINT_EXIT_LINE=1"}}]}`, id, folder)
 	tr, err := cronsync.ParseTriggers([]byte(file))
 	if err != nil {
 		t.Fatal(err)
@@ -201,9 +203,10 @@ func TestCronOffRunsNoResidentScheduler(t *testing.T) {
 				env["PI_WORKER_NAME"] = name
 				queueName = queue.HostQueueName(name)
 			}
-			_, s := tickScheduler(t, t.TempDir())
+			id := fmt.Sprintf("off-%d", db.DB)
+			_, s := tickScheduler(t, id, t.TempDir())
 			q := testQueue(t, db, queueName)
-			if _, err := q.UpsertScheduler(context.Background(), "tick", s); err != nil {
+			if _, err := q.UpsertScheduler(context.Background(), id, s); err != nil {
 				t.Fatal(err)
 			}
 			w := bootWorker(t, testEnv(t, db.URL, env), dispatch.Tuning{})
@@ -218,7 +221,7 @@ func TestCronOffRunsNoResidentScheduler(t *testing.T) {
 				recs = records(t, w.cfg.LogsDir)
 			}
 			for _, r := range recs {
-				if !strings.HasPrefix(r.JobID, "repeat:tick:") || r.Outcome != dispatch.OutcomePolicy ||
+				if !strings.HasPrefix(r.JobID, "repeat:"+id+":") || r.Outcome != dispatch.OutcomePolicy ||
 					r.Reason != dispatch.ReasonCronNotAgreed || r.ExitCode != nil {
 					t.Fatalf("a host with cron off did not refuse a cron run: %+v", r)
 				}
@@ -242,7 +245,8 @@ func TestCronOffLeavesSharedRunsToAgreeingPeer(t *testing.T) {
 	t.Parallel()
 	ensureImage(t)
 	db := livetest.Valkey(t)
-	file, _ := tickScheduler(t, t.TempDir())
+	id := fmt.Sprintf("left-%d", db.DB)
+	file, _ := tickScheduler(t, id, t.TempDir())
 	triggers := filepath.Join(t.TempDir(), "triggers.json")
 	if err := os.WriteFile(triggers, []byte(file), 0o644); err != nil {
 		t.Fatal(err)
@@ -264,7 +268,7 @@ func TestCronOffLeavesSharedRunsToAgreeingPeer(t *testing.T) {
 		t.Fatalf("the host with cron off ran or refused cron runs: %+v", recs)
 	}
 	for _, r := range records(t, on.cfg.LogsDir) {
-		if !strings.HasPrefix(r.JobID, "repeat:tick:") || r.Outcome != dispatch.OutcomeCompleted {
+		if !strings.HasPrefix(r.JobID, "repeat:"+id+":") || r.Outcome != dispatch.OutcomeCompleted {
 			t.Fatalf("tick record on the agreeing host %+v", r)
 		}
 	}
