@@ -89,8 +89,9 @@ func (g cronGate) AdmitCron(ctx context.Context, queueName, schedulerID string, 
 }
 
 // cronOff is the cron side of a host without PI_TRIGGERS_FILE: it installs and
-// prunes nothing, and says once at boot which schedulers its own queue still
-// holds, since their runs will be refused here.
+// prunes nothing, and says once at boot which schedulers its queue still holds,
+// since none of their runs will run here. On a host queue that is a leftover
+// (a warning); on the shared queue they may be a peer's (information).
 type cronOff struct {
 	store cronsync.SchedulerStore
 	queue string
@@ -111,7 +112,10 @@ func (c *cronOff) Run(ctx context.Context) error {
 	for i, s := range list {
 		ids[i] = s.ID
 	}
-	c.log.Warn("cron_disabled_schedulers_resident", "queue", c.queue, "schedulers", ids,
-		"reason", "PI_TRIGGERS_FILE is unset: this host runs no cron job, and refuses these schedulers' runs (cron-not-agreed)")
+	level, reason := slog.LevelWarn, "PI_TRIGGERS_FILE is unset: this host runs no cron job, and refuses these schedulers' runs (cron-not-agreed)"
+	if c.queue == queue.SharedQueue {
+		level, reason = slog.LevelInfo, "PI_TRIGGERS_FILE is unset: this host runs no cron job; it leaves these schedulers' runs to a live peer with another cron set, or refuses them (cron-not-agreed)"
+	}
+	c.log.Log(ctx, level, "cron_disabled_schedulers_resident", "queue", c.queue, "schedulers", ids, "reason", reason)
 	return nil
 }
