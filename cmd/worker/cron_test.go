@@ -280,3 +280,64 @@ func TestCronOffLeavesSharedRunsToAgreeingPeer(t *testing.T) {
 		}
 	}
 }
+
+// Removing a trigger from the file removes its runs that have not started,
+// including one a pause window deferred: after the reload nothing of it is
+// left to run when the window ends.
+func TestRemovedTriggerTakesItsDeferredRunAlong(t *testing.T) {
+	t.Parallel()
+	db := livetest.Valkey(t)
+	name := uniqueName("cron-prune", db)
+	id := fmt.Sprintf("gone-%d", db.DB)
+	folder := t.TempDir()
+	file, _ := tickScheduler(t, id, folder)
+	dir := t.TempDir()
+	triggers, windows := filepath.Join(dir, "triggers.json"), filepath.Join(dir, "pause-windows.json")
+	now := time.Now().UTC()
+	pause := fmt.Sprintf(`{"windows":[{"scope":%q,"from":%q,"to":%q}]}`, folder,
+		now.Add(-time.Hour).Format("15:04"), now.Add(2*time.Hour).Format("15:04"))
+	for path, data := range map[string]string{triggers: file, windows: pause} {
+		if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := bootWorker(t, testEnv(t, db.URL, map[string]string{
+		"PI_WORKER_NAME": name, "PI_TRIGGERS_FILE": triggers, "PI_PAUSE_WINDOWS_FILE": windows,
+	}), dispatch.Tuning{})
+
+	var deferred string
+	for deadline := time.Now().Add(30 * time.Second); deferred == ""; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no run was deferred by the pause window; log:\n%s", w.logs.String())
+		}
+		for _, e := range parseLog(t, w.logs.String()) {
+			if e.Msg == "job_deferred" && e.Reason == "pause-window" {
+				deferred = e.JobID
+			}
+		}
+	}
+	if err := os.WriteFile(triggers, []byte(`{"triggers":[]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); countEvents(t, w.logs.String(), "schedules_reloaded", "") == 0; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the edit was not reloaded; log:\n%s", w.logs.String())
+		}
+	}
+	q := testQueue(t, db, queue.HostQueueName(name))
+	if j, err := q.Get(context.Background(), deferred); err == nil {
+		t.Fatalf("the removed trigger's deferred run %s is still queued (%s)", deferred, j.State)
+	}
+	pending, err := q.PendingIDs(context.Background(), 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pending {
+		if strings.HasPrefix(p, "repeat:"+id+":") {
+			t.Fatalf("a run of the removed trigger is still pending: %s (all: %v)", p, pending)
+		}
+	}
+	if recs := records(t, w.cfg.LogsDir); len(recs) != 0 {
+		t.Fatalf("records of a paused trigger: %+v", recs)
+	}
+}
