@@ -18,6 +18,9 @@
 //   - [Watcher] reloads the set when the file changes, keeping the last good set
 //     when an edit is invalid, and [LiveSet] feeds the registry's fpCron and
 //     cronCount facts from the set currently believed.
+//   - [AdmitRun] decides, for each run a scheduler made, whether this host
+//     agreed to it ([LiveSet.Agreed]), and otherwise whether to leave it for a
+//     peer or refuse it.
 //
 // # Abstain, opine, or cannot say
 //
@@ -29,6 +32,18 @@
 // unlink window) publishes an empty fingerprint too, but it refuses to reconcile
 // while any peer holds an opinion, because it cannot establish agreement with
 // an opinion it does not have.
+//
+// # Who runs a run
+//
+// Installing is gated; running is too. A host runs a scheduler's run only when
+// its own live set has a trigger of that id whose [JobData] is the run's data,
+// so a host with cron disabled runs none, whatever schedulers Valkey holds, and
+// a trigger removed from the file stops running even while a divergence
+// withholds the prune. A run nobody else would take (on a host queue) is
+// refused, and the caller records it; on the shared queue it is left for a
+// peer that holds another opinion, which may be the host that agreed to it.
+// Removing a scheduler removes its runs that have not started, deferred ones
+// included (queue.Queue.RemoveScheduler).
 //
 // # Where schedulers live
 //

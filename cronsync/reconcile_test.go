@@ -85,6 +85,41 @@ func TestReconcileInstallsAndPrunes(t *testing.T) {
 	}
 }
 
+// Removing a trigger from the file removes its scheduler's runs that wait,
+// including one that was taken and deferred (a pause window, a busy scope):
+// a pruned trigger never runs again.
+func TestPruneRemovesDeferredRun(t *testing.T) {
+	ctx := context.Background()
+	db := livetest.Valkey(t)
+	q, err := queue.New(db.Client, queue.HostQueueName("a"), queue.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := mustParse(t, triggersFile(cronTrigger{id: "tick", pattern: "* * * * * *", folder: "/srv/a"}))
+	if _, err := Reconcile(ctx, q, set, Options{Host: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	var run *queue.Job
+	for deadline := time.Now().Add(5 * time.Second); run == nil; time.Sleep(10 * time.Millisecond) {
+		if run, err = q.Fetch(ctx, "tok"); err != nil || time.Now().After(deadline) {
+			t.Fatalf("no run of tick to take: %v", err)
+		}
+	}
+	if err := q.Defer(ctx, run.ID, "tok", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Reconcile(ctx, q, []Entry{}, Options{Host: "a"})
+	if err != nil || res.Removed != 1 {
+		t.Fatalf("prune = %+v, %v", res, err)
+	}
+	if _, err := q.Get(ctx, run.ID); err == nil {
+		t.Fatalf("the deferred run %s of a pruned trigger is still queued", run.ID)
+	}
+	if c, err := q.Counts(ctx); err != nil || c != (queue.Counts{}) {
+		t.Fatalf("counts after the prune = %+v, %v", c, err)
+	}
+}
+
 // A per-trigger zone makes the scheduler's next run the zone's wall time, and
 // an entry without one runs in the host's zone.
 func TestPerTriggerZoneNextRun(t *testing.T) {

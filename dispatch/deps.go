@@ -89,6 +89,26 @@ type Background interface {
 	Run(ctx context.Context) error
 }
 
+// CronGate decides, for every job a job scheduler made, whether this host
+// agreed to run it. The stack's gate (cronsync.AdmitRun) says yes only when
+// the host's own triggers file names that exact run.
+type CronGate interface {
+	// AdmitCron judges the run of scheduler schedulerID, with job data data,
+	// taken from the named queue.
+	AdmitCron(ctx context.Context, queue, schedulerID string, data json.RawMessage) CronVerdict
+}
+
+// CronVerdict is a CronGate's answer.
+type CronVerdict struct {
+	// Run: this host agreed to the run.
+	Run bool
+	// Leave: not this host's, but another host may have agreed to it; it is
+	// put back on its queue for them (deferred), not refused.
+	Leave bool
+	// Reason says why not, for the log line.
+	Reason string
+}
+
 // Compile-time checks that the concrete stack satisfies the interfaces.
 var (
 	_ JobQueue  = (*queue.Queue)(nil)
@@ -146,4 +166,9 @@ type Deps struct {
 	Cancels JobCancels
 	// Background parts start after the consumers (cron reconcile, watches).
 	Background []Background
+	// Cron judges every job a job scheduler made before anything else runs
+	// for it. Without it the host agreed to no cron set: every such job is
+	// refused (cron-not-agreed), so a schedule left in Valkey never spends on
+	// a host that did not ask for it.
+	Cron CronGate
 }

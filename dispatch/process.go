@@ -63,6 +63,10 @@ func (w *Worker) handle(ctx context.Context, q JobQueue, job *queue.Job, token s
 	if spec.Image != "" {
 		h.rec.Image = spec.Image
 	}
+	// 0. A scheduler's run: only when this host agreed to it.
+	if !w.admitCron(ctx, h) {
+		return
+	}
 
 	// 1. Pause windows: a matching job waits for the window's end.
 	if until, ok := w.pauses.Match(spec.Scope(), w.tune.Now()); ok {
@@ -370,6 +374,34 @@ func (w *Worker) prepareDirs(h *held) (jobDir, workspace string, cleanup func(),
 		}
 	}
 	return jobDir, workspace, cleanup, nil
+}
+
+// admitCron lets a job through unless a job scheduler made it (its queue
+// entry names the scheduler, or its data says kind cron) and this host did
+// not agree to it: then it is left for another host or refused.
+func (w *Worker) admitCron(ctx context.Context, h *held) bool {
+	sid := h.job.SchedulerID
+	if sid == "" {
+		sid = h.spec.SchedulerID
+	}
+	if sid == "" && h.spec.Kind != KindCron {
+		return true
+	}
+	v := CronVerdict{Reason: "no cron gate"}
+	if w.deps.Cron != nil {
+		v = w.deps.Cron.AdmitCron(ctx, h.q.Name(), sid, h.job.Data)
+	}
+	switch {
+	case v.Run:
+		return true
+	case v.Leave:
+		w.log.Info("cron_run_left", "jobId", h.job.ID, "queue", h.q.Name(), "schedulerId", sid, "why", v.Reason)
+		w.deferJob(ctx, h, w.tune.BusyDeferral, ReasonCronNotAgreed)
+	default:
+		w.log.Warn("cron_run_refused", "jobId", h.job.ID, "queue", h.q.Name(), "schedulerId", sid, "why", v.Reason)
+		w.refuse(ctx, h, ReasonCronNotAgreed)
+	}
+	return false
 }
 
 // deferJob puts the job back in delayed for d. It is not an attempt.

@@ -46,6 +46,7 @@ const (
 	ReasonInvalidJob           = "invalid-job"
 	ReasonExitOther            = "exit-other"      // container exited with another code (137 killed, 3...): retried
 	ReasonWorkerShutdown       = "worker-shutdown" // stopped when the worker's shutdown grace ran out: retried
+	ReasonCronNotAgreed        = "cron-not-agreed" // a scheduler's run this host's triggers file does not name
 )
 
 // Reasons lists every valid Record.Reason.
@@ -55,6 +56,7 @@ var Reasons = []string{
 	ReasonScopeCap, ReasonOverBudget, ReasonJobImageMissing, ReasonNeverStarted,
 	ReasonOperatorCancel, ReasonWaitTimeout, ReasonWaitMaxChecks, ReasonWaitFaults,
 	ReasonWaitSuperseded, ReasonInvalidJob, ReasonExitOther, ReasonWorkerShutdown,
+	ReasonCronNotAgreed,
 }
 
 // MaxTelemetryBytes bounds Record.Telemetry (the container's exit line is read from an

@@ -215,8 +215,10 @@ func (q *Queue) UpsertScheduler(ctx context.Context, id string, s Scheduler) (st
 	return "", scriptError(-10, "upsert scheduler", id)
 }
 
-// RemoveScheduler deletes scheduler id and its pending run (a run already
-// taken finishes). It reports whether the scheduler existed.
+// RemoveScheduler deletes scheduler id and every run of it not taken: its
+// pending run, and runs a consumer took and put back (Defer), which would
+// otherwise still run after their scheduler is gone. A run held now finishes.
+// It reports whether the scheduler existed.
 func (q *Queue) RemoveScheduler(ctx context.Context, id string) (bool, error) {
 	if err := ValidateSchedulerID(id); err != nil {
 		return false, err

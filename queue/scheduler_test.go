@@ -110,6 +110,55 @@ func TestScheduler_RemoveDeletesPendingRun(t *testing.T) {
 	require.False(t, removed)
 }
 
+// A run that was taken and put back (a deferral) is no longer the
+// scheduler's pending run, but it is still a run of it: removing the
+// scheduler removes it too, wherever it waits, and leaves a run that is held
+// and the jobs of other schedulers alone.
+func TestScheduler_RemoveDeletesDeferredRuns(t *testing.T) {
+	t.Parallel()
+	_, q := setup(t, queue.Config{})
+	ctx := testCtx(t)
+	_, err := q.UpsertScheduler(ctx, "s", queue.Scheduler{Pattern: "* * * * * *", JobName: "x"})
+	require.NoError(t, err)
+	_, err = q.UpsertScheduler(ctx, "s2", queue.Scheduler{Pattern: "0 3 * * *", JobName: "y"})
+	require.NoError(t, err)
+	take := func() *queue.Job {
+		var job *queue.Job
+		require.Eventually(t, func() bool {
+			job, err = q.Fetch(ctx, "t")
+			require.NoError(t, err)
+			return job != nil
+		}, 5*time.Second, 5*time.Millisecond)
+		require.Equal(t, "s", job.SchedulerID)
+		return job
+	}
+	later, ready, held := take(), take(), take()
+	require.NoError(t, q.Defer(ctx, later.ID, "t", time.Hour))
+	require.NoError(t, q.Defer(ctx, ready.ID, "t", 0))
+
+	removed, err := q.RemoveScheduler(ctx, "s")
+	require.NoError(t, err)
+	require.True(t, removed)
+	for _, id := range []string{later.ID, ready.ID} {
+		_, err = q.Get(ctx, id)
+		require.ErrorIs(t, err, queue.ErrNotFound, "deferred run %s outlived its scheduler", id)
+	}
+	job, err := q.Get(ctx, held.ID)
+	require.NoError(t, err, "a held run finishes")
+	require.Equal(t, queue.StateActive, job.State)
+	require.Equal(t, queue.Counts{Active: 1, Delayed: 1}, counts(t, q), "the other scheduler's run stays")
+	list, err := q.Schedulers(ctx)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	require.Equal(t, "s2", list[0].ID)
+
+	// An id is matched literally, never as a pattern.
+	removed, err = q.RemoveScheduler(ctx, "*")
+	require.NoError(t, err)
+	require.False(t, removed)
+	require.Equal(t, queue.Counts{Active: 1, Delayed: 1}, counts(t, q))
+}
+
 func TestScheduler_TimeZoneRespected(t *testing.T) {
 	t.Parallel()
 	db, q := setup(t, queue.Config{})

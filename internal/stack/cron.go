@@ -2,12 +2,15 @@ package stack
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"log/slog"
+	"time"
 
 	"github.com/pidispatch/pidispatch/cronsync"
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/queue"
 )
 
 // cronPart is the worker's cron side: at boot, the gated reconcile of the
@@ -69,4 +72,51 @@ func (c *cronPart) Run(ctx context.Context) error {
 		return err
 	}
 	return w.Run(ctx)
+}
+
+// cronGate is the worker's gate for the runs job schedulers make: a run goes
+// ahead only when this host's live cron set names it (cronsync.AdmitRun).
+type cronGate struct {
+	live  *cronsync.LiveSet
+	peers cronsync.Peers
+	host  string
+}
+
+var _ dispatch.CronGate = cronGate{}
+
+func (g cronGate) AdmitCron(ctx context.Context, queueName, schedulerID string, data json.RawMessage) dispatch.CronVerdict {
+	d := cronsync.AdmitRun(ctx, g.live, g.peers, queueName == queue.SharedQueue, g.host, schedulerID, data)
+	return dispatch.CronVerdict{Run: d.Run, Leave: d.Leave, Reason: d.Reason}
+}
+
+// cronOff is the cron side of a host without PI_TRIGGERS_FILE: it installs and
+// prunes nothing, and says once at boot which schedulers its queue still holds,
+// since none of their runs will run here. On a host queue that is a leftover
+// (a warning); on the shared queue they may be a peer's (information).
+type cronOff struct {
+	store cronsync.SchedulerStore
+	queue string
+	log   *slog.Logger
+}
+
+var _ dispatch.Background = (*cronOff)(nil)
+
+// Run lists the resident schedulers and returns.
+func (c *cronOff) Run(ctx context.Context) error {
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	list, err := c.store.Schedulers(lctx)
+	if err != nil || len(list) == 0 {
+		return nil // nothing to say, or nothing known: the gate still refuses
+	}
+	ids := make([]string, len(list))
+	for i, s := range list {
+		ids[i] = s.ID
+	}
+	level, reason := slog.LevelWarn, "PI_TRIGGERS_FILE is unset: this host runs no cron job, and refuses these schedulers' runs (cron-not-agreed)"
+	if c.queue == queue.SharedQueue {
+		level, reason = slog.LevelInfo, "PI_TRIGGERS_FILE is unset: this host runs no cron job; it leaves these schedulers' runs to a live peer with another cron set, or refuses them (cron-not-agreed)"
+	}
+	c.log.Log(ctx, level, "cron_disabled_schedulers_resident", "queue", c.queue, "schedulers", ids, "reason", reason)
+	return nil
 }

@@ -156,6 +156,7 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 		return fail(err)
 	}
 	deps.Registry = reg
+	deps.Cron = cronGate{live: live, peers: reg, host: cfg.WorkerName}
 	dir, err := queue.NewDirectory(rc, queue.Config{})
 	if err != nil {
 		return fail(err)
@@ -179,6 +180,9 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 			opts:     cronsync.Options{Host: cfg.WorkerName, TZ: tz, Logger: tune.Logger},
 			log:      log,
 		})
+	} else {
+		store := queues[len(queues)-1]
+		deps.Background = append(deps.Background, &cronOff{store: store, queue: store.Name(), log: log})
 	}
 
 	cancels, err := dispatch.NewCancelWatcher(rc, cfg.WorkerName, dispatch.CancelWatcherConfig{Logger: tune.Logger})
