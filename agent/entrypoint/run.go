@@ -328,3 +328,14 @@ func readEvents(r io.Reader, fn func([]byte)) {
 		}
 	}
 }
+
+// Exec replaces the process with args[0] found on PATH, so the image runs
+// a command given to it (`docker run <image> pi --version`) instead of a
+// job. It returns only on failure.
+func Exec(args []string, environ []string) error {
+	path, err := exec.LookPath(args[0])
+	if err != nil {
+		return err
+	}
+	return syscall.Exec(path, args, environ)
+}
