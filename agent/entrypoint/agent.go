@@ -45,7 +45,10 @@ func prepareAgent(o Options, job Job, dir string) (env []string, stop func(), er
 	}
 	settings := map[string]any{
 		"enableInstallTelemetry": false,
-		"retry":                  map[string]any{"enabled": retries > 0, "maxRetries": retries, "baseDelayMs": delay},
+		// pi's own retries are the only ones: the provider SDK's silent
+		// retries are off, so every retry shows in the event stream.
+		"retry": map[string]any{"enabled": retries > 0, "maxRetries": retries, "baseDelayMs": delay,
+			"provider": map[string]any{"maxRetries": 0}},
 	}
 	if err := writeJSON(dir+"/settings.json", settings); err != nil {
 		return nil, stop, err

@@ -49,6 +49,9 @@ type Step struct {
 	Text string
 	// Usage is reported in message_start and message_delta.
 	Usage Usage
+	// Before, when set, runs before the step answers (in the request's
+	// goroutine): a test looks at the running job while its agent waits.
+	Before func()
 }
 
 // ToolCall names a tool and its input.
@@ -165,6 +168,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.requests = append(s.requests, Request{At: time.Now(), Path: r.URL.Path, Model: body.Model, APIKey: key, Step: i})
 	st := s.steps[i]
 	s.mu.Unlock()
+	if st.Before != nil {
+		st.Before()
+	}
 
 	switch {
 	case st.Hang:
