@@ -62,7 +62,8 @@ type Options struct {
 	Environ func() []string
 	Stdout  io.Writer
 	Stderr  io.Writer
-	// StopGrace is how long pi has to end after SIGTERM (default 5 s).
+	// StopGrace is how long pi has to end after SIGTERM (default 3 s, so a
+	// container stopped with the worker's 5 s grace still prints its exit line).
 	StopGrace time.Duration
 	// TranscriptBytes bounds what is written to Stderr (default 256 KiB).
 	TranscriptBytes int
@@ -88,7 +89,7 @@ func (o Options) withDefaults() Options {
 		o.Stderr = io.Discard
 	}
 	if o.StopGrace <= 0 {
-		o.StopGrace = 5 * time.Second
+		o.StopGrace = 3 * time.Second
 	}
 	if o.TranscriptBytes <= 0 {
 		o.TranscriptBytes = 256 << 10

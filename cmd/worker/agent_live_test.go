@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -133,14 +134,18 @@ func haikuCost(u fakeprovider.Usage) float64 {
 func TestAgentJobEndToEnd(t *testing.T) {
 	t.Parallel()
 	dc := livetest.Docker(t)
+	// The provider's goroutine fills seen while the agent waits for its first
+	// answer; mu orders it with the test's reads.
+	var mu sync.Mutex
 	var seen struct {
 		argv, labels, jobJSON string
 		network               string
 	}
-	var r *agentRig
-	var jobID string
+	jobIDs := make(chan string, 1)
 	inspect := func() {
-		// The agent is waiting for its first answer: look at its container.
+		mu.Lock()
+		defer mu.Unlock()
+		jobID := <-jobIDs
 		for _, c := range containers(t, dc, runner.LabelJob, jobID) {
 			res, err := dc.ContainerInspect(context.Background(), c.ID, client.ContainerInspectOptions{})
 			if err != nil {
@@ -162,13 +167,15 @@ func TestAgentJobEndToEnd(t *testing.T) {
 	}
 	first := fakeprovider.WriteFile("/workspace/hello.txt", "hello from pi\n", fakeprovider.Usage{Input: 1200, Output: 40, CacheRead: 300, CacheWrite: 100})
 	first.Before = inspect
-	r = bootAgentWorker(t, nil, 2, first,
+	r := bootAgentWorker(t, nil, 2, first,
 		fakeprovider.Answer("Done: wrote hello.txt.", fakeprovider.Usage{Input: 1300, Output: 12, CacheRead: 1500}))
 	folder := workspace(t)
 	e := r.enqueue(t, dispatch.Job{Folder: folder, Flow: "fix", Task: "Write hello.txt saying hello."})
-	jobID = e.JobID
+	jobIDs <- e.JobID
 
 	rec := waitRecord(t, r.w.cfg.LogsDir, e.JobID, 3*time.Minute)
+	mu.Lock()
+	defer mu.Unlock()
 	if rec.Outcome != dispatch.OutcomeCompleted || rec.ExitCode == nil || *rec.ExitCode != 0 || rec.Network != "none" {
 		t.Fatalf("record %+v\ntelemetry %s", rec, rec.Telemetry)
 	}
@@ -245,7 +252,7 @@ func TestAgentProviderErrorIsRetried(t *testing.T) {
 }
 
 // A provider that never answers runs into the job timeout: stopped and
-// recorded.
+// recorded, with the agent's exit line printed inside the stop grace.
 func TestAgentHungProviderTimesOut(t *testing.T) {
 	t.Parallel()
 	r := bootAgentWorker(t, map[string]string{"PI_JOB_TIMEOUT": "40s"}, 1, fakeprovider.Step{Hang: true})
@@ -256,6 +263,10 @@ func TestAgentHungProviderTimesOut(t *testing.T) {
 	}
 	if len(r.fp.Requests()) == 0 {
 		t.Fatal("the agent never reached the provider: the timeout proves nothing")
+	}
+	// Stopped within the worker's grace, the entrypoint still reported.
+	if tel := telemetry(t, rec); tel.Reason != entrypoint.ReasonTerminated {
+		t.Fatalf("telemetry %s, want reason %s", rec.Telemetry, entrypoint.ReasonTerminated)
 	}
 }
 
