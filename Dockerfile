@@ -13,11 +13,13 @@ COPY go.mod go.sum ./
 RUN go mod download
 # Only the packages the binaries are built from, so a local .env (secrets)
 # never enters the build context's layers.
+COPY agent ./agent
 COPY capabilities ./capabilities
 COPY cmd ./cmd
 COPY cronsync ./cronsync
 COPY dispatch ./dispatch
 COPY fingerprint ./fingerprint
+COPY image ./image
 COPY internal ./internal
 COPY lease ./lease
 COPY queue ./queue

@@ -127,6 +127,7 @@ type LocalRun struct {
 	ExcludeTools   []string          `json:"excludeTools,omitempty"`
 	SkillsDir      string            `json:"skillsDir,omitempty"`
 	GitHub         bool              `json:"github,omitempty"`
+	Network        bool              `json:"network,omitempty"` // join the worker's PI_JOB_NETWORK
 	Provider       string            `json:"provider,omitempty"`
 	Model          string            `json:"model,omitempty"`
 	MaxTurns       int               `json:"maxTurns,omitempty"`
@@ -142,7 +143,7 @@ var (
 	cronRunKeys = []string{
 		"kind", "folder", "flow", "command", "task", "image", "secretsProfile", "secrets",
 		"packages", "excludeTools", "skillsDir", "github", "provider", "model", "maxTurns",
-		"models", "maxCostUsd", "backend",
+		"models", "maxCostUsd", "backend", "network",
 	}
 	// refusedOnCron are run keys of other triggers that a cron trigger must not
 	// carry, with the reason.
@@ -614,6 +615,7 @@ func (p *triggerParser) parseRun(run map[string]json.RawMessage, l *LocalRun) {
 		l.SkillsDir = absPath("skillsDir")
 	}
 	l.GitHub, _ = boolean("github")
+	l.Network, _ = boolean("network")
 	for _, key := range []string{"provider", "model"} {
 		if s, ok := str(key); ok {
 			if !tokenOK(s) {

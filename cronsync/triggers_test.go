@@ -187,7 +187,7 @@ func TestParseTriggersAccepts(t *testing.T) {
 		cronJSON(`"id":"every-10s","pattern":"*/10 * * * * *","tz":"Asia/Tokyo"`,
 			`{"kind":"local","folder":"/srv/b","command":"lint","image":"pi-job:2","secretsProfile":"ci",`+
 				`"packages":false,"excludeTools":["bash","write"],"skillsDir":"/srv/skills","github":true,"provider":"anthropic",`+
-				`"model":"claude-sonnet-4","maxTurns":40,"models":["a/b","c"],"maxCostUsd":"2.50"}`),
+				`"model":"claude-sonnet-4","maxTurns":40,"models":["a/b","c"],"maxCostUsd":"2.50","network":true}`),
 		`{"on":{"type":"comment","phrase":"/pi fix"},"run":{"kind":"gitlab","flow":"fix"},"extra":{"kept":true}}`,
 	)
 	tr, err := ParseTriggers(data)
@@ -210,7 +210,7 @@ func TestParseTriggersAccepts(t *testing.T) {
 	s := tr.Cron[1]
 	if s.Pattern != "*/10 * * * * *" || s.TZ != "Asia/Tokyo" || s.Local.Command != "lint" || s.Local.MaxTurns != 40 ||
 		s.Local.Packages == nil || *s.Local.Packages || len(s.Local.Models) != 2 ||
-		s.Local.MaxCostUSD != "2.50" || !s.Local.GitHub || s.Local.SkillsDir != "/srv/skills" {
+		s.Local.MaxCostUSD != "2.50" || !s.Local.GitHub || s.Local.SkillsDir != "/srv/skills" || !s.Local.Network {
 		t.Errorf("second entry = %+v", s)
 	}
 	if o := tr.Others[0]; o.Index != 0 || o.Type != "label" || !strings.Contains(string(o.Raw), `"replicas":2`) {

@@ -24,6 +24,7 @@ const (
 	DefaultConcurrency          = 3
 	DefaultDailyCap             = 25
 	DefaultJobImage             = "pi-job:latest"
+	DefaultJobNetwork           = "bridge"
 	DefaultJobMemory            = int64(4) << 30 // 4g
 	DefaultJobCPUs              = 2.0
 	DefaultJobTimeout           = 30 * time.Minute
@@ -71,6 +72,8 @@ var EnvVars = []string{
 	"PI_JOB_CPUS",
 	"PI_JOB_TIMEOUT",
 	"PI_CONTAINER_USER",
+	"PI_JOB_NETWORK",
+	"PI_MODEL_UPSTREAM",
 	"PI_LOGS_DIR",
 	"PI_LOG_RETENTION_DAYS",
 	"PI_TRIGGERS_FILE",
@@ -133,6 +136,15 @@ type Config struct {
 	// "image" runs every job as the image's USER; "root" (0:0) or "UID:GID"
 	// runs every job as that user. See docs/container-contract.md.
 	ContainerUser string
+	// JobNetwork is the network a job that asks for one ("network": true) joins;
+	// every other job runs with no network (Docker's "none"). PI_JOB_NETWORK, a
+	// Docker network name, defaults to bridge; "host" and "container:..." are refused.
+	JobNetwork string
+	// ModelUpstream, when set, gives every job a model endpoint with no network:
+	// a Unix socket mounted at /run/pidispatch/model.sock whose connections the
+	// worker forwards to this URL (a model provider or a gateway). PI_MODEL_UPSTREAM,
+	// an http:// or https:// URL without credentials; unset by default.
+	ModelUpstream string
 	// LogsDir holds the run records. PI_LOGS_DIR, an absolute clean path, defaults to
 	// a per-user folder that survives a reboot: $XDG_STATE_HOME/pidispatch/runs,
 	// else $HOME/.local/state/pidispatch/runs (each only when absolute); with
@@ -227,6 +239,7 @@ func defaultConfig(logsDir string) Config {
 		JobMemory:            DefaultJobMemory,
 		JobCPUs:              DefaultJobCPUs,
 		JobTimeout:           DefaultJobTimeout,
+		JobNetwork:           DefaultJobNetwork,
 		LogsDir:              logsDir,
 		LogRetentionDays:     DefaultLogRetentionDays,
 		SecretResolveTimeout: DefaultSecretResolveTimeout,
@@ -364,6 +377,12 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	if v, ok := get("PI_CONTAINER_USER"); ok {
 		c.ContainerUser = v
 	}
+	if v, ok := get("PI_JOB_NETWORK"); ok {
+		c.JobNetwork = v
+	}
+	if v, ok := get("PI_MODEL_UPSTREAM"); ok {
+		c.ModelUpstream = v
+	}
 	if v, ok := get("PI_LOGS_DIR"); ok {
 		c.LogsDir = v
 	}
@@ -471,6 +490,12 @@ func (c Config) problems(raw map[string]string) ConfigErrors {
 	if _, rule := parseContainerUser(c.ContainerUser); rule != "" {
 		add("PI_CONTAINER_USER", c.ContainerUser, rule)
 	}
+	if rule := jobNetworkRule(c.JobNetwork); rule != "" {
+		add("PI_JOB_NETWORK", c.JobNetwork, rule)
+	}
+	if rule := modelUpstreamRule(c.ModelUpstream); rule != "" {
+		add("PI_MODEL_UPSTREAM", c.ModelUpstream, rule)
+	}
 	if rule := absCleanRule(c.LogsDir); rule != "" {
 		add("PI_LOGS_DIR", c.LogsDir, rule)
 	}
@@ -514,7 +539,7 @@ func newConfigError(name, value, rule string) *ConfigError {
 	switch name {
 	case "VALKEY_PASSWORD":
 		value = "[redacted]"
-	case "VALKEY_URL":
+	case "VALKEY_URL", "PI_MODEL_UPSTREAM":
 		value = RedactURL(value)
 	}
 	return &ConfigError{Var: name, Value: value, Rule: rule}
@@ -758,7 +783,39 @@ func (c Config) LogValue() slog.Value {
 		slog.Float64("cpus", c.JobCPUs),
 		slog.Duration("timeout", c.JobTimeout),
 		slog.String("logsDir", c.LogsDir),
+		slog.String("jobNetwork", c.JobNetwork),
+		slog.String("modelUpstream", c.ModelUpstream),
 		slog.Any("secretProfiles", sortedKeys(c.SecretProfiles)),
 		slog.Any("waitProfiles", sortedKeys(c.WaitProfiles)),
 	)
+}
+
+// jobNetworkRule is the rule a granted network name breaks, or "".
+func jobNetworkRule(n string) string {
+	switch l := strings.ToLower(n); {
+	case n == "":
+		return "must name a Docker network"
+	case l == "host" || strings.Contains(l, ":"):
+		return "must not share the host's or another container's network (host, container:...)"
+	case len(n) > 256 || strings.ContainsFunc(n, unicode.IsControl) || !utf8.ValidString(n):
+		return "must be a Docker network name of at most 256 bytes"
+	}
+	return ""
+}
+
+// modelUpstreamRule is the rule a model upstream URL breaks, or "".
+func modelUpstreamRule(raw string) string {
+	if raw == "" {
+		return ""
+	}
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		return "must be an http:// or https:// URL with a host"
+	case u.User != nil:
+		return "must not carry credentials (give jobs their keys through a secrets profile)"
+	case u.RawQuery != "" || u.Fragment != "":
+		return "must not have a query or fragment"
+	}
+	return ""
 }

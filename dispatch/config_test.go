@@ -47,6 +47,10 @@ func field(c dispatch.Config, name string) any {
 		return c.JobTimeout
 	case "PI_CONTAINER_USER":
 		return c.ContainerUser
+	case "PI_JOB_NETWORK":
+		return c.JobNetwork
+	case "PI_MODEL_UPSTREAM":
+		return c.ModelUpstream
 	case "PI_LOGS_DIR":
 		return c.LogsDir
 	case "PI_LOG_RETENTION_DAYS":
@@ -90,6 +94,7 @@ func TestLoadConfig_Defaults(t *testing.T) {
 		JobMemory:            4 << 30,
 		JobCPUs:              2,
 		JobTimeout:           30 * time.Minute,
+		JobNetwork:           "bridge",
 		LogsDir:              "/tmp/pi-dispatch/logs",
 		LogRetentionDays:     30,
 		SecretResolveTimeout: 10 * time.Second,
@@ -150,6 +155,9 @@ func TestLoadConfig_GoodValues(t *testing.T) {
 		{"PI_JOB_TIMEOUT", "1h30m", 90 * time.Minute},
 		{"PI_JOB_TIMEOUT", "1s", time.Second},
 		{"PI_JOB_TIMEOUT", "24h", 24 * time.Hour},
+		{"PI_JOB_NETWORK", "pi-egress", "pi-egress"},
+		{"PI_MODEL_UPSTREAM", "https://api.anthropic.com", "https://api.anthropic.com"},
+		{"PI_MODEL_UPSTREAM", "http://127.0.0.1:8080/gateway", "http://127.0.0.1:8080/gateway"},
 		{"PI_LOGS_DIR", "/srv/pi/logs", "/srv/pi/logs"},
 		{"PI_LOG_RETENTION_DAYS", "7", 7},
 		{"PI_LOG_RETENTION_DAYS", "3650", 3650},
@@ -267,6 +275,11 @@ func TestLoadConfig_BadValues(t *testing.T) {
 		{"PI_JOB_TIMEOUT", "0s", "between 1s and 24h0m0s"},
 		{"PI_JOB_TIMEOUT", "500ms", "between 1s and 24h0m0s"},
 		{"PI_JOB_TIMEOUT", "25h", "between 1s and 24h0m0s"},
+		{"PI_JOB_NETWORK", "host", "must not share the host's"},
+		{"PI_JOB_NETWORK", "container:abc", "must not share the host's"},
+		{"PI_MODEL_UPSTREAM", "api.anthropic.com", "http:// or https:// URL"},
+		{"PI_MODEL_UPSTREAM", "ftp://x", "http:// or https:// URL"},
+		{"PI_MODEL_UPSTREAM", "https://gw/v1?key=x", "must not have a query"},
 		{"PI_LOGS_DIR", "logs", "absolute path"},
 		{"PI_LOGS_DIR", "/srv/logs/", "clean path"},
 		{"PI_LOGS_DIR", "/srv/../logs", "clean path"},
@@ -402,6 +415,7 @@ func TestLoadConfig_SecretsAreRedacted(t *testing.T) {
 		{"VALKEY_URL": "redis://:" + secret + "#x@host"},
 		{"VALKEY_URL": "redis://:a/" + secret + "@host/zz"},
 		{"VALKEY_URL": "http://u:" + secret + "@host"},
+		{"PI_MODEL_UPSTREAM": "https://u:" + secret + "@gateway"},
 	}
 	for _, env := range tests {
 		_, err := dispatch.LoadConfig(envOf(env))

@@ -33,9 +33,9 @@ var notConfiguration = map[string]bool{
 }
 
 // notConfigurationPrefixes are families of such variables: the Docker
-// client's, the test switches, and the test job program's (read inside its
-// container).
-var notConfigurationPrefixes = []string{"DOCKER_", "PIDISPATCH_", "JOB_"}
+// client's, the test switches, the test job program's and the agent
+// entrypoint's (read inside their containers).
+var notConfigurationPrefixes = []string{"DOCKER_", "PIDISPATCH_", "JOB_", "PI_AGENT_"}
 
 // readByDependencies are variables our code never names but the libraries it
 // calls read: client.FromEnv, which every Docker client here is built with.
@@ -48,6 +48,8 @@ var readByDependencies = []string{
 var dynamicReads = map[string]string{
 	// JOB_CHECK_ENV=NAME asks the test job whether NAME is set; it never prints the value.
 	"internal/jobimage/jobprog/main.go:name": "JOB_CHECK_ENV names the variable",
+	// The entrypoint asks whether a provider's key variable is set (providerKeys).
+	"agent/entrypoint/agent.go:k": "providerKeys names each provider's key variable",
 }
 
 func isConfiguration(name string) bool {

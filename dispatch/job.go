@@ -114,6 +114,10 @@ type Job struct {
 	ExcludeTools []string `json:"excludeTools,omitempty"`
 	SkillsDir    string   `json:"skillsDir,omitempty"`
 	GitHub       bool     `json:"github,omitempty"`
+	// Network grants the job the worker's configured network (PI_JOB_NETWORK);
+	// without it the container has no network at all, and reaches a model only
+	// through the worker's model socket (PI_MODEL_UPSTREAM).
+	Network bool `json:"network,omitempty"`
 
 	// Attempt is the delivery's attempt number (1 for the first). It is a fact of the
 	// queue, not of the job description, so it is never read from or written to the

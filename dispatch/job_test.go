@@ -33,6 +33,8 @@ func TestParseJob_Valid(t *testing.T) {
 				WaitFor: []dispatch.WaitCondition{{Profile: "jira", Args: []string{"PROJ-1"}}, {After: "90m"}}}},
 		{"ForgeSubgroupResume", `{"kind":"forge","repo":"group/sub/web","flow":"f","task":"t","resume":true}`,
 			dispatch.Job{Kind: dispatch.KindForge, Repo: "group/sub/web", Flow: "f", Task: "t", Resume: true}},
+		{"NetworkGranted", `{"kind":"local","folder":"/p","flow":"f","task":"t","network":true}`,
+			dispatch.Job{Kind: dispatch.KindLocal, Folder: "/p", Flow: "f", Task: "t", Network: true}},
 		{"ManualFolder", `{"kind":"manual","folder":"/p","flow":"f","task":"t"}`,
 			dispatch.Job{Kind: dispatch.KindManual, Folder: "/p", Flow: "f", Task: "t"}},
 		{"ManualRepo", `{"kind":"manual","repo":"a/b","ref":"main","flow":"f","task":"t"}`,

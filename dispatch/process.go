@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -45,6 +46,7 @@ func (w *Worker) handle(ctx context.Context, q JobQueue, job *queue.Job, token s
 		StartedAt: w.tune.Now().UTC(),
 	}
 	log := w.log.With("jobId", job.ID, "queue", q.Name())
+	pickedUp := time.Now()
 
 	if job.Corrupt != "" || job.DeferredFailure != "" {
 		w.refuse(ctx, h, ReasonInvalidJob)
@@ -172,6 +174,14 @@ func (w *Worker) handle(ctx context.Context, q JobQueue, job *queue.Job, token s
 		return
 	}
 	defer cleanup()
+	socketDir, stopSocket, err := w.modelEndpoint(pickedUp, log)
+	if err != nil {
+		log.Error("model_socket_failed", "err", err)
+		w.fail(ctx, h, ReasonNeverStarted, nil, nil)
+		return
+	}
+	defer stopSocket()
+	h.rec.Network = w.jobNetwork(spec)
 
 	// 8. Run, holding the lock for as long as the container runs.
 	runCtx, stopRun := context.WithCancel(ctx)
@@ -187,16 +197,18 @@ func (w *Worker) handle(ctx context.Context, q JobQueue, job *queue.Job, token s
 	}()
 	log.Info("job_started", "image", h.rec.Image, "kind", string(spec.Kind), "user", user)
 	result, runErr := w.deps.Runtime.Run(runCtx, runner.Spec{
-		JobID:        job.ID,
-		Worker:       w.cfg.WorkerName,
-		Image:        h.rec.Image,
-		Env:          env,
-		JobDir:       jobDir,
-		WorkspaceDir: workspace,
-		Memory:       w.cfg.JobMemory,
-		CPUs:         w.cfg.JobCPUs,
-		Timeout:      w.cfg.JobTimeout,
-		User:         user,
+		JobID:          job.ID,
+		Worker:         w.cfg.WorkerName,
+		Image:          h.rec.Image,
+		Env:            env,
+		JobDir:         jobDir,
+		WorkspaceDir:   workspace,
+		ModelSocketDir: socketDir,
+		Network:        h.rec.Network,
+		Memory:         w.cfg.JobMemory,
+		CPUs:           w.cfg.JobCPUs,
+		Timeout:        w.cfg.JobTimeout,
+		User:           user,
 	})
 	stopRun()
 	unwatch()
@@ -402,6 +414,41 @@ func (w *Worker) admitCron(ctx context.Context, h *held) bool {
 		w.refuse(ctx, h, ReasonCronNotAgreed)
 	}
 	return false
+}
+
+// jobNetwork is the network a job's container joins: none, unless the job
+// asks for the configured one.
+func (w *Worker) jobNetwork(spec Job) string {
+	if spec.Network && w.cfg.JobNetwork != "" {
+		return w.cfg.JobNetwork
+	}
+	return "none"
+}
+
+// modelEndpoint starts the job's model socket when a model upstream is
+// configured, and returns the folder to mount at /run/pidispatch. The folder
+// is a fresh one in TMPDIR, not in the job's folder: a socket's path is
+// limited to 107 bytes, and a job folder's name holds the job id.
+func (w *Worker) modelEndpoint(pickedUp time.Time, log *slog.Logger) (dir string, stop func(), err error) {
+	if w.cfg.ModelUpstream == "" {
+		return "", func() {}, nil
+	}
+	dir, err = os.MkdirTemp("", "pim-")
+	if err != nil {
+		return "", nil, err
+	}
+	m, err := startModelSocket(dir, w.cfg.ModelUpstream, log)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return "", nil, err
+	}
+	return dir, func() {
+		m.Close()
+		_ = os.RemoveAll(dir)
+		if first := m.FirstRequest(); !first.IsZero() {
+			log.Info("model_first_request", "afterPickupMs", first.Sub(pickedUp).Milliseconds())
+		}
+	}, nil
 }
 
 // deferJob puts the job back in delayed for d. It is not an attempt.

@@ -84,6 +84,9 @@ type Record struct {
 	Attempt  int    `json:"attempt"`
 	Host     string `json:"host"`
 	Image    string `json:"image"`
+	// Network is the network the container joined: "none" unless the job was
+	// granted PI_JOB_NETWORK; omitted when no container ran.
+	Network string `json:"network,omitempty"`
 	// Telemetry is the container's exit line ({"event":"exit", turns, tokens, cost}),
 	// a JSON object of at most 8 KiB; omitted when there was none.
 	Telemetry json.RawMessage `json:"telemetry,omitempty"`
@@ -117,7 +120,7 @@ func (r Record) Validate() error {
 	if err := registry.ValidateName(r.Host); err != nil {
 		return fieldErr("host", "not a valid worker name")
 	}
-	for _, f := range []struct{ name, v string }{{"target", r.Target}, {"flow", r.Flow}, {"image", r.Image}} {
+	for _, f := range []struct{ name, v string }{{"target", r.Target}, {"flow", r.Flow}, {"image", r.Image}, {"network", r.Network}} {
 		if textRule(f.v, 1024) != "" || strings.ContainsFunc(f.v, isControl) {
 			return fieldErr(f.name, "must be at most 1024 bytes of text without control characters")
 		}

@@ -147,6 +147,9 @@ type Spec struct {
 	// WorkspaceDir, when set, is an absolute host folder mounted read-write
 	// at /workspace.
 	WorkspaceDir string
+	// ModelSocketDir, when set, is an absolute host folder mounted read-only
+	// at /run/pidispatch: the folder of the job's model socket.
+	ModelSocketDir string
 	// Memory limit in bytes; zero means Config.Memory.
 	Memory int64
 	// CPUs limit; zero means Config.CPUs.
@@ -353,7 +356,7 @@ func (d *Docker) prepare(spec Spec) (containerSpec, time.Duration, error) {
 	}
 
 	var mounts []bindMount
-	for _, m := range []bindMount{{spec.JobDir, "/job", true}, {spec.WorkspaceDir, "/workspace", false}} {
+	for _, m := range []bindMount{{spec.JobDir, "/job", true}, {spec.WorkspaceDir, "/workspace", false}, {spec.ModelSocketDir, "/run/pidispatch", true}} {
 		if m.Source == "" {
 			continue
 		}

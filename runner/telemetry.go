@@ -24,6 +24,13 @@ type Telemetry struct {
 	// Cost is the "cost" number, or "tokens"."cost"; 0 when absent or not a
 	// number.
 	Cost float64
+	// Input, Output, CacheRead and CacheWrite break Tokens down when "tokens"
+	// is an object carrying them (the agent image's exit line); 0 otherwise.
+	Input, Output, CacheRead, CacheWrite int64
+	// Provider and Model name what answered the agent; Outcome and Reason
+	// are the job's own account of how it ended (the worker decides by the
+	// exit code). Empty when absent or not strings.
+	Provider, Model, Outcome, Reason string
 }
 
 // ParseExitLine finds the job's exit line in the end of its stdout: the JSON
@@ -91,9 +98,14 @@ func telemetryOf(raw json.RawMessage) Telemetry {
 	t.Turns = intOf(fields["turns"])
 	t.Cost = floatOf(fields["cost"])
 
+	t.Provider, t.Model = stringOf(fields["provider"]), stringOf(fields["model"])
+	t.Outcome, t.Reason = stringOf(fields["outcome"]), stringOf(fields["reason"])
+
 	var tokens map[string]json.RawMessage
 	if json.Unmarshal(fields["tokens"], &tokens) == nil && tokens != nil {
 		t.Tokens = intOf(tokens["total"])
+		t.Input, t.Output = intOf(tokens["input"]), intOf(tokens["output"])
+		t.CacheRead, t.CacheWrite = intOf(tokens["cacheRead"]), intOf(tokens["cacheWrite"])
 		if _, has := fields["cost"]; !has {
 			t.Cost = floatOf(tokens["cost"])
 		}
@@ -101,6 +113,15 @@ func telemetryOf(raw json.RawMessage) Telemetry {
 		t.Tokens = intOf(fields["tokens"])
 	}
 	return t
+}
+
+// stringOf is a JSON string of at most 256 bytes, else "".
+func stringOf(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) != nil || len(s) > 256 {
+		return ""
+	}
+	return s
 }
 
 // floatOf is a finite JSON number, else 0.

@@ -3,6 +3,7 @@ package runner
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -145,4 +146,25 @@ func FuzzParseExitLine(f *testing.F) {
 			t.Fatalf("bad Raw %q", got.Raw)
 		}
 	})
+}
+
+// The agent image's exit line (agent/entrypoint) carries a token breakdown,
+// the provider and model, and its own outcome; an older reader's fields
+// (turns, tokens as the total, cost) read the same from it.
+func TestParseExitLineAgentTelemetry(t *testing.T) {
+	line := `{"event":"exit","outcome":"policy","reason":"max-turns","turns":3,` +
+		`"tokens":{"input":2500,"output":52,"cacheRead":1800,"cacheWrite":100,"total":4452},"cost":0.003065,` +
+		`"provider":"anthropic","model":"claude-haiku-4-5","requests":4,"retries":0,"maxTurns":3,"durationMs":9000}`
+	got, ok := ParseExitLine([]byte("transcript\n" + line + "\n"))
+	if !ok {
+		t.Fatal("no exit line found")
+	}
+	want := Telemetry{
+		Raw: json.RawMessage(line), Turns: 3, Tokens: 4452, Cost: 0.003065,
+		Input: 2500, Output: 52, CacheRead: 1800, CacheWrite: 100,
+		Provider: "anthropic", Model: "claude-haiku-4-5", Outcome: "policy", Reason: "max-turns",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got  %+v\nwant %+v", got, want)
+	}
 }

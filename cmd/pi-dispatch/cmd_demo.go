@@ -22,6 +22,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/internal/agentimage"
+	"github.com/pidispatch/pidispatch/internal/fakeprovider"
 	"github.com/pidispatch/pidispatch/internal/jobimage"
 	"github.com/pidispatch/pidispatch/internal/stack"
 	"github.com/pidispatch/pidispatch/registry"
@@ -32,7 +34,7 @@ func init() {
 	register(command{name: "demo", summary: "run one job end to end on this machine (builds the test job image; nothing is pulled)", help: demoHelp, run: runDemo})
 }
 
-const demoUsage = `usage: pi-dispatch demo [--keep] [--timeout 3m]
+const demoUsage = `usage: pi-dispatch demo [--agent] [--keep] [--timeout 3m]
 
 Runs one job end to end on this machine: builds the test job image from source
 (nothing is pulled), starts a worker in this process, queues one job on a
@@ -43,6 +45,10 @@ Without VALKEY_URL it uses an embedded, in-memory Valkey-protocol store that
 lives only as long as the demo. With VALKEY_URL it uses that Valkey, but only a
 database holding no pidispatch keys (for example redis://127.0.0.1:6379/15), so
 it can never touch a real fleet's queues.
+
+With --agent the job is the real pi coding agent: the offline agent image is
+assembled (pi installed by npm from image/package-lock.json), and pi, with no
+network, writes the file through a scripted fake provider on this machine.
 `
 
 // Settings of the demo job and its worker.
@@ -81,7 +87,8 @@ func runDemo(ctx context.Context, e env, args []string) int {
 	fset.SetOutput(e.stderr)
 	fset.Usage = func() { fmt.Fprint(e.stderr, demoUsage); fset.PrintDefaults() }
 	keep := fset.Bool("keep", false, "keep the temporary folders (workspace, run records) and print where they are")
-	timeout := fset.Duration("timeout", demoDefaultTimeout, "give up after this long (the image build included)")
+	timeout := fset.Duration("timeout", demoDefaultTimeout, "give up after this long (the image build included; 15m with --agent)")
+	agent := fset.Bool("agent", false, "run the real pi agent against a fake provider instead of the test job")
 	if err := fset.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	} else if err != nil {
@@ -96,7 +103,10 @@ func runDemo(ctx context.Context, e env, args []string) int {
 		fmt.Fprintln(e.stderr, "pi-dispatch demo: --timeout must be positive")
 		return exitUsage
 	}
-	d := &demo{e: e, keep: *keep, timeout: *timeout, task: demoTask}
+	d := &demo{e: e, keep: *keep, timeout: *timeout, task: demoTask, agent: *agent}
+	if *agent && !flagSet(fset, "timeout") {
+		d.timeout = demoAgentTimeout
+	}
 	return d.run(ctx)
 }
 
@@ -108,6 +118,8 @@ type demo struct {
 	timeout time.Duration
 	// task is the demo job's task (demoTask; tests ask for other outcomes).
 	task string
+	// agent runs the real pi agent (the agent image) against a fake provider.
+	agent bool
 	// parent is the command's context, ctx the demo's (parent plus timeout).
 	parent, ctx context.Context
 	// errw is e.stderr shared by the demo and its worker's logger.
@@ -179,7 +191,13 @@ func (d *demo) run(parent context.Context) int {
 	if err != nil {
 		return d.fail("no Docker daemon answers: %s\n  start Docker (or set DOCKER_HOST) and run the demo again", err)
 	}
-	if err := d.ensureImage(ctx, dc, jobimage.TestTag); err != nil {
+	image := jobimage.TestTag
+	if d.agent {
+		image = agentimage.Tag
+		if err := d.ensureAgentImage(ctx, dc); err != nil {
+			return d.fail("assembling the agent image failed: %s", err)
+		}
+	} else if err := d.ensureImage(ctx, dc, jobimage.TestTag); err != nil {
 		return d.fail("building the job image failed: %s", err)
 	}
 
@@ -217,11 +235,22 @@ func (d *demo) run(parent context.Context) int {
 	cfg := dispatch.DefaultConfig()
 	cfg.ValkeyURL, cfg.ValkeyPassword = valkeyURL, password
 	cfg.WorkerName, cfg.WorkerNameDeclared = demoWorkerName(registry.DefaultName(), os.Getpid()), true
-	cfg.JobImage = jobimage.TestTag
+	cfg.JobImage = image
 	cfg.LogsDir = logs
 	cfg.Concurrency = 1
 	cfg.JobTimeout = demoJobTimeout
 	cfg.JobMemory, cfg.JobCPUs = demoJobMemory, demoJobCPUs
+	job := dispatch.Job{Kind: dispatch.KindLocal, Folder: workspace, Flow: demoFlow, Task: d.task}
+	var fp *fakeprovider.Server
+	if d.agent {
+		if fp, err = startDemoProvider(); err != nil {
+			return d.fail("start the fake provider: %v", err)
+		}
+		defer fp.Close()
+		d.say("fake model provider on %s (the job reaches it only through its model socket)", fp.URL())
+		cfg.ModelUpstream, cfg.JobMemory, cfg.JobTimeout = fp.URL(), demoAgentJobMemory, demoAgentJobTime
+		job.Task, job.Model = demoAgentTask, demoAgentModel
+	}
 	// The worker's own events: warnings and errors only, so a problem shows.
 	logger := slog.New(slog.NewTextHandler(d.errw, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	s, err := stack.Build(ctx, cfg, logger, dispatch.Tuning{
@@ -257,7 +286,7 @@ func (d *demo) run(parent context.Context) int {
 		return d.fail("producer: %v", err)
 	}
 	qctx, qcancel := context.WithTimeout(ctx, 5*time.Second)
-	got, err := producer.EnqueueLocal(qctx, dispatch.Job{Kind: dispatch.KindLocal, Folder: workspace, Flow: demoFlow, Task: d.task})
+	got, err := producer.EnqueueLocal(qctx, job)
 	qcancel()
 	if err != nil {
 		return d.fail("enqueue the demo job: %s", err)
@@ -285,12 +314,16 @@ func (d *demo) run(parent context.Context) int {
 			code = d.fail("the job completed but its file is missing: %v", err)
 		} else {
 			d.say("\nthe job wrote %s in the workspace:\n  %s", demoFile, strings.TrimSpace(string(written)))
-			d.say("(the test job reports made-up telemetry: no agent ran and nothing was spent)")
+			if fp != nil {
+				d.agentSummary(rec, fp)
+			} else {
+				d.say("(the test job reports made-up telemetry: no agent ran and nothing was spent)")
+			}
 			d.nextSteps()
 		}
 	}
 	stop()
-	d.say("the job image %s is kept for next time (docker image rm %s removes it)", jobimage.TestTag, jobimage.TestTag)
+	d.say("the job image %s is kept for next time (docker image rm %s removes it)", image, image)
 	return code
 }
 
@@ -474,4 +507,11 @@ func demoWorkerName(host string, pid int) string {
 		name = "demo" + suffix
 	}
 	return name
+}
+
+// flagSet reports whether the command line set the named flag.
+func flagSet(fset *flag.FlagSet, name string) bool {
+	set := false
+	fset.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

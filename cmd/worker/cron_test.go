@@ -20,7 +20,7 @@ import (
 func TestCronJobDataParsesAsJob(t *testing.T) {
 	tr, err := cronsync.ParseTriggers([]byte(`{"triggers":[{"on":{"type":"cron","id":"nightly","pattern":"0 3 * * *"},` +
 		`"run":{"kind":"local","folder":"/srv/app","flow":"fix","task":"tidy","image":"pi-job:2","secretsProfile":"ci",` +
-		`"model":"m-1","maxTurns":40,"models":["a/b"],"maxCostUsd":"2.50","packages":false,"excludeTools":["bash"],"skillsDir":"/srv/skills","github":true}}]}`))
+		`"model":"m-1","maxTurns":40,"models":["a/b"],"maxCostUsd":"2.50","packages":false,"excludeTools":["bash"],"skillsDir":"/srv/skills","github":true,"network":true}}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +28,7 @@ func TestCronJobDataParsesAsJob(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the worker refuses cron job data: %v", err)
 	}
-	if job.Kind != dispatch.KindCron || job.SchedulerID != "nightly" || job.Folder != "/srv/app" || job.MaxTurns != 40 {
+	if job.Kind != dispatch.KindCron || job.SchedulerID != "nightly" || job.Folder != "/srv/app" || job.MaxTurns != 40 || !job.Network {
 		t.Fatalf("job %+v", job)
 	}
 }

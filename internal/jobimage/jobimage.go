@@ -144,9 +144,17 @@ func BuildFiles(ctx context.Context, c *client.Client, tag string, files []File,
 	if err := tw.Close(); err != nil {
 		return fmt.Errorf("build context: %w", err)
 	}
+	return BuildTar(ctx, c, tag, &tarball, labels, progress)
+}
 
+// BuildTar builds an image from a tar stream of a build context the way
+// BuildFiles does, for contexts too large to hold in memory.
+func BuildTar(ctx context.Context, c *client.Client, tag string, tarball io.Reader, labels map[string]string, progress io.Writer) error {
+	if progress == nil {
+		progress = io.Discard
+	}
 	temp := buildRepo + ":" + randomHex(8)
-	res, err := c.ImageBuild(ctx, &tarball, client.ImageBuildOptions{
+	res, err := c.ImageBuild(ctx, tarball, client.ImageBuildOptions{
 		Tags:        []string{temp},
 		Remove:      true,
 		ForceRemove: true,
@@ -230,4 +238,10 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// LockFile takes the exclusive build lock at path (see Ensure), for other
+// image builders that serialise across processes the same way.
+func LockFile(ctx context.Context, path string) (unlock func(), err error) {
+	return lockFile(ctx, path)
 }

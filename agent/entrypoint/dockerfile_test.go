@@ -1,0 +1,42 @@
+package entrypoint
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+)
+
+// The production Dockerfile and lock file say what this package says.
+func TestImageRecipeMatchesPackage(t *testing.T) {
+	df, err := os.ReadFile("../../image/Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		LabelContract + `="` + ContractVersion + `"`,
+		LabelCapabilities + `="` + Capabilities + `"`,
+		LabelAgent + `="` + AgentPackage + `"`,
+		"FROM node:22-slim", "npm ci", "PI_TELEMETRY=0", "PI_OFFLINE=1", "USER node",
+	} {
+		if !strings.Contains(string(df), want) {
+			t.Errorf("image/Dockerfile lacks %s", want)
+		}
+	}
+	lock, err := os.ReadFile("../../image/package-lock.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l struct {
+		Packages map[string]struct {
+			Version string `json:"version"`
+		} `json:"packages"`
+	}
+	if err := json.Unmarshal(lock, &l); err != nil {
+		t.Fatal(err)
+	}
+	name, version, _ := strings.Cut(strings.TrimPrefix(AgentPackage, "@"), "@")
+	if got := l.Packages["node_modules/@"+name].Version; got != version {
+		t.Fatalf("package-lock.json pins %s at %q, want %s", name, got, version)
+	}
+}

@@ -1,0 +1,342 @@
+package entrypoint
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Exit codes of the container contract.
+const (
+	ExitCompleted = 0
+	ExitInfra     = 1
+	ExitPolicy    = 2
+)
+
+// Outcomes and reasons the exit line carries: fixed tokens, never free text,
+// so the record that stores the line holds nothing a job could inject.
+const (
+	OutcomeCompleted = "completed"
+	OutcomeFailed    = "failed"
+	OutcomePolicy    = "policy"
+
+	ReasonCompleted           = "completed"
+	ReasonMaxTurns            = "max-turns"
+	ReasonCostLimit           = "cost-limit"
+	ReasonRefusal             = "refusal"
+	ReasonInvalidJob          = "invalid-job"
+	ReasonRateLimited         = "rate-limited"
+	ReasonProviderError       = "provider-error"
+	ReasonProviderUnreachable = "provider-unreachable"
+	ReasonAgentCrashed        = "agent-crashed"
+	ReasonTerminated          = "terminated"
+)
+
+// Fixed paths of the container contract.
+const (
+	JobFile     = "/job/job.json"
+	Workspace   = "/workspace"
+	ModelSocket = "/run/pidispatch/model.sock"
+)
+
+// Options are a run's surroundings; the zero value of each field is the
+// image's (see the constants above).
+type Options struct {
+	JobFile, Workspace, ModelSocket string
+	// Pi is the agent's command (default "pi").
+	Pi []string
+	// Getenv and Environ read the environment (default os.Getenv,
+	// os.Environ); the entrypoint passes Environ on to pi.
+	Getenv  func(string) string
+	Environ func() []string
+	Stdout  io.Writer
+	Stderr  io.Writer
+	// StopGrace is how long pi has to end after SIGTERM (default 3 s, so a
+	// container stopped with the worker's 5 s grace still prints its exit line).
+	StopGrace time.Duration
+	// TranscriptBytes bounds what is written to Stderr (default 256 KiB).
+	TranscriptBytes int
+}
+
+func (o Options) withDefaults() Options {
+	o.JobFile = firstOf(o.JobFile, JobFile)
+	o.Workspace = firstOf(o.Workspace, Workspace)
+	o.ModelSocket = firstOf(o.ModelSocket, ModelSocket)
+	if len(o.Pi) == 0 {
+		o.Pi = []string{"pi"}
+	}
+	if o.Getenv == nil {
+		o.Getenv = os.Getenv
+	}
+	if o.Environ == nil {
+		o.Environ = os.Environ
+	}
+	if o.Stdout == nil {
+		o.Stdout = io.Discard
+	}
+	if o.Stderr == nil {
+		o.Stderr = io.Discard
+	}
+	if o.StopGrace <= 0 {
+		o.StopGrace = 3 * time.Second
+	}
+	if o.TranscriptBytes <= 0 {
+		o.TranscriptBytes = 256 << 10
+	}
+	return o
+}
+
+// ExitLine is the telemetry line printed last on stdout. Its "tokens" is an
+// object whose "total" older readers take as the token count, so the line
+// stays readable by any worker that knows {"turns","tokens","cost"}.
+type ExitLine struct {
+	Event      string  `json:"event"`
+	Outcome    string  `json:"outcome"`
+	Reason     string  `json:"reason"`
+	Turns      int     `json:"turns"`
+	Tokens     Tokens  `json:"tokens"`
+	Cost       float64 `json:"cost"`
+	Provider   string  `json:"provider,omitempty"`
+	Model      string  `json:"model,omitempty"`
+	Requests   int     `json:"requests"`
+	Retries    int     `json:"retries"`
+	MaxTurns   int     `json:"maxTurns,omitempty"`
+	DurationMs int64   `json:"durationMs"`
+}
+
+// Main runs the job and returns the process exit code. It always prints the
+// exit line, also when the job cannot be read or pi cannot be started. ctx
+// ending (the container being stopped) stops pi and ends the run as failed.
+func Main(ctx context.Context, o Options) int {
+	o = o.withDefaults()
+	start := time.Now()
+	tr := newTranscript(o.Stderr, o.TranscriptBytes, secretValues(o.Environ()))
+	line := ExitLine{Event: "exit"}
+	code := run(ctx, o, tr, &line)
+	line.DurationMs = time.Since(start).Milliseconds()
+	line.Cost = math.Round(line.Cost*1e6) / 1e6
+	b, _ := json.Marshal(line)
+	fmt.Fprintf(tr, "[run %s: %s, %d turns, %d tokens, $%.6f]\n", line.Outcome, line.Reason, line.Turns, line.Tokens.Total, line.Cost)
+	fmt.Fprintf(o.Stdout, "\n%s\n", b)
+	return code
+}
+
+func run(ctx context.Context, o Options, tr io.Writer, line *ExitLine) int {
+	data, err := readJob(o.JobFile)
+	var job Job
+	if err == nil {
+		job, err = ParseJob(data, o.Getenv)
+	}
+	if err != nil {
+		fmt.Fprintf(tr, "pi-entrypoint: %s: %v\n", o.JobFile, err)
+		line.Outcome, line.Reason = OutcomePolicy, ReasonInvalidJob
+		return ExitPolicy
+	}
+	line.MaxTurns, line.Provider, line.Model = job.MaxTurns, job.Provider, job.Model
+	fmt.Fprintf(tr, "pi-entrypoint: job %s attempt %d: %s/%s, at most %d turns\n", oneLine(job.JobID, 128), job.Attempt, job.Provider, job.Model, job.MaxTurns)
+
+	agentDir, err := os.MkdirTemp("", "pi-agent-")
+	if err != nil {
+		return crashed(tr, line, "agent dir", err)
+	}
+	defer os.RemoveAll(agentDir)
+	env, stopFwd, err := prepareAgent(o, job, agentDir)
+	if err != nil {
+		return crashed(tr, line, "prepare pi", err)
+	}
+	defer stopFwd()
+
+	t, stopped, err := runPi(ctx, o, job, env, filepath.Join(o.Workspace, ".pi", "sessions"), tr)
+	line.Turns, line.Tokens, line.Cost, line.Requests, line.Retries = t.Turns, t.Tokens, t.Cost, t.Requests, t.Retries
+	if t.Provider != "" {
+		line.Provider, line.Model = t.Provider, t.Model
+	}
+	return classify(t, stopped, err, tr, line)
+}
+
+func crashed(tr io.Writer, line *ExitLine, what string, err error) int {
+	fmt.Fprintf(tr, "pi-entrypoint: %s: %v\n", what, err)
+	line.Outcome, line.Reason = OutcomeFailed, ReasonAgentCrashed
+	return ExitInfra
+}
+
+// classify maps how pi ended to the exit protocol. stopped is the reason the
+// entrypoint stopped pi itself ("" when pi ended on its own).
+func classify(t Tally, stopped string, waitErr error, tr io.Writer, line *ExitLine) int {
+	switch {
+	case stopped == ReasonMaxTurns || stopped == ReasonCostLimit:
+		line.Outcome, line.Reason = OutcomePolicy, stopped
+		return ExitPolicy
+	case stopped != "":
+		line.Outcome, line.Reason = OutcomeFailed, stopped
+		return ExitInfra
+	case waitErr != nil:
+		fmt.Fprintf(tr, "pi-entrypoint: pi ended abnormally: %v\n", waitErr)
+		line.Outcome, line.Reason = OutcomeFailed, ReasonAgentCrashed
+		return ExitInfra
+	case t.Requests == 0:
+		fmt.Fprintln(tr, "pi-entrypoint: pi ended without asking the model anything")
+		line.Outcome, line.Reason = OutcomeFailed, ReasonAgentCrashed
+		return ExitInfra
+	case t.LastStop == "error" || t.LastStop == "aborted":
+		line.Reason = ErrorReason(t.LastError)
+		if line.Reason == ReasonRefusal {
+			line.Outcome = OutcomePolicy
+			return ExitPolicy
+		}
+		line.Outcome = OutcomeFailed
+		return ExitInfra
+	}
+	line.Outcome, line.Reason = OutcomeCompleted, ReasonCompleted
+	return ExitCompleted
+}
+
+// ErrorReason sorts the error of pi's last model request. pi prefixes a
+// provider's HTTP error with its status; a stream the provider itself ended
+// with an error stop reason (Anthropic's "refusal" or "sensitive") carries no
+// status and pi's generic message: that is the model declining, a policy
+// outcome. Everything else is infrastructure.
+func ErrorReason(msg string) string {
+	lower := strings.ToLower(msg)
+	status, _ := strconv.Atoi(strings.SplitN(msg+" ", " ", 2)[0])
+	switch {
+	case status == 429 || strings.Contains(lower, "rate limit") || strings.Contains(lower, "rate_limit"):
+		return ReasonRateLimited
+	case status >= 400:
+		return ReasonProviderError
+	case msg == "An unknown error occurred":
+		return ReasonRefusal
+	case strings.Contains(lower, "overloaded"):
+		return ReasonProviderError
+	}
+	return ReasonProviderUnreachable
+}
+
+// runPi starts pi, follows its events until it exits, and stops it when the
+// job's turn or cost limit is reached or ctx ends. stopped names why the
+// entrypoint stopped it ("" when it ended by itself).
+func runPi(ctx context.Context, o Options, job Job, env []string, sessionDir string, tr io.Writer) (t Tally, stopped string, err error) {
+	cmd := exec.Command(o.Pi[0], append(append([]string{}, o.Pi[1:]...), job.Args(sessionDir)...)...)
+	cmd.Dir = o.Workspace
+	cmd.Env = env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stderr := &lineWriter{w: tr}
+	cmd.Stderr = stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return t, "", err
+	}
+	if err := cmd.Start(); err != nil {
+		return t, "", err
+	}
+	stop := make(chan string, 1)
+	halted := make(chan struct{})
+	go func() {
+		defer close(halted)
+		var why string
+		select {
+		case why = <-stop:
+		case <-ctx.Done():
+			why = ReasonTerminated
+		}
+		if why == "" {
+			return
+		}
+		fmt.Fprintf(tr, "pi-entrypoint: stopping pi: %s\n", why)
+		haltGroup(cmd.Process.Pid, o.StopGrace)
+	}()
+	maxCost, _ := job.maxCost()
+	asked := ""
+	readEvents(out, func(ev []byte) {
+		step := t.Feed(ev, tr)
+		if asked != "" || !step.TurnEnded || !step.Continues {
+			return
+		}
+		switch {
+		case t.Turns >= job.MaxTurns:
+			asked = ReasonMaxTurns
+		case maxCost > 0 && t.Cost >= maxCost:
+			asked = ReasonCostLimit
+		default:
+			return
+		}
+		stop <- asked
+	})
+	err = cmd.Wait()
+	stderr.Flush()
+	if asked == "" {
+		select {
+		case stop <- "":
+		default:
+		}
+	}
+	<-halted
+	if asked == "" && ctx.Err() != nil {
+		asked = ReasonTerminated
+	}
+	if asked != "" {
+		err = nil // pi ended because it was told to
+	}
+	return t, asked, err
+}
+
+// haltGroup sends SIGTERM to pi's process group, then SIGKILL after grace
+// unless the group is gone.
+func haltGroup(pid int, grace time.Duration) {
+	_ = syscall.Kill(-pid, syscall.SIGTERM)
+	deadline := time.Now().Add(grace)
+	for time.Now().Before(deadline) {
+		if syscall.Kill(-pid, 0) != nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+}
+
+// readEvents calls fn with each line of r. Lines longer than 64 MiB (a
+// runaway agent_end) are skipped.
+func readEvents(r io.Reader, fn func([]byte)) {
+	br := bufio.NewReaderSize(r, 1<<20)
+	var line []byte
+	skip := false
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if skip = skip || len(line)+len(chunk) > 64<<20; !skip {
+			line = append(line, chunk...)
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if len(line) > 0 && !skip {
+			fn(line)
+		}
+		line, skip = line[:0], false
+		if err != nil {
+			_, _ = io.Copy(io.Discard, r)
+			return
+		}
+	}
+}
+
+// Exec replaces the process with args[0] found on PATH, so the image runs
+// a command given to it (`docker run <image> pi --version`) instead of a
+// job. It returns only on failure.
+func Exec(args []string, environ []string) error {
+	path, err := exec.LookPath(args[0])
+	if err != nil {
+		return err
+	}
+	return syscall.Exec(path, args, environ)
+}

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/internal/agentimage"
+	"github.com/pidispatch/pidispatch/internal/fakeprovider"
+)
+
+// Settings of the --agent demo: the real pi coding agent against a scripted
+// fake provider on this machine, reached through the job's model socket.
+const (
+	demoAgentTimeout   = 15 * time.Minute // the first image assembly installs pi with npm
+	demoAgentJobMemory = int64(1) << 30
+	demoAgentJobTime   = 5 * time.Minute
+	demoAgentModel     = "claude-haiku-4-5"
+	demoAgentTask      = "Write hello.txt in the workspace, saying hello."
+	demoAgentContent   = "hello from pi, through the model socket\n"
+)
+
+// startDemoProvider starts the fake provider the demo agent talks to: one
+// tool call writing the demo file, then a final answer.
+func startDemoProvider() (*fakeprovider.Server, error) {
+	return fakeprovider.Listen(
+		fakeprovider.WriteFile("/workspace/"+demoFile, demoAgentContent, fakeprovider.Usage{Input: 1200, Output: 40, CacheRead: 300, CacheWrite: 100}),
+		fakeprovider.Answer("I wrote "+demoFile+" in the workspace.", fakeprovider.Usage{Input: 1300, Output: 12, CacheRead: 1500}),
+	)
+}
+
+// ensureAgentImage assembles the offline agent image when it is missing or
+// stale, printing each step and the elapsed time while it works.
+func (d *demo) ensureAgentImage(ctx context.Context, dc *client.Client) error {
+	d.say("preparing the agent image %s (pi from image/package-lock.json; nothing is pulled)...", agentimage.Tag)
+	start := time.Now()
+	done := make(chan error, 1)
+	steps := make(chan string, 16)
+	go func() {
+		done <- agentimage.Ensure(ctx, dc, agentimage.Tag, func(format string, args ...any) {
+			select {
+			case steps <- fmt.Sprintf(format, args...):
+			default:
+			}
+		})
+	}()
+	tick := time.NewTicker(10 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err == nil {
+				d.say("agent image %s ready after %ds", agentimage.Tag, int(time.Since(start).Seconds()))
+			}
+			return err
+		case s := <-steps:
+			d.say("  %s", s)
+		case <-tick.C:
+			d.say("  still working (%ds)", int(time.Since(start).Seconds()))
+		}
+	}
+}
+
+// agentSummary prints what the agent's run cost against what the fake
+// provider reported.
+func (d *demo) agentSummary(rec dispatch.Record, fp *fakeprovider.Server) {
+	var tel struct {
+		Turns    int    `json:"turns"`
+		Provider string `json:"provider"`
+		Model    string `json:"model"`
+		Tokens   struct {
+			Total int64 `json:"total"`
+		} `json:"tokens"`
+		Cost float64 `json:"cost"`
+	}
+	_ = json.Unmarshal(rec.Telemetry, &tel)
+	reported, answers := fp.Reported()
+	d.say("\npi ran %d turns on %s/%s with network %q: %d tokens, $%.6f", tel.Turns, tel.Provider, tel.Model, rec.Network, tel.Tokens.Total, tel.Cost)
+	d.say("(the fake provider reported %d tokens in %d answers; nothing was spent)", reported.Total(), answers)
+}

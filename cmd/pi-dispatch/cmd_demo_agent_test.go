@@ -1,0 +1,43 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/internal/livetest"
+)
+
+// demo --agent runs the real pi agent: its record is a completed run with
+// the fake provider's usage, on no network, and the agent's file is shown.
+func TestDemo_Agent(t *testing.T) {
+	livetest.Docker(t)
+	r := runCLI(t, nil, "demo", "--agent")
+	if r.code != exitOK {
+		t.Fatalf("demo --agent exited %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	m := demoRecordRE.FindStringSubmatch(r.stdout)
+	if m == nil {
+		t.Fatalf("no run record in stdout:\n%s", r.stdout)
+	}
+	var rec dispatch.Record
+	if err := json.Unmarshal([]byte(m[1]), &rec); err != nil {
+		t.Fatal(err)
+	}
+	var tel struct {
+		Turns  int
+		Tokens struct{ Total int64 }
+		Model  string
+	}
+	_ = json.Unmarshal(rec.Telemetry, &tel)
+	// The fake provider's two answers: 1640 + 2812 tokens.
+	if rec.Outcome != dispatch.OutcomeCompleted || rec.Network != "none" || tel.Turns != 2 || tel.Tokens.Total != 4452 || tel.Model != demoAgentModel {
+		t.Fatalf("record %+v telemetry %s", rec, rec.Telemetry)
+	}
+	for _, want := range []string{"agent image pidispatch-agent:dev", "the job wrote hello.txt in the workspace:\n  hello from pi", "pi ran 2 turns on anthropic/" + demoAgentModel} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, r.stdout)
+		}
+	}
+}
