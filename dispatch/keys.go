@@ -20,8 +20,8 @@ import (
 //	budget:s:<hash16>:<YYYY-MM-DD>      one scope's count of the UTC day
 //	budget:s:<hash16>:w:<monday>        one scope's count of the ISO week
 //	budget:rel:<token>                  a reservation's release guard (released once)
-//	runs:rec:<stem>                     a mirrored run record (stem = SanitizeJobID)
-//	runs:index                          ZSET of mirrored stems scored by endedAt ms
+//	runs:rec:<stem>.attempt-<n>         one attempt's mirrored run record (stem = SanitizeJobID)
+//	runs:index                          ZSET of those members (<stem>.attempt-<n>) scored by endedAt ms
 //	cancel:req:<jobId>, cancel:ack:<jobId>  operator cancel of a running job
 //	pi:paused                           the fleet-wide pause flag
 //	wait:job:<jobId>                    HASH: a held job's hold state (wait-for)
@@ -95,9 +95,12 @@ func budgetMonday(t time.Time) string {
 	return time.Date(y, m, d-back, 0, 0, 0, 0, time.UTC).Format(budgetDayLayout)
 }
 
-// RunRecordKey is the mirrored body of a job's run record. It uses the record
-// file's stem (SanitizeJobID), so the mirror and the file name one job alike.
-func RunRecordKey(jobID string) string { return runRecordPrefix + SanitizeJobID(jobID) }
+// RunRecordKey is the mirrored body of the run record of one attempt of a job.
+// It is the record file's name without .json (RecordName), so the mirror and
+// the file name one attempt alike.
+func RunRecordKey(jobID string, attempt int) string {
+	return runRecordPrefix + recordMember(jobID, attempt)
+}
 
 // CancelRequestKey is an operator's request to stop a running job.
 func CancelRequestKey(jobID string) string { return cancelRequestPrefix + jobID }

@@ -75,7 +75,8 @@ func (c MirrorConfig) withDefaults() MirrorConfig {
 	return c
 }
 
-// Mirror copies run records to Valkey (runs:rec:<stem> and runs:index), so any
+// Mirror copies run records to Valkey (runs:rec:<stem>.attempt-<n> and
+// runs:index, one entry per attempt), so any
 // host of a fleet can list the runs of all of them. The record file is the
 // record; the mirror is a view of it, and a failure to mirror never fails a job.
 // Only named workers arm it (the caller decides): an unnamed worker's runs have
@@ -125,11 +126,11 @@ func (m *Mirror) Mirror(ctx context.Context, rec Record) error {
 	if err != nil {
 		return err
 	}
-	stem := SanitizeJobID(rec.JobID)
+	member := recordMember(rec.JobID, rec.Attempt)
 	score := rec.EndedAt.UnixMilli()
-	keys := []string{RunRecordKey(rec.JobID), RunIndexKey}
+	keys := []string{runRecordPrefix + member, RunIndexKey}
 	_, err = bounded.Call(ctx, m.cfg.CallTimeout, &m.inflight, nil, func(ctx context.Context) (any, error) {
-		return mirrorScript.Run(ctx, m.client, keys, body, m.window.Milliseconds(), score, stem, m.cfg.IndexMax).Result()
+		return mirrorScript.Run(ctx, m.client, keys, body, m.window.Milliseconds(), score, member, m.cfg.IndexMax).Result()
 	})
 	m.observe(err)
 	if err != nil {
@@ -267,7 +268,7 @@ func (m *Mirror) Read(ctx context.Context, limit int, since time.Time) (runs []R
 
 	keys := make([]string, len(members))
 	for i, member := range members {
-		keys[i] = RunRecordKey(member)
+		keys[i] = runRecordPrefix + member
 	}
 	bodies, err := bounded.Call(ctx, m.cfg.CallTimeout, &m.inflight, nil, func(ctx context.Context) ([]any, error) {
 		return m.client.MGet(ctx, keys...).Result()

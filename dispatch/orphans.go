@@ -35,6 +35,9 @@ type heldNote struct {
 	Queue string `json:"queue"`
 	JobID string `json:"jobId"`
 	Token string `json:"token"`
+	// Attempt is the attempt the run is (0 in notes of older versions: the
+	// queue's count then decides).
+	Attempt int `json:"attempt,omitempty"`
 }
 
 // jobsDir is this worker's own folder of job folders: one per name, so two
@@ -98,29 +101,38 @@ func (w *Worker) failOrphans(ctx context.Context, reaped bool) {
 		w.log.Warn("orphaned_jobs_skipped", "reason", "the name is not proven held", "err", err, "folders", len(entries))
 		return
 	}
-	failed := 0
+	failed, kept := 0, 0
 	for _, e := range entries {
 		if !e.IsDir() {
 			continue
 		}
 		jobDir := filepath.Join(dir, e.Name())
-		if w.failOrphan(ctx, jobDir) {
+		switch w.failOrphan(ctx, jobDir) {
+		case orphanFailed:
 			failed++
+		case orphanUndecided:
+			// The evidence stays for the next boot to finish.
+			kept++
+			continue
 		}
 		if err := os.RemoveAll(jobDir); err != nil {
 			w.log.Warn("orphaned_job_dir_remove_failed", "dir", jobDir, "err", err)
 		}
 	}
-	w.log.Info("orphaned_jobs_done", "folders", len(entries), "failed", failed)
+	w.log.Info("orphaned_jobs_done", "folders", len(entries), "failed", failed, "kept", kept)
 }
 
 // failOrphan fails the job a folder's note names, if the note's token still
 // holds its lock; a job finished, retried or already failed by the stalled
-// check is left alone.
-func (w *Worker) failOrphan(ctx context.Context, jobDir string) bool {
+// check is left alone. The record comes first: this host's record of the
+// attempt when it has one (the dead run wrote it, then died before
+// reporting: its outcome is reported now), else a stalled one, written
+// before the job is failed. A boot killed at any step is finished by the
+// next one, which finds the same note.
+func (w *Worker) failOrphan(ctx context.Context, jobDir string) orphanOutcome {
 	n, ok := readHeldNote(jobDir)
 	if !ok {
-		return false
+		return orphanNone
 	}
 	var q JobQueue
 	for _, c := range w.deps.Queues {
@@ -129,14 +141,81 @@ func (w *Worker) failOrphan(ctx context.Context, jobDir string) bool {
 		}
 	}
 	if q == nil {
-		return false
+		return orphanNone
 	}
-	if _, err := q.Fail(ctx, n.JobID, n.Token, ReasonStalled, queue.FailOptions{NoRetry: true}); err != nil {
+	job, err := q.Get(ctx, n.JobID)
+	switch {
+	case errors.Is(err, queue.ErrNotFound):
+		return orphanNone
+	case err != nil:
+		w.log.Warn("orphaned_job_fail_failed", "jobId", n.JobID, "queue", n.Queue, "err", err)
+		return orphanUndecided
+	case job == nil || job.State != queue.StateActive:
+		return orphanNone // finished, or failed by the stalled check
+	}
+	attempt := n.Attempt
+	if attempt == 0 {
+		attempt = job.AttemptsMade + 1
+	}
+	rec, waitFor := w.stalledRecord(n.JobID, job, attempt)
+	rec, had := w.ownRecordOr(rec)
+	if !had && !w.writeRecord(rec) {
+		return orphanUndecided // no record, no state change
+	}
+	if err := w.reportOrphan(ctx, q, n, rec); err != nil {
+		if !had && errors.Is(err, queue.ErrLockLost) {
+			// Someone else holds the job now (it was requeued and taken): its
+			// holder records the attempt, not this boot.
+			if j, gerr := q.Get(ctx, n.JobID); gerr == nil && j.State == queue.StateActive {
+				_ = os.Remove(filepath.Join(w.cfg.LogsDir, RecordName(rec.JobID, rec.Attempt)))
+			}
+		}
 		if !errors.Is(err, queue.ErrLockLost) && !errors.Is(err, queue.ErrNotActive) && !errors.Is(err, queue.ErrNotFound) {
 			w.log.Warn("orphaned_job_fail_failed", "jobId", n.JobID, "queue", n.Queue, "err", err)
+			return orphanUndecided
 		}
-		return false
+		return orphanNone
 	}
-	w.recordStalled(ctx, q, n.JobID, "job_orphan_failed")
-	return true
+	w.mirror(rec)
+	w.endHold(n.JobID, waitFor)
+	w.log.Warn("job_orphan_failed", "jobId", n.JobID, "queue", q.Name(), "ranOn", rec.Host, "reason", rec.Reason)
+	return orphanFailed
+}
+
+// orphanOutcome is what failOrphan did with one folder.
+type orphanOutcome int
+
+const (
+	orphanNone      orphanOutcome = iota // nothing to do: the folder goes
+	orphanFailed                         // recorded and reported: the folder goes
+	orphanUndecided                      // Valkey or the disk failed midway: the folder stays
+)
+
+// ownRecordOr returns this host's record of rec's attempt when there is one
+// (had), else rec.
+func (w *Worker) ownRecordOr(rec Record) (Record, bool) {
+	if have, ok := w.ownRecord(rec.JobID, rec.Attempt); ok {
+		return have, true
+	}
+	return rec, false
+}
+
+// reportOrphan reports the recorded outcome of an orphan with its dead
+// holder's token: completed and policy complete the job, stalled fails it
+// for good, another failure fails it as a run would (retried while attempts
+// remain).
+func (w *Worker) reportOrphan(ctx context.Context, q JobQueue, n heldNote, rec Record) error {
+	switch rec.Outcome {
+	case OutcomeCompleted:
+		result := rec.Telemetry
+		if len(result) == 0 {
+			result = json.RawMessage(`{"outcome":"completed"}`)
+		}
+		return q.Complete(ctx, n.JobID, n.Token, result)
+	case OutcomePolicy:
+		result, _ := json.Marshal(map[string]string{"outcome": OutcomePolicy, "reason": rec.Reason})
+		return q.Complete(ctx, n.JobID, n.Token, result)
+	}
+	_, err := q.Fail(ctx, n.JobID, n.Token, rec.Reason, queue.FailOptions{NoRetry: rec.Reason == ReasonStalled})
+	return err
 }

@@ -46,6 +46,14 @@ func (w *Worker) handle(ctx context.Context, q JobQueue, job *queue.Job, token s
 	}
 	log := w.log.With("jobId", job.ID, "queue", q.Name())
 
+	// A peer may write any id BullMQ allows; one that breaks the job id rule
+	// is refused before anything is spent: one record, failed, never run.
+	if err := queue.CheckJobID(job.ID); err != nil {
+		log.Warn("job_id_invalid", "err", err)
+		h.rec.JobID, h.rec.JobIDQuoted = RefusedJobID(job.ID)
+		w.failNoRetry(ctx, h, ReasonInvalidJob)
+		return
+	}
 	if job.Corrupt != "" || job.DeferredFailure != "" {
 		w.refuse(ctx, h, ReasonInvalidJob)
 		return
@@ -330,7 +338,7 @@ func (w *Worker) prepareDirs(h *held) (jobDir, workspace string, cleanup func(),
 	}
 	cleanup = func() { _ = os.RemoveAll(base) }
 	// Beside /job, not in it: the container never sees the lock token.
-	if err := writeHeldNote(base, heldNote{Queue: h.q.Name(), JobID: h.job.ID, Token: h.token}); err != nil {
+	if err := writeHeldNote(base, heldNote{Queue: h.q.Name(), JobID: h.job.ID, Token: h.token, Attempt: h.rec.Attempt}); err != nil {
 		cleanup()
 		return "", "", nil, err
 	}
@@ -418,6 +426,20 @@ func (w *Worker) fail(ctx context.Context, h *held, reason string, exit *int, te
 	w.log.Warn("job_failed", "jobId", h.job.ID, "attempt", h.rec.Attempt, "reason", reason, "retried", retried)
 }
 
+// failNoRetry records a failure that no retry can cure and fails the job
+// for good.
+func (w *Worker) failNoRetry(ctx context.Context, h *held, reason string) {
+	w.record(h, OutcomeFailed, reason, nil, nil)
+	err := w.report(ctx, h, func(ctx context.Context) error {
+		_, err := h.q.Fail(ctx, h.job.ID, h.token, reason, queue.FailOptions{NoRetry: true})
+		return err
+	})
+	if err != nil {
+		w.log.Error("job_report_failed", "jobId", h.job.ID, "err", err)
+	}
+	w.log.Warn("job_failed", "jobId", h.job.ID, "attempt", h.rec.Attempt, "reason", reason, "retried", false)
+}
+
 // reportBackoffMin and reportBackoffMax are the first and the longest pause
 // between two attempts of a report.
 const (
@@ -465,13 +487,31 @@ func (w *Worker) record(h *held, outcome, reason string, exit *int, telemetry js
 	if h.rec.Target == "" {
 		h.rec.Target = "-"
 	}
-	if _, err := WriteRecord(w.cfg.LogsDir, h.rec); err != nil {
-		w.log.Error("run_record_failed", "jobId", h.job.ID, "err", err)
-	}
-	if w.deps.Mirror != nil {
-		w.deps.Mirror.Go(h.rec)
-	}
+	w.writeRecord(h.rec)
+	w.mirror(h.rec)
 	w.endHold(h.job.ID, h.spec.WaitFor) // the job ended: so did its hold
+}
+
+// writeRecord writes rec to the logs dir; a failure is logged, never fatal.
+func (w *Worker) writeRecord(rec Record) bool {
+	if _, err := WriteRecord(w.cfg.LogsDir, rec); err != nil {
+		w.log.Error("run_record_failed", "jobId", rec.JobID, "err", err)
+		return false
+	}
+	return true
+}
+
+// mirror copies rec to the fleet's run mirror without waiting.
+func (w *Worker) mirror(rec Record) {
+	if w.deps.Mirror != nil {
+		w.deps.Mirror.Go(rec)
+	}
+}
+
+// ownRecord reads this host's record of one attempt of jobID, if it has one.
+func (w *Worker) ownRecord(jobID string, attempt int) (Record, bool) {
+	rec, err := readRecordFile(filepath.Join(w.cfg.LogsDir, RecordName(jobID, attempt)))
+	return rec, err == nil
 }
 
 // stalledLoop fails jobs whose lock expired (a crashed host's) and records
@@ -491,6 +531,7 @@ func (w *Worker) stalledLoop(ctx, jobsCtx context.Context) {
 
 func (w *Worker) checkStalled(ctx context.Context) {
 	for _, q := range w.deps.Queues {
+		pre := w.prerecordStalled(ctx, q)
 		st, err := q.CheckStalled(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -499,50 +540,118 @@ func (w *Worker) checkStalled(ctx context.Context) {
 			continue
 		}
 		for _, id := range st.Failed {
-			w.recordStalled(ctx, q, id, "job_stalled")
+			p, ok := pre[id]
+			if !ok {
+				// Failed between the peek and the check: recorded after the fact.
+				w.recordStalled(ctx, q, id, "job_stalled")
+				continue
+			}
+			delete(pre, id)
+			w.mirror(p.rec)
+			w.endHold(id, p.waitFor)
+			w.log.Warn("job_stalled", "jobId", id, "queue", q.Name(), "ranOn", p.rec.Host)
+		}
+		// Written for a job this check did not fail (requeued, or failed by
+		// another host's check, which records it): not this host's to keep.
+		for _, p := range pre {
+			if p.created {
+				_ = os.Remove(filepath.Join(w.cfg.LogsDir, RecordName(p.rec.JobID, p.rec.Attempt)))
+			}
 		}
 	}
 }
 
-// recordStalled writes the record of a job failed as stalled (by the
-// stalled check, or at boot as an orphan of this host) and logs event. The
-// record names the host that ran it when the queue knows.
-func (w *Worker) recordStalled(ctx context.Context, q JobQueue, id, event string) {
+// unlockedLister is a queue that lists the jobs its next stalled check will
+// act on (*queue.Queue does).
+type unlockedLister interface {
+	Unlocked(ctx context.Context) ([]string, error)
+}
+
+// prerecorded is a stalled record written before the stalled check.
+type prerecorded struct {
+	rec     Record
+	created bool // this check wrote it; false: a record of the attempt was there
+	waitFor []WaitCondition
+}
+
+// prerecordStalled writes, before the stalled check changes anything, the
+// record of every job the check is about to fail, so a kill between the two
+// never leaves a failed job without a record. A record this host already
+// has of that attempt (its run's own, with the real exit code) is kept.
+func (w *Worker) prerecordStalled(ctx context.Context, q JobQueue) map[string]prerecorded {
+	u, ok := q.(unlockedLister)
+	if !ok {
+		return nil
+	}
+	ids, err := u.Unlocked(ctx)
+	if err != nil || len(ids) == 0 {
+		return nil
+	}
+	pre := make(map[string]prerecorded, len(ids))
+	for _, id := range ids {
+		job, err := q.Get(ctx, id)
+		if err != nil || job == nil || job.State != queue.StateActive {
+			continue
+		}
+		rec, waitFor := w.stalledRecord(id, job, job.AttemptsMade+1)
+		if have, ok := w.ownRecord(rec.JobID, rec.Attempt); ok {
+			pre[id] = prerecorded{rec: have, waitFor: waitFor}
+			continue
+		}
+		if w.writeRecord(rec) {
+			pre[id] = prerecorded{rec: rec, created: true, waitFor: waitFor}
+		}
+	}
+	return pre
+}
+
+// stalledRecord is the record of attempt of job id failed as stalled, with
+// what the queue knows of it (job may be nil: removed on failure), and the
+// job's wait conditions.
+func (w *Worker) stalledRecord(id string, job *queue.Job, attempt int) (Record, []WaitCondition) {
+	now := w.tune.Now().UTC()
 	rec := Record{
-		JobID:     id,
-		Kind:      KindManual,
-		Target:    "-",
-		Host:      w.cfg.WorkerName,
-		Image:     w.cfg.JobImage,
-		StartedAt: w.tune.Now().UTC(),
+		JobID: id, Kind: KindManual, Target: "-", Host: w.cfg.WorkerName,
+		Image: w.cfg.JobImage, StartedAt: now, EndedAt: now, Attempt: max(attempt, 1),
+		Outcome: OutcomeFailed, Reason: ReasonStalled,
 	}
+	rec.JobID, rec.JobIDQuoted = RefusedJobID(id)
+	var waitFor []WaitCondition
+	if job == nil {
+		return rec, nil
+	}
+	if !job.ProcessedOn.IsZero() && !job.ProcessedOn.After(now) {
+		rec.StartedAt = job.ProcessedOn.UTC()
+	}
+	if job.ProcessedBy != "" && registry.ValidateName(job.ProcessedBy) == nil {
+		rec.Host = job.ProcessedBy
+	}
+	if spec, err := ParseJob(job.Data); err == nil {
+		rec.Kind, rec.Target, rec.Flow = spec.Kind, spec.Target(), spec.Flow
+		if spec.Image != "" {
+			rec.Image = spec.Image
+		}
+		waitFor = spec.WaitFor
+	}
+	return rec, waitFor
+}
+
+// recordStalled writes the record of a job the stalled check already failed
+// (it was not seen before the check) and logs event. The record names the
+// host that ran it when the queue knows.
+func (w *Worker) recordStalled(ctx context.Context, q JobQueue, id, event string) {
+	var rec Record
+	var waitFor []WaitCondition
 	if job, err := q.Get(ctx, id); err == nil && job != nil {
-		rec.Attempt = job.AttemptsMade
-		if !job.ProcessedOn.IsZero() {
-			rec.StartedAt = job.ProcessedOn.UTC()
-		}
-		if job.ProcessedBy != "" && registry.ValidateName(job.ProcessedBy) == nil {
-			rec.Host = job.ProcessedBy
-		}
-		if spec, err := ParseJob(job.Data); err == nil {
-			rec.Kind, rec.Target, rec.Flow = spec.Kind, spec.Target(), spec.Flow
-			if spec.Image != "" {
-				rec.Image = spec.Image
-			}
-			defer w.endHold(id, spec.WaitFor)
-		}
+		rec, waitFor = w.stalledRecord(id, job, job.AttemptsMade) // the failure counted the attempt
+	} else {
+		rec, _ = w.stalledRecord(id, nil, 1)
 	}
-	if rec.Attempt < 1 {
-		rec.Attempt = 1
+	if _, ok := w.ownRecord(rec.JobID, rec.Attempt); !ok {
+		w.writeRecord(rec)
+		w.mirror(rec)
 	}
-	rec.Outcome, rec.Reason = OutcomeFailed, ReasonStalled
-	rec.EndedAt = w.tune.Now().UTC()
-	if _, err := WriteRecord(w.cfg.LogsDir, rec); err != nil {
-		w.log.Error("run_record_failed", "jobId", id, "err", err)
-	}
-	if w.deps.Mirror != nil {
-		w.deps.Mirror.Go(rec)
-	}
+	w.endHold(id, waitFor)
 	w.log.Warn(event, "jobId", id, "queue", q.Name(), "ranOn", rec.Host)
 }
 

@@ -173,12 +173,12 @@ return {day, monday, d or '', w or ''}
 
 // mirrorScript writes one run record to the fleet's run mirror and trims it.
 //
-// KEYS[1] -> runs:rec:<stem>, the record's body
-// KEYS[2] -> runs:index, a ZSET of stems scored by endedAt (ms)
+// KEYS[1] -> runs:rec:<stem>.attempt-<n>, the record's body
+// KEYS[2] -> runs:index, a ZSET of <stem>.attempt-<n> scored by endedAt (ms)
 // ARGV[1] -> the record as JSON
 // ARGV[2] -> the window in ms (retention, at most 92 days)
 // ARGV[3] -> the score: the record's endedAt in ms
-// ARGV[4] -> the index member: the record's stem
+// ARGV[4] -> the index member: <stem>.attempt-<n>
 // ARGV[5] -> the most index entries kept
 //
 // A record already older than the window is not written (the mirror never

@@ -199,6 +199,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := os.MkdirAll(w.jobsDir(), 0o750); err != nil {
 		return fmt.Errorf("jobs dir %s: %w", w.jobsDir(), err)
 	}
+	w.recoverRecordTemps()
 
 	// Boot order (ARCHITECTURE section 8): registry, reaper, scope-claim
 	// sweep, orphaned jobs, consumers, background parts, worker_started.
@@ -287,6 +288,21 @@ func (w *Worker) queueNames() []string {
 		names[i] = q.Name()
 	}
 	return names
+}
+
+// recordTempAge is how old a record temp file must be for boot to finish or
+// remove it: a write takes milliseconds, so an older one was cut by a crash.
+const recordTempAge = time.Minute
+
+// recoverRecordTemps finishes or removes the record temp files a crash left.
+func (w *Worker) recoverRecordTemps() {
+	done, removed, err := RecoverRecordTemps(w.cfg.LogsDir, time.Now().Add(-recordTempAge)) // file times are the real clock
+	if err != nil {
+		w.log.Warn("record_temps_recover_failed", "err", err)
+	}
+	if done+removed > 0 {
+		w.log.Info("record_temps_recovered", "completed", done, "removed", removed)
+	}
 }
 
 // reap removes this host's leftover job containers (a crash leaves them

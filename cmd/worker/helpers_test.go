@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -184,26 +183,25 @@ func sample(t *testing.T, dc *client.Client, workers []string, jobs map[string]b
 // recordExists reports whether jobID has a run record in one of dirs.
 func recordExists(dirs []string, jobID string) bool {
 	for _, d := range dirs {
-		if _, err := os.Stat(filepath.Join(d, dispatch.SanitizeJobID(jobID)+".json")); err == nil {
+		if recs, err := dispatch.ReadRecords(d, jobID); err == nil && len(recs) > 0 {
 			return true
 		}
 	}
 	return false
 }
 
-// readRecord reads jobID's record from the first of dirs that holds one.
+// readRecord reads the record of jobID's latest attempt from the first of
+// dirs that holds one.
 func readRecord(t *testing.T, dirs []string, jobID string) (dispatch.Record, string) {
 	t.Helper()
 	for _, d := range dirs {
-		data, err := os.ReadFile(filepath.Join(d, dispatch.SanitizeJobID(jobID)+".json"))
+		recs, err := dispatch.ReadRecords(d, jobID)
 		if err != nil {
-			continue
+			t.Fatalf("records of %s in %s: %v", jobID, d, err)
 		}
-		var r dispatch.Record
-		if err := json.Unmarshal(data, &r); err != nil {
-			t.Fatalf("record of %s in %s: %v", jobID, d, err)
+		if len(recs) > 0 {
+			return recs[len(recs)-1], d
 		}
-		return r, d
 	}
 	t.Fatalf("no record of %s in %v", jobID, dirs)
 	return dispatch.Record{}, ""

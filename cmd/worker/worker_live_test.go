@@ -95,7 +95,7 @@ func TestSecretJobRoutesToCapableHostAndStaysSecret(t *testing.T) {
 			}
 		}
 	}
-	mirrored, err := db.Client.Get(context.Background(), dispatch.RunRecordKey(jobID)).Result()
+	mirrored, err := db.Client.Get(context.Background(), dispatch.RunRecordKey(jobID, 1)).Result()
 	if err != nil {
 		t.Fatalf("mirrored record of a named host: %v", err)
 	}

@@ -1,0 +1,197 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pidispatch/pidispatch/queue"
+	"github.com/pidispatch/pidispatch/runner"
+)
+
+// killedQueue is a queue whose process "dies" at the state change: Fail and
+// Complete return an error without reaching Valkey, the way a SIGKILL right
+// before them leaves things. It notes which records existed at that moment.
+type killedQueue struct {
+	*queue.Queue
+	logsDir string
+
+	mu       sync.Mutex
+	killed   bool
+	recsSeen map[string]int // job id -> its records in logsDir when the state change came
+}
+
+var errKilled = errors.New("killed before the state change")
+
+func (q *killedQueue) seen(id string) {
+	recs, _ := ReadRecords(q.logsDir, id)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.recsSeen == nil {
+		q.recsSeen = map[string]int{}
+	}
+	q.recsSeen[id] = len(recs)
+}
+
+func (q *killedQueue) Fail(ctx context.Context, id, token, reason string, opts queue.FailOptions) (bool, error) {
+	q.seen(id)
+	if q.killed {
+		return false, errKilled
+	}
+	return q.Queue.Fail(ctx, id, token, reason, opts)
+}
+
+func (q *killedQueue) Complete(ctx context.Context, id, token string, result json.RawMessage) error {
+	q.seen(id)
+	if q.killed {
+		return errKilled
+	}
+	return q.Queue.Complete(ctx, id, token, result)
+}
+
+func (q *killedQueue) CheckStalled(ctx context.Context) (queue.Stalled, error) {
+	ids, err := q.Unlocked(ctx)
+	if err != nil {
+		return queue.Stalled{}, err
+	}
+	for _, id := range ids {
+		q.seen(id)
+	}
+	if q.killed {
+		return queue.Stalled{}, errKilled
+	}
+	return q.Queue.CheckStalled(ctx)
+}
+
+// A boot killed between an orphan's record and its failure leaves the
+// record and the folder; the next boot fails the job and keeps the one
+// record. Before, the job was failed first, then recorded, and the folder
+// went whatever happened.
+func TestOrphanIsRecordedBeforeItFails(t *testing.T) {
+	f := newOrphanFixture(t)
+	f.leaveOrphan(t, "orphan-rf", "")
+	rt := &orphanRuntime{reap: runner.ReapReport{Enumerated: true}}
+	kq := &killedQueue{Queue: f.shared, logsDir: f.cfg.LogsDir, killed: true}
+
+	w := f.worker(t, rt, &orphanRegistry{}, nil)
+	w.deps.Queues = []JobQueue{kq}
+	w.failOrphans(context.Background(), true)
+	if kq.recsSeen["orphan-rf"] != 1 {
+		t.Fatalf("records when the job was failed: %d, want 1 (the record comes first)", kq.recsSeen["orphan-rf"])
+	}
+	ctx := context.Background()
+	if j, err := f.shared.Get(ctx, "orphan-rf"); err != nil || j.State != queue.StateActive {
+		t.Fatalf("after the killed boot: %+v %v", j, err)
+	}
+	if left, _ := os.ReadDir(w.jobsDir()); len(left) != 1 {
+		t.Fatalf("%d folders after the killed boot, want the orphan's kept", len(left))
+	}
+
+	// The next boot finishes it.
+	kq.killed = false
+	w.failOrphans(ctx, true)
+	j, err := f.shared.Get(ctx, "orphan-rf")
+	if err != nil || j.State != queue.StateFailed || j.FailedReason != ReasonStalled {
+		t.Fatalf("after the second boot: %+v %v", j, err)
+	}
+	recs, err := ReadRecords(f.cfg.LogsDir, "orphan-rf")
+	if err != nil || len(recs) != 1 || recs[0].Reason != ReasonStalled || recs[0].Attempt != 1 {
+		t.Fatalf("records %+v %v, want one stalled record of attempt 1", recs, err)
+	}
+	if left, _ := os.ReadDir(w.jobsDir()); len(left) != 0 {
+		t.Fatalf("%d folders left", len(left))
+	}
+}
+
+// A run that wrote its record and died before reporting it: the restarted
+// worker reports the recorded outcome instead of overwriting it as stalled.
+func TestOrphanWithItsRecordReportsIt(t *testing.T) {
+	f := newOrphanFixture(t)
+	f.leaveOrphan(t, "orphan-done", "")
+	code := 0
+	now := time.Now()
+	rec := Record{JobID: "orphan-done", Kind: KindForge, Target: "acme/orphan", Flow: "fix", StartedAt: now.Add(-time.Minute),
+		EndedAt: now, Outcome: OutcomeCompleted, Reason: ReasonCompleted, ExitCode: &code, Attempt: 1, Host: "orph", Image: "img",
+		Telemetry: json.RawMessage(`{"event":"exit","cost":1.5}`)}
+	if _, err := WriteRecord(f.cfg.LogsDir, rec); err != nil {
+		t.Fatal(err)
+	}
+	w := f.worker(t, &orphanRuntime{}, &orphanRegistry{}, nil)
+	w.failOrphans(context.Background(), true)
+	j, err := f.shared.Get(context.Background(), "orphan-done")
+	if err != nil || j.State != queue.StateCompleted {
+		t.Fatalf("job %+v %v, want completed as its record says", j, err)
+	}
+	recs, err := ReadRecords(f.cfg.LogsDir, "orphan-done")
+	if err != nil || len(recs) != 1 || recs[0].Reason != ReasonCompleted || string(recs[0].Telemetry) != `{"event":"exit","cost":1.5}` {
+		t.Fatalf("records %+v %v, want the run's own", recs, err)
+	}
+}
+
+// The stalled check writes a stalled job's record before it fails the job,
+// under the attempt that ran (a retry's stall does not overwrite the first
+// attempt's record).
+func TestStalledJobIsRecordedBeforeItFails(t *testing.T) {
+	f := newOrphanFixture(t)
+	ctx := context.Background()
+	short, err := queue.New(f.db.Client, queue.SharedQueue, queue.Config{WorkerName: "gone", LockTTL: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := json.Marshal(Job{Kind: KindForge, Repo: "acme/stall", Flow: "fix", Task: "t"})
+	if _, _, err := short.Add(ctx, JobName, data, queue.AddOptions{JobID: "stall-1", Attempts: 3}); err != nil {
+		t.Fatal(err)
+	}
+	// Attempt 1 failed (and was recorded); attempt 2 is taken and its holder dies.
+	j, err := short.Fetch(ctx, "t1")
+	if err != nil || j == nil {
+		t.Fatalf("fetch: %v %v", j, err)
+	}
+	first := Record{JobID: "stall-1", Kind: KindForge, Target: "acme/stall", StartedAt: time.Now(), EndedAt: time.Now(),
+		Outcome: OutcomeFailed, Reason: ReasonExit1, Attempt: 1, Host: "gone"}
+	if _, err := WriteRecord(f.cfg.LogsDir, first); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := short.Fail(ctx, "stall-1", "t1", ReasonExit1, queue.FailOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if j, err = short.Fetch(ctx, "t2"); err == nil && j != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no retry to fetch: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(150 * time.Millisecond) // the lock expires
+
+	kq := &killedQueue{Queue: f.shared, logsDir: f.cfg.LogsDir, killed: true}
+	w := f.worker(t, &orphanRuntime{}, &orphanRegistry{}, nil)
+	w.deps.Queues = []JobQueue{kq}
+	w.checkStalled(ctx) // killed at the state change
+	if kq.recsSeen["stall-1"] != 2 {
+		t.Fatalf("records when the check ran: %d, want 2 (attempt 1's and the stalled attempt 2's)", kq.recsSeen["stall-1"])
+	}
+	kq.killed = false
+	w.checkStalled(ctx)
+	if j, err := f.shared.Get(ctx, "stall-1"); err != nil || j.State != queue.StateFailed || j.FailedReason != ReasonStalled {
+		t.Fatalf("job %+v %v, want failed as stalled", j, err)
+	}
+	recs, err := ReadRecords(f.cfg.LogsDir, "stall-1")
+	if err != nil || len(recs) != 2 {
+		t.Fatalf("records %+v %v, want 2", recs, err)
+	}
+	if recs[0].Reason != ReasonExit1 || recs[1].Reason != ReasonStalled || recs[1].Attempt != 2 || recs[1].Host != "gone" {
+		t.Fatalf("records %+v", recs)
+	}
+	if _, err := os.Stat(filepath.Join(f.cfg.LogsDir, RecordName("stall-1", 3))); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a record of an attempt that never ran: %v", err)
+	}
+}
