@@ -65,6 +65,7 @@ type orphanFixture struct {
 	cfg    Config
 	tune   Tuning
 	shared *queue.Queue // as the worker's consumer sees it (processedBy = name)
+	cap    int          // the budget's daily cap; 0 is the default
 }
 
 func newOrphanFixture(t *testing.T) *orphanFixture {
@@ -96,7 +97,7 @@ func (f *orphanFixture) worker(t *testing.T, rt Runtime, reg Registry, logs *byt
 		Queues:   []JobQueue{f.shared},
 		Source:   SourceFromConsumer(consumer),
 		Runtime:  rt,
-		Budget:   NewBudget(f.db.Client, BudgetConfig{}),
+		Budget:   NewBudget(f.db.Client, BudgetConfig{DailyCap: f.cap}),
 		Registry: reg,
 	}, tune)
 	if err != nil {
