@@ -139,6 +139,38 @@ func (m *Mirror) Mirror(ctx context.Context, rec Record) error {
 	return nil
 }
 
+// recordClaimTTL is how long a record claim lasts: longer than any freeze a
+// worker wakes from with a run to report.
+const recordClaimTTL = 7 * 24 * time.Hour
+
+// Claim takes, fleet-wide, the right to write the record of one attempt of
+// jobID for host, and returns the claim's owner: host when it is host's
+// (taken now or before), else the host that took it first. The error wraps
+// ErrMirrorUnreachable; a caller that cannot claim writes its record all the
+// same (a duplicate is better than none).
+func (m *Mirror) Claim(ctx context.Context, jobID string, attempt int, host string) (string, error) {
+	key := RunClaimKey(jobID, attempt)
+	owner, err := bounded.Call(ctx, m.cfg.CallTimeout, &m.inflight, nil, func(ctx context.Context) (string, error) {
+		return claimScript.Run(ctx, m.client, []string{key}, host, recordClaimTTL.Milliseconds()).Text()
+	})
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrMirrorUnreachable, err)
+	}
+	return owner, nil
+}
+
+// ReleaseClaim drops host's claim of one attempt (a record it wrote for an
+// attempt that then ran again); another host's claim is left alone.
+func (m *Mirror) ReleaseClaim(ctx context.Context, jobID string, attempt int, host string) error {
+	_, err := bounded.Call(ctx, m.cfg.CallTimeout, &m.inflight, nil, func(ctx context.Context) (any, error) {
+		return releaseClaimScript.Run(ctx, m.client, []string{RunClaimKey(jobID, attempt)}, host).Result()
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrMirrorUnreachable, err)
+	}
+	return nil
+}
+
 // mirrorBody renders rec exactly as WriteRecord writes the file: validated,
 // times in UTC at millisecond precision, telemetry compacted.
 func mirrorBody(rec Record) ([]byte, error) {

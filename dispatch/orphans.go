@@ -159,8 +159,12 @@ func (w *Worker) failOrphan(ctx context.Context, jobDir string) orphanOutcome {
 	}
 	rec, waitFor := w.stalledRecord(n.JobID, job, attempt)
 	rec, had := w.ownRecordOr(rec)
-	if !had && !w.writeRecord(rec) {
-		return orphanUndecided // no record, no state change
+	if !had {
+		if _, mine := w.claim(rec.JobID, rec.Attempt); !mine {
+			had = true // another host's stalled check records this attempt
+		} else if !w.writeRecord(rec) {
+			return orphanUndecided // no record, no state change
+		}
 	}
 	if err := w.reportOrphan(ctx, q, n, rec); err != nil {
 		if !had && errors.Is(err, queue.ErrLockLost) {

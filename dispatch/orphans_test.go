@@ -66,6 +66,7 @@ type orphanFixture struct {
 	tune   Tuning
 	shared *queue.Queue // as the worker's consumer sees it (processedBy = name)
 	cap    int          // the budget's daily cap; 0 is the default
+	mirror bool         // the worker mirrors its runs (and claims its records)
 }
 
 func newOrphanFixture(t *testing.T) *orphanFixture {
@@ -93,13 +94,17 @@ func (f *orphanFixture) worker(t *testing.T, rt Runtime, reg Registry, logs *byt
 	if logs != nil {
 		tune.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 	}
-	w, err := NewWorker(f.cfg, Deps{
+	deps := Deps{
 		Queues:   []JobQueue{f.shared},
 		Source:   SourceFromConsumer(consumer),
 		Runtime:  rt,
 		Budget:   NewBudget(f.db.Client, BudgetConfig{DailyCap: f.cap}),
 		Registry: reg,
-	}, tune)
+	}
+	if f.mirror {
+		deps.Mirror = NewMirror(f.db.Client, MirrorConfig{Host: f.cfg.WorkerName})
+	}
+	w, err := NewWorker(f.cfg, deps, tune)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -487,9 +487,58 @@ func (w *Worker) record(h *held, outcome, reason string, exit *int, telemetry js
 	if h.rec.Target == "" {
 		h.rec.Target = "-"
 	}
+	if owner, mine := w.claim(h.rec.JobID, h.rec.Attempt); !mine {
+		// Another host recorded this attempt first (its stalled check failed
+		// the job while this worker was frozen): its file stays the one
+		// record, and the mirror gets this run's facts, the better ones (the
+		// container's real exit code and telemetry).
+		w.log.Warn("run_record_claimed_elsewhere", "jobId", h.job.ID, "attempt", h.rec.Attempt, "owner", owner)
+		w.mirror(h.rec)
+		w.endHold(h.job.ID, h.spec.WaitFor)
+		return
+	}
 	w.writeRecord(h.rec)
 	w.mirror(h.rec)
 	w.endHold(h.job.ID, h.spec.WaitFor) // the job ended: so did its hold
+}
+
+// claim takes the fleet-wide claim of recording one attempt (RunClaimKey).
+// Without a mirror, or with Valkey unreachable, this host records: a
+// duplicate record is better than none.
+func (w *Worker) claim(jobID string, attempt int) (owner string, mine bool) {
+	c := w.claims()
+	if c == nil {
+		return w.cfg.WorkerName, true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultMirrorCallTimeout)
+	defer cancel()
+	owner, err := c.Claim(ctx, jobID, attempt, w.cfg.WorkerName)
+	if err != nil {
+		return w.cfg.WorkerName, true
+	}
+	return owner, owner == w.cfg.WorkerName
+}
+
+// releaseClaim drops this host's claim of an attempt it no longer records.
+func (w *Worker) releaseClaim(jobID string, attempt int) {
+	if c := w.claims(); c != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), DefaultMirrorCallTimeout)
+		defer cancel()
+		_ = c.ReleaseClaim(ctx, jobID, attempt, w.cfg.WorkerName)
+	}
+}
+
+// recordClaimer decides fleet-wide which host records an attempt (*Mirror
+// does).
+type recordClaimer interface {
+	Claim(ctx context.Context, jobID string, attempt int, host string) (string, error)
+	ReleaseClaim(ctx context.Context, jobID string, attempt int, host string) error
+}
+
+// claims is the mirror's claimer, or nil.
+func (w *Worker) claims() recordClaimer {
+	c, _ := w.deps.Mirror.(recordClaimer)
+	return c
 }
 
 // writeRecord writes rec to the logs dir; a failure is logged, never fatal.
@@ -551,13 +600,35 @@ func (w *Worker) checkStalled(ctx context.Context) {
 			w.endHold(id, p.waitFor)
 			w.log.Warn("job_stalled", "jobId", id, "queue", q.Name(), "ranOn", p.rec.Host)
 		}
-		// Written for a job this check did not fail (requeued, or failed by
-		// another host's check, which records it): not this host's to keep.
-		for _, p := range pre {
-			if p.created {
-				_ = os.Remove(filepath.Join(w.cfg.LogsDir, RecordName(p.rec.JobID, p.rec.Attempt)))
-			}
+		for id, p := range pre {
+			w.settlePrerecord(ctx, q, id, p)
 		}
+	}
+}
+
+// settlePrerecord decides a record written before a check that did not fail
+// its job. Failed by another host's check: kept when this host holds the
+// claim (the other host then wrote none), else removed. Still active: kept
+// for the next check. Requeued or gone: removed, and the claim dropped.
+func (w *Worker) settlePrerecord(ctx context.Context, q JobQueue, id string, p prerecorded) {
+	if !p.created {
+		return
+	}
+	j, err := q.Get(ctx, id)
+	switch {
+	case err != nil && !errors.Is(err, queue.ErrNotFound):
+		return // undecided: the next check looks again
+	case err == nil && j.State == queue.StateFailed && p.claimed:
+		w.mirror(p.rec)
+		w.endHold(id, p.waitFor)
+		w.log.Warn("job_stalled", "jobId", id, "queue", q.Name(), "ranOn", p.rec.Host)
+		return
+	case err == nil && j.State == queue.StateActive:
+		return
+	}
+	_ = os.Remove(filepath.Join(w.cfg.LogsDir, RecordName(p.rec.JobID, p.rec.Attempt)))
+	if p.claimed {
+		w.releaseClaim(p.rec.JobID, p.rec.Attempt)
 	}
 }
 
@@ -571,6 +642,7 @@ type unlockedLister interface {
 type prerecorded struct {
 	rec     Record
 	created bool // this check wrote it; false: a record of the attempt was there
+	claimed bool // this host holds the attempt's fleet-wide claim (with a mirror)
 	waitFor []WaitCondition
 }
 
@@ -598,8 +670,11 @@ func (w *Worker) prerecordStalled(ctx context.Context, q JobQueue) map[string]pr
 			pre[id] = prerecorded{rec: have, waitFor: waitFor}
 			continue
 		}
+		if _, mine := w.claim(rec.JobID, rec.Attempt); !mine {
+			continue // another host records this attempt
+		}
 		if w.writeRecord(rec) {
-			pre[id] = prerecorded{rec: rec, created: true, waitFor: waitFor}
+			pre[id] = prerecorded{rec: rec, created: true, claimed: w.claims() != nil, waitFor: waitFor}
 		}
 	}
 	return pre
@@ -648,8 +723,10 @@ func (w *Worker) recordStalled(ctx context.Context, q JobQueue, id, event string
 		rec, _ = w.stalledRecord(id, nil, 1)
 	}
 	if _, ok := w.ownRecord(rec.JobID, rec.Attempt); !ok {
-		w.writeRecord(rec)
-		w.mirror(rec)
+		if _, mine := w.claim(rec.JobID, rec.Attempt); mine {
+			w.writeRecord(rec)
+			w.mirror(rec)
+		}
 	}
 	w.endHold(id, waitFor)
 	w.log.Warn(event, "jobId", id, "queue", q.Name(), "ranOn", rec.Host)

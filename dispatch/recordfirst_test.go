@@ -195,3 +195,73 @@ func TestStalledJobIsRecordedBeforeItFails(t *testing.T) {
 		t.Fatalf("a record of an attempt that never ran: %v", err)
 	}
 }
+
+// frozenRuntime runs a "container" until its run is stopped (the worker
+// found its lock lost), then reports a kill with the job's exit line.
+type frozenRuntime struct {
+	orphanRuntime
+	started chan struct{}
+}
+
+func (r *frozenRuntime) Run(ctx context.Context, spec runner.Spec) (runner.Result, error) {
+	close(r.started)
+	began := time.Now()
+	<-ctx.Done()
+	return runner.Result{ExitCode: 137, StartedAt: began, EndedAt: time.Now(),
+		Telemetry: &runner.Telemetry{Raw: json.RawMessage(`{"event":"exit","cost":2.5}`)}}, nil
+}
+
+// A worker frozen past its lock wakes after another host's stalled check
+// failed and recorded its job: one record file between the two hosts (the
+// checker's, which claimed the attempt first), and the mirror keeps the
+// waking worker's better facts (its real exit code and telemetry).
+func TestFrozenWorkerWakingWritesNoSecondRecord(t *testing.T) {
+	frozen := newOrphanFixture(t)
+	frozen.mirror = true
+	frozen.tune.LockTTL = 3 * time.Second // it notices the lost lock within a second
+	checker := *frozen
+	checker.cfg.WorkerName, checker.cfg.LogsDir = "checker", t.TempDir()
+	ctx := context.Background()
+	data, _ := json.Marshal(Job{Kind: KindForge, Repo: "acme/frozen", Flow: "fix", Task: "t"})
+	if _, _, err := frozen.shared.Add(ctx, JobName, data, queue.AddOptions{JobID: "frozen-1"}); err != nil {
+		t.Fatal(err)
+	}
+	rt := &frozenRuntime{orphanRuntime: orphanRuntime{reap: runner.ReapReport{Enumerated: true}}, started: make(chan struct{})}
+	_, stop := frozen.boot(t, rt, &orphanRegistry{})
+	select {
+	case <-rt.started:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the job never started")
+	}
+	// The freeze: the lock expires while the holder sleeps.
+	if err := frozen.db.Client.Del(ctx, "bull:pi-jobs:frozen-1:lock").Err(); err != nil {
+		t.Fatal(err)
+	}
+	cw := checker.worker(t, &orphanRuntime{}, &orphanRegistry{}, nil)
+	cw.checkStalled(ctx)
+	if j, err := frozen.shared.Get(ctx, "frozen-1"); err != nil || j.State != queue.StateFailed || j.FailedReason != ReasonStalled {
+		t.Fatalf("job %+v %v, want failed as stalled by the checker", j, err)
+	}
+	// The holder wakes, finds its lock gone and stops its run.
+	deadline := time.Now().Add(15 * time.Second)
+	var mirrored Record
+	for {
+		body, err := frozen.db.Client.Get(ctx, RunRecordKey("frozen-1", 1)).Result()
+		if err == nil && json.Unmarshal([]byte(body), &mirrored) == nil && mirrored.ExitCode != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the mirror never got the waking worker's facts: %q %v", body, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stop()
+	if *mirrored.ExitCode != 137 || string(mirrored.Telemetry) != `{"event":"exit","cost":2.5}` || mirrored.Host != "orph" || mirrored.Reason != ReasonStalled {
+		t.Fatalf("mirrored %+v", mirrored)
+	}
+	mine, _ := ReadRecords(frozen.cfg.LogsDir, "frozen-1")
+	theirs, _ := ReadRecords(checker.cfg.LogsDir, "frozen-1")
+	if len(mine)+len(theirs) != 1 || len(theirs) != 1 {
+		t.Fatalf("records: %d on the frozen host, %d on the checker; want the checker's one", len(mine), len(theirs))
+	}
+}

@@ -204,3 +204,28 @@ redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -(max + 1))
 redis.call('PEXPIRE', KEYS[2], window)
 return 1
 `)
+
+// claimScript takes the claim of recording one attempt, fleet-wide.
+//
+// KEYS[1] -> runs:claim:<stem>.attempt-<n>
+// ARGV[1] -> this host's name
+// ARGV[2] -> the claim's lifetime in ms
+//
+// Returns the claim's owner: ARGV[1] when this call took it (or already held it).
+var claimScript = redis.NewScript(`
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return ARGV[1]
+end
+return redis.call('GET', KEYS[1]) or ARGV[1]
+`)
+
+// releaseClaimScript drops a claim this host holds.
+//
+// KEYS[1] -> runs:claim:<stem>.attempt-<n>
+// ARGV[1] -> this host's name
+var releaseClaimScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+`)
