@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/pidispatch/pidispatch/queue"
+	"github.com/pidispatch/pidispatch/runner"
 )
 
 // A worker that crashes mid-job (killed, OOM, power loss of the process but
@@ -158,6 +159,7 @@ func (w *Worker) failOrphan(ctx context.Context, jobDir string) orphanOutcome {
 		attempt = job.AttemptsMade + 1
 	}
 	rec, waitFor := w.stalledRecord(n.JobID, job, attempt)
+	w.exitedOutcome(&rec, jobDir)
 	rec, had := w.ownRecordOr(rec)
 	if !had {
 		if _, mine := w.claim(rec.JobID, rec.Attempt); !mine {
@@ -222,4 +224,50 @@ func (w *Worker) reportOrphan(ctx context.Context, q JobQueue, n heldNote, rec R
 	}
 	_, err := q.Fail(ctx, n.JobID, n.Token, rec.Reason, queue.FailOptions{NoRetry: rec.Reason == ReasonStalled})
 	return err
+}
+
+// exitedOutcome turns a stalled record into the run's real outcome when the
+// boot reap found the job's container exited: its exit code, mapped as a run
+// maps it, and the telemetry of the exit line at the end of its output.
+func (w *Worker) exitedOutcome(rec *Record, jobDir string) {
+	e, ok := w.exited[rec.JobID]
+	if !ok {
+		return
+	}
+	code := e.ExitCode
+	rec.ExitCode = &code
+	switch {
+	case code == exitCompleted:
+		rec.Outcome, rec.Reason = OutcomeCompleted, ReasonCompleted
+	case code == exitPolicy:
+		rec.Outcome, rec.Reason = OutcomePolicy, ReasonPolicy
+	case code == exitInfra:
+		rec.Outcome, rec.Reason = OutcomeFailed, ReasonExit1
+	case code >= 125 && code <= 127:
+		rec.Outcome, rec.Reason = OutcomeFailed, ReasonNeverStarted
+	default:
+		rec.Outcome, rec.Reason = OutcomeFailed, ReasonExitOther
+	}
+	if t, ok := runner.ParseExitLine(readTail(filepath.Join(jobDir, outputFileName), runner.TelemetryScanBytes)); ok {
+		rec.Telemetry = t.Raw
+	}
+}
+
+// readTail is the last n bytes of a file, nil when it cannot be read.
+func readTail(path string, n int64) []byte {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil
+	}
+	off := max(info.Size()-n, 0)
+	b, err := io.ReadAll(io.NewSectionReader(f, off, info.Size()-off))
+	if err != nil {
+		return nil
+	}
+	return b
 }

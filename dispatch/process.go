@@ -184,20 +184,29 @@ func (w *Worker) handle(ctx context.Context, q JobQueue, job *queue.Job, token s
 		w.keepLock(runCtx, h, stopRun, lost)
 	}()
 	log.Info("job_started", "image", h.rec.Image, "kind", string(spec.Kind))
+	remover, keep := w.deps.Runtime.(containerRemover)
 	result, runErr := w.deps.Runtime.Run(runCtx, runner.Spec{
-		JobID:        job.ID,
-		Worker:       w.cfg.WorkerName,
-		Image:        h.rec.Image,
-		Env:          env,
-		JobDir:       jobDir,
-		WorkspaceDir: workspace,
-		Memory:       w.cfg.JobMemory,
-		CPUs:         w.cfg.JobCPUs,
-		Timeout:      w.cfg.JobTimeout,
+		// Kept until its outcome is recorded and reported, with its output
+		// beside the held note: a crash in between leaves both for the
+		// restarted worker to record the real outcome from.
+		KeepContainer: keep,
+		OutputFile:    w.outputFile(jobDir, keep),
+		JobID:         job.ID,
+		Worker:        w.cfg.WorkerName,
+		Image:         h.rec.Image,
+		Env:           env,
+		JobDir:        jobDir,
+		WorkspaceDir:  workspace,
+		Memory:        w.cfg.JobMemory,
+		CPUs:          w.cfg.JobCPUs,
+		Timeout:       w.cfg.JobTimeout,
 	})
 	stopRun()
 	unwatch()
 	<-extendDone
+	if keep && result.Container != "" && !result.NeverStarted {
+		defer w.removeContainer(remover, result.Container) // after the record and the report
+	}
 	started = !result.NeverStarted
 	if !result.StartedAt.IsZero() {
 		h.rec.StartedAt = result.StartedAt.UTC()
@@ -240,6 +249,29 @@ func (w *Worker) handle(ctx context.Context, q JobQueue, job *queue.Job, token s
 		w.fail(ctx, h, ReasonExit1, exitPtr(result), telemetry)
 	default:
 		w.fail(ctx, h, ReasonExitOther, exitPtr(result), telemetry)
+	}
+}
+
+// containerRemover removes a container a run kept (*runner.Docker does).
+type containerRemover interface {
+	RemoveContainer(ctx context.Context, name string) error
+}
+
+// outputFileName is the job's output, beside its held note.
+const outputFileName = "output.log"
+
+func (w *Worker) outputFile(jobDir string, keep bool) string {
+	if !keep {
+		return ""
+	}
+	return filepath.Join(filepath.Dir(jobDir), outputFileName)
+}
+
+func (w *Worker) removeContainer(r containerRemover, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := r.RemoveContainer(ctx, name); err != nil {
+		w.log.Warn("job_container_remove_failed", "container", name, "err", err)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -263,5 +264,104 @@ func TestFrozenWorkerWakingWritesNoSecondRecord(t *testing.T) {
 	theirs, _ := ReadRecords(checker.cfg.LogsDir, "frozen-1")
 	if len(mine)+len(theirs) != 1 || len(theirs) != 1 {
 		t.Fatalf("records: %d on the frozen host, %d on the checker; want the checker's one", len(mine), len(theirs))
+	}
+}
+
+// A worker killed after its job's container exited 0 but before recording
+// it: the restarted worker's reap finds the container exited, and the
+// orphan is recorded and reported as what it was (completed, with the exit
+// line of its output), not as stalled.
+func TestOrphanWithAnExitedContainerGetsItsRealOutcome(t *testing.T) {
+	f := newOrphanFixture(t)
+	f.leaveOrphan(t, "orphan-exited", "")
+	jobsDir := filepath.Join(f.tune.JobsDir, f.cfg.WorkerName)
+	dirs, err := os.ReadDir(jobsDir)
+	if err != nil || len(dirs) != 1 {
+		t.Fatalf("job folders %v %v", dirs, err)
+	}
+	out := "working\n" + `{"event":"exit","turns":4,"cost":0.75}` + "\n"
+	if err := os.WriteFile(filepath.Join(jobsDir, dirs[0].Name(), outputFileName), []byte(out), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rt := &orphanRuntime{reap: runner.ReapReport{Enumerated: true, Found: 1, Removed: 1,
+		Exited: []runner.ExitedJob{{JobID: "orphan-exited", Container: "pi-job-orphan-exited", ExitCode: 0}}}}
+	_, stop := f.boot(t, rt, &orphanRegistry{})
+	stop()
+	j, err := f.shared.Get(context.Background(), "orphan-exited")
+	if err != nil || j.State != queue.StateCompleted {
+		t.Fatalf("job %+v %v, want completed", j, err)
+	}
+	recs, err := ReadRecords(f.cfg.LogsDir, "orphan-exited")
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("records %+v %v", recs, err)
+	}
+	r := recs[0]
+	if r.Outcome != OutcomeCompleted || r.ExitCode == nil || *r.ExitCode != 0 || string(r.Telemetry) != `{"event":"exit","turns":4,"cost":0.75}` {
+		t.Fatalf("record %+v (telemetry %s)", r, r.Telemetry)
+	}
+}
+
+// keepingRuntime keeps its containers (as *runner.Docker does with
+// Spec.KeepContainer) and notes, when one is removed, what was recorded.
+type keepingRuntime struct {
+	orphanRuntime
+	logsDir string
+	q       *queue.Queue
+
+	mu      sync.Mutex
+	kept    bool
+	removed string
+	atRm    int         // records of the job when its container was removed
+	stateRm queue.State // the job's state then
+}
+
+func (r *keepingRuntime) Run(ctx context.Context, spec runner.Spec) (runner.Result, error) {
+	r.mu.Lock()
+	r.kept = spec.KeepContainer && spec.OutputFile != ""
+	r.mu.Unlock()
+	now := time.Now()
+	return runner.Result{ExitCode: 0, StartedAt: now, EndedAt: now, Container: "pi-job-" + spec.JobID}, nil
+}
+
+func (r *keepingRuntime) RemoveContainer(ctx context.Context, name string) error {
+	recs, _ := ReadRecords(r.logsDir, strings.TrimPrefix(name, "pi-job-"))
+	j, _ := r.q.Get(ctx, strings.TrimPrefix(name, "pi-job-"))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.removed, r.atRm = name, len(recs)
+	if j != nil {
+		r.stateRm = j.State
+	}
+	return nil
+}
+
+// A run's container is kept until its outcome is recorded and reported,
+// then removed.
+func TestRunKeepsItsContainerUntilRecorded(t *testing.T) {
+	f := newOrphanFixture(t)
+	rt := &keepingRuntime{orphanRuntime: orphanRuntime{reap: runner.ReapReport{Enumerated: true}}, logsDir: f.cfg.LogsDir, q: f.shared}
+	data, _ := json.Marshal(Job{Kind: KindForge, Repo: "acme/keep", Flow: "fix", Task: "t"})
+	if _, _, err := f.shared.Add(context.Background(), JobName, data, queue.AddOptions{JobID: "keep-1"}); err != nil {
+		t.Fatal(err)
+	}
+	_, stop := f.boot(t, rt, &orphanRegistry{})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		rt.mu.Lock()
+		done := rt.removed != ""
+		rt.mu.Unlock()
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the container was never removed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if !rt.kept || rt.removed != "pi-job-keep-1" || rt.atRm != 1 || rt.stateRm != queue.StateCompleted {
+		t.Fatalf("kept %v, removed %q with %d records, job %s", rt.kept, rt.removed, rt.atRm, rt.stateRm)
 	}
 }

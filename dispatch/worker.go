@@ -14,6 +14,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/lease"
 	"github.com/pidispatch/pidispatch/registry"
+	"github.com/pidispatch/pidispatch/runner"
 )
 
 // Tuning holds the Worker's tunables that are not operator configuration.
@@ -132,6 +133,9 @@ type Worker struct {
 	started  bool
 
 	fetchFaulty bool // fetch failures are logged once per transition
+	// exited holds, from the boot reap, the exit of each job container a
+	// crashed predecessor left exited, by job id (read by failOrphans).
+	exited map[string]runner.ExitedJob
 }
 
 // NewWorker checks the configuration and the dependencies and loads the
@@ -316,7 +320,11 @@ func (w *Worker) reap(ctx context.Context) bool {
 		return false
 	}
 	if rep.Found > 0 {
-		w.log.Info("reaped_containers", "found", rep.Found, "removed", rep.Removed)
+		w.log.Info("reaped_containers", "found", rep.Found, "removed", rep.Removed, "exited", len(rep.Exited))
+	}
+	w.exited = make(map[string]runner.ExitedJob, len(rep.Exited))
+	for _, e := range rep.Exited {
+		w.exited[e.JobID] = e
 	}
 	return rep.Enumerated && rep.Removed == rep.Found
 }

@@ -140,6 +140,21 @@ func waitHosts(t *testing.T, c redis.UniversalClient, caps map[string]string, na
 }
 
 // containers lists every container (any state) carrying label=value.
+// containersGone waits until no container carries label=value: a job's
+// container is kept until its outcome is recorded and reported, and removed
+// right after. It returns those left at the deadline.
+func containersGone(t *testing.T, dc *client.Client, label, value string, timeout time.Duration) []container.Summary {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		left := containers(t, dc, label, value)
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func containers(t *testing.T, dc *client.Client, label, value string) []container.Summary {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
