@@ -72,35 +72,39 @@ func readHeldNote(dir string) (heldNote, bool) {
 	return n, true
 }
 
-// failOrphans fails, as stalled and without retry, the jobs a previous
-// process of this worker held when it died, and removes the job folders it
-// left. It acts only when the reaper proved that no container of this name
+// failOrphans fails the jobs a previous process of this worker held when it
+// died (as stalled and without retry, or with the real outcome of a
+// container that had exited), and removes the job folders it left. It acts only when the reaper proved that no container of this name
 // runs and a beat proves this process holds the name (so the previous holder
 // is dead, not a live namesake); otherwise the folders stay and the stalled
 // check handles the jobs when their locks expire.
-func (w *Worker) failOrphans(ctx context.Context, reaped bool) {
+//
+// It reports whether the folders were dealt with (or there were none), so
+// the exited containers the reap left may go.
+func (w *Worker) failOrphans(ctx context.Context, reaped bool) (settled bool) {
 	dir := w.jobsDir()
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			w.log.Warn("orphaned_jobs_skipped", "reason", "jobs dir unreadable", "err", err)
+			return false
 		}
-		return
+		return true
 	}
 	if len(entries) == 0 {
-		return
+		return true
 	}
 	switch {
 	case !reaped:
 		w.log.Warn("orphaned_jobs_skipped", "reason", "the reaper did not prove that no job container runs", "folders", len(entries))
-		return
+		return false
 	case w.deps.Registry == nil:
 		w.log.Warn("orphaned_jobs_skipped", "reason", "no registry to prove the name is held", "folders", len(entries))
-		return
+		return false
 	}
 	if err := w.deps.Registry.Publish(ctx); err != nil {
 		w.log.Warn("orphaned_jobs_skipped", "reason", "the name is not proven held", "err", err, "folders", len(entries))
-		return
+		return false
 	}
 	failed, kept := 0, 0
 	for _, e := range entries {
@@ -114,6 +118,12 @@ func (w *Worker) failOrphans(ctx context.Context, reaped bool) {
 		case orphanUndecided:
 			// The evidence stays for the next boot to finish.
 			kept++
+			if n, ok := readHeldNote(jobDir); ok {
+				if w.undecided == nil {
+					w.undecided = map[string]bool{}
+				}
+				w.undecided[n.JobID] = true
+			}
 			continue
 		}
 		if err := os.RemoveAll(jobDir); err != nil {
@@ -121,6 +131,7 @@ func (w *Worker) failOrphans(ctx context.Context, reaped bool) {
 		}
 	}
 	w.log.Info("orphaned_jobs_done", "folders", len(entries), "failed", failed, "kept", kept)
+	return true
 }
 
 // failOrphan fails the job a folder's note names, if the note's token still

@@ -365,3 +365,50 @@ func TestRunKeepsItsContainerUntilRecorded(t *testing.T) {
 		t.Fatalf("kept %v, removed %q with %d records, job %s", rt.kept, rt.removed, rt.atRm, rt.stateRm)
 	}
 }
+
+// keepingReaper reaps like *runner.Docker's ReapRunning: exited containers
+// stay, reported, until the worker removes them.
+type keepingReaper struct {
+	orphanRuntime
+	logsDir string
+	mu      sync.Mutex
+	removed map[string]int // container -> records in logsDir when removed
+}
+
+func (r *keepingReaper) ReapRunning(ctx context.Context, worker string) (runner.ReapReport, error) {
+	return r.reap, nil
+}
+
+func (r *keepingReaper) RemoveContainer(_ context.Context, name string) error {
+	recs, _ := ReadRecords(r.logsDir, "orphan-kept")
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.removed[name] = len(recs)
+	return nil
+}
+
+// At boot, exited containers are removed only after their jobs are recorded.
+func TestBootRemovesExitedContainersAfterRecording(t *testing.T) {
+	f := newOrphanFixture(t)
+	f.leaveOrphan(t, "orphan-kept", "")
+	rt := &keepingReaper{logsDir: f.cfg.LogsDir, removed: map[string]int{}}
+	rt.reap = runner.ReapReport{Enumerated: true, Exited: []runner.ExitedJob{
+		{JobID: "orphan-kept", Container: "pi-job-orphan-kept", ExitCode: 1},
+		{JobID: "long-done", Container: "pi-job-long-done", ExitCode: 0}, // its run was recorded and reported
+	}}
+	_, stop := f.boot(t, rt, &orphanRegistry{})
+	stop()
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if n, ok := rt.removed["pi-job-orphan-kept"]; !ok || n != 1 {
+		t.Fatalf("removed %v, want the orphan's container removed after its one record", rt.removed)
+	}
+	if _, ok := rt.removed["pi-job-long-done"]; !ok {
+		t.Fatalf("removed %v: the finished run's container was left", rt.removed)
+	}
+	// Attempt 1 is recorded as it ended (exit 1, retried); the retry may have run since.
+	recs, _ := ReadRecords(f.cfg.LogsDir, "orphan-kept")
+	if len(recs) < 1 || recs[0].Attempt != 1 || recs[0].Reason != ReasonExit1 || *recs[0].ExitCode != 1 {
+		t.Fatalf("records %+v", recs)
+	}
+}

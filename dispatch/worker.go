@@ -136,6 +136,9 @@ type Worker struct {
 	// exited holds, from the boot reap, the exit of each job container a
 	// crashed predecessor left exited, by job id (read by failOrphans).
 	exited map[string]runner.ExitedJob
+	// undecided holds the ids of orphans failOrphans could not finish: their
+	// folders and exited containers stay for the next boot.
+	undecided map[string]bool
 }
 
 // NewWorker checks the configuration and the dependencies and loads the
@@ -221,7 +224,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	reaped := w.reap(ctx)
 	w.sweep(ctx, reaped)
-	w.failOrphans(ctx, reaped)
+	if w.failOrphans(ctx, reaped) {
+		w.removeExited()
+	}
 
 	// jobsCtx outlives ctx by the shutdown grace: running jobs may finish.
 	jobsCtx, stopJobs := context.WithCancel(context.WithoutCancel(ctx))
@@ -314,12 +319,16 @@ func (w *Worker) recoverRecordTemps() {
 func (w *Worker) reap(ctx context.Context) bool {
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	rep, err := w.deps.Runtime.Reap(rctx, w.cfg.WorkerName)
+	reap := w.deps.Runtime.Reap
+	if r, ok := w.deps.Runtime.(runningReaper); ok {
+		reap = r.ReapRunning // exited containers stay until their jobs are recorded
+	}
+	rep, err := reap(rctx, w.cfg.WorkerName)
 	if err != nil || !rep.Enumerated {
 		w.log.Warn("reaper_skipped", "err", errString(err))
 		return false
 	}
-	if rep.Found > 0 {
+	if rep.Found > 0 || len(rep.Exited) > 0 {
 		w.log.Info("reaped_containers", "found", rep.Found, "removed", rep.Removed, "exited", len(rep.Exited))
 	}
 	w.exited = make(map[string]runner.ExitedJob, len(rep.Exited))
@@ -327,6 +336,27 @@ func (w *Worker) reap(ctx context.Context) bool {
 		w.exited[e.JobID] = e
 	}
 	return rep.Enumerated && rep.Removed == rep.Found
+}
+
+// runningReaper reaps only running containers, leaving exited ones and
+// reporting their exits (*runner.Docker does).
+type runningReaper interface {
+	ReapRunning(ctx context.Context, worker string) (runner.ReapReport, error)
+}
+
+// removeExited removes the exited job containers the boot reap left, once
+// their jobs are recorded: all but those of orphans a failure left undecided,
+// which the next boot records from them.
+func (w *Worker) removeExited() {
+	r, ok := w.deps.Runtime.(containerRemover)
+	if !ok {
+		return
+	}
+	for id, e := range w.exited {
+		if !w.undecided[id] && e.Container != "" {
+			w.removeContainer(r, e.Container)
+		}
+	}
 }
 
 // sweep deletes this host's scope claims left by a crash, only once the

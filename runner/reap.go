@@ -42,6 +42,18 @@ func (r ReapReport) Clean() bool { return r.Enumerated && r.Removed == r.Found &
 // when the containers could not be listed (Enumerated false); failures to
 // remove single containers are in the report.
 func (d *Docker) Reap(ctx context.Context, worker string) (ReapReport, error) {
+	return d.reap(ctx, worker, false)
+}
+
+// ReapRunning is Reap that leaves exited containers in place (still listed
+// in Exited, not counted in Found): a worker records their jobs' outcomes
+// first, then removes them with RemoveContainer, so a boot killed in between
+// still finds the exit codes.
+func (d *Docker) ReapRunning(ctx context.Context, worker string) (ReapReport, error) {
+	return d.reap(ctx, worker, true)
+}
+
+func (d *Docker) reap(ctx context.Context, worker string, keepExited bool) (ReapReport, error) {
 	var rep ReapReport
 	if err := checkText("worker name", worker, 256); err != nil {
 		return rep, fmt.Errorf("%w: %v", ErrInvalidSpec, err)
@@ -55,12 +67,15 @@ func (d *Docker) Reap(ctx context.Context, worker string) (ReapReport, error) {
 		if c.Labels[LabelWorker] != worker {
 			continue // an engine that filters loosely must not widen the sweep
 		}
-		rep.Found++
 		if !c.Running {
 			if info, err := d.eng.inspect(ctx, c.ID); err == nil && info.Exited {
 				rep.Exited = append(rep.Exited, ExitedJob{JobID: c.Labels[LabelJob], Container: c.Name, ExitCode: info.ExitCode, OOMKilled: info.OOMKilled})
+				if keepExited {
+					continue
+				}
 			}
 		}
+		rep.Found++
 		if err := d.eng.remove(ctx, c.ID); err != nil && !errors.Is(err, errNotFound) {
 			rep.Errors = append(rep.Errors, fmt.Errorf("remove container %s (%s): %w", c.Name, c.ID, err))
 			continue

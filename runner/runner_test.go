@@ -558,3 +558,24 @@ func TestKeptContainerAndReapedExit(t *testing.T) {
 		t.Fatalf("second remove: %v", err)
 	}
 }
+
+// ReapRunning removes running containers and leaves exited ones, reported.
+func TestReapRunningLeavesExited(t *testing.T) {
+	eng := newFakeEngine()
+	eng.exitCode = 0
+	d, _ := newTestDocker(t, eng, Config{})
+	spec := baseSpec()
+	spec.KeepContainer = true
+	if _, err := d.Run(context.Background(), spec); err != nil {
+		t.Fatal(err)
+	}
+	running := eng.add("pi-job-running", map[string]string{LabelWorker: spec.Worker, LabelJob: "still-running"})
+	eng.get(running).started = true
+	rep, err := d.ReapRunning(context.Background(), spec.Worker)
+	if err != nil || rep.Found != 1 || rep.Removed != 1 || !rep.Clean() || len(rep.Exited) != 1 || rep.Exited[0].JobID != spec.JobID {
+		t.Fatalf("reap %+v %v", rep, err)
+	}
+	if eng.count() != 1 || eng.get(running) != nil {
+		t.Fatalf("%d containers left, want the exited one", eng.count())
+	}
+}
