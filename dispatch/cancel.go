@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
@@ -37,8 +36,6 @@ const (
 	// cancelCleanupTimeout bounds the withdrawal of a request after the
 	// caller's ctx ended.
 	cancelCleanupTimeout = 2 * time.Second
-	// maxCancelJobID bounds a job id given to Cancel.
-	maxCancelJobID = 512
 )
 
 // Where a Cancel ended.
@@ -67,6 +64,29 @@ type CancelResult struct {
 	State queue.State
 	// SchedulerID is set for CancelSchedulerRun.
 	SchedulerID string
+	// Record is the run record of a removed job (CancelRemoved): the attempt
+	// it would have run next, policy / operator-cancel. It is mirrored
+	// fleet-wide and, with CancelOptions.LogsDir, written to RecordPath. Nil
+	// for every other outcome (a stopped job is recorded by its worker).
+	Record *Record
+	// RecordPath is the record file written; "" when none was.
+	RecordPath string
+	// RecordErr says why the record of a removed job could not be written
+	// or mirrored; the job is removed all the same.
+	RecordErr error
+}
+
+// CancelOptions tunes CancelWith. The zero value waits DefaultCancelWait and
+// records a removal in the run mirror only, under this machine's name.
+type CancelOptions struct {
+	// Wait is how long to wait for a running job's worker to acknowledge.
+	Wait time.Duration
+	// Host names the canceller in a removed job's record; "" or an invalid
+	// name is this machine's sanitized hostname.
+	Host string
+	// LogsDir, when set (an absolute path), receives the record file of a
+	// removed job, as a worker's PI_LOGS_DIR does.
+	LogsDir string
 }
 
 // Changed reports whether the job is gone or stopped.
@@ -75,13 +95,22 @@ func (r CancelResult) Changed() bool {
 }
 
 // Cancel finds jobID on the shared queue and every host queue and stops it:
-// a job waiting (or paused, delayed, prioritized) is removed and leaves no
-// run record; a running job is stopped by its worker through the request /
+// a job waiting (or paused, delayed, prioritized) is removed and recorded
+// in the run mirror (CancelWith also writes the record file); a running job is stopped by its worker through the request /
 // ack handshake, waiting up to wait (DefaultCancelWait when 0) for the ack;
 // its run record then says operator-cancel. A finished job, a scheduler's
 // pending run, or an ack that does not come change nothing, and say so in
 // Where. The error is for Valkey failures only.
 func Cancel(ctx context.Context, client redis.UniversalClient, jobID string, wait time.Duration) (CancelResult, error) {
+	return CancelWith(ctx, client, jobID, CancelOptions{Wait: wait})
+}
+
+// CancelWith is Cancel with options: where a removed job's record goes, and
+// whose name it carries. A removed job is recorded once it is removed (a
+// removal that did not happen is never recorded): the trace of a job
+// cancelled while it waited, for instance for its retry.
+func CancelWith(ctx context.Context, client redis.UniversalClient, jobID string, opts CancelOptions) (CancelResult, error) {
+	wait := opts.Wait
 	if client == nil {
 		return CancelResult{}, errors.New("dispatch: nil client")
 	}
@@ -117,6 +146,7 @@ func Cancel(ctx context.Context, client redis.UniversalClient, jobID string, wai
 	switch err := q.Remove(ctx, jobID); {
 	case err == nil:
 		res.Where = CancelRemoved
+		recordCancel(ctx, client, job, opts, &res)
 		// A held job leaves its hold state behind; nothing would end it now.
 		if err := RemoveHold(ctx, client, jobID); err != nil {
 			return res, fmt.Errorf("cancel %q: removed from %s, but its hold state remains: %w", jobID, name, err)
@@ -137,6 +167,34 @@ func Cancel(ctx context.Context, client redis.UniversalClient, jobID string, wai
 	default:
 		return res, fmt.Errorf("cancel %q: %w", jobID, err)
 	}
+}
+
+// recordCancel writes the record of a job Cancel removed: the attempt it
+// would have run next, never started, policy / operator-cancel.
+func recordCancel(ctx context.Context, client redis.UniversalClient, job *queue.Job, opts CancelOptions, res *CancelResult) {
+	host := opts.Host
+	if registry.ValidateName(host) != nil {
+		host = registry.DefaultName()
+	}
+	now := time.Now().UTC()
+	rec := Record{
+		Kind: KindManual, Target: "-", StartedAt: now, EndedAt: now,
+		Outcome: OutcomePolicy, Reason: ReasonOperatorCancel,
+		Attempt: job.AttemptsMade + 1, Host: host,
+	}
+	rec.JobID, rec.JobIDQuoted = RefusedJobID(job.ID)
+	if spec, err := ParseJob(job.Data); err == nil {
+		rec.Kind, rec.Target, rec.Flow, rec.Image = spec.Kind, spec.Target(), spec.Flow, spec.Image
+	}
+	res.Record = &rec
+	var errs []error
+	if opts.LogsDir != "" {
+		p, err := WriteRecord(opts.LogsDir, rec)
+		res.RecordPath = p
+		errs = append(errs, err)
+	}
+	errs = append(errs, NewMirror(client, MirrorConfig{}).Mirror(ctx, rec))
+	res.RecordErr = errors.Join(errs...)
 }
 
 // stopRunning asks the worker that runs jobID to stop it and waits for its
@@ -233,21 +291,15 @@ func readAck(ctx context.Context, client redis.UniversalClient, key string) (hos
 // is read or written for it.
 var ErrInvalidJobID = errors.New("invalid job id")
 
-// checkCancelJobID refuses an id no job can have before any key is built
-// from it: empty, oversized, invalid UTF-8 or control characters.
+// checkCancelJobID refuses an id no job can have (queue.CheckJobID) before
+// any key is built from it.
 func checkCancelJobID(id string) error {
-	switch {
-	case id == "":
-		return fmt.Errorf("cancel: %w: empty", ErrInvalidJobID)
-	case len(id) > maxCancelJobID:
-		return fmt.Errorf("cancel: %w: longer than %d bytes", ErrInvalidJobID, maxCancelJobID)
-	case !utf8.ValidString(id):
-		return fmt.Errorf("cancel: %w: not valid UTF-8", ErrInvalidJobID)
-	}
-	for _, r := range id {
-		if r < 0x20 || r == 0x7f {
-			return fmt.Errorf("cancel: %w: contains control character %U", ErrInvalidJobID, r)
+	if err := queue.CheckJobID(id); err != nil {
+		var oe *queue.OptionError
+		if errors.As(err, &oe) {
+			return fmt.Errorf("cancel: %w: %s", ErrInvalidJobID, oe.Reason)
 		}
+		return fmt.Errorf("cancel: %w: %w", ErrInvalidJobID, err)
 	}
 	return nil
 }

@@ -369,3 +369,49 @@ func ExampleCancelWatcher() {
 		fmt.Println("record reason:", dispatch.ReasonOperatorCancel)
 	}
 }
+
+// A job cancelled while it waits for its retry leaves a record of the
+// cancel, as the attempt it would have run next, in the canceller's logs
+// dir and the run mirror; the failed attempt's record is kept.
+func TestCancelRecordsARemovedRetry(t *testing.T) {
+	db := livetest.Valkey(t)
+	ctx := context.Background()
+	shared := mustQueue(t, db.Client, queue.SharedQueue)
+	data, _ := json.Marshal(dispatch.Job{Kind: dispatch.KindForge, Repo: "acme/web", Flow: "fix", Task: "t"})
+	if _, _, err := shared.Add(ctx, dispatch.JobName, data, queue.AddOptions{JobID: "retry-1", Attempts: 3,
+		Backoff: queue.Backoff{Type: queue.BackoffFixed, Delay: time.Hour}}); err != nil {
+		t.Fatal(err)
+	}
+	tok := queue.NewToken()
+	if j, err := shared.Fetch(ctx, tok); err != nil || j == nil {
+		t.Fatal(j, err)
+	}
+	logs := t.TempDir()
+	now := time.Now()
+	first := dispatch.Record{JobID: "retry-1", Kind: dispatch.KindForge, Target: "acme/web", Flow: "fix", StartedAt: now, EndedAt: now,
+		Outcome: dispatch.OutcomeFailed, Reason: dispatch.ReasonExit1, Attempt: 1, Host: "alpha"}
+	if _, err := dispatch.WriteRecord(logs, first); err != nil {
+		t.Fatal(err)
+	}
+	if retried, err := shared.Fail(ctx, "retry-1", tok, dispatch.ReasonExit1, queue.FailOptions{}); err != nil || !retried {
+		t.Fatalf("fail: %v %v", retried, err)
+	}
+
+	res, err := dispatch.CancelWith(ctx, db.Client, "retry-1", dispatch.CancelOptions{Wait: time.Second, Host: "ops-1", LogsDir: logs})
+	if err != nil || res.Where != dispatch.CancelRemoved || res.State != queue.StateDelayed || res.RecordErr != nil {
+		t.Fatalf("Cancel = %+v, %v", res, err)
+	}
+	recs, err := dispatch.ReadRecords(logs, "retry-1")
+	if err != nil || len(recs) != 2 {
+		t.Fatalf("records %+v %v, want the failed attempt's and the cancel's", recs, err)
+	}
+	c := recs[1]
+	if recs[0].Reason != dispatch.ReasonExit1 || c.Attempt != 2 || c.Outcome != dispatch.OutcomePolicy || c.Reason != dispatch.ReasonOperatorCancel ||
+		c.Host != "ops-1" || c.ExitCode != nil || c.Target != "acme/web" || res.RecordPath == "" {
+		t.Fatalf("records %+v", recs)
+	}
+	runs, _, err := dispatch.NewMirror(db.Client, dispatch.MirrorConfig{}).Read(ctx, 10, time.Time{})
+	if err != nil || len(runs) != 1 || runs[0].Reason != dispatch.ReasonOperatorCancel || runs[0].Attempt != 2 {
+		t.Fatalf("mirrored %+v %v", runs, err)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/pidispatch/pidispatch/capabilities"
+	"github.com/pidispatch/pidispatch/queue"
 )
 
 // Kind says where a job came from, which decides what it targets and where it may run.
@@ -51,7 +52,6 @@ const (
 	maxNameLen        = 128
 	maxPathLen        = 4096
 	maxRefLen         = 255
-	maxJobIDLen       = 256
 )
 
 // WaitCondition is one entry of a job's waitFor list: exactly one of Profile (a
@@ -531,11 +531,12 @@ func validName(s string) bool {
 	return true
 }
 
-// ValidJobID reports whether id is usable as a job id: 1 to 256 bytes of letters,
-// digits and . _ : @ # - (what local-, chain-, repeat:<id>:<ms> and forge delivery ids
-// are made of).
+// ValidJobID reports whether id is one of the ids this package's jobs carry: the
+// job id rule (queue.CheckJobID) and only letters, digits and . _ : @ # - (what
+// local-, chain-, repeat:<id>:<ms> and forge delivery ids are made of). A parent
+// job id must be one.
 func ValidJobID(id string) bool {
-	if id == "" || len(id) > maxJobIDLen {
+	if queue.CheckJobID(id) != nil {
 		return false
 	}
 	for i := 0; i < len(id); i++ {

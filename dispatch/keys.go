@@ -20,8 +20,9 @@ import (
 //	budget:s:<hash16>:<YYYY-MM-DD>      one scope's count of the UTC day
 //	budget:s:<hash16>:w:<monday>        one scope's count of the ISO week
 //	budget:rel:<token>                  a reservation's release guard (released once)
-//	runs:rec:<stem>                     a mirrored run record (stem = SanitizeJobID)
-//	runs:index                          ZSET of mirrored stems scored by endedAt ms
+//	runs:rec:<stem>.attempt-<n>         one attempt's mirrored run record (stem = SanitizeJobID)
+//	runs:claim:<stem>.attempt-<n>       the host that records that attempt (one fleet-wide)
+//	runs:index                          ZSET of those members (<stem>.attempt-<n>) scored by endedAt ms
 //	cancel:req:<jobId>, cancel:ack:<jobId>  operator cancel of a running job
 //	pi:paused                           the fleet-wide pause flag
 //	wait:job:<jobId>                    HASH: a held job's hold state (wait-for)
@@ -33,6 +34,7 @@ const (
 	budgetScopePrefix   = "budget:s:"
 	budgetReleasePrefix = "budget:rel:"
 	runRecordPrefix     = "runs:rec:"
+	runClaimPrefix      = "runs:claim:"
 	cancelRequestPrefix = "cancel:req:"
 	cancelAckPrefix     = "cancel:ack:"
 	waitJobPrefix       = "wait:job:"
@@ -95,9 +97,20 @@ func budgetMonday(t time.Time) string {
 	return time.Date(y, m, d-back, 0, 0, 0, 0, time.UTC).Format(budgetDayLayout)
 }
 
-// RunRecordKey is the mirrored body of a job's run record. It uses the record
-// file's stem (SanitizeJobID), so the mirror and the file name one job alike.
-func RunRecordKey(jobID string) string { return runRecordPrefix + SanitizeJobID(jobID) }
+// RunRecordKey is the mirrored body of the run record of one attempt of a job.
+// It is the record file's name without .json (RecordName), so the mirror and
+// the file name one attempt alike.
+func RunRecordKey(jobID string, attempt int) string {
+	return runRecordPrefix + recordMember(jobID, attempt)
+}
+
+// RunClaimKey names the host that writes the record of one attempt of a job:
+// the first to claim it. Two hosts that both saw the attempt end (a frozen
+// worker waking after another host's stalled check failed its job) write one
+// record between them.
+func RunClaimKey(jobID string, attempt int) string {
+	return runClaimPrefix + recordMember(jobID, attempt)
+}
 
 // CancelRequestKey is an operator's request to stop a running job.
 func CancelRequestKey(jobID string) string { return cancelRequestPrefix + jobID }

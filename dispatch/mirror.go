@@ -75,7 +75,8 @@ func (c MirrorConfig) withDefaults() MirrorConfig {
 	return c
 }
 
-// Mirror copies run records to Valkey (runs:rec:<stem> and runs:index), so any
+// Mirror copies run records to Valkey (runs:rec:<stem>.attempt-<n> and
+// runs:index, one entry per attempt), so any
 // host of a fleet can list the runs of all of them. The record file is the
 // record; the mirror is a view of it, and a failure to mirror never fails a job.
 // Only named workers arm it (the caller decides): an unnamed worker's runs have
@@ -125,13 +126,45 @@ func (m *Mirror) Mirror(ctx context.Context, rec Record) error {
 	if err != nil {
 		return err
 	}
-	stem := SanitizeJobID(rec.JobID)
+	member := recordMember(rec.JobID, rec.Attempt)
 	score := rec.EndedAt.UnixMilli()
-	keys := []string{RunRecordKey(rec.JobID), RunIndexKey}
+	keys := []string{runRecordPrefix + member, RunIndexKey}
 	_, err = bounded.Call(ctx, m.cfg.CallTimeout, &m.inflight, nil, func(ctx context.Context) (any, error) {
-		return mirrorScript.Run(ctx, m.client, keys, body, m.window.Milliseconds(), score, stem, m.cfg.IndexMax).Result()
+		return mirrorScript.Run(ctx, m.client, keys, body, m.window.Milliseconds(), score, member, m.cfg.IndexMax).Result()
 	})
 	m.observe(err)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrMirrorUnreachable, err)
+	}
+	return nil
+}
+
+// recordClaimTTL is how long a record claim lasts: longer than any freeze a
+// worker wakes from with a run to report.
+const recordClaimTTL = 7 * 24 * time.Hour
+
+// Claim takes, fleet-wide, the right to write the record of one attempt of
+// jobID for host, and returns the claim's owner: host when it is host's
+// (taken now or before), else the host that took it first. The error wraps
+// ErrMirrorUnreachable; a caller that cannot claim writes its record all the
+// same (a duplicate is better than none).
+func (m *Mirror) Claim(ctx context.Context, jobID string, attempt int, host string) (string, error) {
+	key := RunClaimKey(jobID, attempt)
+	owner, err := bounded.Call(ctx, m.cfg.CallTimeout, &m.inflight, nil, func(ctx context.Context) (string, error) {
+		return claimScript.Run(ctx, m.client, []string{key}, host, recordClaimTTL.Milliseconds()).Text()
+	})
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrMirrorUnreachable, err)
+	}
+	return owner, nil
+}
+
+// ReleaseClaim drops host's claim of one attempt (a record it wrote for an
+// attempt that then ran again); another host's claim is left alone.
+func (m *Mirror) ReleaseClaim(ctx context.Context, jobID string, attempt int, host string) error {
+	_, err := bounded.Call(ctx, m.cfg.CallTimeout, &m.inflight, nil, func(ctx context.Context) (any, error) {
+		return releaseClaimScript.Run(ctx, m.client, []string{RunClaimKey(jobID, attempt)}, host).Result()
+	})
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrMirrorUnreachable, err)
 	}
@@ -267,7 +300,7 @@ func (m *Mirror) Read(ctx context.Context, limit int, since time.Time) (runs []R
 
 	keys := make([]string, len(members))
 	for i, member := range members {
-		keys[i] = RunRecordKey(member)
+		keys[i] = runRecordPrefix + member
 	}
 	bodies, err := bounded.Call(ctx, m.cfg.CallTimeout, &m.inflight, nil, func(ctx context.Context) ([]any, error) {
 		return m.client.MGet(ctx, keys...).Result()

@@ -52,7 +52,8 @@ func TestMirrorWritesTheRecordWithItsWindow(t *testing.T) {
 	rec := mirrorRec("repeat:cron/1", ended)
 	require.NoError(t, m.Mirror(ctx, rec))
 
-	body, err := db.Client.Get(ctx, "runs:rec:repeat-cron-1").Result()
+	member := SanitizeJobID("repeat:cron/1") + ".attempt-1"
+	body, err := db.Client.Get(ctx, "runs:rec:"+member).Result()
 	require.NoError(t, err)
 	var got Record
 	require.NoError(t, json.Unmarshal([]byte(body), &got))
@@ -62,12 +63,12 @@ func TestMirrorWritesTheRecordWithItsWindow(t *testing.T) {
 	require.NotContains(t, body, "\n", "compacted, as the file")
 
 	const window = 24 * time.Hour
-	for _, k := range []string{"runs:rec:repeat-cron-1", RunIndexKey} {
+	for _, k := range []string{"runs:rec:" + member, RunIndexKey} {
 		pttl := mirrorPTTL(t, db.Client, k)
 		require.Greater(t, pttl, window-time.Minute, k)
 		require.LessOrEqual(t, pttl, window, k)
 	}
-	score, err := db.Client.ZScore(ctx, RunIndexKey, "repeat-cron-1").Result()
+	score, err := db.Client.ZScore(ctx, RunIndexKey, member).Result()
 	require.NoError(t, err)
 	require.Equal(t, float64(ended.UnixMilli()), score)
 
@@ -76,10 +77,35 @@ func TestMirrorWritesTheRecordWithItsWindow(t *testing.T) {
 		m := NewMirror(db.Client, MirrorConfig{RetentionDays: days})
 		id := "w" + strconv.Itoa(i)
 		require.NoError(t, m.Mirror(ctx, mirrorRec(id, time.Now())))
-		pttl := mirrorPTTL(t, db.Client, RunRecordKey(id))
+		pttl := mirrorPTTL(t, db.Client, RunRecordKey(id, 1))
 		require.Greater(t, pttl, 92*24*time.Hour-time.Minute, "days %d", days)
 		require.LessOrEqual(t, pttl, 92*24*time.Hour, "days %d", days)
 	}
+}
+
+// Every attempt of a job is mirrored under its own key, and ids the old
+// mapping merged ("X:coll:1", "X-coll-1") are two runs, not one.
+func TestMirrorKeepsEveryAttempt(t *testing.T) {
+	t.Parallel()
+	db := livetest.Valkey(t)
+	ctx := context.Background()
+	m := NewMirror(db.Client, MirrorConfig{})
+	base := time.Now().Add(-time.Hour)
+	first := mirrorRec("X:coll:1", base)
+	first.Outcome, first.Reason = OutcomeFailed, ReasonExit1
+	require.NoError(t, m.Mirror(ctx, first))
+	second := mirrorRec("X:coll:1", base.Add(time.Minute))
+	second.Attempt = 2
+	require.NoError(t, m.Mirror(ctx, second))
+	require.NoError(t, m.Mirror(ctx, second)) // the same attempt again: one run
+	require.NoError(t, m.Mirror(ctx, mirrorRec("X-coll-1", base.Add(2*time.Minute))))
+
+	runs, _, err := m.Read(ctx, 10, time.Time{})
+	require.NoError(t, err)
+	require.Len(t, runs, 3)
+	require.Equal(t, "X-coll-1", runs[0].JobID)
+	require.Equal(t, []int{2, 1}, []int{runs[1].Attempt, runs[2].Attempt})
+	require.Equal(t, ReasonExit1, runs[2].Reason, "the retry kept the first attempt's record")
 }
 
 func TestMirrorTrimsTheIndexByCount(t *testing.T) {
@@ -93,7 +119,7 @@ func TestMirrorTrimsTheIndexByCount(t *testing.T) {
 	}
 	members, err := db.Client.ZRange(ctx, RunIndexKey, 0, -1).Result()
 	require.NoError(t, err)
-	require.Equal(t, []string{"r2", "r3", "r4"}, members, "the newest three")
+	require.Equal(t, []string{"r2.attempt-1", "r3.attempt-1", "r4.attempt-1"}, members, "the newest three")
 }
 
 func TestMirrorTrimsTheIndexByAge(t *testing.T) {
@@ -109,14 +135,14 @@ func TestMirrorTrimsTheIndexByAge(t *testing.T) {
 	require.NoError(t, m.Mirror(ctx, mirrorRec("fresh", now)))
 	members, err := db.Client.ZRange(ctx, RunIndexKey, 0, -1).Result()
 	require.NoError(t, err)
-	require.Equal(t, []string{"recent", "fresh"}, members)
+	require.Equal(t, []string{"recent", "fresh.attempt-1"}, members)
 
 	// A record that ended before the window is not mirrored at all.
 	require.NoError(t, m.Mirror(ctx, mirrorRec("old", now.Add(-25*time.Hour))))
-	n, err := db.Client.Exists(ctx, RunRecordKey("old")).Result()
+	n, err := db.Client.Exists(ctx, RunRecordKey("old", 1)).Result()
 	require.NoError(t, err)
 	require.Zero(t, n)
-	_, err = db.Client.ZScore(ctx, RunIndexKey, "old").Result()
+	_, err = db.Client.ZScore(ctx, RunIndexKey, "old.attempt-1").Result()
 	require.ErrorIs(t, err, redis.Nil)
 }
 
@@ -166,9 +192,9 @@ func TestMirrorReadNewestFirstAndPrunesJunk(t *testing.T) {
 		redis.Z{Score: score(12), Member: "invalid"},
 		redis.Z{Score: score(13), Member: "hash"},
 	).Err())
-	require.NoError(t, db.Client.Set(ctx, RunRecordKey("notjson"), "\x00{not json", 0).Err())
-	require.NoError(t, db.Client.Set(ctx, RunRecordKey("invalid"), `{"jobId":"invalid","outcome":"exploded"}`, 0).Err())
-	require.NoError(t, db.Client.HSet(ctx, RunRecordKey("hash"), "a", "b").Err())
+	require.NoError(t, db.Client.Set(ctx, runRecordPrefix+"notjson", "\x00{not json", 0).Err())
+	require.NoError(t, db.Client.Set(ctx, runRecordPrefix+"invalid", `{"jobId":"invalid","outcome":"exploded"}`, 0).Err())
+	require.NoError(t, db.Client.HSet(ctx, runRecordPrefix+"hash", "a", "b").Err())
 
 	runs, degraded, err := m.Read(ctx, 10, time.Time{})
 	require.NoError(t, err)
@@ -182,7 +208,7 @@ func TestMirrorReadNewestFirstAndPrunesJunk(t *testing.T) {
 
 	members, err := db.Client.ZRange(ctx, RunIndexKey, 0, -1).Result()
 	require.NoError(t, err)
-	require.Equal(t, []string{"r0", "r1", "r2", "r3"}, members, "junk pruned from the index")
+	require.Equal(t, []string{"r0.attempt-1", "r1.attempt-1", "r2.attempt-1", "r3.attempt-1"}, members, "junk pruned from the index")
 
 	// since is exclusive.
 	runs, degraded, err = m.Read(ctx, 10, base.Add(time.Minute))

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/pidispatch/pidispatch/queue"
+	"github.com/pidispatch/pidispatch/runner"
 )
 
 // A worker that crashes mid-job (killed, OOM, power loss of the process but
@@ -35,6 +36,9 @@ type heldNote struct {
 	Queue string `json:"queue"`
 	JobID string `json:"jobId"`
 	Token string `json:"token"`
+	// Attempt is the attempt the run is (0 in notes of older versions: the
+	// queue's count then decides).
+	Attempt int `json:"attempt,omitempty"`
 }
 
 // jobsDir is this worker's own folder of job folders: one per name, so two
@@ -68,59 +72,79 @@ func readHeldNote(dir string) (heldNote, bool) {
 	return n, true
 }
 
-// failOrphans fails, as stalled and without retry, the jobs a previous
-// process of this worker held when it died, and removes the job folders it
-// left. It acts only when the reaper proved that no container of this name
+// failOrphans fails the jobs a previous process of this worker held when it
+// died (as stalled and without retry, or with the real outcome of a
+// container that had exited), and removes the job folders it left. It acts only when the reaper proved that no container of this name
 // runs and a beat proves this process holds the name (so the previous holder
 // is dead, not a live namesake); otherwise the folders stay and the stalled
 // check handles the jobs when their locks expire.
-func (w *Worker) failOrphans(ctx context.Context, reaped bool) {
+//
+// It reports whether the folders were dealt with (or there were none), so
+// the exited containers the reap left may go.
+func (w *Worker) failOrphans(ctx context.Context, reaped bool) (settled bool) {
 	dir := w.jobsDir()
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			w.log.Warn("orphaned_jobs_skipped", "reason", "jobs dir unreadable", "err", err)
+			return false
 		}
-		return
+		return true
 	}
 	if len(entries) == 0 {
-		return
+		return true
 	}
 	switch {
 	case !reaped:
 		w.log.Warn("orphaned_jobs_skipped", "reason", "the reaper did not prove that no job container runs", "folders", len(entries))
-		return
+		return false
 	case w.deps.Registry == nil:
 		w.log.Warn("orphaned_jobs_skipped", "reason", "no registry to prove the name is held", "folders", len(entries))
-		return
+		return false
 	}
 	if err := w.deps.Registry.Publish(ctx); err != nil {
 		w.log.Warn("orphaned_jobs_skipped", "reason", "the name is not proven held", "err", err, "folders", len(entries))
-		return
+		return false
 	}
-	failed := 0
+	failed, kept := 0, 0
 	for _, e := range entries {
 		if !e.IsDir() {
 			continue
 		}
 		jobDir := filepath.Join(dir, e.Name())
-		if w.failOrphan(ctx, jobDir) {
+		switch w.failOrphan(ctx, jobDir) {
+		case orphanFailed:
 			failed++
+		case orphanUndecided:
+			// The evidence stays for the next boot to finish.
+			kept++
+			if n, ok := readHeldNote(jobDir); ok {
+				if w.undecided == nil {
+					w.undecided = map[string]bool{}
+				}
+				w.undecided[n.JobID] = true
+			}
+			continue
 		}
 		if err := os.RemoveAll(jobDir); err != nil {
 			w.log.Warn("orphaned_job_dir_remove_failed", "dir", jobDir, "err", err)
 		}
 	}
-	w.log.Info("orphaned_jobs_done", "folders", len(entries), "failed", failed)
+	w.log.Info("orphaned_jobs_done", "folders", len(entries), "failed", failed, "kept", kept)
+	return true
 }
 
 // failOrphan fails the job a folder's note names, if the note's token still
 // holds its lock; a job finished, retried or already failed by the stalled
-// check is left alone.
-func (w *Worker) failOrphan(ctx context.Context, jobDir string) bool {
+// check is left alone. The record comes first: this host's record of the
+// attempt when it has one (the dead run wrote it, then died before
+// reporting: its outcome is reported now), else a stalled one, written
+// before the job is failed. A boot killed at any step is finished by the
+// next one, which finds the same note.
+func (w *Worker) failOrphan(ctx context.Context, jobDir string) orphanOutcome {
 	n, ok := readHeldNote(jobDir)
 	if !ok {
-		return false
+		return orphanNone
 	}
 	var q JobQueue
 	for _, c := range w.deps.Queues {
@@ -129,14 +153,132 @@ func (w *Worker) failOrphan(ctx context.Context, jobDir string) bool {
 		}
 	}
 	if q == nil {
-		return false
+		return orphanNone
 	}
-	if _, err := q.Fail(ctx, n.JobID, n.Token, ReasonStalled, queue.FailOptions{NoRetry: true}); err != nil {
+	job, err := q.Get(ctx, n.JobID)
+	switch {
+	case errors.Is(err, queue.ErrNotFound):
+		return orphanNone
+	case err != nil:
+		w.log.Warn("orphaned_job_fail_failed", "jobId", n.JobID, "queue", n.Queue, "err", err)
+		return orphanUndecided
+	case job == nil || job.State != queue.StateActive:
+		return orphanNone // finished, or failed by the stalled check
+	}
+	attempt := n.Attempt
+	if attempt == 0 {
+		attempt = job.AttemptsMade + 1
+	}
+	rec, waitFor := w.stalledRecord(n.JobID, job, attempt)
+	w.exitedOutcome(&rec, jobDir)
+	rec, had := w.ownRecordOr(rec)
+	if !had {
+		if _, mine := w.claim(rec.JobID, rec.Attempt); !mine {
+			had = true // another host's stalled check records this attempt
+		} else if !w.writeRecord(rec) {
+			return orphanUndecided // no record, no state change
+		}
+	}
+	if err := w.reportOrphan(ctx, q, n, rec); err != nil {
+		if !had && errors.Is(err, queue.ErrLockLost) {
+			// Someone else holds the job now (it was requeued and taken): its
+			// holder records the attempt, not this boot.
+			if j, gerr := q.Get(ctx, n.JobID); gerr == nil && j.State == queue.StateActive {
+				_ = os.Remove(filepath.Join(w.cfg.LogsDir, RecordName(rec.JobID, rec.Attempt)))
+			}
+		}
 		if !errors.Is(err, queue.ErrLockLost) && !errors.Is(err, queue.ErrNotActive) && !errors.Is(err, queue.ErrNotFound) {
 			w.log.Warn("orphaned_job_fail_failed", "jobId", n.JobID, "queue", n.Queue, "err", err)
+			return orphanUndecided
 		}
-		return false
+		return orphanNone
 	}
-	w.recordStalled(ctx, q, n.JobID, "job_orphan_failed")
-	return true
+	w.mirror(rec)
+	w.endHold(n.JobID, waitFor)
+	w.log.Warn("job_orphan_failed", "jobId", n.JobID, "queue", q.Name(), "ranOn", rec.Host, "reason", rec.Reason)
+	return orphanFailed
+}
+
+// orphanOutcome is what failOrphan did with one folder.
+type orphanOutcome int
+
+const (
+	orphanNone      orphanOutcome = iota // nothing to do: the folder goes
+	orphanFailed                         // recorded and reported: the folder goes
+	orphanUndecided                      // Valkey or the disk failed midway: the folder stays
+)
+
+// ownRecordOr returns this host's record of rec's attempt when there is one
+// (had), else rec.
+func (w *Worker) ownRecordOr(rec Record) (Record, bool) {
+	if have, ok := w.ownRecord(rec.JobID, rec.Attempt); ok {
+		return have, true
+	}
+	return rec, false
+}
+
+// reportOrphan reports the recorded outcome of an orphan with its dead
+// holder's token: completed and policy complete the job, stalled fails it
+// for good, another failure fails it as a run would (retried while attempts
+// remain).
+func (w *Worker) reportOrphan(ctx context.Context, q JobQueue, n heldNote, rec Record) error {
+	switch rec.Outcome {
+	case OutcomeCompleted:
+		result := rec.Telemetry
+		if len(result) == 0 {
+			result = json.RawMessage(`{"outcome":"completed"}`)
+		}
+		return q.Complete(ctx, n.JobID, n.Token, result)
+	case OutcomePolicy:
+		result, _ := json.Marshal(map[string]string{"outcome": OutcomePolicy, "reason": rec.Reason})
+		return q.Complete(ctx, n.JobID, n.Token, result)
+	}
+	_, err := q.Fail(ctx, n.JobID, n.Token, rec.Reason, queue.FailOptions{NoRetry: rec.Reason == ReasonStalled})
+	return err
+}
+
+// exitedOutcome turns a stalled record into the run's real outcome when the
+// boot reap found the job's container exited: its exit code, mapped as a run
+// maps it, and the telemetry of the exit line at the end of its output.
+func (w *Worker) exitedOutcome(rec *Record, jobDir string) {
+	e, ok := w.exited[rec.JobID]
+	if !ok {
+		return
+	}
+	code := e.ExitCode
+	rec.ExitCode = &code
+	switch {
+	case code == exitCompleted:
+		rec.Outcome, rec.Reason = OutcomeCompleted, ReasonCompleted
+	case code == exitPolicy:
+		rec.Outcome, rec.Reason = OutcomePolicy, ReasonPolicy
+	case code == exitInfra:
+		rec.Outcome, rec.Reason = OutcomeFailed, ReasonExit1
+	case code >= 125 && code <= 127:
+		rec.Outcome, rec.Reason = OutcomeFailed, ReasonNeverStarted
+	default:
+		rec.Outcome, rec.Reason = OutcomeFailed, ReasonExitOther
+	}
+	if t, ok := runner.ParseExitLine(readTail(filepath.Join(jobDir, outputFileName), runner.TelemetryScanBytes)); ok {
+		rec.Telemetry = t.Raw
+	}
+}
+
+// readTail is the last n bytes of a file, nil when it cannot be read.
+func readTail(path string, n int64) []byte {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil
+	}
+	off := max(info.Size()-n, 0)
+	b, err := io.ReadAll(io.NewSectionReader(f, off, info.Size()-off))
+	if err != nil {
+		return nil
+	}
+	return b
 }

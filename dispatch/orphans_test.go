@@ -65,6 +65,8 @@ type orphanFixture struct {
 	cfg    Config
 	tune   Tuning
 	shared *queue.Queue // as the worker's consumer sees it (processedBy = name)
+	cap    int          // the budget's daily cap; 0 is the default
+	mirror bool         // the worker mirrors its runs (and claims its records)
 }
 
 func newOrphanFixture(t *testing.T) *orphanFixture {
@@ -92,13 +94,17 @@ func (f *orphanFixture) worker(t *testing.T, rt Runtime, reg Registry, logs *byt
 	if logs != nil {
 		tune.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 	}
-	w, err := NewWorker(f.cfg, Deps{
+	deps := Deps{
 		Queues:   []JobQueue{f.shared},
 		Source:   SourceFromConsumer(consumer),
 		Runtime:  rt,
-		Budget:   NewBudget(f.db.Client, BudgetConfig{}),
+		Budget:   NewBudget(f.db.Client, BudgetConfig{DailyCap: f.cap}),
 		Registry: reg,
-	}, tune)
+	}
+	if f.mirror {
+		deps.Mirror = NewMirror(f.db.Client, MirrorConfig{Host: f.cfg.WorkerName})
+	}
+	w, err := NewWorker(f.cfg, deps, tune)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +233,7 @@ func TestRestartFailsOwnOrphansAtBoot(t *testing.T) {
 	if time.Since(began) > 5*time.Second {
 		t.Fatalf("the orphan took %s to fail", time.Since(began))
 	}
-	data, err := os.ReadFile(filepath.Join(f.cfg.LogsDir, "orphan-1.json"))
+	data, err := os.ReadFile(filepath.Join(f.cfg.LogsDir, RecordName("orphan-1", 1)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +247,7 @@ func TestRestartFailsOwnOrphansAtBoot(t *testing.T) {
 	if j, err := f.shared.Get(ctx, "held-elsewhere"); err != nil || j.State != queue.StateActive {
 		t.Fatalf("a job whose lock the note's token does not hold must be left alone: %+v %v", j, err)
 	}
-	if _, err := os.Stat(filepath.Join(f.cfg.LogsDir, "held-elsewhere.json")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(f.cfg.LogsDir, RecordName("held-elsewhere", 1))); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a record for a job not failed: %v", err)
 	}
 	if left, _ := os.ReadDir(jobsDir); len(left) != 0 {

@@ -48,6 +48,14 @@ func (w *Worker) handle(ctx context.Context, q JobQueue, job *queue.Job, token s
 	log := w.log.With("jobId", job.ID, "queue", q.Name())
 	pickedUp := time.Now()
 
+	// A peer may write any id BullMQ allows; one that breaks the job id rule
+	// is refused before anything is spent: one record, failed, never run.
+	if err := queue.CheckJobID(job.ID); err != nil {
+		log.Warn("job_id_invalid", "err", err)
+		h.rec.JobID, h.rec.JobIDQuoted = RefusedJobID(job.ID)
+		w.failNoRetry(ctx, h, ReasonInvalidJob)
+		return
+	}
 	if job.Corrupt != "" || job.DeferredFailure != "" {
 		w.refuse(ctx, h, ReasonInvalidJob)
 		return
@@ -196,7 +204,13 @@ func (w *Worker) handle(ctx context.Context, q JobQueue, job *queue.Job, token s
 		w.keepLock(runCtx, h, stopRun, lost)
 	}()
 	log.Info("job_started", "image", h.rec.Image, "kind", string(spec.Kind), "user", user)
+	remover, keep := w.deps.Runtime.(containerRemover)
 	result, runErr := w.deps.Runtime.Run(runCtx, runner.Spec{
+		// Kept until its outcome is recorded and reported, with its output
+		// beside the held note: a crash in between leaves both for the
+		// restarted worker to record the real outcome from.
+		KeepContainer:  keep,
+		OutputFile:     w.outputFile(jobDir, keep),
 		JobID:          job.ID,
 		Worker:         w.cfg.WorkerName,
 		Image:          h.rec.Image,
@@ -213,6 +227,9 @@ func (w *Worker) handle(ctx context.Context, q JobQueue, job *queue.Job, token s
 	stopRun()
 	unwatch()
 	<-extendDone
+	if keep && result.Container != "" && !result.NeverStarted {
+		defer w.removeContainer(remover, result.Container) // after the record and the report
+	}
 	started = !result.NeverStarted
 	if !result.StartedAt.IsZero() {
 		h.rec.StartedAt = result.StartedAt.UTC()
@@ -255,6 +272,29 @@ func (w *Worker) handle(ctx context.Context, q JobQueue, job *queue.Job, token s
 		w.fail(ctx, h, ReasonExit1, exitPtr(result), telemetry)
 	default:
 		w.fail(ctx, h, ReasonExitOther, exitPtr(result), telemetry)
+	}
+}
+
+// containerRemover removes a container a run kept (*runner.Docker does).
+type containerRemover interface {
+	RemoveContainer(ctx context.Context, name string) error
+}
+
+// outputFileName is the job's output, beside its held note.
+const outputFileName = "output.log"
+
+func (w *Worker) outputFile(jobDir string, keep bool) string {
+	if !keep {
+		return ""
+	}
+	return filepath.Join(filepath.Dir(jobDir), outputFileName)
+}
+
+func (w *Worker) removeContainer(r containerRemover, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := r.RemoveContainer(ctx, name); err != nil {
+		w.log.Warn("job_container_remove_failed", "container", name, "err", err)
 	}
 }
 
@@ -353,7 +393,7 @@ func (w *Worker) prepareDirs(h *held) (jobDir, workspace string, cleanup func(),
 	}
 	cleanup = func() { _ = os.RemoveAll(base) }
 	// Beside /job, not in it: the container never sees the lock token.
-	if err := writeHeldNote(base, heldNote{Queue: h.q.Name(), JobID: h.job.ID, Token: h.token}); err != nil {
+	if err := writeHeldNote(base, heldNote{Queue: h.q.Name(), JobID: h.job.ID, Token: h.token, Attempt: h.rec.Attempt}); err != nil {
 		cleanup()
 		return "", "", nil, err
 	}
@@ -504,6 +544,20 @@ func (w *Worker) fail(ctx context.Context, h *held, reason string, exit *int, te
 	w.log.Warn("job_failed", "jobId", h.job.ID, "attempt", h.rec.Attempt, "reason", reason, "retried", retried)
 }
 
+// failNoRetry records a failure that no retry can cure and fails the job
+// for good.
+func (w *Worker) failNoRetry(ctx context.Context, h *held, reason string) {
+	w.record(h, OutcomeFailed, reason, nil, nil)
+	err := w.report(ctx, h, func(ctx context.Context) error {
+		_, err := h.q.Fail(ctx, h.job.ID, h.token, reason, queue.FailOptions{NoRetry: true})
+		return err
+	})
+	if err != nil {
+		w.log.Error("job_report_failed", "jobId", h.job.ID, "err", err)
+	}
+	w.log.Warn("job_failed", "jobId", h.job.ID, "attempt", h.rec.Attempt, "reason", reason, "retried", false)
+}
+
 // reportBackoffMin and reportBackoffMax are the first and the longest pause
 // between two attempts of a report.
 const (
@@ -551,13 +605,80 @@ func (w *Worker) record(h *held, outcome, reason string, exit *int, telemetry js
 	if h.rec.Target == "" {
 		h.rec.Target = "-"
 	}
-	if _, err := WriteRecord(w.cfg.LogsDir, h.rec); err != nil {
-		w.log.Error("run_record_failed", "jobId", h.job.ID, "err", err)
+	if owner, mine := w.claim(h.rec.JobID, h.rec.Attempt); !mine {
+		// Another host recorded this attempt first (its stalled check failed
+		// the job while this worker was frozen): its file stays the one
+		// record, and the mirror gets this run's facts, the better ones (the
+		// container's real exit code and telemetry).
+		w.log.Warn("run_record_claimed_elsewhere", "jobId", h.job.ID, "attempt", h.rec.Attempt, "owner", owner)
+		w.mirror(h.rec)
+		w.endHold(h.job.ID, h.spec.WaitFor)
+		return
 	}
-	if w.deps.Mirror != nil {
-		w.deps.Mirror.Go(h.rec)
-	}
+	w.writeRecord(h.rec)
+	w.mirror(h.rec)
 	w.endHold(h.job.ID, h.spec.WaitFor) // the job ended: so did its hold
+}
+
+// claim takes the fleet-wide claim of recording one attempt (RunClaimKey).
+// Without a mirror, or with Valkey unreachable, this host records: a
+// duplicate record is better than none.
+func (w *Worker) claim(jobID string, attempt int) (owner string, mine bool) {
+	c := w.claims()
+	if c == nil {
+		return w.cfg.WorkerName, true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultMirrorCallTimeout)
+	defer cancel()
+	owner, err := c.Claim(ctx, jobID, attempt, w.cfg.WorkerName)
+	if err != nil {
+		return w.cfg.WorkerName, true
+	}
+	return owner, owner == w.cfg.WorkerName
+}
+
+// releaseClaim drops this host's claim of an attempt it no longer records.
+func (w *Worker) releaseClaim(jobID string, attempt int) {
+	if c := w.claims(); c != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), DefaultMirrorCallTimeout)
+		defer cancel()
+		_ = c.ReleaseClaim(ctx, jobID, attempt, w.cfg.WorkerName)
+	}
+}
+
+// recordClaimer decides fleet-wide which host records an attempt (*Mirror
+// does).
+type recordClaimer interface {
+	Claim(ctx context.Context, jobID string, attempt int, host string) (string, error)
+	ReleaseClaim(ctx context.Context, jobID string, attempt int, host string) error
+}
+
+// claims is the mirror's claimer, or nil.
+func (w *Worker) claims() recordClaimer {
+	c, _ := w.deps.Mirror.(recordClaimer)
+	return c
+}
+
+// writeRecord writes rec to the logs dir; a failure is logged, never fatal.
+func (w *Worker) writeRecord(rec Record) bool {
+	if _, err := WriteRecord(w.cfg.LogsDir, rec); err != nil {
+		w.log.Error("run_record_failed", "jobId", rec.JobID, "err", err)
+		return false
+	}
+	return true
+}
+
+// mirror copies rec to the fleet's run mirror without waiting.
+func (w *Worker) mirror(rec Record) {
+	if w.deps.Mirror != nil {
+		w.deps.Mirror.Go(rec)
+	}
+}
+
+// ownRecord reads this host's record of one attempt of jobID, if it has one.
+func (w *Worker) ownRecord(jobID string, attempt int) (Record, bool) {
+	rec, err := readRecordFile(filepath.Join(w.cfg.LogsDir, RecordName(jobID, attempt)))
+	return rec, err == nil
 }
 
 // stalledLoop fails jobs whose lock expired (a crashed host's) and records
@@ -577,6 +698,7 @@ func (w *Worker) stalledLoop(ctx, jobsCtx context.Context) {
 
 func (w *Worker) checkStalled(ctx context.Context) {
 	for _, q := range w.deps.Queues {
+		pre := w.prerecordStalled(ctx, q)
 		st, err := q.CheckStalled(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -585,50 +707,146 @@ func (w *Worker) checkStalled(ctx context.Context) {
 			continue
 		}
 		for _, id := range st.Failed {
-			w.recordStalled(ctx, q, id, "job_stalled")
+			p, ok := pre[id]
+			if !ok {
+				// Failed between the peek and the check: recorded after the fact.
+				w.recordStalled(ctx, q, id, "job_stalled")
+				continue
+			}
+			delete(pre, id)
+			w.mirror(p.rec)
+			w.endHold(id, p.waitFor)
+			w.log.Warn("job_stalled", "jobId", id, "queue", q.Name(), "ranOn", p.rec.Host)
+		}
+		for id, p := range pre {
+			w.settlePrerecord(ctx, q, id, p)
 		}
 	}
 }
 
-// recordStalled writes the record of a job failed as stalled (by the
-// stalled check, or at boot as an orphan of this host) and logs event. The
-// record names the host that ran it when the queue knows.
-func (w *Worker) recordStalled(ctx context.Context, q JobQueue, id, event string) {
+// settlePrerecord decides a record written before a check that did not fail
+// its job. Failed by another host's check: kept when this host holds the
+// claim (the other host then wrote none), else removed. Still active: kept
+// for the next check. Requeued or gone: removed, and the claim dropped.
+func (w *Worker) settlePrerecord(ctx context.Context, q JobQueue, id string, p prerecorded) {
+	if !p.created {
+		return
+	}
+	j, err := q.Get(ctx, id)
+	switch {
+	case err != nil && !errors.Is(err, queue.ErrNotFound):
+		return // undecided: the next check looks again
+	case err == nil && j.State == queue.StateFailed && p.claimed:
+		w.mirror(p.rec)
+		w.endHold(id, p.waitFor)
+		w.log.Warn("job_stalled", "jobId", id, "queue", q.Name(), "ranOn", p.rec.Host)
+		return
+	case err == nil && j.State == queue.StateActive:
+		return
+	}
+	_ = os.Remove(filepath.Join(w.cfg.LogsDir, RecordName(p.rec.JobID, p.rec.Attempt)))
+	if p.claimed {
+		w.releaseClaim(p.rec.JobID, p.rec.Attempt)
+	}
+}
+
+// unlockedLister is a queue that lists the jobs its next stalled check will
+// act on (*queue.Queue does).
+type unlockedLister interface {
+	Unlocked(ctx context.Context) ([]string, error)
+}
+
+// prerecorded is a stalled record written before the stalled check.
+type prerecorded struct {
+	rec     Record
+	created bool // this check wrote it; false: a record of the attempt was there
+	claimed bool // this host holds the attempt's fleet-wide claim (with a mirror)
+	waitFor []WaitCondition
+}
+
+// prerecordStalled writes, before the stalled check changes anything, the
+// record of every job the check is about to fail, so a kill between the two
+// never leaves a failed job without a record. A record this host already
+// has of that attempt (its run's own, with the real exit code) is kept.
+func (w *Worker) prerecordStalled(ctx context.Context, q JobQueue) map[string]prerecorded {
+	u, ok := q.(unlockedLister)
+	if !ok {
+		return nil
+	}
+	ids, err := u.Unlocked(ctx)
+	if err != nil || len(ids) == 0 {
+		return nil
+	}
+	pre := make(map[string]prerecorded, len(ids))
+	for _, id := range ids {
+		job, err := q.Get(ctx, id)
+		if err != nil || job == nil || job.State != queue.StateActive {
+			continue
+		}
+		rec, waitFor := w.stalledRecord(id, job, job.AttemptsMade+1)
+		if have, ok := w.ownRecord(rec.JobID, rec.Attempt); ok {
+			pre[id] = prerecorded{rec: have, waitFor: waitFor}
+			continue
+		}
+		if _, mine := w.claim(rec.JobID, rec.Attempt); !mine {
+			continue // another host records this attempt
+		}
+		if w.writeRecord(rec) {
+			pre[id] = prerecorded{rec: rec, created: true, claimed: w.claims() != nil, waitFor: waitFor}
+		}
+	}
+	return pre
+}
+
+// stalledRecord is the record of attempt of job id failed as stalled, with
+// what the queue knows of it (job may be nil: removed on failure), and the
+// job's wait conditions.
+func (w *Worker) stalledRecord(id string, job *queue.Job, attempt int) (Record, []WaitCondition) {
+	now := w.tune.Now().UTC()
 	rec := Record{
-		JobID:     id,
-		Kind:      KindManual,
-		Target:    "-",
-		Host:      w.cfg.WorkerName,
-		Image:     w.cfg.JobImage,
-		StartedAt: w.tune.Now().UTC(),
+		JobID: id, Kind: KindManual, Target: "-", Host: w.cfg.WorkerName,
+		Image: w.cfg.JobImage, StartedAt: now, EndedAt: now, Attempt: max(attempt, 1),
+		Outcome: OutcomeFailed, Reason: ReasonStalled,
 	}
+	rec.JobID, rec.JobIDQuoted = RefusedJobID(id)
+	var waitFor []WaitCondition
+	if job == nil {
+		return rec, nil
+	}
+	if !job.ProcessedOn.IsZero() && !job.ProcessedOn.After(now) {
+		rec.StartedAt = job.ProcessedOn.UTC()
+	}
+	if job.ProcessedBy != "" && registry.ValidateName(job.ProcessedBy) == nil {
+		rec.Host = job.ProcessedBy
+	}
+	if spec, err := ParseJob(job.Data); err == nil {
+		rec.Kind, rec.Target, rec.Flow = spec.Kind, spec.Target(), spec.Flow
+		if spec.Image != "" {
+			rec.Image = spec.Image
+		}
+		waitFor = spec.WaitFor
+	}
+	return rec, waitFor
+}
+
+// recordStalled writes the record of a job the stalled check already failed
+// (it was not seen before the check) and logs event. The record names the
+// host that ran it when the queue knows.
+func (w *Worker) recordStalled(ctx context.Context, q JobQueue, id, event string) {
+	var rec Record
+	var waitFor []WaitCondition
 	if job, err := q.Get(ctx, id); err == nil && job != nil {
-		rec.Attempt = job.AttemptsMade
-		if !job.ProcessedOn.IsZero() {
-			rec.StartedAt = job.ProcessedOn.UTC()
-		}
-		if job.ProcessedBy != "" && registry.ValidateName(job.ProcessedBy) == nil {
-			rec.Host = job.ProcessedBy
-		}
-		if spec, err := ParseJob(job.Data); err == nil {
-			rec.Kind, rec.Target, rec.Flow = spec.Kind, spec.Target(), spec.Flow
-			if spec.Image != "" {
-				rec.Image = spec.Image
-			}
-			defer w.endHold(id, spec.WaitFor)
+		rec, waitFor = w.stalledRecord(id, job, job.AttemptsMade) // the failure counted the attempt
+	} else {
+		rec, _ = w.stalledRecord(id, nil, 1)
+	}
+	if _, ok := w.ownRecord(rec.JobID, rec.Attempt); !ok {
+		if _, mine := w.claim(rec.JobID, rec.Attempt); mine {
+			w.writeRecord(rec)
+			w.mirror(rec)
 		}
 	}
-	if rec.Attempt < 1 {
-		rec.Attempt = 1
-	}
-	rec.Outcome, rec.Reason = OutcomeFailed, ReasonStalled
-	rec.EndedAt = w.tune.Now().UTC()
-	if _, err := WriteRecord(w.cfg.LogsDir, rec); err != nil {
-		w.log.Error("run_record_failed", "jobId", id, "err", err)
-	}
-	if w.deps.Mirror != nil {
-		w.deps.Mirror.Go(rec)
-	}
+	w.endHold(id, waitFor)
 	w.log.Warn(event, "jobId", id, "queue", q.Name(), "ranOn", rec.Host)
 }
 

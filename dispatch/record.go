@@ -2,6 +2,8 @@ package dispatch
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,9 +12,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
 )
 
@@ -66,8 +70,8 @@ const MaxTelemetryBytes = 8 << 10
 // maxRecordRead bounds how much of a file PruneRecords reads to find its endedAt.
 const maxRecordRead = 1 << 20
 
-// Record is a job's run record: one JSON file per job in PI_LOGS_DIR, written before
-// anything else reports the outcome. It is an explicit list of fields, never job data
+// Record is the run record of one attempt of a job: one JSON file per attempt in
+// PI_LOGS_DIR (RecordName), written before anything else reports the outcome. It is an explicit list of fields, never job data
 // spread into it, so it holds no secret and no task text: Target is "local:<basename>"
 // or a repository, Reason a fixed token, Telemetry the container's own exit line.
 type Record struct {
@@ -90,15 +94,25 @@ type Record struct {
 	// Telemetry is the container's exit line ({"event":"exit", turns, tokens, cost}),
 	// a JSON object of at most 8 KiB; omitted when there was none.
 	Telemetry json.RawMessage `json:"telemetry,omitempty"`
+	// JobIDQuoted is set only on the record of a job whose id breaks the job
+	// id rule (queue.CheckJobID; a peer wrote it): the real id, Go-quoted so
+	// control characters and invalid UTF-8 show as escapes, cut to 1 KiB.
+	// JobID is then RefusedJobID's stand-in.
+	JobIDQuoted string `json:"jobIdQuoted,omitempty"`
 }
+
+// maxJobIDQuoted bounds Record.JobIDQuoted.
+const maxJobIDQuoted = 1 << 10
 
 // Validate checks a record before it is written: a job id, a known outcome and reason
 // (completed if and only if the outcome is completed), a valid host name, times in
 // order, telemetry a small JSON object.
 func (r Record) Validate() error {
 	switch {
-	case r.JobID == "" || len(r.JobID) > maxJobIDLen || textRule(r.JobID, maxJobIDLen) != "" || strings.ContainsFunc(r.JobID, isControl):
-		return fieldErr("jobId", "must be 1 to %d bytes of text without control characters", maxJobIDLen)
+	case queue.CheckJobID(r.JobID) != nil:
+		return fieldErr("jobId", "must be 1 to %d bytes of text without control characters", queue.MaxJobIDBytes)
+	case len(r.JobIDQuoted) > maxJobIDQuoted+4 || strings.ContainsFunc(r.JobIDQuoted, func(c rune) bool { return c < 0x20 || c >= 0x7f }):
+		return fieldErr("jobIdQuoted", "must be at most %d bytes of printable ASCII", maxJobIDQuoted)
 	case r.Outcome != OutcomeCompleted && r.Outcome != OutcomePolicy && r.Outcome != OutcomeFailed:
 		return fieldErr("outcome", "must be completed, policy or failed")
 	case !slices.Contains(Reasons, r.Reason):
@@ -136,26 +150,150 @@ func (r Record) Validate() error {
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
-// SanitizeJobID maps a job id to a file name stem: every byte outside [A-Za-z0-9._-]
-// becomes '-', a leading '.' becomes '-' (no hidden file, no ".."), and the result is
-// cut at 200 bytes. The run mirror uses the same stem.
+// Record names. A job id maps to a stem (SanitizeJobID), and each attempt of
+// the job to its own file, <stem>.attempt-<n>.json, and its own mirror key: a
+// retry never overwrites the record of an earlier attempt, and the same
+// attempt written twice is one record.
+const (
+	maxPlainStem  = 200 // an id used as its own stem is at most this long
+	maxStemPrefix = 160 // the readable part of a stem that carries a digest
+	stemDigestSep = '~' // outside the plain stem's charset
+	attemptSep    = ".attempt-"
+	recordExt     = ".json"
+)
+
+// SanitizeJobID maps a job id to a file name stem, injectively: an id of at
+// most 200 bytes of [A-Za-z0-9._-] that does not start with '.' is its own
+// stem; any other id becomes a readable part (each byte outside that set as
+// '-', a leading '.' as '-', cut at 160 bytes), '~' and the first 16 hex
+// digits of the SHA-256 of the whole id. Two ids never share a stem (short of
+// a SHA-256 collision): "X:coll:1" and "X-coll-1" get different ones. The run
+// mirror uses the same stem.
 func SanitizeJobID(id string) string {
+	plain := len(id) > 0 && len(id) <= maxPlainStem && id[0] != '.'
 	b := []byte(id)
-	if len(b) > 200 {
-		b = b[:200]
-	}
 	for i, c := range b {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
 			b[i] = '-'
+			plain = false
 		}
+	}
+	if plain {
+		return id
+	}
+	if len(b) > maxStemPrefix {
+		b = b[:maxStemPrefix]
 	}
 	if len(b) > 0 && b[0] == '.' {
 		b[0] = '-'
 	}
-	return string(b)
+	sum := sha256.Sum256([]byte(id))
+	return string(b) + string(stemDigestSep) + hex.EncodeToString(sum[:8])
 }
 
-// WriteRecord validates r and writes it to <dir>/<SanitizeJobID(jobId)>.json
+// RecordName is the name of the run record of one attempt of a job, in its
+// logs dir and, without ".json", in the run mirror:
+// <SanitizeJobID(jobID)>.attempt-<attempt>.json.
+func RecordName(jobID string, attempt int) string {
+	return SanitizeJobID(jobID) + attemptSep + strconv.Itoa(attempt) + recordExt
+}
+
+// recordMember is a record's run mirror member: its file name without .json.
+func recordMember(jobID string, attempt int) string {
+	return strings.TrimSuffix(RecordName(jobID, attempt), recordExt)
+}
+
+// parseRecordName splits a record file name into its stem and attempt.
+func parseRecordName(name string) (stem string, attempt int, ok bool) {
+	base, found := strings.CutSuffix(name, recordExt)
+	if !found {
+		return "", 0, false
+	}
+	i := strings.LastIndex(base, attemptSep)
+	if i <= 0 {
+		return "", 0, false
+	}
+	n, err := strconv.Atoi(base[i+len(attemptSep):])
+	if err != nil || n < 0 || strconv.Itoa(n) != base[i+len(attemptSep):] {
+		return "", 0, false
+	}
+	return base[:i], n, true
+}
+
+// RefusedJobID is the record of a job whose id breaks the job id rule
+// (queue.CheckJobID): its JobID is "refused-id~" and the first 16 hex digits
+// of the SHA-256 of the real id, which the record keeps, quoted, in
+// JobIDQuoted. A valid id is returned as it is, with quoted empty.
+func RefusedJobID(id string) (jobID, quoted string) {
+	if queue.CheckJobID(id) == nil {
+		return id, ""
+	}
+	sum := sha256.Sum256([]byte(id))
+	raw := id
+	if len(raw) > maxJobIDQuoted {
+		raw = raw[:maxJobIDQuoted]
+	}
+	quoted = strconv.QuoteToASCII(raw)
+	if len(quoted) > maxJobIDQuoted {
+		// Escapes grow it; cut at a rune boundary of the ASCII text, then close.
+		quoted = quoted[:maxJobIDQuoted] + `..."`
+	}
+	return "refused-id~" + hex.EncodeToString(sum[:8]), quoted
+}
+
+// ReadRecords reads every record of jobID in dir, one per attempt, in
+// attempt order. A missing dir holds none. An unreadable or invalid file of
+// the job is an error naming it.
+func ReadRecords(dir, jobID string) ([]Record, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read records: %w", err)
+	}
+	want := SanitizeJobID(jobID)
+	var out []Record
+	for _, e := range entries {
+		stem, _, ok := parseRecordName(e.Name())
+		if !ok || stem != want || !e.Type().IsRegular() {
+			continue
+		}
+		rec, err := readRecordFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rec)
+	}
+	slices.SortFunc(out, func(a, b Record) int { return a.Attempt - b.Attempt })
+	return out, nil
+}
+
+// readRecordFile reads and validates one record file.
+func readRecordFile(p string) (Record, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return Record{}, fmt.Errorf("read record: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxRecordRead+1))
+	if err != nil {
+		return Record{}, fmt.Errorf("read record %s: %w", p, err)
+	}
+	var rec Record
+	if len(data) > maxRecordRead {
+		return Record{}, fmt.Errorf("read record %s: larger than %d bytes", p, maxRecordRead)
+	}
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return Record{}, fmt.Errorf("read record %s: %w", p, err)
+	}
+	if err := rec.Validate(); err != nil {
+		return Record{}, fmt.Errorf("read record %s: %w", p, err)
+	}
+	return rec, nil
+}
+
+// WriteRecord validates r and writes it to <dir>/<RecordName(jobId, attempt)>
 // atomically: a temp file in dir, fsync, mode 0640, rename over the final name, fsync of
 // the directory. A reader sees the old record or the new one, never half of one. dir is
 // created (0750) when missing. Times are written in UTC with millisecond precision, as
@@ -182,9 +320,9 @@ func WriteRecord(dir string, r Record) (path string, err error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return "", fmt.Errorf("run record: %w", err)
 	}
-	name := SanitizeJobID(r.JobID) + ".json"
+	name := RecordName(r.JobID, r.Attempt)
 	final := filepath.Join(dir, name)
-	tmp, err := os.CreateTemp(dir, "."+name+".tmp-*")
+	tmp, err := os.CreateTemp(dir, "."+name+tmpInfix+"*")
 	if err != nil {
 		return "", fmt.Errorf("run record: %w", err)
 	}
@@ -278,4 +416,72 @@ func recordTime(p string, e fs.DirEntry) (time.Time, error) {
 		}
 	}
 	return info.ModTime(), nil
+}
+
+// tmpInfix marks a record's temp file: .<name>.tmp-<random>.
+const tmpInfix = ".tmp-"
+
+// RecoverRecordTemps finishes, at boot, the record writes a crash
+// interrupted: a temp file that holds a whole valid record whose final file
+// is missing is renamed into place (the crash fell between the fsync and the
+// rename); every other temp file (cut short, or superseded) is removed. Only
+// temp files last modified before olderThan are touched: another worker
+// sharing the dir may be writing one right now. It returns how many it
+// completed and removed.
+func RecoverRecordTemps(dir string, olderThan time.Time) (completed, removed int, err error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("recover record temps: %w", err)
+	}
+	var errs []error
+	for _, e := range entries {
+		name, ok := tempRecordName(e.Name())
+		if !ok || !e.Type().IsRegular() {
+			continue
+		}
+		if info, ierr := e.Info(); ierr != nil || !info.ModTime().Before(olderThan) {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		final := filepath.Join(dir, name)
+		if rec, rerr := readRecordFile(p); rerr == nil && RecordName(rec.JobID, rec.Attempt) == name {
+			if _, serr := os.Lstat(final); errors.Is(serr, fs.ErrNotExist) {
+				if err := os.Rename(p, final); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				completed++
+				continue
+			}
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+			continue
+		}
+		removed++
+	}
+	if len(errs) > 0 {
+		return completed, removed, fmt.Errorf("recover record temps: %w", errors.Join(errs...))
+	}
+	return completed, removed, nil
+}
+
+// tempRecordName is the final name a record temp file was written for.
+func tempRecordName(tmp string) (string, bool) {
+	rest, ok := strings.CutPrefix(tmp, ".")
+	if !ok {
+		return "", false
+	}
+	i := strings.LastIndex(rest, tmpInfix)
+	if i <= 0 {
+		return "", false
+	}
+	name := rest[:i]
+	if _, _, ok := parseRecordName(name); !ok && !strings.HasSuffix(name, recordExt) {
+		return "", false
+	}
+	return name, true
 }

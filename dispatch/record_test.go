@@ -1,6 +1,8 @@
 package dispatch_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -39,7 +41,7 @@ func TestWriteRecord(t *testing.T) {
 	r := goodRecord()
 	p, err := dispatch.WriteRecord(dir, r)
 	require.NoError(t, err)
-	require.Equal(t, filepath.Join(dir, "local-00a5c2f57c689cf5.json"), p)
+	require.Equal(t, filepath.Join(dir, "local-00a5c2f57c689cf5.attempt-1.json"), p)
 
 	info, err := os.Stat(p)
 	require.NoError(t, err)
@@ -83,13 +85,19 @@ func TestWriteRecord(t *testing.T) {
 
 func TestWriteRecord_SanitizesTheFileName(t *testing.T) {
 	t.Parallel()
-	tests := []struct{ id, file string }{
-		{"repeat:nightly:1700000000000", "repeat-nightly-1700000000000.json"},
-		{"gh-7c1e-r2", "gh-7c1e-r2.json"},
-		{"../../etc/passwd", "-.-..-etc-passwd.json"},
-		{".hidden", "-hidden.json"},
-		{"a b\\c", "a-b-c.json"},
-		{strings.Repeat("x", 256), strings.Repeat("x", 200) + ".json"},
+	digest := func(id string) string {
+		sum := sha256.Sum256([]byte(id))
+		return "~" + hex.EncodeToString(sum[:8])
+	}
+	tests := []struct{ id, stem string }{
+		{"gh-7c1e-r2", "gh-7c1e-r2"}, // a plain id is its own stem
+		{strings.Repeat("x", 200), strings.Repeat("x", 200)},
+		{"repeat:nightly:1700000000000", "repeat-nightly-1700000000000" + digest("repeat:nightly:1700000000000")},
+		{"../../etc/passwd", "-.-..-etc-passwd" + digest("../../etc/passwd")},
+		{".hidden", "-hidden" + digest(".hidden")},
+		{"a b\\c", "a-b-c" + digest("a b\\c")},
+		{strings.Repeat("x", 201), strings.Repeat("x", 160) + digest(strings.Repeat("x", 201))},
+		{"é/ü", "-----" + digest("é/ü")},
 	}
 	for _, tt := range tests {
 		dir := t.TempDir()
@@ -97,9 +105,136 @@ func TestWriteRecord_SanitizesTheFileName(t *testing.T) {
 		r.JobID = tt.id
 		p, err := dispatch.WriteRecord(dir, r)
 		require.NoError(t, err, tt.id)
-		require.Equal(t, filepath.Join(dir, tt.file), p)
+		require.Equal(t, filepath.Join(dir, tt.stem+".attempt-1.json"), p)
 		require.Equal(t, dir, filepath.Dir(p), "the record stays in dir")
-		require.Equal(t, strings.TrimSuffix(tt.file, ".json"), dispatch.SanitizeJobID(tt.id))
+		require.Equal(t, tt.stem, dispatch.SanitizeJobID(tt.id))
+		got, err := dispatch.ReadRecords(dir, tt.id)
+		require.NoError(t, err)
+		require.Len(t, got, 1)
+		require.Equal(t, tt.id, got[0].JobID, "the real id is kept inside the record")
+	}
+}
+
+// Ids that the old mapping (each byte outside [A-Za-z0-9._-] as '-', cut at
+// 200 bytes) sent to one file get one file each.
+func TestWriteRecord_NamesNeverCollide(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("p", 200)
+	groups := [][]string{
+		{"X:coll:1", "X-coll-1", "X@coll#1", "X/coll/1"},
+		{long + "a", long + "b", long},
+		{".x", "-x"},
+	}
+	for _, ids := range groups {
+		dir := t.TempDir()
+		for _, id := range ids {
+			r := goodRecord()
+			r.JobID = id
+			_, err := dispatch.WriteRecord(dir, r)
+			require.NoError(t, err, id)
+		}
+		entries, err := os.ReadDir(dir)
+		require.NoError(t, err)
+		require.Len(t, entries, len(ids), "one file per id: %q", ids)
+		for _, id := range ids {
+			got, err := dispatch.ReadRecords(dir, id)
+			require.NoError(t, err)
+			require.Len(t, got, 1, id)
+			require.Equal(t, id, got[0].JobID)
+		}
+	}
+}
+
+// A retry is a record of its own; the same attempt written twice is one.
+func TestWriteRecord_OneRecordPerAttempt(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	first := goodRecord()
+	first.Outcome, first.Reason, first.Telemetry = dispatch.OutcomeFailed, dispatch.ReasonExit1, json.RawMessage(`{"event":"exit","cost":0.5}`)
+	_, err := dispatch.WriteRecord(dir, first)
+	require.NoError(t, err)
+	second := goodRecord()
+	second.Attempt = 2
+	_, err = dispatch.WriteRecord(dir, second)
+	require.NoError(t, err)
+	_, err = dispatch.WriteRecord(dir, second) // again: still one record of attempt 2
+	require.NoError(t, err)
+	// A job whose id ends like an attempt suffix is another job.
+	other := goodRecord()
+	other.JobID = first.JobID + ".attempt-1"
+	_, err = dispatch.WriteRecord(dir, other)
+	require.NoError(t, err)
+
+	got, err := dispatch.ReadRecords(dir, first.JobID)
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	require.Equal(t, 1, got[0].Attempt)
+	require.Equal(t, dispatch.ReasonExit1, got[0].Reason, "the retry kept the first attempt's record")
+	require.JSONEq(t, `{"event":"exit","cost":0.5}`, string(got[0].Telemetry))
+	require.Equal(t, 2, got[1].Attempt)
+	require.Equal(t, dispatch.ReasonCompleted, got[1].Reason)
+	got, err = dispatch.ReadRecords(dir, other.JobID)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+}
+
+// A crash between a record's fsync and its rename leaves a whole temp file:
+// boot renames it into place. A cut-short or superseded one is removed.
+func TestRecoverRecordTemps(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	r := goodRecord()
+	p, err := dispatch.WriteRecord(dir, r)
+	require.NoError(t, err)
+	data, err := os.ReadFile(p)
+	require.NoError(t, err)
+	// A whole record never renamed: its final file is missing.
+	whole := goodRecord()
+	whole.Attempt = 2
+	wholeName := dispatch.RecordName(whole.JobID, 2)
+	wholeData := strings.Replace(string(data), `"attempt":1`, `"attempt":2`, 1)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "."+wholeName+".tmp-123"), []byte(wholeData), 0o640))
+	// A cut-short write, and a temp file of a record already in place.
+	cut := filepath.Join(dir, "."+dispatch.RecordName("cut", 1)+".tmp-456")
+	require.NoError(t, os.WriteFile(cut, data[:20], 0o640))
+	stale := filepath.Join(dir, "."+filepath.Base(p)+".tmp-789")
+	require.NoError(t, os.WriteFile(stale, []byte(strings.Replace(string(data), "mini1", "other", 1)), 0o640))
+	unrelated := filepath.Join(dir, ".notes")
+	require.NoError(t, os.WriteFile(unrelated, []byte("x"), 0o640))
+
+	// A temp file as young as a write in progress is left alone.
+	completed, removed, err := dispatch.RecoverRecordTemps(dir, time.Now().Add(-time.Minute))
+	require.NoError(t, err)
+	require.Zero(t, completed+removed)
+	require.FileExists(t, cut)
+
+	completed, removed, err = dispatch.RecoverRecordTemps(dir, time.Now().Add(time.Minute))
+	require.NoError(t, err)
+	require.Equal(t, 1, completed)
+	require.Equal(t, 2, removed)
+	got, err := dispatch.ReadRecords(dir, r.JobID)
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	require.Equal(t, "mini1", got[0].Host, "the record in place is kept")
+	require.NoFileExists(t, cut)
+	require.NoFileExists(t, stale)
+	require.FileExists(t, unrelated)
+}
+
+func TestRefusedJobID(t *testing.T) {
+	t.Parallel()
+	id, quoted := dispatch.RefusedJobID("gh-1")
+	require.Equal(t, "gh-1", id)
+	require.Empty(t, quoted)
+	for _, bad := range []string{"a\nb", strings.Repeat("y", 300), "\xff\xfe", strings.Repeat("\x01", 2000)} {
+		id, quoted := dispatch.RefusedJobID(bad)
+		require.True(t, strings.HasPrefix(id, "refused-id~"), id)
+		require.NotEmpty(t, quoted)
+		r := goodRecord()
+		r.JobID, r.JobIDQuoted = id, quoted
+		require.NoError(t, r.Validate(), "%q", bad)
+		other, _ := dispatch.RefusedJobID(bad + "z")
+		require.NotEqual(t, id, other)
 	}
 }
 

@@ -173,12 +173,12 @@ return {day, monday, d or '', w or ''}
 
 // mirrorScript writes one run record to the fleet's run mirror and trims it.
 //
-// KEYS[1] -> runs:rec:<stem>, the record's body
-// KEYS[2] -> runs:index, a ZSET of stems scored by endedAt (ms)
+// KEYS[1] -> runs:rec:<stem>.attempt-<n>, the record's body
+// KEYS[2] -> runs:index, a ZSET of <stem>.attempt-<n> scored by endedAt (ms)
 // ARGV[1] -> the record as JSON
 // ARGV[2] -> the window in ms (retention, at most 92 days)
 // ARGV[3] -> the score: the record's endedAt in ms
-// ARGV[4] -> the index member: the record's stem
+// ARGV[4] -> the index member: <stem>.attempt-<n>
 // ARGV[5] -> the most index entries kept
 //
 // A record already older than the window is not written (the mirror never
@@ -203,4 +203,29 @@ redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. string.format('%.0f', now
 redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -(max + 1))
 redis.call('PEXPIRE', KEYS[2], window)
 return 1
+`)
+
+// claimScript takes the claim of recording one attempt, fleet-wide.
+//
+// KEYS[1] -> runs:claim:<stem>.attempt-<n>
+// ARGV[1] -> this host's name
+// ARGV[2] -> the claim's lifetime in ms
+//
+// Returns the claim's owner: ARGV[1] when this call took it (or already held it).
+var claimScript = redis.NewScript(`
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return ARGV[1]
+end
+return redis.call('GET', KEYS[1]) or ARGV[1]
+`)
+
+// releaseClaimScript drops a claim this host holds.
+//
+// KEYS[1] -> runs:claim:<stem>.attempt-<n>
+// ARGV[1] -> this host's name
+var releaseClaimScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
 `)

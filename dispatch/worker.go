@@ -14,6 +14,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/lease"
 	"github.com/pidispatch/pidispatch/registry"
+	"github.com/pidispatch/pidispatch/runner"
 )
 
 // Tuning holds the Worker's tunables that are not operator configuration.
@@ -132,6 +133,12 @@ type Worker struct {
 	started  bool
 
 	fetchFaulty bool // fetch failures are logged once per transition
+	// exited holds, from the boot reap, the exit of each job container a
+	// crashed predecessor left exited, by job id (read by failOrphans).
+	exited map[string]runner.ExitedJob
+	// undecided holds the ids of orphans failOrphans could not finish: their
+	// folders and exited containers stay for the next boot.
+	undecided map[string]bool
 }
 
 // NewWorker checks the configuration and the dependencies and loads the
@@ -199,6 +206,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := os.MkdirAll(w.jobsDir(), 0o750); err != nil {
 		return fmt.Errorf("jobs dir %s: %w", w.jobsDir(), err)
 	}
+	w.recoverRecordTemps()
 
 	// Boot order (ARCHITECTURE section 8): registry, reaper, scope-claim
 	// sweep, orphaned jobs, consumers, background parts, worker_started.
@@ -216,7 +224,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	reaped := w.reap(ctx)
 	w.sweep(ctx, reaped)
-	w.failOrphans(ctx, reaped)
+	if w.failOrphans(ctx, reaped) {
+		w.removeExited()
+	}
 
 	// jobsCtx outlives ctx by the shutdown grace: running jobs may finish.
 	jobsCtx, stopJobs := context.WithCancel(context.WithoutCancel(ctx))
@@ -290,20 +300,64 @@ func (w *Worker) queueNames() []string {
 	return names
 }
 
+// recordTempAge is how old a record temp file must be for boot to finish or
+// remove it: a write takes milliseconds, so an older one was cut by a crash.
+const recordTempAge = time.Minute
+
+// recoverRecordTemps finishes or removes the record temp files a crash left.
+func (w *Worker) recoverRecordTemps() {
+	done, removed, err := RecoverRecordTemps(w.cfg.LogsDir, time.Now().Add(-recordTempAge)) // file times are the real clock
+	if err != nil {
+		w.log.Warn("record_temps_recover_failed", "err", err)
+	}
+	if done+removed > 0 {
+		w.log.Info("record_temps_recovered", "completed", done, "removed", removed)
+	}
+}
+
 // reap removes this host's leftover job containers (a crash leaves them
 // behind) and reports whether it could prove there are none.
 func (w *Worker) reap(ctx context.Context) bool {
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	rep, err := w.deps.Runtime.Reap(rctx, w.cfg.WorkerName)
+	reap := w.deps.Runtime.Reap
+	if r, ok := w.deps.Runtime.(runningReaper); ok {
+		reap = r.ReapRunning // exited containers stay until their jobs are recorded
+	}
+	rep, err := reap(rctx, w.cfg.WorkerName)
 	if err != nil || !rep.Enumerated {
 		w.log.Warn("reaper_skipped", "err", errString(err))
 		return false
 	}
-	if rep.Found > 0 {
-		w.log.Info("reaped_containers", "found", rep.Found, "removed", rep.Removed)
+	if rep.Found > 0 || len(rep.Exited) > 0 {
+		w.log.Info("reaped_containers", "found", rep.Found, "removed", rep.Removed, "exited", len(rep.Exited))
+	}
+	w.exited = make(map[string]runner.ExitedJob, len(rep.Exited))
+	for _, e := range rep.Exited {
+		w.exited[e.JobID] = e
 	}
 	return rep.Enumerated && rep.Removed == rep.Found
+}
+
+// runningReaper reaps only running containers, leaving exited ones and
+// reporting their exits (*runner.Docker does).
+type runningReaper interface {
+	ReapRunning(ctx context.Context, worker string) (runner.ReapReport, error)
+}
+
+// removeExited removes the exited job containers the boot reap left, once
+// their jobs are recorded: all but those of orphans a failure left undecided,
+// which the next boot records from them.
+func (w *Worker) removeExited() {
+	r, ok := w.deps.Runtime.(containerRemover)
+	if !ok {
+		return
+	}
+	for id, e := range w.exited {
+		if !w.undecided[id] && e.Container != "" {
+			w.removeContainer(r, e.Container)
+		}
+	}
 }
 
 // sweep deletes this host's scope claims left by a crash, only once the

@@ -528,15 +528,14 @@ func (s *scenario) records(id string) []placedRecord {
 	s.mu.Unlock()
 	var out []placedRecord
 	for _, w := range ws {
-		data, err := os.ReadFile(filepath.Join(w.logsDir, dispatch.SanitizeJobID(id)+".json"))
+		recs, err := dispatch.ReadRecords(w.logsDir, id)
 		if err != nil {
-			continue
+			s.t.Fatalf("records of %s in %s: %v", id, w.logsDir, err)
 		}
-		var r dispatch.Record
-		if err := json.Unmarshal(data, &r); err != nil {
-			s.t.Fatalf("record of %s in %s: %v", id, w.logsDir, err)
+		if len(recs) > 0 {
+			// The latest attempt's, as the job's final state reflects it.
+			out = append(out, placedRecord{recs[len(recs)-1], w.logsDir})
 		}
-		out = append(out, placedRecord{r, w.logsDir})
 	}
 	return out
 }

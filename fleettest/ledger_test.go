@@ -1,10 +1,7 @@
 package fleettest
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 
@@ -82,15 +79,15 @@ func (l *ledger) total() (enqueued, accounted int, problems []string) {
 		var recs []dispatch.Record
 		var where []string
 		for _, dir := range l.dirs[e.scenario] {
-			data, err := os.ReadFile(filepath.Join(dir, dispatch.SanitizeJobID(e.jobID)+".json"))
+			all, err := dispatch.ReadRecords(dir, e.jobID)
 			if err != nil {
-				continue
-			}
-			var r dispatch.Record
-			if err := json.Unmarshal(data, &r); err != nil {
 				problems = append(problems, fmt.Sprintf("%s/%s: unreadable record in %s: %v", e.scenario, e.jobID, dir, err))
 				continue
 			}
+			if len(all) == 0 {
+				continue
+			}
+			r := all[len(all)-1] // the latest attempt's, as the final state reflects it
 			recs = append(recs, r)
 			where = append(where, dir)
 		}

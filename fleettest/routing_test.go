@@ -101,9 +101,9 @@ func TestFleetCapabilityRouting(t *testing.T) {
 	// mirror writes in the background, shortly after the record).
 	for _, id := range append(profiled, shared...) {
 		s.eventually(10*time.Second, func(ctx context.Context) error {
-			n, err := s.client.Exists(ctx, dispatch.RunRecordKey(id)).Result()
+			n, err := s.client.Exists(ctx, dispatch.RunRecordKey(id, 1)).Result()
 			if err == nil && n != 1 {
-				err = fmt.Errorf("no run mirror %s", dispatch.RunRecordKey(id))
+				err = fmt.Errorf("no run mirror %s", dispatch.RunRecordKey(id, 1))
 			}
 			return err
 		})

@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,4 +81,22 @@ func TestNextRun(t *testing.T) {
 	require.Equal(t, time.Date(2026, 3, 29, 0, 0, 0, 0, time.UTC), got.UTC())
 	_, err = queue.NextRun("61 * * * *", "", base)
 	require.ErrorIs(t, err, queue.ErrInvalidOption)
+}
+
+// CheckJobID is the one job id rule: 1 to MaxJobIDBytes bytes of UTF-8
+// without control characters; BullMQ's own rules are ValidateJobID's.
+func TestCheckJobID(t *testing.T) {
+	for _, ok := range []string{"a", strings.Repeat("x", queue.MaxJobIDBytes), "123", "a:b", "日本語", "x@y#z/w"} {
+		if err := queue.CheckJobID(ok); err != nil {
+			t.Errorf("CheckJobID(%q) = %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", strings.Repeat("x", queue.MaxJobIDBytes+1), "a\nb", "a\x00", "a\x7f", "a\u0085", "\xff"} {
+		if err := queue.CheckJobID(bad); err == nil {
+			t.Errorf("CheckJobID(%q) accepted", bad)
+		}
+	}
+	if queue.ValidateJobID("123") == nil || queue.ValidateJobID("a:b") == nil {
+		t.Error("ValidateJobID takes ids BullMQ refuses")
+	}
 }

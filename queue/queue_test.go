@@ -95,6 +95,8 @@ func TestQueue_AddRejectsBadInputWritingNothing(t *testing.T) {
 		{"ColonID", "run", good, queue.AddOptions{JobID: "a:b"}, "JobID"},
 		{"NULID", "run", good, queue.AddOptions{JobID: "a\x00b"}, "JobID"},
 		{"HugeID", "run", good, queue.AddOptions{JobID: strings.Repeat("x", 513)}, "JobID"},
+		{"IDOverTheRule", "run", good, queue.AddOptions{JobID: strings.Repeat("x", queue.MaxJobIDBytes+1)}, "JobID"},
+		{"IDWithC1Control", "run", good, queue.AddOptions{JobID: "a\u0085b"}, "JobID"},
 		{"KeepCount", "run", good, queue.AddOptions{RemoveOnComplete: queue.Keep{Count: -1}}, "RemoveOnComplete.Count"},
 		{"KeepAge", "run", good, queue.AddOptions{RemoveOnFail: queue.Keep{Age: -time.Second}}, "RemoveOnFail.Age"},
 		{"DedupEmpty", "run", good, queue.AddOptions{Dedup: &queue.Dedup{}}, "Dedup.ID"},

@@ -75,6 +75,7 @@ type containerInfo struct {
 	Name      string // without the leading '/'
 	Labels    map[string]string
 	Running   bool
+	Exited    bool // it ran and ended (inspect only): ExitCode is its own
 	ExitCode  int
 	OOMKilled bool
 }

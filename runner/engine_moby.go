@@ -187,6 +187,7 @@ func (e mobyEngine) inspect(ctx context.Context, idOrName string) (containerInfo
 		info.Running = c.State.Running || c.State.Restarting || c.State.Paused
 		info.ExitCode = c.State.ExitCode
 		info.OOMKilled = c.State.OOMKilled
+		info.Exited = c.State.Status == container.StateExited
 	}
 	return info, nil
 }

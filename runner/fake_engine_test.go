@@ -239,6 +239,7 @@ func (f *fakeEngine) inspect(_ context.Context, idOrName string) (containerInfo,
 	select {
 	case <-c.exited:
 		info.ExitCode = int(c.code)
+		info.Exited = c.started
 	default:
 		info.Running = c.started
 		if !c.started {

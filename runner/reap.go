@@ -16,6 +16,18 @@ type ReapReport struct {
 	Found, Removed int
 	// Errors holds one error per container that could not be removed.
 	Errors []error
+	// Exited lists the containers found exited, with their exit codes, read
+	// before they were removed: a worker that crashed after its job's
+	// container ended records the real outcome from it.
+	Exited []ExitedJob
+}
+
+// ExitedJob is a job container Reap found exited.
+type ExitedJob struct {
+	JobID     string // the container's LabelJob
+	Container string
+	ExitCode  int
+	OOMKilled bool
 }
 
 // Clean reports whether the sweep proved this worker holds no containers:
@@ -23,12 +35,25 @@ type ReapReport struct {
 func (r ReapReport) Clean() bool { return r.Enumerated && r.Removed == r.Found && len(r.Errors) == 0 }
 
 // Reap force-removes every container, in any state, labelled as owned by
-// worker (LabelWorker), for the worker's boot sweep. Containers are matched
+// worker (LabelWorker), for the worker's boot sweep, and reports the exit
+// codes of those that had exited. Containers are matched
 // by the label only, never by name, so other owners' containers and
 // unlabelled ones named like ours are left alone. The error is non-nil only
 // when the containers could not be listed (Enumerated false); failures to
 // remove single containers are in the report.
 func (d *Docker) Reap(ctx context.Context, worker string) (ReapReport, error) {
+	return d.reap(ctx, worker, false)
+}
+
+// ReapRunning is Reap that leaves exited containers in place (still listed
+// in Exited, not counted in Found): a worker records their jobs' outcomes
+// first, then removes them with RemoveContainer, so a boot killed in between
+// still finds the exit codes.
+func (d *Docker) ReapRunning(ctx context.Context, worker string) (ReapReport, error) {
+	return d.reap(ctx, worker, true)
+}
+
+func (d *Docker) reap(ctx context.Context, worker string, keepExited bool) (ReapReport, error) {
 	var rep ReapReport
 	if err := checkText("worker name", worker, 256); err != nil {
 		return rep, fmt.Errorf("%w: %v", ErrInvalidSpec, err)
@@ -41,6 +66,14 @@ func (d *Docker) Reap(ctx context.Context, worker string) (ReapReport, error) {
 	for _, c := range found {
 		if c.Labels[LabelWorker] != worker {
 			continue // an engine that filters loosely must not widen the sweep
+		}
+		if !c.Running {
+			if info, err := d.eng.inspect(ctx, c.ID); err == nil && info.Exited {
+				rep.Exited = append(rep.Exited, ExitedJob{JobID: c.Labels[LabelJob], Container: c.Name, ExitCode: info.ExitCode, OOMKilled: info.OOMKilled})
+				if keepExited {
+					continue
+				}
+			}
 		}
 		rep.Found++
 		if err := d.eng.remove(ctx, c.ID); err != nil && !errors.Is(err, errNotFound) {

@@ -172,6 +172,12 @@ type Spec struct {
 	// stderr as they interleaved), created with mode 0600. Its size is not
 	// bounded by the runner.
 	OutputFile string
+	// KeepContainer leaves the container in place once it exited, so a
+	// caller that crashes before recording the outcome leaves the exit code
+	// for Reap to report (ReapReport.Exited); the caller removes it with
+	// RemoveContainer once the outcome is recorded. A container that never
+	// started is removed all the same.
+	KeepContainer bool
 }
 
 // Result is how a job's container ended. Run always fills it, also when it
@@ -300,8 +306,25 @@ func (d *Docker) Run(ctx context.Context, spec Spec) (Result, error) {
 	if err != nil {
 		return d.failedBeforeStart(ctx, res, err)
 	}
-	defer d.remove(ctx, id, log)
-	return d.runCreated(ctx, id, timeout, out, res, log)
+	res, err = d.runCreated(ctx, id, timeout, out, res, log)
+	if !spec.KeepContainer || res.NeverStarted {
+		d.remove(ctx, id, log)
+	}
+	return res, err
+}
+
+// RemoveContainer force-removes a job container Run kept (Spec.KeepContainer),
+// by the name Result.Container gave; one already gone is not an error.
+func (d *Docker) RemoveContainer(ctx context.Context, name string) error {
+	if err := checkText("container name", name, 256); err != nil || name == "" {
+		return fmt.Errorf("%w: container name", ErrInvalidSpec)
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if err := d.eng.remove(cctx, name); err != nil && !errors.Is(err, errNotFound) {
+		return fmt.Errorf("remove container %s: %w", name, err)
+	}
+	return nil
 }
 
 // failedBeforeStart marks a run that ended before its container started.

@@ -526,3 +526,66 @@ func TestConfig(t *testing.T) {
 		t.Fatal("nil client accepted")
 	}
 }
+
+// A kept container outlives its run until the caller removes it; Reap then
+// reports the exit code of an exited one (never of one created and never
+// started, or still running) before removing it.
+func TestKeptContainerAndReapedExit(t *testing.T) {
+	eng := newFakeEngine()
+	eng.exitCode = 3
+	d, _ := newTestDocker(t, eng, Config{})
+	spec := baseSpec()
+	spec.KeepContainer = true
+	res, err := d.Run(context.Background(), spec)
+	if err != nil || res.ExitCode != 3 {
+		t.Fatalf("run %+v %v", res, err)
+	}
+	if eng.count() != 1 {
+		t.Fatalf("%d containers after a kept run, want 1", eng.count())
+	}
+	created := eng.add("pi-job-created", map[string]string{LabelWorker: spec.Worker, LabelJob: "never-started"})
+	_ = created
+	running := eng.add("pi-job-running", map[string]string{LabelWorker: spec.Worker, LabelJob: "still-running"})
+	eng.get(running).started = true
+
+	rep, err := d.Reap(context.Background(), spec.Worker)
+	if err != nil || rep.Found != 3 || rep.Removed != 3 {
+		t.Fatalf("reap %+v %v", rep, err)
+	}
+	if len(rep.Exited) != 1 || rep.Exited[0].JobID != spec.JobID || rep.Exited[0].ExitCode != 3 || rep.Exited[0].Container != res.Container {
+		t.Fatalf("exited %+v", rep.Exited)
+	}
+
+	// RemoveContainer removes a kept one; one already gone is fine.
+	res, err = d.Run(context.Background(), spec)
+	if err != nil || eng.count() != 1 {
+		t.Fatalf("run %+v %v, %d containers", res, err, eng.count())
+	}
+	if err := d.RemoveContainer(context.Background(), res.Container); err != nil || eng.count() != 0 {
+		t.Fatalf("remove: %v, %d left", err, eng.count())
+	}
+	if err := d.RemoveContainer(context.Background(), res.Container); err != nil {
+		t.Fatalf("second remove: %v", err)
+	}
+}
+
+// ReapRunning removes running containers and leaves exited ones, reported.
+func TestReapRunningLeavesExited(t *testing.T) {
+	eng := newFakeEngine()
+	eng.exitCode = 0
+	d, _ := newTestDocker(t, eng, Config{})
+	spec := baseSpec()
+	spec.KeepContainer = true
+	if _, err := d.Run(context.Background(), spec); err != nil {
+		t.Fatal(err)
+	}
+	running := eng.add("pi-job-running", map[string]string{LabelWorker: spec.Worker, LabelJob: "still-running"})
+	eng.get(running).started = true
+	rep, err := d.ReapRunning(context.Background(), spec.Worker)
+	if err != nil || rep.Found != 1 || rep.Removed != 1 || !rep.Clean() || len(rep.Exited) != 1 || rep.Exited[0].JobID != spec.JobID {
+		t.Fatalf("reap %+v %v", rep, err)
+	}
+	if eng.count() != 1 || eng.get(running) != nil {
+		t.Fatalf("%d containers left, want the exited one", eng.count())
+	}
+}

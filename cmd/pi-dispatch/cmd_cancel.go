@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"path/filepath"
+	"time"
 
 	"github.com/pidispatch/pidispatch/dispatch"
 )
@@ -55,7 +57,7 @@ func runCancel(ctx context.Context, e env, args []string) int {
 	ctx, cancel := context.WithTimeout(ctx, ksCommandTimeout+*wait)
 	defer cancel()
 
-	res, err := dispatch.Cancel(ctx, client, id, *wait)
+	res, err := dispatch.CancelWith(ctx, client, id, cancelOptions(e, *wait))
 	switch {
 	case errors.Is(err, dispatch.ErrInvalidJobID):
 		fmt.Fprintf(e.stderr, "pi-dispatch %v\n", err)
@@ -68,7 +70,17 @@ func runCancel(ctx context.Context, e env, args []string) int {
 	}
 	switch res.Where {
 	case dispatch.CancelRemoved:
-		fmt.Fprintf(e.stdout, "cancelled %s: removed from %s (it was %s; it had not started, so no run record is written)\n", id, res.Queue, res.State)
+		fmt.Fprintf(e.stdout, "cancelled %s: removed from %s (it was %s)\n", id, res.Queue, res.State)
+		if res.Record != nil {
+			where := "the run mirror"
+			if res.RecordPath != "" {
+				where = res.RecordPath + " and the run mirror"
+			}
+			fmt.Fprintf(e.stdout, "  recorded as attempt %d, %s/%s, in %s\n", res.Record.Attempt, res.Record.Outcome, res.Record.Reason, where)
+		}
+		if res.RecordErr != nil {
+			fmt.Fprintf(e.stderr, "  the cancel's record was not written everywhere: %v\n", res.RecordErr)
+		}
 		return exitOK
 	case dispatch.CancelRunningStopped:
 		host := res.Host
@@ -91,4 +103,16 @@ func runCancel(ctx context.Context, e env, args []string) int {
 		fmt.Fprintf(e.stderr, "cancel %s: %s\n", id, res.Where)
 	}
 	return exitFailure
+}
+
+// cancelOptions names this host in a removed job's record (PI_WORKER_NAME,
+// else the hostname) and writes the record to PI_LOGS_DIR when it is an
+// absolute path, else only to the run mirror: like pause, cancel never
+// refuses to act over the rest of the configuration.
+func cancelOptions(e env, wait time.Duration) dispatch.CancelOptions {
+	opts := dispatch.CancelOptions{Wait: wait, Host: e.getenv("PI_WORKER_NAME")}
+	if dir := e.getenv("PI_LOGS_DIR"); filepath.IsAbs(dir) {
+		opts.LogsDir = filepath.Clean(dir)
+	}
+	return opts
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,12 +23,18 @@ func TestCancelQueuedGolden(t *testing.T) {
 	env := vars(db.URL)
 
 	expect(t, runCLI(t, env, "cancel", "w1"), db.URL, 0,
-		"cancelled w1: removed from pi-jobs (it was waiting; it had not started, so no run record is written)\n", "")
+		"cancelled w1: removed from pi-jobs (it was waiting)\n  recorded as attempt 1, policy/operator-cancel, in the run mirror\n", "")
 	expect(t, runCLI(t, env, "cancel", "w1"), db.URL, 1, "", "no job w1 on any queue — nothing changed\n")
+	logs := t.TempDir()
+	env["PI_LOGS_DIR"], env["PI_WORKER_NAME"] = logs, "ops-1"
 	expect(t, runCLI(t, env, "cancel", "d1"), db.URL, 0,
-		"cancelled d1: removed from pi-jobs@alpha (it was delayed; it had not started, so no run record is written)\n", "")
+		"cancelled d1: removed from pi-jobs@alpha (it was delayed)\n  recorded as attempt 1, policy/operator-cancel, in "+
+			filepath.Join(logs, dispatch.RecordName("d1", 1))+" and the run mirror\n", "")
 	if _, err := host.Get(ctx, "d1"); err == nil {
 		t.Fatal("d1 still there")
+	}
+	if recs, err := dispatch.ReadRecords(logs, "d1"); err != nil || len(recs) != 1 || recs[0].Host != "ops-1" || recs[0].Reason != dispatch.ReasonOperatorCancel {
+		t.Fatalf("cancel's record: %+v %v", recs, err)
 	}
 
 	// Finished and scheduler runs: nothing changes, exit 1.

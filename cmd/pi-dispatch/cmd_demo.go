@@ -303,7 +303,7 @@ func (d *demo) run(parent context.Context) int {
 		pretty.Reset()
 		pretty.Write(raw)
 	}
-	d.say("\nrun record (%s):\n%s", filepath.Join(logs, dispatch.SanitizeJobID(got.JobID)+".json"), pretty.String())
+	d.say("\nrun record (%s):\n%s", filepath.Join(logs, dispatch.RecordName(got.JobID, 1)), pretty.String())
 
 	code := exitOK
 	if rec.Outcome != dispatch.OutcomeCompleted {
@@ -446,7 +446,7 @@ func pidispatchKeys(ctx context.Context, rc *redis.Client, limit int) ([]string,
 // waitRecord polls the logs folder for the job's run record, printing
 // progress every second. It returns early when the worker stops.
 func (d *demo) waitRecord(ctx context.Context, logs, jobID string, workerDone <-chan error) (dispatch.Record, []byte, error) {
-	path := filepath.Join(logs, dispatch.SanitizeJobID(jobID)+".json")
+	path := filepath.Join(logs, dispatch.RecordName(jobID, 1)) // the demo job runs once
 	start := time.Now()
 	poll := time.NewTicker(200 * time.Millisecond)
 	defer poll.Stop()

@@ -48,7 +48,7 @@ func TestOperatorCancelStopsRunningJob(t *testing.T) {
 	if j.AttemptsMade != 1 {
 		t.Fatalf("a cancelled job must not be retried: attempts made %d", j.AttemptsMade)
 	}
-	if left := containers(t, dc, runner.LabelJob, e.JobID); len(left) != 0 {
+	if left := containersGone(t, dc, runner.LabelJob, e.JobID, 10*time.Second); len(left) != 0 {
 		t.Fatalf("%d containers left after cancel", len(left))
 	}
 	if n := countEvents(t, w.logs.String(), "job_started", e.JobID); n != 1 {

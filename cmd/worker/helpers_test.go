@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -141,6 +140,21 @@ func waitHosts(t *testing.T, c redis.UniversalClient, caps map[string]string, na
 }
 
 // containers lists every container (any state) carrying label=value.
+// containersGone waits until no container carries label=value: a job's
+// container is kept until its outcome is recorded and reported, and removed
+// right after. It returns those left at the deadline.
+func containersGone(t *testing.T, dc *client.Client, label, value string, timeout time.Duration) []container.Summary {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		left := containers(t, dc, label, value)
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func containers(t *testing.T, dc *client.Client, label, value string) []container.Summary {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -184,26 +198,25 @@ func sample(t *testing.T, dc *client.Client, workers []string, jobs map[string]b
 // recordExists reports whether jobID has a run record in one of dirs.
 func recordExists(dirs []string, jobID string) bool {
 	for _, d := range dirs {
-		if _, err := os.Stat(filepath.Join(d, dispatch.SanitizeJobID(jobID)+".json")); err == nil {
+		if recs, err := dispatch.ReadRecords(d, jobID); err == nil && len(recs) > 0 {
 			return true
 		}
 	}
 	return false
 }
 
-// readRecord reads jobID's record from the first of dirs that holds one.
+// readRecord reads the record of jobID's latest attempt from the first of
+// dirs that holds one.
 func readRecord(t *testing.T, dirs []string, jobID string) (dispatch.Record, string) {
 	t.Helper()
 	for _, d := range dirs {
-		data, err := os.ReadFile(filepath.Join(d, dispatch.SanitizeJobID(jobID)+".json"))
+		recs, err := dispatch.ReadRecords(d, jobID)
 		if err != nil {
-			continue
+			t.Fatalf("records of %s in %s: %v", jobID, d, err)
 		}
-		var r dispatch.Record
-		if err := json.Unmarshal(data, &r); err != nil {
-			t.Fatalf("record of %s in %s: %v", jobID, d, err)
+		if len(recs) > 0 {
+			return recs[len(recs)-1], d
 		}
-		return r, d
 	}
 	t.Fatalf("no record of %s in %v", jobID, dirs)
 	return dispatch.Record{}, ""

@@ -110,18 +110,18 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// waitRecord waits for the run record of jobID in dir.
+// waitRecord waits for a run record of jobID in dir and returns its latest
+// attempt's.
 func waitRecord(t *testing.T, dir, jobID string, timeout time.Duration) dispatch.Record {
 	t.Helper()
-	path := filepath.Join(dir, dispatch.SanitizeJobID(jobID)+".json")
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		if data, err := os.ReadFile(path); err == nil {
-			var r dispatch.Record
-			if err := json.Unmarshal(data, &r); err != nil {
-				t.Fatalf("record %s: %v", path, err)
-			}
-			return r
+		recs, err := dispatch.ReadRecords(dir, jobID)
+		if err != nil {
+			t.Fatalf("records of %s: %v", jobID, err)
+		}
+		if len(recs) > 0 {
+			return recs[len(recs)-1]
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -162,7 +162,7 @@ func TestWaitCheckPassesOnThirdTry(t *testing.T) {
 
 	id := uniqueName("gh-wait3", db)
 	addWaitJob(t, db, queue.SharedQueue, id, nil, fx.condition("j", 3, 1, ""))
-	path := filepath.Join(w.cfg.LogsDir, dispatch.SanitizeJobID(id)+".json")
+	path := filepath.Join(w.cfg.LogsDir, dispatch.RecordName(id, 1))
 	sawHeld := false
 	deadline := time.Now().Add(60 * time.Second)
 	for {

@@ -95,7 +95,7 @@ func TestSecretJobRoutesToCapableHostAndStaysSecret(t *testing.T) {
 			}
 		}
 	}
-	mirrored, err := db.Client.Get(context.Background(), dispatch.RunRecordKey(jobID)).Result()
+	mirrored, err := db.Client.Get(context.Background(), dispatch.RunRecordKey(jobID, 1)).Result()
 	if err != nil {
 		t.Fatalf("mirrored record of a named host: %v", err)
 	}
@@ -286,7 +286,7 @@ func TestTimeoutStopsTheContainer(t *testing.T) {
 	if j.AttemptsMade != 1 {
 		t.Fatalf("attempts made %d", j.AttemptsMade)
 	}
-	if left := containers(t, dc, runner.LabelJob, e.JobID); len(left) != 0 {
+	if left := containersGone(t, dc, runner.LabelJob, e.JobID, 10*time.Second); len(left) != 0 {
 		t.Fatalf("%d containers of the timed-out job are left", len(left))
 	}
 	if n := countEvents(t, w.logs.String(), "job_timed_out", ""); n != 1 {

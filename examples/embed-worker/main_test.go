@@ -78,7 +78,7 @@ func TestRun_BootsRunsAJobAndStops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	recPath := filepath.Join(logs, dispatch.SanitizeJobID(got.JobID)+".json")
+	recPath := filepath.Join(logs, dispatch.RecordName(got.JobID, 1))
 	var rec dispatch.Record
 	for deadline := time.Now().Add(45 * time.Second); ; {
 		if raw, err := os.ReadFile(recPath); err == nil {
