@@ -66,6 +66,7 @@ type nodeJob struct {
 	Opts         json.RawMessage `json:"opts"`
 	ReturnValue  json.RawMessage `json:"returnvalue"`
 	FailedReason string          `json:"failedReason"`
+	Stacktrace   []string        `json:"stacktrace"`
 	AttemptsMade int             `json:"attemptsMade"`
 	Timestamp    int64           `json:"timestamp"`
 	ProcessedOn  int64           `json:"processedOn"`
@@ -384,4 +385,39 @@ func TestInterop_NodeStalledCheckLeavesOurCompletedJob(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(1), counts.Completed)
 	require.Zero(t, counts.Waiting+counts.Active+counts.Failed)
+}
+
+// A job we fail records its reason in "stacktrace" the way a BullMQ Worker
+// records each failed attempt's stack: a JSON array, one entry per failed
+// attempt, bounded by opts.stackTraceLimit.
+func TestInterop_FailedJobCarriesStacktrace(t *testing.T) {
+	t.Parallel()
+	db, q := setup(t, queue.Config{})
+	ctx := testCtx(t)
+	id := add(t, q, queue.AddOptions{Attempts: 2})
+	fetch(t, q, "t")
+	retried, err := q.Fail(ctx, id, "t", "first", queue.FailOptions{})
+	require.NoError(t, err)
+	require.True(t, retried)
+	require.Equal(t, id, fetch(t, q, "t").ID)
+	retried, err = q.Fail(ctx, id, "t", "second", queue.FailOptions{})
+	require.NoError(t, err)
+	require.False(t, retried)
+
+	var got nodeJob
+	bull(t, db, "get", map[string]any{"id": id}, &got)
+	require.Equal(t, "failed", got.State)
+	require.Equal(t, "second", got.FailedReason)
+	require.Equal(t, []string{"first", "second"}, got.Stacktrace)
+
+	// The bound: a Node job with stackTraceLimit 1 keeps the last entry.
+	var added struct{ ID string }
+	bull(t, db, "add", map[string]any{"name": "n", "opts": map[string]any{"stackTraceLimit": 1, "attempts": 3}}, &added)
+	for _, reason := range []string{"a", "b"} {
+		require.Equal(t, added.ID, fetch(t, q, "t").ID)
+		_, err = q.Fail(ctx, added.ID, "t", reason, queue.FailOptions{})
+		require.NoError(t, err)
+	}
+	bull(t, db, "get", map[string]any{"id": added.ID}, &got)
+	require.Equal(t, []string{"b"}, got.Stacktrace)
 }

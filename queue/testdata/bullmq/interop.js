@@ -31,6 +31,7 @@ function jobView(job, state) {
     opts: job.opts,
     returnvalue: job.returnvalue,
     failedReason: job.failedReason,
+    stacktrace: job.stacktrace,
     attemptsMade: job.attemptsMade,
     timestamp: job.timestamp,
     processedOn: job.processedOn,
