@@ -3,10 +3,13 @@ package queue_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -420,4 +423,46 @@ func TestInterop_FailedJobCarriesStacktrace(t *testing.T) {
 	}
 	bull(t, db, "get", map[string]any{"id": added.ID}, &got)
 	require.Equal(t, []string{"b"}, got.Stacktrace)
+}
+
+// A Consumer names its connections as a BullMQ Worker names its blocking
+// connection, so BullMQ's getWorkers() (and Bull Board) list it under each
+// of its queues. The control is a BullMQ Worker with the same name on a
+// twin queue.
+func TestInterop_NodeListsOurWorkers(t *testing.T) {
+	t.Parallel()
+	db := livetest.Valkey(t)
+	// CLIENT LIST spans the server: a prefix of its own keeps other tests'
+	// consumers out of the lists.
+	prefix := fmt.Sprintf("wk%d", time.Now().UnixNano())
+	cfg := queue.Config{Prefix: prefix, WorkerName: "host-a"}
+	shared, err := queue.New(db.Client, queue.SharedQueue, cfg)
+	require.NoError(t, err)
+	own, err := queue.New(db.Client, queue.HostQueueName("host-a"), cfg)
+	require.NoError(t, err)
+	control := queue.HostQueueName("node-twin")
+
+	c, err := queue.NewConsumer([]*queue.Queue{shared, own}, queue.ConsumerConfig{})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(testCtx(t), 100*time.Millisecond)
+	_, _, err = c.Next(ctx, "t")
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+
+	var got map[string][]string
+	bull(t, db, "workers", map[string]any{"prefix": prefix, "control": control, "name": "host-a",
+		"queues": []string{control, shared.Name(), own.Name()}}, &got)
+	require.Len(t, got[control], 1, "the BullMQ control worker is listed")
+	b64 := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+	want := func(q string) []string {
+		return []string{strings.Replace(got[control][0], b64(control), b64(q), 1)}
+	}
+	require.Equal(t, prefix+":"+b64(control)+":w:host-a", got[control][0])
+	require.Equal(t, want(shared.Name()), got[shared.Name()], "listed as BullMQ lists its worker")
+	require.Equal(t, want(own.Name()), got[own.Name()], "listed under every queue it consumes")
+
+	require.NoError(t, c.Close())
+	bull(t, db, "workers", map[string]any{"prefix": prefix, "queues": []string{shared.Name(), own.Name()}}, &got)
+	require.Empty(t, got[shared.Name()], "a closed consumer is no longer listed")
+	require.Empty(t, got[own.Name()])
 }

@@ -112,6 +112,38 @@ const scenarios = {
       await worker.close();
     }
   },
+  // workers starts a BullMQ Worker named args.name on args.control (when
+  // given), waits until that queue lists it, and returns the raw client
+  // names getWorkers() lists for each of args.queues.
+  async workers(q, conn, args) {
+    const prefix = args.prefix || 'bull';
+    let worker;
+    if (args.control) {
+      worker = new Worker(args.control, async () => ({}), {
+        connection: conn, prefix, name: args.name, maxStalledCount: 0, drainDelay: 1,
+      });
+      worker.on('error', () => {});
+      await worker.waitUntilReady();
+    }
+    const list = async (name) => {
+      const other = new Queue(name, { connection: conn, prefix });
+      try {
+        return (await other.getWorkers()).map((w) => w.rawname).sort();
+      } finally {
+        await other.close();
+      }
+    };
+    try {
+      for (let i = 0; args.control && i < 100 && (await list(args.control)).length === 0; i++) {
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      const out = {};
+      for (const name of args.queues) out[name] = await list(name);
+      return out;
+    } finally {
+      if (worker) await worker.close();
+    }
+  },
   async schedulers(q) {
     return q.getJobSchedulers(0, -1, true);
   },
