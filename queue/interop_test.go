@@ -466,3 +466,82 @@ func TestInterop_NodeListsOurWorkers(t *testing.T) {
 	require.Empty(t, got[shared.Name()], "a closed consumer is no longer listed")
 	require.Empty(t, got[own.Name()])
 }
+
+type keepLastView struct {
+	Before []waitingJob `json:"before"`
+	After  []waitingJob `json:"after"`
+	Holder string       `json:"holder"`
+}
+
+type waitingJob struct {
+	ID            string          `json:"id"`
+	Name          string          `json:"name"`
+	Data          json.RawMessage `json:"data"`
+	Deduplication json.RawMessage `json:"deduplication"`
+}
+
+// Deduplication's keepLastIfActive mode: a job deduplicated while the
+// holder is active is kept and added when the holder completes or fails
+// for good. The control runs the same steps with BullMQ alone on a twin
+// queue; we hold the job, and the later adds come from Node or from us.
+func TestInterop_DedupKeepLastIfActive(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		finish  string
+		nodeAdd bool
+	}{{"complete", true}, {"fail", false}, {"fail", true}, {"complete", false}} {
+		t.Run(fmt.Sprintf("%s/nodeAdds=%v", tc.finish, tc.nodeAdd), func(t *testing.T) {
+			t.Parallel()
+			db, q := setup(t, queue.Config{})
+			ctx := testCtx(t)
+			var control keepLastView
+			bull(t, db, "keepLastControl", map[string]any{"queue": queue.HostQueueName("twin"),
+				"dedupId": "d", "finish": tc.finish}, &control)
+			require.Len(t, control.After, 1, "BullMQ added the kept job")
+
+			dedup := &queue.Dedup{ID: "d", KeepLastIfActive: true}
+			_, _, err := q.Add(ctx, "job", json.RawMessage(`{"n":1}`), queue.AddOptions{Dedup: dedup})
+			require.NoError(t, err)
+			held := fetch(t, q, "t")
+			for _, n := range []int{2, 3} {
+				if tc.nodeAdd {
+					bull(t, db, "add", map[string]any{"name": "job", "data": map[string]any{"n": n},
+						"opts": map[string]any{"deduplication": map[string]any{"id": "d", "keepLastIfActive": true}}}, nil)
+					continue
+				}
+				id, added, err := q.Add(ctx, "job", json.RawMessage(fmt.Sprintf(`{"n":%d}`, n)), queue.AddOptions{Dedup: dedup})
+				require.NoError(t, err)
+				require.False(t, added)
+				require.Equal(t, held.ID, id, "reported as deduplicated by the active job")
+			}
+			var ours keepLastView
+			bull(t, db, "waiting", nil, &ours.Before)
+			if tc.finish == "fail" {
+				_, err = q.Fail(ctx, held.ID, "t", "boom", queue.FailOptions{})
+			} else {
+				err = q.Complete(ctx, held.ID, "t", json.RawMessage(`{"ok":true}`))
+			}
+			require.NoError(t, err)
+			bull(t, db, "waiting", nil, &ours.After)
+			ours.Holder, err = db.Client.Get(ctx, "bull:"+queue.SharedQueue+":de:d").Result()
+			require.NoError(t, err)
+			require.Equal(t, control, ours)
+
+			// The kept job holds the dedup id in turn, and releases it.
+			kept := fetch(t, q, "t")
+			require.JSONEq(t, `{"n":3}`, string(kept.Data))
+			require.NoError(t, q.Complete(ctx, kept.ID, "t", nil))
+			n, err := db.Client.Exists(ctx, "bull:"+queue.SharedQueue+":de:d", "bull:"+queue.SharedQueue+":dn:d").Result()
+			require.NoError(t, err)
+			require.Zero(t, n)
+		})
+	}
+}
+
+func TestAdd_KeepLastIfActiveRefusesTTL(t *testing.T) {
+	_, q := setup(t, queue.Config{})
+	_, _, err := q.Add(testCtx(t), "job", nil, queue.AddOptions{Dedup: &queue.Dedup{ID: "d", TTL: time.Second, KeepLastIfActive: true}})
+	var oe *queue.OptionError
+	require.ErrorAs(t, err, &oe)
+	require.Contains(t, err.Error(), "KeepLastIfActive")
+}

@@ -273,6 +273,49 @@ local function releaseDedup(prefix, dedupId, jobId)
   end
 end
 
+-- requeueDedupNext adds the job kept at "<prefix>dn:<dedupId>" (BullMQ's
+-- keepLastIfActive mode: a job deduplicated while the holder was active)
+-- once the holder has finished, as BullMQ's requeueDeduplicatedJob does:
+-- under the id it was given ("jid"), or the next counter id, holding the
+-- dedup id in turn. A kept job whose id exists meanwhile is dropped.
+local function requeueDedupNext(k, prefix, now, maxLen, dedupId)
+  local nextKey = prefix .. "dn:" .. dedupId
+  local f = rcall("HMGET", nextKey, "name", "data", "opts", "rjk", "jid")
+  if not f[1] and not f[3] then return end
+  local counter = tostring(rcall("INCR", k.id))
+  local jobId = f[5] or counter
+  local jobKey = prefix .. jobId
+  rcall("DEL", nextKey)
+  if rcall("EXISTS", jobKey) == 1 then
+    emit(k, maxLen, "duplicated", "jobId", jobId)
+    return
+  end
+  local opts = decodeJSON(f[3])
+  local de = opts["de"]
+  if type(de) ~= "table" then de = {} end
+  local dedupKey = prefix .. "de:" .. dedupId
+  local ttl = num(de["ttl"], 0)
+  if de["keepLastIfActive"] or ttl <= 0 then
+    rcall("SET", dedupKey, jobId)
+  else
+    rcall("SET", dedupKey, jobId, "PX", ttl)
+  end
+  local delay = math.max(0, math.floor(num(opts["delay"], 0)))
+  local priority = math.max(0, math.floor(num(opts["priority"], 0)))
+  rcall("HSET", jobKey, "name", f[1] or "", "data", f[2] or "{}", "opts", f[3] or "{}",
+    "timestamp", now, "delay", delay, "priority", priority, "deid", dedupId)
+  if f[4] then rcall("HSET", jobKey, "rjk", f[4]) end
+  emit(k, maxLen, "added", "jobId", jobId, "name", f[1] or "")
+  if delay > 0 then
+    addDelayed(k, jobId, now + delay, maxLen)
+  else
+    local pushCmd = "LPUSH"
+    if opts["lifo"] == true then pushCmd = "RPUSH" end
+    enqueue(k, jobId, priority, pushCmd)
+    emit(k, maxLen, "waiting", "jobId", jobId)
+  end
+end
+
 -- checkLock verifies the caller holds the job: 0 ok, -2 no lock, -6 another
 -- token holds it. It changes nothing.
 local function checkLock(jobKey, token)
@@ -306,8 +349,10 @@ local function finish(k, prefix, now, maxLen, jobId, jobKey, target, field, valu
   else
     removeJobKeys(jobKey)
   end
-  releaseDedup(prefix, attrs[2] or nil, jobId)
+  local dedupId = attrs[2] or nil
+  releaseDedup(prefix, dedupId, jobId)
   emit(k, maxLen, target, "jobId", jobId, field, value, "prev", "active")
+  if dedupId then requeueDedupNext(k, prefix, now, maxLen, dedupId) end
   return atm
 end
 

@@ -72,6 +72,14 @@ async function runWorker(conn, args) {
   return { processed: done };
 }
 
+// waitingView lists a queue's waiting jobs as the keep-last scenarios
+// compare them.
+async function waitingView(q) {
+  return (await q.getWaiting()).map((j) => ({
+    id: j.id, name: j.name, data: j.data, deduplication: j.opts.deduplication || null,
+  }));
+}
+
 const scenarios = {
   async add(q, conn, args) {
     const job = await q.add(args.name || 'node-job', args.data === undefined ? {} : args.data, args.opts || {});
@@ -142,6 +150,30 @@ const scenarios = {
       return out;
     } finally {
       if (worker) await worker.close();
+    }
+  },
+  async waiting(q) {
+    return waitingView(q);
+  },
+  // keepLastControl is the BullMQ-only control of deduplication's
+  // keepLastIfActive mode: add, take, add twice more while active, then
+  // finish the taken job (args.finish: "complete" or "fail").
+  async keepLastControl(q, conn, args) {
+    const prefix = args.prefix || 'bull';
+    const deduplication = { id: args.dedupId, keepLastIfActive: true };
+    const worker = new Worker(args.queue, null, { connection: conn, prefix, autorun: false, maxStalledCount: 0 });
+    try {
+      await q.add('job', { n: 1 }, { deduplication });
+      const job = await worker.getNextJob('tok');
+      for (const n of [2, 3]) await q.add('job', { n }, { deduplication });
+      const before = await waitingView(q);
+      if (args.finish === 'fail') await job.moveToFailed(new Error('boom'), 'tok', false);
+      else await job.moveToCompleted({ ok: true }, 'tok', false);
+      const client = await q.client;
+      const holder = await client.get(`${prefix}:${args.queue}:de:${args.dedupId}`);
+      return { before, after: await waitingView(q), holder };
+    } finally {
+      await worker.close();
     }
   },
   async schedulers(q) {
