@@ -51,7 +51,7 @@ func bull(t *testing.T, db *livetest.ValkeyDB, scenario string, args any, out an
 	bin := nodeBin(t)
 	raw, err := json.Marshal(args)
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, filepath.Join(interopDir, "interop.js"), scenario, db.URL, string(raw))
 	var stdout, stderr bytes.Buffer
@@ -314,7 +314,8 @@ func TestInterop_SchedulerRunsAdvanceOnEitherSide(t *testing.T) {
 	require.NoError(t, err)
 	var out nodeProcessed
 	bull(t, db, "process", map[string]any{"count": 1, "timeoutMs": 5000}, &out)
-	require.Len(t, out.Processed, 1)
+	// A second run (one a second) may be taken before the worker closes.
+	require.NotEmpty(t, out.Processed)
 	require.Equal(t, "ours", out.Processed[0].RepeatJobKey)
 	ran := millisOf(t, out.Processed[0].ID)
 	list, err := q.Schedulers(ctx)

@@ -94,6 +94,9 @@ func ValidatePattern(pattern string) error {
 	if strings.HasPrefix(p, "@") || !gronx.IsValid(p) {
 		return optErr("Pattern", "%q is not a valid cron pattern", pattern)
 	}
+	if _, err := parseCron(p); err != nil {
+		return optErr("Pattern", "%v", err)
+	}
 	return nil
 }
 
@@ -129,7 +132,11 @@ func NextRun(pattern, tz string, after time.Time) (time.Time, error) {
 }
 
 func nextRun(pattern string, loc *time.Location, after time.Time) (time.Time, error) {
-	t, err := gronx.NextTickAfter(strings.TrimSpace(pattern), after.In(loc), false)
+	spec, err := parseCron(pattern)
+	if err != nil {
+		return time.Time{}, optErr("Pattern", "%v", err)
+	}
+	t, err := cronNext(spec, loc, after, time.Time{})
 	if err != nil {
 		return time.Time{}, fmt.Errorf("next run of %q: %w", pattern, err)
 	}

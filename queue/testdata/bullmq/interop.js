@@ -7,6 +7,7 @@
 'use strict';
 
 const { Queue, Worker } = require('bullmq');
+const cronParser = require('cron-parser');
 
 function connection(rawURL) {
   const u = new URL(rawURL);
@@ -151,6 +152,18 @@ const scenarios = {
     } finally {
       if (worker) await worker.close();
     }
+  },
+  // cronNext asks cron-parser (the version BullMQ depends on) for the run
+  // after each of args.after (millis) of each {pattern, tz} in args.cases,
+  // as BullMQ's default repeat strategy does; null where it finds none.
+  async cronNext(q, conn, args) {
+    return args.cases.map((c) => args.after.map((ms) => {
+      try {
+        return cronParser.parseExpression(c.pattern, { currentDate: new Date(ms), tz: c.tz }).next().getTime();
+      } catch (e) {
+        return null;
+      }
+    }));
   },
   async waiting(q) {
     return waitingView(q);
