@@ -546,3 +546,118 @@ func TestAdd_KeepLastIfActiveRefusesTTL(t *testing.T) {
 	require.ErrorAs(t, err, &oe)
 	require.Contains(t, err.Error(), "KeepLastIfActive")
 }
+
+// takeRuns takes and completes runs of q's schedulers for d, returning the
+// millis of each run in order.
+func takeRuns(t *testing.T, q *queue.Queue, d time.Duration) []int64 {
+	t.Helper()
+	ctx := testCtx(t)
+	var runs []int64
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		job, err := q.Fetch(ctx, "t")
+		require.NoError(t, err)
+		if job == nil {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		runs = append(runs, millisOf(t, job.ID))
+		require.NoError(t, q.Complete(ctx, job.ID, "t", nil))
+	}
+	return runs
+}
+
+func pending(t *testing.T, q *queue.Queue) int64 {
+	c := counts(t, q)
+	return c.Waiting + c.Delayed + c.Prioritized
+}
+
+// A scheduler's repeat.limit and endDate end it, and its startDate delays
+// it, whichever side upserted it and whichever side takes its runs. The
+// control is the same scheduler on a twin queue, upserted and run by
+// BullMQ alone.
+func TestInterop_SchedulerBoundsAsBullMQ(t *testing.T) {
+	t.Parallel()
+	twin := queue.HostQueueName("twin")
+	control := func(t *testing.T, db *livetest.ValkeyDB, repeat map[string]any, d time.Duration) []nodeJob {
+		bull(t, db, "upsertScheduler", map[string]any{"queue": twin, "id": "s", "repeat": repeat,
+			"template": map[string]any{"name": "tick"}}, nil)
+		var out nodeProcessed
+		bull(t, db, "process", map[string]any{"queue": twin, "timeoutMs": d.Milliseconds()}, &out)
+		return out.Processed
+	}
+	t.Run("LimitUpsertedByNode", func(t *testing.T) {
+		t.Parallel()
+		db, q := setup(t, queue.Config{})
+		repeat := map[string]any{"pattern": "* * * * * *", "limit": 3}
+		want := control(t, db, repeat, 5*time.Second)
+		require.Len(t, want, 3, "BullMQ makes limit runs")
+		bull(t, db, "upsertScheduler", map[string]any{"id": "s", "repeat": repeat,
+			"template": map[string]any{"name": "tick"}}, nil)
+		require.Len(t, takeRuns(t, q, 5*time.Second), len(want))
+		require.Zero(t, pending(t, q), "no run after the last")
+	})
+	t.Run("LimitOursMixedConsumers", func(t *testing.T) {
+		t.Parallel()
+		db, q := setup(t, queue.Config{})
+		want := control(t, db, map[string]any{"pattern": "* * * * * *", "limit": 4}, 6*time.Second)
+		require.Len(t, want, 4)
+		_, err := q.UpsertScheduler(testCtx(t), "s", queue.Scheduler{Pattern: "* * * * * *", Limit: 4, JobName: "tick"})
+		require.NoError(t, err)
+		runs := takeRuns(t, q, 1500*time.Millisecond) // we take one or two
+		var out nodeProcessed
+		bull(t, db, "process", map[string]any{"count": 1, "timeoutMs": 3000}, &out) // Node takes the next
+		require.NotEmpty(t, out.Processed)
+		var rep struct{ Limit, Count int }
+		require.NoError(t, json.Unmarshal(jsonField(t, out.Processed[0].Opts, "repeat"), &rep))
+		require.Equal(t, 4, rep.Limit, "our runs carry the limit to Node workers")
+		runs = append(runs, takeRuns(t, q, 4*time.Second)...)
+		require.Equal(t, len(want), len(runs)+len(out.Processed))
+		require.Zero(t, pending(t, q))
+		list, err := q.Schedulers(testCtx(t))
+		require.NoError(t, err)
+		require.Equal(t, 4, list[0].Limit)
+	})
+	t.Run("EndDate", func(t *testing.T) {
+		t.Parallel()
+		db, q := setup(t, queue.Config{})
+		// Node takes seconds to start on a loaded machine: its end is later.
+		end := serverNow(t, db).Add(6 * time.Second).Truncate(time.Second).Add(500 * time.Millisecond)
+		want := control(t, db, map[string]any{"pattern": "* * * * * *", "endDate": end.UnixMilli()}, 9*time.Second)
+		require.NotEmpty(t, want)
+		require.Equal(t, end.Truncate(time.Second).UnixMilli(), millisOf(t, want[len(want)-1].ID),
+			"BullMQ's last run is the last match before the end date")
+
+		end = serverNow(t, db).Add(2500 * time.Millisecond).Truncate(time.Second).Add(500 * time.Millisecond)
+		_, err := q.UpsertScheduler(testCtx(t), "s", queue.Scheduler{Pattern: "* * * * * *", EndDate: end, JobName: "tick"})
+		require.NoError(t, err)
+		runs := takeRuns(t, q, 5*time.Second)
+		require.NotEmpty(t, runs)
+		require.Equal(t, end.Truncate(time.Second).UnixMilli(), runs[len(runs)-1], "ours too")
+		require.Zero(t, pending(t, q))
+		_, err = q.UpsertScheduler(testCtx(t), "late", queue.Scheduler{Pattern: "* * * * * *", EndDate: end, JobName: "tick"})
+		require.ErrorIs(t, err, queue.ErrScheduleEnded)
+	})
+	t.Run("StartDate", func(t *testing.T) {
+		t.Parallel()
+		db, q := setup(t, queue.Config{})
+		start := serverNow(t, db).Add(time.Hour).Truncate(time.Second) // a matching second itself
+		bull(t, db, "upsertScheduler", map[string]any{"queue": twin, "id": "s",
+			"repeat": map[string]any{"pattern": "*/5 * * * * *", "startDate": start.UnixMilli()}}, nil)
+		var theirs []nodeScheduler
+		bull(t, db, "schedulers", map[string]any{"queue": twin}, &theirs)
+		require.Len(t, theirs, 1)
+		_, err := q.UpsertScheduler(testCtx(t), "s", queue.Scheduler{Pattern: "*/5 * * * * *", StartDate: start, JobName: "tick"})
+		require.NoError(t, err)
+		ours, err := q.Schedulers(testCtx(t))
+		require.NoError(t, err)
+		require.Equal(t, theirs[0].Next, ours[0].Next.UnixMilli(), "the first run is BullMQ's")
+		require.Equal(t, start.UnixMilli(), ours[0].StartDate.UnixMilli())
+	})
+}
+
+func jsonField(t *testing.T, raw json.RawMessage, key string) json.RawMessage {
+	t.Helper()
+	var m map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(raw, &m))
+	return m[key]
+}

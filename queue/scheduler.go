@@ -32,6 +32,15 @@ type Scheduler struct {
 	// BullMQ worker that takes a run of a scheduler without TZ computes the
 	// next one in its own process zone, so mixed fleets should set TZ.
 	TZ string
+	// Limit, when positive, is the most runs the scheduler makes (BullMQ's
+	// repeat.limit): the run that reaches it makes no next one.
+	Limit int
+	// StartDate, when set, is the earliest time a run may be due: the
+	// first run is the first match after it.
+	StartDate time.Time
+	// EndDate, when set, ends the schedule: no run is due after it, and no
+	// run is made once it has passed (BullMQ's endDate).
+	EndDate time.Time
 	// JobName, Data and the options below are the template of every run.
 	JobName          string
 	Data             json.RawMessage
@@ -156,7 +165,9 @@ func (s Scheduler) template() jobTemplate {
 // UpsertScheduler creates or replaces scheduler id. Its pending run that is
 // not yet taken is replaced by one at the next cron time; a run already
 // taken finishes undisturbed. Upserting the same scheduler twice leaves one
-// scheduler and one pending run. It returns the pending run's job id.
+// scheduler and one pending run. It returns the pending run's job id. A
+// schedule whose EndDate leaves no run changes nothing and returns
+// ErrScheduleEnded (BullMQ's upsert returns no job then).
 func (q *Queue) UpsertScheduler(ctx context.Context, id string, s Scheduler) (string, error) {
 	if err := ValidateSchedulerID(id); err != nil {
 		return "", err
@@ -170,6 +181,9 @@ func (q *Queue) UpsertScheduler(ctx context.Context, id string, s Scheduler) (st
 		return "", err
 	}
 	if err := checkJobName("JobName", s.JobName); err != nil {
+		return "", err
+	}
+	if err := s.checkBounds(); err != nil {
 		return "", err
 	}
 	data, err := checkData("Data", s.Data)
@@ -196,17 +210,18 @@ func (q *Queue) UpsertScheduler(ctx context.Context, id string, s Scheduler) (st
 	if err != nil {
 		return "", fmt.Errorf("upsert scheduler %q: server time: %w", id, err)
 	}
-	first, err := nextRun(s.Pattern, loc, now)
+	first, err := s.firstRun(loc, now)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("upsert scheduler %q: %w", id, err)
 	}
+	limit, start, end := s.boundArgs()
 	for range 2 { // a taken id moves the schedule one run on, once
 		after, err := nextRun(s.Pattern, loc, first)
 		if err != nil {
 			return "", err
 		}
 		res, err := q.run(ctx, schedulerUpsertScript, []string{q.keys.scheduler(id)},
-			id, first.UnixMilli(), after.UnixMilli(), s.JobName, data, tmpl, s.Pattern, s.TZ)
+			id, first.UnixMilli(), after.UnixMilli(), s.JobName, data, tmpl, s.Pattern, s.TZ, limit, start, end)
 		if err != nil {
 			return "", fmt.Errorf("upsert scheduler %q in %s: %w", id, q.name, err)
 		}
@@ -220,6 +235,52 @@ func (q *Queue) UpsertScheduler(ctx context.Context, id string, s Scheduler) (st
 		first = after
 	}
 	return "", scriptError(-10, "upsert scheduler", id)
+}
+
+func (s Scheduler) checkBounds() error {
+	if s.Limit < 0 {
+		return optErr("Limit", "negative")
+	}
+	if !s.EndDate.IsZero() && !s.StartDate.IsZero() && s.EndDate.Before(s.StartDate) {
+		return optErr("EndDate", "before StartDate")
+	}
+	return nil
+}
+
+// firstRun is the first run a BullMQ upsert makes: the first match after
+// now or StartDate, whichever is later; none (ErrScheduleEnded) once
+// EndDate has passed or when no match comes before it.
+func (s Scheduler) firstRun(loc *time.Location, now time.Time) (time.Time, error) {
+	if !s.EndDate.IsZero() && now.After(s.EndDate) {
+		return time.Time{}, fmt.Errorf("end date %s has passed: %w", s.EndDate.Format(time.RFC3339), ErrScheduleEnded)
+	}
+	after := now
+	if s.StartDate.After(after) {
+		after = s.StartDate
+	}
+	first, err := nextRun(s.Pattern, loc, after)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if !s.EndDate.IsZero() && first.After(s.EndDate) {
+		return time.Time{}, fmt.Errorf("no run of %q before the end date %s: %w", s.Pattern,
+			s.EndDate.Format(time.RFC3339), ErrScheduleEnded)
+	}
+	return first, nil
+}
+
+// boundArgs are scheduler_upsert.lua's ARGV[10..12].
+func (s Scheduler) boundArgs() (limit, start, end string) {
+	if s.Limit > 0 {
+		limit = strconv.Itoa(s.Limit)
+	}
+	if !s.StartDate.IsZero() {
+		start = strconv.FormatInt(s.StartDate.UnixMilli(), 10)
+	}
+	if !s.EndDate.IsZero() {
+		end = strconv.FormatInt(s.EndDate.UnixMilli(), 10)
+	}
+	return limit, start, end
 }
 
 // RemoveScheduler deletes scheduler id and its pending run (a run already
@@ -277,6 +338,13 @@ func parseScheduler(id, next string, flat []any) SchedulerInfo {
 		info.RemoveOnFail = opts.RemoveOnFail
 	}
 	info.Every = time.Duration(atoi(f["every"])) * time.Millisecond
+	info.Limit = atoi(f["limit"])
+	if ms := atoi(f["startDate"]); ms > 0 {
+		info.StartDate = time.UnixMilli(int64(ms))
+	}
+	if ms := atoi(f["endDate"]); ms > 0 {
+		info.EndDate = time.UnixMilli(int64(ms))
+	}
 	info.Iterations = atoi(f["ic"])
 	if ms, err := strconv.ParseFloat(next, 64); err == nil && ms > 0 {
 		info.Next = time.UnixMilli(int64(ms))
