@@ -16,7 +16,8 @@ import (
 // is always exactly one pending run per scheduler, a job with id
 // "repeat:<schedulerId>:<millis>"; taking it (Fetch) creates the next one.
 //
-// Run times are computed in Go with gronx, in TZ, from the server's clock:
+// Run times are computed in Go by the rules of BullMQ's cron-parser
+// (cron.go), in TZ, from the server's clock:
 // UpsertScheduler reads Valkey's TIME once, and a fetch reports the server
 // time its script read. The scheduler stores the run after the pending one
 // ("nx"), so the fetch that takes a run creates the next run in the same
@@ -26,7 +27,8 @@ import (
 type Scheduler struct {
 	// Pattern is a cron pattern of 5 fields (minute first) or 6 (second
 	// first), or @yearly, @monthly, @weekly, @daily, @hourly: the forms both
-	// gronx and BullMQ's cron-parser read the same way.
+	// gronx and BullMQ's cron-parser read the same way (L, W and # are
+	// refused).
 	Pattern string
 	// TZ is the IANA zone the pattern is read in. Empty means UTC here; a
 	// BullMQ worker that takes a run of a scheduler without TZ computes the
