@@ -143,11 +143,15 @@ func NextRun(pattern, tz string, after time.Time) (time.Time, error) {
 }
 
 func nextRun(pattern string, loc *time.Location, after time.Time) (time.Time, error) {
+	var t time.Time
 	spec, err := parseCron(pattern)
-	if err != nil {
+	if err == nil {
+		t, err = cronNext(spec, loc, after, time.Time{})
+	} else if p := strings.TrimSpace(pattern); gronx.IsValid(p) && !strings.HasPrefix(p, "@") {
+		t, err = gronx.NextTickAfter(p, after.In(loc), false) // a peer's L, W or #
+	} else {
 		return time.Time{}, optErr("Pattern", "%v", err)
 	}
-	t, err := cronNext(spec, loc, after, time.Time{})
 	if err != nil {
 		return time.Time{}, fmt.Errorf("next run of %q: %w", pattern, err)
 	}
@@ -369,8 +373,10 @@ func (q *Queue) recordNextRun(ctx context.Context, now time.Time, req []any) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	err := func() error {
-		if err := ValidatePattern(pattern); err != nil {
-			return err
+		// A peer's scheduler may use forms we refuse at upsert (L, W, #):
+		// those runs follow gronx rather than stop.
+		if err := checkString("Pattern", pattern, 256); err != nil || !gronx.IsValid(strings.TrimSpace(pattern)) {
+			return optErr("Pattern", "%q is not a valid cron pattern", pattern)
 		}
 		loc, err := loadZone(tz)
 		if err != nil {
