@@ -24,9 +24,6 @@ import (
 // (that of the luxon library): calendar steps keep the wall clock and
 // resolve it against the zone, time steps add absolute time.
 
-// errCronRange ends a search that passed its end date.
-var errCronRange = errors.New("no run before the end date")
-
 // cronSpec is a parsed pattern: the matching values of each field, sorted.
 type cronSpec struct {
 	second, minute, hour, dom, month, dow []int
@@ -280,15 +277,12 @@ func (s *cronSearch) shift(c cronTime, unit time.Duration) cronTime {
 }
 
 // next is cron-parser's forward search from c: the first matching time
-// strictly after c at second resolution, or errCronRange past endMs (0:
-// none).
-func (s *cronSearch) next(c cronTime, endMs int64) (cronTime, error) {
+// strictly after c at second resolution. (An end date is applied by the
+// scripts, which see the run time: cron-parser finds no run past it.)
+func (s *cronSearch) next(c cronTime) (cronTime, error) {
 	spec := s.spec
 	start := c.ms
 	for range 10000 {
-		if endMs > 0 && c.ms > endMs {
-			return c, errCronRange
-		}
 		w := c.wall()
 		domMatch := slices.Contains(spec.dom, w.Day())
 		dowMatch := slices.Contains(spec.dow, int(w.Weekday()))
@@ -337,15 +331,10 @@ func (s *cronSearch) next(c cronTime, endMs int64) (cronTime, error) {
 }
 
 // cronNext is the first run of spec in loc strictly after after (second
-// resolution), or errCronRange when it would be later than end (zero: no
-// end).
-func cronNext(spec *cronSpec, loc *time.Location, after, end time.Time) (time.Time, error) {
-	var endMs int64
-	if !end.IsZero() {
-		endMs = end.UnixMilli()
-	}
+// resolution).
+func cronNext(spec *cronSpec, loc *time.Location, after time.Time) (time.Time, error) {
 	s := &cronSearch{spec: spec, dstStart: -1, dstEnd: -1}
-	c, err := s.next(cronTimeAt(after.UnixMilli(), loc), endMs)
+	c, err := s.next(cronTimeAt(after.UnixMilli(), loc))
 	if err != nil {
 		return time.Time{}, err
 	}

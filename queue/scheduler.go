@@ -146,7 +146,7 @@ func nextRun(pattern string, loc *time.Location, after time.Time) (time.Time, er
 	var t time.Time
 	spec, err := parseCron(pattern)
 	if err == nil {
-		t, err = cronNext(spec, loc, after, time.Time{})
+		t, err = cronNext(spec, loc, after)
 	} else if p := strings.TrimSpace(pattern); gronx.IsValid(p) && !strings.HasPrefix(p, "@") {
 		t, err = gronx.NextTickAfter(p, after.In(loc), false) // a peer's L, W or #
 	} else {
