@@ -68,11 +68,10 @@ func parseCron(pattern string) (*cronSpec, error) {
 		out[i] = vals
 	}
 	s := &cronSpec{second: out[0], minute: out[1], hour: out[2], dom: out[3], month: out[4], dow: out[5]}
-	if len(s.month) == 1 { // cron-parser drops days the only month lacks
+	if len(s.month) == 1 {
+		// cron-parser drops days the only month lacks, and refuses the
+		// pattern when none is left: it never fires (NextRun says so).
 		days := daysInMonthMax[s.month[0]-1]
-		if s.dom[0] > days {
-			return nil, fmt.Errorf("%q: day %d is not in month %d", pattern, s.dom[0], s.month[0])
-		}
 		s.dom = slices.DeleteFunc(s.dom, func(d int) bool { return d > days })
 	}
 	return s, nil
