@@ -200,15 +200,7 @@ func (q *Queue) UpsertScheduler(ctx context.Context, id string, s Scheduler) (st
 	if err := t.validate(); err != nil {
 		return "", err
 	}
-	w := t.wire()
-	// BullMQ's template opts carry no delay; attempts only when set.
-	tmpl, err := json.Marshal(struct {
-		Attempts         int          `json:"attempts,omitempty"`
-		Backoff          *wireBackoff `json:"backoff,omitempty"`
-		Priority         int          `json:"priority,omitempty"`
-		RemoveOnComplete any          `json:"removeOnComplete,omitempty"`
-		RemoveOnFail     any          `json:"removeOnFail,omitempty"`
-	}{w.Attempts, w.Backoff, w.Priority, w.RemoveOnComplete, w.RemoveOnFail})
+	tmpl, err := t.schedulerOpts()
 	if err != nil {
 		return "", fmt.Errorf("upsert scheduler %q: %w", id, err)
 	}
@@ -241,6 +233,19 @@ func (q *Queue) UpsertScheduler(ctx context.Context, id string, s Scheduler) (st
 		first = after
 	}
 	return "", scriptError(-10, "upsert scheduler", id)
+}
+
+// schedulerOpts is a scheduler's template opts: BullMQ's carry no delay,
+// and attempts only when set.
+func (t jobTemplate) schedulerOpts() ([]byte, error) {
+	w := t.wire()
+	return json.Marshal(struct {
+		Attempts         int          `json:"attempts,omitempty"`
+		Backoff          *wireBackoff `json:"backoff,omitempty"`
+		Priority         int          `json:"priority,omitempty"`
+		RemoveOnComplete any          `json:"removeOnComplete,omitempty"`
+		RemoveOnFail     any          `json:"removeOnFail,omitempty"`
+	}{w.Attempts, w.Backoff, w.Priority, w.RemoveOnComplete, w.RemoveOnFail})
 }
 
 func (s Scheduler) checkBounds() error {
