@@ -59,10 +59,13 @@ type Consumer struct {
 	closed bool
 	conn   *redis.Conn // dedicated blocking connection, when the client has one
 	connID int64
-	shared bool        // no dedicated connection possible: wait on the client's pool
-	stale  []bool      // fetch this queue at the next pass
-	due    []time.Time // local time its next delayed job is due; zero: none
-	rr     int
+	// presence holds one idle connection per queue after the first, named
+	// like conn, so that each queue lists this consumer as a worker.
+	presence []*redis.Conn
+	shared   bool        // no dedicated connection possible: wait on the client's pool
+	stale    []bool      // fetch this queue at the next pass
+	due      []time.Time // local time its next delayed job is due; zero: none
+	rr       int
 }
 
 // NewConsumer returns a consumer of queues (at least one, all on the same
@@ -121,6 +124,9 @@ func (c *Consumer) Next(ctx context.Context, token string) (*Queue, *Job, error)
 			return nil, nil, ErrConsumerClosed
 		}
 		if err := ctx.Err(); err != nil {
+			return nil, nil, err
+		}
+		if err := c.connect(ctx); err != nil {
 			return nil, nil, err
 		}
 		start := c.rr
@@ -185,9 +191,77 @@ func (c *Consumer) dropConn() error {
 	if c.conn == nil {
 		return nil
 	}
-	err := c.conn.Close()
+	err := releaseConn(c.conn)
 	c.conn = nil
+	for _, p := range c.presence {
+		err = errors.Join(err, releaseConn(p))
+	}
+	c.presence = nil
 	return err
+}
+
+// releaseConn returns a named connection to the client's pool without its
+// name (a pooled connection keeps it, and would list a closed consumer).
+// A broken connection fails to clear and is discarded by the pool.
+func releaseConn(conn *redis.Conn) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = conn.ClientSetName(ctx, "").Err()
+	return conn.Close()
+}
+
+// connect opens the dedicated blocking connection, once, and names it
+// (and one idle connection for each further queue) the way BullMQ names a
+// Worker's blocking connection, so that BullMQ's getWorkers() and Bull
+// Board list this consumer under each of its queues. Next calls it before
+// its first fetch: a consumer that never sleeps is listed too.
+func (c *Consumer) connect(ctx context.Context) error {
+	if c.conn != nil || c.shared {
+		return nil
+	}
+	cl, ok := c.client.(*redis.Client)
+	if !ok {
+		c.shared = true
+		return nil
+	}
+	conn := cl.Conn()
+	id, err := conn.ClientID(ctx).Result()
+	var rerr redis.Error
+	switch {
+	case errors.As(err, &rerr):
+		// The server cannot name connections (CLIENT ID): wait on the
+		// shared pool; cancellation then takes effect when the wait ends.
+		_ = conn.Close()
+		c.shared = true
+		return nil
+	case err != nil:
+		_ = conn.Close()
+		return fmt.Errorf("consumer connection: %w", err)
+	}
+	c.conn, c.connID = conn, id
+	if err := nameConn(ctx, conn, c.queues[0]); err != nil {
+		return err
+	}
+	for _, q := range c.queues[1:] {
+		p := cl.Conn()
+		c.presence = append(c.presence, p)
+		if err := nameConn(ctx, p, q); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// nameConn gives conn q's worker connection name. A server that refuses
+// the name (a worker name with spaces, or CLIENT SETNAME disabled) leaves
+// the connection unnamed: being listed is not worth failing a consumer.
+func nameConn(ctx context.Context, conn *redis.Conn, q *Queue) error {
+	err := conn.ClientSetName(ctx, q.keys.workerName(q.cfg.WorkerName)).Err()
+	var rerr redis.Error
+	if err != nil && !errors.As(err, &rerr) {
+		return fmt.Errorf("name consumer connection: %w", err)
+	}
+	return nil
 }
 
 // wait sleeps on every queue's marker for at most d and returns the index
@@ -207,27 +281,8 @@ func (c *Consumer) wait(ctx context.Context, d time.Duration, timed bool) (int, 
 	if d <= 0 {
 		return -1, ctx.Err()
 	}
-	if c.conn == nil && !c.shared {
-		if cl, ok := c.client.(*redis.Client); ok {
-			conn := cl.Conn()
-			id, err := conn.ClientID(ctx).Result()
-			var rerr redis.Error
-			switch {
-			case errors.As(err, &rerr):
-				// The server cannot name connections (CLIENT ID): wait on
-				// the shared pool; cancellation then takes effect when the
-				// wait ends.
-				_ = conn.Close()
-				c.shared = true
-			case err != nil:
-				_ = conn.Close()
-				return -1, fmt.Errorf("consumer connection: %w", err)
-			default:
-				c.conn, c.connID = conn, id
-			}
-		} else {
-			c.shared = true
-		}
+	if err := c.connect(ctx); err != nil {
+		return -1, err
 	}
 	var key string
 	var err error

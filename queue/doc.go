@@ -21,9 +21,16 @@
 //	                                     processedOn finishedOn atm ats stc failedReason
 //	                                     returnvalue rjk deid pb (defa, set by BullMQ)
 //	<p>:<q>:<jobId>:lock                 lock token, PX LockTTL
+//	<p>:<q>:<jobId> stacktrace           JSON array: one reason per failed attempt (bounded)
 //	<p>:<q>:de:<dedupId>                 dedup id -> job id (PX ttl)
+//	<p>:<q>:dn:<dedupId>                 HASH name data opts jid: the job kept by
+//	                                     keepLastIfActive, added when the holder finishes
 //	<p>:<q>:repeat, :repeat:<id>         schedulers: ZSET id -> pending run millis, and HASH
-//	                                     name pattern tz ic data opts (+ nx, ours)
+//	                                     name pattern tz ic data opts limit startDate endDate
+//	                                     (+ nx, ours)
+//
+// A Consumer names its connections (CLIENT SETNAME) "<p>:<base64 of q>:w:<worker>", as
+// BullMQ names a Worker's, so BullMQ's getWorkers() and Bull Board list it.
 //
 // keys.go is the only file that formats these names.
 //
@@ -43,8 +50,17 @@
 // Scripts read the clock with TIME; no caller's clock reaches a timestamp,
 // a delayed promotion, a lock or a scheduler run, so hosts with skewed
 // clocks agree (BullMQ uses each client's Date.now() instead). Cron run
-// times are computed in Go with gronx from the server time a script or one
-// TIME read reported. A Consumer measures only durations locally.
+// times are computed in Go (cron.go) by the rules of cron-parser 4.9.0,
+// BullMQ's, also on the days clocks change, from the server time a script
+// or one TIME read reported. A Consumer measures only durations locally.
+//
+// # Mixed fleets
+//
+// We fail a stalled job rather than re-run it (MaxStalledCount 0), so a
+// paid job runs at most once. A BullMQ Worker sharing these queues needs
+// maxStalledCount: 0 for the same, and even then re-runs a stalled
+// scheduler run (BullMQ never fails one); skipStalledCheck: true leaves
+// stalls to us. docs/queue.md has the rules.
 //
 // # Waiting
 //
@@ -57,8 +73,8 @@
 //
 //   - Rate limiting (meta max/duration, the limiter key), flows
 //     (parent/child jobs), job logs and progress, metrics lists, LIFO adds,
-//     debounce/replace/extend deduplication modes, and the legacy
-//     repeatable jobs. The fetch script honours meta "paused" and global
+//     debounce/replace/extend deduplication modes (keepLastIfActive is
+//     reproduced), and the legacy repeatable jobs. The fetch script honours meta "paused" and global
 //     "concurrency" set by Node clients.
 //   - Stalled jobs: BullMQ marks them with a failure reason ("defa") and
 //     fails them when next taken, and never fails a scheduler's run; we

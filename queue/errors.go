@@ -23,6 +23,8 @@ var (
 	// ErrSchedulerCollision: the scheduler's next run id is taken by an
 	// existing job.
 	ErrSchedulerCollision = errors.New("queue: scheduler run id already exists")
+	// ErrScheduleEnded: a scheduler's EndDate leaves it no run.
+	ErrScheduleEnded = errors.New("queue: schedule has ended")
 	// ErrInvalidOption wraps every *OptionError.
 	ErrInvalidOption = errors.New("queue: invalid option")
 	// ErrInvalidQueueName: a name that is neither SharedQueue nor a valid

@@ -447,3 +447,31 @@ func BenchmarkParseOpts(b *testing.B) {
 		})
 	}
 }
+
+// parseCron expands fields as cron-parser 4.9.0 does (the expectations are
+// its own): a day-of-week range ending in 7 lists Sunday as 0, and a step
+// counts values already listed.
+func TestParseCron_AsCronParser(t *testing.T) {
+	t.Parallel()
+	s, err := parseCron("5 */20 1-7/3 ? jan,MAR */2")
+	require.NoError(t, err)
+	require.Equal(t, []int{5}, s.second)
+	require.Equal(t, []int{0, 20, 40}, s.minute)
+	require.Equal(t, []int{1, 4, 7}, s.hour)
+	require.Len(t, s.dom, 31)
+	require.Equal(t, []int{1, 3}, s.month)
+	require.Equal(t, []int{0, 2, 4, 6}, s.dow)
+	s, err = parseCron("0 0 * * 1-7")
+	require.NoError(t, err)
+	require.Equal(t, []int{0, 1, 2, 3, 4, 5, 6, 7}, s.dow)
+	s, err = parseCron("0 0 30 2 *")
+	require.NoError(t, err)
+	require.Empty(t, s.dom, "February has no 30th")
+	_, err = cronNext(s, time.UTC, time.Now())
+	require.Error(t, err, "never fires")
+	s, err = parseCron("0 0 1,31 4 *")
+	require.NoError(t, err)
+	require.Equal(t, []int{1}, s.dom, "days the only month lacks are dropped")
+	_, err = parseCron("0 0 * * 5L")
+	require.ErrorContains(t, err, "not supported")
+}

@@ -3,10 +3,13 @@ package queue_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,7 +51,7 @@ func bull(t *testing.T, db *livetest.ValkeyDB, scenario string, args any, out an
 	bin := nodeBin(t)
 	raw, err := json.Marshal(args)
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, filepath.Join(interopDir, "interop.js"), scenario, db.URL, string(raw))
 	var stdout, stderr bytes.Buffer
@@ -66,6 +69,7 @@ type nodeJob struct {
 	Opts         json.RawMessage `json:"opts"`
 	ReturnValue  json.RawMessage `json:"returnvalue"`
 	FailedReason string          `json:"failedReason"`
+	Stacktrace   []string        `json:"stacktrace"`
 	AttemptsMade int             `json:"attemptsMade"`
 	Timestamp    int64           `json:"timestamp"`
 	ProcessedOn  int64           `json:"processedOn"`
@@ -310,7 +314,8 @@ func TestInterop_SchedulerRunsAdvanceOnEitherSide(t *testing.T) {
 	require.NoError(t, err)
 	var out nodeProcessed
 	bull(t, db, "process", map[string]any{"count": 1, "timeoutMs": 5000}, &out)
-	require.Len(t, out.Processed, 1)
+	// A second run (one a second) may be taken before the worker closes.
+	require.NotEmpty(t, out.Processed)
 	require.Equal(t, "ours", out.Processed[0].RepeatJobKey)
 	ran := millisOf(t, out.Processed[0].ID)
 	list, err := q.Schedulers(ctx)
@@ -384,4 +389,277 @@ func TestInterop_NodeStalledCheckLeavesOurCompletedJob(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(1), counts.Completed)
 	require.Zero(t, counts.Waiting+counts.Active+counts.Failed)
+}
+
+// A job we fail records its reason in "stacktrace" the way a BullMQ Worker
+// records each failed attempt's stack: a JSON array, one entry per failed
+// attempt, bounded by opts.stackTraceLimit.
+func TestInterop_FailedJobCarriesStacktrace(t *testing.T) {
+	t.Parallel()
+	db, q := setup(t, queue.Config{})
+	ctx := testCtx(t)
+	id := add(t, q, queue.AddOptions{Attempts: 2})
+	fetch(t, q, "t")
+	retried, err := q.Fail(ctx, id, "t", "first", queue.FailOptions{})
+	require.NoError(t, err)
+	require.True(t, retried)
+	require.Equal(t, id, fetch(t, q, "t").ID)
+	retried, err = q.Fail(ctx, id, "t", "second", queue.FailOptions{})
+	require.NoError(t, err)
+	require.False(t, retried)
+
+	var got nodeJob
+	bull(t, db, "get", map[string]any{"id": id}, &got)
+	require.Equal(t, "failed", got.State)
+	require.Equal(t, "second", got.FailedReason)
+	require.Equal(t, []string{"first", "second"}, got.Stacktrace)
+
+	// The bound: a Node job with stackTraceLimit 1 keeps the last entry.
+	var added struct{ ID string }
+	bull(t, db, "add", map[string]any{"name": "n", "opts": map[string]any{"stackTraceLimit": 1, "attempts": 3}}, &added)
+	for _, reason := range []string{"a", "b"} {
+		require.Equal(t, added.ID, fetch(t, q, "t").ID)
+		_, err = q.Fail(ctx, added.ID, "t", reason, queue.FailOptions{})
+		require.NoError(t, err)
+	}
+	bull(t, db, "get", map[string]any{"id": added.ID}, &got)
+	require.Equal(t, []string{"b"}, got.Stacktrace)
+}
+
+// A Consumer names its connections as a BullMQ Worker names its blocking
+// connection, so BullMQ's getWorkers() (and Bull Board) list it under each
+// of its queues. The control is a BullMQ Worker with the same name on a
+// twin queue.
+func TestInterop_NodeListsOurWorkers(t *testing.T) {
+	t.Parallel()
+	db := livetest.Valkey(t)
+	// CLIENT LIST spans the server: a prefix of its own keeps other tests'
+	// consumers out of the lists.
+	prefix := fmt.Sprintf("wk%d", time.Now().UnixNano())
+	cfg := queue.Config{Prefix: prefix, WorkerName: "host-a"}
+	shared, err := queue.New(db.Client, queue.SharedQueue, cfg)
+	require.NoError(t, err)
+	own, err := queue.New(db.Client, queue.HostQueueName("host-a"), cfg)
+	require.NoError(t, err)
+	control := queue.HostQueueName("node-twin")
+
+	c, err := queue.NewConsumer([]*queue.Queue{shared, own}, queue.ConsumerConfig{})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(testCtx(t), 100*time.Millisecond)
+	_, _, err = c.Next(ctx, "t")
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+
+	var got map[string][]string
+	bull(t, db, "workers", map[string]any{"prefix": prefix, "control": control, "name": "host-a",
+		"queues": []string{control, shared.Name(), own.Name()}}, &got)
+	require.Len(t, got[control], 1, "the BullMQ control worker is listed")
+	b64 := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+	want := func(q string) []string {
+		return []string{strings.Replace(got[control][0], b64(control), b64(q), 1)}
+	}
+	require.Equal(t, prefix+":"+b64(control)+":w:host-a", got[control][0])
+	require.Equal(t, want(shared.Name()), got[shared.Name()], "listed as BullMQ lists its worker")
+	require.Equal(t, want(own.Name()), got[own.Name()], "listed under every queue it consumes")
+
+	require.NoError(t, c.Close())
+	bull(t, db, "workers", map[string]any{"prefix": prefix, "queues": []string{shared.Name(), own.Name()}}, &got)
+	require.Empty(t, got[shared.Name()], "a closed consumer is no longer listed")
+	require.Empty(t, got[own.Name()])
+}
+
+type keepLastView struct {
+	Before []waitingJob `json:"before"`
+	After  []waitingJob `json:"after"`
+	Holder string       `json:"holder"`
+}
+
+type waitingJob struct {
+	ID            string          `json:"id"`
+	Name          string          `json:"name"`
+	Data          json.RawMessage `json:"data"`
+	Deduplication json.RawMessage `json:"deduplication"`
+}
+
+// Deduplication's keepLastIfActive mode: a job deduplicated while the
+// holder is active is kept and added when the holder completes or fails
+// for good. The control runs the same steps with BullMQ alone on a twin
+// queue; we hold the job, and the later adds come from Node or from us.
+func TestInterop_DedupKeepLastIfActive(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		finish  string
+		nodeAdd bool
+	}{{"complete", true}, {"fail", false}, {"fail", true}, {"complete", false}} {
+		t.Run(fmt.Sprintf("%s/nodeAdds=%v", tc.finish, tc.nodeAdd), func(t *testing.T) {
+			t.Parallel()
+			db, q := setup(t, queue.Config{})
+			ctx := testCtx(t)
+			var control keepLastView
+			bull(t, db, "keepLastControl", map[string]any{"queue": queue.HostQueueName("twin"),
+				"dedupId": "d", "finish": tc.finish}, &control)
+			require.Len(t, control.After, 1, "BullMQ added the kept job")
+
+			dedup := &queue.Dedup{ID: "d", KeepLastIfActive: true}
+			_, _, err := q.Add(ctx, "job", json.RawMessage(`{"n":1}`), queue.AddOptions{Dedup: dedup})
+			require.NoError(t, err)
+			held := fetch(t, q, "t")
+			for _, n := range []int{2, 3} {
+				if tc.nodeAdd {
+					bull(t, db, "add", map[string]any{"name": "job", "data": map[string]any{"n": n},
+						"opts": map[string]any{"deduplication": map[string]any{"id": "d", "keepLastIfActive": true}}}, nil)
+					continue
+				}
+				id, added, err := q.Add(ctx, "job", json.RawMessage(fmt.Sprintf(`{"n":%d}`, n)), queue.AddOptions{Dedup: dedup})
+				require.NoError(t, err)
+				require.False(t, added)
+				require.Equal(t, held.ID, id, "reported as deduplicated by the active job")
+			}
+			var ours keepLastView
+			bull(t, db, "waiting", nil, &ours.Before)
+			if tc.finish == "fail" {
+				_, err = q.Fail(ctx, held.ID, "t", "boom", queue.FailOptions{})
+			} else {
+				err = q.Complete(ctx, held.ID, "t", json.RawMessage(`{"ok":true}`))
+			}
+			require.NoError(t, err)
+			bull(t, db, "waiting", nil, &ours.After)
+			ours.Holder, err = db.Client.Get(ctx, "bull:"+queue.SharedQueue+":de:d").Result()
+			require.NoError(t, err)
+			require.Equal(t, control, ours)
+
+			// The kept job holds the dedup id in turn, and releases it.
+			kept := fetch(t, q, "t")
+			require.JSONEq(t, `{"n":3}`, string(kept.Data))
+			require.NoError(t, q.Complete(ctx, kept.ID, "t", nil))
+			n, err := db.Client.Exists(ctx, "bull:"+queue.SharedQueue+":de:d", "bull:"+queue.SharedQueue+":dn:d").Result()
+			require.NoError(t, err)
+			require.Zero(t, n)
+		})
+	}
+}
+
+func TestAdd_KeepLastIfActiveRefusesTTL(t *testing.T) {
+	_, q := setup(t, queue.Config{})
+	_, _, err := q.Add(testCtx(t), "job", nil, queue.AddOptions{Dedup: &queue.Dedup{ID: "d", TTL: time.Second, KeepLastIfActive: true}})
+	var oe *queue.OptionError
+	require.ErrorAs(t, err, &oe)
+	require.Contains(t, err.Error(), "KeepLastIfActive")
+}
+
+// takeRuns takes and completes runs of q's schedulers for d, returning the
+// millis of each run in order.
+func takeRuns(t *testing.T, q *queue.Queue, d time.Duration) []int64 {
+	t.Helper()
+	ctx := testCtx(t)
+	var runs []int64
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		job, err := q.Fetch(ctx, "t")
+		require.NoError(t, err)
+		if job == nil {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		runs = append(runs, millisOf(t, job.ID))
+		require.NoError(t, q.Complete(ctx, job.ID, "t", nil))
+	}
+	return runs
+}
+
+func pending(t *testing.T, q *queue.Queue) int64 {
+	c := counts(t, q)
+	return c.Waiting + c.Delayed + c.Prioritized
+}
+
+// A scheduler's repeat.limit and endDate end it, and its startDate delays
+// it, whichever side upserted it and whichever side takes its runs. The
+// control is the same scheduler on a twin queue, upserted and run by
+// BullMQ alone.
+func TestInterop_SchedulerBoundsAsBullMQ(t *testing.T) {
+	t.Parallel()
+	twin := queue.HostQueueName("twin")
+	control := func(t *testing.T, db *livetest.ValkeyDB, repeat map[string]any, d time.Duration) []nodeJob {
+		bull(t, db, "upsertScheduler", map[string]any{"queue": twin, "id": "s", "repeat": repeat,
+			"template": map[string]any{"name": "tick"}}, nil)
+		var out nodeProcessed
+		bull(t, db, "process", map[string]any{"queue": twin, "timeoutMs": d.Milliseconds()}, &out)
+		return out.Processed
+	}
+	t.Run("LimitUpsertedByNode", func(t *testing.T) {
+		t.Parallel()
+		db, q := setup(t, queue.Config{})
+		repeat := map[string]any{"pattern": "* * * * * *", "limit": 3}
+		want := control(t, db, repeat, 5*time.Second)
+		require.Len(t, want, 3, "BullMQ makes limit runs")
+		bull(t, db, "upsertScheduler", map[string]any{"id": "s", "repeat": repeat,
+			"template": map[string]any{"name": "tick"}}, nil)
+		require.Len(t, takeRuns(t, q, 5*time.Second), len(want))
+		require.Zero(t, pending(t, q), "no run after the last")
+	})
+	t.Run("LimitOursMixedConsumers", func(t *testing.T) {
+		t.Parallel()
+		db, q := setup(t, queue.Config{})
+		want := control(t, db, map[string]any{"pattern": "* * * * * *", "limit": 4}, 6*time.Second)
+		require.Len(t, want, 4)
+		_, err := q.UpsertScheduler(testCtx(t), "s", queue.Scheduler{Pattern: "* * * * * *", Limit: 4, JobName: "tick"})
+		require.NoError(t, err)
+		runs := takeRuns(t, q, 1500*time.Millisecond) // we take one or two
+		var out nodeProcessed
+		bull(t, db, "process", map[string]any{"count": 1, "timeoutMs": 3000}, &out) // Node takes the next
+		require.NotEmpty(t, out.Processed)
+		var rep struct{ Limit, Count int }
+		require.NoError(t, json.Unmarshal(jsonField(t, out.Processed[0].Opts, "repeat"), &rep))
+		require.Equal(t, 4, rep.Limit, "our runs carry the limit to Node workers")
+		runs = append(runs, takeRuns(t, q, 4*time.Second)...)
+		require.Equal(t, len(want), len(runs)+len(out.Processed))
+		require.Zero(t, pending(t, q))
+		list, err := q.Schedulers(testCtx(t))
+		require.NoError(t, err)
+		require.Equal(t, 4, list[0].Limit)
+	})
+	t.Run("EndDate", func(t *testing.T) {
+		t.Parallel()
+		db, q := setup(t, queue.Config{})
+		// Node takes seconds to start on a loaded machine: its end is later.
+		end := serverNow(t, db).Add(6 * time.Second).Truncate(time.Second).Add(500 * time.Millisecond)
+		want := control(t, db, map[string]any{"pattern": "* * * * * *", "endDate": end.UnixMilli()}, 9*time.Second)
+		// A run taken after the end date makes no next run, so under load
+		// BullMQ's last run may come before the last second.
+		require.NotEmpty(t, want)
+		require.LessOrEqual(t, millisOf(t, want[len(want)-1].ID), end.UnixMilli(), "BullMQ makes no run past the end date")
+
+		end = serverNow(t, db).Add(2500 * time.Millisecond).Truncate(time.Second).Add(500 * time.Millisecond)
+		_, err := q.UpsertScheduler(testCtx(t), "s", queue.Scheduler{Pattern: "* * * * * *", EndDate: end, JobName: "tick"})
+		require.NoError(t, err)
+		runs := takeRuns(t, q, 5*time.Second)
+		require.NotEmpty(t, runs)
+		require.LessOrEqual(t, runs[len(runs)-1], end.UnixMilli(), "nor do we")
+		require.Greater(t, runs[len(runs)-1], end.Add(-2*time.Second).UnixMilli(), "the schedule ran up to its end")
+		require.Zero(t, pending(t, q))
+		_, err = q.UpsertScheduler(testCtx(t), "late", queue.Scheduler{Pattern: "* * * * * *", EndDate: end, JobName: "tick"})
+		require.ErrorIs(t, err, queue.ErrScheduleEnded)
+	})
+	t.Run("StartDate", func(t *testing.T) {
+		t.Parallel()
+		db, q := setup(t, queue.Config{})
+		start := serverNow(t, db).Add(time.Hour).Truncate(time.Second) // a matching second itself
+		bull(t, db, "upsertScheduler", map[string]any{"queue": twin, "id": "s",
+			"repeat": map[string]any{"pattern": "*/5 * * * * *", "startDate": start.UnixMilli()}}, nil)
+		var theirs []nodeScheduler
+		bull(t, db, "schedulers", map[string]any{"queue": twin}, &theirs)
+		require.Len(t, theirs, 1)
+		_, err := q.UpsertScheduler(testCtx(t), "s", queue.Scheduler{Pattern: "*/5 * * * * *", StartDate: start, JobName: "tick"})
+		require.NoError(t, err)
+		ours, err := q.Schedulers(testCtx(t))
+		require.NoError(t, err)
+		require.Equal(t, theirs[0].Next, ours[0].Next.UnixMilli(), "the first run is BullMQ's")
+		require.Equal(t, start.UnixMilli(), ours[0].StartDate.UnixMilli())
+	})
+}
+
+func jsonField(t *testing.T, raw json.RawMessage, key string) json.RawMessage {
+	t.Helper()
+	var m map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(raw, &m))
+	return m[key]
 }

@@ -1,6 +1,9 @@
 package queue
 
-import "strings"
+import (
+	"encoding/base64"
+	"strings"
+)
 
 // This file is the only place that formats a Valkey key. The layout is
 // BullMQ's: "<prefix>:<queue>:<suffix>" for the queue's structures and
@@ -12,8 +15,9 @@ import "strings"
 
 // keys holds one queue's key names.
 type keys struct {
-	base  string // "bull:pi-jobs"
-	queue []string
+	base   string // "bull:pi-jobs"
+	client string // "bull:cGktam9icw==", see workerName
+	queue  []string
 }
 
 // Positions of the queue keys every job-state script receives (lua/lib.lua
@@ -54,7 +58,8 @@ var keySuffixes = [kCount]string{
 }
 
 func newKeys(prefix, name string) keys {
-	k := keys{base: prefix + ":" + name, queue: make([]string, kCount)}
+	k := keys{base: prefix + ":" + name, queue: make([]string, kCount),
+		client: prefix + ":" + base64.StdEncoding.EncodeToString([]byte(name))}
 	for i, s := range keySuffixes {
 		k.queue[i] = k.base + ":" + s
 	}
@@ -114,4 +119,15 @@ func globEscape(s string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// workerName is the connection name (CLIENT SETNAME) BullMQ gives a
+// Worker's blocking connection, "<prefix>:<base64 of the queue name>", with
+// ":w:<worker>" when the worker has a name: BullMQ's getWorkers() lists
+// the connections named so.
+func (k keys) workerName(worker string) string {
+	if worker == "" {
+		return k.client
+	}
+	return k.client + ":w:" + worker
 }

@@ -93,13 +93,19 @@ type Keep struct {
 	None bool
 }
 
-// Dedup is BullMQ's `deduplication: {id, ttl}`: a job whose dedup id is held
-// by another job is not added (Add reports that job's id and added=false).
+// Dedup is BullMQ's `deduplication: {id, ttl, keepLastIfActive}`: a job
+// whose dedup id is held by another job is not added (Add reports that
+// job's id and added=false).
 type Dedup struct {
 	ID string
 	// TTL 0 holds the id until the holding job finishes; otherwise the id is
 	// held for TTL regardless of the job. Millisecond resolution.
 	TTL time.Duration
+	// KeepLastIfActive, while the holding job is active, keeps the refused
+	// job (the latest one, replacing any kept before) and adds it when the
+	// holder completes or fails for good, as BullMQ does. The id is then
+	// held until the job finishes, so it takes no TTL.
+	KeepLastIfActive bool
 }
 
 // wireOpts is a job's "opts" field in BullMQ's JSON encoding.
@@ -126,8 +132,9 @@ type wireKeep struct {
 }
 
 type wireDedup struct {
-	ID  string `json:"id"`
-	TTL int64  `json:"ttl,omitempty"`
+	ID               string `json:"id"`
+	TTL              int64  `json:"ttl,omitempty"`
+	KeepLastIfActive bool   `json:"keepLastIfActive,omitempty"`
 }
 
 // durationMs converts to whole milliseconds, rounding a positive remainder
@@ -346,7 +353,10 @@ func (o AddOptions) validate() ([]byte, error) {
 		if o.Dedup.TTL < 0 {
 			return nil, optErr("Dedup.TTL", "negative")
 		}
-		w.De = &wireDedup{ID: o.Dedup.ID, TTL: durationMs(o.Dedup.TTL)}
+		if o.Dedup.KeepLastIfActive && o.Dedup.TTL > 0 {
+			return nil, optErr("Dedup.TTL", "not used with KeepLastIfActive (the id is held until the job finishes): set one of them")
+		}
+		w.De = &wireDedup{ID: o.Dedup.ID, TTL: durationMs(o.Dedup.TTL), KeepLastIfActive: o.Dedup.KeepLastIfActive}
 	}
 	return json.Marshal(w)
 }

@@ -81,6 +81,28 @@ func TestNextRun(t *testing.T) {
 	require.Equal(t, time.Date(2026, 3, 29, 0, 0, 0, 0, time.UTC), got.UTC())
 	_, err = queue.NextRun("61 * * * *", "", base)
 	require.ErrorIs(t, err, queue.ErrInvalidOption)
+	_, err = queue.NextRun("0 0 L * *", "", base)
+	require.ErrorIs(t, err, queue.ErrInvalidOption, "L is read differently by gronx and cron-parser")
+}
+
+// On the days clocks change, runs follow BullMQ's cron-parser (the interop
+// test compares a year of changes in several zones with it): a time in the
+// spring-forward gap runs after the gap, and a repeated hour runs once.
+func TestNextRun_DSTDaysAsCronParser(t *testing.T) {
+	t.Parallel()
+	ams, err := time.LoadLocation("Europe/Amsterdam")
+	require.NoError(t, err)
+	for _, tc := range []struct{ pattern, after, want string }{
+		{"30 2 * * *", "2026-03-29T00:00:00+01:00", "2026-03-29T01:30:00Z"},
+		{"0 */2 * * *", "2026-10-25T01:30:00+02:00", "2026-10-25T00:00:00Z"},
+		{"0 */2 * * *", "2026-10-25T02:00:00+02:00", "2026-10-25T03:00:00Z"},
+	} {
+		after, err := time.Parse(time.RFC3339, tc.after)
+		require.NoError(t, err)
+		got, err := queue.NextRun(tc.pattern, ams.String(), after)
+		require.NoError(t, err)
+		require.Equal(t, tc.want, got.UTC().Format(time.RFC3339), "%s after %s", tc.pattern, tc.after)
+	}
 }
 
 // CheckJobID is the one job id rule: 1 to MaxJobIDBytes bytes of UTF-8

@@ -142,6 +142,9 @@ func (q *Queue) Add(ctx context.Context, name string, data json.RawMessage, opts
 	dedupID, dedupTTL := "", int64(0)
 	if opts.Dedup != nil {
 		dedupID, dedupTTL = opts.Dedup.ID, durationMs(opts.Dedup.TTL)
+		if opts.Dedup.KeepLastIfActive {
+			dedupTTL = -1 // add.lua's keep-last mode
+		}
 		extra = []string{q.keys.dedup(dedupID)}
 	}
 	res, err := q.run(ctx, addScript, extra, opts.JobID, name, payload, optsJSON,

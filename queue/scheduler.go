@@ -16,7 +16,8 @@ import (
 // is always exactly one pending run per scheduler, a job with id
 // "repeat:<schedulerId>:<millis>"; taking it (Fetch) creates the next one.
 //
-// Run times are computed in Go with gronx, in TZ, from the server's clock:
+// Run times are computed in Go by the rules of BullMQ's cron-parser
+// (cron.go), in TZ, from the server's clock:
 // UpsertScheduler reads Valkey's TIME once, and a fetch reports the server
 // time its script read. The scheduler stores the run after the pending one
 // ("nx"), so the fetch that takes a run creates the next run in the same
@@ -26,12 +27,22 @@ import (
 type Scheduler struct {
 	// Pattern is a cron pattern of 5 fields (minute first) or 6 (second
 	// first), or @yearly, @monthly, @weekly, @daily, @hourly: the forms both
-	// gronx and BullMQ's cron-parser read the same way.
+	// gronx and BullMQ's cron-parser read the same way (L, W and # are
+	// refused).
 	Pattern string
 	// TZ is the IANA zone the pattern is read in. Empty means UTC here; a
 	// BullMQ worker that takes a run of a scheduler without TZ computes the
 	// next one in its own process zone, so mixed fleets should set TZ.
 	TZ string
+	// Limit, when positive, is the most runs the scheduler makes (BullMQ's
+	// repeat.limit): the run that reaches it makes no next one.
+	Limit int
+	// StartDate, when set, is the earliest time a run may be due: the
+	// first run is the first match after it.
+	StartDate time.Time
+	// EndDate, when set, ends the schedule: no run is due after it, and no
+	// run is made once it has passed (BullMQ's endDate).
+	EndDate time.Time
 	// JobName, Data and the options below are the template of every run.
 	JobName          string
 	Data             json.RawMessage
@@ -94,6 +105,9 @@ func ValidatePattern(pattern string) error {
 	if strings.HasPrefix(p, "@") || !gronx.IsValid(p) {
 		return optErr("Pattern", "%q is not a valid cron pattern", pattern)
 	}
+	if _, err := parseCron(p); err != nil {
+		return optErr("Pattern", "%v", err)
+	}
 	return nil
 }
 
@@ -129,7 +143,15 @@ func NextRun(pattern, tz string, after time.Time) (time.Time, error) {
 }
 
 func nextRun(pattern string, loc *time.Location, after time.Time) (time.Time, error) {
-	t, err := gronx.NextTickAfter(strings.TrimSpace(pattern), after.In(loc), false)
+	var t time.Time
+	spec, err := parseCron(pattern)
+	if err == nil {
+		t, err = cronNext(spec, loc, after)
+	} else if p := strings.TrimSpace(pattern); gronx.IsValid(p) && !strings.HasPrefix(p, "@") {
+		t, err = gronx.NextTickAfter(p, after.In(loc), false) // a peer's L, W or #
+	} else {
+		return time.Time{}, optErr("Pattern", "%v", err)
+	}
 	if err != nil {
 		return time.Time{}, fmt.Errorf("next run of %q: %w", pattern, err)
 	}
@@ -149,7 +171,9 @@ func (s Scheduler) template() jobTemplate {
 // UpsertScheduler creates or replaces scheduler id. Its pending run that is
 // not yet taken is replaced by one at the next cron time; a run already
 // taken finishes undisturbed. Upserting the same scheduler twice leaves one
-// scheduler and one pending run. It returns the pending run's job id.
+// scheduler and one pending run. It returns the pending run's job id. A
+// schedule whose EndDate leaves no run changes nothing and returns
+// ErrScheduleEnded (BullMQ's upsert returns no job then).
 func (q *Queue) UpsertScheduler(ctx context.Context, id string, s Scheduler) (string, error) {
 	if err := ValidateSchedulerID(id); err != nil {
 		return "", err
@@ -165,6 +189,9 @@ func (q *Queue) UpsertScheduler(ctx context.Context, id string, s Scheduler) (st
 	if err := checkJobName("JobName", s.JobName); err != nil {
 		return "", err
 	}
+	if err := s.checkBounds(); err != nil {
+		return "", err
+	}
 	data, err := checkData("Data", s.Data)
 	if err != nil {
 		return "", err
@@ -173,15 +200,7 @@ func (q *Queue) UpsertScheduler(ctx context.Context, id string, s Scheduler) (st
 	if err := t.validate(); err != nil {
 		return "", err
 	}
-	w := t.wire()
-	// BullMQ's template opts carry no delay; attempts only when set.
-	tmpl, err := json.Marshal(struct {
-		Attempts         int          `json:"attempts,omitempty"`
-		Backoff          *wireBackoff `json:"backoff,omitempty"`
-		Priority         int          `json:"priority,omitempty"`
-		RemoveOnComplete any          `json:"removeOnComplete,omitempty"`
-		RemoveOnFail     any          `json:"removeOnFail,omitempty"`
-	}{w.Attempts, w.Backoff, w.Priority, w.RemoveOnComplete, w.RemoveOnFail})
+	tmpl, err := t.schedulerOpts()
 	if err != nil {
 		return "", fmt.Errorf("upsert scheduler %q: %w", id, err)
 	}
@@ -189,17 +208,18 @@ func (q *Queue) UpsertScheduler(ctx context.Context, id string, s Scheduler) (st
 	if err != nil {
 		return "", fmt.Errorf("upsert scheduler %q: server time: %w", id, err)
 	}
-	first, err := nextRun(s.Pattern, loc, now)
+	first, err := s.firstRun(loc, now)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("upsert scheduler %q: %w", id, err)
 	}
+	limit, start, end := s.boundArgs()
 	for range 2 { // a taken id moves the schedule one run on, once
 		after, err := nextRun(s.Pattern, loc, first)
 		if err != nil {
 			return "", err
 		}
 		res, err := q.run(ctx, schedulerUpsertScript, []string{q.keys.scheduler(id)},
-			id, first.UnixMilli(), after.UnixMilli(), s.JobName, data, tmpl, s.Pattern, s.TZ)
+			id, first.UnixMilli(), after.UnixMilli(), s.JobName, data, tmpl, s.Pattern, s.TZ, limit, start, end)
 		if err != nil {
 			return "", fmt.Errorf("upsert scheduler %q in %s: %w", id, q.name, err)
 		}
@@ -213,6 +233,65 @@ func (q *Queue) UpsertScheduler(ctx context.Context, id string, s Scheduler) (st
 		first = after
 	}
 	return "", scriptError(-10, "upsert scheduler", id)
+}
+
+// schedulerOpts is a scheduler's template opts: BullMQ's carry no delay,
+// and attempts only when set.
+func (t jobTemplate) schedulerOpts() ([]byte, error) {
+	w := t.wire()
+	return json.Marshal(struct {
+		Attempts         int          `json:"attempts,omitempty"`
+		Backoff          *wireBackoff `json:"backoff,omitempty"`
+		Priority         int          `json:"priority,omitempty"`
+		RemoveOnComplete any          `json:"removeOnComplete,omitempty"`
+		RemoveOnFail     any          `json:"removeOnFail,omitempty"`
+	}{w.Attempts, w.Backoff, w.Priority, w.RemoveOnComplete, w.RemoveOnFail})
+}
+
+func (s Scheduler) checkBounds() error {
+	if s.Limit < 0 {
+		return optErr("Limit", "negative")
+	}
+	if !s.EndDate.IsZero() && !s.StartDate.IsZero() && s.EndDate.Before(s.StartDate) {
+		return optErr("EndDate", "before StartDate")
+	}
+	return nil
+}
+
+// firstRun is the first run a BullMQ upsert makes: the first match after
+// now or StartDate, whichever is later; none (ErrScheduleEnded) once
+// EndDate has passed or when no match comes before it.
+func (s Scheduler) firstRun(loc *time.Location, now time.Time) (time.Time, error) {
+	if !s.EndDate.IsZero() && now.After(s.EndDate) {
+		return time.Time{}, fmt.Errorf("end date %s has passed: %w", s.EndDate.Format(time.RFC3339), ErrScheduleEnded)
+	}
+	after := now
+	if s.StartDate.After(after) {
+		after = s.StartDate
+	}
+	first, err := nextRun(s.Pattern, loc, after)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if !s.EndDate.IsZero() && first.After(s.EndDate) {
+		return time.Time{}, fmt.Errorf("no run of %q before the end date %s: %w", s.Pattern,
+			s.EndDate.Format(time.RFC3339), ErrScheduleEnded)
+	}
+	return first, nil
+}
+
+// boundArgs are scheduler_upsert.lua's ARGV[10..12].
+func (s Scheduler) boundArgs() (limit, start, end string) {
+	if s.Limit > 0 {
+		limit = strconv.Itoa(s.Limit)
+	}
+	if !s.StartDate.IsZero() {
+		start = strconv.FormatInt(s.StartDate.UnixMilli(), 10)
+	}
+	if !s.EndDate.IsZero() {
+		end = strconv.FormatInt(s.EndDate.UnixMilli(), 10)
+	}
+	return limit, start, end
 }
 
 // RemoveScheduler deletes scheduler id and every run of it not taken: its
@@ -272,6 +351,13 @@ func parseScheduler(id, next string, flat []any) SchedulerInfo {
 		info.RemoveOnFail = opts.RemoveOnFail
 	}
 	info.Every = time.Duration(atoi(f["every"])) * time.Millisecond
+	info.Limit = atoi(f["limit"])
+	if ms := atoi(f["startDate"]); ms > 0 {
+		info.StartDate = time.UnixMilli(int64(ms))
+	}
+	if ms := atoi(f["endDate"]); ms > 0 {
+		info.EndDate = time.UnixMilli(int64(ms))
+	}
 	info.Iterations = atoi(f["ic"])
 	if ms, err := strconv.ParseFloat(next, 64); err == nil && ms > 0 {
 		info.Next = time.UnixMilli(int64(ms))
@@ -294,8 +380,10 @@ func (q *Queue) recordNextRun(ctx context.Context, now time.Time, req []any) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	err := func() error {
-		if err := ValidatePattern(pattern); err != nil {
-			return err
+		// A peer's scheduler may use forms we refuse at upsert (L, W, #):
+		// those runs follow gronx rather than stop.
+		if err := checkString("Pattern", pattern, 256); err != nil || !gronx.IsValid(strings.TrimSpace(pattern)) {
+			return optErr("Pattern", "%q is not a valid cron pattern", pattern)
 		}
 		loc, err := loadZone(tz)
 		if err != nil {

@@ -13,10 +13,15 @@
   ARGV[6]     delay in milliseconds (0: ready now)
   ARGV[7]     priority (0: none)
   ARGV[8]     dedup id, or ""
-  ARGV[9]     dedup TTL in milliseconds (0: until the job finishes)
+  ARGV[9]     dedup TTL in milliseconds (0: until the job finishes; -1:
+              until the job finishes, in BullMQ's keepLastIfActive mode: a
+              job refused while the holder is active is kept at
+              "<prefix>dn:<dedupId>", replacing one kept before, and added
+              when the holder finishes, see lib.lua's requeueDedupNext)
 
   Returns { jobId, status }: status 1 added; 0 a job with this id exists
-  (jobId is it); 2 deduplicated (jobId is the job holding the dedup id).
+  (jobId is it); 2 deduplicated (jobId is the job holding the dedup id; in
+  keep-last mode the job may have been kept for later).
 ]]
 local k = K()
 local prefix, customId, name, data, opts = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
@@ -35,13 +40,22 @@ end
 
 if dedupId ~= "" then
   local set
-  if dedupTTL > 0 then
+  if dedupTTL < 0 then
+    set = rcall("SET", KEYS[15], jobId, "NX")
+  elseif dedupTTL > 0 then
     set = rcall("SET", KEYS[15], jobId, "PX", dedupTTL, "NX")
   else
     set = rcall("SET", KEYS[15], jobId, "NX")
   end
   if not set then
     local holder = rcall("GET", KEYS[15]) or ""
+    if dedupTTL < 0 and holder ~= "" and rcall("LPOS", k.active, holder) then
+      -- BullMQ's storeDeduplicatedNextJob: the fields requeueDedupNext reads.
+      local nextKey = prefix .. "dn:" .. dedupId
+      rcall("DEL", nextKey)
+      rcall("HSET", nextKey, "name", name, "data", data, "opts", opts, "jid", jobId)
+      rcall("PERSIST", KEYS[15])
+    end
     emit(k, maxLen, "deduplicated", "jobId", holder, "deduplicationId", dedupId,
       "deduplicatedJobId", jobId)
     return { holder, 2 }

@@ -4,7 +4,10 @@
   allowed, the job is retried: to delayed after its backoff, or straight
   back to ready when the backoff is 0. Otherwise it moves to failed (or is
   deleted, per its removeOnFail). Either way attemptsMade ("atm") grows by
-  one and failedReason is recorded.
+  one and failedReason is recorded, and the reason is appended to the
+  job's "stacktrace" (a JSON array of strings, as BullMQ keeps one stack
+  per failed attempt), keeping the last opts.stackTraceLimit entries
+  (default 10; 0 keeps none).
 
   KEYS[1..14] the queue keys, see lib.lua
   ARGV[1]     job key prefix
@@ -52,10 +55,33 @@ local function backoffMs(b, attemptsMade, rnd)
   return d
 end
 
-local f = rcall("HMGET", jobKey, "opts", "atm", "priority")
+-- stacktraceWith returns the job's stacktrace JSON with reason appended,
+-- bounded to the last `limit` entries; junk a peer wrote starts afresh.
+local function stacktraceWith(raw, reason, limit)
+  local traces = {}
+  if limit > 0 and type(raw) == "string" and raw ~= "" then
+    local ok, v = pcall(cjson.decode, raw)
+    if ok and type(v) == "table" then
+      for _, t in ipairs(v) do
+        if type(t) == "string" then traces[#traces + 1] = t end
+      end
+    end
+  end
+  if limit > 0 then traces[#traces + 1] = reason end
+  local from = math.max(1, #traces - limit + 1)
+  local kept = {}
+  for i = from, #traces do kept[#kept + 1] = traces[i] end
+  if #kept == 0 then return "[]" end
+  return cjson.encode(kept)
+end
+
+local f = rcall("HMGET", jobKey, "opts", "atm", "priority", "stacktrace")
 local opts = decodeJSON(f[1])
 local made = math.floor(num(f[2], 0)) + 1
 local attempts = num(opts["attempts"], 0)
+local limit = math.floor(num(opts["stackTraceLimit"], 10))
+if limit < 0 then limit = 10 end
+rcall("HSET", jobKey, "stacktrace", stacktraceWith(f[4], reason, limit))
 if ARGV[5] ~= "1" and made < attempts then
   local delay = backoffMs(opts["backoff"], made, num(ARGV[6], 0))
   incrField(jobKey, "atm")

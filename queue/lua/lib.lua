@@ -273,6 +273,49 @@ local function releaseDedup(prefix, dedupId, jobId)
   end
 end
 
+-- requeueDedupNext adds the job kept at "<prefix>dn:<dedupId>" (BullMQ's
+-- keepLastIfActive mode: a job deduplicated while the holder was active)
+-- once the holder has finished, as BullMQ's requeueDeduplicatedJob does:
+-- under the id it was given ("jid"), or the next counter id, holding the
+-- dedup id in turn. A kept job whose id exists meanwhile is dropped.
+local function requeueDedupNext(k, prefix, now, maxLen, dedupId)
+  local nextKey = prefix .. "dn:" .. dedupId
+  local f = rcall("HMGET", nextKey, "name", "data", "opts", "rjk", "jid")
+  if not f[1] and not f[3] then return end
+  local counter = tostring(rcall("INCR", k.id))
+  local jobId = f[5] or counter
+  local jobKey = prefix .. jobId
+  rcall("DEL", nextKey)
+  if rcall("EXISTS", jobKey) == 1 then
+    emit(k, maxLen, "duplicated", "jobId", jobId)
+    return
+  end
+  local opts = decodeJSON(f[3])
+  local de = opts["de"]
+  if type(de) ~= "table" then de = {} end
+  local dedupKey = prefix .. "de:" .. dedupId
+  local ttl = num(de["ttl"], 0)
+  if de["keepLastIfActive"] or ttl <= 0 then
+    rcall("SET", dedupKey, jobId)
+  else
+    rcall("SET", dedupKey, jobId, "PX", ttl)
+  end
+  local delay = math.max(0, math.floor(num(opts["delay"], 0)))
+  local priority = math.max(0, math.floor(num(opts["priority"], 0)))
+  rcall("HSET", jobKey, "name", f[1] or "", "data", f[2] or "{}", "opts", f[3] or "{}",
+    "timestamp", now, "delay", delay, "priority", priority, "deid", dedupId)
+  if f[4] then rcall("HSET", jobKey, "rjk", f[4]) end
+  emit(k, maxLen, "added", "jobId", jobId, "name", f[1] or "")
+  if delay > 0 then
+    addDelayed(k, jobId, now + delay, maxLen)
+  else
+    local pushCmd = "LPUSH"
+    if opts["lifo"] == true then pushCmd = "RPUSH" end
+    enqueue(k, jobId, priority, pushCmd)
+    emit(k, maxLen, "waiting", "jobId", jobId)
+  end
+end
+
 -- checkLock verifies the caller holds the job: 0 ok, -2 no lock, -6 another
 -- token holds it. It changes nothing.
 local function checkLock(jobKey, token)
@@ -306,8 +349,10 @@ local function finish(k, prefix, now, maxLen, jobId, jobKey, target, field, valu
   else
     removeJobKeys(jobKey)
   end
-  releaseDedup(prefix, attrs[2] or nil, jobId)
+  local dedupId = attrs[2] or nil
+  releaseDedup(prefix, dedupId, jobId)
   emit(k, maxLen, target, "jobId", jobId, field, value, "prev", "active")
+  if dedupId then requeueDedupNext(k, prefix, now, maxLen, dedupId) end
   return atm
 end
 
@@ -323,10 +368,14 @@ local function wakeIfFreed(k)
 end
 
 -- createSchedulerJob stores and enqueues the job of one scheduler run at
--- millis, from the scheduler's template. It returns the job id, or nil when
--- a job with that id already exists.
+-- millis, from the scheduler's template. Its opts.repeat is the taken
+-- run's (s.rep, every option a peer set kept) with the scheduler's
+-- pattern, tz, every and iteration count, and its limit, startDate and
+-- endDate where the run had none. It returns the job id, or nil when a job
+-- with that id already exists.
 local function createSchedulerJob(k, prefix, now, maxLen, sid, millis, s)
-  -- s: name, data, opts (template JSON), pattern, tz, every, ic
+  -- s: name, data, opts (template JSON), pattern, tz, every, ic, limit,
+  -- startDate, endDate, rep (the taken run's opts.repeat, or nil), count
   millis = tonumber(millis)
   local jobId = "repeat:" .. sid .. ":" .. millis
   local jobKey = prefix .. jobId
@@ -334,10 +383,15 @@ local function createSchedulerJob(k, prefix, now, maxLen, sid, millis, s)
   local opts = decodeJSON(s.opts)
   local delay = millis - now
   if delay < 0 then delay = 0 end
-  local rep = { count = s.ic }
+  local rep = {}
+  for key, v in pairs(s.rep or {}) do rep[key] = v end
+  rep["count"] = s.count or s.ic
   if s.pattern then rep["pattern"] = s.pattern end
   if s.tz then rep["tz"] = s.tz end
   if s.every then rep["every"] = s.every end
+  for _, key in ipairs({ "limit", "startDate", "endDate" }) do
+    if rep[key] == nil and s[key] then rep[key] = s[key] end
+  end
   opts["repeat"] = rep
   opts["jobId"] = jobId
   opts["delay"] = delay
@@ -358,28 +412,57 @@ end
 
 local function schedulerFields(k, sid)
   local sk = k.repeatKey .. ":" .. sid
-  local f = rcall("HMGET", sk, "name", "data", "opts", "pattern", "tz", "every", "nx", "ic")
+  local f = rcall("HMGET", sk, "name", "data", "opts", "pattern", "tz", "every", "nx", "ic",
+    "limit", "startDate", "endDate")
   if not f[1] then return nil, sk end
   return {
     name = f[1], data = f[2] or nil, opts = f[3] or nil, pattern = f[4] or nil,
     tz = f[5] or nil, every = num(f[6], nil), nx = num(f[7], nil), ic = num(f[8], 1),
+    limit = num(f[9], nil), startDate = num(f[10], nil), endDate = num(f[11], nil),
   }, sk
 end
 
+-- schedulerMayRun decides, as a BullMQ worker does when it takes a run,
+-- whether scheduler s makes another run after the taken one (jobId): not
+-- once the run's count reaches its repeat.limit, nor once now is past its
+-- endDate. It records the taken run's opts.repeat and the next count in s.
+-- (BullMQ reads limit and endDate from the run's opts.repeat; the
+-- scheduler hash answers when the run has none.)
+local function schedulerMayRun(prefix, now, jobId, s)
+  local rep = decodeJSON(rcall("HGET", prefix .. jobId, "opts"))["repeat"]
+  if type(rep) ~= "table" then rep = {} end
+  s.rep = rep
+  local count = num(rep["count"], nil) or s.ic
+  s.count = count + 1
+  local limit = num(rep["limit"], nil) or s.limit
+  if limit and s.count > limit then return false end
+  local endDate = num(rep["endDate"], nil) or s.endDate
+  if endDate and now > endDate then return false end
+  s.endMs = endDate
+  return true
+end
+
+-- schedulerBefore reports whether a cron run at millis is within s's
+-- endDate (cron-parser finds no run past it; "every" runs are not bound).
+local function schedulerBefore(s, millis)
+  return not (s.pattern and s.endMs and tonumber(millis) > s.endMs)
+end
+
 -- schedulerOnTake runs when a consumer takes a job of scheduler sid (its
--- "rjk" field). If the job is its scheduler's pending run, the next run is
--- created now, in this call, from the next time stored at the last
--- upsert/advance ("nx"), or computed here for BullMQ "every" schedulers. It returns {} when nothing more is needed,
--- or {flag, schedulerId, pattern, tz, baseMillis} asking the caller to
--- compute cron times: flag 1 = store the run after baseMillis as the new
--- "nx"; flag 2 = no stored next time, create the run after
+-- "rjk" field). If the job is its scheduler's pending run and the schedule
+-- goes on (schedulerMayRun), the next run is created now, in this call,
+-- from the next time stored at the last upsert/advance ("nx"), or computed
+-- here for BullMQ "every" schedulers. It returns {} when nothing more is
+-- needed, or {flag, schedulerId, pattern, tz, baseMillis} asking the
+-- caller to compute cron times: flag 1 = store the run after baseMillis as
+-- the new "nx"; flag 2 = no stored next time, create the run after
 -- max(now, baseMillis) and store the one after it.
 local function schedulerOnTake(k, prefix, now, maxLen, jobId, sid)
   local cur = rcall("ZSCORE", k.repeatKey, sid)
   if not cur or jobId ~= ("repeat:" .. sid .. ":" .. cur) then return {} end
   local curMs = tonumber(cur)
   local s, sk = schedulerFields(k, sid)
-  if not s then return {} end
+  if not s or not schedulerMayRun(prefix, now, jobId, s) then return {} end
   if s.every and s.every > 0 then
     local nextMs = curMs + s.every
     if nextMs <= now then
@@ -392,6 +475,7 @@ local function schedulerOnTake(k, prefix, now, maxLen, jobId, sid)
   end
   if not s.pattern then return {} end
   if s.nx and s.nx > curMs then
+    if not schedulerBefore(s, s.nx) then return {} end
     s.ic = incrField(sk, "ic")
     if createSchedulerJob(k, prefix, now, maxLen, sid, s.nx, s) then
       rcall("ZADD", k.repeatKey, s.nx, sid)

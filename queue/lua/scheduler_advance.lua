@@ -13,7 +13,8 @@
               exists and only the next time is missing
   ARGV[5]     millis of the run after that, stored as "nx"
 
-  Returns 1 when recorded, 0 when the scheduler moved on or is gone.
+  Returns 1 when recorded, 0 when the scheduler moved on or is gone, or
+  its schedule ended (repeat.limit reached, endDate passed).
 ]]
 local k = K()
 local prefix, sid = ARGV[1], ARGV[2]
@@ -24,6 +25,11 @@ if ARGV[4] ~= "" then
   local s = schedulerFields(k, sid)
   if not s then return 0 end
   local now = nowMs()
+  -- The run taken is the current one; its limit and endDate decide.
+  if not schedulerMayRun(prefix, now, "repeat:" .. sid .. ":" .. ARGV[3], s) or
+      not schedulerBefore(s, ARGV[4]) then
+    return 0
+  end
   s.ic = incrField(sk, "ic")
   -- A job already at that id (a peer created it) is adopted as the run.
   createSchedulerJob(k, prefix, now, maxEvents(k), sid, ARGV[4], s)

@@ -17,6 +17,9 @@
   ARGV[7]     job options template, JSON text in BullMQ's encoding
   ARGV[8]     cron pattern
   ARGV[9]     IANA time zone, or ""
+  ARGV[10]    repeat.limit (most runs), or ""
+  ARGV[11]    startDate, millis, or ""
+  ARGV[12]    endDate, millis, or ""
 
   Returns the pending job id, or -10 when a job with that id exists already
   (the caller moves to the next run time).
@@ -50,6 +53,16 @@ if ARGV[9] ~= "" then
   fields[#fields + 1] = "tz"
   fields[#fields + 1] = ARGV[9]
 end
+-- BullMQ's scheduler hash fields for the bounds, kept as the caller wrote them.
+local bounds = {}
+for i, key in ipairs({ "limit", "startDate", "endDate" }) do
+  local v = ARGV[9 + i]
+  if v ~= "" then
+    bounds[key] = tonumber(v)
+    fields[#fields + 1] = key
+    fields[#fields + 1] = v
+  end
+end
 if ARGV[6] ~= "{}" then
   fields[#fields + 1] = "data"
   fields[#fields + 1] = ARGV[6]
@@ -64,4 +77,5 @@ local tz = nil
 if ARGV[9] ~= "" then tz = ARGV[9] end
 return createSchedulerJob(k, prefix, now, maxLen, sid, ARGV[3], {
   name = ARGV[5], data = ARGV[6], opts = ARGV[7], pattern = ARGV[8], tz = tz, ic = ic,
+  limit = bounds.limit, startDate = bounds.startDate, endDate = bounds.endDate,
 })

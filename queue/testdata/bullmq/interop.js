@@ -7,6 +7,7 @@
 'use strict';
 
 const { Queue, Worker } = require('bullmq');
+const cronParser = require('cron-parser');
 
 function connection(rawURL) {
   const u = new URL(rawURL);
@@ -31,6 +32,7 @@ function jobView(job, state) {
     opts: job.opts,
     returnvalue: job.returnvalue,
     failedReason: job.failedReason,
+    stacktrace: job.stacktrace,
     attemptsMade: job.attemptsMade,
     timestamp: job.timestamp,
     processedOn: job.processedOn,
@@ -71,6 +73,14 @@ async function runWorker(conn, args) {
   return { processed: done };
 }
 
+// waitingView lists a queue's waiting jobs as the keep-last scenarios
+// compare them.
+async function waitingView(q) {
+  return (await q.getWaiting()).map((j) => ({
+    id: j.id, name: j.name, data: j.data, deduplication: j.opts.deduplication || null,
+  }));
+}
+
 const scenarios = {
   async add(q, conn, args) {
     const job = await q.add(args.name || 'node-job', args.data === undefined ? {} : args.data, args.opts || {});
@@ -107,6 +117,74 @@ const scenarios = {
     try {
       await worker.waitUntilReady();
       return { stalled: await worker.scripts.moveStalledJobsToWait() };
+    } finally {
+      await worker.close();
+    }
+  },
+  // workers starts a BullMQ Worker named args.name on args.control (when
+  // given), waits until that queue lists it, and returns the raw client
+  // names getWorkers() lists for each of args.queues.
+  async workers(q, conn, args) {
+    const prefix = args.prefix || 'bull';
+    let worker;
+    if (args.control) {
+      worker = new Worker(args.control, async () => ({}), {
+        connection: conn, prefix, name: args.name, maxStalledCount: 0, drainDelay: 1,
+      });
+      worker.on('error', () => {});
+      await worker.waitUntilReady();
+    }
+    const list = async (name) => {
+      const other = new Queue(name, { connection: conn, prefix });
+      try {
+        return (await other.getWorkers()).map((w) => w.rawname).sort();
+      } finally {
+        await other.close();
+      }
+    };
+    try {
+      for (let i = 0; args.control && i < 100 && (await list(args.control)).length === 0; i++) {
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      const out = {};
+      for (const name of args.queues) out[name] = await list(name);
+      return out;
+    } finally {
+      if (worker) await worker.close();
+    }
+  },
+  // cronNext asks cron-parser (the version BullMQ depends on) for the run
+  // after each of args.after (millis) of each {pattern, tz} in args.cases,
+  // as BullMQ's default repeat strategy does; null where it finds none.
+  async cronNext(q, conn, args) {
+    return args.cases.map((c) => args.after.map((ms) => {
+      try {
+        return cronParser.parseExpression(c.pattern, { currentDate: new Date(ms), tz: c.tz }).next().getTime();
+      } catch (e) {
+        return null;
+      }
+    }));
+  },
+  async waiting(q) {
+    return waitingView(q);
+  },
+  // keepLastControl is the BullMQ-only control of deduplication's
+  // keepLastIfActive mode: add, take, add twice more while active, then
+  // finish the taken job (args.finish: "complete" or "fail").
+  async keepLastControl(q, conn, args) {
+    const prefix = args.prefix || 'bull';
+    const deduplication = { id: args.dedupId, keepLastIfActive: true };
+    const worker = new Worker(args.queue, null, { connection: conn, prefix, autorun: false, maxStalledCount: 0 });
+    try {
+      await q.add('job', { n: 1 }, { deduplication });
+      const job = await worker.getNextJob('tok');
+      for (const n of [2, 3]) await q.add('job', { n }, { deduplication });
+      const before = await waitingView(q);
+      if (args.finish === 'fail') await job.moveToFailed(new Error('boom'), 'tok', false);
+      else await job.moveToCompleted({ ok: true }, 'tok', false);
+      const client = await q.client;
+      const holder = await client.get(`${prefix}:${args.queue}:de:${args.dedupId}`);
+      return { before, after: await waitingView(q), holder };
     } finally {
       await worker.close();
     }
