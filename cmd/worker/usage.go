@@ -11,9 +11,11 @@ const usageText = `usage: worker [--help | --version]
 
 Drains this host's pidispatch queues: it takes queued jobs from Valkey and runs
 each in its own Docker container, after checking the kill switch, the daily and
-weekly caps, scoped limits and pause windows, and writes one run record per job.
+weekly caps, scoped limits and pause windows, and writes one run record per
+attempt.
 It runs until SIGINT or SIGTERM, then lets running jobs finish (25 s grace).
-It takes no other arguments: every setting is an environment variable.
+It takes no other arguments: every setting is an environment variable, read
+from the shell and from ./.env (or the file PI_ENV_FILE names); the shell wins.
 
 The variables that matter most (every variable, its default and its rule are in
 docs/configuration.md and .env.example):
