@@ -104,7 +104,7 @@ func (s *scenario) runOn(w *worker, task string) string {
 	s.t.Helper()
 	folder := s.t.TempDir()
 	out, errOut, code := s.cli(map[string]string{"VALKEY_URL": s.url, "PI_WORKER_NAME": w.name},
-		"run", folder, "--flow", "fix", "--task", task, "--env-file", "")
+		"run", folder, "--force", "--flow", "fix", "--task", task, "--env-file", "") // a scratch folder, not a git work tree
 	id, ok := strings.CutPrefix(strings.TrimSpace(out), "queued ")
 	if code != 0 || !ok || strings.ContainsAny(id, " \n") || !strings.Contains(errOut, "queue "+w.hostQueue()) {
 		s.t.Fatalf("pi-dispatch run on %s: exit %d\nstdout: %s\nstderr: %s", w.name, code, out, errOut)
