@@ -219,7 +219,9 @@ func (r *frozenRuntime) Run(ctx context.Context, spec runner.Spec) (runner.Resul
 func TestFrozenWorkerWakingWritesNoSecondRecord(t *testing.T) {
 	frozen := newOrphanFixture(t)
 	frozen.mirror = true
-	frozen.tune.LockTTL = 3 * time.Second // it notices the lost lock within a second
+	// It renews, and so notices the lost lock, every LockTTL/3: 3 s leaves the
+	// checker time to fail the job first, even on a loaded machine.
+	frozen.tune.LockTTL = 9 * time.Second
 	checker := *frozen
 	checker.cfg.WorkerName, checker.cfg.LogsDir = "checker", t.TempDir()
 	ctx := context.Background()
