@@ -140,7 +140,7 @@ func TestOrphanWithItsRecordReportsIt(t *testing.T) {
 func TestStalledJobIsRecordedBeforeItFails(t *testing.T) {
 	f := newOrphanFixture(t)
 	ctx := context.Background()
-	short, err := queue.New(f.db.Client, queue.SharedQueue, queue.Config{WorkerName: "gone", LockTTL: 50 * time.Millisecond})
+	short, err := queue.New(f.db.Client, queue.SharedQueue, queue.Config{WorkerName: "gone", LockTTL: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,9 @@ func TestStalledJobIsRecordedBeforeItFails(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(150 * time.Millisecond) // the lock expires
+	// The lock expires. A second, not less: attempt 1 must keep its lock from
+	// Fetch to Fail above, also on a loaded machine.
+	time.Sleep(1200 * time.Millisecond)
 
 	kq := &killedQueue{Queue: f.shared, logsDir: f.cfg.LogsDir, killed: true}
 	w := f.worker(t, &orphanRuntime{}, &orphanRegistry{}, nil)
