@@ -121,6 +121,8 @@ func TestLoadConfig_GoodValues(t *testing.T) {
 		{"VALKEY_URL", "redis://[::1]:6379", "redis://[::1]:6379"},
 		{"VALKEY_URL", "redis://valkey/0?dial_timeout=3s", "redis://valkey/0?dial_timeout=3s"},
 		{"VALKEY_URL", "unix:///run/valkey/valkey.sock?db=2", "unix:///run/valkey/valkey.sock?db=2"},
+		// A Sentinel URL: the host is a sentinel, more follow as addr=.
+		{"VALKEY_URL", "redis://127.0.0.1:26379/0?master_name=pi&addr=127.0.0.1:26380", "redis://127.0.0.1:26379/0?master_name=pi&addr=127.0.0.1:26380"},
 		{"VALKEY_URL", "unix://:pw@/run/valkey.sock", "unix://:pw@/run/valkey.sock"},
 		{"VALKEY_PASSWORD", "s3cret-Pass_+/=", "s3cret-Pass_+/="},
 		{"PI_WORKER_NAME", "", registry.DefaultName() + " declared=false"},

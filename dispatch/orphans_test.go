@@ -67,6 +67,7 @@ type orphanFixture struct {
 	shared *queue.Queue // as the worker's consumer sees it (processedBy = name)
 	cap    int          // the budget's daily cap; 0 is the default
 	mirror bool         // the worker mirrors its runs (and claims its records)
+	dir    Directory    // the worker's fleet directory; nil: none
 }
 
 func newOrphanFixture(t *testing.T) *orphanFixture {
@@ -103,6 +104,9 @@ func (f *orphanFixture) worker(t *testing.T, rt Runtime, reg Registry, logs *byt
 	}
 	if f.mirror {
 		deps.Mirror = NewMirror(f.db.Client, MirrorConfig{Host: f.cfg.WorkerName})
+	}
+	if f.dir != nil {
+		deps.Directory = f.dir
 	}
 	w, err := NewWorker(f.cfg, deps, tune)
 	if err != nil {

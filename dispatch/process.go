@@ -698,29 +698,36 @@ func (w *Worker) stalledLoop(ctx, jobsCtx context.Context) {
 
 func (w *Worker) checkStalled(ctx context.Context) {
 	for _, q := range w.deps.Queues {
-		pre := w.prerecordStalled(ctx, q)
-		st, err := q.CheckStalled(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				w.log.Warn("stalled_check_failed", "queue", q.Name(), "err", err)
-			}
+		w.checkQueueStalled(ctx, q)
+	}
+}
+
+// checkQueueStalled runs one queue's stalled check, each failed job's record
+// written first (prerecordStalled) under the attempt's fleet-wide claim, so
+// any number of hosts may check the same queue and one record is written.
+func (w *Worker) checkQueueStalled(ctx context.Context, q JobQueue) {
+	pre := w.prerecordStalled(ctx, q)
+	st, err := q.CheckStalled(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("stalled_check_failed", "queue", q.Name(), "err", err)
+		}
+		return
+	}
+	for _, id := range st.Failed {
+		p, ok := pre[id]
+		if !ok {
+			// Failed between the peek and the check: recorded after the fact.
+			w.recordStalled(ctx, q, id, "job_stalled")
 			continue
 		}
-		for _, id := range st.Failed {
-			p, ok := pre[id]
-			if !ok {
-				// Failed between the peek and the check: recorded after the fact.
-				w.recordStalled(ctx, q, id, "job_stalled")
-				continue
-			}
-			delete(pre, id)
-			w.mirror(p.rec)
-			w.endHold(id, p.waitFor)
-			w.log.Warn("job_stalled", "jobId", id, "queue", q.Name(), "ranOn", p.rec.Host)
-		}
-		for id, p := range pre {
-			w.settlePrerecord(ctx, q, id, p)
-		}
+		delete(pre, id)
+		w.mirror(p.rec)
+		w.endHold(id, p.waitFor)
+		w.log.Warn("job_stalled", "jobId", id, "queue", q.Name(), "ranOn", p.rec.Host)
+	}
+	for id, p := range pre {
+		w.settlePrerecord(ctx, q, id, p)
 	}
 }
 

@@ -18,6 +18,7 @@ type Directory interface {
 	HostQueues(ctx context.Context) ([]string, error)
 	Pending(ctx context.Context, queueName string, limit int) ([]*queue.Job, error)
 	Move(ctx context.Context, from, to, id string) error
+	Queue(name string) (*queue.Queue, error)
 }
 
 var _ Directory = (*queue.Directory)(nil)
@@ -25,8 +26,8 @@ var _ Directory = (*queue.Directory)(nil)
 // rehomeBatch bounds the jobs looked at per stranded queue per pass.
 const rehomeBatch = 200
 
-// rehomeLoop re-homes stranded jobs every Tuning.RehomeInterval until ctx
-// ends.
+// rehomeLoop tends the queues of dead hosts every Tuning.RehomeInterval
+// until ctx ends.
 func (w *Worker) rehomeLoop(ctx context.Context) {
 	t := time.NewTicker(w.tune.RehomeInterval)
 	defer t.Stop()
@@ -36,26 +37,51 @@ func (w *Worker) rehomeLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if _, err := w.Rehome(ctx); err != nil && ctx.Err() == nil {
-			w.log.Warn("rehome_skipped", "err", err)
-		}
+		w.tendDeadHosts(ctx)
 	}
 }
 
-// Rehome moves jobs stranded on the queue of a host whose registry row has
-// expired (ARCHITECTURE section 10, item 8): a forge job that needs only
-// profiles (no folder, no resume) goes to a live capable host's queue, or to
-// the shared queue when the route abstains. Folder jobs stay: only their
-// host has the folder. It returns how many jobs moved. It needs the registry
-// (a dead host is one whose row is gone) and does nothing when it cannot be
-// read: absence of evidence is not a dead host.
-func (w *Worker) Rehome(ctx context.Context) (int, error) {
+// tendDeadHosts does for the queues of hosts whose registry row has expired
+// what their hosts no longer do: it re-homes their stranded waiting jobs and
+// runs the stalled check on them. A host that hangs without dying stops
+// beating and checking its own queue alike, so without this its running
+// jobs would stay active, unrecorded, for as long as it hangs.
+func (w *Worker) tendDeadHosts(ctx context.Context) {
+	dead, err := w.deadHosts(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("rehome_skipped", "err", err)
+		}
+		return
+	}
+	w.rehome(ctx, dead)
+	for _, name := range dead.queues {
+		q, err := w.deps.Directory.Queue(name)
+		if err != nil {
+			continue // a discovered name is valid; nothing to check otherwise
+		}
+		w.checkQueueStalled(ctx, q)
+	}
+}
+
+// deadQueues are the host queues of hosts without a registry row, with the
+// rows that were live when they were read.
+type deadQueues struct {
+	queues []string
+	live   []registry.Host
+}
+
+// deadHosts reads the registry and finds the host queues whose host has no
+// row. It needs the registry (a dead host is one whose row is gone) and
+// finds nothing when it has none or cannot read it: absence of evidence is
+// not a dead host.
+func (w *Worker) deadHosts(ctx context.Context) (deadQueues, error) {
 	if w.deps.Directory == nil || w.deps.Registry == nil {
-		return 0, nil
+		return deadQueues{}, nil
 	}
 	live, err := w.deps.Registry.ReadLive(ctx)
 	if err != nil {
-		return 0, err
+		return deadQueues{}, err
 	}
 	alive := map[string]bool{w.cfg.WorkerName: true}
 	for _, h := range live {
@@ -65,17 +91,39 @@ func (w *Worker) Rehome(ctx context.Context) (int, error) {
 	var de *queue.DiscoveryError
 	if err != nil {
 		if !errors.As(err, &de) {
-			return 0, err
+			return deadQueues{}, err
 		}
 		names = de.Found // act on what was seen; never claim completeness
 	}
-	hosts := registry.CapabilityHosts(live)
-	moved := 0
+	dead := deadQueues{live: live}
 	for _, name := range names {
-		host, ok := strings.CutPrefix(name, "pi-jobs@")
-		if !ok || alive[host] {
-			continue
+		if host, ok := strings.CutPrefix(name, "pi-jobs@"); ok && !alive[host] {
+			dead.queues = append(dead.queues, name)
 		}
+	}
+	return dead, nil
+}
+
+// Rehome moves jobs stranded on the queue of a host whose registry row has
+// expired (ARCHITECTURE section 10, item 8): a forge job that needs only
+// profiles (no folder, no resume) goes to a live capable host's queue, or to
+// the shared queue when the route abstains. Folder jobs stay: only their
+// host has the folder. It returns how many jobs moved. It needs the registry
+// and does nothing when it cannot be read (see deadHosts).
+func (w *Worker) Rehome(ctx context.Context) (int, error) {
+	dead, err := w.deadHosts(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return w.rehome(ctx, dead), nil
+}
+
+// rehome moves the stranded jobs of dead's queues (see Rehome).
+func (w *Worker) rehome(ctx context.Context, dead deadQueues) int {
+	hosts := registry.CapabilityHosts(dead.live)
+	moved := 0
+	for _, name := range dead.queues {
+		host := strings.TrimPrefix(name, "pi-jobs@")
 		jobs, err := w.deps.Directory.Pending(ctx, name, rehomeBatch)
 		if err != nil {
 			w.log.Warn("rehome_read_failed", "queue", name, "err", err)
@@ -103,5 +151,5 @@ func (w *Worker) Rehome(ctx context.Context) (int, error) {
 				"needs", slices.Clone(needs), "reason", "host-row-expired")
 		}
 	}
-	return moved, nil
+	return moved
 }

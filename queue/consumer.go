@@ -284,32 +284,55 @@ func (c *Consumer) wait(ctx context.Context, d time.Duration, timed bool) (int, 
 	if err := c.connect(ctx); err != nil {
 		return -1, err
 	}
-	var key string
-	var err error
 	// The command itself must not be cut short by ctx: a read deadline
 	// would break the connection. Cancellation unblocks it instead.
 	bctx := context.WithoutCancel(ctx)
 	if c.conn == nil {
-		key, err = popMarker(bctx, c.client, c.markers, d)
-	} else {
-		wctx, cancel := ctx, context.CancelFunc(func() {})
-		serverTimeout := d
-		if timed {
-			wctx, cancel = context.WithTimeout(ctx, d)
-			serverTimeout = d.Truncate(time.Second) + time.Second
-		}
-		done, exited := make(chan struct{}), make(chan struct{})
-		stop := context.AfterFunc(wctx, func() {
-			defer close(exited)
-			c.unblock(wctx, done)
-		})
-		key, err = popMarker(bctx, c.conn, c.markers, serverTimeout)
-		close(done)
-		if !stop() {
-			<-exited
-		}
-		cancel()
+		key, err := popMarker(bctx, c.client, c.markers, d)
+		return c.woke(ctx, key, err)
 	}
+	key, err := c.block(ctx, d, timed)
+	var rerr redis.Error
+	if err != nil && !errors.Is(err, redis.Nil) && !errors.As(err, &rerr) && ctx.Err() == nil {
+		// The dedicated connection sat idle while the server restarted (every
+		// slot was busy, so no wait was in flight): it fails at its first use,
+		// though the fetch just before it, on the pool, found the server
+		// back. One fresh connection decides; a real outage fails it too.
+		_ = c.dropConn()
+		if err := c.connect(ctx); err != nil {
+			return -1, err
+		}
+		key, err = c.block(ctx, d, timed)
+	}
+	return c.woke(ctx, key, err)
+}
+
+// block runs one BZPOPMIN on the dedicated connection, ended by CLIENT
+// UNBLOCK when ctx ends or, when timed, when d has passed.
+func (c *Consumer) block(ctx context.Context, d time.Duration, timed bool) (string, error) {
+	wctx, cancel := ctx, context.CancelFunc(func() {})
+	serverTimeout := d
+	if timed {
+		wctx, cancel = context.WithTimeout(ctx, d)
+		serverTimeout = d.Truncate(time.Second) + time.Second
+	}
+	defer cancel()
+	done, exited := make(chan struct{}), make(chan struct{})
+	stop := context.AfterFunc(wctx, func() {
+		defer close(exited)
+		c.unblock(wctx, done)
+	})
+	key, err := popMarker(context.WithoutCancel(ctx), c.conn, c.markers, serverTimeout)
+	close(done)
+	if !stop() {
+		<-exited
+	}
+	return key, err
+}
+
+// woke turns a wait's reply into the index of the queue whose marker woke
+// it, or -1 on timeout or cancellation.
+func (c *Consumer) woke(ctx context.Context, key string, err error) (int, error) {
 	switch {
 	case errors.Is(err, redis.Nil):
 		return -1, nil
