@@ -99,12 +99,13 @@ func TestFleetPauseWithHostDown(t *testing.T) {
 }
 
 // runOn queues a folder run on w's queue with `pi-dispatch run`, as an
-// operator on that host would, and returns its job id.
+// operator on that host would, and returns its job id. The folder is a
+// scratch one, not a git repository: --force.
 func (s *scenario) runOn(w *worker, task string) string {
 	s.t.Helper()
 	folder := s.t.TempDir()
 	out, errOut, code := s.cli(map[string]string{"VALKEY_URL": s.url, "PI_WORKER_NAME": w.name},
-		"run", folder, "--flow", "fix", "--task", task, "--env-file", "")
+		"run", folder, "--flow", "fix", "--task", task, "--env-file", "", "--force")
 	id, ok := strings.CutPrefix(strings.TrimSpace(out), "queued ")
 	if code != 0 || !ok || strings.ContainsAny(id, " \n") || !strings.Contains(errOut, "queue "+w.hostQueue()) {
 		s.t.Fatalf("pi-dispatch run on %s: exit %d\nstdout: %s\nstderr: %s", w.name, code, out, errOut)
