@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/pidispatch/pidispatch/internal/faultpoint"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/runner"
 )
@@ -179,6 +180,7 @@ func (w *Worker) failOrphan(ctx context.Context, jobDir string) orphanOutcome {
 			return orphanUndecided // no record, no state change
 		}
 	}
+	faultpoint.Hit(faultpoint.OrphanRecorded)
 	if err := w.reportOrphan(ctx, q, n, rec); err != nil {
 		if !had && errors.Is(err, queue.ErrLockLost) {
 			// Someone else holds the job now (it was requeued and taken): its

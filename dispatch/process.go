@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/pidispatch/pidispatch/internal/faultpoint"
 	"github.com/pidispatch/pidispatch/lease"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
@@ -618,6 +619,7 @@ func (w *Worker) record(h *held, outcome, reason string, exit *int, telemetry js
 	w.writeRecord(h.rec)
 	w.mirror(h.rec)
 	w.endHold(h.job.ID, h.spec.WaitFor) // the job ended: so did its hold
+	faultpoint.Hit(faultpoint.RunRecorded)
 }
 
 // claim takes the fleet-wide claim of recording one attempt (RunClaimKey).
@@ -707,6 +709,9 @@ func (w *Worker) checkStalled(ctx context.Context) {
 // any number of hosts may check the same queue and one record is written.
 func (w *Worker) checkQueueStalled(ctx context.Context, q JobQueue) {
 	pre := w.prerecordStalled(ctx, q)
+	if len(pre) > 0 {
+		faultpoint.Hit(faultpoint.StalledRecorded)
+	}
 	st, err := q.CheckStalled(ctx)
 	if err != nil {
 		if ctx.Err() == nil {

@@ -9,8 +9,14 @@
 // routing, a host killed mid-job, a host stopped past the route-fresh window
 // and the re-homing of its stranded jobs, a redis-server restart under load,
 // a duplicate worker name, the kill switch with a host down, and cron
-// agreement between two hosts. At the end the suite checks that every job any
-// scenario enqueued ended with exactly one terminal run record.
+// agreement between two hosts. The fault scenarios crash workers where a run
+// record is at stake: at a step between a record and the job's state change
+// (a second build of cmd/worker with the tag faultpoint crashes itself at the
+// step PIDISPATCH_TEST_CRASH_AT names, see internal/faultpoint), frozen past
+// a lock, killed while containers finish, and killed at random under load;
+// each prints a "fault" line with its jobs, attempts, records, duplicates and
+// lost records. At the end the suite checks that every job any scenario
+// enqueued ended with exactly one terminal run record of its last attempt.
 //
 // The package holds tests only. They run when PIDISPATCH_FLEET=1 (set by
 // .ci/run) and skip otherwise; with it set, a missing service (redis-server,

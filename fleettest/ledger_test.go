@@ -76,26 +76,31 @@ func (l *ledger) total() (enqueued, accounted int, problems []string) {
 	defer l.mu.Unlock()
 	for _, e := range l.entries {
 		enqueued++
+		// The latest attempt's records, as the final state reflects it: an
+		// earlier attempt may have run (and been recorded) on another host.
 		var recs []dispatch.Record
 		var where []string
+		latest := 0
 		for _, dir := range l.dirs[e.scenario] {
 			all, err := dispatch.ReadRecords(dir, e.jobID)
 			if err != nil {
 				problems = append(problems, fmt.Sprintf("%s/%s: unreadable record in %s: %v", e.scenario, e.jobID, dir, err))
 				continue
 			}
-			if len(all) == 0 {
-				continue
+			for _, r := range all {
+				switch {
+				case r.Attempt > latest:
+					latest, recs, where = r.Attempt, []dispatch.Record{r}, []string{dir}
+				case r.Attempt == latest:
+					recs, where = append(recs, r), append(where, dir)
+				}
 			}
-			r := all[len(all)-1] // the latest attempt's, as the final state reflects it
-			recs = append(recs, r)
-			where = append(where, dir)
 		}
 		switch {
 		case e.final != queue.StateCompleted && e.final != queue.StateFailed:
 			problems = append(problems, fmt.Sprintf("%s/%s: never seen finished (state %q), %d record(s)", e.scenario, e.jobID, e.final, len(recs)))
 		case len(recs) != 1:
-			problems = append(problems, fmt.Sprintf("%s/%s: %d records (in %v), want exactly one", e.scenario, e.jobID, len(recs), where))
+			problems = append(problems, fmt.Sprintf("%s/%s: %d records (in %v) of attempt %d, want exactly one", e.scenario, e.jobID, len(recs), where, latest))
 		case !outcomeMatches(e.final, recs[0].Outcome):
 			problems = append(problems, fmt.Sprintf("%s/%s: job %s but its record says %s/%s", e.scenario, e.jobID, e.final, recs[0].Outcome, recs[0].Reason))
 		default:

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -36,12 +37,37 @@ var suite struct {
 	// every container labelled with its name.
 	id        string
 	workerBin string
-	cliBin    string
-	redis     *redisServer
-	docker    *client.Client
-	nextDB    atomic.Int32
+	// faultBin is cmd/worker built with the tag faultpoint: it crashes
+	// itself (SIGKILL) at the step PIDISPATCH_TEST_CRASH_AT names
+	// (internal/faultpoint), and only the fault scenarios run it.
+	faultBin string
+	cliBin   string
+	redis    *redisServer
+	docker   *client.Client
+	nextDB   atomic.Int32
 
 	ledger ledger
+	// faultLines are the fault scenarios' figures, printed before the
+	// closing total.
+	faultLines lines
+}
+
+// lines collects text from parallel scenarios.
+type lines struct {
+	mu  sync.Mutex
+	all []string
+}
+
+func (l *lines) add(line string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.all = append(l.all, line)
+}
+
+func (l *lines) list() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.all)
 }
 
 func TestMain(m *testing.M) {
@@ -56,6 +82,9 @@ func runSuite(m *testing.M) int {
 	code := m.Run()
 	if suite.setupErr == nil {
 		enqueued, accounted, problems := suite.ledger.total()
+		for _, line := range suite.faultLines.list() {
+			fmt.Println(line)
+		}
 		fmt.Printf("fleet total: %d jobs enqueued, %d with exactly one terminal record\n", enqueued, accounted)
 		for _, p := range problems {
 			fmt.Printf("  %s\n", p)
@@ -104,6 +133,12 @@ func buildBinaries(ctx context.Context, binDir string) error {
 		"github.com/pidispatch/pidispatch/cmd/pi-dispatch")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build cmd/worker cmd/pi-dispatch: %v\n%s", err, out)
+	}
+	suite.faultBin = filepath.Join(binDir, "fault", "worker")
+	cmd = exec.CommandContext(ctx, goBin, "build", "-tags", "faultpoint", "-o", suite.faultBin,
+		"github.com/pidispatch/pidispatch/cmd/worker")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build -tags faultpoint cmd/worker: %v\n%s", err, out)
 	}
 	return nil
 }

@@ -99,7 +99,8 @@ func TestFleetPauseWithHostDown(t *testing.T) {
 }
 
 // runOn queues a folder run on w's queue with `pi-dispatch run`, as an
-// operator on that host would, and returns its job id.
+// operator on that host would, and returns its job id. The folder is a
+// scratch one, not a git repository: --force.
 func (s *scenario) runOn(w *worker, task string) string {
 	s.t.Helper()
 	folder := s.t.TempDir()

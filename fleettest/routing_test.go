@@ -57,12 +57,16 @@ func TestFleetCapabilityRouting(t *testing.T) {
 			t.Fatalf("profile job %s ran without the resolver's secret: telemetry %s", id, rec.Telemetry)
 		}
 		// The job stayed on w1's queue (nothing moved it) and finished there.
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		j, err := s.queue(w1.hostQueue()).Get(ctx, id)
-		cancel()
-		if err != nil || j.State != queue.StateCompleted || j.ProcessedBy != w1.name {
-			t.Fatalf("profile job %s on %s: %+v %v", id, w1.hostQueue(), j, err)
-		}
+		// The record is written before the outcome is reported: the state
+		// follows shortly.
+		hostQ := s.queue(w1.hostQueue())
+		s.eventually(10*time.Second, func(ctx context.Context) error {
+			j, err := hostQ.Get(ctx, id)
+			if err != nil || j.State != queue.StateCompleted || j.ProcessedBy != w1.name {
+				return fmt.Errorf("profile job %s on %s: %+v %v", id, w1.hostQueue(), j, err)
+			}
+			return nil
+		})
 		for _, w := range []*worker{w2, w3} {
 			if n := count(w.allProcs(), "job_started", id); n != 0 {
 				t.Fatalf("%s started profile job %s, which needs a profile it lacks", w.name, id)
