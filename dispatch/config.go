@@ -18,7 +18,7 @@ import (
 	"github.com/pidispatch/pidispatch/registry"
 )
 
-// Defaults of the configuration (ARCHITECTURE section 9).
+// Defaults of the configuration (docs/configuration.md).
 const (
 	DefaultValkeyURL            = "redis://127.0.0.1:6379"
 	DefaultConcurrency          = 3

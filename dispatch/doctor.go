@@ -345,7 +345,7 @@ func writeProbe(dir string) error {
 	return errors.Join(werr, cerr, rerr)
 }
 
-// fleet adds the fleet lines of ARCHITECTURE section 6. Every one is gated on
+// fleet adds the fleet lines of docs/fleet.md. Every one is gated on
 // a peer existing, so a single host's report is unchanged by the fleet layer,
 // and every one is a warning: this command runs on one machine and must not
 // fail a deployment for a condition that machine cannot fix.

@@ -53,7 +53,7 @@ type ProducerConfig struct {
 	Logger *slog.Logger
 }
 
-// Producer adds jobs through the enqueue paths of ARCHITECTURE section 6:
+// Producer adds jobs through the enqueue paths of docs/fleet.md:
 // host-only work to this host's queue when its name is declared, forge
 // deliveries where their needs can be served.
 type Producer struct {

@@ -18,7 +18,7 @@ import (
 	"github.com/moby/moby/client"
 )
 
-// The documented-variables rule (ARCHITECTURE section 9): every environment
+// The documented-variables rule (docs/configuration.md): every environment
 // variable read anywhere in the module is documented. Configuration goes in
 // both docs/configuration.md and .env.example; what is not configuration (the
 // process environment, the Docker client's, test switches, the test job's)

@@ -18,8 +18,7 @@ var _ Finder = (*queue.Directory)(nil)
 // JobLive reports whether the job id is still unfinished (waiting, paused,
 // delayed, prioritized or active) on ANY queue, and which. The original
 // looked only at the shared queue, so a hold whose job sat on a host queue
-// read as dead and was superseded while it still ran (ARCHITECTURE section
-// 10, item 7). An incomplete lookup is an error, never a "not live".
+// read as dead and was superseded while it still ran. An incomplete lookup is an error, never a "not live".
 func JobLive(ctx context.Context, f Finder, id string) (live bool, queueName string, err error) {
 	name, job, err := f.Find(ctx, id)
 	if errors.Is(err, queue.ErrNotFound) {

@@ -16,7 +16,7 @@ import (
 	"github.com/pidispatch/pidispatch/runner"
 )
 
-// Exit codes of the container contract (ARCHITECTURE section 7).
+// Exit codes of the container contract (docs/container-contract.md).
 const (
 	exitCompleted = 0
 	exitInfra     = 1

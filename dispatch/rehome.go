@@ -105,7 +105,7 @@ func (w *Worker) deadHosts(ctx context.Context) (deadQueues, error) {
 }
 
 // Rehome moves jobs stranded on the queue of a host whose registry row has
-// expired (ARCHITECTURE section 10, item 8): a forge job that needs only
+// expired (docs/fleet.md): a forge job that needs only
 // profiles (no folder, no resume) goes to a live capable host's queue, or to
 // the shared queue when the route abstains. Folder jobs stay: only their
 // host has the folder. It returns how many jobs moved. It needs the registry

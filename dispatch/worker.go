@@ -208,7 +208,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.recoverRecordTemps()
 
-	// Boot order (ARCHITECTURE section 8): registry, reaper, scope-claim
+	// Boot order (docs/fleet.md): registry, reaper, scope-claim
 	// sweep, orphaned jobs, consumers, background parts, worker_started.
 	// The name is claimed first: the reaper and the sweep act on everything
 	// that carries this name, so a duplicate refused only after them would

@@ -1,6 +1,6 @@
 // Package runner runs one job as one container and reports how it ended.
 //
-// It is the container contract of pidispatch (ARCHITECTURE.md section 7) in
+// It is the container contract of pidispatch (docs/container-contract.md) in
 // code: the container is named pi-job-<sanitized job id> and labelled with
 // the job and the owning worker; an image absent from the host refuses the
 // job before anything is created (nothing is ever pulled); every container

@@ -69,7 +69,7 @@ const (
 	demoCheckTimeout = 5 * time.Second
 )
 
-// demoKeyPrefixes is the pidispatch keyspace (ARCHITECTURE section 4) as the
+// demoKeyPrefixes is the pidispatch keyspace (every key a worker writes) as the
 // demo sees it: a database holding any key with one of these prefixes belongs
 // to a deployment, and the demo refuses it. After a run on a given Valkey the
 // demo deletes the keys with these prefixes, which the check proved were all

@@ -60,3 +60,29 @@ func TestDocsSpeakToUsers(t *testing.T) {
 		}
 	}
 }
+
+// TestCommentsCiteShippedFiles fails on Go source that points a reader at a
+// design document or folder that does not ship with the module.
+func TestCommentsCiteShippedFiles(t *testing.T) {
+	outside := regexp.MustCompile(`ARCHITECTURE|\.\./shared/|original-pi-dispatch\.md`)
+	root := filepath.Join("..", "..")
+	self, _ := filepath.Abs(".")
+	_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil || (d.IsDir() && (d.Name() == "node_modules" || d.Name() == ".git")) {
+			return filepath.SkipDir
+		}
+		if abs, _ := filepath.Abs(filepath.Dir(p)); d.IsDir() || !strings.HasSuffix(p, ".go") || abs == self {
+			return nil
+		}
+		raw, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(raw), "\n") {
+			if m := outside.FindString(line); m != "" {
+				t.Errorf("%s:%d: cites %q, which does not ship with the module", p, i+1, m)
+			}
+		}
+		return nil
+	})
+}

@@ -1,5 +1,5 @@
 // Command jobprog is the test and demo job: a static program that follows the
-// container contract (docs: ARCHITECTURE.md section 7) and whose behaviour is
+// container contract (docs/container-contract.md) and whose behaviour is
 // set entirely by environment variables, so one image serves every runner test
 // and the `demo` command.
 //
