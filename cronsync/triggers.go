@@ -15,6 +15,7 @@ import (
 
 	"github.com/adhocore/gronx"
 
+	"github.com/pidispatch/pidispatch/internal/jobrule"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -23,11 +24,9 @@ const (
 	MaxFileBytes    = 4 << 20 // a triggers file is configuration, not data
 	MaxTriggers     = 1000    // bounds the parse: a pattern that never fires costs ~3ms to prove
 	MaxIDBytes      = 128     // "repeat:<id>:<millis>" stays a valid job id (at most 256 bytes)
-	MaxTaskBytes    = 64 << 10
+	MaxTaskBytes    = jobrule.MaxTaskBytes
 	maxPathBytes    = 4096
-	maxNameBytes    = 128
-	maxModels       = 16
-	maxMaxTurns     = 100000
+	maxNameBytes    = jobrule.MaxNameBytes
 	maxSecretRefLen = 256
 )
 
@@ -163,14 +162,12 @@ var (
 		"secrets": "per-trigger secret references are not supported: name a resolver with secretsProfile (PI_SECRET_PROFILES)",
 		"backend": "only the local Docker engine is supported",
 	}
-	excludableTools = []string{"read", "bash", "powershell", "edit", "write", "grep", "find", "ls"}
 )
 
 var (
 	schedulerIDRE = regexp.MustCompile(`^[A-Za-z0-9._@#-]+$`)
 	nameRE        = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 	envNameRE     = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
-	costRE        = regexp.MustCompile(`^[0-9]{1,6}(\.[0-9]{1,4})?$`)
 )
 
 // ParseTriggers validates a triggers file, {"triggers": [{"on": {...}, "run":
@@ -588,6 +585,8 @@ func (p *triggerParser) parseRun(run map[string]json.RawMessage, l *LocalRun) {
 	if task, ok := str("task"); ok {
 		if reason := textRule(task, MaxTaskBytes); reason != "" {
 			p.fail("run.task", "%s", reason)
+		} else if task == "" && hasFlow {
+			p.fail("run.task", "must not be empty with a flow")
 		} else {
 			l.Task = task
 		}
@@ -595,7 +594,7 @@ func (p *triggerParser) parseRun(run map[string]json.RawMessage, l *LocalRun) {
 		p.fail("run.task", "required with a flow")
 	}
 	if image, ok := str("image"); ok {
-		if !imageOK(image) {
+		if !jobrule.ImageRef(image) {
 			p.fail("run.image", "%s is not an image reference", clipQuote(image))
 		} else {
 			l.Image = image
@@ -618,7 +617,7 @@ func (p *triggerParser) parseRun(run map[string]json.RawMessage, l *LocalRun) {
 	l.Network, _ = boolean("network")
 	for _, key := range []string{"provider", "model"} {
 		if s, ok := str(key); ok {
-			if !tokenOK(s) {
+			if !jobrule.Token(s) {
 				p.fail("run."+key, "must be 1-%d printable characters without spaces", maxNameBytes)
 				continue
 			}
@@ -631,24 +630,26 @@ func (p *triggerParser) parseRun(run map[string]json.RawMessage, l *LocalRun) {
 	}
 	if raw, present := run["maxTurns"]; present {
 		n, err := strconv.Atoi(string(raw))
-		if err != nil || n < 1 || n > maxMaxTurns {
-			p.fail("run.maxTurns", "must be a whole number from 1 to %d", maxMaxTurns)
+		if err != nil || !jobrule.Turns(n) {
+			p.fail("run.maxTurns", "must be a whole number from 1 to %d", jobrule.MaxTurns)
 		} else {
 			l.MaxTurns = n
 		}
 	}
 	if raw, present := run["models"]; present {
 		var models []string
-		if err := json.Unmarshal(raw, &models); err != nil || len(models) < 1 || len(models) > maxModels || bytes.Equal(raw, []byte("null")) {
-			p.fail("run.models", "must be an array of 1 to %d model names", maxModels)
-		} else if i := slices.IndexFunc(models, func(m string) bool { return !tokenOK(m) }); i >= 0 {
+		err := json.Unmarshal(raw, &models)
+		bad, shortEnough := jobrule.Models(models)
+		if err != nil || len(models) < 1 || !shortEnough || bytes.Equal(raw, []byte("null")) {
+			p.fail("run.models", "must be an array of 1 to %d model names", jobrule.MaxModels)
+		} else if i := bad; i >= 0 {
 			p.fail(fmt.Sprintf("run.models[%d]", i), "must be 1-%d printable characters without spaces", maxNameBytes)
 		} else {
 			l.Models = models
 		}
 	}
 	if s, ok := str("maxCostUsd"); ok {
-		if !costRE.MatchString(s) || strings.Trim(s, "0.") == "" {
+		if !jobrule.Cost(s) {
 			p.fail("run.maxCostUsd", `must be a positive decimal string such as "2.50"`)
 		} else {
 			l.MaxCostUSD = s
@@ -683,22 +684,21 @@ func (p *triggerParser) secrets(raw json.RawMessage) map[string]string {
 }
 
 func (p *triggerParser) excludeTools(raw json.RawMessage) []string {
+	all := strings.Join(jobrule.ExcludableTools, " ")
 	var tools []string
 	if err := json.Unmarshal(raw, &tools); err != nil || bytes.Equal(raw, []byte("null")) {
-		p.fail("run.excludeTools", "must be an array of tool names (%s)", strings.Join(excludableTools, " "))
+		p.fail("run.excludeTools", "must be an array of tool names (%s)", all)
 		return nil
 	}
-	seen := map[string]bool{}
 	for i, t := range tools {
-		switch {
-		case !slices.Contains(excludableTools, t):
-			p.fail(fmt.Sprintf("run.excludeTools[%d]", i), "%s is not one of %s", clipQuote(t), strings.Join(excludableTools, " "))
+		switch jobrule.ExcludeTool(tools, i) {
+		case "unknown":
+			p.fail(fmt.Sprintf("run.excludeTools[%d]", i), "%s is not one of %s", clipQuote(t), all)
 			return nil
-		case seen[t]:
+		case "twice":
 			p.fail(fmt.Sprintf("run.excludeTools[%d]", i), "%s is listed twice", clipQuote(t))
 			return nil
 		}
-		seen[t] = true
 	}
 	return tools
 }
@@ -741,26 +741,6 @@ func textRule(s string, limit int) string {
 		return "contains a NUL byte"
 	}
 	return ""
-}
-
-// tokenOK: 1-128 bytes of printable ASCII without spaces (a provider or model
-// name, "anthropic/claude-sonnet-4").
-func tokenOK(s string) bool {
-	if s == "" || len(s) > maxNameBytes {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] <= ' ' || s[i] >= 0x7f {
-			return false
-		}
-	}
-	return true
-}
-
-// imageOK is a light shape check of an image reference; the worker checks it
-// fully (and that it is present) before a run.
-func imageOK(s string) bool {
-	return tokenOK(s) && len(s) <= 255 && s[0] != '-' && !strings.ContainsAny(s, `\"'`)
 }
 
 // unknownKey reports an unknown key of the object at prefix ("on", "run", or ""

@@ -154,7 +154,8 @@ type Deps struct {
 	// stranded on the queue of a host whose row expired.
 	Directory Directory
 	// Holds keeps the state of jobs waiting on their waitFor conditions. Without
-	// it such a job cannot be held safely and is deferred, never run.
+	// it such a job cannot be held safely and is deferred, never run; so
+	// NewWorker refuses a nil Holds when Config.WaitProfiles declares any.
 	Holds HoldStore
 	// Finder looks a job up on every queue, to tell whether the older holder
 	// of a dedup id is still live when a newer delivery takes its wait over.
@@ -169,6 +170,7 @@ type Deps struct {
 	// Cron judges every job a job scheduler made before anything else runs
 	// for it. Without it the host agreed to no cron set: every such job is
 	// refused (cron-not-agreed), so a schedule left in Valkey never spends on
-	// a host that did not ask for it.
+	// a host that did not ask for it. NewWorker refuses a nil Cron when
+	// Config.TriggersFile is set.
 	Cron CronGate
 }

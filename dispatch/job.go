@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/pidispatch/pidispatch/capabilities"
+	"github.com/pidispatch/pidispatch/internal/jobrule"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -43,9 +44,9 @@ const (
 
 // Limits of the job model.
 const (
-	MaxTaskBytes      = 64 << 10 // a task is a prompt, not a payload
-	MaxJobDataBytes   = 1 << 20  // whole job data, as the queue stores it
-	MaxWaitConditions = 4        // the original's 1-4 waitFor conditions
+	MaxTaskBytes      = jobrule.MaxTaskBytes
+	MaxJobDataBytes   = 1 << 20 // whole job data, as the queue stores it
+	MaxWaitConditions = 4       // the original's 1-4 waitFor conditions
 	MaxWaitArgs       = 8
 	MaxWaitArgBytes   = 256
 	MaxWaitAfter      = 30 * 24 * time.Hour // the original's PI_WAIT_AFTER_MAX_MS
@@ -277,23 +278,13 @@ func (j Job) validate() error {
 	return nil
 }
 
-// Bounds of the agent settings.
-const (
-	maxAgentModels       = 16
-	maxAgentTurns        = 10000
-	maxAgentExcludeTools = 8
-)
-
-// validateAgent checks the agent settings' shapes: tokens without spaces or
-// control characters, bounded lists, an absolute skills folder, a positive
-// decimal cost.
+// validateAgent checks the agent settings against the rules a triggers file's
+// run object obeys too (package jobrule), so a cron trigger the worker would
+// refuse is refused when its file is read.
 func (j Job) validateAgent() error {
 	token := func(field, s string) error {
-		if s == "" {
-			return nil
-		}
-		if len(s) > maxNameLen || strings.ContainsFunc(s, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
-			return fieldErr(field, "must be 1-%d printable characters without spaces", maxNameLen)
+		if s != "" && !jobrule.Token(s) {
+			return fieldErr(field, "must be 1-%d printable characters without spaces", jobrule.MaxNameBytes)
 		}
 		return nil
 	}
@@ -303,29 +294,25 @@ func (j Job) validateAgent() error {
 	if err := token("model", j.Model); err != nil {
 		return err
 	}
-	if len(j.Models) > maxAgentModels {
-		return fieldErr("models", "at most %d models", maxAgentModels)
+	bad, shortEnough := jobrule.Models(j.Models)
+	if !shortEnough {
+		return fieldErr("models", "at most %d models", jobrule.MaxModels)
 	}
-	for i, m := range j.Models {
-		if m == "" {
-			return fieldErr(fmt.Sprintf("models[%d]", i), "empty")
-		}
-		if err := token(fmt.Sprintf("models[%d]", i), m); err != nil {
-			return err
-		}
+	if bad >= 0 {
+		return fieldErr(fmt.Sprintf("models[%d]", bad), "must be 1-%d printable characters without spaces", jobrule.MaxNameBytes)
 	}
-	if j.MaxTurns < 0 || j.MaxTurns > maxAgentTurns {
-		return fieldErr("maxTurns", "must be between 1 and %d", maxAgentTurns)
+	if j.MaxTurns != 0 && !jobrule.Turns(j.MaxTurns) {
+		return fieldErr("maxTurns", "must be between 1 and %d", jobrule.MaxTurns)
 	}
-	if j.MaxCostUSD != "" && !validCost(j.MaxCostUSD) {
+	if j.MaxCostUSD != "" && !jobrule.Cost(j.MaxCostUSD) {
 		return fieldErr("maxCostUsd", `must be a positive decimal string such as "2.50"`)
 	}
-	if len(j.ExcludeTools) > maxAgentExcludeTools {
-		return fieldErr("excludeTools", "at most %d tools", maxAgentExcludeTools)
-	}
 	for i, t := range j.ExcludeTools {
-		if !validName(t) {
-			return fieldErr(fmt.Sprintf("excludeTools[%d]", i), "must match %s", nameSyntax)
+		switch jobrule.ExcludeTool(j.ExcludeTools, i) {
+		case "unknown":
+			return fieldErr(fmt.Sprintf("excludeTools[%d]", i), "%s is not one of %s", quoteShort(t), strings.Join(jobrule.ExcludableTools, " "))
+		case "twice":
+			return fieldErr(fmt.Sprintf("excludeTools[%d]", i), "%s is listed twice", quoteShort(t))
 		}
 	}
 	if j.SkillsDir != "" {
@@ -334,26 +321,6 @@ func (j Job) validateAgent() error {
 		}
 	}
 	return nil
-}
-
-// validCost accepts 1-6 digits with up to 4 decimals, above zero.
-func validCost(s string) bool {
-	whole, frac, _ := strings.Cut(s, ".")
-	if whole == "" || len(whole) > 6 || len(frac) > 4 || strings.HasSuffix(s, ".") {
-		return false
-	}
-	nonzero := false
-	for _, part := range []string{whole, frac} {
-		for _, c := range part {
-			if c < '0' || c > '9' {
-				return false
-			}
-			if c != '0' {
-				nonzero = true
-			}
-		}
-	}
-	return nonzero
 }
 
 func validateWaitFor(conds []WaitCondition) error {
@@ -601,20 +568,10 @@ func validRef(s string) bool {
 		!strings.Contains(s, "//") && !strings.HasSuffix(s, "/") && !strings.HasSuffix(s, ".lock")
 }
 
-// imageRefRE follows the distribution reference grammar: an optional registry host
-// (with port), lowercase path components, an optional tag and an optional digest.
-var imageRefRE = regexp.MustCompile(`^` +
-	`(?:(?:localhost|[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*)(?::[0-9]+)?/)?` +
-	`[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*` +
-	`(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?` +
-	`(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$`)
-
 // ValidImageRef reports whether s is a plausible container image reference
 // ("pi-job:latest", "ghcr.io/acme/pi-job:1.2@sha256:..."). It checks syntax only;
 // whether the image is present is the runtime's question.
-func ValidImageRef(s string) bool {
-	return s != "" && len(s) <= 512 && imageRefRE.MatchString(s)
-}
+func ValidImageRef(s string) bool { return jobrule.ImageRef(s) }
 
 // parseDuration parses Go duration syntax strictly: no sign, no whitespace, at least
 // one unit ("30m", "1h30m", "1.5h"). A bare number is refused: "1800" could mean

@@ -148,15 +148,8 @@ func NewWorker(cfg Config, deps Deps, tune Tuning) (*Worker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	switch {
-	case len(deps.Queues) == 0:
-		return nil, errors.New("dispatch: Deps.Queues is empty")
-	case deps.Source == nil:
-		return nil, errors.New("dispatch: Deps.Source is nil")
-	case deps.Runtime == nil:
-		return nil, errors.New("dispatch: Deps.Runtime is nil")
-	case deps.Budget == nil:
-		return nil, errors.New("dispatch: Deps.Budget is nil")
+	if err := checkDeps(cfg, deps); err != nil {
+		return nil, err
 	}
 	tune = tune.withDefaults()
 	w := &Worker{
@@ -184,6 +177,48 @@ func NewWorker(cfg Config, deps Deps, tune Tuning) (*Worker, error) {
 		w.pauses = p
 	}
 	return w, nil
+}
+
+// ErrMissingPart is wrapped by every *MissingPartError.
+var ErrMissingPart = errors.New("dispatch: missing part")
+
+// MissingPartError is NewWorker's refusal of Deps that lack a part the
+// configuration needs: without it the worker would run nothing, or would
+// defer or refuse every job of a kind for ever while looking healthy.
+type MissingPartError struct {
+	Part string // the Deps field, "Deps.Holds"
+	Why  string // what the configuration asks of it, and the fix
+}
+
+func (e *MissingPartError) Error() string { return "dispatch: missing " + e.Part + ": " + e.Why }
+
+// Unwrap makes errors.Is(err, ErrMissingPart) hold.
+func (e *MissingPartError) Unwrap() error { return ErrMissingPart }
+
+// checkDeps refuses Deps the Worker cannot work with under cfg.
+func checkDeps(cfg Config, deps Deps) error {
+	missing := func(part, why string) error { return &MissingPartError{Part: part, Why: why} }
+	switch {
+	case len(deps.Queues) == 0:
+		return missing("Deps.Queues", "the worker drains no queue")
+	case deps.Source == nil:
+		return missing("Deps.Source", "the worker takes no job")
+	case deps.Runtime == nil:
+		return missing("Deps.Runtime", "the worker runs no container")
+	case deps.Budget == nil:
+		return missing("Deps.Budget", "no container start can be counted against the spend caps")
+	case len(cfg.WaitProfiles) > 0 && deps.Holds == nil:
+		// Routing sends this host the jobs that wait on its profiles; without a
+		// hold store each would be deferred every UnreachableDeferral for ever.
+		return missing("Deps.Holds", "PI_WAIT_PROFILES declares wait profiles, so waitFor jobs come here, "+
+			"and none can be held without a hold store (wire dispatch.NewHolds)")
+	case cfg.TriggersFile != "" && deps.Cron == nil:
+		// Without a gate the host agreed to no cron set: every run of the
+		// triggers it installs would be refused as cron-not-agreed.
+		return missing("Deps.Cron", "PI_TRIGGERS_FILE is set, and without a cron gate every run of its "+
+			"triggers is refused as cron-not-agreed (wire the gate of the cron set the host serves)")
+	}
+	return nil
 }
 
 // Run boots the worker and drains its queues until ctx ends, then shuts down

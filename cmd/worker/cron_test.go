@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,6 +32,26 @@ func TestCronJobDataParsesAsJob(t *testing.T) {
 	}
 	if job.Kind != dispatch.KindCron || job.SchedulerID != "nightly" || job.Folder != "/srv/app" || job.MaxTurns != 40 || !job.Network {
 		t.Fatalf("job %+v", job)
+	}
+}
+
+// A cron trigger whose runs the worker would refuse (maxTurns past the job
+// model's bound) refuses boot with exit 2, naming the trigger and the field,
+// rather than installing a scheduler whose every run fails as invalid-job.
+func TestTriggerTheWorkerWouldRefuseRefusesBoot(t *testing.T) {
+	t.Parallel()
+	db := livetest.Valkey(t)
+	triggers := filepath.Join(t.TempDir(), "triggers.json")
+	data := `{"triggers":[{"on":{"type":"cron","id":"nightly","pattern":"0 3 * * *"},` +
+		`"run":{"kind":"local","folder":"/srv/app","flow":"fix","task":"tidy","maxTurns":10001}}]}`
+	if err := os.WriteFile(triggers, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	code := run(context.Background(), nil, testEnv(t, db.URL, map[string]string{"PI_TRIGGERS_FILE": triggers}), io.Discard, &stderr)
+	out := stderr.String()
+	if code != exitConfig || !strings.Contains(out, "PI_TRIGGERS_FILE") || !strings.Contains(out, `(id "nightly")`) || !strings.Contains(out, "run.maxTurns") {
+		t.Fatalf("exit %d, stderr %q; want 2 naming PI_TRIGGERS_FILE, the trigger and run.maxTurns", code, out)
 	}
 }
 
