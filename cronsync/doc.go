@@ -48,7 +48,7 @@
 // # Where schedulers live
 //
 // A worker with a declared name keeps its schedulers on its own queue
-// (queue.HostQueueName(name)); an undeclared one on the shared queue. The caller
+// (fleet.HostQueueName(name)); an undeclared one on the shared queue. The caller
 // chooses the store. On host queues two hosts can no longer prune each other's
 // schedulers; the gate still catches a divergent file or time zone, which would
 // otherwise make the same trigger fire at different instants on different hosts.

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/cronsync"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
 )
@@ -65,7 +66,7 @@ func ExampleReconcileGated() {
 	if err != nil {
 		panic(err)
 	}
-	store, err := queue.New(client, queue.HostQueueName(name), queue.Config{})
+	store, err := queue.New(client, fleet.HostQueueName(name), queue.Config{})
 	if err != nil {
 		panic(err)
 	}

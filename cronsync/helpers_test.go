@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
@@ -142,7 +143,7 @@ func newHost(t *testing.T, db *livetest.ValkeyDB, name, tz string, own Own, fold
 		h.folders[f] = true
 	}
 	var err error
-	h.q, err = queue.New(db.Client, queue.HostQueueName(name), queue.Config{})
+	h.q, err = queue.New(db.Client, fleet.HostQueueName(name), queue.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -124,7 +124,7 @@ func Scheduler(e Entry, tz string) (queue.Scheduler, error) {
 // removal as scheduler_removed_orphan. An empty set removes them all: a file
 // with no cron entry means "no schedulers".
 //
-// The store is the host's own queue (queue.HostQueueName) when the worker's
+// The store is the host's own queue (fleet.HostQueueName) when the worker's
 // name is declared, the shared queue otherwise; the caller chooses. On a fleet
 // use ReconcileGated, never this directly.
 //

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/queue"
 )
@@ -14,7 +15,7 @@ import (
 func TestReconcileInstallsAndPrunes(t *testing.T) {
 	ctx := context.Background()
 	db := livetest.Valkey(t)
-	q, err := queue.New(db.Client, queue.HostQueueName("a"), queue.Config{})
+	q, err := queue.New(db.Client, fleet.HostQueueName("a"), queue.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +92,7 @@ func TestReconcileInstallsAndPrunes(t *testing.T) {
 func TestPruneRemovesDeferredRun(t *testing.T) {
 	ctx := context.Background()
 	db := livetest.Valkey(t)
-	q, err := queue.New(db.Client, queue.HostQueueName("a"), queue.Config{})
+	q, err := queue.New(db.Client, fleet.HostQueueName("a"), queue.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +126,7 @@ func TestPruneRemovesDeferredRun(t *testing.T) {
 func TestPerTriggerZoneNextRun(t *testing.T) {
 	ctx := context.Background()
 	db := livetest.Valkey(t)
-	q, err := queue.New(db.Client, queue.HostQueueName("a"), queue.Config{})
+	q, err := queue.New(db.Client, fleet.HostQueueName("a"), queue.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

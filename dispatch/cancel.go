@@ -10,8 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/queue"
-	"github.com/pidispatch/pidispatch/registry"
 )
 
 // Operator cancel. A job that is not running is removed from its queue
@@ -173,8 +173,8 @@ func CancelWith(ctx context.Context, client redis.UniversalClient, jobID string,
 // would have run next, never started, policy / operator-cancel.
 func recordCancel(ctx context.Context, client redis.UniversalClient, job *queue.Job, opts CancelOptions, res *CancelResult) {
 	host := opts.Host
-	if registry.ValidateName(host) != nil {
-		host = registry.DefaultName()
+	if fleet.ValidateName(host) != nil {
+		host = fleet.DefaultName()
 	}
 	now := time.Now().UTC()
 	rec := Record{
@@ -281,7 +281,7 @@ func readAck(ctx context.Context, client redis.UniversalClient, key string) (hos
 	if err != nil {
 		return "", false, err
 	}
-	if registry.ValidateName(v) != nil {
+	if fleet.ValidateName(v) != nil {
 		return "", true, nil
 	}
 	return v, true, nil
@@ -291,10 +291,10 @@ func readAck(ctx context.Context, client redis.UniversalClient, key string) (hos
 // is read or written for it.
 var ErrInvalidJobID = errors.New("invalid job id")
 
-// checkCancelJobID refuses an id no job can have (queue.CheckJobID) before
+// checkCancelJobID refuses an id no job can have (fleet.CheckJobID) before
 // any key is built from it.
 func checkCancelJobID(id string) error {
-	if err := queue.CheckJobID(id); err != nil {
+	if err := fleet.CheckJobID(id); err != nil {
 		var oe *queue.OptionError
 		if errors.As(err, &oe) {
 			return fmt.Errorf("cancel: %w: %s", ErrInvalidJobID, oe.Reason)
@@ -356,7 +356,7 @@ func NewCancelWatcher(client redis.UniversalClient, worker string, cfg CancelWat
 	if client == nil {
 		return nil, errors.New("dispatch: NewCancelWatcher: nil client")
 	}
-	if err := registry.ValidateName(worker); err != nil {
+	if err := fleet.ValidateName(worker); err != nil {
 		return nil, fmt.Errorf("dispatch: NewCancelWatcher: %w", err)
 	}
 	if cfg.Poll <= 0 {

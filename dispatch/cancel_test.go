@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/queue"
 )
@@ -43,8 +44,8 @@ func notFound(t *testing.T, client redis.UniversalClient, id string) {
 func TestCancelPendingJobs(t *testing.T) {
 	db := livetest.Valkey(t)
 	ctx := context.Background()
-	host := mustQueue(t, db.Client, queue.HostQueueName("alpha"))
-	shared := mustQueue(t, db.Client, queue.SharedQueue)
+	host := mustQueue(t, db.Client, fleet.HostQueueName("alpha"))
+	shared := mustQueue(t, db.Client, fleet.SharedQueue)
 	if err := host.Declare(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +77,7 @@ func TestCancelPendingJobs(t *testing.T) {
 func TestCancelRefusals(t *testing.T) {
 	db := livetest.Valkey(t)
 	ctx := context.Background()
-	shared := mustQueue(t, db.Client, queue.SharedQueue)
+	shared := mustQueue(t, db.Client, fleet.SharedQueue)
 	addJob(t, shared, "done-1", queue.AddOptions{})
 	tok := queue.NewToken()
 	if j, err := shared.Fetch(ctx, tok); err != nil || j == nil {
@@ -90,7 +91,7 @@ func TestCancelRefusals(t *testing.T) {
 		t.Fatalf("finished = %+v, %v", res, err)
 	}
 
-	host := mustQueue(t, db.Client, queue.HostQueueName("alpha"))
+	host := mustQueue(t, db.Client, fleet.HostQueueName("alpha"))
 	runID, err := host.UpsertScheduler(ctx, "nightly", queue.Scheduler{Pattern: "0 3 * * *", JobName: "j", Data: json.RawMessage(`{}`)})
 	if err != nil {
 		t.Fatal(err)
@@ -120,7 +121,7 @@ func TestCancelHostileIDs(t *testing.T) {
 // runningJob adds a job and fetches it as a worker would; it returns its queue.
 func runningJob(t *testing.T, client redis.UniversalClient, id string) *queue.Queue {
 	t.Helper()
-	q := mustQueue(t, client, queue.HostQueueName("alpha"))
+	q := mustQueue(t, client, fleet.HostQueueName("alpha"))
 	addJob(t, q, id, queue.AddOptions{})
 	if j, err := q.Fetch(context.Background(), queue.NewToken()); err != nil || j == nil || j.ID != id {
 		t.Fatalf("fetch: %v %v", j, err)
@@ -376,7 +377,7 @@ func ExampleCancelWatcher() {
 func TestCancelRecordsARemovedRetry(t *testing.T) {
 	db := livetest.Valkey(t)
 	ctx := context.Background()
-	shared := mustQueue(t, db.Client, queue.SharedQueue)
+	shared := mustQueue(t, db.Client, fleet.SharedQueue)
 	data, _ := json.Marshal(dispatch.Job{Kind: dispatch.KindForge, Repo: "acme/web", Flow: "fix", Task: "t"})
 	if _, _, err := shared.Add(ctx, dispatch.JobName, data, queue.AddOptions{JobID: "retry-1", Attempts: 3,
 		Backoff: queue.Backoff{Type: queue.BackoffFixed, Delay: time.Hour}}); err != nil {

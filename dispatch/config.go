@@ -15,7 +15,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/pidispatch/pidispatch/registry"
+	"github.com/pidispatch/pidispatch/fleet"
 )
 
 // Defaults of the configuration (docs/configuration.md).
@@ -103,7 +103,7 @@ type Config struct {
 	// ValkeyPassword is used when ValkeyURL carries no password. VALKEY_PASSWORD.
 	ValkeyPassword string
 	// WorkerName is this host's name on every log line, record and registry row.
-	// PI_WORKER_NAME; defaults to registry.DefaultName().
+	// PI_WORKER_NAME; defaults to fleet.DefaultName().
 	WorkerName string
 	// WorkerNameDeclared is true when PI_WORKER_NAME was set (non-empty): it turns
 	// on the host queue, fleet leases, the run mirror and routing.
@@ -232,7 +232,7 @@ func DefaultConfig() Config {
 func defaultConfig(logsDir string) Config {
 	return Config{
 		ValkeyURL:            DefaultValkeyURL,
-		WorkerName:           registry.DefaultName(),
+		WorkerName:           fleet.DefaultName(),
 		Concurrency:          DefaultConcurrency,
 		DailyCap:             DefaultDailyCap,
 		JobImage:             DefaultJobImage,
@@ -464,9 +464,9 @@ func (c Config) problems(raw map[string]string) ConfigErrors {
 	if len(c.ValkeyPassword) > maxValkeyPasswordSize || strings.ContainsFunc(c.ValkeyPassword, unicode.IsControl) || !utf8.ValidString(c.ValkeyPassword) {
 		add("VALKEY_PASSWORD", c.ValkeyPassword, fmt.Sprintf("must be valid UTF-8 without control characters, at most %d bytes", maxValkeyPasswordSize))
 	}
-	if err := registry.ValidateName(c.WorkerName); err != nil {
+	if err := fleet.ValidateName(c.WorkerName); err != nil {
 		rule := err.Error()
-		var ne *registry.NameError
+		var ne *fleet.NameError
 		if errors.As(err, &ne) {
 			rule = ne.Rule.Error() + " (^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$, not ending in .json or .log)"
 		}

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pidispatch/pidispatch/dispatch"
-	"github.com/pidispatch/pidispatch/registry"
+	"github.com/pidispatch/pidispatch/fleet"
 )
 
 func envOf(m map[string]string) func(string) string {
@@ -87,7 +87,7 @@ func TestLoadConfig_Defaults(t *testing.T) {
 	require.NoError(t, err)
 	want := dispatch.Config{
 		ValkeyURL:            "redis://127.0.0.1:6379",
-		WorkerName:           registry.DefaultName(),
+		WorkerName:           fleet.DefaultName(),
 		Concurrency:          3,
 		DailyCap:             25,
 		JobImage:             "pi-job:latest",
@@ -125,7 +125,7 @@ func TestLoadConfig_GoodValues(t *testing.T) {
 		{"VALKEY_URL", "redis://127.0.0.1:26379/0?master_name=pi&addr=127.0.0.1:26380", "redis://127.0.0.1:26379/0?master_name=pi&addr=127.0.0.1:26380"},
 		{"VALKEY_URL", "unix://:pw@/run/valkey.sock", "unix://:pw@/run/valkey.sock"},
 		{"VALKEY_PASSWORD", "s3cret-Pass_+/=", "s3cret-Pass_+/="},
-		{"PI_WORKER_NAME", "", registry.DefaultName() + " declared=false"},
+		{"PI_WORKER_NAME", "", fleet.DefaultName() + " declared=false"},
 		{"PI_WORKER_NAME", "mini-1", "mini-1 declared=true"},
 		{"PI_WORKER_NAME", "Mac.Studio_2", "Mac.Studio_2 declared=true"}, // verbatim, never lowercased
 		{"PI_WORKER_NAME", strings.Repeat("a", 64), strings.Repeat("a", 64) + " declared=true"},

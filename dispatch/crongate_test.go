@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -97,7 +98,7 @@ func TestCronGateDecidesSchedulerRuns(t *testing.T) {
 				t.Fatalf("a run left for a peer was recorded: %s", data)
 			}
 			if tt.gate != nil {
-				want := []string{queue.SharedQueue + "/nightly"}
+				want := []string{fleet.SharedQueue + "/nightly"}
 				if string(tt.data) == string(localData) {
 					want = nil
 				}

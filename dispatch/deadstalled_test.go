@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
 	"github.com/pidispatch/pidispatch/runner"
@@ -89,7 +90,7 @@ func takeUnlocked(t *testing.T, f *orphanFixture, host, id string, cfg registry.
 	if err := reg.Publish(ctx); err != nil {
 		t.Fatal(err)
 	}
-	q, err := queue.New(f.db.Client, queue.HostQueueName(host), queue.Config{WorkerName: host, LockTTL: 50 * time.Millisecond})
+	q, err := queue.New(f.db.Client, fleet.HostQueueName(host), queue.Config{WorkerName: host, LockTTL: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
 )
@@ -28,7 +29,7 @@ func (d *doctor) queues(ctx context.Context, valkeyUp bool) {
 	}
 	names := set.Names
 	if len(names) == 0 {
-		names = []string{queue.SharedQueue}
+		names = []string{fleet.SharedQueue}
 	}
 	var paused []string
 	ready := map[string]int64{}

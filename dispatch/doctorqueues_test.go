@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/queue"
 )
@@ -19,8 +20,8 @@ func TestDoctorSaysWhenJobsWaitWithNoLiveWorker(t *testing.T) {
 	ctx := context.Background()
 	cfg := doctorConfig(t, "doc-a")
 	docker := &fakeDoctorDocker{present: true}
-	shared := mustQueue(t, db.Client, queue.SharedQueue)
-	gone := mustQueue(t, db.Client, queue.HostQueueName("gone"))
+	shared := mustQueue(t, db.Client, fleet.SharedQueue)
+	gone := mustQueue(t, db.Client, fleet.HostQueueName("gone"))
 	for _, q := range []*queue.Queue{shared, shared, gone} {
 		if _, _, err := q.Add(ctx, "j", json.RawMessage(`{}`), queue.AddOptions{}); err != nil {
 			t.Fatal(err)
@@ -57,11 +58,11 @@ func TestDoctorSaysWhenTheFleetIsPaused(t *testing.T) {
 	cfg := doctorConfig(t, "doc-a")
 	docker := &fakeDoctorDocker{present: true}
 	doctorPeer(t, db.Client, "doc-a", "UTC", "", 0)
-	host := mustQueue(t, db.Client, queue.HostQueueName("doc-a"))
+	host := mustQueue(t, db.Client, fleet.HostQueueName("doc-a"))
 	if err := host.Declare(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if hold, err := dispatch.PauseHold(ctx, db.Client, queue.SharedQueue); err != nil || hold != "" {
+	if hold, err := dispatch.PauseHold(ctx, db.Client, fleet.SharedQueue); err != nil || hold != "" {
 		t.Fatalf("running: hold %q, %v", hold, err)
 	}
 	if err := host.Pause(ctx); err != nil {
@@ -71,7 +72,7 @@ func TestDoctorSaysWhenTheFleetIsPaused(t *testing.T) {
 	if c := oneCheck(t, checks, "paused"); c.Status != dispatch.CheckWarn || c.Detail != "fleet partly paused: pi-jobs@doc-a paused, 1 of 2 queues" {
 		t.Fatalf("%+v", c)
 	}
-	if hold, err := dispatch.PauseHold(ctx, db.Client, queue.HostQueueName("doc-a")); err != nil || hold != "its queue pi-jobs@doc-a is paused" {
+	if hold, err := dispatch.PauseHold(ctx, db.Client, fleet.HostQueueName("doc-a")); err != nil || hold != "its queue pi-jobs@doc-a is paused" {
 		t.Fatalf("queue paused: hold %q, %v", hold, err)
 	}
 
@@ -86,7 +87,7 @@ func TestDoctorSaysWhenTheFleetIsPaused(t *testing.T) {
 	if c := oneCheck(t, checks, "paused"); c.Detail != "fleet paused (2 queues): no job starts until a resume; new jobs still enqueue" || !strings.Contains(c.Fix, "pi-dispatch resume") {
 		t.Fatalf("%+v", c)
 	}
-	if hold, err := dispatch.PauseHold(ctx, db.Client, queue.SharedQueue); err != nil || hold != "the fleet is paused" {
+	if hold, err := dispatch.PauseHold(ctx, db.Client, fleet.SharedQueue); err != nil || hold != "the fleet is paused" {
 		t.Fatalf("fleet paused: hold %q, %v", hold, err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/capabilities"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
 )
@@ -83,7 +84,7 @@ func NewProducer(client redis.UniversalClient, cfg ProducerConfig) (*Producer, e
 		return nil, errors.New("dispatch: nil client")
 	}
 	if cfg.WorkerNameDeclared {
-		if err := registry.ValidateName(cfg.WorkerName); err != nil {
+		if err := fleet.ValidateName(cfg.WorkerName); err != nil {
 			return nil, err
 		}
 	}
@@ -120,9 +121,9 @@ func (p *Producer) queue(name string) (*queue.Queue, error) {
 // declared, else the shared queue (a single host drains only that).
 func (p *Producer) ownQueue() string {
 	if p.cfg.WorkerNameDeclared {
-		return queue.HostQueueName(p.cfg.WorkerName)
+		return fleet.HostQueueName(p.cfg.WorkerName)
 	}
-	return queue.SharedQueue
+	return fleet.SharedQueue
 }
 
 func (p *Producer) add(ctx context.Context, queueName, id string, job Job, opts queue.AddOptions) (Enqueued, error) {
@@ -285,7 +286,7 @@ func (r *Router) EnqueueForge(ctx context.Context, d ForgeDelivery) (Enqueued, e
 	if err := job.Validate(); err != nil {
 		return Enqueued{}, err
 	}
-	target, why := queue.SharedQueue, "no-needs"
+	target, why := fleet.SharedQueue, "no-needs"
 	needs := job.Needs()
 	switch {
 	case job.Resume:
@@ -296,7 +297,7 @@ func (r *Router) EnqueueForge(ctx context.Context, d ForgeDelivery) (Enqueued, e
 			why = "registry-unreadable"
 			r.p.cfg.Logger.Warn("forge_route_registry_unreadable", "jobId", d.JobID, "err", err)
 		} else if host := capabilities.Route(hosts, needs, d.JobID, r.cfg.Fresh); host != "" {
-			target, why = queue.HostQueueName(host), "capable-host"
+			target, why = fleet.HostQueueName(host), "capable-host"
 		} else {
 			why = "abstained"
 		}
@@ -306,11 +307,11 @@ func (r *Router) EnqueueForge(ctx context.Context, d ForgeDelivery) (Enqueued, e
 		opts.Dedup = &queue.Dedup{ID: d.DedupID, TTL: ForgeDedupTTL}
 	}
 	e, err := r.p.add(ctx, target, d.JobID, job, opts)
-	if err != nil && target != queue.SharedQueue {
+	if err != nil && target != fleet.SharedQueue {
 		// The chosen host's queue refused (a bad name from a peer's row, a
 		// fault): the shared queue is always a correct place.
 		r.p.cfg.Logger.Warn("forge_route_fallback", "jobId", d.JobID, "queue", target, "err", err)
-		target, why = queue.SharedQueue, "fallback"
+		target, why = fleet.SharedQueue, "fallback"
 		e, err = r.p.add(ctx, target, d.JobID, job, opts)
 	}
 	if err != nil {

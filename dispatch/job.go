@@ -18,8 +18,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/pidispatch/pidispatch/capabilities"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/jobrule"
-	"github.com/pidispatch/pidispatch/queue"
 )
 
 // Kind says where a job came from, which decides what it targets and where it may run.
@@ -499,11 +499,11 @@ func validName(s string) bool {
 }
 
 // ValidJobID reports whether id is one of the ids this package's jobs carry: the
-// job id rule (queue.CheckJobID) and only letters, digits and . _ : @ # - (what
+// job id rule (fleet.CheckJobID) and only letters, digits and . _ : @ # - (what
 // local-, chain-, repeat:<id>:<ms> and forge delivery ids are made of). A parent
 // job id must be one.
 func ValidJobID(id string) bool {
-	if queue.CheckJobID(id) != nil {
+	if fleet.CheckJobID(id) != nil {
 		return false
 	}
 	for i := 0; i < len(id); i++ {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/runner"
@@ -53,7 +54,7 @@ func hostileIDs() []string {
 func TestJobIDEntrances(t *testing.T) {
 	ctx := context.Background()
 	dbAdd, dbForge := livetest.Valkey(t), livetest.Valkey(t)
-	q, err := queue.New(dbAdd.Client, queue.SharedQueue, queue.Config{})
+	q, err := queue.New(dbAdd.Client, fleet.SharedQueue, queue.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +65,7 @@ func TestJobIDEntrances(t *testing.T) {
 	router := NewRouter(p, RouterConfig{})
 	data, _ := json.Marshal(Job{Kind: KindForge, Repo: "acme/web", Flow: "fix", Task: "t"})
 	for _, id := range hostileIDs() {
-		valid := queue.CheckJobID(id) == nil
+		valid := fleet.CheckJobID(id) == nil
 		_, _, addErr := q.Add(ctx, JobName, data, queue.AddOptions{JobID: id})
 		_, forgeErr := router.EnqueueForge(ctx, ForgeDelivery{JobID: id, Job: Job{Repo: "acme/web", Flow: "fix", Task: "t"}})
 		for name, err := range map[string]error{"Add": addErr, "EnqueueForge": forgeErr} {
@@ -128,7 +129,7 @@ func TestPeerWrittenIDsAreRefusedAtPickup(t *testing.T) {
 		for {
 			j, err := f.shared.Get(ctx, id)
 			if err == nil && (j.State == queue.StateFailed || j.State == queue.StateCompleted) {
-				valid := queue.CheckJobID(id) == nil
+				valid := fleet.CheckJobID(id) == nil
 				if !valid && (j.State != queue.StateFailed || j.FailedReason != ReasonInvalidJob || j.AttemptsMade != 1) {
 					t.Errorf("%q: %s (%s), want failed as invalid-job", id, j.State, j.FailedReason)
 				}
@@ -158,7 +159,7 @@ func TestPeerWrittenIDsAreRefusedAtPickup(t *testing.T) {
 		}
 		files++
 		r := recs[0]
-		if queue.CheckJobID(id) == nil {
+		if fleet.CheckJobID(id) == nil {
 			if ran[id] != 1 || r.Outcome != OutcomeCompleted || r.JobID != id || r.JobIDQuoted != "" {
 				t.Errorf("%q: ran %d times, record %+v", id, ran[id], r)
 			}
@@ -201,7 +202,7 @@ func FuzzJobIDNames(f *testing.F) {
 		if err := rec.Validate(); err != nil {
 			t.Fatalf("refusal record of %q: %v", a, err)
 		}
-		if (quoted == "") != (queue.CheckJobID(a) == nil) || (quoted == "" && id != a) {
+		if (quoted == "") != (fleet.CheckJobID(a) == nil) || (quoted == "" && id != a) {
 			t.Fatalf("RefusedJobID(%q) = %q, %q", a, id, quoted)
 		}
 		if quoted != "" && len(a) < 200 {

@@ -3,7 +3,7 @@ package dispatch
 import (
 	"time"
 
-	"github.com/pidispatch/pidispatch/lease"
+	"github.com/pidispatch/pidispatch/fleet"
 )
 
 // Every Valkey key this package touches is formatted here and nowhere else, so a
@@ -61,7 +61,7 @@ func BudgetWeekKey(t time.Time) string { return budgetWeekPrefix + budgetMonday(
 
 // BudgetScopeDayKey is scope's own counter of t's UTC day. The scope (a folder or
 // owner/name, which may hold ':' and '/') is hashed rather than used as a key
-// segment, with the same hash as the scope's fleet slots (lease.ScopeHash).
+// segment, with the same hash as the scope's fleet slots (fleet.ScopeHash).
 func BudgetScopeDayKey(scope string, t time.Time) string {
 	return budgetScopeDayPrefix(scope) + budgetDay(t)
 }
@@ -74,11 +74,11 @@ func BudgetScopeWeekKey(scope string, t time.Time) string {
 // budgetScopeDayPrefix and budgetScopeWeekPrefix are the scope keys without their
 // date, for the reserve script.
 func budgetScopeDayPrefix(scope string) string {
-	return budgetScopePrefix + lease.ScopeHash(scope) + ":"
+	return budgetScopePrefix + fleet.ScopeHash(scope) + ":"
 }
 
 func budgetScopeWeekPrefix(scope string) string {
-	return budgetScopePrefix + lease.ScopeHash(scope) + ":w:"
+	return budgetScopePrefix + fleet.ScopeHash(scope) + ":w:"
 }
 
 // budgetReleaseKey guards one reservation's release, so a retried release (by a

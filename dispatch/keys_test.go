@@ -7,9 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/stretchr/testify/require"
-
-	"github.com/pidispatch/pidispatch/lease"
 )
 
 func TestKeysShapes(t *testing.T) {
@@ -40,7 +39,7 @@ func TestKeysScopeHashAgreesWithLease(t *testing.T) {
 	for _, scope := range []string{"/srv/a", "owner/name", "", "\x00\xff", "ünï/cødé"} {
 		sum := sha256.Sum256([]byte(scope))
 		want := hex.EncodeToString(sum[:])[:16]
-		require.Equal(t, want, lease.ScopeHash(scope))
+		require.Equal(t, want, fleet.ScopeHash(scope))
 		require.Equal(t, "budget:s:"+want+":", budgetScopeDayPrefix(scope), "scope %q", scope)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
 	"github.com/pidispatch/pidispatch/valkey"
@@ -29,7 +30,7 @@ const FleetReadTimeout = 2 * time.Second
 // operator is told, rather than shown a result indistinguishable from a
 // complete one while a host keeps spending.
 type QueueSet struct {
-	// Names is queue.SharedQueue first, then the host queues, sorted, unique.
+	// Names is fleet.SharedQueue first, then the host queues, sorted, unique.
 	Names []string
 	// RegistryErr is why the host registry could not be read; Names then
 	// come from the keyspace alone. The registry answers who is live; the
@@ -81,17 +82,17 @@ func FleetQueues(ctx context.Context, client redis.UniversalClient) (QueueSet, e
 	set := QueueSet{RegistryErr: regErr, DiscoveryErr: discoverErr}
 	var names []string
 	for _, h := range hosts {
-		if !h.Routes || registry.ValidateName(h.Name) != nil {
+		if !h.Routes || fleet.ValidateName(h.Name) != nil {
 			continue
 		}
-		names = append(names, queue.HostQueueName(h.Name))
+		names = append(names, fleet.HostQueueName(h.Name))
 	}
 	names = append(names, found...)
 	names = slices.DeleteFunc(names, func(n string) bool {
-		return n == queue.SharedQueue || queue.ValidateQueueName(n) != nil
+		return n == fleet.SharedQueue || queue.ValidateQueueName(n) != nil
 	})
 	slices.Sort(names)
-	set.Names = append([]string{queue.SharedQueue}, slices.Compact(names)...)
+	set.Names = append([]string{fleet.SharedQueue}, slices.Compact(names)...)
 	return set, nil
 }
 
@@ -184,7 +185,7 @@ func setFleetPaused(ctx context.Context, client redis.UniversalClient, set Queue
 	}
 	names := set.Names
 	if len(names) == 0 {
-		names = []string{queue.SharedQueue}
+		names = []string{fleet.SharedQueue}
 	}
 	for _, name := range names {
 		if err := queue.ValidateQueueName(name); err != nil { // not from FleetQueues
@@ -342,7 +343,7 @@ func StatusPerQueue(ctx context.Context, client redis.UniversalClient, set Queue
 	}
 	names := set.Names
 	if len(names) == 0 {
-		names = []string{queue.SharedQueue}
+		names = []string{fleet.SharedQueue}
 	}
 	flag, err := client.Exists(ctx, PausedKey).Result()
 	if err != nil {

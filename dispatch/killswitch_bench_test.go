@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
@@ -64,7 +65,7 @@ func fleet200(b *testing.B) (*redis.Client, *roundTripHook) {
 		if err := r.Publish(ctx); err != nil {
 			b.Fatal(err)
 		}
-		q, err := queue.New(db.Client, queue.HostQueueName(name), queue.Config{})
+		q, err := queue.New(db.Client, fleet.HostQueueName(name), queue.Config{})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
@@ -71,7 +72,7 @@ func TestFleetQueuesUnion(t *testing.T) {
 	ctx := context.Background()
 	publishHost(t, db.Client, "alpha", true)  // routes, no queue yet
 	publishHost(t, db.Client, "quiet", false) // undeclared: contributes nothing
-	down := mustQueue(t, db.Client, queue.HostQueueName("bravo"))
+	down := mustQueue(t, db.Client, fleet.HostQueueName("bravo"))
 	if err := down.Declare(ctx); err != nil { // a host that is down: queue, no row
 		t.Fatal(err)
 	}
@@ -96,7 +97,7 @@ func TestFleetQueuesRegistryUnreadable(t *testing.T) {
 	if err := db.Client.Set(ctx, registry.LiveKey, "junk", 0).Err(); err != nil { // wrong type
 		t.Fatal(err)
 	}
-	if err := mustQueue(t, db.Client, queue.HostQueueName("bravo")).Declare(ctx); err != nil {
+	if err := mustQueue(t, db.Client, fleet.HostQueueName("bravo")).Declare(ctx); err != nil {
 		t.Fatal(err)
 	}
 	set, err := dispatch.FleetQueues(ctx, db.Client)
@@ -142,15 +143,15 @@ func TestKillSwitchFleet(t *testing.T) {
 	ctx := context.Background()
 	publishHost(t, db.Client, "alpha", true)
 	gone := publishHost(t, db.Client, "bravo", true)
-	bravo := mustQueue(t, db.Client, queue.HostQueueName("bravo"))
+	bravo := mustQueue(t, db.Client, fleet.HostQueueName("bravo"))
 	if err := bravo.Declare(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := gone.Close(ctx); err != nil { // bravo goes down: row deleted, queue stays
 		t.Fatal(err)
 	}
-	shared := mustQueue(t, db.Client, queue.SharedQueue)
-	alpha := mustQueue(t, db.Client, queue.HostQueueName("alpha"))
+	shared := mustQueue(t, db.Client, fleet.SharedQueue)
+	alpha := mustQueue(t, db.Client, fleet.HostQueueName("alpha"))
 	for i, q := range []*queue.Queue{shared, alpha, bravo} {
 		if _, _, err := q.Add(ctx, "j", json.RawMessage(`{}`), queue.AddOptions{JobID: "w" + string(rune('0'+i))}); err != nil {
 			t.Fatal(err)
@@ -189,7 +190,7 @@ func TestKillSwitchFleet(t *testing.T) {
 	}
 
 	// A host joining during the pause starts paused, and takes nothing.
-	late := mustQueue(t, db.Client, queue.HostQueueName("charlie"))
+	late := mustQueue(t, db.Client, fleet.HostQueueName("charlie"))
 	if p, err := dispatch.DeclareHostQueue(ctx, late); err != nil || !p {
 		t.Fatalf("DeclareHostQueue during pause = %v, %v", p, err)
 	}
@@ -213,7 +214,7 @@ func TestKillSwitchFleet(t *testing.T) {
 	if flagSet(t, db.Client) {
 		t.Fatal("resume did not clear the fleet flag")
 	}
-	later := mustQueue(t, db.Client, queue.HostQueueName("delta"))
+	later := mustQueue(t, db.Client, fleet.HostQueueName("delta"))
 	if p, err := dispatch.DeclareHostQueue(ctx, later); err != nil || p {
 		t.Fatalf("DeclareHostQueue after resume = %v, %v", p, err)
 	}
@@ -233,7 +234,7 @@ func statusEqual(a, b dispatch.StatusReport) bool {
 func TestDeclareHostQueueKeepsAPausedQueue(t *testing.T) {
 	db := livetest.Valkey(t)
 	ctx := context.Background()
-	q := mustQueue(t, db.Client, queue.HostQueueName("alpha"))
+	q := mustQueue(t, db.Client, fleet.HostQueueName("alpha"))
 	if err := q.Pause(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -250,11 +251,11 @@ func TestStatusPartial(t *testing.T) {
 	db := livetest.Valkey(t)
 	ctx := context.Background()
 	for _, n := range []string{"alpha", "bravo"} {
-		if err := mustQueue(t, db.Client, queue.HostQueueName(n)).Declare(ctx); err != nil {
+		if err := mustQueue(t, db.Client, fleet.HostQueueName(n)).Declare(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := mustQueue(t, db.Client, queue.HostQueueName("bravo")).Pause(ctx); err != nil {
+	if err := mustQueue(t, db.Client, fleet.HostQueueName("bravo")).Pause(ctx); err != nil {
 		t.Fatal(err)
 	}
 	set, err := dispatch.FleetQueues(ctx, db.Client)
@@ -278,7 +279,7 @@ func TestStatusPartial(t *testing.T) {
 func TestPauseFailureReportsWhatChanged(t *testing.T) {
 	db := livetest.Valkey(t)
 	ctx := context.Background()
-	if err := mustQueue(t, db.Client, queue.HostQueueName("charlie")).Declare(ctx); err != nil {
+	if err := mustQueue(t, db.Client, fleet.HostQueueName("charlie")).Declare(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// pi-jobs@bravo sorts second among the host queues; its meta is a STRING.
@@ -331,7 +332,7 @@ func TestKillSwitchSweepsQueuesDeclaredMeanwhile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	early := mustQueue(t, db.Client, queue.HostQueueName("early"))
+	early := mustQueue(t, db.Client, fleet.HostQueueName("early"))
 	if p, err := dispatch.DeclareHostQueue(ctx, early); err != nil || p {
 		t.Fatalf("declared before the pause: %v %v", p, err)
 	}
@@ -344,7 +345,7 @@ func TestKillSwitchSweepsQueuesDeclaredMeanwhile(t *testing.T) {
 	}
 
 	set, _ = dispatch.FleetQueues(ctx, db.Client)
-	late := mustQueue(t, db.Client, queue.HostQueueName("late"))
+	late := mustQueue(t, db.Client, fleet.HostQueueName("late"))
 	if p, err := dispatch.DeclareHostQueue(ctx, late); err != nil || !p {
 		t.Fatalf("declared during the pause: %v %v", p, err)
 	}
@@ -399,7 +400,7 @@ func ExamplePause() {
 func ExampleDeclareHostQueue() {
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
-	q, err := queue.New(client, queue.HostQueueName("alpha"), queue.Config{})
+	q, err := queue.New(client, fleet.HostQueueName("alpha"), queue.Config{})
 	if err != nil {
 		return
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/queue"
 )
@@ -19,7 +20,7 @@ func TestJobLiveAcrossQueues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	host, _ := dir.Queue(queue.HostQueueName("h2"))
+	host, _ := dir.Queue(fleet.HostQueueName("h2"))
 	if _, _, err := host.Add(ctx, "j", json.RawMessage(`{}`), queue.AddOptions{JobID: "held-1"}); err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +28,7 @@ func TestJobLiveAcrossQueues(t *testing.T) {
 	if err != nil || !live || name != "pi-jobs@h2" {
 		t.Fatalf("JobLive = %v %q %v, want live on pi-jobs@h2", live, name, err)
 	}
-	shared, _ := dir.Queue(queue.SharedQueue)
+	shared, _ := dir.Queue(fleet.SharedQueue)
 	if _, err := shared.Get(ctx, "held-1"); err == nil {
 		t.Fatal("test setup: the job must not be on the shared queue")
 	}

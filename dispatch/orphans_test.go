@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
@@ -76,7 +77,7 @@ func newOrphanFixture(t *testing.T) *orphanFixture {
 	cfg := DefaultConfig()
 	cfg.WorkerName, cfg.WorkerNameDeclared = "orph", true
 	cfg.LogsDir = t.TempDir()
-	shared, err := queue.New(db.Client, queue.SharedQueue, queue.Config{WorkerName: cfg.WorkerName})
+	shared, err := queue.New(db.Client, fleet.SharedQueue, queue.Config{WorkerName: cfg.WorkerName})
 	if err != nil {
 		t.Fatal(err)
 	}

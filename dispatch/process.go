@@ -9,10 +9,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/faultpoint"
-	"github.com/pidispatch/pidispatch/lease"
 	"github.com/pidispatch/pidispatch/queue"
-	"github.com/pidispatch/pidispatch/registry"
 	"github.com/pidispatch/pidispatch/runner"
 )
 
@@ -51,7 +50,7 @@ func (w *Worker) handle(ctx context.Context, q JobQueue, job *queue.Job, token s
 
 	// A peer may write any id BullMQ allows; one that breaks the job id rule
 	// is refused before anything is spent: one record, failed, never run.
-	if err := queue.CheckJobID(job.ID); err != nil {
+	if err := fleet.CheckJobID(job.ID); err != nil {
 		log.Warn("job_id_invalid", "err", err)
 		h.rec.JobID, h.rec.JobIDQuoted = RefusedJobID(job.ID)
 		w.failNoRetry(ctx, h, ReasonInvalidJob)
@@ -364,10 +363,10 @@ func (w *Worker) takeScope(ctx context.Context, h *held) (release func(), ok boo
 	if h.spec.Folder != "" || !limited || limit.Concurrent <= 0 || !w.cfg.WorkerNameDeclared || w.deps.Leases == nil {
 		return local, true
 	}
-	hash := lease.ScopeHash(scope)
+	hash := fleet.ScopeHash(scope)
 	ttl := w.cfg.JobTimeout + 5*time.Minute
 	handle, err := w.deps.Leases.Acquire(ctx, h.job.ID, limit.Concurrent, ttl, func(i int) string {
-		return lease.ScopeSlotKey(hash, i)
+		return fleet.ScopeSlotKey(hash, i)
 	})
 	if err != nil || handle == nil {
 		local()
@@ -828,7 +827,7 @@ func (w *Worker) stalledRecord(id string, job *queue.Job, attempt int) (Record, 
 	if !job.ProcessedOn.IsZero() && !job.ProcessedOn.After(now) {
 		rec.StartedAt = job.ProcessedOn.UTC()
 	}
-	if job.ProcessedBy != "" && registry.ValidateName(job.ProcessedBy) == nil {
+	if job.ProcessedBy != "" && fleet.ValidateName(job.ProcessedBy) == nil {
 		rec.Host = job.ProcessedBy
 	}
 	if spec, err := ParseJob(job.Data); err == nil {

@@ -16,8 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pidispatch/pidispatch/queue"
-	"github.com/pidispatch/pidispatch/registry"
+	"github.com/pidispatch/pidispatch/fleet"
 )
 
 // Outcomes of a run (the container contract's exit protocol, plus refusals).
@@ -95,7 +94,7 @@ type Record struct {
 	// a JSON object of at most 8 KiB; omitted when there was none.
 	Telemetry json.RawMessage `json:"telemetry,omitempty"`
 	// JobIDQuoted is set only on the record of a job whose id breaks the job
-	// id rule (queue.CheckJobID; a peer wrote it): the real id, Go-quoted so
+	// id rule (fleet.CheckJobID; a peer wrote it): the real id, Go-quoted so
 	// control characters and invalid UTF-8 show as escapes, cut to 1 KiB.
 	// JobID is then RefusedJobID's stand-in.
 	JobIDQuoted string `json:"jobIdQuoted,omitempty"`
@@ -109,8 +108,8 @@ const maxJobIDQuoted = 1 << 10
 // order, telemetry a small JSON object.
 func (r Record) Validate() error {
 	switch {
-	case queue.CheckJobID(r.JobID) != nil:
-		return fieldErr("jobId", "must be 1 to %d bytes of text without control characters", queue.MaxJobIDBytes)
+	case fleet.CheckJobID(r.JobID) != nil:
+		return fieldErr("jobId", "must be 1 to %d bytes of text without control characters", fleet.MaxJobIDBytes)
 	case len(r.JobIDQuoted) > maxJobIDQuoted+4 || strings.ContainsFunc(r.JobIDQuoted, func(c rune) bool { return c < 0x20 || c >= 0x7f }):
 		return fieldErr("jobIdQuoted", "must be at most %d bytes of printable ASCII", maxJobIDQuoted)
 	case r.Outcome != OutcomeCompleted && r.Outcome != OutcomePolicy && r.Outcome != OutcomeFailed:
@@ -131,7 +130,7 @@ func (r Record) Validate() error {
 	case r.Attempt < 0:
 		return fieldErr("attempt", "must not be negative")
 	}
-	if err := registry.ValidateName(r.Host); err != nil {
+	if err := fleet.ValidateName(r.Host); err != nil {
 		return fieldErr("host", "not a valid worker name")
 	}
 	for _, f := range []struct{ name, v string }{{"target", r.Target}, {"flow", r.Flow}, {"image", r.Image}, {"network", r.Network}} {
@@ -221,11 +220,11 @@ func parseRecordName(name string) (stem string, attempt int, ok bool) {
 }
 
 // RefusedJobID is the record of a job whose id breaks the job id rule
-// (queue.CheckJobID): its JobID is "refused-id~" and the first 16 hex digits
+// (fleet.CheckJobID): its JobID is "refused-id~" and the first 16 hex digits
 // of the SHA-256 of the real id, which the record keeps, quoted, in
 // JobIDQuoted. A valid id is returned as it is, with quoted empty.
 func RefusedJobID(id string) (jobID, quoted string) {
-	if queue.CheckJobID(id) == nil {
+	if fleet.CheckJobID(id) == nil {
 		return id, ""
 	}
 	sum := sha256.Sum256([]byte(id))

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/runner"
 )
@@ -140,7 +141,7 @@ func TestOrphanWithItsRecordReportsIt(t *testing.T) {
 func TestStalledJobIsRecordedBeforeItFails(t *testing.T) {
 	f := newOrphanFixture(t)
 	ctx := context.Background()
-	short, err := queue.New(f.db.Client, queue.SharedQueue, queue.Config{WorkerName: "gone", LockTTL: time.Second})
+	short, err := queue.New(f.db.Client, fleet.SharedQueue, queue.Config{WorkerName: "gone", LockTTL: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

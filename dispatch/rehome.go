@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/capabilities"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
 )
@@ -138,9 +139,9 @@ func (w *Worker) rehome(ctx context.Context, dead deadQueues) int {
 			if len(needs) == 0 {
 				continue
 			}
-			target := queue.SharedQueue
+			target := fleet.SharedQueue
 			if h := capabilities.Route(hosts, needs, job.ID, capabilities.RouteFresh); h != "" && h != host {
-				target = queue.HostQueueName(h)
+				target = fleet.HostQueueName(h)
 			}
 			if err := w.deps.Directory.Move(ctx, name, target, job.ID); err != nil {
 				w.log.Warn("job_rehome_failed", "jobId", job.ID, "from", name, "to", target, "err", err)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/queue"
 )
@@ -56,8 +57,8 @@ func TestStatusCountsByOutcome(t *testing.T) {
 	t.Parallel()
 	db := livetest.Valkey(t)
 	ctx := context.Background()
-	shared := mustQueue(t, db.Client, queue.SharedQueue)
-	host := mustQueue(t, db.Client, queue.HostQueueName("alpha"))
+	shared := mustQueue(t, db.Client, fleet.SharedQueue)
+	host := mustQueue(t, db.Client, fleet.HostQueueName("alpha"))
 	for i, q := range []*queue.Queue{shared, shared, shared, shared, shared, host, host} {
 		if _, _, err := q.Add(ctx, "j", json.RawMessage(`{}`), queue.AddOptions{JobID: "j" + string(rune('a'+i))}); err != nil {
 			t.Fatal(err)
@@ -70,7 +71,7 @@ func TestStatusCountsByOutcome(t *testing.T) {
 	finish(t, host, `{"outcome":"completed"}`)
 	finish(t, host, `{"outcome":"policy","reason":"over-budget"}`)
 
-	set := dispatch.QueueSet{Names: []string{queue.SharedQueue, queue.HostQueueName("alpha")}}
+	set := dispatch.QueueSet{Names: []string{fleet.SharedQueue, fleet.HostQueueName("alpha")}}
 	rep, err := dispatch.StatusPerQueue(ctx, db.Client, set)
 	if err != nil {
 		t.Fatal(err)
@@ -79,8 +80,8 @@ func TestStatusCountsByOutcome(t *testing.T) {
 		t.Fatalf("totals %+v", rep)
 	}
 	want := []dispatch.QueueStatus{
-		{Queue: queue.SharedQueue, Waiting: 1, Completed: 1, Refused: 1, Cancelled: 1, Failed: 1},
-		{Queue: queue.HostQueueName("alpha"), Completed: 1, Refused: 1},
+		{Queue: fleet.SharedQueue, Waiting: 1, Completed: 1, Refused: 1, Cancelled: 1, Failed: 1},
+		{Queue: fleet.HostQueueName("alpha"), Completed: 1, Refused: 1},
 	}
 	if len(rep.PerQueue) != 2 || rep.PerQueue[0] != want[0] || rep.PerQueue[1] != want[1] {
 		t.Fatalf("per queue %+v, want %+v", rep.PerQueue, want)

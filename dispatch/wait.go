@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/pidispatch/pidispatch/lease"
+	"github.com/pidispatch/pidispatch/fleet"
 )
 
 // Wait-for: a job whose waitFor lists conditions is held, before anything is
@@ -435,7 +435,7 @@ func (w *Worker) takeCheckSlot(ctx context.Context, h *held, profiles int) (deni
 		return "", local
 	}
 	ttl := time.Duration(profiles+1) * w.wait.checkTimeout
-	handle, err := w.deps.Leases.Acquire(ctx, h.job.ID, w.cfg.WaitCheckSlots, ttl, lease.CheckSlotKey)
+	handle, err := w.deps.Leases.Acquire(ctx, h.job.ID, w.cfg.WaitCheckSlots, ttl, fleet.CheckSlotKey)
 	if err != nil || handle == nil {
 		local()
 		if err != nil {

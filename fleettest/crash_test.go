@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/dispatch"
-	"github.com/pidispatch/pidispatch/lease"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -49,7 +49,7 @@ func TestFleetKilledHostMidJob(t *testing.T) {
 	if e := s.enqueueForge(router, jobID, forgeJob(scope, "vault", "JOB_SLEEP=120s")); e.Queue != k1.hostQueue() {
 		t.Fatalf("long job went to %s, want %s", e.Queue, k1.hostQueue())
 	}
-	claimKey := lease.ScopeSlotKey(lease.ScopeHash(scope), 0)
+	claimKey := fleet.ScopeSlotKey(fleet.ScopeHash(scope), 0)
 	holder := k1.name + "#" + jobID
 	victim := k1.last()
 	victim.waitEvent("job_started", 60*time.Second, jobIs(jobID))

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/dispatch"
-	"github.com/pidispatch/pidispatch/registry"
+	"github.com/pidispatch/pidispatch/fleet"
 )
 
 // A second process started under a name a live worker holds is refused at
@@ -28,7 +28,7 @@ func TestFleetDuplicateNameRefused(t *testing.T) {
 		t.Fatalf("duplicate exit code %d, want 2:\n%s", code, dup.tail(40))
 	}
 	out := dup.raw()
-	machine := registry.DefaultName()
+	machine := fleet.DefaultName()
 	for _, want := range []string{
 		"in use",
 		fmt.Sprintf("pid %d", holder.cmd.Process.Pid),

@@ -14,6 +14,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/faultpoint"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/runner"
@@ -389,7 +390,7 @@ func TestFleetRealOutcomeAfterCrash(t *testing.T) {
 	for i, w := range want {
 		id := s.jobID("exit", i)
 		task := fmt.Sprintf("JOB_SLEEP=6s\nJOB_EXIT_CODE=%d\nJOB_PRINT_EXIT_LINE=1", w.code)
-		s.addJob(queue.SharedQueue, id, forgeJob("acme/outcome", "", task), 1)
+		s.addJob(fleet.SharedQueue, id, forgeJob("acme/outcome", "", task), 1)
 		ids = append(ids, id)
 	}
 	for _, id := range ids {

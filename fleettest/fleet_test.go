@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/jobimage"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
@@ -114,7 +115,7 @@ type worker struct {
 func (s *scenario) worker(role string, extra map[string]string) *worker {
 	s.t.Helper()
 	name := fmt.Sprintf("%s-%s-%d", role, suite.id, s.db)
-	if err := registry.ValidateName(name); err != nil {
+	if err := fleet.ValidateName(name); err != nil {
 		s.t.Fatal(err)
 	}
 	home := filepath.Join(s.dir, name)
@@ -225,7 +226,7 @@ func (w *worker) allProcs() []*proc {
 	return slices.Clone(w.procs)
 }
 
-func (w *worker) hostQueue() string { return queue.HostQueueName(w.name) }
+func (w *worker) hostQueue() string { return fleet.HostQueueName(w.name) }
 
 // shutdown stops the process if it still runs: SIGCONT (it may be stopped),
 // SIGTERM, then SIGKILL after 10 s.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -45,7 +46,7 @@ func TestFleetPauseWithHostDown(t *testing.T) {
 	if st := s.status(); !st.PausedState || st.PausedPartial || !st.PauseFlag || st.Queues != 4 {
 		t.Fatalf("status after pause: %+v", st)
 	}
-	s.wantPaused(true, queue.SharedQueue, p1.hostQueue(), p2.hostQueue(), p3.hostQueue())
+	s.wantPaused(true, fleet.SharedQueue, p1.hostQueue(), p2.hostQueue(), p3.hostQueue())
 
 	// A host that joins during the pause, and the one that returns.
 	p4 := s.worker("p4", nil)
@@ -86,7 +87,7 @@ func TestFleetPauseWithHostDown(t *testing.T) {
 	if st := s.status(); st.PausedState || st.PausedPartial || st.PauseFlag || st.Queues != 5 {
 		t.Fatalf("status after resume: %+v", st)
 	}
-	s.wantPaused(false, queue.SharedQueue, p1.hostQueue(), p2.hostQueue(), p3.hostQueue(), p4.hostQueue())
+	s.wantPaused(false, fleet.SharedQueue, p1.hostQueue(), p2.hostQueue(), p3.hostQueue(), p4.hostQueue())
 	for id, host := range byHost {
 		if rec := s.waitRecord(id, 60*time.Second); rec.Host != host || rec.Outcome != dispatch.OutcomeCompleted {
 			t.Fatalf("job %s queued for %s: %+v", id, host, rec.Record)

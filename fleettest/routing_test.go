@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -82,7 +83,7 @@ func TestFleetCapabilityRouting(t *testing.T) {
 	for i := range 12 {
 		id := s.jobID("any", i)
 		e := s.enqueueForge(router, id, forgeJob("acme/spread", "", "JOB_SLEEP=1s"))
-		if e.Queue != queue.SharedQueue {
+		if e.Queue != fleet.SharedQueue {
 			t.Fatalf("profile-free job %s went to %s, want the shared queue", id, e.Queue)
 		}
 		shared = append(shared, id)

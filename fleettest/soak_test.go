@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pidispatch/pidispatch/queue"
+	"github.com/pidispatch/pidispatch/fleet"
 )
 
 // soakWindow is how long the random kills go on.
@@ -46,7 +46,7 @@ func TestFleetRandomKillSoak(t *testing.T) {
 			sleep := time.Duration(500+rng.IntN(3000)) * time.Millisecond
 			task := fmt.Sprintf("JOB_SLEEP=%s\nJOB_EXIT_CODE=%d\nJOB_PRINT_EXIT_LINE=1", sleep, code)
 			id := s.jobID("soak", i)
-			s.addJob(queue.SharedQueue, id, forgeJob("acme/soak", "", task), 2)
+			s.addJob(fleet.SharedQueue, id, forgeJob("acme/soak", "", task), 2)
 			ids = append(ids, id)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 )
 
@@ -46,7 +47,7 @@ func BenchmarkAcquire(b *testing.B) {
 			last := (start + slots - 1) % slots
 			for i := range slots {
 				if i != last {
-					if err := db.Client.Set(ctx, CheckSlotKey(i), "other#x", time.Hour).Err(); err != nil {
+					if err := db.Client.Set(ctx, fleet.CheckSlotKey(i), "other#x", time.Hour).Err(); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -57,14 +58,14 @@ func BenchmarkAcquire(b *testing.B) {
 			c.AddHook(counter)
 			l := New(c, "mini1", Config{})
 			release := func(h *Handle) {
-				if h == nil || h.Key() != CheckSlotKey(last) {
+				if h == nil || h.Key() != fleet.CheckSlotKey(last) {
 					b.Fatalf("acquired %v, want the last free slot %d", h, last)
 				}
 				if err := h.Release(ctx); err != nil {
 					b.Fatal(err)
 				}
 			}
-			h, err := l.Acquire(ctx, id, slots, time.Minute, CheckSlotKey) // loads the script
+			h, err := l.Acquire(ctx, id, slots, time.Minute, fleet.CheckSlotKey) // loads the script
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -73,7 +74,7 @@ func BenchmarkAcquire(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
-				h, err := l.Acquire(ctx, id, slots, time.Minute, CheckSlotKey)
+				h, err := l.Acquire(ctx, id, slots, time.Minute, fleet.CheckSlotKey)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -125,7 +126,7 @@ func BenchmarkOriginalAcquire(b *testing.B) {
 			last := (start + slots - 1) % slots
 			for i := range slots {
 				if i != last {
-					if err := db.Client.Set(ctx, CheckSlotKey(i), "other#x", time.Hour).Err(); err != nil {
+					if err := db.Client.Set(ctx, fleet.CheckSlotKey(i), "other#x", time.Hour).Err(); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -136,7 +137,7 @@ func BenchmarkOriginalAcquire(b *testing.B) {
 			c.AddHook(counter)
 			acquire := func() string {
 				for n := range slots {
-					key := CheckSlotKey((start + n) % slots)
+					key := fleet.CheckSlotKey((start + n) % slots)
 					ok, err := c.SetNX(ctx, key, holder, time.Minute).Result()
 					if err != nil {
 						b.Fatal(err)
@@ -148,7 +149,7 @@ func BenchmarkOriginalAcquire(b *testing.B) {
 				return ""
 			}
 			release := func(key string) {
-				if key != CheckSlotKey(last) {
+				if key != fleet.CheckSlotKey(last) {
 					b.Fatalf("acquired %q, want the last free slot %d", key, last)
 				}
 				if err := db.Client.Del(ctx, key).Err(); err != nil {

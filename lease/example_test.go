@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/lease"
 )
 
@@ -18,8 +19,8 @@ func ExampleLease_Acquire() {
 	defer client.Close()
 	l := lease.New(client, "mini1", lease.Config{})
 
-	hash := lease.ScopeHash("acme/web")
-	h, err := l.Acquire(ctx, "gh-123", 2, 35*time.Minute, func(i int) string { return lease.ScopeSlotKey(hash, i) })
+	hash := fleet.ScopeHash("acme/web")
+	h, err := l.Acquire(ctx, "gh-123", 2, 35*time.Minute, func(i int) string { return fleet.ScopeSlotKey(hash, i) })
 	if err != nil {
 		return
 	}

@@ -42,7 +42,7 @@ type Lease struct {
 }
 
 // New returns a Lease whose holder values are "<worker>#<id>". worker must be
-// a valid worker name (registry.ValidateName): its alphabet has no '#', which
+// a valid worker name (fleet.ValidateName): its alphabet has no '#', which
 // is what lets SweepOwnClaims recognise this worker's claims.
 func New(client redis.UniversalClient, worker string, cfg Config) *Lease {
 	cfg.CallTimeout = cmp.Or(cfg.CallTimeout, DefaultCallTimeout)

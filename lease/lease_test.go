@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 )
 
@@ -71,7 +72,7 @@ func runChild(url, worker string) int {
 	ctx := context.Background()
 	keys := []string{holdersKey, maxHoldersKey, grantsKey}
 	for i := range childRounds {
-		h, err := l.Acquire(ctx, worker+"-"+strconv.Itoa(i), testSlots, 10*time.Second, CheckSlotKey)
+		h, err := l.Acquire(ctx, worker+"-"+strconv.Itoa(i), testSlots, 10*time.Second, fleet.CheckSlotKey)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
@@ -141,11 +142,11 @@ func (c *logCapture) events(t testing.TB, msg string) []map[string]any {
 
 func TestKeys(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, "wait:check:0", CheckSlotKey(0))
-	require.Equal(t, "slot:s:0123456789abcdef:2", ScopeSlotKey("0123456789abcdef", 2))
+	require.Equal(t, "wait:check:0", fleet.CheckSlotKey(0))
+	require.Equal(t, "slot:s:0123456789abcdef:2", fleet.ScopeSlotKey("0123456789abcdef", 2))
 	// sha256("hello") = 2cf24dba5fb0a30e26e83b2ac5b9e29e...: the first 16 hex digits.
-	require.Equal(t, "2cf24dba5fb0a30e", ScopeHash("hello"))
-	require.Regexp(t, `^[0-9a-f]{16}$`, ScopeHash("acme/web"))
+	require.Equal(t, "2cf24dba5fb0a30e", fleet.ScopeHash("hello"))
+	require.Regexp(t, `^[0-9a-f]{16}$`, fleet.ScopeHash("acme/web"))
 }
 
 // TestStartIndex pins the original's Java-style hash: "abc" hashes to 96354,
@@ -175,7 +176,7 @@ func TestAcquire_ProbesFromTheHashAndWraps(t *testing.T) {
 	l := New(db.Client, "mini1", Config{})
 
 	id := "abc" // start index 96354 % 3 = 0
-	h1, err := l.Acquire(ctx, id, 3, time.Minute, CheckSlotKey)
+	h1, err := l.Acquire(ctx, id, 3, time.Minute, fleet.CheckSlotKey)
 	require.NoError(t, err)
 	require.Equal(t, "wait:check:0", h1.Key())
 	require.False(t, h1.Degraded())
@@ -183,12 +184,12 @@ func TestAcquire_ProbesFromTheHashAndWraps(t *testing.T) {
 	pttl := db.Client.PTTL(ctx, "wait:check:0").Val()
 	require.Greater(t, pttl, 50*time.Second)
 
-	h2, err := l.Acquire(ctx, id, 3, time.Minute, CheckSlotKey)
+	h2, err := l.Acquire(ctx, id, 3, time.Minute, fleet.CheckSlotKey)
 	require.NoError(t, err)
 	require.Equal(t, "wait:check:1", h2.Key(), "the same id is not re-entrant: it takes the next slot")
 
 	require.NoError(t, db.Client.Set(ctx, "wait:check:2", "other#x", time.Minute).Err())
-	h3, err := l.Acquire(ctx, "other-id", 3, time.Minute, CheckSlotKey)
+	h3, err := l.Acquire(ctx, "other-id", 3, time.Minute, fleet.CheckSlotKey)
 	require.NoError(t, err)
 	require.Nil(t, h3, "all slots held")
 
@@ -199,7 +200,7 @@ func TestAcquire_ProbesFromTheHashAndWraps(t *testing.T) {
 			wrapID = id
 		}
 	}
-	h4, err := l.Acquire(ctx, wrapID, 3, time.Minute, CheckSlotKey) // 1 and 2 held: wraps to 0
+	h4, err := l.Acquire(ctx, wrapID, 3, time.Minute, fleet.CheckSlotKey) // 1 and 2 held: wraps to 0
 	require.NoError(t, err)
 	require.Equal(t, "wait:check:0", h4.Key())
 }
@@ -211,7 +212,7 @@ func TestAcquire_Arguments(t *testing.T) {
 	l := New(c, "mini1", Config{})
 	ctx := testCtx(t)
 
-	h, err := l.Acquire(ctx, "j", 0, time.Minute, CheckSlotKey)
+	h, err := l.Acquire(ctx, "j", 0, time.Minute, fleet.CheckSlotKey)
 	require.NoError(t, err)
 	require.Empty(t, h.Key(), "slots < 1: unbounded, Valkey not asked")
 	require.False(t, h.Degraded())
@@ -220,14 +221,14 @@ func TestAcquire_Arguments(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 
-	_, err = l.Acquire(ctx, "j", 2, 0, CheckSlotKey)
+	_, err = l.Acquire(ctx, "j", 2, 0, fleet.CheckSlotKey)
 	require.Error(t, err)
 	_, err = l.Acquire(ctx, "j", 2, time.Minute, nil)
 	require.Error(t, err)
 
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
-	_, err = l.Acquire(cancelled, "j", 2, time.Minute, CheckSlotKey)
+	_, err = l.Acquire(cancelled, "j", 2, time.Minute, fleet.CheckSlotKey)
 	require.ErrorIs(t, err, context.Canceled, "a cancelled caller is not a Valkey fault")
 }
 
@@ -241,7 +242,7 @@ func TestHandle_ReleaseAndRefreshActOnlyOnTheirOwnSlot(t *testing.T) {
 	a := New(db.Client, "host-a", Config{})
 	b := New(db.Client, "host-b", Config{})
 
-	ha, err := a.Acquire(ctx, "job1", 1, time.Minute, CheckSlotKey)
+	ha, err := a.Acquire(ctx, "job1", 1, time.Minute, fleet.CheckSlotKey)
 	require.NoError(t, err)
 	ok, err := ha.Refresh(ctx, 2*time.Minute)
 	require.NoError(t, err)
@@ -249,7 +250,7 @@ func TestHandle_ReleaseAndRefreshActOnlyOnTheirOwnSlot(t *testing.T) {
 	require.Greater(t, db.Client.PTTL(ctx, ha.Key()).Val(), time.Minute)
 
 	require.NoError(t, ha.Release(ctx))
-	hb, err := b.Acquire(ctx, "job2", 1, time.Minute, CheckSlotKey)
+	hb, err := b.Acquire(ctx, "job2", 1, time.Minute, fleet.CheckSlotKey)
 	require.NoError(t, err)
 	require.NotNil(t, hb)
 
@@ -263,10 +264,10 @@ func TestHandle_ReleaseAndRefreshActOnlyOnTheirOwnSlot(t *testing.T) {
 
 	// Lost by expiry, then taken: the same.
 	require.NoError(t, hb.Release(ctx))
-	hx, err := a.Acquire(ctx, "job3", 1, 30*time.Millisecond, CheckSlotKey)
+	hx, err := a.Acquire(ctx, "job3", 1, 30*time.Millisecond, fleet.CheckSlotKey)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return db.Client.Exists(ctx, hx.Key()).Val() == 0 }, time.Second, 5*time.Millisecond)
-	hy, err := b.Acquire(ctx, "job4", 1, time.Minute, CheckSlotKey)
+	hy, err := b.Acquire(ctx, "job4", 1, time.Minute, fleet.CheckSlotKey)
 	require.NoError(t, err)
 	ok, err = hx.Refresh(ctx, time.Minute)
 	require.NoError(t, err)
@@ -289,7 +290,7 @@ func TestAcquire_NeverMoreHoldersThanSlots(t *testing.T) {
 		wg.Go(func() {
 			l := New(db.Client, "w"+strconv.Itoa(g), Config{})
 			for i := range 500 {
-				h, err := l.Acquire(ctx, strconv.Itoa(i), testSlots, 10*time.Second, CheckSlotKey)
+				h, err := l.Acquire(ctx, strconv.Itoa(i), testSlots, 10*time.Second, fleet.CheckSlotKey)
 				if err != nil || (h != nil && h.Degraded()) {
 					errs <- fmt.Errorf("acquire: %v degraded=%v", err, h != nil && h.Degraded())
 					return
@@ -325,7 +326,7 @@ func TestAcquire_NeverMoreHoldersThanSlots(t *testing.T) {
 	require.Greater(t, maxHolders.Load(), int64(1), "no contention: the test proves nothing")
 	require.Positive(t, denials.Load(), "no contention: the test proves nothing")
 	require.Equal(t, int64(16*500), grants.Load()+denials.Load())
-	require.Zero(t, db.Client.Exists(ctx, CheckSlotKey(0), CheckSlotKey(1), CheckSlotKey(2)).Val(), "a slot leaked")
+	require.Zero(t, db.Client.Exists(ctx, fleet.CheckSlotKey(0), fleet.CheckSlotKey(1), fleet.CheckSlotKey(2)).Val(), "a slot leaked")
 }
 
 // TestAcquire_NeverMoreHoldersThanSlotsAcrossProcesses runs the loop in four
@@ -373,7 +374,7 @@ func TestLease_Outage(t *testing.T) {
 	srv.Stop()
 	for range 3 {
 		start := time.Now()
-		h, err := l.Acquire(ctx, "job", 2, time.Minute, CheckSlotKey)
+		h, err := l.Acquire(ctx, "job", 2, time.Minute, fleet.CheckSlotKey)
 		require.NoError(t, err)
 		require.Less(t, time.Since(start), 2500*time.Millisecond)
 		require.True(t, h.Degraded())
@@ -390,7 +391,7 @@ func TestLease_Outage(t *testing.T) {
 	var h *Handle
 	require.Eventually(t, func() bool {
 		var err error
-		h, err = l.Acquire(ctx, "job", 2, time.Minute, CheckSlotKey)
+		h, err = l.Acquire(ctx, "job", 2, time.Minute, fleet.CheckSlotKey)
 		return err == nil && h != nil && !h.Degraded()
 	}, 3*time.Second, 20*time.Millisecond)
 	require.NotEmpty(t, h.Key())
@@ -418,7 +419,7 @@ func TestLease_HungServerBounded(t *testing.T) {
 	l := New(c, "mini1", Config{CallTimeout: 200 * time.Millisecond})
 	ctx := testCtx(t)
 	start := time.Now()
-	h, err := l.Acquire(ctx, "job", 3, time.Minute, CheckSlotKey)
+	h, err := l.Acquire(ctx, "job", 3, time.Minute, fleet.CheckSlotKey)
 	require.NoError(t, err)
 	require.True(t, h.Degraded())
 	require.Less(t, time.Since(start), time.Second)
@@ -435,14 +436,14 @@ func TestAcquire_LateAnswerIsGivenBack(t *testing.T) {
 	c.AddHook(delayHook{delay: 300 * time.Millisecond})
 	l := New(c, "mini1", Config{CallTimeout: 100 * time.Millisecond})
 
-	h, err := l.Acquire(ctx, "job", 1, time.Minute, CheckSlotKey)
+	h, err := l.Acquire(ctx, "job", 1, time.Minute, fleet.CheckSlotKey)
 	require.NoError(t, err)
 	require.True(t, h.Degraded())
 	// The script ran after the bound and took the slot; the late handler
 	// releases it.
-	require.Eventually(t, func() bool { return db.Client.Get(ctx, CheckSlotKey(0)).Val() == "mini1#job" },
+	require.Eventually(t, func() bool { return db.Client.Get(ctx, fleet.CheckSlotKey(0)).Val() == "mini1#job" },
 		3*time.Second, 5*time.Millisecond, "the late script never ran: the test proves nothing")
-	require.Eventually(t, func() bool { return db.Client.Exists(ctx, CheckSlotKey(0)).Val() == 0 },
+	require.Eventually(t, func() bool { return db.Client.Exists(ctx, fleet.CheckSlotKey(0)).Val() == 0 },
 		3*time.Second, 20*time.Millisecond, "late-won slot left held")
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/bounded"
 )
 
@@ -56,9 +57,9 @@ func (l *Lease) SweepOwnClaims(ctx context.Context, reaped bool, rows []ScopeRow
 		if row.Concurrent < 1 {
 			continue
 		}
-		hash := ScopeHash(row.Scope)
+		hash := fleet.ScopeHash(row.Scope)
 		for i := range min(row.Concurrent, MaxSweepSlots) {
-			keys = append(keys, ScopeSlotKey(hash, i))
+			keys = append(keys, fleet.ScopeSlotKey(hash, i))
 		}
 	}
 	prefix := l.worker + "#"

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 )
 
@@ -19,19 +20,19 @@ func TestSweepOwnClaims(t *testing.T) {
 	logs := &logCapture{}
 	l := New(c, "w1", Config{Logger: logs.logger()})
 
-	web, api := ScopeHash("acme/web"), ScopeHash("acme/api")
+	web, api := fleet.ScopeHash("acme/web"), fleet.ScopeHash("acme/api")
 	set := func(key, holder string) {
 		t.Helper()
 		require.NoError(t, c.Set(ctx, key, holder, time.Hour).Err())
 	}
-	set(ScopeSlotKey(web, 0), "w1#job-1")
-	set(ScopeSlotKey(web, 1), "w2#job-2")
-	set(ScopeSlotKey(api, 0), "w10#job-3") // a name that w1 is a prefix of
-	set(ScopeSlotKey(api, 1), "w1#job-4")
-	set(ScopeSlotKey(api, 2), "w1#job-5")
-	set(ScopeSlotKey(api, 3), "w1#job-6") // beyond the configured bound: not swept
-	set(ScopeSlotKey(ScopeHash("other"), 0), "w1#job-7")
-	require.NoError(t, c.HSet(ctx, ScopeSlotKey(web, 2), "a", "b").Err()) // not a string
+	set(fleet.ScopeSlotKey(web, 0), "w1#job-1")
+	set(fleet.ScopeSlotKey(web, 1), "w2#job-2")
+	set(fleet.ScopeSlotKey(api, 0), "w10#job-3") // a name that w1 is a prefix of
+	set(fleet.ScopeSlotKey(api, 1), "w1#job-4")
+	set(fleet.ScopeSlotKey(api, 2), "w1#job-5")
+	set(fleet.ScopeSlotKey(api, 3), "w1#job-6") // beyond the configured bound: not swept
+	set(fleet.ScopeSlotKey(fleet.ScopeHash("other"), 0), "w1#job-7")
+	require.NoError(t, c.HSet(ctx, fleet.ScopeSlotKey(web, 2), "a", "b").Err()) // not a string
 	rows := []ScopeRow{{Scope: "acme/web", Concurrent: 3}, {Scope: "acme/api", Concurrent: 3}, {Scope: "none", Concurrent: 0}}
 
 	n, err := l.SweepOwnClaims(ctx, false, rows)
@@ -40,19 +41,19 @@ func TestSweepOwnClaims(t *testing.T) {
 	require.Len(t, logs.events(t, "scope_claims_sweep_skipped"), 1)
 	require.Equal(t, "w1", logs.events(t, "scope_claims_sweep_skipped")[0]["host"])
 	require.NotEmpty(t, logs.events(t, "scope_claims_sweep_skipped")[0]["reason"])
-	require.Equal(t, int64(8), c.Exists(ctx, ScopeSlotKey(web, 0), ScopeSlotKey(web, 1), ScopeSlotKey(web, 2),
-		ScopeSlotKey(api, 0), ScopeSlotKey(api, 1), ScopeSlotKey(api, 2), ScopeSlotKey(api, 3),
-		ScopeSlotKey(ScopeHash("other"), 0)).Val(), "a skipped sweep deleted something")
+	require.Equal(t, int64(8), c.Exists(ctx, fleet.ScopeSlotKey(web, 0), fleet.ScopeSlotKey(web, 1), fleet.ScopeSlotKey(web, 2),
+		fleet.ScopeSlotKey(api, 0), fleet.ScopeSlotKey(api, 1), fleet.ScopeSlotKey(api, 2), fleet.ScopeSlotKey(api, 3),
+		fleet.ScopeSlotKey(fleet.ScopeHash("other"), 0)).Val(), "a skipped sweep deleted something")
 
 	n, err = l.SweepOwnClaims(ctx, true, rows)
 	require.NoError(t, err)
 	require.Equal(t, 3, n)
-	require.Zero(t, c.Exists(ctx, ScopeSlotKey(web, 0), ScopeSlotKey(api, 1), ScopeSlotKey(api, 2)).Val())
-	require.Equal(t, "w2#job-2", c.Get(ctx, ScopeSlotKey(web, 1)).Val())
-	require.Equal(t, "w10#job-3", c.Get(ctx, ScopeSlotKey(api, 0)).Val())
-	require.Equal(t, "w1#job-6", c.Get(ctx, ScopeSlotKey(api, 3)).Val())
-	require.Equal(t, "w1#job-7", c.Get(ctx, ScopeSlotKey(ScopeHash("other"), 0)).Val())
-	require.Equal(t, int64(1), c.Exists(ctx, ScopeSlotKey(web, 2)).Val())
+	require.Zero(t, c.Exists(ctx, fleet.ScopeSlotKey(web, 0), fleet.ScopeSlotKey(api, 1), fleet.ScopeSlotKey(api, 2)).Val())
+	require.Equal(t, "w2#job-2", c.Get(ctx, fleet.ScopeSlotKey(web, 1)).Val())
+	require.Equal(t, "w10#job-3", c.Get(ctx, fleet.ScopeSlotKey(api, 0)).Val())
+	require.Equal(t, "w1#job-6", c.Get(ctx, fleet.ScopeSlotKey(api, 3)).Val())
+	require.Equal(t, "w1#job-7", c.Get(ctx, fleet.ScopeSlotKey(fleet.ScopeHash("other"), 0)).Val())
+	require.Equal(t, int64(1), c.Exists(ctx, fleet.ScopeSlotKey(web, 2)).Val())
 	swept := logs.events(t, "scope_claims_swept")
 	require.Len(t, swept, 1)
 	require.EqualValues(t, 3, swept[0]["count"])
@@ -64,10 +65,10 @@ func TestSweepOwnClaims_ManySlots(t *testing.T) {
 	db := livetest.Valkey(t)
 	ctx := testCtx(t)
 	l := New(db.Client, "w1", Config{})
-	h := ScopeHash("big")
+	h := fleet.ScopeHash("big")
 	pipe := db.Client.Pipeline()
 	for i := range 1300 {
-		pipe.Set(ctx, ScopeSlotKey(h, i), "w1#j", time.Hour)
+		pipe.Set(ctx, fleet.ScopeSlotKey(h, i), "w1#j", time.Hour)
 	}
 	_, err := pipe.Exec(ctx)
 	require.NoError(t, err)

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/queue"
 )
@@ -57,7 +58,7 @@ func TestQueue_FetchCompleteRecordsResult(t *testing.T) {
 func TestTake_ReturnedJobMatchesStoredJob(t *testing.T) {
 	t.Parallel()
 	db, named := setup(t, queue.Config{WorkerName: "w1"})
-	unnamed, err := queue.New(db.Client, queue.SharedQueue, queue.Config{})
+	unnamed, err := queue.New(db.Client, fleet.SharedQueue, queue.Config{})
 	require.NoError(t, err)
 	ctx := testCtx(t)
 	same := func(t *testing.T, got *queue.Job) {
@@ -338,7 +339,7 @@ func TestQueue_ConcurrentCompletionsShareCalls(t *testing.T) {
 	defer client.Close()
 	calls := &scriptCalls{}
 	client.AddHook(calls)
-	q, err := queue.New(client, queue.SharedQueue, queue.Config{})
+	q, err := queue.New(client, fleet.SharedQueue, queue.Config{})
 	require.NoError(t, err)
 	ctx := testCtx(t)
 	const jobs, slots = 400, 16
@@ -421,7 +422,7 @@ func TestCompleteAndFetch_EventsStreamStaysCapped(t *testing.T) {
 // ./queue/, with VALKEY_TEST_URL set).
 func BenchmarkCompleteAndFetch(b *testing.B) {
 	db := livetest.Valkey(b)
-	q, err := queue.New(db.Client, queue.SharedQueue, queue.Config{WorkerName: "bench"})
+	q, err := queue.New(db.Client, fleet.SharedQueue, queue.Config{WorkerName: "bench"})
 	require.NoError(b, err)
 	ctx := context.Background()
 	for i := range b.N {

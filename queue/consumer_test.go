@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/queue"
 )
@@ -21,9 +22,9 @@ import (
 // twoQueues returns the shared queue and a host queue in one database.
 func twoQueues(t *testing.T, db *livetest.ValkeyDB) (*queue.Queue, *queue.Queue) {
 	t.Helper()
-	a, err := queue.New(db.Client, queue.SharedQueue, queue.Config{})
+	a, err := queue.New(db.Client, fleet.SharedQueue, queue.Config{})
 	require.NoError(t, err)
-	b, err := queue.New(db.Client, queue.HostQueueName("w1"), queue.Config{})
+	b, err := queue.New(db.Client, fleet.HostQueueName("w1"), queue.Config{})
 	require.NoError(t, err)
 	return a, b
 }
@@ -285,9 +286,9 @@ func TestConsumer_IdleIssuesAboutOneCommandPerSecond(t *testing.T) {
 	}
 	hook := &countingHook{}
 	client.AddHook(hook)
-	a, err := queue.New(client, queue.SharedQueue, queue.Config{})
+	a, err := queue.New(client, fleet.SharedQueue, queue.Config{})
 	require.NoError(t, err)
-	b, err := queue.New(client, queue.HostQueueName("w1"), queue.Config{})
+	b, err := queue.New(client, fleet.HostQueueName("w1"), queue.Config{})
 	require.NoError(t, err)
 	c, err := queue.NewConsumer([]*queue.Queue{a, b}, queue.ConsumerConfig{})
 	require.NoError(t, err)

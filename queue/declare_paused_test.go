@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/valkey"
@@ -18,7 +19,7 @@ const testFlag = "pi:paused"
 func TestDeclarePausedIf(t *testing.T) {
 	db := livetest.Valkey(t)
 	ctx := context.Background()
-	q1, _ := queue.New(db.Client, queue.HostQueueName("new1"), queue.Config{})
+	q1, _ := queue.New(db.Client, fleet.HostQueueName("new1"), queue.Config{})
 	paused, err := q1.DeclarePausedIf(ctx, testFlag)
 	if err != nil || paused {
 		t.Fatalf("without the flag: paused=%v err=%v", paused, err)
@@ -29,7 +30,7 @@ func TestDeclarePausedIf(t *testing.T) {
 	if err := db.Client.Set(ctx, testFlag, "1", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	q2, _ := queue.New(db.Client, queue.HostQueueName("new2"), queue.Config{})
+	q2, _ := queue.New(db.Client, fleet.HostQueueName("new2"), queue.Config{})
 	paused, err = q2.DeclarePausedIf(ctx, testFlag)
 	if err != nil || !paused {
 		t.Fatalf("with the flag: paused=%v err=%v", paused, err)
@@ -48,9 +49,9 @@ func TestDeclarePausedIf(t *testing.T) {
 func TestSetPausedWithFlag(t *testing.T) {
 	db := livetest.Valkey(t)
 	ctx := context.Background()
-	a, _ := queue.New(db.Client, queue.HostQueueName("a"), queue.Config{})
-	b, _ := queue.New(db.Client, queue.HostQueueName("b"), queue.Config{})
-	c, _ := queue.New(db.Client, queue.HostQueueName("c"), queue.Config{})
+	a, _ := queue.New(db.Client, fleet.HostQueueName("a"), queue.Config{})
+	b, _ := queue.New(db.Client, fleet.HostQueueName("b"), queue.Config{})
+	c, _ := queue.New(db.Client, fleet.HostQueueName("c"), queue.Config{})
 	if err := db.Client.Set(ctx, "bull:pi-jobs@b:meta", "junk", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -110,8 +111,8 @@ func TestSetPausedWithFlagRefusedWhole(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			client := redis.NewClient(tc.opts)
 			defer client.Close()
-			a, _ := queue.New(client, queue.SharedQueue, queue.Config{})
-			b, _ := queue.New(client, queue.HostQueueName("b"), queue.Config{})
+			a, _ := queue.New(client, fleet.SharedQueue, queue.Config{})
+			b, _ := queue.New(client, fleet.HostQueueName("b"), queue.Config{})
 			for _, paused := range []bool{true, false} {
 				out, err := queue.SetPausedWithFlag(ctx, paused, testFlag, a, b)
 				everyPartFailed := err == nil && out.Flag != nil && len(out.Queues) == 2 && out.Queues[0] != nil && out.Queues[1] != nil
@@ -144,7 +145,7 @@ func TestSetPausedWithFlagAuthRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		q, _ := queue.New(client, queue.SharedQueue, queue.Config{})
+		q, _ := queue.New(client, fleet.SharedQueue, queue.Config{})
 		out, err := queue.SetPausedWithFlag(ctx, true, testFlag, q)
 		if !errors.Is(err, valkey.ErrAuthRefused) || out.Queues != nil {
 			t.Fatalf("password %q: outcome %+v, err %v", pw, out, err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -100,7 +101,7 @@ func (d *Directory) Find(ctx context.Context, id string) (string, *Job, error) {
 	if derr != nil && errors.As(derr, &de) {
 		names = de.Found
 	}
-	for _, name := range append([]string{SharedQueue}, names...) {
+	for _, name := range append([]string{fleet.SharedQueue}, names...) {
 		q, err := d.Queue(name)
 		if err != nil {
 			continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -13,7 +14,7 @@ const discoverScanCount = 500
 // Discover returns the host queues that exist under prefix ("" means
 // DefaultPrefix): a complete SCAN of "<prefix>:pi-jobs@*:meta", each name
 // re-validated (keys written by peers may be junk; invalid ones are
-// skipped), sorted and unique. SharedQueue is not included. When the scan
+// skipped), sorted and unique. fleet.SharedQueue is not included. When the scan
 // cannot finish (ctx ends, Valkey errs) it returns a *DiscoveryError, which
 // matches ErrDiscoveryIncomplete and carries the names seen so far, never a
 // silently partial list.
@@ -44,7 +45,7 @@ func Discover(ctx context.Context, client redis.UniversalClient, prefix string) 
 		}
 		for _, k := range keys {
 			name, ok := queueFromMetaKey(prefix, k)
-			if ok && name != SharedQueue && ValidateQueueName(name) == nil {
+			if ok && name != fleet.SharedQueue && ValidateQueueName(name) == nil {
 				seen[name] = true
 			}
 		}

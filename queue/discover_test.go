@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/queue"
 )
@@ -16,13 +17,13 @@ func TestDiscover_FullScanRevalidatesNames(t *testing.T) {
 	t.Parallel()
 	db := livetest.Valkey(t)
 	ctx := testCtx(t)
-	for _, name := range []string{queue.SharedQueue, queue.HostQueueName("b-2"), queue.HostQueueName("a.1")} {
+	for _, name := range []string{fleet.SharedQueue, fleet.HostQueueName("b-2"), fleet.HostQueueName("a.1")} {
 		q, err := queue.New(db.Client, name, queue.Config{})
 		require.NoError(t, err)
 		require.NoError(t, q.Declare(ctx))
 	}
 	// A queue that got its meta from a job rather than Declare.
-	c, err := queue.New(db.Client, queue.HostQueueName("c"), queue.Config{})
+	c, err := queue.New(db.Client, fleet.HostQueueName("c"), queue.Config{})
 	require.NoError(t, err)
 	add(t, c, queue.AddOptions{})
 
@@ -50,7 +51,7 @@ func TestDiscover_FullScanRevalidatesNames(t *testing.T) {
 func TestDiscover_IncompleteScanSaysSo(t *testing.T) {
 	t.Parallel()
 	db := livetest.Valkey(t)
-	q, err := queue.New(db.Client, queue.HostQueueName("a"), queue.Config{})
+	q, err := queue.New(db.Client, fleet.HostQueueName("a"), queue.Config{})
 	require.NoError(t, err)
 	require.NoError(t, q.Declare(testCtx(t)))
 

@@ -6,7 +6,7 @@
 // # Layout
 //
 // Keys are BullMQ 5.80.4's, under the prefix "bull" and the queue name
-// (SharedQueue "pi-jobs", or HostQueueName(worker) "pi-jobs@<worker>"):
+// (fleet.SharedQueue "pi-jobs", or fleet.HostQueueName(worker) "pi-jobs@<worker>"):
 //
 //	<p>:<q>:wait, :paused, :active       LISTs of ready, paused-ready, held job ids
 //	<p>:<q>:delayed                      ZSET, score dueMs*4096+seq

@@ -27,7 +27,7 @@ var (
 	ErrScheduleEnded = errors.New("queue: schedule has ended")
 	// ErrInvalidOption wraps every *OptionError.
 	ErrInvalidOption = errors.New("queue: invalid option")
-	// ErrInvalidQueueName: a name that is neither SharedQueue nor a valid
+	// ErrInvalidQueueName: a name that is neither fleet.SharedQueue nor a valid
 	// host queue name.
 	ErrInvalidQueueName = errors.New("queue: invalid queue name")
 	// ErrDiscoveryIncomplete wraps every *DiscoveryError.

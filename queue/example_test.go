@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -17,7 +18,7 @@ func ExampleQueue_Add() {
 	ctx := context.Background()
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
-	q, err := queue.New(client, queue.SharedQueue, queue.Config{})
+	q, err := queue.New(client, fleet.SharedQueue, queue.Config{})
 	if err != nil {
 		panic(err)
 	}
@@ -36,8 +37,8 @@ func ExampleConsumer() {
 	ctx := context.Background()
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
-	shared, _ := queue.New(client, queue.SharedQueue, queue.Config{WorkerName: "mini"})
-	own, _ := queue.New(client, queue.HostQueueName("mini"), queue.Config{WorkerName: "mini"})
+	shared, _ := queue.New(client, fleet.SharedQueue, queue.Config{WorkerName: "mini"})
+	own, _ := queue.New(client, fleet.HostQueueName("mini"), queue.Config{WorkerName: "mini"})
 	_ = own.Declare(ctx) // visible to Discover before its first job
 	c, err := queue.NewConsumer([]*queue.Queue{shared, own}, queue.ConsumerConfig{})
 	if err != nil {
@@ -62,7 +63,7 @@ func ExampleQueue_UpsertScheduler() {
 	ctx := context.Background()
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
-	q, _ := queue.New(client, queue.HostQueueName("mini"), queue.Config{})
+	q, _ := queue.New(client, fleet.HostQueueName("mini"), queue.Config{})
 	pending, err := q.UpsertScheduler(ctx, "nightly-audit", queue.Scheduler{
 		Pattern: "0 3 * * *",
 		TZ:      "Europe/Amsterdam",
@@ -73,7 +74,7 @@ func ExampleQueue_UpsertScheduler() {
 }
 
 func ExampleValidateQueueName() {
-	fmt.Println(queue.ValidateQueueName(queue.HostQueueName("mini-1")))
+	fmt.Println(queue.ValidateQueueName(fleet.HostQueueName("mini-1")))
 	fmt.Println(queue.ValidateQueueName("pi-jobs@evil:name") != nil)
 	// Output:
 	// <nil>

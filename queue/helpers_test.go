@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/queue"
 )
@@ -23,7 +24,7 @@ func testCtx(t *testing.T) context.Context {
 func setup(t *testing.T, cfg queue.Config) (*livetest.ValkeyDB, *queue.Queue) {
 	t.Helper()
 	db := livetest.Valkey(t)
-	q, err := queue.New(db.Client, queue.SharedQueue, cfg)
+	q, err := queue.New(db.Client, fleet.SharedQueue, cfg)
 	require.NoError(t, err)
 	return db, q
 }

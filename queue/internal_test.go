@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 )
 
@@ -217,7 +218,7 @@ func TestTakeFieldOrder_IsLibsJobFields(t *testing.T) {
 func TestRunCompletions_ErrorsStayWithTheirCompletion(t *testing.T) {
 	t.Parallel()
 	db := livetest.Valkey(t)
-	q, err := New(db.Client, SharedQueue, Config{})
+	q, err := New(db.Client, fleet.SharedQueue, Config{})
 	require.NoError(t, err)
 	ctx := context.Background()
 	var ids []string

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/queue"
 )
@@ -367,7 +368,7 @@ func TestInterop_NodeStalledCheckLeavesOurCompletedJob(t *testing.T) {
 	var check struct{ Stalled []string }
 	bull(t, db, "stalledCheck", nil, &check)
 	require.Empty(t, check.Stalled)
-	stalledSet := "bull:" + queue.SharedQueue + ":stalled"
+	stalledSet := "bull:" + fleet.SharedQueue + ":stalled"
 	member, err := db.Client.SIsMember(ctx, stalledSet, id).Result()
 	require.NoError(t, err)
 	require.True(t, member, "BullMQ's check did not mark the active job")
@@ -437,11 +438,11 @@ func TestInterop_NodeListsOurWorkers(t *testing.T) {
 	// consumers out of the lists.
 	prefix := fmt.Sprintf("wk%d", time.Now().UnixNano())
 	cfg := queue.Config{Prefix: prefix, WorkerName: "host-a"}
-	shared, err := queue.New(db.Client, queue.SharedQueue, cfg)
+	shared, err := queue.New(db.Client, fleet.SharedQueue, cfg)
 	require.NoError(t, err)
-	own, err := queue.New(db.Client, queue.HostQueueName("host-a"), cfg)
+	own, err := queue.New(db.Client, fleet.HostQueueName("host-a"), cfg)
 	require.NoError(t, err)
-	control := queue.HostQueueName("node-twin")
+	control := fleet.HostQueueName("node-twin")
 
 	c, err := queue.NewConsumer([]*queue.Queue{shared, own}, queue.ConsumerConfig{})
 	require.NoError(t, err)
@@ -496,7 +497,7 @@ func TestInterop_DedupKeepLastIfActive(t *testing.T) {
 			db, q := setup(t, queue.Config{})
 			ctx := testCtx(t)
 			var control keepLastView
-			bull(t, db, "keepLastControl", map[string]any{"queue": queue.HostQueueName("twin"),
+			bull(t, db, "keepLastControl", map[string]any{"queue": fleet.HostQueueName("twin"),
 				"dedupId": "d", "finish": tc.finish}, &control)
 			require.Len(t, control.After, 1, "BullMQ added the kept job")
 
@@ -524,7 +525,7 @@ func TestInterop_DedupKeepLastIfActive(t *testing.T) {
 			}
 			require.NoError(t, err)
 			bull(t, db, "waiting", nil, &ours.After)
-			ours.Holder, err = db.Client.Get(ctx, "bull:"+queue.SharedQueue+":de:d").Result()
+			ours.Holder, err = db.Client.Get(ctx, "bull:"+fleet.SharedQueue+":de:d").Result()
 			require.NoError(t, err)
 			require.Equal(t, control, ours)
 
@@ -532,7 +533,7 @@ func TestInterop_DedupKeepLastIfActive(t *testing.T) {
 			kept := fetch(t, q, "t")
 			require.JSONEq(t, `{"n":3}`, string(kept.Data))
 			require.NoError(t, q.Complete(ctx, kept.ID, "t", nil))
-			n, err := db.Client.Exists(ctx, "bull:"+queue.SharedQueue+":de:d", "bull:"+queue.SharedQueue+":dn:d").Result()
+			n, err := db.Client.Exists(ctx, "bull:"+fleet.SharedQueue+":de:d", "bull:"+fleet.SharedQueue+":dn:d").Result()
 			require.NoError(t, err)
 			require.Zero(t, n)
 		})
@@ -577,7 +578,7 @@ func pending(t *testing.T, q *queue.Queue) int64 {
 // BullMQ alone.
 func TestInterop_SchedulerBoundsAsBullMQ(t *testing.T) {
 	t.Parallel()
-	twin := queue.HostQueueName("twin")
+	twin := fleet.HostQueueName("twin")
 	control := func(t *testing.T, db *livetest.ValkeyDB, repeat map[string]any, d time.Duration) []nodeJob {
 		bull(t, db, "upsertScheduler", map[string]any{"queue": twin, "id": "s", "repeat": repeat,
 			"template": map[string]any{"name": "tick"}}, nil)

@@ -3,6 +3,8 @@ package queue
 import (
 	"encoding/base64"
 	"strings"
+
+	"github.com/pidispatch/pidispatch/fleet"
 )
 
 // This file is the only place that formats a Valkey key. The layout is
@@ -96,7 +98,7 @@ func (k keys) failed() string      { return k.queue[kFailed] }
 // queue under prefix ("bull:pi-jobs@*:meta"). Glob characters in the prefix
 // are escaped so they match literally.
 func hostMetaPattern(prefix string) string {
-	return globEscape(prefix) + ":" + globEscape(hostQueuePrefix) + "*:meta"
+	return globEscape(prefix) + ":" + globEscape(fleet.HostQueuePrefix) + "*:meta"
 }
 
 // queueFromMetaKey extracts the queue name from a meta key found by SCAN, or

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -16,7 +17,7 @@ func TestQueueLogAddsOnlyItsName(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer c.Close()
 	logger := slog.New(slog.NewJSONHandler(&buf, nil)).With("host", "b")
-	q, err := New(c, HostQueueName("b"), Config{Logger: logger})
+	q, err := New(c, fleet.HostQueueName("b"), Config{Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}

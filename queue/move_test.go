@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/queue"
 )
@@ -14,11 +15,11 @@ import (
 func TestMoveToKeepsStateAndDedup(t *testing.T) {
 	db := livetest.Valkey(t)
 	ctx := context.Background()
-	from, err := queue.New(db.Client, queue.HostQueueName("gone"), queue.Config{})
+	from, err := queue.New(db.Client, fleet.HostQueueName("gone"), queue.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	to, err := queue.New(db.Client, queue.HostQueueName("live"), queue.Config{})
+	to, err := queue.New(db.Client, fleet.HostQueueName("live"), queue.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,8 +68,8 @@ func TestMoveToKeepsStateAndDedup(t *testing.T) {
 func TestMoveToRefusals(t *testing.T) {
 	db := livetest.Valkey(t)
 	ctx := context.Background()
-	from, _ := queue.New(db.Client, queue.HostQueueName("a"), queue.Config{})
-	to, _ := queue.New(db.Client, queue.HostQueueName("b"), queue.Config{})
+	from, _ := queue.New(db.Client, fleet.HostQueueName("a"), queue.Config{})
+	to, _ := queue.New(db.Client, fleet.HostQueueName("b"), queue.Config{})
 	data := json.RawMessage(`{}`)
 	for _, id := range []string{"held", "dup", "done"} {
 		if _, _, err := from.Add(ctx, "j", data, queue.AddOptions{JobID: id}); err != nil {
@@ -126,7 +127,7 @@ func TestDirectoryFindAndPending(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hq, _ := d.Queue(queue.HostQueueName("h1"))
+	hq, _ := d.Queue(fleet.HostQueueName("h1"))
 	if _, _, err := hq.Add(ctx, "j", json.RawMessage(`{}`), queue.AddOptions{JobID: "on-h1"}); err != nil {
 		t.Fatal(err)
 	}
@@ -141,10 +142,10 @@ func TestDirectoryFindAndPending(t *testing.T) {
 	if err != nil || len(jobs) != 1 || jobs[0].ID != "on-h1" {
 		t.Fatalf("pending: %v %v", jobs, err)
 	}
-	if err := d.Move(ctx, "pi-jobs@h1", queue.SharedQueue, "on-h1"); err != nil {
+	if err := d.Move(ctx, "pi-jobs@h1", fleet.SharedQueue, "on-h1"); err != nil {
 		t.Fatal(err)
 	}
-	if name, _, err := d.Find(ctx, "on-h1"); err != nil || name != queue.SharedQueue {
+	if name, _, err := d.Find(ctx, "on-h1"); err != nil || name != fleet.SharedQueue {
 		t.Fatalf("after move: %s %v", name, err)
 	}
 }

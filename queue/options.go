@@ -8,15 +8,15 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/pidispatch/pidispatch/fleet"
 )
 
 // Limits on identifiers. BullMQ has none; a bounded, printable id keeps
 // keys, logs and file names sane.
 const (
-	// MaxJobIDBytes is the longest job id CheckJobID accepts.
-	MaxJobIDBytes = 256
-	maxIDBytes    = 512 // a dedup id
-	maxNameBytes  = 1024
+	maxIDBytes   = 512 // a dedup id
+	maxNameBytes = 1024
 	// PriorityLimit is the largest priority BullMQ accepts (2^21 - 1).
 	PriorityLimit = 1<<21 - 1
 )
@@ -162,37 +162,12 @@ func checkString(field, s string, maxBytes int) error {
 	return nil
 }
 
-// CheckJobID is the one rule for every job id, whoever wrote the job: 1 to
-// MaxJobIDBytes bytes of valid UTF-8 without control characters (C0, DEL
-// and C1). Every Add applies it to a custom id, and a worker applies it
-// again to each job it takes before anything is spent, since a peer may
-// write a job with any id BullMQ allows: such a job is read, refused with a
-// record and failed, never run. The limit keeps an id usable in a key, a
-// log line and, with its digest, a file name.
-func CheckJobID(id string) error {
-	if id == "" {
-		return optErr("JobID", "empty")
-	}
-	if len(id) > MaxJobIDBytes {
-		return optErr("JobID", "longer than %d bytes (%d)", MaxJobIDBytes, len(id))
-	}
-	if !utf8.ValidString(id) {
-		return optErr("JobID", "not valid UTF-8")
-	}
-	for _, r := range id {
-		if r < 0x20 || r >= 0x7f && r <= 0x9f {
-			return optErr("JobID", "contains control character %U", r)
-		}
-	}
-	return nil
-}
-
-// ValidateJobID is the rule for a custom job id given to Add: CheckJobID
-// plus BullMQ 5.80.4's own rules (not an integer as JavaScript's parseInt
+// ValidateJobID is the rule for a custom job id given to Add:
+// fleet.CheckJobID plus BullMQ 5.80.4's own rules (not an integer as JavaScript's parseInt
 // would print it back; ":" only in the three-part form "a:b:c").
 func ValidateJobID(id string) error {
-	if err := CheckJobID(id); err != nil {
-		return err
+	if err := fleet.CheckJobID(id); err != nil {
+		return optErr("JobID", "%s", strings.TrimPrefix(err.Error(), fleet.ErrInvalidJobID.Error()+": "))
 	}
 	if isJSInteger(id) {
 		return optErr("JobID", "%q is an integer; BullMQ reserves those for its id counter", id)

@@ -2,12 +2,12 @@ package queue_test
 
 import (
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -42,7 +42,7 @@ func TestValidateQueueName(t *testing.T) {
 	for _, n := range bad {
 		require.ErrorIs(t, queue.ValidateQueueName(n), queue.ErrInvalidQueueName, n)
 	}
-	require.Equal(t, "pi-jobs@mini", queue.HostQueueName("mini"))
+	require.Equal(t, "pi-jobs@mini", fleet.HostQueueName("mini"))
 }
 
 func make64(c byte) []byte {
@@ -105,18 +105,11 @@ func TestNextRun_DSTDaysAsCronParser(t *testing.T) {
 	}
 }
 
-// CheckJobID is the one job id rule: 1 to MaxJobIDBytes bytes of UTF-8
-// without control characters; BullMQ's own rules are ValidateJobID's.
-func TestCheckJobID(t *testing.T) {
-	for _, ok := range []string{"a", strings.Repeat("x", queue.MaxJobIDBytes), "123", "a:b", "日本語", "x@y#z/w"} {
-		if err := queue.CheckJobID(ok); err != nil {
-			t.Errorf("CheckJobID(%q) = %v", ok, err)
-		}
-	}
-	for _, bad := range []string{"", strings.Repeat("x", queue.MaxJobIDBytes+1), "a\nb", "a\x00", "a\x7f", "a\u0085", "\xff"} {
-		if err := queue.CheckJobID(bad); err == nil {
-			t.Errorf("CheckJobID(%q) accepted", bad)
-		}
+// ValidateJobID is fleet.CheckJobID plus BullMQ's own rules, and its
+// refusals are option errors.
+func TestValidateJobID(t *testing.T) {
+	if err := queue.ValidateJobID("a\nb"); !errors.Is(err, queue.ErrInvalidOption) {
+		t.Errorf("ValidateJobID(a\\nb) = %v, want an option error", err)
 	}
 	if queue.ValidateJobID("123") == nil || queue.ValidateJobID("a:b") == nil {
 		t.Error("ValidateJobID takes ids BullMQ refuses")

@@ -83,7 +83,7 @@ type Queue struct {
 	batch  completionBatcher // shares complete.lua calls between concurrent completions
 }
 
-// New returns the queue called name (SharedQueue or a HostQueueName). It
+// New returns the queue called name (fleet.SharedQueue or a fleet.HostQueueName). It
 // does no I/O; Declare records the queue in Valkey.
 func New(client redis.UniversalClient, name string, cfg Config) (*Queue, error) {
 	if client == nil {

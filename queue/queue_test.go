@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/queue"
 )
@@ -20,9 +21,9 @@ func TestNew_RefusesBadNamesAndConfig(t *testing.T) {
 		_, err := queue.New(db.Client, name, queue.Config{})
 		require.ErrorIs(t, err, queue.ErrInvalidQueueName, name)
 	}
-	_, err := queue.New(db.Client, queue.SharedQueue, queue.Config{MaxStalledCount: -1})
+	_, err := queue.New(db.Client, fleet.SharedQueue, queue.Config{MaxStalledCount: -1})
 	require.ErrorIs(t, err, queue.ErrInvalidOption)
-	q, err := queue.New(db.Client, queue.HostQueueName("w1"), queue.Config{})
+	q, err := queue.New(db.Client, fleet.HostQueueName("w1"), queue.Config{})
 	require.NoError(t, err)
 	require.Equal(t, "pi-jobs@w1", q.Name())
 }
@@ -95,7 +96,7 @@ func TestQueue_AddRejectsBadInputWritingNothing(t *testing.T) {
 		{"ColonID", "run", good, queue.AddOptions{JobID: "a:b"}, "JobID"},
 		{"NULID", "run", good, queue.AddOptions{JobID: "a\x00b"}, "JobID"},
 		{"HugeID", "run", good, queue.AddOptions{JobID: strings.Repeat("x", 513)}, "JobID"},
-		{"IDOverTheRule", "run", good, queue.AddOptions{JobID: strings.Repeat("x", queue.MaxJobIDBytes+1)}, "JobID"},
+		{"IDOverTheRule", "run", good, queue.AddOptions{JobID: strings.Repeat("x", fleet.MaxJobIDBytes+1)}, "JobID"},
 		{"IDWithC1Control", "run", good, queue.AddOptions{JobID: "a\u0085b"}, "JobID"},
 		{"KeepCount", "run", good, queue.AddOptions{RemoveOnComplete: queue.Keep{Count: -1}}, "RemoveOnComplete.Count"},
 		{"KeepAge", "run", good, queue.AddOptions{RemoveOnFail: queue.Keep{Age: -time.Second}}, "RemoveOnFail.Age"},
@@ -187,7 +188,7 @@ func TestSetPaused_ManyQueuesOneCall(t *testing.T) {
 	db := livetest.Valkey(t)
 	ctx := testCtx(t)
 	var qs []*queue.Queue
-	for _, n := range []string{queue.SharedQueue, queue.HostQueueName("a"), queue.HostQueueName("b")} {
+	for _, n := range []string{fleet.SharedQueue, fleet.HostQueueName("a"), fleet.HostQueueName("b")} {
 		q, err := queue.New(db.Client, n, queue.Config{})
 		require.NoError(t, err)
 		qs = append(qs, q)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/valkey"
@@ -24,9 +25,9 @@ func TestConsumer_IdleConnectionSurvivesARestart(t *testing.T) {
 	client, err := valkey.NewClient(srv.URL(), valkey.Options{})
 	require.NoError(t, err)
 	defer client.Close()
-	a, err := queue.New(client, queue.SharedQueue, queue.Config{WorkerName: "w1"})
+	a, err := queue.New(client, fleet.SharedQueue, queue.Config{WorkerName: "w1"})
 	require.NoError(t, err)
-	b, err := queue.New(client, queue.HostQueueName("w1"), queue.Config{WorkerName: "w1"})
+	b, err := queue.New(client, fleet.HostQueueName("w1"), queue.Config{WorkerName: "w1"})
 	require.NoError(t, err)
 	c, err := queue.NewConsumer([]*queue.Queue{a, b}, queue.ConsumerConfig{})
 	require.NoError(t, err)

@@ -264,3 +264,10 @@ func cleanCaps(v string) string {
 
 // isNegativeInt reports whether v is a formatted negative integer.
 func isNegativeInt(v string) bool { return strings.HasPrefix(v, "-") }
+
+// isAlnum and isNameByte are the byte classes of the value rules above.
+func isAlnum(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
+
+func isNameByte(c byte) bool { return isAlnum(c) || c == '.' || c == '_' || c == '-' }

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/capabilities"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/bounded"
 )
 
@@ -135,7 +136,7 @@ func readLive(ctx context.Context, client redis.UniversalClient, timeout time.Du
 	for i := 2; i < len(out); i += 2 {
 		member, _ := out[i].(string)
 		raw, _ := out[i+1].([]any)
-		if err := ValidateName(member); err != nil {
+		if err := fleet.ValidateName(member); err != nil {
 			refused = append(refused, refusedRow{member: member, rule: "invalid-name"})
 			continue
 		}

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/bounded"
 	"github.com/redis/go-redis/v9"
 )
@@ -54,7 +55,7 @@ type Config struct {
 	Logger *slog.Logger
 	// Machine identifies this machine in the name claim, so a restart on the
 	// same machine can take over its crashed predecessor's name. It is passed
-	// through SanitizeName. Defaults to DefaultName() (the sanitized hostname).
+	// through fleet.SanitizeName. Defaults to fleet.DefaultName() (the sanitized hostname).
 	Machine string
 	// Pid is this process's id in the row and the claim. Defaults to os.Getpid().
 	Pid int
@@ -72,9 +73,9 @@ func (c Config) withDefaults() Config {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.Machine == "" {
-		c.Machine = DefaultName()
+		c.Machine = fleet.DefaultName()
 	}
-	c.Machine = SanitizeName(c.Machine)
+	c.Machine = fleet.SanitizeName(c.Machine)
 	c.Pid = cmp.Or(c.Pid, os.Getpid())
 	if c.NowFunc == nil {
 		c.NowFunc = time.Now
@@ -131,13 +132,13 @@ type Registry struct {
 }
 
 // New returns a Registry for the host called name. name must pass
-// ValidateName; the error is then a *NameError. Nothing is written until Start
+// fleet.ValidateName; the error is then a *fleet.NameError. Nothing is written until Start
 // or Publish.
 func New(client redis.UniversalClient, name string, facts Facts, cfg Config) (*Registry, error) {
 	if client == nil {
 		return nil, errors.New("registry: nil client")
 	}
-	if err := ValidateName(name); err != nil {
+	if err := fleet.ValidateName(name); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 )
 
@@ -56,7 +57,7 @@ func TestNew_RefusesBadInput(t *testing.T) {
 	defer c.Close()
 
 	_, err := New(c, "bad name", Facts{}, Config{})
-	var ne *NameError
+	var ne *fleet.NameError
 	require.ErrorAs(t, err, &ne)
 
 	_, err = New(nil, "ok", Facts{}, Config{})

@@ -1,6 +1,6 @@
 package queuebench
 
-import "github.com/pidispatch/pidispatch/queue"
+import "github.com/pidispatch/pidispatch/fleet"
 
 // This file is the only place the bench names Valkey keys or queues. Our
 // queue's keys are formatted by package queue itself; BullMQ's by the Node
@@ -9,7 +9,7 @@ import "github.com/pidispatch/pidispatch/queue"
 
 // Queue names used by each system.
 const (
-	ourQueue    = queue.SharedQueue // "pi-jobs": keys bull:pi-jobs:*
+	ourQueue    = fleet.SharedQueue // "pi-jobs": keys bull:pi-jobs:*
 	bullmqQueue = "pi-jobs"         // passed to bench.js: the same keys
 	asynqQueue  = "default"
 	asynqTask   = "noop"

@@ -26,6 +26,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/bench/queuebench"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -85,7 +86,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: cfg.Slots + 2, ReadTimeout: time.Minute})
 	defer client.Close()
-	q, err := queue.New(client, queue.SharedQueue, queue.Config{})
+	q, err := queue.New(client, fleet.SharedQueue, queue.Config{})
 	if err != nil {
 		return Report{}, err
 	}

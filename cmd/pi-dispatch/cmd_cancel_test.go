@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/queue"
 )
@@ -16,8 +17,8 @@ import (
 func TestCancelQueuedGolden(t *testing.T) {
 	db := livetest.Valkey(t)
 	ctx := context.Background()
-	shared := newQueue(t, db.Client, queue.SharedQueue)
-	host := newQueue(t, db.Client, queue.HostQueueName("alpha"))
+	shared := newQueue(t, db.Client, fleet.SharedQueue)
+	host := newQueue(t, db.Client, fleet.HostQueueName("alpha"))
 	add(t, shared, "w1", queue.AddOptions{})
 	add(t, host, "d1", queue.AddOptions{Delay: time.Hour})
 	env := vars(db.URL)
@@ -68,7 +69,7 @@ func fetchAsWorker(t *testing.T, q *queue.Queue, id string) {
 func TestCancelRunningGolden(t *testing.T) {
 	db := livetest.Valkey(t)
 	ctx := context.Background()
-	host := newQueue(t, db.Client, queue.HostQueueName("alpha"))
+	host := newQueue(t, db.Client, fleet.HostQueueName("alpha"))
 	fetchAsWorker(t, host, "r1")
 	w, err := dispatch.NewCancelWatcher(db.Client, "alpha", dispatch.CancelWatcherConfig{Poll: 50 * time.Millisecond})
 	if err != nil {

@@ -22,11 +22,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/agentimage"
 	"github.com/pidispatch/pidispatch/internal/fakeprovider"
 	"github.com/pidispatch/pidispatch/internal/jobimage"
 	"github.com/pidispatch/pidispatch/internal/stack"
-	"github.com/pidispatch/pidispatch/registry"
 	"github.com/pidispatch/pidispatch/valkey"
 )
 
@@ -234,7 +234,7 @@ func (d *demo) run(parent context.Context) int {
 	// 4. The worker, booted through the same wiring as cmd/worker.
 	cfg := dispatch.DefaultConfig()
 	cfg.ValkeyURL, cfg.ValkeyPassword = valkeyURL, password
-	cfg.WorkerName, cfg.WorkerNameDeclared = demoWorkerName(registry.DefaultName(), os.Getpid()), true
+	cfg.WorkerName, cfg.WorkerNameDeclared = demoWorkerName(fleet.DefaultName(), os.Getpid()), true
 	cfg.JobImage = image
 	cfg.LogsDir = logs
 	cfg.Concurrency = 1
@@ -503,7 +503,7 @@ func demoWorkerName(host string, pid int) string {
 		host = strings.TrimRight(host[:room], ".-_")
 	}
 	name := "demo-" + host + suffix
-	if host == "" || registry.ValidateName(name) != nil {
+	if host == "" || fleet.ValidateName(name) != nil {
 		name = "demo" + suffix
 	}
 	return name

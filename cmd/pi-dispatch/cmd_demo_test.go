@@ -16,6 +16,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/jobimage"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/registry"
@@ -318,7 +319,7 @@ func TestDemoWorkerName(t *testing.T) {
 		if got != tt.want {
 			t.Errorf("demoWorkerName(%q, %d) = %q, want %q", tt.host, tt.pid, got, tt.want)
 		}
-		if err := registry.ValidateName(got); err != nil || len(got) > 64 {
+		if err := fleet.ValidateName(got); err != nil || len(got) > 64 {
 			t.Errorf("demoWorkerName(%q, %d) = %q is not a valid name: %v", tt.host, tt.pid, got, err)
 		}
 	}

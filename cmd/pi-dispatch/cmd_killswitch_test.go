@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
@@ -115,9 +116,9 @@ func TestKillSwitchFleetGolden(t *testing.T) {
 	db := livetest.Valkey(t)
 	ctx := context.Background()
 	publish(t, db.Client, "alpha", registry.Facts{Routes: registry.Value(true)})
-	shared := newQueue(t, db.Client, queue.SharedQueue)
-	alpha := newQueue(t, db.Client, queue.HostQueueName("alpha"))
-	bravo := newQueue(t, db.Client, queue.HostQueueName("bravo")) // down: no row
+	shared := newQueue(t, db.Client, fleet.SharedQueue)
+	alpha := newQueue(t, db.Client, fleet.HostQueueName("alpha"))
+	bravo := newQueue(t, db.Client, fleet.HostQueueName("bravo")) // down: no row
 	add(t, shared, "s1", queue.AddOptions{})
 	add(t, shared, "s2", queue.AddOptions{Priority: 2})
 	add(t, bravo, "b1", queue.AddOptions{})
@@ -137,7 +138,7 @@ func TestKillSwitchFleetGolden(t *testing.T) {
 		`{"pausedState":true,"waiting":0,"active":0,"paused":2,"delayed":1,"failed":0,"completed":0,"refused":0,"cancelled":0,"prioritized":1,"pauseFlag":true,"queues":3,"held":0}`+"\n", "")
 
 	// A host that boots during the pause starts paused.
-	charlie := newQueue(t, db.Client, queue.HostQueueName("charlie"))
+	charlie := newQueue(t, db.Client, fleet.HostQueueName("charlie"))
 	if p, err := dispatch.DeclareHostQueue(ctx, charlie); err != nil || !p {
 		t.Fatalf("DeclareHostQueue during pause = %v, %v", p, err)
 	}
@@ -151,7 +152,7 @@ func TestKillSwitchFleetGolden(t *testing.T) {
 	if pauseFlag(t, db.Client) {
 		t.Fatal("fleet flag not cleared")
 	}
-	delta := newQueue(t, db.Client, queue.HostQueueName("delta"))
+	delta := newQueue(t, db.Client, fleet.HostQueueName("delta"))
 	if p, err := dispatch.DeclareHostQueue(ctx, delta); err != nil || p {
 		t.Fatalf("DeclareHostQueue after resume = %v, %v", p, err)
 	}
@@ -183,7 +184,7 @@ func TestKillSwitchRegistryUnreadableGolden(t *testing.T) {
 	if err := db.Client.Set(ctx, registry.LiveKey, "junk", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	bravo := newQueue(t, db.Client, queue.HostQueueName("bravo"))
+	bravo := newQueue(t, db.Client, fleet.HostQueueName("bravo"))
 	if err := bravo.Declare(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +209,7 @@ func TestKillSwitchRegistryUnreadableGolden(t *testing.T) {
 func TestKillSwitchPartialFailureGolden(t *testing.T) {
 	db := livetest.Valkey(t)
 	ctx := context.Background()
-	charlie := newQueue(t, db.Client, queue.HostQueueName("charlie"))
+	charlie := newQueue(t, db.Client, fleet.HostQueueName("charlie"))
 	if err := charlie.Declare(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +223,7 @@ func TestKillSwitchPartialFailureGolden(t *testing.T) {
   failed at: pi-jobs@bravo
   pause pi-jobs@bravo: WRONGTYPE…
 `)
-	if !paused(t, charlie) || !paused(t, newQueue(t, db.Client, queue.SharedQueue)) || !pauseFlag(t, db.Client) {
+	if !paused(t, charlie) || !paused(t, newQueue(t, db.Client, fleet.SharedQueue)) || !pauseFlag(t, db.Client) {
 		t.Fatal("the report names changes that did not happen")
 	}
 	expect(t, runCLI(t, env, "status"), db.URL, 1, "", `could not read the status of every queue at <url>

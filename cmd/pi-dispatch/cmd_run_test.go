@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/queue"
 )
@@ -140,7 +141,7 @@ func TestRunUndeclaredGoesToTheSharedQueue(t *testing.T) {
 	if r.code != exitOK || r.stderr != "queue pi-jobs, folder "+folder+"\n" {
 		t.Fatalf("%+v", r)
 	}
-	queuedJob(t, db, queue.SharedQueue, r.stdout, folder)
+	queuedJob(t, db, fleet.SharedQueue, r.stdout, folder)
 }
 
 func TestRunRefusesADirtyFolderUnlessForced(t *testing.T) {
@@ -258,7 +259,7 @@ func TestRunWithoutGitWarnsAndQueues(t *testing.T) {
 	if r.code != exitOK || !strings.Contains(r.stderr, "git is not installed") {
 		t.Fatalf("%+v", r)
 	}
-	queuedJob(t, db, queue.SharedQueue, r.stdout, folder)
+	queuedJob(t, db, fleet.SharedQueue, r.stdout, folder)
 }
 
 func TestParseInterleaved(t *testing.T) {
@@ -302,7 +303,7 @@ func TestRunWithoutAFlowRunsTheDefaultFlow(t *testing.T) {
 	if r.code != exitOK {
 		t.Fatalf("%+v", r)
 	}
-	if _, job := queuedAny(t, db, queue.SharedQueue, r.stdout, folder); job.Flow != "default" || job.Command != "" || job.Task != "fix the tests" {
+	if _, job := queuedAny(t, db, fleet.SharedQueue, r.stdout, folder); job.Flow != "default" || job.Command != "" || job.Task != "fix the tests" {
 		t.Fatalf("queued %+v, want the default flow", job)
 	}
 	// A command replaces the default flow, and needs no task.
@@ -310,7 +311,7 @@ func TestRunWithoutAFlowRunsTheDefaultFlow(t *testing.T) {
 	if r.code != exitOK {
 		t.Fatalf("%+v", r)
 	}
-	if _, job := queuedAny(t, db, queue.SharedQueue, r.stdout, folder); job.Flow != "" || job.Command != "lint" {
+	if _, job := queuedAny(t, db, fleet.SharedQueue, r.stdout, folder); job.Flow != "" || job.Command != "lint" {
 		t.Fatalf("queued %+v, want the command alone", job)
 	}
 }
@@ -331,7 +332,7 @@ func TestRunRefusesAFolderOutsideGitUnlessForced(t *testing.T) {
 	if r.code != exitOK || !strings.Contains(r.stderr, "not in a git repository; queued anyway (--force)") {
 		t.Fatalf("%+v", r)
 	}
-	queuedJob(t, db, queue.SharedQueue, r.stdout, folder)
+	queuedJob(t, db, fleet.SharedQueue, r.stdout, folder)
 }
 
 // runSameMinute runs each argument list in turn, retrying the whole list when
@@ -370,25 +371,25 @@ func TestRunDuplicateNamesTheJobAndItsState(t *testing.T) {
 			t.Fatalf("%+v", r)
 		}
 	}
-	id := queuedJob(t, db, queue.SharedQueue, first.stdout, folder)
+	id := queuedJob(t, db, fleet.SharedQueue, first.stdout, folder)
 	// The same run again is the same job, said with its state.
 	if again.stdout != "queued "+id+" (already queued this minute, waiting)\n" ||
 		!strings.Contains(again.stderr, "already queued this minute as "+id+" (waiting); pass --new") {
 		t.Fatalf("duplicate: %+v", again)
 	}
 	// Another image is another run.
-	otherID, job := queuedAny(t, db, queue.SharedQueue, otherImage.stdout, folder)
+	otherID, job := queuedAny(t, db, fleet.SharedQueue, otherImage.stdout, folder)
 	if otherID == id || job.Image != "pi-job:other" || strings.Contains(otherImage.stdout, "already") {
 		t.Fatalf("another image was taken for a duplicate: %+v", otherImage)
 	}
 	// --new forces a fresh job.
-	if freshID := queuedJob(t, db, queue.SharedQueue, fresh.stdout, folder); freshID == id || freshID == otherID || strings.Contains(fresh.stdout, "already") {
+	if freshID := queuedJob(t, db, fleet.SharedQueue, fresh.stdout, folder); freshID == id || freshID == otherID || strings.Contains(fresh.stdout, "already") {
 		t.Fatalf("--new: %+v", fresh)
 	}
 
 	// Once the first job has finished, the same run again says so and fails:
 	// nothing would run.
-	finishJob(t, db, queue.SharedQueue, id)
+	finishJob(t, db, fleet.SharedQueue, id)
 	rs = runSameMinute(t, vars, base)
 	if rs[0].code == exitOK && strings.Contains(rs[0].stdout, "queued "+id+" ") {
 		t.Fatalf("a finished duplicate passed for queued: %+v", rs[0])
@@ -465,14 +466,14 @@ func TestRunTaskFromAFileOrStdin(t *testing.T) {
 	if r.code != exitOK {
 		t.Fatalf("%+v", r)
 	}
-	if _, job := queuedAny(t, db, queue.SharedQueue, r.stdout, folder); job.Task != want {
+	if _, job := queuedAny(t, db, fleet.SharedQueue, r.stdout, folder); job.Task != want {
 		t.Fatalf("task from file: %q", job.Task)
 	}
 	r = runWithStdin(t, vars, "from stdin\r\n", folder, "--task", "-", "--env-file", "")
 	if r.code != exitOK {
 		t.Fatalf("%+v", r)
 	}
-	if _, job := queuedAny(t, db, queue.SharedQueue, r.stdout, folder); job.Task != "from stdin" {
+	if _, job := queuedAny(t, db, fleet.SharedQueue, r.stdout, folder); job.Task != "from stdin" {
 		t.Fatalf("task from stdin: %q", job.Task)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/queue"
 )
@@ -37,8 +38,8 @@ func finishNext(t *testing.T, q *queue.Queue, result string) {
 func TestStatusCountsByOutcomeGolden(t *testing.T) {
 	db := livetest.Valkey(t)
 	ctx := context.Background()
-	shared := newQueue(t, db.Client, queue.SharedQueue)
-	alpha := newQueue(t, db.Client, queue.HostQueueName("alpha"))
+	shared := newQueue(t, db.Client, fleet.SharedQueue)
+	alpha := newQueue(t, db.Client, fleet.HostQueueName("alpha"))
 	if err := alpha.Declare(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -93,5 +94,5 @@ func TestRunSaysTheJobWaitsForAResume(t *testing.T) {
 	if r.code != exitOK || !strings.HasSuffix(r.stderr, "note: the fleet is paused, so this job waits until `pi-dispatch resume`\n") {
 		t.Fatalf("paused: %+v", r)
 	}
-	queuedJob(t, db, queue.SharedQueue, r.stdout, folder2)
+	queuedJob(t, db, fleet.SharedQueue, r.stdout, folder2)
 }

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
-	"github.com/pidispatch/pidispatch/queue"
 )
 
 // writeDotEnv makes a folder holding .env with content and moves the test
@@ -51,7 +51,7 @@ func TestRunReadsTheWholeEnvFile(t *testing.T) {
 	if r.code != exitOK || strings.Contains(r.stderr, "from-file") {
 		t.Fatalf("--env-file \"\" still read ./.env: %+v", r)
 	}
-	queuedJob(t, db, queue.SharedQueue, r.stdout, folder2)
+	queuedJob(t, db, fleet.SharedQueue, r.stdout, folder2)
 	other := filepath.Join(t.TempDir(), "other.env")
 	if err := os.WriteFile(other, []byte("VALKEY_URL="+db2.URL+"\nPI_WORKER_NAME=named\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/cronsync"
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/queue"
 )
@@ -74,7 +75,7 @@ func TestCronFiresOncePerTickWithTwoWorkers(t *testing.T) {
 	w2 := bootWorker(t, testEnv(t, db.URL, map[string]string{"PI_TRIGGERS_FILE": triggers, "TEST_DEFAULT_NAME": uniqueName("cron-two", db)}), dispatch.Tuning{})
 
 	time.Sleep(9 * time.Second)
-	q, err := queue.New(db.Client, queue.SharedQueue, queue.Config{})
+	q, err := queue.New(db.Client, fleet.SharedQueue, queue.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +146,7 @@ func TestCronDivergenceLeavesWorkerDraining(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	q, err := queue.New(db.Client, queue.HostQueueName(second), queue.Config{})
+	q, err := queue.New(db.Client, fleet.HostQueueName(second), queue.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,10 +221,10 @@ func TestCronOffRunsNoResidentScheduler(t *testing.T) {
 			db := livetest.Valkey(t)
 			name := uniqueName("cron-off", db)
 			env := map[string]string{"TEST_DEFAULT_NAME": name}
-			queueName := queue.SharedQueue
+			queueName := fleet.SharedQueue
 			if declared {
 				env["PI_WORKER_NAME"] = name
-				queueName = queue.HostQueueName(name)
+				queueName = fleet.HostQueueName(name)
 			}
 			id := fmt.Sprintf("off-%d", db.DB)
 			_, s := tickScheduler(t, id, t.TempDir(), 2)
@@ -348,7 +349,7 @@ func TestRemovedTriggerTakesItsDeferredRunAlong(t *testing.T) {
 			t.Fatalf("the edit was not reloaded; log:\n%s", w.logs.String())
 		}
 	}
-	q := testQueue(t, db, queue.HostQueueName(name))
+	q := testQueue(t, db, fleet.HostQueueName(name))
 	if j, err := q.Get(context.Background(), deferred); err == nil {
 		t.Fatalf("the removed trigger's deferred run %s is still queued (%s)", deferred, j.State)
 	}

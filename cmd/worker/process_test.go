@@ -19,9 +19,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/jobimage"
 	"github.com/pidispatch/pidispatch/internal/livetest"
-	"github.com/pidispatch/pidispatch/lease"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/runner"
 )
@@ -215,11 +215,11 @@ func TestKilledWorkerProcessRestarts(t *testing.T) {
 	first.waitEvent(t, "worker_started", 30*time.Second)
 	jobID := uniqueName("gh-kill", db)
 	e, err := newRouter(t, db).EnqueueForge(context.Background(), dispatch.ForgeDelivery{JobID: jobID, Job: forgeJob(scope, "JOB_SLEEP=120s")})
-	if err != nil || e.Queue != queue.SharedQueue {
+	if err != nil || e.Queue != fleet.SharedQueue {
 		t.Fatalf("enqueue: %+v %v", e, err)
 	}
 
-	claimKey := lease.ScopeSlotKey(lease.ScopeHash(scope), 0)
+	claimKey := fleet.ScopeSlotKey(fleet.ScopeHash(scope), 0)
 	holder := name + "#" + jobID
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -249,7 +249,7 @@ func TestKilledWorkerProcessRestarts(t *testing.T) {
 
 	began := time.Now()
 	second := startProcess(t, bin, env)
-	j := waitJobState(t, testQueue(t, db, queue.SharedQueue), jobID, queue.StateFailed, 90*time.Second)
+	j := waitJobState(t, testQueue(t, db, fleet.SharedQueue), jobID, queue.StateFailed, 90*time.Second)
 	t.Logf("the restarted worker failed the orphaned job after %s", time.Since(began).Round(time.Millisecond))
 	if j.FailedReason != dispatch.ReasonStalled {
 		t.Fatalf("failed reason %q, want stalled", j.FailedReason)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/queue"
 )
@@ -31,7 +32,7 @@ func TestRehomeStrandedProfileJob(t *testing.T) {
 	waitLive(t, db, ra, rb)
 
 	ctx := context.Background()
-	dead, err := queue.New(db.Client, queue.HostQueueName("rc"), queue.Config{})
+	dead, err := queue.New(db.Client, fleet.HostQueueName("rc"), queue.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/queue"
 )
@@ -161,7 +162,7 @@ func TestWaitCheckPassesOnThirdTry(t *testing.T) {
 	w := bootWorker(t, testEnv(t, db.URL, map[string]string{"PI_WORKER_NAME": name, "PI_WAIT_PROFILES": fx.profile}), fastWait())
 
 	id := uniqueName("gh-wait3", db)
-	addWaitJob(t, db, queue.SharedQueue, id, nil, fx.condition("j", 3, 1, ""))
+	addWaitJob(t, db, fleet.SharedQueue, id, nil, fx.condition("j", 3, 1, ""))
 	path := filepath.Join(w.cfg.LogsDir, dispatch.RecordName(id, 1))
 	sawHeld := false
 	deadline := time.Now().Add(60 * time.Second)
@@ -198,7 +199,7 @@ func TestWaitCheckPassesOnThirdTry(t *testing.T) {
 	if b := budgetToday(t, db.Client); b != 1 {
 		t.Fatalf("budget %d, want the one start", b)
 	}
-	waitJobState(t, testQueue(t, db, queue.SharedQueue), id, queue.StateCompleted, 10*time.Second)
+	waitJobState(t, testQueue(t, db, fleet.SharedQueue), id, queue.StateCompleted, 10*time.Second)
 	waitHoldGone(t, db, id)
 	w.stop(t)
 	logs := w.logs.String()
@@ -239,7 +240,7 @@ func TestWaitChecksShareOneFleetSlot(t *testing.T) {
 	for i := range 10 {
 		id := uniqueName("gh-slot"+strconv.Itoa(i), db)
 		ids = append(ids, id)
-		addWaitJob(t, db, queue.SharedQueue, id, nil, fx.condition("j"+strconv.Itoa(i), 2, 1, "0.1"))
+		addWaitJob(t, db, fleet.SharedQueue, id, nil, fx.condition("j"+strconv.Itoa(i), 2, 1, "0.1"))
 	}
 	dirs := []string{workers[0].cfg.LogsDir, workers[1].cfg.LogsDir}
 	deadline := time.Now().Add(90 * time.Second)
@@ -310,8 +311,8 @@ func TestWaitRefusals(t *testing.T) {
 			tt.tune(&tune)
 			w := bootWorker(t, testEnv(t, db.URL, map[string]string{"TEST_DEFAULT_NAME": uniqueName("refuse", db), "PI_WAIT_PROFILES": fx.profile}), tune)
 			id := uniqueName("gh-refuse", db)
-			addWaitJob(t, db, queue.SharedQueue, id, nil, fx.condition("j", 0, tt.notYet, ""))
-			j := waitJobState(t, testQueue(t, db, queue.SharedQueue), id, queue.StateCompleted, 30*time.Second)
+			addWaitJob(t, db, fleet.SharedQueue, id, nil, fx.condition("j", 0, tt.notYet, ""))
+			j := waitJobState(t, testQueue(t, db, fleet.SharedQueue), id, queue.StateCompleted, 30*time.Second)
 			rec := waitRecord(t, w.cfg.LogsDir, id, 5*time.Second)
 			if rec.Outcome != dispatch.OutcomePolicy || rec.Reason != tt.reason || rec.ExitCode != nil || rec.Attempt != 1 {
 				t.Fatalf("record %+v, want policy/%s", rec, tt.reason)
@@ -358,7 +359,7 @@ func TestWaitHoldContinuesOnAnotherHost(t *testing.T) {
 	}
 	a := bootWorker(t, env("cont-a"), fastWait())
 	id := uniqueName("gh-cont", db)
-	addWaitJob(t, db, queue.SharedQueue, id, nil, fx.condition("j", 0, 1, ""))
+	addWaitJob(t, db, fleet.SharedQueue, id, nil, fx.condition("j", 0, 1, ""))
 
 	ctx := context.Background()
 	deadline := time.Now().Add(30 * time.Second)
@@ -420,9 +421,9 @@ func TestWaitAfter(t *testing.T) {
 	added := time.Now()
 	at := added.Add(2500 * time.Millisecond).UTC()
 	delayID, instantID, farID := uniqueName("gh-after-delay", db), uniqueName("gh-after-at", db), uniqueName("gh-after-far", db)
-	addWaitJob(t, db, queue.SharedQueue, delayID, nil, dispatch.WaitCondition{After: "2s"})
-	addWaitJob(t, db, queue.SharedQueue, instantID, nil, dispatch.WaitCondition{After: at.Format(time.RFC3339Nano)})
-	addWaitJob(t, db, queue.SharedQueue, farID, nil, dispatch.WaitCondition{After: "2m"})
+	addWaitJob(t, db, fleet.SharedQueue, delayID, nil, dispatch.WaitCondition{After: "2s"})
+	addWaitJob(t, db, fleet.SharedQueue, instantID, nil, dispatch.WaitCondition{After: at.Format(time.RFC3339Nano)})
+	addWaitJob(t, db, fleet.SharedQueue, farID, nil, dispatch.WaitCondition{After: "2m"})
 
 	far := waitRecord(t, w.cfg.LogsDir, farID, 30*time.Second)
 	if far.Outcome != dispatch.OutcomePolicy || far.Reason != dispatch.ReasonWaitTimeout {
@@ -470,7 +471,7 @@ func TestWaitSupersededAcrossQueues(t *testing.T) {
 	w := bootWorker(t, testEnv(t, db.URL, map[string]string{"PI_WORKER_NAME": name, "PI_WAIT_PROFILES": fx.profile}), fastWait())
 	const dedup = "acme/web#12:review"
 	oldID, newID := uniqueName("gh-old", db), uniqueName("gh-new", db)
-	addWaitJob(t, db, queue.HostQueueName(name), oldID, &queue.Dedup{ID: dedup, TTL: time.Millisecond}, fx.condition("old", 0, 1, ""))
+	addWaitJob(t, db, fleet.HostQueueName(name), oldID, &queue.Dedup{ID: dedup, TTL: time.Millisecond}, fx.condition("old", 0, 1, ""))
 	ctx := context.Background()
 	deadline := time.Now().Add(30 * time.Second)
 	for fx.runs(t, "old") < 1 {
@@ -479,7 +480,7 @@ func TestWaitSupersededAcrossQueues(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	addWaitJob(t, db, queue.SharedQueue, newID, &queue.Dedup{ID: dedup, TTL: time.Millisecond}, fx.condition("new", 1, 1, ""))
+	addWaitJob(t, db, fleet.SharedQueue, newID, &queue.Dedup{ID: dedup, TTL: time.Millisecond}, fx.condition("new", 1, 1, ""))
 
 	old := waitRecord(t, w.cfg.LogsDir, oldID, 30*time.Second)
 	if old.Outcome != dispatch.OutcomePolicy || old.Reason != dispatch.ReasonWaitSuperseded {
@@ -497,7 +498,7 @@ func TestWaitSupersededAcrossQueues(t *testing.T) {
 	w.stop(t)
 	logs := w.logs.String()
 	took := events(t, logs, "wait_took_over", newID)
-	if len(took) != 1 || attr(t, took[0], "previous") != oldID || attr(t, took[0], "previousLive") != true || attr(t, took[0], "previousQueue") != queue.HostQueueName(name) {
+	if len(took) != 1 || attr(t, took[0], "previous") != oldID || attr(t, took[0], "previousLive") != true || attr(t, took[0], "previousQueue") != fleet.HostQueueName(name) {
 		t.Fatalf("takeover lines %v", took)
 	}
 	if countEvents(t, logs, "job_started", oldID) != 0 || countEvents(t, logs, "job_started", newID) != 1 {
@@ -515,7 +516,7 @@ func TestHeldJobInStatusAndCancel(t *testing.T) {
 	name := uniqueName("heldcancel", db)
 	bootWorker(t, testEnv(t, db.URL, map[string]string{"PI_WORKER_NAME": name, "PI_WAIT_PROFILES": fx.profile}), fastWait())
 	// A check that never passes (it would pass at run 1000).
-	addWaitJob(t, db, queue.SharedQueue, "gh-held-1", nil, fx.condition("never", 1000, 1000, ""))
+	addWaitJob(t, db, fleet.SharedQueue, "gh-held-1", nil, fx.condition("never", 1000, 1000, ""))
 
 	ctx := context.Background()
 	deadline := time.Now().Add(20 * time.Second)

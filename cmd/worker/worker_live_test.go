@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/runner"
@@ -48,8 +49,8 @@ func TestSecretJobRoutesToCapableHostAndStaysSecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.Queue != queue.HostQueueName(nameB) || !e.Added {
-		t.Fatalf("enqueued %+v, want a new job on %s", e, queue.HostQueueName(nameB))
+	if e.Queue != fleet.HostQueueName(nameB) || !e.Added {
+		t.Fatalf("enqueued %+v, want a new job on %s", e, fleet.HostQueueName(nameB))
 	}
 
 	rec := waitRecord(t, b.cfg.LogsDir, jobID, 60*time.Second)
@@ -63,7 +64,7 @@ func TestSecretJobRoutesToCapableHostAndStaysSecret(t *testing.T) {
 	if err := json.Unmarshal(rec.Telemetry, &tel); err != nil || tel.Event != "exit" || tel.CheckedEnv["SECRET_TOKEN"] != "present" {
 		t.Fatalf("the container did not see the secret: telemetry %s (%v)", rec.Telemetry, err)
 	}
-	waitJobState(t, testQueue(t, db, queue.HostQueueName(nameB)), jobID, queue.StateCompleted, 10*time.Second)
+	waitJobState(t, testQueue(t, db, fleet.HostQueueName(nameB)), jobID, queue.StateCompleted, 10*time.Second)
 	if n := countEvents(t, b.logs.String(), "job_started", jobID); n != 1 {
 		t.Fatalf("%d job_started lines on %s, want 1", n, nameB)
 	}
@@ -131,10 +132,10 @@ func TestUnknownSecretProfileRefusedOnce(t *testing.T) {
 	job := forgeJob("acme/web", "JOB_EXIT_CODE=0")
 	job.SecretsProfile = "prod"
 	e, err := newRouter(t, db).EnqueueForge(context.Background(), dispatch.ForgeDelivery{JobID: jobID, Job: job})
-	if err != nil || e.Queue != queue.SharedQueue {
+	if err != nil || e.Queue != fleet.SharedQueue {
 		t.Fatalf("enqueue: %+v %v (nothing routes to an unnamed host)", e, err)
 	}
-	j := waitJobState(t, testQueue(t, db, queue.SharedQueue), jobID, queue.StateCompleted, 30*time.Second)
+	j := waitJobState(t, testQueue(t, db, fleet.SharedQueue), jobID, queue.StateCompleted, 30*time.Second)
 	rec := waitRecord(t, w.cfg.LogsDir, jobID, 5*time.Second)
 	if rec.Outcome != dispatch.OutcomePolicy || rec.Reason != dispatch.ReasonSecretProfileUnknown || rec.ExitCode != nil || rec.Attempt != 1 || rec.Host != w.cfg.WorkerName {
 		t.Fatalf("record %+v", rec)
@@ -167,7 +168,7 @@ func TestInvalidJobDataRefusedOnce(t *testing.T) {
 	db := livetest.Valkey(t)
 	name := uniqueName("invalid", db)
 	w := bootWorker(t, testEnv(t, db.URL, map[string]string{"PI_WORKER_NAME": name}), dispatch.Tuning{})
-	q := testQueue(t, db, queue.SharedQueue)
+	q := testQueue(t, db, fleet.SharedQueue)
 	jobID := uniqueName("junk", db)
 	if _, added, err := q.Add(context.Background(), dispatch.JobName, json.RawMessage(`{"kind":"nope","task":"JOB_EXIT_CODE=0"}`), queue.AddOptions{JobID: jobID, Attempts: 3}); err != nil || !added {
 		t.Fatalf("add: %v %v", added, err)
@@ -313,7 +314,7 @@ func TestConcurrencyBoundsBothQueues(t *testing.T) {
 			JobID: fmt.Sprintf("gh-conc-%d-%d", db.DB, i),
 			Job:   forgeJob(fmt.Sprintf("acme/conc%d", i), "JOB_SLEEP=1500ms"),
 		})
-		if err != nil || e.Queue != queue.SharedQueue {
+		if err != nil || e.Queue != fleet.SharedQueue {
 			t.Fatalf("enqueue: %+v %v", e, err)
 		}
 		ids = append(ids, e.JobID)
@@ -324,7 +325,7 @@ func TestConcurrencyBoundsBothQueues(t *testing.T) {
 	}
 	for range 3 {
 		e, err := p.EnqueueLocal(ctx, dispatch.Job{Folder: t.TempDir(), Flow: "fix", Task: "JOB_SLEEP=1500ms"})
-		if err != nil || e.Queue != queue.HostQueueName(name) {
+		if err != nil || e.Queue != fleet.HostQueueName(name) {
 			t.Fatalf("enqueue: %+v %v", e, err)
 		}
 		ids = append(ids, e.JobID)
@@ -388,7 +389,7 @@ func TestScopeConcurrencyAcrossWorkers(t *testing.T) {
 			JobID: fmt.Sprintf("gh-scope-%d-%d", db.DB, i),
 			Job:   forgeJob("acme/api", "JOB_SLEEP=1s"),
 		})
-		if err != nil || e.Queue != queue.SharedQueue {
+		if err != nil || e.Queue != fleet.SharedQueue {
 			t.Fatalf("enqueue: %+v %v", e, err)
 		}
 		jobs[e.JobID] = true

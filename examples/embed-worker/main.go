@@ -24,6 +24,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/capabilities"
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/lease"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
@@ -94,9 +95,9 @@ func newWorker(cfg dispatch.Config, logger *slog.Logger) (w *dispatch.Worker, cl
 
 	// Queues: the shared one, plus this host's own when its name is declared.
 	qcfg := queue.Config{WorkerName: cfg.WorkerName, Logger: logger.With("host", cfg.WorkerName)}
-	names := []string{queue.SharedQueue}
+	names := []string{fleet.SharedQueue}
 	if cfg.WorkerNameDeclared {
-		names = append(names, queue.HostQueueName(cfg.WorkerName))
+		names = append(names, fleet.HostQueueName(cfg.WorkerName))
 	}
 	var queues []*queue.Queue
 	deps := dispatch.Deps{Runtime: rt}

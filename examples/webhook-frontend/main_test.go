@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
@@ -95,10 +96,10 @@ const goodBody = `{"repo":"acme/api","ref":"main","flow":"review","task":"Review
 func TestWebhook_GoodSignatureEnqueues(t *testing.T) {
 	f := newFrontend(t)
 	code, out := f.post(t, "d-1", sign(testSecret, goodBody), goodBody)
-	if code != http.StatusAccepted || out["jobId"] != "gh-d-1" || out["queue"] != queue.SharedQueue {
+	if code != http.StatusAccepted || out["jobId"] != "gh-d-1" || out["queue"] != fleet.SharedQueue {
 		t.Fatalf("%d %v", code, out)
 	}
-	j := f.job(t, queue.SharedQueue, "gh-d-1")
+	j := f.job(t, fleet.SharedQueue, "gh-d-1")
 	if j == nil {
 		t.Fatal("job gh-d-1 is not on the shared queue")
 	}
@@ -134,7 +135,7 @@ func TestWebhook_RoutesToACapableHost(t *testing.T) {
 	}
 	body := `{"repo":"acme/api","flow":"deploy","task":"Ship it","secretsProfile":"prod"}`
 	code, out := f.post(t, "d-prod", sign(testSecret, body), body)
-	want := queue.HostQueueName("prod-1")
+	want := fleet.HostQueueName("prod-1")
 	if code != http.StatusAccepted || out["queue"] != want {
 		t.Fatalf("%d %v, want the queue %s", code, out, want)
 	}
@@ -160,7 +161,7 @@ func TestWebhook_BadSignatureIs401(t *testing.T) {
 			}
 		})
 	}
-	if f.job(t, queue.SharedQueue, "gh-d-401") != nil {
+	if f.job(t, fleet.SharedQueue, "gh-d-401") != nil {
 		t.Fatal("an unsigned delivery was enqueued")
 	}
 	// A refused delivery is not remembered: the genuine one still gets in.

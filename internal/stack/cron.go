@@ -10,7 +10,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/cronsync"
 	"github.com/pidispatch/pidispatch/dispatch"
-	"github.com/pidispatch/pidispatch/queue"
+	"github.com/pidispatch/pidispatch/fleet"
 )
 
 // cronPart is the worker's cron side: at boot, the gated reconcile of the
@@ -85,7 +85,7 @@ type cronGate struct {
 var _ dispatch.CronGate = cronGate{}
 
 func (g cronGate) AdmitCron(ctx context.Context, queueName, schedulerID string, data json.RawMessage) dispatch.CronVerdict {
-	d := cronsync.AdmitRun(ctx, g.live, g.peers, queueName == queue.SharedQueue, g.host, schedulerID, data)
+	d := cronsync.AdmitRun(ctx, g.live, g.peers, queueName == fleet.SharedQueue, g.host, schedulerID, data)
 	return dispatch.CronVerdict{Run: d.Run, Leave: d.Leave, Reason: d.Reason}
 }
 
@@ -114,7 +114,7 @@ func (c *cronOff) Run(ctx context.Context) error {
 		ids[i] = s.ID
 	}
 	level, reason := slog.LevelWarn, "PI_TRIGGERS_FILE is unset: this host runs no cron job, and refuses these schedulers' runs (cron-not-agreed)"
-	if c.queue == queue.SharedQueue {
+	if c.queue == fleet.SharedQueue {
 		level, reason = slog.LevelInfo, "PI_TRIGGERS_FILE is unset: this host runs no cron job; it leaves these schedulers' runs to a live peer with another cron set, or refuses them (cron-not-agreed)"
 	}
 	c.log.Log(ctx, level, "cron_disabled_schedulers_resident", "queue", c.queue, "schedulers", ids, "reason", reason)

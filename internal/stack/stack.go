@@ -20,6 +20,7 @@ import (
 	"github.com/pidispatch/pidispatch/capabilities"
 	"github.com/pidispatch/pidispatch/cronsync"
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/lease"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
@@ -89,13 +90,13 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 	}
 
 	qcfg := queue.Config{LockTTL: tune.LockTTL, WorkerName: cfg.WorkerName, Logger: log}
-	shared, err := queue.New(rc, queue.SharedQueue, qcfg)
+	shared, err := queue.New(rc, fleet.SharedQueue, qcfg)
 	if err != nil {
 		return fail(err)
 	}
 	queues := []*queue.Queue{shared}
 	if cfg.WorkerNameDeclared {
-		host, err := queue.New(rc, queue.HostQueueName(cfg.WorkerName), qcfg)
+		host, err := queue.New(rc, fleet.HostQueueName(cfg.WorkerName), qcfg)
 		if err != nil {
 			return fail(err)
 		}

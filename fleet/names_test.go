@@ -1,4 +1,4 @@
-package registry
+package fleet
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package lease
+package fleet
 
 import (
 	"crypto/sha256"
@@ -6,7 +6,8 @@ import (
 	"strconv"
 )
 
-// Every Valkey key this package touches is formatted here and nowhere else.
+// The fleet-wide slot keys, shared by the lease package that takes them and
+// the worker that names them.
 
 // CheckSlotKey is wait-check slot i: the fleet-wide PI_WAIT_CHECK_SLOTS bound.
 func CheckSlotKey(i int) string { return "wait:check:" + strconv.Itoa(i) }

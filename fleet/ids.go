@@ -1,0 +1,38 @@
+package fleet
+
+import (
+	"errors"
+	"fmt"
+	"unicode/utf8"
+)
+
+// MaxJobIDBytes is the longest job id CheckJobID accepts: short enough for a
+// key, a log line and, with its digest, a file name.
+const MaxJobIDBytes = 256
+
+// ErrInvalidJobID is wrapped by every CheckJobID refusal.
+var ErrInvalidJobID = errors.New("invalid job id")
+
+// CheckJobID is the one rule for every job id, whoever wrote the job: 1 to
+// MaxJobIDBytes bytes of valid UTF-8 without control characters (C0, DEL
+// and C1). Every Add applies it to a custom id, and a worker applies it
+// again to each job it takes before anything is spent, since a peer may
+// write a job with any id BullMQ allows: such a job is refused with a record
+// and failed, never run.
+func CheckJobID(id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: empty", ErrInvalidJobID)
+	}
+	if len(id) > MaxJobIDBytes {
+		return fmt.Errorf("%w: longer than %d bytes (%d)", ErrInvalidJobID, MaxJobIDBytes, len(id))
+	}
+	if !utf8.ValidString(id) {
+		return fmt.Errorf("%w: not valid UTF-8", ErrInvalidJobID)
+	}
+	for _, r := range id {
+		if r < 0x20 || r >= 0x7f && r <= 0x9f {
+			return fmt.Errorf("%w: contains control character %U", ErrInvalidJobID, r)
+		}
+	}
+	return nil
+}
