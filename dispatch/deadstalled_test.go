@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
-	"github.com/pidispatch/pidispatch/runner"
 )
 
 // A host that hangs without dying stops beating and stops checking its own
@@ -39,7 +39,7 @@ func TestHungHostsQueueIsCheckedByOthers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f.boot(t, &orphanRuntime{reap: runner.ReapReport{Enumerated: true}}, reg)
+		f.boot(t, &orphanRuntime{reap: container.ReapReport{Enumerated: true}}, reg)
 	}
 
 	deadline := time.Now().Add(15 * time.Second)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/lease"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
@@ -63,8 +64,8 @@ type HoldStore interface {
 
 // Runtime runs job containers and cleans up after a crash.
 type Runtime interface {
-	Run(ctx context.Context, spec runner.Spec) (runner.Result, error)
-	Reap(ctx context.Context, worker string) (runner.ReapReport, error)
+	Run(ctx context.Context, spec container.Spec) (container.Result, error)
+	Reap(ctx context.Context, worker string) (container.ReapReport, error)
 	ImagePresent(ctx context.Context, image string) (bool, error)
 	ImageDigest(ctx context.Context, image string) (string, error)
 }

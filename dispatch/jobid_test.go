@@ -12,10 +12,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/queue"
-	"github.com/pidispatch/pidispatch/runner"
 )
 
 // hostileIDs are job ids of every shape an entrance may see: lengths 0 to
@@ -109,7 +109,7 @@ func peerAdd(t *testing.T, c *redis.Client, id string, data []byte) {
 func TestPeerWrittenIDsAreRefusedAtPickup(t *testing.T) {
 	f := newOrphanFixture(t)
 	f.cap = 1000 // every valid one runs
-	rt := &orphanRuntime{reap: runner.ReapReport{Enumerated: true}}
+	rt := &orphanRuntime{reap: container.ReapReport{Enumerated: true}}
 	_, stop := f.boot(t, rt, &orphanRegistry{})
 	data, _ := json.Marshal(Job{Kind: KindForge, Repo: "acme/web", Flow: "fix", Task: "t"})
 	seen := map[string]bool{}

@@ -9,9 +9,9 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/internal/faultpoint"
 	"github.com/pidispatch/pidispatch/queue"
-	"github.com/pidispatch/pidispatch/runner"
 )
 
 // A worker that crashes mid-job (killed, OOM, power loss of the process but
@@ -261,7 +261,7 @@ func (w *Worker) exitedOutcome(rec *Record, jobDir string) {
 	default:
 		rec.Outcome, rec.Reason = OutcomeFailed, ReasonExitOther
 	}
-	if t, ok := runner.ParseExitLine(readTail(filepath.Join(jobDir, outputFileName), runner.TelemetryScanBytes)); ok {
+	if t, ok := container.ParseExitLine(readTail(filepath.Join(jobDir, outputFileName), container.TelemetryScanBytes)); ok {
 		rec.Telemetry = t.Raw
 	}
 }

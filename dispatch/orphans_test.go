@@ -13,16 +13,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
-	"github.com/pidispatch/pidispatch/runner"
 )
 
 // orphanRuntime reaps as told and counts runs (it never runs a container).
 type orphanRuntime struct {
-	reap runner.ReapReport
+	reap container.ReapReport
 
 	mu   sync.Mutex
 	runs []string
@@ -30,15 +30,17 @@ type orphanRuntime struct {
 
 var _ Runtime = (*orphanRuntime)(nil)
 
-func (r *orphanRuntime) Run(_ context.Context, spec runner.Spec) (runner.Result, error) {
+func (r *orphanRuntime) Run(_ context.Context, spec container.Spec) (container.Result, error) {
 	r.mu.Lock()
 	r.runs = append(r.runs, spec.JobID)
 	r.mu.Unlock()
 	now := time.Now()
-	return runner.Result{ExitCode: 0, StartedAt: now, EndedAt: now}, nil
+	return container.Result{ExitCode: 0, StartedAt: now, EndedAt: now}, nil
 }
 
-func (r *orphanRuntime) Reap(context.Context, string) (runner.ReapReport, error) { return r.reap, nil }
+func (r *orphanRuntime) Reap(context.Context, string) (container.ReapReport, error) {
+	return r.reap, nil
+}
 
 func (r *orphanRuntime) ImagePresent(context.Context, string) (bool, error) { return true, nil }
 
@@ -226,7 +228,7 @@ func TestRestartFailsOwnOrphansAtBoot(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	rt := &orphanRuntime{reap: runner.ReapReport{Enumerated: true, Found: 1, Removed: 1}}
+	rt := &orphanRuntime{reap: container.ReapReport{Enumerated: true, Found: 1, Removed: 1}}
 	began := time.Now()
 	logs, stop := f.boot(t, rt, &orphanRegistry{})
 
@@ -275,14 +277,14 @@ func TestRestartFailsOwnOrphansAtBoot(t *testing.T) {
 func TestOrphansLeftWithoutProof(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		reap runner.ReapReport
+		reap container.ReapReport
 		reg  Registry
 		why  string
 	}{
-		{"reaper-did-not-enumerate", runner.ReapReport{}, &orphanRegistry{}, "reaper"},
-		{"reaper-left-a-container", runner.ReapReport{Enumerated: true, Found: 1}, &orphanRegistry{}, "reaper"},
-		{"name-not-proven", runner.ReapReport{Enumerated: true}, &orphanRegistry{publishErr: registry.ErrUnreachable}, "name"},
-		{"no-registry", runner.ReapReport{Enumerated: true}, nil, "registry"},
+		{"reaper-did-not-enumerate", container.ReapReport{}, &orphanRegistry{}, "reaper"},
+		{"reaper-left-a-container", container.ReapReport{Enumerated: true, Found: 1}, &orphanRegistry{}, "reaper"},
+		{"name-not-proven", container.ReapReport{Enumerated: true}, &orphanRegistry{publishErr: registry.ErrUnreachable}, "name"},
+		{"no-registry", container.ReapReport{Enumerated: true}, nil, "registry"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newOrphanFixture(t)

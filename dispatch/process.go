@@ -9,10 +9,10 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/faultpoint"
 	"github.com/pidispatch/pidispatch/queue"
-	"github.com/pidispatch/pidispatch/runner"
 )
 
 // Exit codes of the container contract (docs/container-contract.md).
@@ -205,7 +205,7 @@ func (w *Worker) handle(ctx context.Context, q JobQueue, job *queue.Job, token s
 	}()
 	log.Info("job_started", "image", h.rec.Image, "kind", string(spec.Kind), "user", user)
 	remover, keep := w.deps.Runtime.(containerRemover)
-	result, runErr := w.deps.Runtime.Run(runCtx, runner.Spec{
+	result, runErr := w.deps.Runtime.Run(runCtx, container.Spec{
 		// Kept until its outcome is recorded and reported, with its output
 		// beside the held note: a crash in between leaves both for the
 		// restarted worker to record the real outcome from.
@@ -247,7 +247,7 @@ func (w *Worker) handle(ctx context.Context, q JobQueue, job *queue.Job, token s
 	}
 
 	switch {
-	case errors.Is(runErr, runner.ErrImageMissing):
+	case errors.Is(runErr, container.ErrImageMissing):
 		w.refuse(ctx, h, ReasonJobImageMissing)
 	case result.NeverStarted:
 		log.Warn("job_never_started", "exitCode", result.ExitCode, "err", errString(runErr))
@@ -861,7 +861,7 @@ func (w *Worker) recordStalled(ctx context.Context, q JobQueue, id, event string
 	w.log.Warn(event, "jobId", id, "queue", q.Name(), "ranOn", rec.Host)
 }
 
-func exitPtr(r runner.Result) *int {
+func exitPtr(r container.Result) *int {
 	if r.NeverStarted && r.ExitCode == 0 {
 		return nil
 	}
@@ -869,7 +869,7 @@ func exitPtr(r runner.Result) *int {
 	return &c
 }
 
-func telemetryOf(r runner.Result) json.RawMessage {
+func telemetryOf(r container.Result) json.RawMessage {
 	if r.Telemetry == nil || len(r.Telemetry.Raw) == 0 {
 		return nil
 	}

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/queue"
-	"github.com/pidispatch/pidispatch/runner"
 )
 
 // killedQueue is a queue whose process "dies" at the state change: Fail and
@@ -77,7 +77,7 @@ func (q *killedQueue) CheckStalled(ctx context.Context) (queue.Stalled, error) {
 func TestOrphanIsRecordedBeforeItFails(t *testing.T) {
 	f := newOrphanFixture(t)
 	f.leaveOrphan(t, "orphan-rf", "")
-	rt := &orphanRuntime{reap: runner.ReapReport{Enumerated: true}}
+	rt := &orphanRuntime{reap: container.ReapReport{Enumerated: true}}
 	kq := &killedQueue{Queue: f.shared, logsDir: f.cfg.LogsDir, killed: true}
 
 	w := f.worker(t, rt, &orphanRegistry{}, nil)
@@ -207,12 +207,12 @@ type frozenRuntime struct {
 	started chan struct{}
 }
 
-func (r *frozenRuntime) Run(ctx context.Context, spec runner.Spec) (runner.Result, error) {
+func (r *frozenRuntime) Run(ctx context.Context, spec container.Spec) (container.Result, error) {
 	close(r.started)
 	began := time.Now()
 	<-ctx.Done()
-	return runner.Result{ExitCode: 137, StartedAt: began, EndedAt: time.Now(),
-		Telemetry: &runner.Telemetry{Raw: json.RawMessage(`{"event":"exit","cost":2.5}`)}}, nil
+	return container.Result{ExitCode: 137, StartedAt: began, EndedAt: time.Now(),
+		Telemetry: &container.Telemetry{Raw: json.RawMessage(`{"event":"exit","cost":2.5}`)}}, nil
 }
 
 // A worker frozen past its lock wakes after another host's stalled check
@@ -232,7 +232,7 @@ func TestFrozenWorkerWakingWritesNoSecondRecord(t *testing.T) {
 	if _, _, err := frozen.shared.Add(ctx, JobName, data, queue.AddOptions{JobID: "frozen-1"}); err != nil {
 		t.Fatal(err)
 	}
-	rt := &frozenRuntime{orphanRuntime: orphanRuntime{reap: runner.ReapReport{Enumerated: true}}, started: make(chan struct{})}
+	rt := &frozenRuntime{orphanRuntime: orphanRuntime{reap: container.ReapReport{Enumerated: true}}, started: make(chan struct{})}
 	_, stop := frozen.boot(t, rt, &orphanRegistry{})
 	select {
 	case <-rt.started:
@@ -288,8 +288,8 @@ func TestOrphanWithAnExitedContainerGetsItsRealOutcome(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(jobsDir, dirs[0].Name(), outputFileName), []byte(out), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	rt := &orphanRuntime{reap: runner.ReapReport{Enumerated: true, Found: 1, Removed: 1,
-		Exited: []runner.ExitedJob{{JobID: "orphan-exited", Container: "pi-job-orphan-exited", ExitCode: 0}}}}
+	rt := &orphanRuntime{reap: container.ReapReport{Enumerated: true, Found: 1, Removed: 1,
+		Exited: []container.ExitedJob{{JobID: "orphan-exited", Container: "pi-job-orphan-exited", ExitCode: 0}}}}
 	_, stop := f.boot(t, rt, &orphanRegistry{})
 	stop()
 	j, err := f.shared.Get(context.Background(), "orphan-exited")
@@ -320,12 +320,12 @@ type keepingRuntime struct {
 	stateRm queue.State // the job's state then
 }
 
-func (r *keepingRuntime) Run(ctx context.Context, spec runner.Spec) (runner.Result, error) {
+func (r *keepingRuntime) Run(ctx context.Context, spec container.Spec) (container.Result, error) {
 	r.mu.Lock()
 	r.kept = spec.KeepContainer && spec.OutputFile != ""
 	r.mu.Unlock()
 	now := time.Now()
-	return runner.Result{ExitCode: 0, StartedAt: now, EndedAt: now, Container: "pi-job-" + spec.JobID}, nil
+	return container.Result{ExitCode: 0, StartedAt: now, EndedAt: now, Container: "pi-job-" + spec.JobID}, nil
 }
 
 func (r *keepingRuntime) RemoveContainer(ctx context.Context, name string) error {
@@ -344,7 +344,7 @@ func (r *keepingRuntime) RemoveContainer(ctx context.Context, name string) error
 // then removed.
 func TestRunKeepsItsContainerUntilRecorded(t *testing.T) {
 	f := newOrphanFixture(t)
-	rt := &keepingRuntime{orphanRuntime: orphanRuntime{reap: runner.ReapReport{Enumerated: true}}, logsDir: f.cfg.LogsDir, q: f.shared}
+	rt := &keepingRuntime{orphanRuntime: orphanRuntime{reap: container.ReapReport{Enumerated: true}}, logsDir: f.cfg.LogsDir, q: f.shared}
 	data, _ := json.Marshal(Job{Kind: KindForge, Repo: "acme/keep", Flow: "fix", Task: "t"})
 	if _, _, err := f.shared.Add(context.Background(), JobName, data, queue.AddOptions{JobID: "keep-1"}); err != nil {
 		t.Fatal(err)
@@ -380,7 +380,7 @@ type keepingReaper struct {
 	removed map[string]int // container -> records in logsDir when removed
 }
 
-func (r *keepingReaper) ReapRunning(ctx context.Context, worker string) (runner.ReapReport, error) {
+func (r *keepingReaper) ReapRunning(ctx context.Context, worker string) (container.ReapReport, error) {
 	return r.reap, nil
 }
 
@@ -397,7 +397,7 @@ func TestBootRemovesExitedContainersAfterRecording(t *testing.T) {
 	f := newOrphanFixture(t)
 	f.leaveOrphan(t, "orphan-kept", "")
 	rt := &keepingReaper{logsDir: f.cfg.LogsDir, removed: map[string]int{}}
-	rt.reap = runner.ReapReport{Enumerated: true, Exited: []runner.ExitedJob{
+	rt.reap = container.ReapReport{Enumerated: true, Exited: []container.ExitedJob{
 		{JobID: "orphan-kept", Container: "pi-job-orphan-kept", ExitCode: 1},
 		{JobID: "long-done", Container: "pi-job-long-done", ExitCode: 0}, // its run was recorded and reported
 	}}

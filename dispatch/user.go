@@ -46,7 +46,7 @@ func validID(s string) bool {
 }
 
 // containerUser is the user a job's container runs as on this host, in the
-// form runner.Spec.User takes ("" is the image's USER). Under the owner rule
+// form container.Spec.User takes ("" is the image's USER). Under the owner rule
 // a job with a folder runs as the folder's owner, read here at run time: the
 // folder is this host's, mounted from this host, so only this host can say
 // who owns it. A job without a folder works in a fresh folder anyone may

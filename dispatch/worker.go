@@ -12,9 +12,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/lease"
 	"github.com/pidispatch/pidispatch/registry"
-	"github.com/pidispatch/pidispatch/runner"
 )
 
 // Tuning holds the Worker's tunables that are not operator configuration.
@@ -135,7 +135,7 @@ type Worker struct {
 	fetchFaulty bool // fetch failures are logged once per transition
 	// exited holds, from the boot reap, the exit of each job container a
 	// crashed predecessor left exited, by job id (read by failOrphans).
-	exited map[string]runner.ExitedJob
+	exited map[string]container.ExitedJob
 	// undecided holds the ids of orphans failOrphans could not finish: their
 	// folders and exited containers stay for the next boot.
 	undecided map[string]bool
@@ -367,7 +367,7 @@ func (w *Worker) reap(ctx context.Context) bool {
 	if rep.Found > 0 || len(rep.Exited) > 0 {
 		w.log.Info("reaped_containers", "found", rep.Found, "removed", rep.Removed, "exited", len(rep.Exited))
 	}
-	w.exited = make(map[string]runner.ExitedJob, len(rep.Exited))
+	w.exited = make(map[string]container.ExitedJob, len(rep.Exited))
 	for _, e := range rep.Exited {
 		w.exited[e.JobID] = e
 	}
@@ -377,7 +377,7 @@ func (w *Worker) reap(ctx context.Context) bool {
 // runningReaper reaps only running containers, leaving exited ones and
 // reporting their exits (*runner.Docker does).
 type runningReaper interface {
-	ReapRunning(ctx context.Context, worker string) (runner.ReapReport, error)
+	ReapRunning(ctx context.Context, worker string) (container.ReapReport, error)
 }
 
 // removeExited removes the exited job containers the boot reap left, once

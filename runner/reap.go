@@ -6,34 +6,6 @@ import (
 	"fmt"
 )
 
-// ReapReport is what a Reap found and did.
-type ReapReport struct {
-	// Enumerated: the engine listed this worker's containers. Only then does
-	// the report say anything about what remains.
-	Enumerated bool
-	// Found is how many containers carried the worker's label; Removed how
-	// many of them are gone now.
-	Found, Removed int
-	// Errors holds one error per container that could not be removed.
-	Errors []error
-	// Exited lists the containers found exited, with their exit codes, read
-	// before they were removed: a worker that crashed after its job's
-	// container ended records the real outcome from it.
-	Exited []ExitedJob
-}
-
-// ExitedJob is a job container Reap found exited.
-type ExitedJob struct {
-	JobID     string // the container's LabelJob
-	Container string
-	ExitCode  int
-	OOMKilled bool
-}
-
-// Clean reports whether the sweep proved this worker holds no containers:
-// it enumerated them and removed every one.
-func (r ReapReport) Clean() bool { return r.Enumerated && r.Removed == r.Found && len(r.Errors) == 0 }
-
 // Reap force-removes every container, in any state, labelled as owned by
 // worker (LabelWorker), for the worker's boot sweep, and reports the exit
 // codes of those that had exited. Containers are matched

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/pidispatch/pidispatch/container"
 )
 
 // Runtime runs job containers and cleans up after a worker. The worker
@@ -27,17 +29,21 @@ type Runtime interface {
 
 var _ Runtime = (*Docker)(nil)
 
+// The runner speaks the container package's types: a worker written against
+// them needs no Docker code.
+type (
+	Spec       = container.Spec
+	Result     = container.Result
+	Telemetry  = container.Telemetry
+	ReapReport = container.ReapReport
+	ExitedJob  = container.ExitedJob
+)
+
+// The refusals of Run, defined in package container.
 var (
-	// ErrImageMissing refuses a job whose image is not on this host. Nothing
-	// is pulled and no container is created.
-	ErrImageMissing = errors.New("job image missing")
-	// ErrInvalidSpec refuses a Spec that names no job or worker, asks to share
-	// the host's network, or carries values no engine could pass on (NUL
-	// bytes, invalid UTF-8, reserved labels). Nothing is created.
-	ErrInvalidSpec = errors.New("invalid job spec")
-	// ErrNameConflict refuses a job whose container name is taken by a
-	// container this worker does not own; that container is left alone.
-	ErrNameConflict = errors.New("container name held by a container of another owner")
+	ErrImageMissing = container.ErrImageMissing
+	ErrInvalidSpec  = container.ErrInvalidSpec
+	ErrNameConflict = container.ErrNameConflict
 )
 
 // Isolation applied to every container; a Spec cannot change it.
@@ -127,93 +133,6 @@ func cmpOr[T comparable](v, def T) T {
 		return def
 	}
 	return v
-}
-
-// Spec is one job's container.
-type Spec struct {
-	// JobID names the job: the container is ContainerName(JobID) and carries
-	// it in LabelJob. Required.
-	JobID string
-	// Worker is the owning worker's name, carried in LabelWorker; Reap finds
-	// containers by it. Required.
-	Worker string
-	// Image is a local image reference (tag or ID). Never pulled.
-	Image string
-	// Env is the job's environment, secrets included. It travels in the
-	// engine API's Env field only: never on a command line, never logged.
-	Env map[string]string
-	// JobDir, when set, is an absolute host folder mounted read-only at /job.
-	JobDir string
-	// WorkspaceDir, when set, is an absolute host folder mounted read-write
-	// at /workspace.
-	WorkspaceDir string
-	// ModelSocketDir, when set, is an absolute host folder mounted read-only
-	// at /run/pidispatch: the folder of the job's model socket.
-	ModelSocketDir string
-	// Memory limit in bytes; zero means Config.Memory.
-	Memory int64
-	// CPUs limit; zero means Config.CPUs.
-	CPUs float64
-	// Network is the network to join: empty is the engine's default bridge,
-	// "none" isolates, any other name is a user network. "host" and
-	// "container:<id>" are refused.
-	Network string
-	// Timeout bounds the run; zero means Config.Timeout.
-	Timeout time.Duration
-	// Labels are extra container labels; they may not set LabelJob or
-	// LabelWorker.
-	Labels map[string]string
-	// User is the user the job's process runs as, "UID" or "UID:GID" in
-	// numbers; empty keeps the image's own USER. A job that writes a host
-	// folder runs as the folder's owner: with every capability dropped, a
-	// root process cannot write a folder another uid owns.
-	User string
-	// OutputFile, when set, receives the job's whole output (stdout and
-	// stderr as they interleaved), created with mode 0600. Its size is not
-	// bounded by the runner.
-	OutputFile string
-	// KeepContainer leaves the container in place once it exited, so a
-	// caller that crashes before recording the outcome leaves the exit code
-	// for Reap to report (ReapReport.Exited); the caller removes it with
-	// RemoveContainer once the outcome is recorded. A container that never
-	// started is removed all the same.
-	KeepContainer bool
-}
-
-// Result is how a job's container ended. Run always fills it, also when it
-// returns an error.
-type Result struct {
-	// Container is the container's name.
-	Container string
-	// ImageID is the ID of the image the container ran (empty if the image
-	// was not resolved).
-	ImageID string
-	// ExitCode is the container's exit status; -1 when none is known.
-	ExitCode int
-	// StartedAt is when the start was requested (zero if it never was);
-	// EndedAt is when its exit was observed, or the run gave up.
-	StartedAt, EndedAt time.Time
-	// TimedOut: the job outlived its timeout and was stopped.
-	TimedOut bool
-	// Cancelled: the caller's context ended the job, which was stopped.
-	Cancelled bool
-	// NeverStarted: the job's own program never ran, so nothing it could
-	// spend was spent. True when Run refused or failed before the start,
-	// when the engine refused to start the container (StartError says why),
-	// or when the container exited 125, 126 or 127 (the contract's codes for
-	// an entrypoint that could not be run).
-	NeverStarted bool
-	// StartError is the engine's refusal to start the container, if any.
-	StartError string
-	// OOMKilled: the engine reports the job was killed for exceeding its
-	// memory limit.
-	OOMKilled bool
-	// Telemetry is the job's exit line, nil when it printed none.
-	Telemetry *Telemetry
-	// Tail is the end of the job's combined output (Config.TailBytes), and
-	// TailTruncated says whether more came before it.
-	Tail          []byte
-	TailTruncated bool
 }
 
 // Docker runs jobs on a container engine that speaks the Docker Engine API.
@@ -530,7 +449,7 @@ func (d *Docker) runCreated(ctx context.Context, id string, timeout time.Duratio
 	if err != nil {
 		return d.failedBeforeStart(ctx, res, fmt.Errorf("attach to container %s: %w", res.Container, err))
 	}
-	stdoutTail := newTailBuffer(TelemetryScanBytes)
+	stdoutTail := newTailBuffer(container.TelemetryScanBytes)
 	combined := newTailBuffer(d.cfg.TailBytes)
 	stdoutW, stderrW := io.Writer(io.MultiWriter(stdoutTail, combined)), io.Writer(combined)
 	if out != nil {
@@ -562,7 +481,7 @@ func (d *Docker) runCreated(ctx context.Context, id string, timeout time.Duratio
 			<-copied // Close unblocks the copy
 		}
 		res.Tail, res.TailTruncated = combined.Bytes(), combined.truncated()
-		if t, ok := ParseExitLine(stdoutTail.Bytes()); ok {
+		if t, ok := container.ParseExitLine(stdoutTail.Bytes()); ok {
 			res.Telemetry = &t
 		}
 	}
