@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/pidispatch/pidispatch/cronsync"
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/jobs"
 )
 
 // A cron trigger's run object is the data of every job its scheduler fires, so
@@ -38,7 +38,7 @@ func TestTriggersAgreeWithTheWorker(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			run := `{"kind":"local","folder":"/srv/app",` + tc.fields + `}`
 			_, fileErr := cronsync.ParseTriggers([]byte(`{"triggers":[{"on":{"type":"cron","id":"nightly","pattern":"0 3 * * *"},"run":` + run + `}]}`))
-			_, jobErr := dispatch.ParseJob([]byte(`{"kind":"cron","schedulerId":"nightly","folder":"/srv/app",` + tc.fields + `}`))
+			_, jobErr := jobs.ParseJob([]byte(`{"kind":"cron","schedulerId":"nightly","folder":"/srv/app",` + tc.fields + `}`))
 			if tc.field == "" {
 				if fileErr != nil || jobErr != nil {
 					t.Fatalf("want both to accept; triggers file: %v; worker: %v", fileErr, jobErr)

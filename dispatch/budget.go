@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/internal/bounded"
+	"github.com/pidispatch/pidispatch/internal/check"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -132,9 +134,9 @@ func (r Reservation) Reason() string {
 	case r.Granted:
 		return ""
 	case r.Window == WindowScopeDay || r.Window == WindowScopeWeek:
-		return ReasonScopeCap
+		return jobs.ReasonScopeCap
 	default:
-		return ReasonOverBudget
+		return jobs.ReasonOverBudget
 	}
 }
 
@@ -164,7 +166,7 @@ func (b *Budget) Reserve(ctx context.Context, scope string, scopeLimit *ScopeLim
 // tests an epoch millisecond (see budgetDatesLua).
 func (b *Budget) reserve(ctx context.Context, scope string, scopeLimit *ScopeLimit, nowMs string) (Reservation, error) {
 	if scopeLimit != nil && scopeLimit.Scope != scope {
-		return Reservation{}, fmt.Errorf("budget: the limits of scope %s were given for scope %s", quoteShort(scopeLimit.Scope), quoteShort(scope))
+		return Reservation{}, fmt.Errorf("budget: the limits of scope %s were given for scope %s", check.Quote(scopeLimit.Scope), check.Quote(scope))
 	}
 	var windows []budgetWindow
 	if scopeLimit != nil && scopeLimit.Day != 0 {
@@ -320,7 +322,7 @@ func (b *Budget) counts(ctx context.Context, nowMs string) (budgetCounts, error)
 		}
 		n, err := strconv.Atoi(f.raw)
 		if err != nil {
-			return budgetCounts{}, fmt.Errorf("%w: counts: %s holds %s, not a count", ErrBudgetUnavailable, f.key, quoteShort(f.raw))
+			return budgetCounts{}, fmt.Errorf("%w: counts: %s holds %s, not a count", ErrBudgetUnavailable, f.key, check.Quote(f.raw))
 		}
 		*f.dst = n
 	}

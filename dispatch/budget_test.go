@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/jobs"
 )
 
 // budgetAt is an instant the tests pin the reserve script's clock to, so they
@@ -58,7 +59,7 @@ func TestBudgetDailyCapRefusalConsumesNothing(t *testing.T) {
 		require.Equal(t, WindowDay, r.Window)
 		require.Equal(t, 2, r.Count)
 		require.Equal(t, 2, r.Cap)
-		require.Equal(t, ReasonOverBudget, r.Reason())
+		require.Equal(t, jobs.ReasonOverBudget, r.Reason())
 	}
 	day, week, err := b.Counts(ctx)
 	require.NoError(t, err)
@@ -82,7 +83,7 @@ func TestBudgetWeeklyCapRefuses(t *testing.T) {
 	require.False(t, r.Granted)
 	require.Equal(t, WindowWeek, r.Window)
 	require.Equal(t, 2, r.Cap)
-	require.Equal(t, ReasonOverBudget, r.Reason())
+	require.Equal(t, jobs.ReasonOverBudget, r.Reason())
 
 	// The next day is a new day but the same week: still refused by the week.
 	r, err = b.reserve(ctx, "", nil, budgetMs(budgetAt.AddDate(0, 0, 1)))
@@ -129,9 +130,9 @@ func TestBudgetScopeWindows(t *testing.T) {
 			require.False(t, r.Granted)
 			require.Equal(t, tt.wantWindow, r.Window)
 			require.Equal(t, 1, r.Count)
-			wantReason := ReasonOverBudget
+			wantReason := jobs.ReasonOverBudget
 			if strings.HasPrefix(tt.wantWindow, "scope-") {
-				wantReason = ReasonScopeCap
+				wantReason = jobs.ReasonScopeCap
 			}
 			require.Equal(t, wantReason, r.Reason())
 

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -68,7 +69,7 @@ type CancelResult struct {
 	// it would have run next, policy / operator-cancel. It is mirrored
 	// fleet-wide and, with CancelOptions.LogsDir, written to RecordPath. Nil
 	// for every other outcome (a stopped job is recorded by its worker).
-	Record *Record
+	Record *jobs.Record
 	// RecordPath is the record file written; "" when none was.
 	RecordPath string
 	// RecordErr says why the record of a removed job could not be written
@@ -177,19 +178,19 @@ func recordCancel(ctx context.Context, client redis.UniversalClient, job *queue.
 		host = fleet.DefaultName()
 	}
 	now := time.Now().UTC()
-	rec := Record{
-		Kind: KindManual, Target: "-", StartedAt: now, EndedAt: now,
-		Outcome: OutcomePolicy, Reason: ReasonOperatorCancel,
+	rec := jobs.Record{
+		Kind: jobs.KindManual, Target: "-", StartedAt: now, EndedAt: now,
+		Outcome: jobs.OutcomePolicy, Reason: jobs.ReasonOperatorCancel,
 		Attempt: job.AttemptsMade + 1, Host: host,
 	}
-	rec.JobID, rec.JobIDQuoted = RefusedJobID(job.ID)
-	if spec, err := ParseJob(job.Data); err == nil {
+	rec.JobID, rec.JobIDQuoted = jobs.RefusedJobID(job.ID)
+	if spec, err := jobs.ParseJob(job.Data); err == nil {
 		rec.Kind, rec.Target, rec.Flow, rec.Image = spec.Kind, spec.Target(), spec.Flow, spec.Image
 	}
 	res.Record = &rec
 	var errs []error
 	if opts.LogsDir != "" {
-		p, err := WriteRecord(opts.LogsDir, rec)
+		p, err := jobs.WriteRecord(opts.LogsDir, rec)
 		res.RecordPath = p
 		errs = append(errs, err)
 	}
@@ -207,7 +208,7 @@ func stopRunning(ctx context.Context, client redis.UniversalClient, dir *queue.D
 	// A stale ack of an earlier cancel of the same id must not answer this one.
 	_, err := client.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Del(ctx, ackKey)
-		p.Set(ctx, reqKey, ReasonOperatorCancel, ttl)
+		p.Set(ctx, reqKey, jobs.ReasonOperatorCancel, ttl)
 		return nil
 	})
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -367,7 +368,7 @@ func ExampleCancelWatcher() {
 	<-runCtx.Done() // the container runs under runCtx
 	unwatch()
 	if w.Cancelled("job-1") {
-		fmt.Println("record reason:", dispatch.ReasonOperatorCancel)
+		fmt.Println("record reason:", jobs.ReasonOperatorCancel)
 	}
 }
 
@@ -378,7 +379,7 @@ func TestCancelRecordsARemovedRetry(t *testing.T) {
 	db := livetest.Valkey(t)
 	ctx := context.Background()
 	shared := mustQueue(t, db.Client, fleet.SharedQueue)
-	data, _ := json.Marshal(dispatch.Job{Kind: dispatch.KindForge, Repo: "acme/web", Flow: "fix", Task: "t"})
+	data, _ := json.Marshal(jobs.Job{Kind: jobs.KindForge, Repo: "acme/web", Flow: "fix", Task: "t"})
 	if _, _, err := shared.Add(ctx, dispatch.JobName, data, queue.AddOptions{JobID: "retry-1", Attempts: 3,
 		Backoff: queue.Backoff{Type: queue.BackoffFixed, Delay: time.Hour}}); err != nil {
 		t.Fatal(err)
@@ -389,12 +390,12 @@ func TestCancelRecordsARemovedRetry(t *testing.T) {
 	}
 	logs := t.TempDir()
 	now := time.Now()
-	first := dispatch.Record{JobID: "retry-1", Kind: dispatch.KindForge, Target: "acme/web", Flow: "fix", StartedAt: now, EndedAt: now,
-		Outcome: dispatch.OutcomeFailed, Reason: dispatch.ReasonExit1, Attempt: 1, Host: "alpha"}
-	if _, err := dispatch.WriteRecord(logs, first); err != nil {
+	first := jobs.Record{JobID: "retry-1", Kind: jobs.KindForge, Target: "acme/web", Flow: "fix", StartedAt: now, EndedAt: now,
+		Outcome: jobs.OutcomeFailed, Reason: jobs.ReasonExit1, Attempt: 1, Host: "alpha"}
+	if _, err := jobs.WriteRecord(logs, first); err != nil {
 		t.Fatal(err)
 	}
-	if retried, err := shared.Fail(ctx, "retry-1", tok, dispatch.ReasonExit1, queue.FailOptions{}); err != nil || !retried {
+	if retried, err := shared.Fail(ctx, "retry-1", tok, jobs.ReasonExit1, queue.FailOptions{}); err != nil || !retried {
 		t.Fatalf("fail: %v %v", retried, err)
 	}
 
@@ -402,17 +403,17 @@ func TestCancelRecordsARemovedRetry(t *testing.T) {
 	if err != nil || res.Where != dispatch.CancelRemoved || res.State != queue.StateDelayed || res.RecordErr != nil {
 		t.Fatalf("Cancel = %+v, %v", res, err)
 	}
-	recs, err := dispatch.ReadRecords(logs, "retry-1")
+	recs, err := jobs.ReadRecords(logs, "retry-1")
 	if err != nil || len(recs) != 2 {
 		t.Fatalf("records %+v %v, want the failed attempt's and the cancel's", recs, err)
 	}
 	c := recs[1]
-	if recs[0].Reason != dispatch.ReasonExit1 || c.Attempt != 2 || c.Outcome != dispatch.OutcomePolicy || c.Reason != dispatch.ReasonOperatorCancel ||
+	if recs[0].Reason != jobs.ReasonExit1 || c.Attempt != 2 || c.Outcome != jobs.OutcomePolicy || c.Reason != jobs.ReasonOperatorCancel ||
 		c.Host != "ops-1" || c.ExitCode != nil || c.Target != "acme/web" || res.RecordPath == "" {
 		t.Fatalf("records %+v", recs)
 	}
 	runs, _, err := dispatch.NewMirror(db.Client, dispatch.MirrorConfig{}).Read(ctx, 10, time.Time{})
-	if err != nil || len(runs) != 1 || runs[0].Reason != dispatch.ReasonOperatorCancel || runs[0].Attempt != 2 {
+	if err != nil || len(runs) != 1 || runs[0].Reason != jobs.ReasonOperatorCancel || runs[0].Attempt != 2 {
 		t.Fatalf("mirrored %+v %v", runs, err)
 	}
 }

@@ -16,6 +16,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/internal/check"
+	"github.com/pidispatch/pidispatch/jobs"
 )
 
 // Defaults of the configuration (docs/configuration.md).
@@ -34,7 +36,7 @@ const (
 	DefaultWaitCheckSlots       = 1
 	DefaultWaitInterval         = 60 * time.Second
 	DefaultWaitMax              = 24 * time.Hour
-	DefaultWaitAfterMax         = MaxWaitAfter // 30 days
+	DefaultWaitAfterMax         = jobs.MaxWaitAfter // 30 days
 )
 
 // Bounds of the configuration. A value outside them is a config error, never clamped:
@@ -197,7 +199,7 @@ type ConfigError struct {
 }
 
 func (e *ConfigError) Error() string {
-	return e.Var + "=" + quoteShort(e.Value) + ": " + e.Rule
+	return e.Var + "=" + check.Quote(e.Value) + ": " + e.Rule
 }
 
 // ConfigErrors is every problem LoadConfig or Validate found, in EnvVars order, so an
@@ -368,7 +370,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		}
 	}
 	if v, ok := get("PI_JOB_TIMEOUT"); ok {
-		if d, rule := parseDuration(v); rule != "" {
+		if d, rule := check.Duration(v); rule != "" {
 			fail("PI_JOB_TIMEOUT", v, rule)
 		} else {
 			c.JobTimeout = d
@@ -477,7 +479,7 @@ func (c Config) problems(raw map[string]string) ConfigErrors {
 	if c.WeeklyCap != 0 {
 		intRange("PI_WEEKLY_CAP", c.WeeklyCap, 1, MaxCap)
 	}
-	if !ValidImageRef(c.JobImage) {
+	if !jobs.ValidImageRef(c.JobImage) {
 		add("PI_JOB_IMAGE", c.JobImage, "must be an image reference ([registry/]name[:tag][@digest], lowercase name)")
 	}
 	if c.JobMemory < MinJobMemory || c.JobMemory > MaxJobMemory {
@@ -496,7 +498,7 @@ func (c Config) problems(raw map[string]string) ConfigErrors {
 	if rule := modelUpstreamRule(c.ModelUpstream); rule != "" {
 		add("PI_MODEL_UPSTREAM", c.ModelUpstream, rule)
 	}
-	if rule := absCleanRule(c.LogsDir); rule != "" {
+	if rule := check.AbsClean(c.LogsDir); rule != "" {
 		add("PI_LOGS_DIR", c.LogsDir, rule)
 	}
 	intRange("PI_LOG_RETENTION_DAYS", c.LogRetentionDays, 1, MaxLogRetentionDays)
@@ -530,7 +532,7 @@ func (c Config) problems(raw map[string]string) ConfigErrors {
 	} else {
 		durRange("PI_WAIT_MAX_MS", c.WaitMax, time.Millisecond, MaxWaitMax, true)
 	}
-	durRange("PI_WAIT_AFTER_MAX_MS", c.WaitAfterMax, MinWaitAfterMax, MaxWaitAfter, true)
+	durRange("PI_WAIT_AFTER_MAX_MS", c.WaitAfterMax, MinWaitAfterMax, jobs.MaxWaitAfter, true)
 	return errs
 }
 
@@ -647,11 +649,11 @@ func parseProfiles(s string) (map[string]string, string) {
 		case entry == "":
 			return nil, fmt.Sprintf("entry %d is empty (write name:/abs/path,name2:/abs/path2)", i+1)
 		case !ok:
-			return nil, fmt.Sprintf("entry %d (%s) must be name:/absolute/path", i+1, quoteShort(entry))
-		case !validName(name):
-			return nil, fmt.Sprintf("entry %d: name %s must match %s", i+1, quoteShort(name), nameSyntax)
+			return nil, fmt.Sprintf("entry %d (%s) must be name:/absolute/path", i+1, check.Quote(entry))
+		case !check.Name(name):
+			return nil, fmt.Sprintf("entry %d: name %s must match %s", i+1, check.Quote(name), check.NameSyntax)
 		}
-		if rule := absCleanRule(p); rule != "" {
+		if rule := check.AbsClean(p); rule != "" {
 			return nil, fmt.Sprintf("entry %d (%s): path %s", i+1, name, rule)
 		}
 		if _, dup := m[name]; dup {
@@ -664,10 +666,10 @@ func parseProfiles(s string) (map[string]string, string) {
 
 func profilesRule(m map[string]string) string {
 	for _, name := range sortedKeys(m) {
-		if !validName(name) {
-			return fmt.Sprintf("name %s must match %s", quoteShort(name), nameSyntax)
+		if !check.Name(name) {
+			return fmt.Sprintf("name %s must match %s", check.Quote(name), check.NameSyntax)
 		}
-		if rule := absCleanRule(m[name]); rule != "" {
+		if rule := check.AbsClean(m[name]); rule != "" {
 			return fmt.Sprintf("profile %s: path %s", name, rule)
 		}
 	}
@@ -697,8 +699,8 @@ func filePathRule(p string) string {
 	switch {
 	case p == "":
 		return ""
-	case len(p) > maxPathLen:
-		return fmt.Sprintf("longer than %d bytes", maxPathLen)
+	case len(p) > check.MaxPathLen:
+		return fmt.Sprintf("longer than %d bytes", check.MaxPathLen)
 	case strings.ContainsRune(p, 0) || !utf8.ValidString(p):
 		return "must be valid UTF-8 without NUL"
 	case strings.HasSuffix(p, "/"):

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -34,8 +35,8 @@ func (g *fixedGate) AdmitCron(_ context.Context, q, sid string, _ json.RawMessag
 // leaves it puts it back on its queue unrecorded; a gate that agrees runs it.
 // A job that no scheduler made never asks the gate.
 func TestCronGateDecidesSchedulerRuns(t *testing.T) {
-	cronData, _ := json.Marshal(Job{Kind: KindCron, SchedulerID: "nightly", Folder: t.TempDir(), Flow: "fix", Task: "t"})
-	localData, _ := json.Marshal(Job{Kind: KindLocal, Folder: t.TempDir(), Flow: "fix", Task: "t"})
+	cronData, _ := json.Marshal(jobs.Job{Kind: jobs.KindCron, SchedulerID: "nightly", Folder: t.TempDir(), Flow: "fix", Task: "t"})
+	localData, _ := json.Marshal(jobs.Job{Kind: jobs.KindLocal, Folder: t.TempDir(), Flow: "fix", Task: "t"})
 	tests := []struct {
 		name    string
 		gate    *fixedGate
@@ -85,13 +86,13 @@ func TestCronGateDecidesSchedulerRuns(t *testing.T) {
 			if got := len(rt.ran()) > 0; got != tt.ran {
 				t.Fatalf("ran = %v, want %v", got, tt.ran)
 			}
-			data, err := os.ReadFile(filepath.Join(f.cfg.LogsDir, RecordName("j1", 1)))
+			data, err := os.ReadFile(filepath.Join(f.cfg.LogsDir, jobs.RecordName("j1", 1)))
 			switch {
 			case tt.refused && err != nil:
 				t.Fatalf("no record of the refusal: %v", err)
 			case tt.refused:
-				var r Record
-				if err := json.Unmarshal(data, &r); err != nil || r.Outcome != OutcomePolicy || r.Reason != ReasonCronNotAgreed {
+				var r jobs.Record
+				if err := json.Unmarshal(data, &r); err != nil || r.Outcome != jobs.OutcomePolicy || r.Reason != jobs.ReasonCronNotAgreed {
 					t.Fatalf("refusal record %s (%v)", data, err)
 				}
 			case tt.state == queue.StateDelayed && err == nil:

@@ -8,6 +8,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
 )
@@ -46,7 +47,7 @@ func TestHungHostsQueueIsCheckedByOthers(t *testing.T) {
 	for {
 		j, err := hung.Get(ctx, "hung-1")
 		if err == nil && j.State == queue.StateFailed {
-			if j.FailedReason != ReasonStalled {
+			if j.FailedReason != jobs.ReasonStalled {
 				t.Fatalf("hung job failed with %q, want stalled", j.FailedReason)
 			}
 			break
@@ -57,10 +58,10 @@ func TestHungHostsQueueIsCheckedByOthers(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	time.Sleep(3 * ca.tune.RehomeInterval) // both hosts pass over it again
-	a, _ := ReadRecords(ca.cfg.LogsDir, "hung-1")
-	b, _ := ReadRecords(cb.cfg.LogsDir, "hung-1")
+	a, _ := jobs.ReadRecords(ca.cfg.LogsDir, "hung-1")
+	b, _ := jobs.ReadRecords(cb.cfg.LogsDir, "hung-1")
 	recs := append(a, b...)
-	if len(recs) != 1 || recs[0].Reason != ReasonStalled || recs[0].Attempt != 1 || recs[0].Host != "hung" {
+	if len(recs) != 1 || recs[0].Reason != jobs.ReasonStalled || recs[0].Attempt != 1 || recs[0].Host != "hung" {
 		t.Fatalf("records %+v, want one stalled record of attempt 1 that ran on hung", recs)
 	}
 	if n, _ := ca.db.Client.Exists(ctx, RunRecordKey("hung-1", 1)).Result(); n != 1 {
@@ -72,7 +73,7 @@ func TestHungHostsQueueIsCheckedByOthers(t *testing.T) {
 	if j, err := busy.Get(ctx, "busy-1"); err != nil || j.State != queue.StateActive {
 		t.Fatalf("a live host's job %+v (%v), want left active for its host", j, err)
 	}
-	if recs, _ := ReadRecords(ca.cfg.LogsDir, "busy-1"); len(recs) != 0 {
+	if recs, _ := jobs.ReadRecords(ca.cfg.LogsDir, "busy-1"); len(recs) != 0 {
 		t.Fatalf("a live host's job was recorded: %+v", recs)
 	}
 }
@@ -94,7 +95,7 @@ func takeUnlocked(t *testing.T, f *orphanFixture, host, id string, cfg registry.
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, _ := json.Marshal(Job{Kind: KindForge, Repo: "acme/" + host, Flow: "fix", Task: "t"})
+	data, _ := json.Marshal(jobs.Job{Kind: jobs.KindForge, Repo: "acme/" + host, Flow: "fix", Task: "t"})
 	if _, _, err := q.Add(ctx, JobName, data, queue.AddOptions{JobID: id}); err != nil {
 		t.Fatal(err)
 	}

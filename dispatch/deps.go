@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/container"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/lease"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
@@ -79,7 +80,7 @@ type Budgeter interface {
 // RunMirror copies run records to the fleet's shared view without blocking
 // the job.
 type RunMirror interface {
-	Go(rec Record)
+	Go(rec jobs.Record)
 	Close(ctx context.Context) error
 }
 

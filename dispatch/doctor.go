@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/cronsync"
+	"github.com/pidispatch/pidispatch/internal/check"
 	"github.com/pidispatch/pidispatch/registry"
 	"github.com/pidispatch/pidispatch/valkey"
 )
@@ -298,7 +299,7 @@ func (d *doctor) policyFile(name, variable, what, path string, load func(string)
 func (d *doctor) logsDir() {
 	dir := d.cfg.LogsDir
 	fix := "make " + dir + " writable by the worker's user, or point PI_LOGS_DIR elsewhere"
-	if rule := absCleanRule(dir); rule != "" {
+	if rule := check.AbsClean(dir); rule != "" {
 		d.fail("logs-dir", "set PI_LOGS_DIR to an absolute path", "logs dir %q: %s", dir, rule)
 		return
 	}

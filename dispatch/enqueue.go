@@ -15,6 +15,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/capabilities"
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
 )
@@ -126,7 +127,7 @@ func (p *Producer) ownQueue() string {
 	return fleet.SharedQueue
 }
 
-func (p *Producer) add(ctx context.Context, queueName, id string, job Job, opts queue.AddOptions) (Enqueued, error) {
+func (p *Producer) add(ctx context.Context, queueName, id string, job jobs.Job, opts queue.AddOptions) (Enqueued, error) {
 	data, err := json.Marshal(job)
 	if err != nil {
 		return Enqueued{}, err
@@ -157,14 +158,14 @@ func (p *Producer) retryOpts(keepDone, keepFailed time.Duration) queue.AddOption
 // one job, and a duplicate comes back with Added false and the existing
 // job's State. It goes onto this host's own queue when the name is declared
 // (only this machine has the folder), else the shared queue.
-func (p *Producer) EnqueueLocal(ctx context.Context, job Job) (Enqueued, error) {
+func (p *Producer) EnqueueLocal(ctx context.Context, job jobs.Job) (Enqueued, error) {
 	return p.enqueueLocal(ctx, job)
 }
 
 // EnqueueLocalNew enqueues a run of a folder like EnqueueLocal, but always as
 // a new job: a random part joins the id, so an identical run asked for
 // within the same minute (one that already finished, say) runs again.
-func (p *Producer) EnqueueLocalNew(ctx context.Context, job Job) (Enqueued, error) {
+func (p *Producer) EnqueueLocalNew(ctx context.Context, job jobs.Job) (Enqueued, error) {
 	var nonce [8]byte
 	if _, err := rand.Read(nonce[:]); err != nil {
 		return Enqueued{}, err
@@ -172,17 +173,17 @@ func (p *Producer) EnqueueLocalNew(ctx context.Context, job Job) (Enqueued, erro
 	return p.enqueueLocal(ctx, job, "new:"+hex.EncodeToString(nonce[:]))
 }
 
-func (p *Producer) enqueueLocal(ctx context.Context, job Job, extra ...string) (Enqueued, error) {
+func (p *Producer) enqueueLocal(ctx context.Context, job jobs.Job, extra ...string) (Enqueued, error) {
 	if job.Kind == "" {
-		job.Kind = KindLocal
+		job.Kind = jobs.KindLocal
 	}
 	if err := job.Validate(); err != nil {
 		return Enqueued{}, err
 	}
 	if job.Folder == "" {
-		return Enqueued{}, fmt.Errorf("%w: folder: a local run needs a folder", ErrInvalidJob)
+		return Enqueued{}, fmt.Errorf("%w: folder: a local run needs a folder", jobs.ErrInvalidJob)
 	}
-	id := LocalRunID(job, p.cfg.Now(), extra...)
+	id := jobs.LocalRunID(job, p.cfg.Now(), extra...)
 	e, err := p.add(ctx, p.ownQueue(), id, job, p.retryOpts(localKeepCompleted, localKeepFailed))
 	if err != nil || e.Added {
 		return e, err
@@ -201,11 +202,11 @@ func (p *Producer) enqueueLocal(ctx context.Context, job Job, extra ...string) (
 // child once. It goes onto the parent's host queue: parentQueue is the queue
 // the parent ran from (a host queue stays there; the shared queue stays
 // shared), and the child runs in the parent's folder.
-func (p *Producer) EnqueueChain(ctx context.Context, parentQueue, parentJobID string, job Job) (Enqueued, error) {
+func (p *Producer) EnqueueChain(ctx context.Context, parentQueue, parentJobID string, job jobs.Job) (Enqueued, error) {
 	if err := queue.ValidateQueueName(parentQueue); err != nil {
 		return Enqueued{}, err
 	}
-	job.Kind = KindChain
+	job.Kind = jobs.KindChain
 	job.ParentJobID = parentJobID
 	if err := job.Validate(); err != nil {
 		return Enqueued{}, err
@@ -214,7 +215,7 @@ func (p *Producer) EnqueueChain(ctx context.Context, parentQueue, parentJobID st
 	if job.Command != "" {
 		flow = "cmd:" + job.Command
 	}
-	id := ChainJobID(parentJobID, flow, job.Task)
+	id := jobs.ChainJobID(parentJobID, flow, job.Task)
 	return p.add(ctx, parentQueue, id, job, p.retryOpts(localKeepCompleted, localKeepFailed))
 }
 
@@ -266,7 +267,7 @@ type ForgeDelivery struct {
 	// DedupID, when set, holds for ForgeDedupTTL so a burst of deliveries
 	// about one pull request makes one job.
 	DedupID string
-	Job     Job
+	Job     jobs.Job
 }
 
 // EnqueueForge routes and enqueues a forge delivery and logs
@@ -274,14 +275,14 @@ type ForgeDelivery struct {
 // published), and neither is a job that needs nothing host-specific.
 func (r *Router) EnqueueForge(ctx context.Context, d ForgeDelivery) (Enqueued, error) {
 	if d.JobID == "" {
-		return Enqueued{}, fmt.Errorf("%w: jobId: a forge delivery needs its delivery id", ErrInvalidJob)
+		return Enqueued{}, fmt.Errorf("%w: jobId: a forge delivery needs its delivery id", jobs.ErrInvalidJob)
 	}
 	if err := queue.ValidateJobID(d.JobID); err != nil {
 		return Enqueued{}, err
 	}
 	job := d.Job
 	if job.Kind == "" {
-		job.Kind = KindForge
+		job.Kind = jobs.KindForge
 	}
 	if err := job.Validate(); err != nil {
 		return Enqueued{}, err

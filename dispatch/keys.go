@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/jobs"
 )
 
 // Every Valkey key this package touches is formatted here and nowhere else, so a
@@ -101,7 +102,7 @@ func budgetMonday(t time.Time) string {
 // It is the record file's name without .json (RecordName), so the mirror and
 // the file name one attempt alike.
 func RunRecordKey(jobID string, attempt int) string {
-	return runRecordPrefix + recordMember(jobID, attempt)
+	return runRecordPrefix + jobs.RecordMember(jobID, attempt)
 }
 
 // RunClaimKey names the host that writes the record of one attempt of a job:
@@ -109,7 +110,7 @@ func RunRecordKey(jobID string, attempt int) string {
 // worker waking after another host's stalled check failed its job) write one
 // record between them.
 func RunClaimKey(jobID string, attempt int) string {
-	return runClaimPrefix + recordMember(jobID, attempt)
+	return runClaimPrefix + jobs.RecordMember(jobID, attempt)
 }
 
 // CancelRequestKey is an operator's request to stop a running job.

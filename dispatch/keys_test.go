@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/stretchr/testify/require"
 )
 
@@ -26,8 +27,8 @@ func TestKeysShapes(t *testing.T) {
 	require.Equal(t, "budget:s:"+h+":w:", budgetScopeWeekPrefix(scope))
 	require.Equal(t, "budget:rel:abc", budgetReleaseKey("abc"))
 	require.Equal(t, "runs:rec:gh-1.attempt-2", RunRecordKey("gh-1", 2))
-	require.Equal(t, "runs:rec:"+SanitizeJobID("repeat_a:b/c")+".attempt-1", RunRecordKey("repeat_a:b/c", 1), "the file name, as the record file is named")
-	require.Equal(t, strings.TrimSuffix(RecordName("repeat_a:b/c", 1), ".json"), strings.TrimPrefix(RunRecordKey("repeat_a:b/c", 1), "runs:rec:"))
+	require.Equal(t, "runs:rec:"+jobs.SanitizeJobID("repeat_a:b/c")+".attempt-1", RunRecordKey("repeat_a:b/c", 1), "the file name, as the record file is named")
+	require.Equal(t, strings.TrimSuffix(jobs.RecordName("repeat_a:b/c", 1), ".json"), strings.TrimPrefix(RunRecordKey("repeat_a:b/c", 1), "runs:rec:"))
 	require.Equal(t, "runs:index", RunIndexKey)
 	require.Equal(t, "cancel:req:gh-1", CancelRequestKey("gh-1"))
 	require.Equal(t, "cancel:ack:gh-1", CancelAckKey("gh-1"))

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/internal/bounded"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -121,12 +122,12 @@ func NewMirror(client redis.UniversalClient, cfg MirrorConfig) *Mirror {
 // A Valkey failure is returned wrapping ErrMirrorUnreachable; it is also logged,
 // but only on the transition (run_mirror_failed, then run_mirror_restored on the
 // next success), so a long outage is one line, not one per job.
-func (m *Mirror) Mirror(ctx context.Context, rec Record) error {
+func (m *Mirror) Mirror(ctx context.Context, rec jobs.Record) error {
 	body, err := mirrorBody(rec)
 	if err != nil {
 		return err
 	}
-	member := recordMember(rec.JobID, rec.Attempt)
+	member := jobs.RecordMember(rec.JobID, rec.Attempt)
 	score := rec.EndedAt.UnixMilli()
 	keys := []string{runRecordPrefix + member, RunIndexKey}
 	_, err = bounded.Call(ctx, m.cfg.CallTimeout, &m.inflight, nil, func(ctx context.Context) (any, error) {
@@ -173,7 +174,7 @@ func (m *Mirror) ReleaseClaim(ctx context.Context, jobID string, attempt int, ho
 
 // mirrorBody renders rec exactly as WriteRecord writes the file: validated,
 // times in UTC at millisecond precision, telemetry compacted.
-func mirrorBody(rec Record) ([]byte, error) {
+func mirrorBody(rec jobs.Record) ([]byte, error) {
 	if err := rec.Validate(); err != nil {
 		return nil, fmt.Errorf("run mirror: %w", err)
 	}
@@ -211,7 +212,7 @@ func (m *Mirror) observe(err error) {
 // Go mirrors rec in the background, the way the worker calls it after writing
 // the record file: never awaited, never failing the job. The goroutine is
 // tracked; Close waits for it. After Close, Go does nothing.
-func (m *Mirror) Go(rec Record) {
+func (m *Mirror) Go(rec jobs.Record) {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -249,7 +250,7 @@ func (m *Mirror) Close(ctx context.Context) error {
 // than since, MirrorOK otherwise, and "unreachable (<cause>)" when Valkey
 // failed, with runs nil and err wrapping ErrMirrorUnreachable. A display may
 // ignore err and show degraded; a caller that branches uses err.
-func (m *Mirror) Read(ctx context.Context, limit int, since time.Time) (runs []Record, degraded string, err error) {
+func (m *Mirror) Read(ctx context.Context, limit int, since time.Time) (runs []jobs.Record, degraded string, err error) {
 	if limit <= 0 {
 		limit = DefaultMirrorReadLimit
 	}
@@ -258,7 +259,7 @@ func (m *Mirror) Read(ctx context.Context, limit int, since time.Time) (runs []R
 	if !since.IsZero() {
 		sinceMs = since.UnixMilli()
 	}
-	unreachable := func(err error) ([]Record, string, error) {
+	unreachable := func(err error) ([]jobs.Record, string, error) {
 		return nil, mirrorUnreachablePrefix + " (" + err.Error() + ")", fmt.Errorf("%w: %w", ErrMirrorUnreachable, err)
 	}
 
@@ -295,7 +296,7 @@ func (m *Mirror) Read(ctx context.Context, limit int, since time.Time) (runs []R
 		degraded = MirrorTruncated
 	}
 	if len(members) == 0 {
-		return []Record{}, degraded, nil
+		return []jobs.Record{}, degraded, nil
 	}
 
 	keys := make([]string, len(members))
@@ -308,7 +309,7 @@ func (m *Mirror) Read(ctx context.Context, limit int, since time.Time) (runs []R
 	if err != nil {
 		return unreachable(err)
 	}
-	runs = make([]Record, 0, len(members))
+	runs = make([]jobs.Record, 0, len(members))
 	var junk []any
 	for i, member := range members {
 		rec, ok := parseMirrored(bodies, i)
@@ -329,17 +330,17 @@ func (m *Mirror) Read(ctx context.Context, limit int, since time.Time) (runs []R
 }
 
 // parseMirrored reads body i of an MGET: a valid record, or not.
-func parseMirrored(bodies []any, i int) (Record, bool) {
+func parseMirrored(bodies []any, i int) (jobs.Record, bool) {
 	if i >= len(bodies) {
-		return Record{}, false
+		return jobs.Record{}, false
 	}
 	s, ok := bodies[i].(string)
 	if !ok {
-		return Record{}, false
+		return jobs.Record{}, false
 	}
-	var rec Record
+	var rec jobs.Record
 	if err := json.Unmarshal([]byte(s), &rec); err != nil || rec.Validate() != nil {
-		return Record{}, false
+		return jobs.Record{}, false
 	}
 	return rec, true
 }

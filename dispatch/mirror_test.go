@@ -14,20 +14,21 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/jobs"
 )
 
 // mirrorRec is a valid record that ended at ended.
-func mirrorRec(id string, ended time.Time) Record {
+func mirrorRec(id string, ended time.Time) jobs.Record {
 	code := 0
-	return Record{
+	return jobs.Record{
 		JobID:     id,
-		Kind:      KindLocal,
+		Kind:      jobs.KindLocal,
 		Target:    "local:web",
 		Flow:      "fix",
 		StartedAt: ended.Add(-time.Minute),
 		EndedAt:   ended,
-		Outcome:   OutcomeCompleted,
-		Reason:    ReasonCompleted,
+		Outcome:   jobs.OutcomeCompleted,
+		Reason:    jobs.ReasonCompleted,
 		ExitCode:  &code,
 		Attempt:   1,
 		Host:      "alpha",
@@ -52,10 +53,10 @@ func TestMirrorWritesTheRecordWithItsWindow(t *testing.T) {
 	rec := mirrorRec("repeat:cron/1", ended)
 	require.NoError(t, m.Mirror(ctx, rec))
 
-	member := SanitizeJobID("repeat:cron/1") + ".attempt-1"
+	member := jobs.SanitizeJobID("repeat:cron/1") + ".attempt-1"
 	body, err := db.Client.Get(ctx, "runs:rec:"+member).Result()
 	require.NoError(t, err)
-	var got Record
+	var got jobs.Record
 	require.NoError(t, json.Unmarshal([]byte(body), &got))
 	require.Equal(t, rec.JobID, got.JobID)
 	require.Equal(t, rec.EndedAt.UTC().Truncate(time.Millisecond), got.EndedAt)
@@ -92,7 +93,7 @@ func TestMirrorKeepsEveryAttempt(t *testing.T) {
 	m := NewMirror(db.Client, MirrorConfig{})
 	base := time.Now().Add(-time.Hour)
 	first := mirrorRec("X:coll:1", base)
-	first.Outcome, first.Reason = OutcomeFailed, ReasonExit1
+	first.Outcome, first.Reason = jobs.OutcomeFailed, jobs.ReasonExit1
 	require.NoError(t, m.Mirror(ctx, first))
 	second := mirrorRec("X:coll:1", base.Add(time.Minute))
 	second.Attempt = 2
@@ -105,7 +106,7 @@ func TestMirrorKeepsEveryAttempt(t *testing.T) {
 	require.Len(t, runs, 3)
 	require.Equal(t, "X-coll-1", runs[0].JobID)
 	require.Equal(t, []int{2, 1}, []int{runs[1].Attempt, runs[2].Attempt})
-	require.Equal(t, ReasonExit1, runs[2].Reason, "the retry kept the first attempt's record")
+	require.Equal(t, jobs.ReasonExit1, runs[2].Reason, "the retry kept the first attempt's record")
 }
 
 func TestMirrorTrimsTheIndexByCount(t *testing.T) {
@@ -152,15 +153,15 @@ func TestMirrorRefusesAnInvalidRecord(t *testing.T) {
 	ctx := context.Background()
 	var logs budgetLogSink
 	m := NewMirror(db.Client, MirrorConfig{Logger: logs.logger()})
-	for name, mutate := range map[string]func(*Record){
-		"EmptyID":     func(r *Record) { r.JobID = "" },
-		"NULInID":     func(r *Record) { r.JobID = "a\x00b" },
-		"InvalidUTF8": func(r *Record) { r.Target = "\xff\xfe" },
-		"FreeReason":  func(r *Record) { r.Reason = "the token was sk-123" },
-		"HugeTelem": func(r *Record) {
-			r.Telemetry = json.RawMessage(`{"x":"` + strings.Repeat("a", MaxTelemetryBytes) + `"}`)
+	for name, mutate := range map[string]func(*jobs.Record){
+		"EmptyID":     func(r *jobs.Record) { r.JobID = "" },
+		"NULInID":     func(r *jobs.Record) { r.JobID = "a\x00b" },
+		"InvalidUTF8": func(r *jobs.Record) { r.Target = "\xff\xfe" },
+		"FreeReason":  func(r *jobs.Record) { r.Reason = "the token was sk-123" },
+		"HugeTelem": func(r *jobs.Record) {
+			r.Telemetry = json.RawMessage(`{"x":"` + strings.Repeat("a", jobs.MaxTelemetryBytes) + `"}`)
 		},
-		"BadHost": func(r *Record) { r.Host = "" },
+		"BadHost": func(r *jobs.Record) { r.Host = "" },
 	} {
 		rec := mirrorRec("bad", time.Now())
 		mutate(&rec)
@@ -338,7 +339,7 @@ func ExampleMirror() {
 	defer m.Close(context.Background())
 
 	// After WriteRecord: never awaited, never failing the job.
-	m.Go(Record{ /* ... */ })
+	m.Go(jobs.Record{ /* ... */ })
 
 	runs, degraded, _ := m.Read(context.Background(), 50, time.Now().Add(-7*24*time.Hour))
 	fmt.Println(len(runs), "runs across the fleet; mirror", degraded)

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/pidispatch/pidispatch/internal/fakeprovider"
+	"github.com/pidispatch/pidispatch/jobs"
 )
 
 // A job's model socket forwards HTTP to the upstream, streaming, and notes
@@ -58,10 +59,10 @@ func TestModelSocketForwardsToTheUpstream(t *testing.T) {
 
 func TestJobNetworkIsNoneUnlessGranted(t *testing.T) {
 	w := &Worker{cfg: Config{JobNetwork: "pi-egress"}}
-	if got := w.jobNetwork(Job{}); got != "none" {
+	if got := w.jobNetwork(jobs.Job{}); got != "none" {
 		t.Fatalf("ungranted job joins %q", got)
 	}
-	if got := w.jobNetwork(Job{Network: true}); got != "pi-egress" {
+	if got := w.jobNetwork(jobs.Job{Network: true}); got != "pi-egress" {
 		t.Fatalf("granted job joins %q", got)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/internal/faultpoint"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -186,7 +187,7 @@ func (w *Worker) failOrphan(ctx context.Context, jobDir string) orphanOutcome {
 			// Someone else holds the job now (it was requeued and taken): its
 			// holder records the attempt, not this boot.
 			if j, gerr := q.Get(ctx, n.JobID); gerr == nil && j.State == queue.StateActive {
-				_ = os.Remove(filepath.Join(w.cfg.LogsDir, RecordName(rec.JobID, rec.Attempt)))
+				_ = os.Remove(filepath.Join(w.cfg.LogsDir, jobs.RecordName(rec.JobID, rec.Attempt)))
 			}
 		}
 		if !errors.Is(err, queue.ErrLockLost) && !errors.Is(err, queue.ErrNotActive) && !errors.Is(err, queue.ErrNotFound) {
@@ -212,7 +213,7 @@ const (
 
 // ownRecordOr returns this host's record of rec's attempt when there is one
 // (had), else rec.
-func (w *Worker) ownRecordOr(rec Record) (Record, bool) {
+func (w *Worker) ownRecordOr(rec jobs.Record) (jobs.Record, bool) {
 	if have, ok := w.ownRecord(rec.JobID, rec.Attempt); ok {
 		return have, true
 	}
@@ -223,26 +224,26 @@ func (w *Worker) ownRecordOr(rec Record) (Record, bool) {
 // holder's token: completed and policy complete the job, stalled fails it
 // for good, another failure fails it as a run would (retried while attempts
 // remain).
-func (w *Worker) reportOrphan(ctx context.Context, q JobQueue, n heldNote, rec Record) error {
+func (w *Worker) reportOrphan(ctx context.Context, q JobQueue, n heldNote, rec jobs.Record) error {
 	switch rec.Outcome {
-	case OutcomeCompleted:
+	case jobs.OutcomeCompleted:
 		result := rec.Telemetry
 		if len(result) == 0 {
 			result = json.RawMessage(`{"outcome":"completed"}`)
 		}
 		return q.Complete(ctx, n.JobID, n.Token, result)
-	case OutcomePolicy:
-		result, _ := json.Marshal(map[string]string{"outcome": OutcomePolicy, "reason": rec.Reason})
+	case jobs.OutcomePolicy:
+		result, _ := json.Marshal(map[string]string{"outcome": jobs.OutcomePolicy, "reason": rec.Reason})
 		return q.Complete(ctx, n.JobID, n.Token, result)
 	}
-	_, err := q.Fail(ctx, n.JobID, n.Token, rec.Reason, queue.FailOptions{NoRetry: rec.Reason == ReasonStalled})
+	_, err := q.Fail(ctx, n.JobID, n.Token, rec.Reason, queue.FailOptions{NoRetry: rec.Reason == jobs.ReasonStalled})
 	return err
 }
 
 // exitedOutcome turns a stalled record into the run's real outcome when the
 // boot reap found the job's container exited: its exit code, mapped as a run
 // maps it, and the telemetry of the exit line at the end of its output.
-func (w *Worker) exitedOutcome(rec *Record, jobDir string) {
+func (w *Worker) exitedOutcome(rec *jobs.Record, jobDir string) {
 	e, ok := w.exited[rec.JobID]
 	if !ok {
 		return
@@ -251,15 +252,15 @@ func (w *Worker) exitedOutcome(rec *Record, jobDir string) {
 	rec.ExitCode = &code
 	switch {
 	case code == exitCompleted:
-		rec.Outcome, rec.Reason = OutcomeCompleted, ReasonCompleted
+		rec.Outcome, rec.Reason = jobs.OutcomeCompleted, jobs.ReasonCompleted
 	case code == exitPolicy:
-		rec.Outcome, rec.Reason = OutcomePolicy, ReasonPolicy
+		rec.Outcome, rec.Reason = jobs.OutcomePolicy, jobs.ReasonPolicy
 	case code == exitInfra:
-		rec.Outcome, rec.Reason = OutcomeFailed, ReasonExit1
+		rec.Outcome, rec.Reason = jobs.OutcomeFailed, jobs.ReasonExit1
 	case code >= 125 && code <= 127:
-		rec.Outcome, rec.Reason = OutcomeFailed, ReasonNeverStarted
+		rec.Outcome, rec.Reason = jobs.OutcomeFailed, jobs.ReasonNeverStarted
 	default:
-		rec.Outcome, rec.Reason = OutcomeFailed, ReasonExitOther
+		rec.Outcome, rec.Reason = jobs.OutcomeFailed, jobs.ReasonExitOther
 	}
 	if t, ok := container.ParseExitLine(readTail(filepath.Join(jobDir, outputFileName), container.TelemetryScanBytes)); ok {
 		rec.Telemetry = t.Raw

@@ -16,6 +16,7 @@ import (
 	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
 )
@@ -124,7 +125,7 @@ func (f *orphanFixture) worker(t *testing.T, rt Runtime, reg Registry, logs *byt
 func (f *orphanFixture) leaveOrphan(t *testing.T, id, noteToken string) (lockToken string) {
 	t.Helper()
 	ctx := context.Background()
-	data, _ := json.Marshal(Job{Kind: KindForge, Repo: "acme/orphan", Flow: "fix", Task: "t"})
+	data, _ := json.Marshal(jobs.Job{Kind: jobs.KindForge, Repo: "acme/orphan", Flow: "fix", Task: "t"})
 	if _, _, err := f.shared.Add(ctx, JobName, data, queue.AddOptions{JobID: id, Attempts: 3}); err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +137,7 @@ func (f *orphanFixture) leaveOrphan(t *testing.T, id, noteToken string) (lockTok
 	if noteToken == "" {
 		noteToken = lockToken
 	}
-	spec, err := ParseJob(job.Data)
+	spec, err := jobs.ParseJob(job.Data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +145,7 @@ func (f *orphanFixture) leaveOrphan(t *testing.T, id, noteToken string) (lockTok
 	if err := os.MkdirAll(dead.jobsDir(), 0o750); err != nil {
 		t.Fatal(err)
 	}
-	h := &held{q: f.shared, job: job, token: noteToken, spec: spec, rec: Record{Attempt: 1}}
+	h := &held{q: f.shared, job: job, token: noteToken, spec: spec, rec: jobs.Record{Attempt: 1}}
 	if _, _, _, err := dead.prepareDirs(h); err != nil {
 		t.Fatal(err)
 	}
@@ -234,27 +235,27 @@ func TestRestartFailsOwnOrphansAtBoot(t *testing.T) {
 
 	ctx := context.Background()
 	j, err := f.shared.Get(ctx, "orphan-1")
-	if err != nil || j.State != queue.StateFailed || j.FailedReason != ReasonStalled || j.AttemptsMade != 1 {
+	if err != nil || j.State != queue.StateFailed || j.FailedReason != jobs.ReasonStalled || j.AttemptsMade != 1 {
 		t.Fatalf("orphan after boot: %+v %v; want failed as stalled, one attempt, no retry", j, err)
 	}
 	if time.Since(began) > 5*time.Second {
 		t.Fatalf("the orphan took %s to fail", time.Since(began))
 	}
-	data, err := os.ReadFile(filepath.Join(f.cfg.LogsDir, RecordName("orphan-1", 1)))
+	data, err := os.ReadFile(filepath.Join(f.cfg.LogsDir, jobs.RecordName("orphan-1", 1)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rec Record
+	var rec jobs.Record
 	if err := json.Unmarshal(data, &rec); err != nil {
 		t.Fatal(err)
 	}
-	if rec.Outcome != OutcomeFailed || rec.Reason != ReasonStalled || rec.Host != "orph" || rec.Kind != KindForge || rec.Target != "acme/orphan" || rec.Attempt != 1 || rec.ExitCode != nil {
+	if rec.Outcome != jobs.OutcomeFailed || rec.Reason != jobs.ReasonStalled || rec.Host != "orph" || rec.Kind != jobs.KindForge || rec.Target != "acme/orphan" || rec.Attempt != 1 || rec.ExitCode != nil {
 		t.Fatalf("record %+v", rec)
 	}
 	if j, err := f.shared.Get(ctx, "held-elsewhere"); err != nil || j.State != queue.StateActive {
 		t.Fatalf("a job whose lock the note's token does not hold must be left alone: %+v %v", j, err)
 	}
-	if _, err := os.Stat(filepath.Join(f.cfg.LogsDir, RecordName("held-elsewhere", 1))); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(f.cfg.LogsDir, jobs.RecordName("held-elsewhere", 1))); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a record for a job not failed: %v", err)
 	}
 	if left, _ := os.ReadDir(jobsDir); len(left) != 0 {

@@ -7,6 +7,9 @@ import (
 	"os"
 	"slices"
 	"time"
+
+	"github.com/pidispatch/pidispatch/internal/check"
+	"github.com/pidispatch/pidispatch/jobs"
 )
 
 // Limits of a pause-windows file.
@@ -71,27 +74,27 @@ var weekdays = map[string]time.Weekday{
 // bad values are errors naming the window index and field ("windows[2].from: ...").
 // There is no version field, as in the original.
 func ParsePauseWindows(data []byte) (PauseWindows, error) {
-	if err := checkJSON(data, MaxPolicyFileBytes); err != nil {
+	if err := check.JSON(data, MaxPolicyFileBytes); err != nil {
 		return PauseWindows{}, fmt.Errorf("pause windows: %w", err)
 	}
 	var doc struct {
 		Windows *[]json.RawMessage `json:"windows"`
 	}
-	if err := decodeRow(data, &doc, ""); err != nil {
+	if err := check.DecodeRow(data, &doc, ""); err != nil {
 		return PauseWindows{}, fmt.Errorf("pause windows: %w", err)
 	}
 	if doc.Windows == nil {
-		return PauseWindows{}, fmt.Errorf("pause windows: %w", &FieldError{Field: "windows", Rule: "required (an empty list means no windows)"})
+		return PauseWindows{}, fmt.Errorf("pause windows: %w", &jobs.FieldError{Field: "windows", Rule: "required (an empty list means no windows)"})
 	}
 	rows := *doc.Windows
 	if len(rows) > MaxPauseWindows {
-		return PauseWindows{}, fmt.Errorf("pause windows: %w", fieldErr("windows", "at most %d windows, not %d", MaxPauseWindows, len(rows)))
+		return PauseWindows{}, fmt.Errorf("pause windows: %w", check.Field("windows", "at most %d windows, not %d", MaxPauseWindows, len(rows)))
 	}
 	out := PauseWindows{windows: make([]PauseWindow, 0, len(rows))}
 	for i, raw := range rows {
 		at := fmt.Sprintf("windows[%d]", i)
 		var win PauseWindow
-		if err := decodeRow(raw, &win, at); err != nil {
+		if err := check.DecodeRow(raw, &win, at); err != nil {
 			return PauseWindows{}, fmt.Errorf("pause windows: %w", err)
 		}
 		if err := win.compile(at); err != nil {
@@ -135,32 +138,32 @@ func readPolicyFile(path string) ([]byte, error) {
 
 func (w *PauseWindow) compile(at string) error {
 	if w.Scope == "" {
-		return fieldErr(at+".scope", `required ("*" for every job, an absolute folder or owner/name)`)
+		return check.Field(at+".scope", `required ("*" for every job, an absolute folder or owner/name)`)
 	}
 	if w.Scope != "*" {
 		if rule := scopeRule(w.Scope); rule != "" {
-			return fieldErr(at+".scope", `%s, or "*"`, rule)
+			return check.Field(at+".scope", `%s, or "*"`, rule)
 		}
 	}
 	var ok bool
 	if w.from, ok = parseHHMM(w.From); !ok {
-		return fieldErr(at+".from", "must be HH:MM between 00:00 and 23:59")
+		return check.Field(at+".from", "must be HH:MM between 00:00 and 23:59")
 	}
 	if w.to, ok = parseHHMM(w.To); !ok {
-		return fieldErr(at+".to", "must be HH:MM between 00:00 and 23:59")
+		return check.Field(at+".to", "must be HH:MM between 00:00 and 23:59")
 	}
 	if w.from == w.to {
-		return fieldErr(at+".to", "must differ from from (a window with no length is a mistake; From > To is overnight)")
+		return check.Field(at+".to", "must differ from from (a window with no length is a mistake; From > To is overnight)")
 	}
 	switch w.TZ {
 	case "":
 		w.loc = time.UTC
 	case "Local":
-		return fieldErr(at+".tz", `must be an IANA zone such as "Europe/Amsterdam"; "Local" differs between hosts`)
+		return check.Field(at+".tz", `must be an IANA zone such as "Europe/Amsterdam"; "Local" differs between hosts`)
 	default:
 		loc, err := time.LoadLocation(w.TZ)
-		if err != nil || textRule(w.TZ, 64) != "" {
-			return fieldErr(at+".tz", "unknown time zone %s (want an IANA zone such as \"Europe/Amsterdam\")", quoteShort(w.TZ))
+		if err != nil || check.Text(w.TZ, 64) != "" {
+			return check.Field(at+".tz", "unknown time zone %s (want an IANA zone such as \"Europe/Amsterdam\")", check.Quote(w.TZ))
 		}
 		w.loc = loc
 	}
@@ -170,31 +173,31 @@ func (w *PauseWindow) compile(at string) error {
 		}
 	} else {
 		if len(w.Days) == 0 {
-			return fieldErr(at+".days", "empty: the window would never open (omit days for every day)")
+			return check.Field(at+".days", "empty: the window would never open (omit days for every day)")
 		}
 		for k, name := range w.Days {
 			d, ok := weekdays[name]
 			if !ok {
-				return fieldErr(fmt.Sprintf("%s.days[%d]", at, k), "must be one of mon, tue, wed, thu, fri, sat, sun")
+				return check.Field(fmt.Sprintf("%s.days[%d]", at, k), "must be one of mon, tue, wed, thu, fri, sat, sun")
 			}
 			if w.days[d] {
-				return fieldErr(fmt.Sprintf("%s.days[%d]", at, k), "%s is listed twice", name)
+				return check.Field(fmt.Sprintf("%s.days[%d]", at, k), "%s is listed twice", name)
 			}
 			w.days[d] = true
 		}
 	}
 	if w.DateFrom != "" {
 		if w.dateFrom, ok = parseDate(w.DateFrom); !ok {
-			return fieldErr(at+".dateFrom", "must be a date YYYY-MM-DD")
+			return check.Field(at+".dateFrom", "must be a date YYYY-MM-DD")
 		}
 	}
 	if w.DateTo != "" {
 		if w.dateTo, ok = parseDate(w.DateTo); !ok {
-			return fieldErr(at+".dateTo", "must be a date YYYY-MM-DD")
+			return check.Field(at+".dateTo", "must be a date YYYY-MM-DD")
 		}
 	}
 	if w.dateFrom != 0 && w.dateTo != 0 && w.dateTo < w.dateFrom {
-		return fieldErr(at+".dateTo", "is before dateFrom")
+		return check.Field(at+".dateTo", "is before dateFrom")
 	}
 	return nil
 }

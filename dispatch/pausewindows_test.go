@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/jobs"
 )
 
 func mustZone(t testing.TB, name string) *time.Location {
@@ -95,7 +96,7 @@ func TestParsePauseWindows_Invalid(t *testing.T) {
 			require.Contains(t, err.Error(), tt.rule)
 			require.True(t, strings.HasPrefix(err.Error(), "pause windows: "), err.Error())
 			if tt.field != "" {
-				var fe *dispatch.FieldError
+				var fe *jobs.FieldError
 				require.ErrorAs(t, err, &fe, "%v", err)
 				require.Equal(t, tt.field, fe.Field, "%v", err)
 			}

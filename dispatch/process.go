@@ -12,6 +12,7 @@ import (
 	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/faultpoint"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -27,8 +28,8 @@ type held struct {
 	q     JobQueue
 	job   *queue.Job
 	token string
-	spec  Job // parsed job data; zero when it did not parse
-	rec   Record
+	spec  jobs.Job // parsed job data; zero when it did not parse
+	rec   jobs.Record
 }
 
 // handle runs the gate ladder and, when every gate passes, the container.
@@ -37,9 +38,9 @@ type held struct {
 // retried), completed, or failed (recorded, retried within attempts).
 func (w *Worker) handle(ctx context.Context, q JobQueue, job *queue.Job, token string) {
 	h := &held{q: q, job: job, token: token}
-	h.rec = Record{
+	h.rec = jobs.Record{
 		JobID:     job.ID,
-		Kind:      KindManual,
+		Kind:      jobs.KindManual,
 		Attempt:   job.AttemptsMade + 1,
 		Host:      w.cfg.WorkerName,
 		Image:     w.cfg.JobImage,
@@ -52,18 +53,18 @@ func (w *Worker) handle(ctx context.Context, q JobQueue, job *queue.Job, token s
 	// is refused before anything is spent: one record, failed, never run.
 	if err := fleet.CheckJobID(job.ID); err != nil {
 		log.Warn("job_id_invalid", "err", err)
-		h.rec.JobID, h.rec.JobIDQuoted = RefusedJobID(job.ID)
-		w.failNoRetry(ctx, h, ReasonInvalidJob)
+		h.rec.JobID, h.rec.JobIDQuoted = jobs.RefusedJobID(job.ID)
+		w.failNoRetry(ctx, h, jobs.ReasonInvalidJob)
 		return
 	}
 	if job.Corrupt != "" || job.DeferredFailure != "" {
-		w.refuse(ctx, h, ReasonInvalidJob)
+		w.refuse(ctx, h, jobs.ReasonInvalidJob)
 		return
 	}
-	spec, err := ParseJob(job.Data)
+	spec, err := jobs.ParseJob(job.Data)
 	if err != nil {
 		log.Warn("job_invalid", "err", err)
-		w.refuse(ctx, h, ReasonInvalidJob)
+		w.refuse(ctx, h, jobs.ReasonInvalidJob)
 		return
 	}
 	h.spec = spec
@@ -90,7 +91,7 @@ func (w *Worker) handle(ctx context.Context, q JobQueue, job *queue.Job, token s
 	if spec.SecretsProfile != "" {
 		p, ok := w.cfg.SecretProfiles[spec.SecretsProfile]
 		if !ok {
-			w.refuse(ctx, h, ReasonSecretProfileUnknown)
+			w.refuse(ctx, h, jobs.ReasonSecretProfileUnknown)
 			return
 		}
 		resolver = p
@@ -99,7 +100,7 @@ func (w *Worker) handle(ctx context.Context, q JobQueue, job *queue.Job, token s
 	// held job is deferred (or refused) here until every one is met.
 	for _, name := range spec.WaitProfiles() {
 		if _, ok := w.cfg.WaitProfiles[name]; !ok {
-			w.refuse(ctx, h, ReasonWaitProfileUnknown)
+			w.refuse(ctx, h, jobs.ReasonWaitProfileUnknown)
 			return
 		}
 	}
@@ -149,7 +150,7 @@ func (w *Worker) handle(ctx context.Context, q JobQueue, job *queue.Job, token s
 		return
 	}
 	if !present {
-		w.refuse(ctx, h, ReasonJobImageMissing)
+		w.refuse(ctx, h, jobs.ReasonJobImageMissing)
 		return
 	}
 
@@ -159,7 +160,7 @@ func (w *Worker) handle(ctx context.Context, q JobQueue, job *queue.Job, token s
 		vals, err := ResolveSecrets(ctx, resolver, spec.SecretsProfile, w.cfg.SecretResolveTimeout)
 		if err != nil {
 			log.Warn("secret_resolve_failed", "profile", spec.SecretsProfile, "err", err)
-			w.refuse(ctx, h, ReasonSecretResolveFailed)
+			w.refuse(ctx, h, jobs.ReasonSecretResolveFailed)
 			return
 		}
 		for k, v := range vals {
@@ -172,20 +173,20 @@ func (w *Worker) handle(ctx context.Context, q JobQueue, job *queue.Job, token s
 	user, err := w.containerUser(spec)
 	if err != nil {
 		log.Error("job_user_failed", "err", err)
-		w.fail(ctx, h, ReasonNeverStarted, nil, nil)
+		w.fail(ctx, h, jobs.ReasonNeverStarted, nil, nil)
 		return
 	}
 	jobDir, workspace, cleanup, err := w.prepareDirs(h)
 	if err != nil {
 		log.Error("job_dirs_failed", "err", err)
-		w.fail(ctx, h, ReasonNeverStarted, nil, nil)
+		w.fail(ctx, h, jobs.ReasonNeverStarted, nil, nil)
 		return
 	}
 	defer cleanup()
 	socketDir, stopSocket, err := w.modelEndpoint(pickedUp, log)
 	if err != nil {
 		log.Error("model_socket_failed", "err", err)
-		w.fail(ctx, h, ReasonNeverStarted, nil, nil)
+		w.fail(ctx, h, jobs.ReasonNeverStarted, nil, nil)
 		return
 	}
 	defer stopSocket()
@@ -240,7 +241,7 @@ func (w *Worker) handle(ctx context.Context, q JobQueue, job *queue.Job, token s
 	case <-lost:
 		// Our lock is gone: the stalled check failed the job (never re-run).
 		// The container was stopped; record what we saw, report nothing.
-		w.record(h, OutcomeFailed, ReasonStalled, exitPtr(result), telemetry)
+		w.record(h, jobs.OutcomeFailed, jobs.ReasonStalled, exitPtr(result), telemetry)
 		log.Warn("job_lock_lost", "exitCode", result.ExitCode)
 		return
 	default:
@@ -248,30 +249,30 @@ func (w *Worker) handle(ctx context.Context, q JobQueue, job *queue.Job, token s
 
 	switch {
 	case errors.Is(runErr, container.ErrImageMissing):
-		w.refuse(ctx, h, ReasonJobImageMissing)
+		w.refuse(ctx, h, jobs.ReasonJobImageMissing)
 	case result.NeverStarted:
 		log.Warn("job_never_started", "exitCode", result.ExitCode, "err", errString(runErr))
-		w.fail(ctx, h, ReasonNeverStarted, exitPtr(result), telemetry)
+		w.fail(ctx, h, jobs.ReasonNeverStarted, exitPtr(result), telemetry)
 	case w.deps.Cancels != nil && w.deps.Cancels.Cancelled(job.ID):
 		// An operator stopped it: recorded, never retried.
-		w.finishPolicy(ctx, h, ReasonOperatorCancel, exitPtr(result), telemetry)
+		w.finishPolicy(ctx, h, jobs.ReasonOperatorCancel, exitPtr(result), telemetry)
 	case result.TimedOut:
-		w.finishPolicy(ctx, h, ReasonTimeout, exitPtr(result), telemetry)
+		w.finishPolicy(ctx, h, jobs.ReasonTimeout, exitPtr(result), telemetry)
 	case result.Cancelled:
 		// The worker is shutting down and the grace ran out: an interrupted
 		// run is an infrastructure failure, retried within attempts.
-		w.fail(ctx, h, ReasonWorkerShutdown, exitPtr(result), telemetry)
+		w.fail(ctx, h, jobs.ReasonWorkerShutdown, exitPtr(result), telemetry)
 	case runErr != nil:
 		log.Error("job_run_failed", "err", runErr)
-		w.fail(ctx, h, ReasonExitOther, exitPtr(result), telemetry)
+		w.fail(ctx, h, jobs.ReasonExitOther, exitPtr(result), telemetry)
 	case result.ExitCode == exitCompleted:
 		w.complete(ctx, h, exitPtr(result), telemetry)
 	case result.ExitCode == exitPolicy:
-		w.finishPolicy(ctx, h, ReasonPolicy, exitPtr(result), telemetry)
+		w.finishPolicy(ctx, h, jobs.ReasonPolicy, exitPtr(result), telemetry)
 	case result.ExitCode == exitInfra:
-		w.fail(ctx, h, ReasonExit1, exitPtr(result), telemetry)
+		w.fail(ctx, h, jobs.ReasonExit1, exitPtr(result), telemetry)
 	default:
-		w.fail(ctx, h, ReasonExitOther, exitPtr(result), telemetry)
+		w.fail(ctx, h, jobs.ReasonExitOther, exitPtr(result), telemetry)
 	}
 }
 
@@ -331,7 +332,7 @@ func (w *Worker) takeScope(ctx context.Context, h *held) (release func(), ok boo
 		return func() {}, true
 	}
 	ceiling := 0
-	if h.spec.Kind == KindLocal || h.spec.Folder != "" {
+	if h.spec.Kind == jobs.KindLocal || h.spec.Folder != "" {
 		ceiling = 1 // a folder is its own mutex: two agents in one tree collide
 	}
 	limit, limited := w.limits.Lookup(scope)
@@ -387,7 +388,7 @@ func (w *Worker) takeScope(ctx context.Context, h *held) (release func(), ok boo
 // prepareDirs writes the job's public description to a fresh /job folder and
 // picks its workspace: the folder of a local job, else a fresh empty folder.
 func (w *Worker) prepareDirs(h *held) (jobDir, workspace string, cleanup func(), err error) {
-	base, err := os.MkdirTemp(w.jobsDir(), SanitizeJobID(h.job.ID)+"-")
+	base, err := os.MkdirTemp(w.jobsDir(), jobs.SanitizeJobID(h.job.ID)+"-")
 	if err != nil {
 		return "", "", nil, err
 	}
@@ -406,7 +407,7 @@ func (w *Worker) prepareDirs(h *held) (jobDir, workspace string, cleanup func(),
 		JobID   string `json:"jobId"`
 		Attempt int    `json:"attempt"`
 		Host    string `json:"host"`
-		Job
+		jobs.Job
 	}{h.job.ID, h.rec.Attempt, w.cfg.WorkerName, h.spec}
 	b, err := json.MarshalIndent(desc, "", "  ")
 	if err != nil {
@@ -436,7 +437,7 @@ func (w *Worker) admitCron(ctx context.Context, h *held) bool {
 	if sid == "" {
 		sid = h.spec.SchedulerID
 	}
-	if sid == "" && h.spec.Kind != KindCron {
+	if sid == "" && h.spec.Kind != jobs.KindCron {
 		return true
 	}
 	v := CronVerdict{Reason: "no cron gate"}
@@ -448,17 +449,17 @@ func (w *Worker) admitCron(ctx context.Context, h *held) bool {
 		return true
 	case v.Leave:
 		w.log.Info("cron_run_left", "jobId", h.job.ID, "queue", h.q.Name(), "schedulerId", sid, "why", v.Reason)
-		w.deferJob(ctx, h, w.tune.BusyDeferral, ReasonCronNotAgreed)
+		w.deferJob(ctx, h, w.tune.BusyDeferral, jobs.ReasonCronNotAgreed)
 	default:
 		w.log.Warn("cron_run_refused", "jobId", h.job.ID, "queue", h.q.Name(), "schedulerId", sid, "why", v.Reason)
-		w.refuse(ctx, h, ReasonCronNotAgreed)
+		w.refuse(ctx, h, jobs.ReasonCronNotAgreed)
 	}
 	return false
 }
 
 // jobNetwork is the network a job's container joins: none, unless the job
 // asks for the configured one.
-func (w *Worker) jobNetwork(spec Job) string {
+func (w *Worker) jobNetwork(spec jobs.Job) string {
 	if spec.Network && w.cfg.JobNetwork != "" {
 		return w.cfg.JobNetwork
 	}
@@ -509,16 +510,16 @@ func (w *Worker) refuse(ctx context.Context, h *held, reason string) {
 // finishPolicy records a policy outcome (a refusal, exit 2, a timeout) and
 // completes the job with it as the result: never retried.
 func (w *Worker) finishPolicy(ctx context.Context, h *held, reason string, exit *int, telemetry json.RawMessage) {
-	w.record(h, OutcomePolicy, reason, exit, telemetry)
-	result, _ := json.Marshal(map[string]string{"outcome": OutcomePolicy, "reason": reason})
+	w.record(h, jobs.OutcomePolicy, reason, exit, telemetry)
+	result, _ := json.Marshal(map[string]string{"outcome": jobs.OutcomePolicy, "reason": reason})
 	if err := w.report(ctx, h, func(ctx context.Context) error { return h.q.Complete(ctx, h.job.ID, h.token, result) }); err != nil {
 		w.log.Error("job_report_failed", "jobId", h.job.ID, "err", err)
 	}
-	w.log.Info("job_refused", "jobId", h.job.ID, "outcome", OutcomePolicy, "reason", reason)
+	w.log.Info("job_refused", "jobId", h.job.ID, "outcome", jobs.OutcomePolicy, "reason", reason)
 }
 
 func (w *Worker) complete(ctx context.Context, h *held, exit *int, telemetry json.RawMessage) {
-	w.record(h, OutcomeCompleted, ReasonCompleted, exit, telemetry)
+	w.record(h, jobs.OutcomeCompleted, jobs.ReasonCompleted, exit, telemetry)
 	result := telemetry
 	if len(result) == 0 {
 		result = json.RawMessage(`{"outcome":"completed"}`)
@@ -526,13 +527,13 @@ func (w *Worker) complete(ctx context.Context, h *held, exit *int, telemetry jso
 	if err := w.report(ctx, h, func(ctx context.Context) error { return h.q.Complete(ctx, h.job.ID, h.token, result) }); err != nil {
 		w.log.Error("job_report_failed", "jobId", h.job.ID, "err", err)
 	}
-	w.log.Info("job_completed", "jobId", h.job.ID, "outcome", OutcomeCompleted)
+	w.log.Info("job_completed", "jobId", h.job.ID, "outcome", jobs.OutcomeCompleted)
 }
 
 // fail records an infrastructure failure and fails the attempt; the queue
 // retries it while attempts remain.
 func (w *Worker) fail(ctx context.Context, h *held, reason string, exit *int, telemetry json.RawMessage) {
-	w.record(h, OutcomeFailed, reason, exit, telemetry)
+	w.record(h, jobs.OutcomeFailed, reason, exit, telemetry)
 	var retried bool
 	err := w.report(ctx, h, func(ctx context.Context) (err error) {
 		retried, err = h.q.Fail(ctx, h.job.ID, h.token, reason, queue.FailOptions{})
@@ -547,7 +548,7 @@ func (w *Worker) fail(ctx context.Context, h *held, reason string, exit *int, te
 // failNoRetry records a failure that no retry can cure and fails the job
 // for good.
 func (w *Worker) failNoRetry(ctx context.Context, h *held, reason string) {
-	w.record(h, OutcomeFailed, reason, nil, nil)
+	w.record(h, jobs.OutcomeFailed, reason, nil, nil)
 	err := w.report(ctx, h, func(ctx context.Context) error {
 		_, err := h.q.Fail(ctx, h.job.ID, h.token, reason, queue.FailOptions{NoRetry: true})
 		return err
@@ -661,8 +662,8 @@ func (w *Worker) claims() recordClaimer {
 }
 
 // writeRecord writes rec to the logs dir; a failure is logged, never fatal.
-func (w *Worker) writeRecord(rec Record) bool {
-	if _, err := WriteRecord(w.cfg.LogsDir, rec); err != nil {
+func (w *Worker) writeRecord(rec jobs.Record) bool {
+	if _, err := jobs.WriteRecord(w.cfg.LogsDir, rec); err != nil {
 		w.log.Error("run_record_failed", "jobId", rec.JobID, "err", err)
 		return false
 	}
@@ -670,15 +671,15 @@ func (w *Worker) writeRecord(rec Record) bool {
 }
 
 // mirror copies rec to the fleet's run mirror without waiting.
-func (w *Worker) mirror(rec Record) {
+func (w *Worker) mirror(rec jobs.Record) {
 	if w.deps.Mirror != nil {
 		w.deps.Mirror.Go(rec)
 	}
 }
 
 // ownRecord reads this host's record of one attempt of jobID, if it has one.
-func (w *Worker) ownRecord(jobID string, attempt int) (Record, bool) {
-	rec, err := readRecordFile(filepath.Join(w.cfg.LogsDir, RecordName(jobID, attempt)))
+func (w *Worker) ownRecord(jobID string, attempt int) (jobs.Record, bool) {
+	rec, err := jobs.ReadRecordFile(filepath.Join(w.cfg.LogsDir, jobs.RecordName(jobID, attempt)))
 	return rec, err == nil
 }
 
@@ -755,7 +756,7 @@ func (w *Worker) settlePrerecord(ctx context.Context, q JobQueue, id string, p p
 	case err == nil && j.State == queue.StateActive:
 		return
 	}
-	_ = os.Remove(filepath.Join(w.cfg.LogsDir, RecordName(p.rec.JobID, p.rec.Attempt)))
+	_ = os.Remove(filepath.Join(w.cfg.LogsDir, jobs.RecordName(p.rec.JobID, p.rec.Attempt)))
 	if p.claimed {
 		w.releaseClaim(p.rec.JobID, p.rec.Attempt)
 	}
@@ -769,10 +770,10 @@ type unlockedLister interface {
 
 // prerecorded is a stalled record written before the stalled check.
 type prerecorded struct {
-	rec     Record
+	rec     jobs.Record
 	created bool // this check wrote it; false: a record of the attempt was there
 	claimed bool // this host holds the attempt's fleet-wide claim (with a mirror)
-	waitFor []WaitCondition
+	waitFor []jobs.WaitCondition
 }
 
 // prerecordStalled writes, before the stalled check changes anything, the
@@ -812,15 +813,15 @@ func (w *Worker) prerecordStalled(ctx context.Context, q JobQueue) map[string]pr
 // stalledRecord is the record of attempt of job id failed as stalled, with
 // what the queue knows of it (job may be nil: removed on failure), and the
 // job's wait conditions.
-func (w *Worker) stalledRecord(id string, job *queue.Job, attempt int) (Record, []WaitCondition) {
+func (w *Worker) stalledRecord(id string, job *queue.Job, attempt int) (jobs.Record, []jobs.WaitCondition) {
 	now := w.tune.Now().UTC()
-	rec := Record{
-		JobID: id, Kind: KindManual, Target: "-", Host: w.cfg.WorkerName,
+	rec := jobs.Record{
+		JobID: id, Kind: jobs.KindManual, Target: "-", Host: w.cfg.WorkerName,
 		Image: w.cfg.JobImage, StartedAt: now, EndedAt: now, Attempt: max(attempt, 1),
-		Outcome: OutcomeFailed, Reason: ReasonStalled,
+		Outcome: jobs.OutcomeFailed, Reason: jobs.ReasonStalled,
 	}
-	rec.JobID, rec.JobIDQuoted = RefusedJobID(id)
-	var waitFor []WaitCondition
+	rec.JobID, rec.JobIDQuoted = jobs.RefusedJobID(id)
+	var waitFor []jobs.WaitCondition
 	if job == nil {
 		return rec, nil
 	}
@@ -830,7 +831,7 @@ func (w *Worker) stalledRecord(id string, job *queue.Job, attempt int) (Record, 
 	if job.ProcessedBy != "" && fleet.ValidateName(job.ProcessedBy) == nil {
 		rec.Host = job.ProcessedBy
 	}
-	if spec, err := ParseJob(job.Data); err == nil {
+	if spec, err := jobs.ParseJob(job.Data); err == nil {
 		rec.Kind, rec.Target, rec.Flow = spec.Kind, spec.Target(), spec.Flow
 		if spec.Image != "" {
 			rec.Image = spec.Image
@@ -844,8 +845,8 @@ func (w *Worker) stalledRecord(id string, job *queue.Job, attempt int) (Record, 
 // (it was not seen before the check) and logs event. The record names the
 // host that ran it when the queue knows.
 func (w *Worker) recordStalled(ctx context.Context, q JobQueue, id, event string) {
-	var rec Record
-	var waitFor []WaitCondition
+	var rec jobs.Record
+	var waitFor []jobs.WaitCondition
 	if job, err := q.Get(ctx, id); err == nil && job != nil {
 		rec, waitFor = w.stalledRecord(id, job, job.AttemptsMade) // the failure counted the attempt
 	} else {

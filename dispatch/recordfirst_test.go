@@ -13,6 +13,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -31,7 +32,7 @@ type killedQueue struct {
 var errKilled = errors.New("killed before the state change")
 
 func (q *killedQueue) seen(id string) {
-	recs, _ := ReadRecords(q.logsDir, id)
+	recs, _ := jobs.ReadRecords(q.logsDir, id)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.recsSeen == nil {
@@ -98,11 +99,11 @@ func TestOrphanIsRecordedBeforeItFails(t *testing.T) {
 	kq.killed = false
 	w.failOrphans(ctx, true)
 	j, err := f.shared.Get(ctx, "orphan-rf")
-	if err != nil || j.State != queue.StateFailed || j.FailedReason != ReasonStalled {
+	if err != nil || j.State != queue.StateFailed || j.FailedReason != jobs.ReasonStalled {
 		t.Fatalf("after the second boot: %+v %v", j, err)
 	}
-	recs, err := ReadRecords(f.cfg.LogsDir, "orphan-rf")
-	if err != nil || len(recs) != 1 || recs[0].Reason != ReasonStalled || recs[0].Attempt != 1 {
+	recs, err := jobs.ReadRecords(f.cfg.LogsDir, "orphan-rf")
+	if err != nil || len(recs) != 1 || recs[0].Reason != jobs.ReasonStalled || recs[0].Attempt != 1 {
 		t.Fatalf("records %+v %v, want one stalled record of attempt 1", recs, err)
 	}
 	if left, _ := os.ReadDir(w.jobsDir()); len(left) != 0 {
@@ -117,10 +118,10 @@ func TestOrphanWithItsRecordReportsIt(t *testing.T) {
 	f.leaveOrphan(t, "orphan-done", "")
 	code := 0
 	now := time.Now()
-	rec := Record{JobID: "orphan-done", Kind: KindForge, Target: "acme/orphan", Flow: "fix", StartedAt: now.Add(-time.Minute),
-		EndedAt: now, Outcome: OutcomeCompleted, Reason: ReasonCompleted, ExitCode: &code, Attempt: 1, Host: "orph", Image: "img",
+	rec := jobs.Record{JobID: "orphan-done", Kind: jobs.KindForge, Target: "acme/orphan", Flow: "fix", StartedAt: now.Add(-time.Minute),
+		EndedAt: now, Outcome: jobs.OutcomeCompleted, Reason: jobs.ReasonCompleted, ExitCode: &code, Attempt: 1, Host: "orph", Image: "img",
 		Telemetry: json.RawMessage(`{"event":"exit","cost":1.5}`)}
-	if _, err := WriteRecord(f.cfg.LogsDir, rec); err != nil {
+	if _, err := jobs.WriteRecord(f.cfg.LogsDir, rec); err != nil {
 		t.Fatal(err)
 	}
 	w := f.worker(t, &orphanRuntime{}, &orphanRegistry{}, nil)
@@ -129,8 +130,8 @@ func TestOrphanWithItsRecordReportsIt(t *testing.T) {
 	if err != nil || j.State != queue.StateCompleted {
 		t.Fatalf("job %+v %v, want completed as its record says", j, err)
 	}
-	recs, err := ReadRecords(f.cfg.LogsDir, "orphan-done")
-	if err != nil || len(recs) != 1 || recs[0].Reason != ReasonCompleted || string(recs[0].Telemetry) != `{"event":"exit","cost":1.5}` {
+	recs, err := jobs.ReadRecords(f.cfg.LogsDir, "orphan-done")
+	if err != nil || len(recs) != 1 || recs[0].Reason != jobs.ReasonCompleted || string(recs[0].Telemetry) != `{"event":"exit","cost":1.5}` {
 		t.Fatalf("records %+v %v, want the run's own", recs, err)
 	}
 }
@@ -145,7 +146,7 @@ func TestStalledJobIsRecordedBeforeItFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, _ := json.Marshal(Job{Kind: KindForge, Repo: "acme/stall", Flow: "fix", Task: "t"})
+	data, _ := json.Marshal(jobs.Job{Kind: jobs.KindForge, Repo: "acme/stall", Flow: "fix", Task: "t"})
 	if _, _, err := short.Add(ctx, JobName, data, queue.AddOptions{JobID: "stall-1", Attempts: 3}); err != nil {
 		t.Fatal(err)
 	}
@@ -154,12 +155,12 @@ func TestStalledJobIsRecordedBeforeItFails(t *testing.T) {
 	if err != nil || j == nil {
 		t.Fatalf("fetch: %v %v", j, err)
 	}
-	first := Record{JobID: "stall-1", Kind: KindForge, Target: "acme/stall", StartedAt: time.Now(), EndedAt: time.Now(),
-		Outcome: OutcomeFailed, Reason: ReasonExit1, Attempt: 1, Host: "gone"}
-	if _, err := WriteRecord(f.cfg.LogsDir, first); err != nil {
+	first := jobs.Record{JobID: "stall-1", Kind: jobs.KindForge, Target: "acme/stall", StartedAt: time.Now(), EndedAt: time.Now(),
+		Outcome: jobs.OutcomeFailed, Reason: jobs.ReasonExit1, Attempt: 1, Host: "gone"}
+	if _, err := jobs.WriteRecord(f.cfg.LogsDir, first); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := short.Fail(ctx, "stall-1", "t1", ReasonExit1, queue.FailOptions{}); err != nil {
+	if _, err := short.Fail(ctx, "stall-1", "t1", jobs.ReasonExit1, queue.FailOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -185,17 +186,17 @@ func TestStalledJobIsRecordedBeforeItFails(t *testing.T) {
 	}
 	kq.killed = false
 	w.checkStalled(ctx)
-	if j, err := f.shared.Get(ctx, "stall-1"); err != nil || j.State != queue.StateFailed || j.FailedReason != ReasonStalled {
+	if j, err := f.shared.Get(ctx, "stall-1"); err != nil || j.State != queue.StateFailed || j.FailedReason != jobs.ReasonStalled {
 		t.Fatalf("job %+v %v, want failed as stalled", j, err)
 	}
-	recs, err := ReadRecords(f.cfg.LogsDir, "stall-1")
+	recs, err := jobs.ReadRecords(f.cfg.LogsDir, "stall-1")
 	if err != nil || len(recs) != 2 {
 		t.Fatalf("records %+v %v, want 2", recs, err)
 	}
-	if recs[0].Reason != ReasonExit1 || recs[1].Reason != ReasonStalled || recs[1].Attempt != 2 || recs[1].Host != "gone" {
+	if recs[0].Reason != jobs.ReasonExit1 || recs[1].Reason != jobs.ReasonStalled || recs[1].Attempt != 2 || recs[1].Host != "gone" {
 		t.Fatalf("records %+v", recs)
 	}
-	if _, err := os.Stat(filepath.Join(f.cfg.LogsDir, RecordName("stall-1", 3))); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(f.cfg.LogsDir, jobs.RecordName("stall-1", 3))); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a record of an attempt that never ran: %v", err)
 	}
 }
@@ -228,7 +229,7 @@ func TestFrozenWorkerWakingWritesNoSecondRecord(t *testing.T) {
 	checker := *frozen
 	checker.cfg.WorkerName, checker.cfg.LogsDir = "checker", t.TempDir()
 	ctx := context.Background()
-	data, _ := json.Marshal(Job{Kind: KindForge, Repo: "acme/frozen", Flow: "fix", Task: "t"})
+	data, _ := json.Marshal(jobs.Job{Kind: jobs.KindForge, Repo: "acme/frozen", Flow: "fix", Task: "t"})
 	if _, _, err := frozen.shared.Add(ctx, JobName, data, queue.AddOptions{JobID: "frozen-1"}); err != nil {
 		t.Fatal(err)
 	}
@@ -245,12 +246,12 @@ func TestFrozenWorkerWakingWritesNoSecondRecord(t *testing.T) {
 	}
 	cw := checker.worker(t, &orphanRuntime{}, &orphanRegistry{}, nil)
 	cw.checkStalled(ctx)
-	if j, err := frozen.shared.Get(ctx, "frozen-1"); err != nil || j.State != queue.StateFailed || j.FailedReason != ReasonStalled {
+	if j, err := frozen.shared.Get(ctx, "frozen-1"); err != nil || j.State != queue.StateFailed || j.FailedReason != jobs.ReasonStalled {
 		t.Fatalf("job %+v %v, want failed as stalled by the checker", j, err)
 	}
 	// The holder wakes, finds its lock gone and stops its run.
 	deadline := time.Now().Add(15 * time.Second)
-	var mirrored Record
+	var mirrored jobs.Record
 	for {
 		body, err := frozen.db.Client.Get(ctx, RunRecordKey("frozen-1", 1)).Result()
 		if err == nil && json.Unmarshal([]byte(body), &mirrored) == nil && mirrored.ExitCode != nil {
@@ -262,11 +263,11 @@ func TestFrozenWorkerWakingWritesNoSecondRecord(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	stop()
-	if *mirrored.ExitCode != 137 || string(mirrored.Telemetry) != `{"event":"exit","cost":2.5}` || mirrored.Host != "orph" || mirrored.Reason != ReasonStalled {
+	if *mirrored.ExitCode != 137 || string(mirrored.Telemetry) != `{"event":"exit","cost":2.5}` || mirrored.Host != "orph" || mirrored.Reason != jobs.ReasonStalled {
 		t.Fatalf("mirrored %+v", mirrored)
 	}
-	mine, _ := ReadRecords(frozen.cfg.LogsDir, "frozen-1")
-	theirs, _ := ReadRecords(checker.cfg.LogsDir, "frozen-1")
+	mine, _ := jobs.ReadRecords(frozen.cfg.LogsDir, "frozen-1")
+	theirs, _ := jobs.ReadRecords(checker.cfg.LogsDir, "frozen-1")
 	if len(mine)+len(theirs) != 1 || len(theirs) != 1 {
 		t.Fatalf("records: %d on the frozen host, %d on the checker; want the checker's one", len(mine), len(theirs))
 	}
@@ -296,12 +297,12 @@ func TestOrphanWithAnExitedContainerGetsItsRealOutcome(t *testing.T) {
 	if err != nil || j.State != queue.StateCompleted {
 		t.Fatalf("job %+v %v, want completed", j, err)
 	}
-	recs, err := ReadRecords(f.cfg.LogsDir, "orphan-exited")
+	recs, err := jobs.ReadRecords(f.cfg.LogsDir, "orphan-exited")
 	if err != nil || len(recs) != 1 {
 		t.Fatalf("records %+v %v", recs, err)
 	}
 	r := recs[0]
-	if r.Outcome != OutcomeCompleted || r.ExitCode == nil || *r.ExitCode != 0 || string(r.Telemetry) != `{"event":"exit","turns":4,"cost":0.75}` {
+	if r.Outcome != jobs.OutcomeCompleted || r.ExitCode == nil || *r.ExitCode != 0 || string(r.Telemetry) != `{"event":"exit","turns":4,"cost":0.75}` {
 		t.Fatalf("record %+v (telemetry %s)", r, r.Telemetry)
 	}
 }
@@ -329,7 +330,7 @@ func (r *keepingRuntime) Run(ctx context.Context, spec container.Spec) (containe
 }
 
 func (r *keepingRuntime) RemoveContainer(ctx context.Context, name string) error {
-	recs, _ := ReadRecords(r.logsDir, strings.TrimPrefix(name, "pi-job-"))
+	recs, _ := jobs.ReadRecords(r.logsDir, strings.TrimPrefix(name, "pi-job-"))
 	j, _ := r.q.Get(ctx, strings.TrimPrefix(name, "pi-job-"))
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -345,7 +346,7 @@ func (r *keepingRuntime) RemoveContainer(ctx context.Context, name string) error
 func TestRunKeepsItsContainerUntilRecorded(t *testing.T) {
 	f := newOrphanFixture(t)
 	rt := &keepingRuntime{orphanRuntime: orphanRuntime{reap: container.ReapReport{Enumerated: true}}, logsDir: f.cfg.LogsDir, q: f.shared}
-	data, _ := json.Marshal(Job{Kind: KindForge, Repo: "acme/keep", Flow: "fix", Task: "t"})
+	data, _ := json.Marshal(jobs.Job{Kind: jobs.KindForge, Repo: "acme/keep", Flow: "fix", Task: "t"})
 	if _, _, err := f.shared.Add(context.Background(), JobName, data, queue.AddOptions{JobID: "keep-1"}); err != nil {
 		t.Fatal(err)
 	}
@@ -385,7 +386,7 @@ func (r *keepingReaper) ReapRunning(ctx context.Context, worker string) (contain
 }
 
 func (r *keepingReaper) RemoveContainer(_ context.Context, name string) error {
-	recs, _ := ReadRecords(r.logsDir, "orphan-kept")
+	recs, _ := jobs.ReadRecords(r.logsDir, "orphan-kept")
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.removed[name] = len(recs)
@@ -412,8 +413,8 @@ func TestBootRemovesExitedContainersAfterRecording(t *testing.T) {
 		t.Fatalf("removed %v: the finished run's container was left", rt.removed)
 	}
 	// Attempt 1 is recorded as it ended (exit 1, retried); the retry may have run since.
-	recs, _ := ReadRecords(f.cfg.LogsDir, "orphan-kept")
-	if len(recs) < 1 || recs[0].Attempt != 1 || recs[0].Reason != ReasonExit1 || *recs[0].ExitCode != 1 {
+	recs, _ := jobs.ReadRecords(f.cfg.LogsDir, "orphan-kept")
+	if len(recs) < 1 || recs[0].Attempt != 1 || recs[0].Reason != jobs.ReasonExit1 || *recs[0].ExitCode != 1 {
 		t.Fatalf("records %+v", recs)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/capabilities"
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
 )
@@ -125,13 +126,13 @@ func (w *Worker) rehome(ctx context.Context, dead deadQueues) int {
 	moved := 0
 	for _, name := range dead.queues {
 		host := strings.TrimPrefix(name, "pi-jobs@")
-		jobs, err := w.deps.Directory.Pending(ctx, name, rehomeBatch)
+		pending, err := w.deps.Directory.Pending(ctx, name, rehomeBatch)
 		if err != nil {
 			w.log.Warn("rehome_read_failed", "queue", name, "err", err)
 			continue
 		}
-		for _, job := range jobs {
-			spec, err := ParseJob(job.Data)
+		for _, job := range pending {
+			spec, err := jobs.ParseJob(job.Data)
 			if err != nil || spec.Folder != "" || spec.Resume || job.SchedulerID != "" {
 				continue
 			}

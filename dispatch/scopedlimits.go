@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/pidispatch/pidispatch/internal/check"
 )
 
 // Limits of a scoped-limits file.
@@ -45,42 +47,42 @@ type ScopedLimits struct {
 // field is refused: this build has no monthly window, and a limit that is not enforced
 // must not look as if it were.
 func ParseScopedLimits(data []byte) (ScopedLimits, error) {
-	if err := checkJSON(data, MaxPolicyFileBytes); err != nil {
+	if err := check.JSON(data, MaxPolicyFileBytes); err != nil {
 		return ScopedLimits{}, fmt.Errorf("scoped limits: %w", err)
 	}
 	var head struct {
 		Version json.RawMessage `json:"version"`
 	}
 	if err := json.Unmarshal(data, &head); err != nil {
-		return ScopedLimits{}, fmt.Errorf("scoped limits: %w", cleanJSONError(err))
+		return ScopedLimits{}, fmt.Errorf("scoped limits: %w", check.CleanJSONError(err))
 	}
 	if head.Version == nil {
-		return ScopedLimits{}, fmt.Errorf("scoped limits: %w", fieldErr("version", "required (%d)", ScopedLimitsVersion))
+		return ScopedLimits{}, fmt.Errorf("scoped limits: %w", check.Field("version", "required (%d)", ScopedLimitsVersion))
 	}
 	var version int
 	if err := json.Unmarshal(head.Version, &version); err != nil {
-		return ScopedLimits{}, fmt.Errorf("scoped limits: %w", fieldErr("version", "must be the integer %d", ScopedLimitsVersion))
+		return ScopedLimits{}, fmt.Errorf("scoped limits: %w", check.Field("version", "must be the integer %d", ScopedLimitsVersion))
 	}
 	if version > ScopedLimitsVersion {
-		return ScopedLimits{}, fmt.Errorf("scoped limits: %w", fieldErr("version", "%d is newer than this build reads (%d): upgrade the worker or write a version %d file", version, ScopedLimitsVersion, ScopedLimitsVersion))
+		return ScopedLimits{}, fmt.Errorf("scoped limits: %w", check.Field("version", "%d is newer than this build reads (%d): upgrade the worker or write a version %d file", version, ScopedLimitsVersion, ScopedLimitsVersion))
 	}
 	if version != ScopedLimitsVersion {
-		return ScopedLimits{}, fmt.Errorf("scoped limits: %w", fieldErr("version", "must be %d", ScopedLimitsVersion))
+		return ScopedLimits{}, fmt.Errorf("scoped limits: %w", check.Field("version", "must be %d", ScopedLimitsVersion))
 	}
 
 	var doc struct {
 		Version int                `json:"version"`
 		Limits  *[]json.RawMessage `json:"limits"`
 	}
-	if err := decodeRow(data, &doc, ""); err != nil {
+	if err := check.DecodeRow(data, &doc, ""); err != nil {
 		return ScopedLimits{}, fmt.Errorf("scoped limits: %w", err)
 	}
 	if doc.Limits == nil {
-		return ScopedLimits{}, fmt.Errorf("scoped limits: %w", fieldErr("limits", "required (an empty list means no limits)"))
+		return ScopedLimits{}, fmt.Errorf("scoped limits: %w", check.Field("limits", "required (an empty list means no limits)"))
 	}
 	rows := *doc.Limits
 	if len(rows) > MaxScopedLimits {
-		return ScopedLimits{}, fmt.Errorf("scoped limits: %w", fieldErr("limits", "at most %d rows, not %d", MaxScopedLimits, len(rows)))
+		return ScopedLimits{}, fmt.Errorf("scoped limits: %w", check.Field("limits", "at most %d rows, not %d", MaxScopedLimits, len(rows)))
 	}
 	out := ScopedLimits{rows: make([]ScopeLimit, 0, len(rows)), byScope: make(map[string]int, len(rows))}
 	first := map[string]int{}
@@ -92,24 +94,24 @@ func ParseScopedLimits(data []byte) (ScopedLimits, error) {
 			Day        *int   `json:"day"`
 			Week       *int   `json:"week"`
 		}
-		if err := decodeRow(raw, &r, at); err != nil {
+		if err := check.DecodeRow(raw, &r, at); err != nil {
 			return ScopedLimits{}, fmt.Errorf("scoped limits: %w", err)
 		}
 		switch {
 		case r.Scope == "":
-			return ScopedLimits{}, fmt.Errorf("scoped limits: %w", fieldErr(at+".scope", "required (an absolute folder or owner/name)"))
+			return ScopedLimits{}, fmt.Errorf("scoped limits: %w", check.Field(at+".scope", "required (an absolute folder or owner/name)"))
 		case r.Scope == "*":
-			return ScopedLimits{}, fmt.Errorf("scoped limits: %w", fieldErr(at+".scope", `"*" is not a scope: the global caps are PI_DAILY_CAP and PI_WEEKLY_CAP`))
+			return ScopedLimits{}, fmt.Errorf("scoped limits: %w", check.Field(at+".scope", `"*" is not a scope: the global caps are PI_DAILY_CAP and PI_WEEKLY_CAP`))
 		}
 		if rule := scopeRule(r.Scope); rule != "" {
-			return ScopedLimits{}, fmt.Errorf("scoped limits: %w", fieldErr(at+".scope", "%s", rule))
+			return ScopedLimits{}, fmt.Errorf("scoped limits: %w", check.Field(at+".scope", "%s", rule))
 		}
 		if j, dup := first[r.Scope]; dup {
-			return ScopedLimits{}, fmt.Errorf("scoped limits: %w", fieldErr(at+".scope", "duplicate of limits[%d]", j))
+			return ScopedLimits{}, fmt.Errorf("scoped limits: %w", check.Field(at+".scope", "duplicate of limits[%d]", j))
 		}
 		first[r.Scope] = i
 		if r.Concurrent == nil && r.Day == nil && r.Week == nil {
-			return ScopedLimits{}, fmt.Errorf("scoped limits: %w", fieldErr(at, "needs at least one of concurrent, day, week"))
+			return ScopedLimits{}, fmt.Errorf("scoped limits: %w", check.Field(at, "needs at least one of concurrent, day, week"))
 		}
 		row := ScopeLimit{Scope: r.Scope}
 		for _, f := range []struct {
@@ -126,7 +128,7 @@ func ParseScopedLimits(data []byte) (ScopedLimits, error) {
 				continue
 			}
 			if *f.v < 1 || *f.v > f.max {
-				return ScopedLimits{}, fmt.Errorf("scoped limits: %w", fieldErr(at+"."+f.name, "must be between 1 and %d", f.max))
+				return ScopedLimits{}, fmt.Errorf("scoped limits: %w", check.Field(at+"."+f.name, "must be between 1 and %d", f.max))
 			}
 			*f.dst = *f.v
 		}
@@ -171,12 +173,12 @@ func (l ScopedLimits) Len() int { return len(l.rows) }
 // repository owner/name.
 func scopeRule(s string) string {
 	if strings.HasPrefix(s, "/") {
-		if rule := absCleanRule(s); rule != "" {
+		if rule := check.AbsClean(s); rule != "" {
 			return "folder " + rule
 		}
 		return ""
 	}
-	if !validRepo(s) {
+	if !check.Repo(s) {
 		return "must be an absolute folder or a repository owner/name"
 	}
 	return ""

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/jobs"
 )
 
 func TestParseScopedLimits_Valid(t *testing.T) {
@@ -93,7 +94,7 @@ func TestParseScopedLimits_Invalid(t *testing.T) {
 			require.Contains(t, err.Error(), tt.rule)
 			require.True(t, strings.HasPrefix(err.Error(), "scoped limits: "), err.Error())
 			if tt.field != "" {
-				var fe *dispatch.FieldError
+				var fe *jobs.FieldError
 				require.ErrorAs(t, err, &fe, "%v", err)
 				require.Equal(t, tt.field, fe.Field, "%v", err)
 			}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/pidispatch/pidispatch/internal/check"
 )
 
 // Limits of a secret resolver run.
@@ -36,7 +38,7 @@ type SecretError struct {
 }
 
 func (e *SecretError) Error() string {
-	return "secret profile " + quoteShort(e.Profile) + ": " + e.Reason
+	return "secret profile " + check.Quote(e.Profile) + ": " + e.Reason
 }
 
 var secretKeyRE = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
@@ -60,17 +62,17 @@ func ResolveSecrets(ctx context.Context, path, profile string, timeout time.Dura
 	fail := func(code int, format string, args ...any) (map[string]string, error) {
 		return nil, &SecretError{Profile: profile, Reason: fmt.Sprintf(format, args...), ExitCode: code}
 	}
-	if !validName(profile) {
-		return fail(-1, "profile name must match %s", nameSyntax)
+	if !check.Name(profile) {
+		return fail(-1, "profile name must match %s", check.NameSyntax)
 	}
-	if rule := absCleanRule(path); rule != "" {
+	if rule := check.AbsClean(path); rule != "" {
 		return fail(-1, "resolver path %s", rule)
 	}
 	if timeout <= 0 {
 		return fail(-1, "timeout must be positive")
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("secret profile %s: %w", quoteShort(profile), err)
+		return nil, fmt.Errorf("secret profile %s: %w", check.Quote(profile), err)
 	}
 
 	runCtx, cancel := context.WithTimeout(ctx, timeout)
@@ -109,7 +111,7 @@ func ResolveSecrets(ctx context.Context, path, profile string, timeout time.Dura
 		clear(out)
 		switch {
 		case ctx.Err() != nil:
-			return nil, fmt.Errorf("secret profile %s: %w", quoteShort(profile), ctx.Err())
+			return nil, fmt.Errorf("secret profile %s: %w", check.Quote(profile), ctx.Err())
 		case runCtx.Err() != nil:
 			return fail(-1, "resolver timed out after %s (killed)", timeout)
 		case tooBig:

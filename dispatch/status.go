@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -25,10 +26,10 @@ func FinishedOutcome(result json.RawMessage) string {
 		Outcome string `json:"outcome"`
 		Reason  string `json:"reason"`
 	}
-	if json.Unmarshal(result, &r) != nil || r.Event != "" || r.Outcome != OutcomePolicy {
+	if json.Unmarshal(result, &r) != nil || r.Event != "" || r.Outcome != jobs.OutcomePolicy {
 		return FinishedCompleted
 	}
-	if r.Reason == ReasonOperatorCancel {
+	if r.Reason == jobs.ReasonOperatorCancel {
 		return FinishedCancelled
 	}
 	return FinishedRefused

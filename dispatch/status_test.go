@@ -8,6 +8,7 @@ import (
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -41,7 +42,7 @@ func finish(t *testing.T, q *queue.Queue, result string) {
 		t.Fatalf("fetch: %v %v", j, err)
 	}
 	if result == "" {
-		if _, err := q.Fail(ctx, j.ID, tok, dispatch.ReasonExit1, queue.FailOptions{NoRetry: true}); err != nil {
+		if _, err := q.Fail(ctx, j.ID, tok, jobs.ReasonExit1, queue.FailOptions{NoRetry: true}); err != nil {
 			t.Fatal(err)
 		}
 		return

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/pidispatch/pidispatch/jobs"
 )
 
 // The keywords of PI_CONTAINER_USER.
@@ -51,7 +53,7 @@ func validID(s string) bool {
 // folder is this host's, mounted from this host, so only this host can say
 // who owns it. A job without a folder works in a fresh folder anyone may
 // write, and keeps the image's user.
-func (w *Worker) containerUser(job Job) (string, error) {
+func (w *Worker) containerUser(job jobs.Job) (string, error) {
 	user, _ := parseContainerUser(w.cfg.ContainerUser)
 	switch {
 	case user == ContainerUserImage:

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/pidispatch/pidispatch/jobs"
 )
 
 func TestContainerUser(t *testing.T) {
@@ -23,11 +25,11 @@ func TestContainerUser(t *testing.T) {
 	if os.Geteuid() == 0 && owner != "4321:4322" {
 		t.Fatalf("owner %q, want 4321:4322", owner)
 	}
-	local := Job{Kind: KindLocal, Folder: folder, Flow: "f", Task: "t"}
-	forge := Job{Kind: KindForge, Repo: "a/b", Flow: "f", Task: "t"}
+	local := jobs.Job{Kind: jobs.KindLocal, Folder: folder, Flow: "f", Task: "t"}
+	forge := jobs.Job{Kind: jobs.KindForge, Repo: "a/b", Flow: "f", Task: "t"}
 	for _, tc := range []struct {
 		setting string
-		job     Job
+		job     jobs.Job
 		want    string
 	}{
 		{"", local, owner},

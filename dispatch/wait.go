@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/jobs"
 )
 
 // Wait-for: a job whose waitFor lists conditions is held, before anything is
@@ -150,10 +151,10 @@ type waitPlan struct {
 	mask       uint8         // their bits
 }
 
-func planWait(conds []WaitCondition) waitPlan {
+func planWait(conds []jobs.WaitCondition) waitPlan {
 	var p waitPlan
 	for i, c := range conds {
-		if i >= MaxWaitConditions {
+		if i >= jobs.MaxWaitConditions {
 			break // ParseJob refuses more; the bits would not fit
 		}
 		if c.Profile != "" {
@@ -161,7 +162,7 @@ func planWait(conds []WaitCondition) waitPlan {
 			p.mask |= 1 << i
 			continue
 		}
-		d, at, rule := parseAfter(c.After)
+		d, at, rule := jobs.ParseAfter(c.After)
 		if rule != "" {
 			continue // ParseJob refuses it
 		}
@@ -215,21 +216,21 @@ func holdDeadline(st HoldState, pol waitPolicy) time.Time {
 func beforeCheck(st HoldState, plan waitPlan, pol waitPolicy) holdVerdict {
 	switch {
 	case st.Superseded:
-		return refuseHold(ReasonWaitSuperseded)
+		return refuseHold(jobs.ReasonWaitSuperseded)
 	case st.Released:
 		return holdVerdict{action: holdRelease}
 	case !st.AfterAt.IsZero() && st.AfterAt.Sub(st.Since) > pol.afterMax:
-		return refuseHold(ReasonWaitTimeout) // it could only end past the cap
+		return refuseHold(jobs.ReasonWaitTimeout) // it could only end past the cap
 	case st.Now.Before(st.AfterAt):
 		return deferHold(st.AfterAt.Sub(st.Now), "wait-after")
 	case plan.mask&^st.Met == 0:
 		return holdVerdict{action: holdRelease}
 	case !st.Now.Before(holdDeadline(st, pol)):
-		return refuseHold(ReasonWaitTimeout)
+		return refuseHold(jobs.ReasonWaitTimeout)
 	case st.Faults >= pol.maxFaults:
-		return refuseHold(ReasonWaitFaults)
+		return refuseHold(jobs.ReasonWaitFaults)
 	case st.Checks >= pol.maxChecks:
-		return refuseHold(ReasonWaitMaxChecks)
+		return refuseHold(jobs.ReasonWaitMaxChecks)
 	}
 	return holdVerdict{action: holdCheck}
 }
@@ -242,17 +243,17 @@ func afterCheck(st HoldState, deadline time.Time, pol waitPolicy, r float64) hol
 		// this one dead): the next pickup starts over, or finds the job gone.
 		return deferHold(withJitter(pol.interval, r), "wait-state-lost")
 	case st.Superseded:
-		return refuseHold(ReasonWaitSuperseded)
+		return refuseHold(jobs.ReasonWaitSuperseded)
 	case st.Released:
 		return holdVerdict{action: holdRelease}
 	case st.Faults >= pol.maxFaults:
-		return refuseHold(ReasonWaitFaults)
+		return refuseHold(jobs.ReasonWaitFaults)
 	case st.Checks >= pol.maxChecks:
-		return refuseHold(ReasonWaitMaxChecks)
+		return refuseHold(jobs.ReasonWaitMaxChecks)
 	}
 	left := deadline.Sub(st.Now)
 	if left <= 0 {
-		return refuseHold(ReasonWaitTimeout)
+		return refuseHold(jobs.ReasonWaitTimeout)
 	}
 	// Never past the deadline: the refusal then comes on time.
 	return deferHold(min(withJitter(waitBackoff(pol.interval, st.Checks), r), left), "wait-check")
@@ -261,11 +262,11 @@ func afterCheck(st HoldState, deadline time.Time, pol waitPolicy, r float64) hol
 // afterThrottle decides after a round was denied a check slot.
 func afterThrottle(st HoldState, deadline time.Time, pol waitPolicy, r float64) holdVerdict {
 	if st.Superseded {
-		return refuseHold(ReasonWaitSuperseded)
+		return refuseHold(jobs.ReasonWaitSuperseded)
 	}
 	left := deadline.Sub(st.Now)
 	if left <= 0 {
-		return refuseHold(ReasonWaitTimeout)
+		return refuseHold(jobs.ReasonWaitTimeout)
 	}
 	d := withJitter(throttleDelay(pol.throttleFloor, pol.interval, st.Checks), r)
 	return deferHold(min(d, left), "wait-throttled")
@@ -376,7 +377,7 @@ func (w *Worker) applyHold(ctx context.Context, h *held, st HoldState, v holdVer
 				return w.holdUnreachable(ctx, h, err)
 			}
 			if st2.Superseded {
-				w.refuse(ctx, h, ReasonWaitSuperseded)
+				w.refuse(ctx, h, jobs.ReasonWaitSuperseded)
 				return true
 			}
 		}
@@ -496,7 +497,7 @@ func (w *Worker) checkRound(ctx context.Context, h *held, plan waitPlan, met uin
 
 // endHold deletes the hold state of a job that ended. Bounded, and logged on
 // failure: the state expires at the hold's deadline anyway.
-func (w *Worker) endHold(jobID string, conds []WaitCondition) {
+func (w *Worker) endHold(jobID string, conds []jobs.WaitCondition) {
 	if len(conds) == 0 || w.deps.Holds == nil {
 		return
 	}

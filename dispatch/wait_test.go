@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/stretchr/testify/require"
 )
 
@@ -118,7 +119,7 @@ func TestNewWaitPolicy(t *testing.T) {
 func TestPlanWait(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
-	p := planWait([]WaitCondition{
+	p := planWait([]jobs.WaitCondition{
 		{After: "90m"}, {Profile: "jira"}, {After: at.Format(time.RFC3339)}, {Profile: "ci", Args: []string{"x"}},
 	})
 	require.Equal(t, 90*time.Minute, p.afterDelay)
@@ -126,7 +127,7 @@ func TestPlanWait(t *testing.T) {
 	require.Equal(t, []int{1, 3}, p.profiles)
 	require.Equal(t, uint8(0b1010), p.mask)
 
-	p = planWait([]WaitCondition{{After: "1s"}, {After: "2h"}, {After: "2029-01-01T00:00:00Z"}, {After: "2030-06-01T00:00:00+02:00"}})
+	p = planWait([]jobs.WaitCondition{{After: "1s"}, {After: "2h"}, {After: "2029-01-01T00:00:00Z"}, {After: "2030-06-01T00:00:00+02:00"}})
 	require.Equal(t, 2*time.Hour, p.afterDelay, "the longest delay")
 	require.True(t, p.afterAt.Equal(time.Date(2030, 5, 31, 22, 0, 0, 0, time.UTC)), "the latest instant")
 	require.Zero(t, p.mask)
@@ -135,11 +136,11 @@ func TestPlanWait(t *testing.T) {
 
 func TestParseAfter(t *testing.T) {
 	t.Parallel()
-	d, at, rule := parseAfter("90m")
+	d, at, rule := jobs.ParseAfter("90m")
 	require.Equal(t, 90*time.Minute, d)
 	require.True(t, at.IsZero())
 	require.Empty(t, rule)
-	d, at, rule = parseAfter("2026-05-01T09:00:00.5+02:00")
+	d, at, rule = jobs.ParseAfter("2026-05-01T09:00:00.5+02:00")
 	require.Zero(t, d)
 	require.True(t, at.Equal(time.Date(2026, 5, 1, 7, 0, 0, 5e8, time.UTC)))
 	require.Empty(t, rule)
@@ -155,13 +156,13 @@ func TestParseAfter(t *testing.T) {
 		"2026-05-01T09:00:00Z\x00":   "RFC 3339",
 		"\xff-T":                     "RFC 3339",
 	} {
-		_, _, rule := parseAfter(give)
+		_, _, rule := jobs.ParseAfter(give)
 		require.Contains(t, rule, want, "%q", give)
 	}
 	// Through the job model.
-	_, err := ParseJob([]byte(`{"kind":"forge","repo":"a/b","flow":"f","task":"t","waitFor":[{"after":"2026-05-01T09:00:00Z"}]}`))
+	_, err := jobs.ParseJob([]byte(`{"kind":"forge","repo":"a/b","flow":"f","task":"t","waitFor":[{"after":"2026-05-01T09:00:00Z"}]}`))
 	require.NoError(t, err)
-	_, err = ParseJob([]byte(`{"kind":"forge","repo":"a/b","flow":"f","task":"t","waitFor":[{"after":"2026-05-01 09:00"}]}`))
+	_, err = jobs.ParseJob([]byte(`{"kind":"forge","repo":"a/b","flow":"f","task":"t","waitFor":[{"after":"2026-05-01 09:00"}]}`))
 	require.ErrorContains(t, err, "waitFor[0].after")
 }
 
@@ -185,19 +186,19 @@ func TestHoldVerdicts(t *testing.T) {
 		want holdVerdict
 	}{
 		{"FirstPickupChecks", st(0, nil), two, holdVerdict{action: holdCheck}},
-		{"Superseded", st(0, func(s *HoldState) { s.Superseded = true; s.Released = true }), two, refuseHold(ReasonWaitSuperseded)},
+		{"Superseded", st(0, func(s *HoldState) { s.Superseded = true; s.Released = true }), two, refuseHold(jobs.ReasonWaitSuperseded)},
 		{"ReleasedGoesOn", st(2*time.Hour, func(s *HoldState) { s.Released = true }), two, holdVerdict{action: holdRelease}},
 		{"AfterPending", st(time.Minute, func(s *HoldState) { s.AfterAt = since.Add(90 * time.Minute) }), two, deferHold(89*time.Minute, "wait-after")},
 		{"AfterExactToTheMs", st(0, func(s *HoldState) { s.AfterAt = since.Add(1500*time.Millisecond + 1) }), waitPlan{}, holdVerdict{action: holdDefer, delay: 1501 * time.Millisecond, why: "wait-after"}},
-		{"AfterPastCap", st(0, func(s *HoldState) { s.AfterAt = since.Add(25 * time.Hour) }), waitPlan{}, refuseHold(ReasonWaitTimeout)},
+		{"AfterPastCap", st(0, func(s *HoldState) { s.AfterAt = since.Add(25 * time.Hour) }), waitPlan{}, refuseHold(jobs.ReasonWaitTimeout)},
 		{"AfterPassedNoProfiles", st(time.Hour, func(s *HoldState) { s.AfterAt = since.Add(time.Hour) }), waitPlan{}, holdVerdict{action: holdRelease}},
 		{"AfterPassedProfilesDue", st(90*time.Minute, func(s *HoldState) { s.AfterAt = since.Add(time.Hour) }), two, holdVerdict{action: holdCheck}},
-		{"DeadlineFromAfter", st(2*time.Hour, func(s *HoldState) { s.AfterAt = since.Add(time.Hour) }), two, refuseHold(ReasonWaitTimeout)},
+		{"DeadlineFromAfter", st(2*time.Hour, func(s *HoldState) { s.AfterAt = since.Add(time.Hour) }), two, refuseHold(jobs.ReasonWaitTimeout)},
 		{"AllMetInEarlierRounds", st(5*time.Hour, func(s *HoldState) { s.Met = 0b11 }), two, holdVerdict{action: holdRelease}},
-		{"Timeout", st(time.Hour, nil), two, refuseHold(ReasonWaitTimeout)},
+		{"Timeout", st(time.Hour, nil), two, refuseHold(jobs.ReasonWaitTimeout)},
 		{"JustBeforeTimeout", st(time.Hour-time.Millisecond, nil), two, holdVerdict{action: holdCheck}},
-		{"Faults", st(0, func(s *HoldState) { s.Faults = 3 }), two, refuseHold(ReasonWaitFaults)},
-		{"MaxChecks", st(0, func(s *HoldState) { s.Checks = 10 }), two, refuseHold(ReasonWaitMaxChecks)},
+		{"Faults", st(0, func(s *HoldState) { s.Faults = 3 }), two, refuseHold(jobs.ReasonWaitFaults)},
+		{"MaxChecks", st(0, func(s *HoldState) { s.Checks = 10 }), two, refuseHold(jobs.ReasonWaitMaxChecks)},
 		{"OneMetOneLeft", st(0, func(s *HoldState) { s.Met = 0b01; s.Checks = 9; s.Faults = 2 }), two, holdVerdict{action: holdCheck}},
 	}
 	for _, tt := range tests {
@@ -215,11 +216,11 @@ func TestHoldVerdicts(t *testing.T) {
 		{"NotYetJitter", st(0, func(s *HoldState) { s.Checks = 1 }), 0.5, deferHold(63*time.Second, "wait-check")},
 		{"Backoff", st(0, func(s *HoldState) { s.Checks = 6 }), 0, deferHold(4*time.Minute, "wait-check")},
 		{"NeverPastDeadline", st(58*time.Minute, func(s *HoldState) { s.Checks = 6 }), 0, deferHold(2*time.Minute, "wait-check")},
-		{"DeadlinePassed", st(time.Hour, func(s *HoldState) { s.Checks = 1 }), 0, refuseHold(ReasonWaitTimeout)},
+		{"DeadlinePassed", st(time.Hour, func(s *HoldState) { s.Checks = 1 }), 0, refuseHold(jobs.ReasonWaitTimeout)},
 		{"Released", st(0, func(s *HoldState) { s.Checks = 3; s.Released = true }), 0, holdVerdict{action: holdRelease}},
-		{"Superseded", st(0, func(s *HoldState) { s.Superseded = true }), 0, refuseHold(ReasonWaitSuperseded)},
-		{"FifthFaultOfThree", st(0, func(s *HoldState) { s.Checks = 3; s.Faults = 3 }), 0, refuseHold(ReasonWaitFaults)},
-		{"LastCheck", st(0, func(s *HoldState) { s.Checks = 10 }), 0, refuseHold(ReasonWaitMaxChecks)},
+		{"Superseded", st(0, func(s *HoldState) { s.Superseded = true }), 0, refuseHold(jobs.ReasonWaitSuperseded)},
+		{"FifthFaultOfThree", st(0, func(s *HoldState) { s.Checks = 3; s.Faults = 3 }), 0, refuseHold(jobs.ReasonWaitFaults)},
+		{"LastCheck", st(0, func(s *HoldState) { s.Checks = 10 }), 0, refuseHold(jobs.ReasonWaitMaxChecks)},
 		{"Lost", HoldState{Lost: true, Now: since}, 0, deferHold(time.Minute, "wait-state-lost")},
 	}
 	for _, tt := range after {
@@ -236,8 +237,8 @@ func TestHoldVerdicts(t *testing.T) {
 		{"Jitter", st(0, nil), 1, deferHold(16500*time.Millisecond, "wait-throttled")},
 		{"BackoffQuarter", st(0, func(s *HoldState) { s.Checks = 12 }), 0, deferHold(150*time.Second, "wait-throttled")},
 		{"NeverPastDeadline", st(time.Hour-time.Second, nil), 0, deferHold(time.Second, "wait-throttled")},
-		{"DeadlinePassed", st(time.Hour, nil), 0, refuseHold(ReasonWaitTimeout)},
-		{"Superseded", st(0, func(s *HoldState) { s.Superseded = true }), 0, refuseHold(ReasonWaitSuperseded)},
+		{"DeadlinePassed", st(time.Hour, nil), 0, refuseHold(jobs.ReasonWaitTimeout)},
+		{"Superseded", st(0, func(s *HoldState) { s.Superseded = true }), 0, refuseHold(jobs.ReasonWaitSuperseded)},
 	}
 	for _, tt := range throttled {
 		require.Equal(t, tt.want, afterThrottle(tt.st, deadline, pol, tt.r), tt.name)

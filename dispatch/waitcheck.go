@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"syscall"
 	"time"
+
+	"github.com/pidispatch/pidispatch/internal/check"
 )
 
 // WaitProfileEnv carries the profile name to a wait check, so one executable can
@@ -45,10 +47,10 @@ func (r checkResult) String() string {
 // A fault carries a short reason (an exit code, a signal, a timeout), never
 // output. The error is ctx's when ctx itself ended: nothing was learned.
 func runWaitCheck(ctx context.Context, path, profile string, args []string, timeout time.Duration) (checkResult, string, error) {
-	if !validName(profile) {
+	if !check.Name(profile) {
 		return checkFault, "invalid profile name", nil
 	}
-	if rule := absCleanRule(path); rule != "" {
+	if rule := check.AbsClean(path); rule != "" {
 		return checkFault, "check path " + rule, nil
 	}
 	if timeout <= 0 {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/internal/bounded"
+	"github.com/pidispatch/pidispatch/internal/check"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -306,7 +307,7 @@ func (h *Holds) Supersede(ctx context.Context, jobID string) error {
 		return holdSupersedeScript.Run(ctx, h.client, []string{WaitJobKey(jobID)}).Result()
 	})
 	if err != nil {
-		return fmt.Errorf("hold supersede %s: %w", quoteShort(jobID), err)
+		return fmt.Errorf("hold supersede %s: %w", check.Quote(jobID), err)
 	}
 	return nil
 }
@@ -318,13 +319,13 @@ func (h *Holds) End(ctx context.Context, jobID string) error {
 		return h.client.HGet(ctx, WaitJobKey(jobID), "dedupId").Result()
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("hold end %s: %w", quoteShort(jobID), err)
+		return fmt.Errorf("hold end %s: %w", check.Quote(jobID), err)
 	}
 	_, err = bounded.Call(ctx, h.cfg.CallTimeout, &h.calls, nil, func(ctx context.Context) (any, error) {
 		return holdEndScript.Run(ctx, h.client, holdKeys(jobID, dedupID), jobID).Result()
 	})
 	if err != nil {
-		return fmt.Errorf("hold end %s: %w", quoteShort(jobID), err)
+		return fmt.Errorf("hold end %s: %w", check.Quote(jobID), err)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/container"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/lease"
 	"github.com/pidispatch/pidispatch/registry"
 )
@@ -341,7 +342,7 @@ const recordTempAge = time.Minute
 
 // recoverRecordTemps finishes or removes the record temp files a crash left.
 func (w *Worker) recoverRecordTemps() {
-	done, removed, err := RecoverRecordTemps(w.cfg.LogsDir, time.Now().Add(-recordTempAge)) // file times are the real clock
+	done, removed, err := jobs.RecoverRecordTemps(w.cfg.LogsDir, time.Now().Add(-recordTempAge)) // file times are the real clock
 	if err != nil {
 		w.log.Warn("record_temps_recover_failed", "err", err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -103,13 +104,13 @@ func TestFleetKilledHostMidJob(t *testing.T) {
 	}
 
 	rec := s.waitRecord(jobID, 30*time.Second)
-	if rec.Outcome != dispatch.OutcomeFailed || rec.Reason != dispatch.ReasonStalled || rec.Host != k1.name || rec.dir != k1.logsDir || rec.Target != scope {
+	if rec.Outcome != jobs.OutcomeFailed || rec.Reason != jobs.ReasonStalled || rec.Host != k1.name || rec.dir != k1.logsDir || rec.Target != scope {
 		t.Fatalf("record of the killed job: %+v in %s, want failed/stalled on %s", rec.Record, rec.dir, k1.name)
 	}
 	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
 	j, err = hostQ.Get(ctx, jobID)
 	cancel()
-	if err != nil || j.State != queue.StateFailed || j.FailedReason != dispatch.ReasonStalled {
+	if err != nil || j.State != queue.StateFailed || j.FailedReason != jobs.ReasonStalled {
 		t.Fatalf("killed job on %s: %+v %v, want failed with reason stalled", k1.hostQueue(), j, err)
 	}
 	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
@@ -130,7 +131,7 @@ func TestFleetKilledHostMidJob(t *testing.T) {
 	// which alone has the profile).
 	next := s.jobID("after", 0)
 	s.enqueueForge(router, next, forgeJob(scope, "vault", "JOB_SLEEP=300ms"))
-	if rec := s.waitRecord(next, 60*time.Second); rec.Host != k1.name || rec.Outcome != dispatch.OutcomeCompleted {
+	if rec := s.waitRecord(next, 60*time.Second); rec.Host != k1.name || rec.Outcome != jobs.OutcomeCompleted {
 		t.Fatalf("job after the restart: %+v", rec.Record)
 	}
 	s.settle(60 * time.Second)

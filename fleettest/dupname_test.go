@@ -8,6 +8,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/jobs"
 )
 
 // A second process started under a name a live worker holds is refused at
@@ -52,13 +53,13 @@ func TestFleetDuplicateNameRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	local := dispatch.Job{Folder: t.TempDir(), Flow: "fix", Task: "JOB_SLEEP=300ms"}
+	local := jobs.Job{Folder: t.TempDir(), Flow: "fix", Task: "JOB_SLEEP=300ms"}
 	e, err := p.EnqueueLocal(t.Context(), local)
 	if err != nil || e.Queue != d1.hostQueue() {
 		t.Fatalf("enqueue on %s: %+v %v", d1.hostQueue(), e, err)
 	}
 	suite.ledger.enqueued(s.key(), e.JobID)
-	if rec := s.waitRecord(e.JobID, 60*time.Second); rec.Host != d1.name || rec.Outcome != dispatch.OutcomeCompleted {
+	if rec := s.waitRecord(e.JobID, 60*time.Second); rec.Host != d1.name || rec.Outcome != jobs.OutcomeCompleted {
 		t.Fatalf("the holder's job: %+v", rec.Record)
 	}
 	s.settle(30 * time.Second)

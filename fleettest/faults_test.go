@@ -16,6 +16,7 @@ import (
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/faultpoint"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/runner"
 )
@@ -60,7 +61,7 @@ func (s *scenario) attempts(id string) map[int][]placedRecord {
 	s.mu.Unlock()
 	out := map[int][]placedRecord{}
 	for _, w := range ws {
-		recs, err := dispatch.ReadRecords(w.logsDir, id)
+		recs, err := jobs.ReadRecords(w.logsDir, id)
 		if err != nil {
 			s.t.Fatalf("records of %s in %s: %v", id, w.logsDir, err)
 		}
@@ -84,7 +85,7 @@ func (s *scenario) onlyRecord(id string) placedRecord {
 
 // addJob adds a job straight onto a queue with its own attempts and no
 // backoff (a retry runs at once), and enters it in the ledger.
-func (s *scenario) addJob(queueName, id string, job dispatch.Job, attempts int) {
+func (s *scenario) addJob(queueName, id string, job jobs.Job, attempts int) {
 	s.t.Helper()
 	data, err := json.Marshal(job)
 	if err != nil {
@@ -225,7 +226,7 @@ func TestFleetRecordFirstBootKill(t *testing.T) {
 	runID := s.jobID("run", 0)
 	s.enqueueForge(router, runID, forgeJob("acme/bootkill", "", "JOB_SLEEP=300ms\nJOB_PRINT_EXIT_LINE=1"))
 	ran.crashed(90 * time.Second)
-	if rec := s.onlyRecord(runID); rec.Outcome != dispatch.OutcomeCompleted {
+	if rec := s.onlyRecord(runID); rec.Outcome != jobs.OutcomeCompleted {
 		t.Fatalf("the killed run's record: %+v, want completed", rec.Record)
 	}
 	s.wantState(runID, queue.StateActive)
@@ -233,7 +234,7 @@ func TestFleetRecordFirstBootKill(t *testing.T) {
 	after := r.start()
 	after.waitEvent("job_orphan_failed", 60*time.Second, jobIs(runID))
 	s.wantState(runID, queue.StateCompleted)
-	if rec := s.onlyRecord(runID); rec.Outcome != dispatch.OutcomeCompleted || rec.ExitCode == nil || *rec.ExitCode != 0 {
+	if rec := s.onlyRecord(runID); rec.Outcome != jobs.OutcomeCompleted || rec.ExitCode == nil || *rec.ExitCode != 0 {
 		t.Fatalf("after the restart: %+v, want the run's own completed record", rec.Record)
 	}
 
@@ -249,7 +250,7 @@ func TestFleetRecordFirstBootKill(t *testing.T) {
 	first.crashed(10 * time.Second)
 	b.crashAt(faultpoint.OrphanRecorded)
 	b.start().crashed(90 * time.Second)
-	if rec := s.onlyRecord(id); rec.Outcome != dispatch.OutcomeFailed || rec.Reason != dispatch.ReasonStalled || rec.dir != b.logsDir {
+	if rec := s.onlyRecord(id); rec.Outcome != jobs.OutcomeFailed || rec.Reason != jobs.ReasonStalled || rec.dir != b.logsDir {
 		t.Fatalf("the killed boot's record: %+v in %s, want failed/stalled in %s", rec.Record, rec.dir, b.logsDir)
 	}
 	s.wantState(id, queue.StateActive) // record first: the kill came before the state change
@@ -257,7 +258,7 @@ func TestFleetRecordFirstBootKill(t *testing.T) {
 	third := b.start()
 	third.waitEvent("job_orphan_failed", 60*time.Second, jobIs(id))
 	s.wantState(id, queue.StateFailed)
-	if rec := s.onlyRecord(id); rec.Reason != dispatch.ReasonStalled {
+	if rec := s.onlyRecord(id); rec.Reason != jobs.ReasonStalled {
 		t.Fatalf("after the finishing boot: %+v, want the one stalled record", rec.Record)
 	}
 	s.settle(60 * time.Second)
@@ -291,7 +292,7 @@ func TestFleetRecordFirstStalledKill(t *testing.T) {
 	// The lock lapses within LockTTL (30 s); the check runs every 30 s.
 	checker.crashed(150 * time.Second)
 	t.Logf("the checker recorded and was killed %s after the victim", time.Since(killedAt).Round(time.Second))
-	if rec := s.onlyRecord(id); rec.Reason != dispatch.ReasonStalled || rec.dir != c.logsDir || rec.Host != v.name {
+	if rec := s.onlyRecord(id); rec.Reason != jobs.ReasonStalled || rec.dir != c.logsDir || rec.Host != v.name {
 		t.Fatalf("the killed check's record: %+v in %s, want failed/stalled of %s in %s", rec.Record, rec.dir, v.name, c.logsDir)
 	}
 	s.wantState(id, queue.StateActive)
@@ -299,7 +300,7 @@ func TestFleetRecordFirstStalledKill(t *testing.T) {
 	restarted := c.start()
 	restarted.waitEvent("job_stalled", 120*time.Second, jobIs(id))
 	s.wantState(id, queue.StateFailed)
-	if rec := s.onlyRecord(id); rec.Reason != dispatch.ReasonStalled || rec.dir != c.logsDir {
+	if rec := s.onlyRecord(id); rec.Reason != jobs.ReasonStalled || rec.dir != c.logsDir {
 		t.Fatalf("after the restarted check: %+v in %s", rec.Record, rec.dir)
 	}
 	s.settle(60 * time.Second)
@@ -333,17 +334,17 @@ func TestFleetFrozenWorkerWakes(t *testing.T) {
 	checker := c.start()
 	checker.waitEvent("job_stalled", 150*time.Second, jobIs(id))
 	t.Logf("the checker failed the frozen worker's job %s after SIGSTOP", time.Since(stoppedAt).Round(time.Second))
-	if rec := s.onlyRecord(id); rec.Reason != dispatch.ReasonStalled || rec.dir != c.logsDir || rec.ExitCode != nil {
+	if rec := s.onlyRecord(id); rec.Reason != jobs.ReasonStalled || rec.dir != c.logsDir || rec.ExitCode != nil {
 		t.Fatalf("the checker's record: %+v in %s", rec.Record, rec.dir)
 	}
 	frozen.signal(syscall.SIGCONT)
 	frozen.waitEvent("run_record_claimed_elsewhere", 60*time.Second, jobIs(id))
 	s.settle(60 * time.Second)
 	rec := s.onlyRecord(id)
-	if rec.Reason != dispatch.ReasonStalled || rec.dir != c.logsDir {
+	if rec.Reason != jobs.ReasonStalled || rec.dir != c.logsDir {
 		t.Fatalf("after the thaw: %+v in %s, want the checker's one stalled record", rec.Record, rec.dir)
 	}
-	var mirrored dispatch.Record
+	var mirrored jobs.Record
 	s.eventually(20*time.Second, func(ctx context.Context) error {
 		body, err := s.client.Get(ctx, dispatch.RunRecordKey(id, 1)).Bytes()
 		if err != nil {
@@ -382,9 +383,9 @@ func TestFleetRealOutcomeAfterCrash(t *testing.T) {
 		outcome, reason string
 		final           queue.State
 	}{
-		{0, dispatch.OutcomeCompleted, dispatch.ReasonCompleted, queue.StateCompleted},
-		{2, dispatch.OutcomePolicy, dispatch.ReasonPolicy, queue.StateCompleted},
-		{1, dispatch.OutcomeFailed, dispatch.ReasonExit1, queue.StateFailed},
+		{0, jobs.OutcomeCompleted, jobs.ReasonCompleted, queue.StateCompleted},
+		{2, jobs.OutcomePolicy, jobs.ReasonPolicy, queue.StateCompleted},
+		{1, jobs.OutcomeFailed, jobs.ReasonExit1, queue.StateFailed},
 	}
 	var ids []string
 	for i, w := range want {

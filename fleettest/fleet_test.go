@@ -23,6 +23,7 @@ import (
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/jobimage"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
 	"github.com/pidispatch/pidispatch/runner"
@@ -464,13 +465,13 @@ func (s *scenario) producer() *dispatch.Producer {
 
 // forgeJob is a forge job of repo whose task carries the job program's
 // settings (JOB_SLEEP=..., one per line).
-func forgeJob(repo, profile, task string) dispatch.Job {
-	return dispatch.Job{Kind: dispatch.KindForge, Repo: repo, Ref: "main", Flow: "review", Task: task, SecretsProfile: profile}
+func forgeJob(repo, profile, task string) jobs.Job {
+	return jobs.Job{Kind: jobs.KindForge, Repo: repo, Ref: "main", Flow: "review", Task: task, SecretsProfile: profile}
 }
 
 // enqueueForge routes and enqueues a forge delivery and enters it in the
 // ledger.
-func (s *scenario) enqueueForge(r *dispatch.Router, id string, job dispatch.Job) dispatch.Enqueued {
+func (s *scenario) enqueueForge(r *dispatch.Router, id string, job jobs.Job) dispatch.Enqueued {
 	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -488,7 +489,7 @@ func (s *scenario) enqueueForge(r *dispatch.Router, id string, job dispatch.Job)
 // addTo adds a job straight onto a named queue with the forge retry policy,
 // as a front-end that routed it earlier would have, and enters it in the
 // ledger.
-func (s *scenario) addTo(queueName, id string, job dispatch.Job) {
+func (s *scenario) addTo(queueName, id string, job jobs.Job) {
 	s.t.Helper()
 	q, err := queue.New(s.client, queueName, queue.Config{})
 	if err != nil {
@@ -518,7 +519,7 @@ func (s *scenario) queue(name string) *queue.Queue {
 
 // placedRecord is a run record and the logs dir it was found in.
 type placedRecord struct {
-	dispatch.Record
+	jobs.Record
 	dir string
 }
 
@@ -530,7 +531,7 @@ func (s *scenario) records(id string) []placedRecord {
 	s.mu.Unlock()
 	var out []placedRecord
 	for _, w := range ws {
-		recs, err := dispatch.ReadRecords(w.logsDir, id)
+		recs, err := jobs.ReadRecords(w.logsDir, id)
 		if err != nil {
 			s.t.Fatalf("records of %s in %s: %v", id, w.logsDir, err)
 		}

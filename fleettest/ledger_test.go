@@ -5,7 +5,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -78,11 +78,11 @@ func (l *ledger) total() (enqueued, accounted int, problems []string) {
 		enqueued++
 		// The latest attempt's records, as the final state reflects it: an
 		// earlier attempt may have run (and been recorded) on another host.
-		var recs []dispatch.Record
+		var recs []jobs.Record
 		var where []string
 		latest := 0
 		for _, dir := range l.dirs[e.scenario] {
-			all, err := dispatch.ReadRecords(dir, e.jobID)
+			all, err := jobs.ReadRecords(dir, e.jobID)
 			if err != nil {
 				problems = append(problems, fmt.Sprintf("%s/%s: unreadable record in %s: %v", e.scenario, e.jobID, dir, err))
 				continue
@@ -90,7 +90,7 @@ func (l *ledger) total() (enqueued, accounted int, problems []string) {
 			for _, r := range all {
 				switch {
 				case r.Attempt > latest:
-					latest, recs, where = r.Attempt, []dispatch.Record{r}, []string{dir}
+					latest, recs, where = r.Attempt, []jobs.Record{r}, []string{dir}
 				case r.Attempt == latest:
 					recs, where = append(recs, r), append(where, dir)
 				}
@@ -114,7 +114,7 @@ func (l *ledger) total() (enqueued, accounted int, problems []string) {
 // final state must have.
 func outcomeMatches(final queue.State, outcome string) bool {
 	if final == queue.StateCompleted {
-		return outcome == dispatch.OutcomeCompleted || outcome == dispatch.OutcomePolicy
+		return outcome == jobs.OutcomeCompleted || outcome == jobs.OutcomePolicy
 	}
-	return outcome == dispatch.OutcomeFailed
+	return outcome == jobs.OutcomeFailed
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -83,7 +84,7 @@ func TestFleetRedisRestartUnderLoad(t *testing.T) {
 		}
 		r := recs[0]
 		outcomes[r.Outcome+"/"+r.Reason]++
-		if r.Outcome != dispatch.OutcomeCompleted {
+		if r.Outcome != jobs.OutcomeCompleted {
 			t.Logf("job %s ended %s/%s; its trail:\n%s", id, r.Outcome, r.Reason, s.trail(id))
 		}
 		ranToEnd := false
@@ -93,9 +94,9 @@ func TestFleetRedisRestartUnderLoad(t *testing.T) {
 			})) > 0
 		}
 		switch {
-		case ranToEnd && r.Outcome != dispatch.OutcomeCompleted:
+		case ranToEnd && r.Outcome != jobs.OutcomeCompleted:
 			t.Errorf("job %s ran to exit 0, but its record says %s/%s (host %s, in %s)", id, r.Outcome, r.Reason, r.Host, r.dir)
-		case r.Outcome != dispatch.OutcomeCompleted && r.Reason != dispatch.ReasonStalled:
+		case r.Outcome != jobs.OutcomeCompleted && r.Reason != jobs.ReasonStalled:
 			t.Errorf("job %s: record %s/%s", id, r.Outcome, r.Reason)
 		}
 		if got, where, err := s.stateOf(id); ranToEnd && (err != nil || got != queue.StateCompleted) {
@@ -115,7 +116,7 @@ func TestFleetRedisRestartUnderLoad(t *testing.T) {
 		later = append(later, id)
 	}
 	for _, id := range later {
-		if rec := s.waitRecord(id, 90*time.Second); rec.Outcome != dispatch.OutcomeCompleted {
+		if rec := s.waitRecord(id, 90*time.Second); rec.Outcome != jobs.OutcomeCompleted {
 			t.Fatalf("job %s after the restart: %+v", id, rec.Record)
 		}
 	}

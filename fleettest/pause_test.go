@@ -9,6 +9,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -89,11 +90,11 @@ func TestFleetPauseWithHostDown(t *testing.T) {
 	}
 	s.wantPaused(false, fleet.SharedQueue, p1.hostQueue(), p2.hostQueue(), p3.hostQueue(), p4.hostQueue())
 	for id, host := range byHost {
-		if rec := s.waitRecord(id, 60*time.Second); rec.Host != host || rec.Outcome != dispatch.OutcomeCompleted {
+		if rec := s.waitRecord(id, 60*time.Second); rec.Host != host || rec.Outcome != jobs.OutcomeCompleted {
 			t.Fatalf("job %s queued for %s: %+v", id, host, rec.Record)
 		}
 	}
-	if rec := s.waitRecord(sharedID, 60*time.Second); rec.Outcome != dispatch.OutcomeCompleted {
+	if rec := s.waitRecord(sharedID, 60*time.Second); rec.Outcome != jobs.OutcomeCompleted {
 		t.Fatalf("shared job: %+v", rec.Record)
 	}
 	s.settle(30 * time.Second)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -51,7 +52,7 @@ func TestFleetCapabilityRouting(t *testing.T) {
 	}
 	for _, id := range profiled {
 		rec := s.waitRecord(id, 90*time.Second)
-		if rec.Host != w1.name || rec.dir != w1.logsDir || rec.Outcome != dispatch.OutcomeCompleted {
+		if rec.Host != w1.name || rec.dir != w1.logsDir || rec.Outcome != jobs.OutcomeCompleted {
 			t.Fatalf("profile job %s: record %+v in %s, want completed on %s", id, rec.Record, rec.dir, w1.name)
 		}
 		if !strings.Contains(string(rec.Telemetry), `"TOKEN":"present"`) {
@@ -90,7 +91,7 @@ func TestFleetCapabilityRouting(t *testing.T) {
 	}
 	for _, id := range shared {
 		rec := s.waitRecord(id, 120*time.Second)
-		if rec.Outcome != dispatch.OutcomeCompleted {
+		if rec.Outcome != jobs.OutcomeCompleted {
 			t.Fatalf("job %s: %+v", id, rec.Record)
 		}
 		ran[rec.Host]++

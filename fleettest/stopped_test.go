@@ -10,6 +10,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/capabilities"
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/registry"
 )
 
@@ -58,7 +59,7 @@ func TestFleetStoppedHostRehomed(t *testing.T) {
 	if e := s.enqueueForge(router, toS1[0], job); e.Queue != s1.hostQueue() {
 		t.Fatalf("before the stop %s went to %s, want %s", toS1[0], e.Queue, s1.hostQueue())
 	}
-	if rec := s.waitRecord(toS1[0], 60*time.Second); rec.Host != s1.name || rec.Outcome != dispatch.OutcomeCompleted {
+	if rec := s.waitRecord(toS1[0], 60*time.Second); rec.Host != s1.name || rec.Outcome != jobs.OutcomeCompleted {
 		t.Fatalf("before the stop: %+v", rec.Record)
 	}
 
@@ -92,7 +93,7 @@ func TestFleetStoppedHostRehomed(t *testing.T) {
 		}
 	}
 	for _, id := range toS1[1:] {
-		if rec := s.waitRecord(id, 60*time.Second); rec.Host != s2.name || rec.Outcome != dispatch.OutcomeCompleted {
+		if rec := s.waitRecord(id, 60*time.Second); rec.Host != s2.name || rec.Outcome != jobs.OutcomeCompleted {
 			t.Fatalf("routed job %s: %+v, want completed on %s", id, rec.Record, s2.name)
 		}
 	}
@@ -123,7 +124,7 @@ func TestFleetStoppedHostRehomed(t *testing.T) {
 			return nil
 		})
 		rec := s.waitRecord(id, 60*time.Second)
-		if rec.Host != s2.name || rec.Outcome != dispatch.OutcomeCompleted {
+		if rec.Host != s2.name || rec.Outcome != jobs.OutcomeCompleted {
 			t.Fatalf("re-homed job %s: %+v, want completed on %s", id, rec.Record, s2.name)
 		}
 	}

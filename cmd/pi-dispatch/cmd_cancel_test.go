@@ -11,6 +11,7 @@ import (
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -30,11 +31,11 @@ func TestCancelQueuedGolden(t *testing.T) {
 	env["PI_LOGS_DIR"], env["PI_WORKER_NAME"] = logs, "ops-1"
 	expect(t, runCLI(t, env, "cancel", "d1"), db.URL, 0,
 		"cancelled d1: removed from pi-jobs@alpha (it was delayed)\n  recorded as attempt 1, policy/operator-cancel, in "+
-			filepath.Join(logs, dispatch.RecordName("d1", 1))+" and the run mirror\n", "")
+			filepath.Join(logs, jobs.RecordName("d1", 1))+" and the run mirror\n", "")
 	if _, err := host.Get(ctx, "d1"); err == nil {
 		t.Fatal("d1 still there")
 	}
-	if recs, err := dispatch.ReadRecords(logs, "d1"); err != nil || len(recs) != 1 || recs[0].Host != "ops-1" || recs[0].Reason != dispatch.ReasonOperatorCancel {
+	if recs, err := jobs.ReadRecords(logs, "d1"); err != nil || len(recs) != 1 || recs[0].Host != "ops-1" || recs[0].Reason != jobs.ReasonOperatorCancel {
 		t.Fatalf("cancel's record: %+v %v", recs, err)
 	}
 

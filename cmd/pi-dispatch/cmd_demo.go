@@ -27,6 +27,7 @@ import (
 	"github.com/pidispatch/pidispatch/internal/fakeprovider"
 	"github.com/pidispatch/pidispatch/internal/jobimage"
 	"github.com/pidispatch/pidispatch/internal/stack"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/valkey"
 )
 
@@ -218,8 +219,8 @@ func (d *demo) run(parent context.Context) int {
 			}
 		}()
 	}
-	workspace, logs, jobs := filepath.Join(root, "workspace"), filepath.Join(root, "logs"), filepath.Join(root, "jobs")
-	for _, dir := range []string{workspace, logs, jobs} {
+	workspace, logs, jobDirs := filepath.Join(root, "workspace"), filepath.Join(root, "logs"), filepath.Join(root, "jobs")
+	for _, dir := range []string{workspace, logs, jobDirs} {
 		if err := os.Mkdir(dir, 0o700); err != nil {
 			return d.fail("temporary folder: %v", err)
 		}
@@ -240,7 +241,7 @@ func (d *demo) run(parent context.Context) int {
 	cfg.Concurrency = 1
 	cfg.JobTimeout = demoJobTimeout
 	cfg.JobMemory, cfg.JobCPUs = demoJobMemory, demoJobCPUs
-	job := dispatch.Job{Kind: dispatch.KindLocal, Folder: workspace, Flow: demoFlow, Task: d.task}
+	job := jobs.Job{Kind: jobs.KindLocal, Folder: workspace, Flow: demoFlow, Task: d.task}
 	var fp *fakeprovider.Server
 	if d.agent {
 		if fp, err = startDemoProvider(); err != nil {
@@ -254,7 +255,7 @@ func (d *demo) run(parent context.Context) int {
 	// The worker's own events: warnings and errors only, so a problem shows.
 	logger := slog.New(slog.NewTextHandler(d.errw, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	s, err := stack.Build(ctx, cfg, logger, dispatch.Tuning{
-		Version: "demo", JobsDir: jobs, ShutdownGrace: demoShutdownGrace, Logger: logger,
+		Version: "demo", JobsDir: jobDirs, ShutdownGrace: demoShutdownGrace, Logger: logger,
 	})
 	if err != nil {
 		return d.fail("boot the demo worker: %v", err)
@@ -303,10 +304,10 @@ func (d *demo) run(parent context.Context) int {
 		pretty.Reset()
 		pretty.Write(raw)
 	}
-	d.say("\nrun record (%s):\n%s", filepath.Join(logs, dispatch.RecordName(got.JobID, 1)), pretty.String())
+	d.say("\nrun record (%s):\n%s", filepath.Join(logs, jobs.RecordName(got.JobID, 1)), pretty.String())
 
 	code := exitOK
-	if rec.Outcome != dispatch.OutcomeCompleted {
+	if rec.Outcome != jobs.OutcomeCompleted {
 		code = d.fail("the job did not complete: outcome %s, reason %s (see the worker's messages above)", rec.Outcome, rec.Reason)
 	} else {
 		written, err := os.ReadFile(filepath.Join(workspace, demoFile))
@@ -445,8 +446,8 @@ func pidispatchKeys(ctx context.Context, rc *redis.Client, limit int) ([]string,
 
 // waitRecord polls the logs folder for the job's run record, printing
 // progress every second. It returns early when the worker stops.
-func (d *demo) waitRecord(ctx context.Context, logs, jobID string, workerDone <-chan error) (dispatch.Record, []byte, error) {
-	path := filepath.Join(logs, dispatch.RecordName(jobID, 1)) // the demo job runs once
+func (d *demo) waitRecord(ctx context.Context, logs, jobID string, workerDone <-chan error) (jobs.Record, []byte, error) {
+	path := filepath.Join(logs, jobs.RecordName(jobID, 1)) // the demo job runs once
 	start := time.Now()
 	poll := time.NewTicker(200 * time.Millisecond)
 	defer poll.Stop()
@@ -454,14 +455,14 @@ func (d *demo) waitRecord(ctx context.Context, logs, jobID string, workerDone <-
 	for {
 		raw, err := os.ReadFile(path)
 		if err == nil {
-			var rec dispatch.Record
+			var rec jobs.Record
 			if err := json.Unmarshal(raw, &rec); err != nil {
 				return rec, raw, fmt.Errorf("run record %s: %w", path, err)
 			}
 			return rec, raw, nil
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
-			return dispatch.Record{}, nil, fmt.Errorf("run record: %w", err)
+			return jobs.Record{}, nil, fmt.Errorf("run record: %w", err)
 		}
 		if n := int(time.Since(start).Seconds()); n > lastShown {
 			lastShown = n
@@ -469,12 +470,12 @@ func (d *demo) waitRecord(ctx context.Context, logs, jobID string, workerDone <-
 		}
 		select {
 		case <-ctx.Done():
-			return dispatch.Record{}, nil, fmt.Errorf("no run record for job %s yet: %w", jobID, ctx.Err())
+			return jobs.Record{}, nil, fmt.Errorf("no run record for job %s yet: %w", jobID, ctx.Err())
 		case err := <-workerDone:
 			if err == nil {
 				err = errors.New("it stopped")
 			}
-			return dispatch.Record{}, nil, fmt.Errorf("the demo worker ended before the job did: %w", err)
+			return jobs.Record{}, nil, fmt.Errorf("the demo worker ended before the job did: %w", err)
 		case <-poll.C:
 		}
 	}

@@ -8,9 +8,9 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/internal/agentimage"
 	"github.com/pidispatch/pidispatch/internal/fakeprovider"
+	"github.com/pidispatch/pidispatch/jobs"
 )
 
 // Settings of the --agent demo: the real pi coding agent against a scripted
@@ -67,7 +67,7 @@ func (d *demo) ensureAgentImage(ctx context.Context, dc *client.Client) error {
 
 // agentSummary prints what the agent's run cost against what the fake
 // provider reported.
-func (d *demo) agentSummary(rec dispatch.Record, fp *fakeprovider.Server) {
+func (d *demo) agentSummary(rec jobs.Record, fp *fakeprovider.Server) {
 	var tel struct {
 		Turns    int    `json:"turns"`
 		Provider string `json:"provider"`

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/jobs"
 )
 
 // demo --agent runs the real pi agent: its record is a completed run with
@@ -21,7 +21,7 @@ func TestDemo_Agent(t *testing.T) {
 	if m == nil {
 		t.Fatalf("no run record in stdout:\n%s", r.stdout)
 	}
-	var rec dispatch.Record
+	var rec jobs.Record
 	if err := json.Unmarshal([]byte(m[1]), &rec); err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +32,7 @@ func TestDemo_Agent(t *testing.T) {
 	}
 	_ = json.Unmarshal(rec.Telemetry, &tel)
 	// The fake provider's two answers: 1640 + 2812 tokens.
-	if rec.Outcome != dispatch.OutcomeCompleted || rec.Network != "none" || tel.Turns != 2 || tel.Tokens.Total != 4452 || tel.Model != demoAgentModel {
+	if rec.Outcome != jobs.OutcomeCompleted || rec.Network != "none" || tel.Turns != 2 || tel.Tokens.Total != 4452 || tel.Model != demoAgentModel {
 		t.Fatalf("record %+v telemetry %s", rec, rec.Telemetry)
 	}
 	for _, want := range []string{"agent image pidispatch-agent:dev", "the job wrote hello.txt in the workspace:\n  hello from pi", "pi ran 2 turns on anthropic/" + demoAgentModel} {

@@ -19,6 +19,7 @@ import (
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/jobimage"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/registry"
 )
 
@@ -40,15 +41,15 @@ func demoOutcome(t *testing.T, docker *client.Client, r result) {
 	if m == nil {
 		t.Fatalf("no run record in stdout:\n%s", r.stdout)
 	}
-	var rec dispatch.Record
+	var rec jobs.Record
 	if err := json.Unmarshal([]byte(m[1]), &rec); err != nil {
 		t.Fatalf("record %q: %v", m[1], err)
 	}
-	if rec.Outcome != dispatch.OutcomeCompleted || rec.Reason != dispatch.ReasonCompleted || rec.ExitCode == nil || *rec.ExitCode != 0 {
+	if rec.Outcome != jobs.OutcomeCompleted || rec.Reason != jobs.ReasonCompleted || rec.ExitCode == nil || *rec.ExitCode != 0 {
 		t.Fatalf("record is not a completed run: %+v", rec)
 	}
 	var tele struct{ Tokens int }
-	if err := json.Unmarshal(rec.Telemetry, &tele); err != nil || rec.Kind != dispatch.KindLocal || rec.Flow != demoFlow || tele.Tokens != 1234 {
+	if err := json.Unmarshal(rec.Telemetry, &tele); err != nil || rec.Kind != jobs.KindLocal || rec.Flow != demoFlow || tele.Tokens != 1234 {
 		t.Fatalf("record does not describe the demo job: %+v telemetry %s", rec, rec.Telemetry)
 	}
 	if !strings.Contains(r.stdout, `"outcome": "completed"`) {

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/valkey"
 )
@@ -47,7 +48,7 @@ const defaultFlow = "default"
 // runArgs is what the run command's arguments ask for.
 type runArgs struct {
 	folder       string // as given; made absolute by runFolder
-	job          dispatch.Job
+	job          jobs.Job
 	force        bool
 	fresh        bool    // --new
 	envFile      *string // --env-file
@@ -93,7 +94,7 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 		enqueue = producer.EnqueueLocalNew
 	}
 	got, err := enqueue(qctx, ra.job)
-	if errors.Is(err, dispatch.ErrInvalidJob) {
+	if errors.Is(err, jobs.ErrInvalidJob) {
 		fmt.Fprintf(e.stderr, "pi-dispatch run: %v\n", err)
 		return exitUsage
 	}
@@ -160,7 +161,7 @@ func parseRunArgs(e env, args []string) (ra runArgs, code int, ok bool) {
 	if *flow != "" && strings.TrimSpace(text) == "" {
 		return fail("--task is required with a flow (or --task-file PATH, or --task - to read it from stdin)")
 	}
-	ra.job = dispatch.Job{Kind: dispatch.KindLocal, Flow: *flow, Command: *command, Task: text, Image: *image}
+	ra.job = jobs.Job{Kind: jobs.KindLocal, Flow: *flow, Command: *command, Task: text, Image: *image}
 	return ra, exitOK, true
 }
 
@@ -188,12 +189,12 @@ func runTask(e env, task, file string, taskSet bool) (string, error) {
 	default:
 		return task, nil
 	}
-	b, err := io.ReadAll(io.LimitReader(r, dispatch.MaxTaskBytes+1))
+	b, err := io.ReadAll(io.LimitReader(r, jobs.MaxTaskBytes+1))
 	if err != nil {
 		return "", fmt.Errorf("read the task from %s: %w", from, err)
 	}
-	if len(b) > dispatch.MaxTaskBytes {
-		return "", fmt.Errorf("the task in %s is longer than %d bytes, the limit of a job's task; shorten it", from, dispatch.MaxTaskBytes)
+	if len(b) > jobs.MaxTaskBytes {
+		return "", fmt.Errorf("the task in %s is longer than %d bytes, the limit of a job's task; shorten it", from, jobs.MaxTaskBytes)
 	}
 	text := strings.TrimRight(string(b), "\r\n")
 	if strings.TrimSpace(text) == "" {

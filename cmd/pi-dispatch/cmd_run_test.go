@@ -14,6 +14,7 @@ import (
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -58,7 +59,7 @@ func queuedJob(t *testing.T, db *livetest.ValkeyDB, queueName, stdout, folder st
 }
 
 // queuedAny reads the job `run` printed from queueName: a local job of folder.
-func queuedAny(t *testing.T, db *livetest.ValkeyDB, queueName, stdout, folder string) (string, dispatch.Job) {
+func queuedAny(t *testing.T, db *livetest.ValkeyDB, queueName, stdout, folder string) (string, jobs.Job) {
 	t.Helper()
 	m := queuedRE.FindStringSubmatch(stdout)
 	if m == nil {
@@ -72,11 +73,11 @@ func queuedAny(t *testing.T, db *livetest.ValkeyDB, queueName, stdout, folder st
 	if err != nil {
 		t.Fatalf("job %s on %s: %v", m[1], queueName, err)
 	}
-	job, err := dispatch.ParseJob(j.Data)
+	job, err := jobs.ParseJob(j.Data)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if job.Kind != dispatch.KindLocal || job.Folder != folder {
+	if job.Kind != jobs.KindLocal || job.Folder != folder {
 		t.Fatalf("queued job %+v", job)
 	}
 	return m[1], job
@@ -489,8 +490,8 @@ func TestRunRefusesBadTaskInput(t *testing.T) {
 		return p
 	}
 	empty := write("empty", "\n\n")
-	tooLong := write("long", strings.Repeat("x", dispatch.MaxTaskBytes+1))
-	atLimit := write("limit", strings.Repeat("x", dispatch.MaxTaskBytes))
+	tooLong := write("long", strings.Repeat("x", jobs.MaxTaskBytes+1))
+	atLimit := write("limit", strings.Repeat("x", jobs.MaxTaskBytes))
 	vars := map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0"}
 	for _, tc := range []struct {
 		stdin string
@@ -503,7 +504,7 @@ func TestRunRefusesBadTaskInput(t *testing.T) {
 		{"", []string{"--task-file", tooLong}, exitUsage, "the task in " + tooLong + " is longer than 65536 bytes, the limit of a job's task; shorten it"},
 		{"", []string{"--task-file", filepath.Join(dir, "absent")}, exitUsage, "--task-file: open " + filepath.Join(dir, "absent")},
 		{"  \n", []string{"--task", "-"}, exitUsage, "the task in stdin is empty"},
-		{strings.Repeat("y", dispatch.MaxTaskBytes+5), []string{"--task", "-"}, exitUsage, "the task in stdin is longer than 65536 bytes"},
+		{strings.Repeat("y", jobs.MaxTaskBytes+5), []string{"--task", "-"}, exitUsage, "the task in stdin is longer than 65536 bytes"},
 		// At the limit the task is accepted: the run goes on to the folder
 		// check (not a git repository).
 		{"", []string{"--task-file", atLimit}, exitFailure, "is not in a git repository"},

@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -23,7 +23,7 @@ func finishNext(t *testing.T, q *queue.Queue, result string) {
 		t.Fatalf("fetch: %v %v", j, err)
 	}
 	if result == "" {
-		if _, err := q.Fail(ctx, j.ID, tok, dispatch.ReasonExit1, queue.FailOptions{NoRetry: true}); err != nil {
+		if _, err := q.Fail(ctx, j.ID, tok, jobs.ReasonExit1, queue.FailOptions{NoRetry: true}); err != nil {
 			t.Fatal(err)
 		}
 		return

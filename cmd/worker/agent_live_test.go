@@ -20,6 +20,7 @@ import (
 	"github.com/pidispatch/pidispatch/internal/agentimage"
 	"github.com/pidispatch/pidispatch/internal/fakeprovider"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/runner"
 )
@@ -102,7 +103,7 @@ func workspace(t *testing.T) string {
 	return dir
 }
 
-func (r *agentRig) enqueue(t *testing.T, job dispatch.Job) dispatch.Enqueued {
+func (r *agentRig) enqueue(t *testing.T, job jobs.Job) dispatch.Enqueued {
 	t.Helper()
 	job.SecretsProfile = "agent"
 	e, err := r.p.EnqueueLocal(context.Background(), job)
@@ -112,7 +113,7 @@ func (r *agentRig) enqueue(t *testing.T, job dispatch.Job) dispatch.Enqueued {
 	return e
 }
 
-func telemetry(t *testing.T, rec dispatch.Record) agentTel {
+func telemetry(t *testing.T, rec jobs.Record) agentTel {
 	t.Helper()
 	var tel agentTel
 	if err := json.Unmarshal(rec.Telemetry, &tel); err != nil {
@@ -170,13 +171,13 @@ func TestAgentJobEndToEnd(t *testing.T) {
 	r := bootAgentWorker(t, nil, 2, first,
 		fakeprovider.Answer("Done: wrote hello.txt.", fakeprovider.Usage{Input: 1300, Output: 12, CacheRead: 1500}))
 	folder := workspace(t)
-	e := r.enqueue(t, dispatch.Job{Folder: folder, Flow: "fix", Task: "Write hello.txt saying hello."})
+	e := r.enqueue(t, jobs.Job{Folder: folder, Flow: "fix", Task: "Write hello.txt saying hello."})
 	jobIDs <- e.JobID
 
 	rec := waitRecord(t, r.w.cfg.LogsDir, e.JobID, 3*time.Minute)
 	mu.Lock()
 	defer mu.Unlock()
-	if rec.Outcome != dispatch.OutcomeCompleted || rec.ExitCode == nil || *rec.ExitCode != 0 || rec.Network != "none" {
+	if rec.Outcome != jobs.OutcomeCompleted || rec.ExitCode == nil || *rec.ExitCode != 0 || rec.Network != "none" {
 		t.Fatalf("record %+v\ntelemetry %s", rec, rec.Telemetry)
 	}
 	got, err := os.ReadFile(filepath.Join(folder, "hello.txt"))
@@ -202,7 +203,7 @@ func TestAgentJobEndToEnd(t *testing.T) {
 		t.Fatalf("the running container was not inspected (network %q)", seen.network)
 	}
 	r.w.stop(t)
-	records, _ := os.ReadFile(filepath.Join(r.w.cfg.LogsDir, dispatch.SanitizeJobID(e.JobID)+".json"))
+	records, _ := os.ReadFile(filepath.Join(r.w.cfg.LogsDir, jobs.SanitizeJobID(e.JobID)+".json"))
 	for what, s := range map[string]string{
 		"argv": seen.argv, "labels": seen.labels, "job.json": seen.jobJSON, "record": string(records), "worker log": r.w.logs.String(),
 	} {
@@ -217,11 +218,11 @@ func TestAgentJobEndToEnd(t *testing.T) {
 func TestAgentMaxTurnsIsPolicy(t *testing.T) {
 	t.Parallel()
 	r := bootAgentWorker(t, nil, 3, fakeprovider.WriteFile("/workspace/again.txt", "again\n", fakeprovider.Usage{Input: 10, Output: 5}))
-	e := r.enqueue(t, dispatch.Job{Folder: workspace(t), Flow: "fix", Task: "loop", MaxTurns: 2})
+	e := r.enqueue(t, jobs.Job{Folder: workspace(t), Flow: "fix", Task: "loop", MaxTurns: 2})
 	j := waitJobState(t, testQueue(t, r.db, e.Queue), e.JobID, queue.StateCompleted, 3*time.Minute)
 	rec := waitRecord(t, r.w.cfg.LogsDir, e.JobID, 5*time.Second)
 	tel := telemetry(t, rec)
-	if rec.Outcome != dispatch.OutcomePolicy || rec.Reason != dispatch.ReasonPolicy || *rec.ExitCode != 2 || tel.Reason != entrypoint.ReasonMaxTurns || tel.Turns != 2 {
+	if rec.Outcome != jobs.OutcomePolicy || rec.Reason != jobs.ReasonPolicy || *rec.ExitCode != 2 || tel.Reason != entrypoint.ReasonMaxTurns || tel.Turns != 2 {
 		t.Fatalf("record %+v\ntelemetry %s", rec, rec.Telemetry)
 	}
 	if j.AttemptsMade != 1 {
@@ -239,11 +240,11 @@ func TestAgentMaxTurnsIsPolicy(t *testing.T) {
 func TestAgentProviderErrorIsRetried(t *testing.T) {
 	t.Parallel()
 	r := bootAgentWorker(t, nil, 2, fakeprovider.Step{Status: 500})
-	e := r.enqueue(t, dispatch.Job{Folder: workspace(t), Flow: "fix", Task: "anything"})
+	e := r.enqueue(t, jobs.Job{Folder: workspace(t), Flow: "fix", Task: "anything"})
 	j := waitJobState(t, testQueue(t, r.db, e.Queue), e.JobID, queue.StateFailed, 4*time.Minute)
 	rec := waitRecord(t, r.w.cfg.LogsDir, e.JobID, 5*time.Second)
 	tel := telemetry(t, rec)
-	if j.AttemptsMade != 2 || rec.Reason != dispatch.ReasonExit1 || rec.Attempt != 2 || tel.Reason != entrypoint.ReasonProviderError {
+	if j.AttemptsMade != 2 || rec.Reason != jobs.ReasonExit1 || rec.Attempt != 2 || tel.Reason != entrypoint.ReasonProviderError {
 		t.Fatalf("job attempts %d, record %+v\ntelemetry %s", j.AttemptsMade, rec, rec.Telemetry)
 	}
 	if n := len(r.fp.Requests()); n != 2 {
@@ -256,9 +257,9 @@ func TestAgentProviderErrorIsRetried(t *testing.T) {
 func TestAgentHungProviderTimesOut(t *testing.T) {
 	t.Parallel()
 	r := bootAgentWorker(t, map[string]string{"PI_JOB_TIMEOUT": "40s"}, 1, fakeprovider.Step{Hang: true})
-	e := r.enqueue(t, dispatch.Job{Folder: workspace(t), Flow: "fix", Task: "anything"})
+	e := r.enqueue(t, jobs.Job{Folder: workspace(t), Flow: "fix", Task: "anything"})
 	rec := waitRecord(t, r.w.cfg.LogsDir, e.JobID, 3*time.Minute)
-	if rec.Outcome != dispatch.OutcomePolicy || rec.Reason != dispatch.ReasonTimeout {
+	if rec.Outcome != jobs.OutcomePolicy || rec.Reason != jobs.ReasonTimeout {
 		t.Fatalf("record %+v\ntelemetry %s", rec, rec.Telemetry)
 	}
 	if len(r.fp.Requests()) == 0 {
@@ -309,7 +310,7 @@ func TestAgentFirstRequestLatency(t *testing.T) {
 	}
 	r := bootAgentWorker(t, nil, 1, fakeprovider.Answer("ok", fakeprovider.Usage{Input: 1, Output: 1}))
 	for i := range 10 {
-		e := r.enqueue(t, dispatch.Job{Folder: workspace(t), Flow: "fix", Task: "answer " + strconv.Itoa(i)})
+		e := r.enqueue(t, jobs.Job{Folder: workspace(t), Flow: "fix", Task: "answer " + strconv.Itoa(i)})
 		waitRecord(t, r.w.cfg.LogsDir, e.JobID, 3*time.Minute)
 	}
 	r.w.stop(t)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/runner"
 )
@@ -24,7 +25,7 @@ func TestOperatorCancelStopsRunningJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := p.EnqueueLocal(context.Background(), dispatch.Job{Folder: t.TempDir(), Flow: "fix", Task: "JOB_SLEEP=60s"})
+	e, err := p.EnqueueLocal(context.Background(), jobs.Job{Folder: t.TempDir(), Flow: "fix", Task: "JOB_SLEEP=60s"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +42,7 @@ func TestOperatorCancelStopsRunningJob(t *testing.T) {
 		t.Fatalf("cancel: %+v %v", res, err)
 	}
 	rec := waitRecord(t, w.cfg.LogsDir, e.JobID, 30*time.Second)
-	if rec.Outcome != dispatch.OutcomePolicy || rec.Reason != dispatch.ReasonOperatorCancel {
+	if rec.Outcome != jobs.OutcomePolicy || rec.Reason != jobs.ReasonOperatorCancel {
 		t.Fatalf("record %+v", rec)
 	}
 	j := waitJobState(t, testQueue(t, db, e.Queue), e.JobID, queue.StateCompleted, 10*time.Second)

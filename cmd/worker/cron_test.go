@@ -16,6 +16,7 @@ import (
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -27,11 +28,11 @@ func TestCronJobDataParsesAsJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	job, err := dispatch.ParseJob(cronsync.JobData(tr.Cron[0]))
+	job, err := jobs.ParseJob(cronsync.JobData(tr.Cron[0]))
 	if err != nil {
 		t.Fatalf("the worker refuses cron job data: %v", err)
 	}
-	if job.Kind != dispatch.KindCron || job.SchedulerID != "nightly" || job.Folder != "/srv/app" || job.MaxTurns != 40 || !job.Network {
+	if job.Kind != jobs.KindCron || job.SchedulerID != "nightly" || job.Folder != "/srv/app" || job.MaxTurns != 40 || !job.Network {
 		t.Fatalf("job %+v", job)
 	}
 }
@@ -97,17 +98,17 @@ func TestCronFiresOncePerTickWithTwoWorkers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var r dispatch.Record
+			var r jobs.Record
 			if err := json.Unmarshal(data, &r); err != nil {
 				t.Fatal(err)
 			}
-			if !strings.HasPrefix(r.JobID, "repeat:tick:") || r.Kind != dispatch.KindCron {
+			if !strings.HasPrefix(r.JobID, "repeat:tick:") || r.Kind != jobs.KindCron {
 				t.Fatalf("unexpected record %+v", r)
 			}
 			if other, dup := seen[r.JobID]; dup {
 				t.Fatalf("tick %s ran twice (on %s and %s)", r.JobID, other, r.Host)
 			}
-			if r.Outcome != dispatch.OutcomeCompleted {
+			if r.Outcome != jobs.OutcomeCompleted {
 				t.Fatalf("tick record %+v", r)
 			}
 			seen[r.JobID] = r.Host
@@ -157,11 +158,11 @@ func TestCronDivergenceLeavesWorkerDraining(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := p.EnqueueLocal(context.Background(), dispatch.Job{Folder: t.TempDir(), Flow: "fix", Task: "t"})
+	e, err := p.EnqueueLocal(context.Background(), jobs.Job{Folder: t.TempDir(), Flow: "fix", Task: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec := waitRecord(t, b.cfg.LogsDir, e.JobID, 60*time.Second); rec.Outcome != dispatch.OutcomeCompleted {
+	if rec := waitRecord(t, b.cfg.LogsDir, e.JobID, 60*time.Second); rec.Outcome != jobs.OutcomeCompleted {
 		t.Fatalf("the refusing host did not drain its queue: %+v", rec)
 	}
 }
@@ -186,19 +187,19 @@ func tickScheduler(t *testing.T, id, folder string, every int) (string, queue.Sc
 }
 
 // records reads every run record in dir.
-func records(t *testing.T, dir string) []dispatch.Record {
+func records(t *testing.T, dir string) []jobs.Record {
 	t.Helper()
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []dispatch.Record
+	var out []jobs.Record
 	for _, e := range entries {
 		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
 		if err != nil {
 			t.Fatal(err)
 		}
-		var r dispatch.Record
+		var r jobs.Record
 		if err := json.Unmarshal(data, &r); err != nil {
 			t.Fatal(err)
 		}
@@ -235,7 +236,7 @@ func TestCronOffRunsNoResidentScheduler(t *testing.T) {
 			w := bootWorker(t, testEnv(t, db.URL, env), dispatch.Tuning{})
 
 			deadline := time.Now().Add(30 * time.Second)
-			var recs []dispatch.Record
+			var recs []jobs.Record
 			for len(recs) < 2 {
 				if time.Now().After(deadline) {
 					t.Fatalf("no refusal records after 30 s; log:\n%s", w.logs.String())
@@ -244,8 +245,8 @@ func TestCronOffRunsNoResidentScheduler(t *testing.T) {
 				recs = records(t, w.cfg.LogsDir)
 			}
 			for _, r := range recs {
-				if !strings.HasPrefix(r.JobID, "repeat:"+id+":") || r.Outcome != dispatch.OutcomePolicy ||
-					r.Reason != dispatch.ReasonCronNotAgreed || r.ExitCode != nil {
+				if !strings.HasPrefix(r.JobID, "repeat:"+id+":") || r.Outcome != jobs.OutcomePolicy ||
+					r.Reason != jobs.ReasonCronNotAgreed || r.ExitCode != nil {
 					t.Fatalf("a host with cron off did not refuse a cron run: %+v", r)
 				}
 			}
@@ -293,7 +294,7 @@ func TestCronOffLeavesSharedRunsToAgreeingPeer(t *testing.T) {
 		t.Fatalf("the host with cron off ran or refused cron runs: %+v", recs)
 	}
 	for _, r := range records(t, on.cfg.LogsDir) {
-		if !strings.HasPrefix(r.JobID, "repeat:"+id+":") || r.Outcome != dispatch.OutcomeCompleted {
+		if !strings.HasPrefix(r.JobID, "repeat:"+id+":") || r.Outcome != jobs.OutcomeCompleted {
 			t.Fatalf("tick record on the agreeing host %+v", r)
 		}
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
 	"github.com/pidispatch/pidispatch/runner"
@@ -198,7 +199,7 @@ func sample(t *testing.T, dc *client.Client, workers []string, jobs map[string]b
 // recordExists reports whether jobID has a run record in one of dirs.
 func recordExists(dirs []string, jobID string) bool {
 	for _, d := range dirs {
-		if recs, err := dispatch.ReadRecords(d, jobID); err == nil && len(recs) > 0 {
+		if recs, err := jobs.ReadRecords(d, jobID); err == nil && len(recs) > 0 {
 			return true
 		}
 	}
@@ -207,10 +208,10 @@ func recordExists(dirs []string, jobID string) bool {
 
 // readRecord reads the record of jobID's latest attempt from the first of
 // dirs that holds one.
-func readRecord(t *testing.T, dirs []string, jobID string) (dispatch.Record, string) {
+func readRecord(t *testing.T, dirs []string, jobID string) (jobs.Record, string) {
 	t.Helper()
 	for _, d := range dirs {
-		recs, err := dispatch.ReadRecords(d, jobID)
+		recs, err := jobs.ReadRecords(d, jobID)
 		if err != nil {
 			t.Fatalf("records of %s in %s: %v", jobID, d, err)
 		}
@@ -219,7 +220,7 @@ func readRecord(t *testing.T, dirs []string, jobID string) (dispatch.Record, str
 		}
 	}
 	t.Fatalf("no record of %s in %v", jobID, dirs)
-	return dispatch.Record{}, ""
+	return jobs.Record{}, ""
 }
 
 // recordFiles lists the record files of dir.
@@ -233,8 +234,8 @@ func recordFiles(t *testing.T, dir string) []string {
 }
 
 // forgeJob is a valid forge job of repo whose task carries jobprog settings.
-func forgeJob(repo, task string) dispatch.Job {
-	return dispatch.Job{Kind: dispatch.KindForge, Repo: repo, Ref: "main", Flow: "review", Task: task}
+func forgeJob(repo, task string) jobs.Job {
+	return jobs.Job{Kind: jobs.KindForge, Repo: repo, Ref: "main", Flow: "review", Task: task}
 }
 
 // newRouter is a front-end's router over the test's database.

@@ -20,6 +20,7 @@ import (
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/internal/jobimage"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/jobs"
 )
 
 // checkLogLine reports why line is not one JSON object whose every object
@@ -145,7 +146,7 @@ func TestWorkerLogStreamIsCleanJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := prod.EnqueueLocal(context.Background(), dispatch.Job{Folder: t.TempDir(), Flow: "fix", Task: "JOB_PRINT_EXIT_LINE=1"})
+	e, err := prod.EnqueueLocal(context.Background(), jobs.Job{Folder: t.TempDir(), Flow: "fix", Task: "JOB_PRINT_EXIT_LINE=1"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/jobimage"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/runner"
 )
@@ -251,11 +252,11 @@ func TestKilledWorkerProcessRestarts(t *testing.T) {
 	second := startProcess(t, bin, env)
 	j := waitJobState(t, testQueue(t, db, fleet.SharedQueue), jobID, queue.StateFailed, 90*time.Second)
 	t.Logf("the restarted worker failed the orphaned job after %s", time.Since(began).Round(time.Millisecond))
-	if j.FailedReason != dispatch.ReasonStalled {
+	if j.FailedReason != jobs.ReasonStalled {
 		t.Fatalf("failed reason %q, want stalled", j.FailedReason)
 	}
 	rec := waitRecord(t, logsDir, jobID, 10*time.Second)
-	if rec.Outcome != dispatch.OutcomeFailed || rec.Reason != dispatch.ReasonStalled || rec.Host != name || rec.Kind != dispatch.KindForge || rec.Target != scope {
+	if rec.Outcome != jobs.OutcomeFailed || rec.Reason != jobs.ReasonStalled || rec.Host != name || rec.Kind != jobs.KindForge || rec.Target != scope {
 		t.Fatalf("record %+v", rec)
 	}
 	if left := containers(t, dc, runner.LabelJob, jobID); len(left) != 0 {
@@ -363,7 +364,7 @@ func TestDuplicateNameRefusedWithoutHarm(t *testing.T) {
 		t.Fatalf("the live worker's job container was removed by the refused duplicate (%d left)", n)
 	}
 	rec := waitRecord(t, logsDir, jobID, 30*time.Second)
-	if rec.Outcome != dispatch.OutcomeCompleted || rec.Host != name {
+	if rec.Outcome != jobs.OutcomeCompleted || rec.Host != name {
 		t.Fatalf("the live worker's job: %+v", rec)
 	}
 	for _, msg := range []string{"reaped_container", "scope_claims_swept", "job_started", "worker_started"} {

@@ -12,6 +12,7 @@ import (
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -36,8 +37,8 @@ func TestRehomeStrandedProfileJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	forge, _ := json.Marshal(dispatch.Job{Kind: dispatch.KindForge, Repo: "acme/web", Ref: "main", Flow: "fix", Task: "t", SecretsProfile: "prod"})
-	local, _ := json.Marshal(dispatch.Job{Kind: dispatch.KindLocal, Folder: t.TempDir(), Flow: "fix", Task: "t"})
+	forge, _ := json.Marshal(jobs.Job{Kind: jobs.KindForge, Repo: "acme/web", Ref: "main", Flow: "fix", Task: "t", SecretsProfile: "prod"})
+	local, _ := json.Marshal(jobs.Job{Kind: jobs.KindLocal, Folder: t.TempDir(), Flow: "fix", Task: "t"})
 	if _, _, err := dead.Add(ctx, dispatch.JobName, forge, queue.AddOptions{JobID: "gh-stranded-1"}); err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +51,7 @@ func TestRehomeStrandedProfileJob(t *testing.T) {
 		t.Fatalf("Rehome moved %d (%v), want 1", moved, err)
 	}
 	rec := waitRecord(t, b.cfg.LogsDir, "gh-stranded-1", 60*time.Second)
-	if rec.Host != rb || rec.Outcome != dispatch.OutcomeCompleted {
+	if rec.Host != rb || rec.Outcome != jobs.OutcomeCompleted {
 		t.Fatalf("re-homed job record %+v", rec)
 	}
 	if !strings.Contains(a.logs.String(), `"msg":"job_rehomed"`) || !strings.Contains(a.logs.String(), `"to":"pi-jobs@`+rb+`"`) {

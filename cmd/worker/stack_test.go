@@ -15,6 +15,7 @@ import (
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/internal/jobimage"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/jobs"
 )
 
 // syncBuffer collects log lines from several goroutines.
@@ -112,11 +113,11 @@ func (w testWriter) Write(p []byte) (int, error) {
 
 // waitRecord waits for a run record of jobID in dir and returns its latest
 // attempt's.
-func waitRecord(t *testing.T, dir, jobID string, timeout time.Duration) dispatch.Record {
+func waitRecord(t *testing.T, dir, jobID string, timeout time.Duration) jobs.Record {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		recs, err := dispatch.ReadRecords(dir, jobID)
+		recs, err := jobs.ReadRecords(dir, jobID)
 		if err != nil {
 			t.Fatalf("records of %s: %v", jobID, err)
 		}
@@ -126,7 +127,7 @@ func waitRecord(t *testing.T, dir, jobID string, timeout time.Duration) dispatch
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("no record for %s in %s after %s", jobID, dir, timeout)
-	return dispatch.Record{}
+	return jobs.Record{}
 }
 
 func ensureImage(t *testing.T) {
@@ -154,7 +155,7 @@ func TestLocalJobRunsAndRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := p.EnqueueLocal(context.Background(), dispatch.Job{Folder: folder, Flow: "fix", Task: "JOB_PRINT_EXIT_LINE=1\nJOB_WRITE_FILE=done.txt"})
+	e, err := p.EnqueueLocal(context.Background(), jobs.Job{Folder: folder, Flow: "fix", Task: "JOB_PRINT_EXIT_LINE=1\nJOB_WRITE_FILE=done.txt"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +163,7 @@ func TestLocalJobRunsAndRecords(t *testing.T) {
 		t.Fatalf("enqueued %+v, want a new job on pi-jobs@%s", e, name)
 	}
 	rec := waitRecord(t, w.cfg.LogsDir, e.JobID, 60*time.Second)
-	if rec.Outcome != dispatch.OutcomeCompleted || rec.Reason != dispatch.ReasonCompleted || rec.Host != name {
+	if rec.Outcome != jobs.OutcomeCompleted || rec.Reason != jobs.ReasonCompleted || rec.Host != name {
 		t.Fatalf("record %+v", rec)
 	}
 	if rec.ExitCode == nil || *rec.ExitCode != 0 {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/jobs"
 )
 
 // A local job runs as its folder's owner: with every capability dropped, a
@@ -38,12 +39,12 @@ func TestLocalJobRunsAsTheFolderOwner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := p.EnqueueLocal(context.Background(), dispatch.Job{Folder: folder, Flow: "fix", Task: "JOB_WRITE_FILE=mine.txt"})
+	e, err := p.EnqueueLocal(context.Background(), jobs.Job{Folder: folder, Flow: "fix", Task: "JOB_WRITE_FILE=mine.txt"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec := waitRecord(t, w.cfg.LogsDir, e.JobID, 60*time.Second)
-	if rec.Outcome != dispatch.OutcomeCompleted {
+	if rec.Outcome != jobs.OutcomeCompleted {
 		t.Fatalf("record %+v: the job could not write its folder", rec)
 	}
 	fi, err := os.Stat(filepath.Join(folder, "mine.txt"))
@@ -79,12 +80,12 @@ func TestContainerUserImageKeepsTheImagesUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := p.EnqueueLocal(context.Background(), dispatch.Job{Folder: folder, Flow: "fix", Task: "JOB_WRITE_FILE=mine.txt"})
+	e, err := p.EnqueueLocal(context.Background(), jobs.Job{Folder: folder, Flow: "fix", Task: "JOB_WRITE_FILE=mine.txt"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec := waitRecord(t, w.cfg.LogsDir, e.JobID, 60*time.Second)
-	if rec.Outcome == dispatch.OutcomeCompleted {
+	if rec.Outcome == jobs.OutcomeCompleted {
 		t.Fatalf("record %+v: a capability-less root wrote a folder it does not own", rec)
 	}
 	if _, err := os.Stat(filepath.Join(folder, "mine.txt")); !os.IsNotExist(err) {

@@ -16,6 +16,7 @@ import (
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -71,12 +72,12 @@ func (f waitFixture) runs(t *testing.T, tag string) int {
 }
 
 // condition is a waitFor entry running the gate for tag.
-func (f waitFixture) condition(tag string, passAt, notYet int, nap string) dispatch.WaitCondition {
+func (f waitFixture) condition(tag string, passAt, notYet int, nap string) jobs.WaitCondition {
 	args := []string{f.dir, tag, strconv.Itoa(passAt), strconv.Itoa(notYet)}
 	if nap != "" {
 		args = append(args, nap)
 	}
-	return dispatch.WaitCondition{Profile: "gate", Args: args}
+	return jobs.WaitCondition{Profile: "gate", Args: args}
 }
 
 // fastWait holds jobs for milliseconds rather than minutes.
@@ -85,7 +86,7 @@ func fastWait() dispatch.Tuning {
 }
 
 // addWaitJob adds a forge job with the given conditions to queue name.
-func addWaitJob(t *testing.T, db *livetest.ValkeyDB, name, id string, dedup *queue.Dedup, conds ...dispatch.WaitCondition) {
+func addWaitJob(t *testing.T, db *livetest.ValkeyDB, name, id string, dedup *queue.Dedup, conds ...jobs.WaitCondition) {
 	t.Helper()
 	job := forgeJob("acme/web", "JOB_EXIT_CODE=0")
 	job.WaitFor = conds
@@ -163,7 +164,7 @@ func TestWaitCheckPassesOnThirdTry(t *testing.T) {
 
 	id := uniqueName("gh-wait3", db)
 	addWaitJob(t, db, fleet.SharedQueue, id, nil, fx.condition("j", 3, 1, ""))
-	path := filepath.Join(w.cfg.LogsDir, dispatch.RecordName(id, 1))
+	path := filepath.Join(w.cfg.LogsDir, jobs.RecordName(id, 1))
 	sawHeld := false
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -187,7 +188,7 @@ func TestWaitCheckPassesOnThirdTry(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	rec := waitRecord(t, w.cfg.LogsDir, id, time.Second)
-	if rec.Outcome != dispatch.OutcomeCompleted || rec.Host != name {
+	if rec.Outcome != jobs.OutcomeCompleted || rec.Host != name {
 		t.Fatalf("record %+v", rec)
 	}
 	if !sawHeld {
@@ -251,7 +252,7 @@ func TestWaitChecksShareOneFleetSlot(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		if rec, _ := readRecord(t, dirs, id); rec.Outcome != dispatch.OutcomeCompleted {
+		if rec, _ := readRecord(t, dirs, id); rec.Outcome != jobs.OutcomeCompleted {
 			t.Fatalf("record %+v", rec)
 		}
 	}
@@ -298,9 +299,9 @@ func TestWaitRefusals(t *testing.T) {
 		reason string
 		runs   func(n int) bool
 	}{
-		{"Timeout", func(tu *dispatch.Tuning) { tu.WaitMaxOverride = 1500 * time.Millisecond }, 1, dispatch.ReasonWaitTimeout, func(n int) bool { return n >= 2 && n <= 6 }},
-		{"MaxChecks", func(tu *dispatch.Tuning) { tu.WaitMaxChecks = 3 }, 1, dispatch.ReasonWaitMaxChecks, func(n int) bool { return n == 3 }},
-		{"Faults", func(*dispatch.Tuning) {}, 3, dispatch.ReasonWaitFaults, func(n int) bool { return n == dispatch.DefaultWaitMaxFaults }},
+		{"Timeout", func(tu *dispatch.Tuning) { tu.WaitMaxOverride = 1500 * time.Millisecond }, 1, jobs.ReasonWaitTimeout, func(n int) bool { return n >= 2 && n <= 6 }},
+		{"MaxChecks", func(tu *dispatch.Tuning) { tu.WaitMaxChecks = 3 }, 1, jobs.ReasonWaitMaxChecks, func(n int) bool { return n == 3 }},
+		{"Faults", func(*dispatch.Tuning) {}, 3, jobs.ReasonWaitFaults, func(n int) bool { return n == dispatch.DefaultWaitMaxFaults }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -314,7 +315,7 @@ func TestWaitRefusals(t *testing.T) {
 			addWaitJob(t, db, fleet.SharedQueue, id, nil, fx.condition("j", 0, tt.notYet, ""))
 			j := waitJobState(t, testQueue(t, db, fleet.SharedQueue), id, queue.StateCompleted, 30*time.Second)
 			rec := waitRecord(t, w.cfg.LogsDir, id, 5*time.Second)
-			if rec.Outcome != dispatch.OutcomePolicy || rec.Reason != tt.reason || rec.ExitCode != nil || rec.Attempt != 1 {
+			if rec.Outcome != jobs.OutcomePolicy || rec.Reason != tt.reason || rec.ExitCode != nil || rec.Attempt != 1 {
 				t.Fatalf("record %+v, want policy/%s", rec, tt.reason)
 			}
 			if !strings.Contains(string(j.ReturnValue), `"reason":"`+tt.reason+`"`) || j.AttemptsMade != 1 {
@@ -337,7 +338,7 @@ func TestWaitRefusals(t *testing.T) {
 			if countEvents(t, logs, "job_refused", id) != 1 {
 				t.Fatal("want one refusal")
 			}
-			if tt.reason == dispatch.ReasonWaitFaults {
+			if tt.reason == jobs.ReasonWaitFaults {
 				faults := events(t, logs, "wait_check_fault", id)
 				if len(faults) != dispatch.DefaultWaitMaxFaults || faults[0].Reason != "exited with code 3" {
 					t.Fatalf("fault lines %v", faults)
@@ -388,7 +389,7 @@ func TestWaitHoldContinuesOnAnotherHost(t *testing.T) {
 
 	b := bootWorker(t, env("cont-b"), fastWait())
 	rec := waitRecord(t, b.cfg.LogsDir, id, 60*time.Second)
-	if rec.Outcome != dispatch.OutcomeCompleted || rec.Host != b.cfg.WorkerName {
+	if rec.Outcome != jobs.OutcomeCompleted || rec.Host != b.cfg.WorkerName {
 		t.Fatalf("record %+v", rec)
 	}
 	if n := fx.runs(t, "j"); n != checks+1 {
@@ -421,17 +422,17 @@ func TestWaitAfter(t *testing.T) {
 	added := time.Now()
 	at := added.Add(2500 * time.Millisecond).UTC()
 	delayID, instantID, farID := uniqueName("gh-after-delay", db), uniqueName("gh-after-at", db), uniqueName("gh-after-far", db)
-	addWaitJob(t, db, fleet.SharedQueue, delayID, nil, dispatch.WaitCondition{After: "2s"})
-	addWaitJob(t, db, fleet.SharedQueue, instantID, nil, dispatch.WaitCondition{After: at.Format(time.RFC3339Nano)})
-	addWaitJob(t, db, fleet.SharedQueue, farID, nil, dispatch.WaitCondition{After: "2m"})
+	addWaitJob(t, db, fleet.SharedQueue, delayID, nil, jobs.WaitCondition{After: "2s"})
+	addWaitJob(t, db, fleet.SharedQueue, instantID, nil, jobs.WaitCondition{After: at.Format(time.RFC3339Nano)})
+	addWaitJob(t, db, fleet.SharedQueue, farID, nil, jobs.WaitCondition{After: "2m"})
 
 	far := waitRecord(t, w.cfg.LogsDir, farID, 30*time.Second)
-	if far.Outcome != dispatch.OutcomePolicy || far.Reason != dispatch.ReasonWaitTimeout {
+	if far.Outcome != jobs.OutcomePolicy || far.Reason != jobs.ReasonWaitTimeout {
 		t.Fatalf("an after past PI_WAIT_AFTER_MAX_MS: record %+v", far)
 	}
 	for id, notBefore := range map[string]time.Time{delayID: added.Add(2 * time.Second), instantID: at} {
 		rec := waitRecord(t, w.cfg.LogsDir, id, 60*time.Second)
-		if rec.Outcome != dispatch.OutcomeCompleted {
+		if rec.Outcome != jobs.OutcomeCompleted {
 			t.Fatalf("record %+v", rec)
 		}
 		if rec.StartedAt.Before(notBefore) {
@@ -483,11 +484,11 @@ func TestWaitSupersededAcrossQueues(t *testing.T) {
 	addWaitJob(t, db, fleet.SharedQueue, newID, &queue.Dedup{ID: dedup, TTL: time.Millisecond}, fx.condition("new", 1, 1, ""))
 
 	old := waitRecord(t, w.cfg.LogsDir, oldID, 30*time.Second)
-	if old.Outcome != dispatch.OutcomePolicy || old.Reason != dispatch.ReasonWaitSuperseded {
+	if old.Outcome != jobs.OutcomePolicy || old.Reason != jobs.ReasonWaitSuperseded {
 		t.Fatalf("older record %+v", old)
 	}
 	rec := waitRecord(t, w.cfg.LogsDir, newID, 60*time.Second)
-	if rec.Outcome != dispatch.OutcomeCompleted {
+	if rec.Outcome != jobs.OutcomeCompleted {
 		t.Fatalf("newer record %+v", rec)
 	}
 	waitHoldGone(t, db, oldID)

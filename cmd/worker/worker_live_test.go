@@ -14,6 +14,7 @@ import (
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/runner"
 )
@@ -54,7 +55,7 @@ func TestSecretJobRoutesToCapableHostAndStaysSecret(t *testing.T) {
 	}
 
 	rec := waitRecord(t, b.cfg.LogsDir, jobID, 60*time.Second)
-	if rec.Host != nameB || rec.Outcome != dispatch.OutcomeCompleted || rec.Kind != dispatch.KindForge || rec.Target != "acme/web" {
+	if rec.Host != nameB || rec.Outcome != jobs.OutcomeCompleted || rec.Kind != jobs.KindForge || rec.Target != "acme/web" {
 		t.Fatalf("record %+v", rec)
 	}
 	var tel struct {
@@ -137,7 +138,7 @@ func TestUnknownSecretProfileRefusedOnce(t *testing.T) {
 	}
 	j := waitJobState(t, testQueue(t, db, fleet.SharedQueue), jobID, queue.StateCompleted, 30*time.Second)
 	rec := waitRecord(t, w.cfg.LogsDir, jobID, 5*time.Second)
-	if rec.Outcome != dispatch.OutcomePolicy || rec.Reason != dispatch.ReasonSecretProfileUnknown || rec.ExitCode != nil || rec.Attempt != 1 || rec.Host != w.cfg.WorkerName {
+	if rec.Outcome != jobs.OutcomePolicy || rec.Reason != jobs.ReasonSecretProfileUnknown || rec.ExitCode != nil || rec.Attempt != 1 || rec.Host != w.cfg.WorkerName {
 		t.Fatalf("record %+v", rec)
 	}
 	var result map[string]string
@@ -175,7 +176,7 @@ func TestInvalidJobDataRefusedOnce(t *testing.T) {
 	}
 	j := waitJobState(t, q, jobID, queue.StateCompleted, 30*time.Second)
 	rec := waitRecord(t, w.cfg.LogsDir, jobID, 5*time.Second)
-	if rec.Outcome != dispatch.OutcomePolicy || rec.Reason != dispatch.ReasonInvalidJob || rec.Host != name || rec.Target != "-" || rec.ExitCode != nil {
+	if rec.Outcome != jobs.OutcomePolicy || rec.Reason != jobs.ReasonInvalidJob || rec.Host != name || rec.Target != "-" || rec.ExitCode != nil {
 		t.Fatalf("record %+v", rec)
 	}
 	if j.AttemptsMade != 1 || !strings.Contains(string(j.ReturnValue), `"invalid-job"`) {
@@ -203,16 +204,16 @@ func TestExit1RetriedThenFailed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := p.EnqueueLocal(context.Background(), dispatch.Job{Folder: t.TempDir(), Flow: "fix", Task: "JOB_EXIT_CODE=1"})
+	e, err := p.EnqueueLocal(context.Background(), jobs.Job{Folder: t.TempDir(), Flow: "fix", Task: "JOB_EXIT_CODE=1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	j := waitJobState(t, testQueue(t, db, e.Queue), e.JobID, queue.StateFailed, 60*time.Second)
-	if j.FailedReason != dispatch.ReasonExit1 || j.AttemptsMade != 2 {
+	if j.FailedReason != jobs.ReasonExit1 || j.AttemptsMade != 2 {
 		t.Fatalf("failed job: reason %q, attempts made %d", j.FailedReason, j.AttemptsMade)
 	}
 	rec := waitRecord(t, w.cfg.LogsDir, e.JobID, 5*time.Second)
-	if rec.Outcome != dispatch.OutcomeFailed || rec.Reason != dispatch.ReasonExit1 || rec.Attempt != 2 || rec.ExitCode == nil || *rec.ExitCode != 1 {
+	if rec.Outcome != jobs.OutcomeFailed || rec.Reason != jobs.ReasonExit1 || rec.Attempt != 2 || rec.ExitCode == nil || *rec.ExitCode != 1 {
 		t.Fatalf("final record %+v", rec)
 	}
 	w.stop(t)
@@ -239,13 +240,13 @@ func TestExit2RecordedAsPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := p.EnqueueLocal(context.Background(), dispatch.Job{Folder: t.TempDir(), Flow: "fix", Task: "JOB_EXIT_CODE=2"})
+	e, err := p.EnqueueLocal(context.Background(), jobs.Job{Folder: t.TempDir(), Flow: "fix", Task: "JOB_EXIT_CODE=2"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	j := waitJobState(t, testQueue(t, db, e.Queue), e.JobID, queue.StateCompleted, 60*time.Second)
 	rec := waitRecord(t, w.cfg.LogsDir, e.JobID, 5*time.Second)
-	if rec.Outcome != dispatch.OutcomePolicy || rec.Reason != dispatch.ReasonPolicy || rec.ExitCode == nil || *rec.ExitCode != 2 || rec.Attempt != 1 {
+	if rec.Outcome != jobs.OutcomePolicy || rec.Reason != jobs.ReasonPolicy || rec.ExitCode == nil || *rec.ExitCode != 2 || rec.Attempt != 1 {
 		t.Fatalf("record %+v", rec)
 	}
 	if j.AttemptsMade != 1 || !strings.Contains(string(j.ReturnValue), `"policy"`) {
@@ -272,7 +273,7 @@ func TestTimeoutStopsTheContainer(t *testing.T) {
 		t.Fatal(err)
 	}
 	began := time.Now()
-	e, err := p.EnqueueLocal(context.Background(), dispatch.Job{Folder: t.TempDir(), Flow: "fix", Task: "JOB_SLEEP=60s"})
+	e, err := p.EnqueueLocal(context.Background(), jobs.Job{Folder: t.TempDir(), Flow: "fix", Task: "JOB_SLEEP=60s"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +281,7 @@ func TestTimeoutStopsTheContainer(t *testing.T) {
 	if took := time.Since(began); took > 30*time.Second {
 		t.Fatalf("the timeout took %s", took)
 	}
-	if rec.Outcome != dispatch.OutcomePolicy || rec.Reason != dispatch.ReasonTimeout {
+	if rec.Outcome != jobs.OutcomePolicy || rec.Reason != jobs.ReasonTimeout {
 		t.Fatalf("record %+v", rec)
 	}
 	j := waitJobState(t, testQueue(t, db, e.Queue), e.JobID, queue.StateCompleted, 10*time.Second)
@@ -324,7 +325,7 @@ func TestConcurrencyBoundsBothQueues(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 3 {
-		e, err := p.EnqueueLocal(ctx, dispatch.Job{Folder: t.TempDir(), Flow: "fix", Task: "JOB_SLEEP=1500ms"})
+		e, err := p.EnqueueLocal(ctx, jobs.Job{Folder: t.TempDir(), Flow: "fix", Task: "JOB_SLEEP=1500ms"})
 		if err != nil || e.Queue != fleet.HostQueueName(name) {
 			t.Fatalf("enqueue: %+v %v", e, err)
 		}
@@ -346,7 +347,7 @@ func TestConcurrencyBoundsBothQueues(t *testing.T) {
 		t.Fatalf("at most %d container(s) ran at once; PI_CONCURRENCY=2 should run two", maxRunning)
 	}
 	for _, id := range ids {
-		if rec, _ := readRecord(t, dirs, id); rec.Outcome != dispatch.OutcomeCompleted {
+		if rec, _ := readRecord(t, dirs, id); rec.Outcome != jobs.OutcomeCompleted {
 			t.Fatalf("record %+v", rec)
 		}
 	}
@@ -383,7 +384,7 @@ func TestScopeConcurrencyAcrossWorkers(t *testing.T) {
 	waitHosts(t, db.Client, nil, names...)
 
 	r := newRouter(t, db)
-	jobs := map[string]bool{}
+	seen := map[string]bool{}
 	for i := range 4 {
 		e, err := r.EnqueueForge(context.Background(), dispatch.ForgeDelivery{
 			JobID: fmt.Sprintf("gh-scope-%d-%d", db.DB, i),
@@ -392,10 +393,10 @@ func TestScopeConcurrencyAcrossWorkers(t *testing.T) {
 		if err != nil || e.Queue != fleet.SharedQueue {
 			t.Fatalf("enqueue: %+v %v", e, err)
 		}
-		jobs[e.JobID] = true
+		seen[e.JobID] = true
 	}
-	maxExisting, maxRunning := sample(t, dc, names, jobs, 90*time.Second, func() bool {
-		for id := range jobs {
+	maxExisting, maxRunning := sample(t, dc, names, seen, 90*time.Second, func() bool {
+		for id := range seen {
 			if !recordExists(dirs, id) {
 				return false
 			}
@@ -408,8 +409,8 @@ func TestScopeConcurrencyAcrossWorkers(t *testing.T) {
 	if maxRunning != 1 {
 		t.Fatalf("no container of the scope was ever seen running")
 	}
-	for id := range jobs {
-		if rec, _ := readRecord(t, dirs, id); rec.Outcome != dispatch.OutcomeCompleted || rec.Target != "acme/api" {
+	for id := range seen {
+		if rec, _ := readRecord(t, dirs, id); rec.Outcome != jobs.OutcomeCompleted || rec.Target != "acme/api" {
 			t.Fatalf("record %+v", rec)
 		}
 	}
@@ -422,7 +423,7 @@ func TestScopeConcurrencyAcrossWorkers(t *testing.T) {
 		}
 	}
 	if deferred == 0 {
-		t.Fatal("four jobs of a scope of one on two workers of three slots: some must have been deferred")
+		t.Fatal("four seen of a scope of one on two workers of three slots: some must have been deferred")
 	}
 }
 
@@ -440,7 +441,7 @@ func TestDailyCapRefusesOverBudget(t *testing.T) {
 	}
 	var ids []string
 	for range 3 {
-		e, err := p.EnqueueLocal(context.Background(), dispatch.Job{Folder: t.TempDir(), Flow: "fix", Task: "JOB_EXIT_CODE=0"})
+		e, err := p.EnqueueLocal(context.Background(), jobs.Job{Folder: t.TempDir(), Flow: "fix", Task: "JOB_EXIT_CODE=0"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -450,7 +451,7 @@ func TestDailyCapRefusesOverBudget(t *testing.T) {
 	for _, id := range ids {
 		rec := waitRecord(t, w.cfg.LogsDir, id, 60*time.Second)
 		outcomes[rec.Outcome+"/"+rec.Reason]++
-		if rec.Reason == dispatch.ReasonOverBudget && rec.ExitCode != nil {
+		if rec.Reason == jobs.ReasonOverBudget && rec.ExitCode != nil {
 			t.Fatalf("an over-budget job ran: %+v", rec)
 		}
 	}

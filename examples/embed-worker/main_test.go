@@ -15,6 +15,7 @@ import (
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/internal/jobimage"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/registry"
 )
 
@@ -74,12 +75,12 @@ func TestRun_BootsRunsAJobAndStops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := p.EnqueueLocal(ctx, dispatch.Job{Kind: dispatch.KindLocal, Folder: workspace, Flow: "hello", Task: "hi\nJOB_WRITE_FILE=out.txt"})
+	got, err := p.EnqueueLocal(ctx, jobs.Job{Kind: jobs.KindLocal, Folder: workspace, Flow: "hello", Task: "hi\nJOB_WRITE_FILE=out.txt"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	recPath := filepath.Join(logs, dispatch.RecordName(got.JobID, 1))
-	var rec dispatch.Record
+	recPath := filepath.Join(logs, jobs.RecordName(got.JobID, 1))
+	var rec jobs.Record
 	for deadline := time.Now().Add(45 * time.Second); ; {
 		if raw, err := os.ReadFile(recPath); err == nil {
 			if err := json.Unmarshal(raw, &rec); err != nil {
@@ -92,7 +93,7 @@ func TestRun_BootsRunsAJobAndStops(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if rec.Outcome != dispatch.OutcomeCompleted || rec.Host != name {
+	if rec.Outcome != jobs.OutcomeCompleted || rec.Host != name {
 		t.Fatalf("record %+v", rec)
 	}
 	if _, err := os.Stat(filepath.Join(workspace, "out.txt")); err != nil {

@@ -38,6 +38,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/valkey"
 )
 
@@ -168,7 +169,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		reply(w, http.StatusBadRequest, map[string]string{"error": "body must be one JSON object with repo, ref, flow, task, secretsProfile"})
 		return
 	}
-	job := dispatch.Job{Kind: dispatch.KindForge, Repo: d.Repo, Ref: d.Ref, Flow: d.Flow, Task: d.Task, SecretsProfile: d.SecretsProfile}
+	job := jobs.Job{Kind: jobs.KindForge, Repo: d.Repo, Ref: d.Ref, Flow: d.Flow, Task: d.Task, SecretsProfile: d.SecretsProfile}
 	if err := job.Validate(); err != nil {
 		reply(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 		return

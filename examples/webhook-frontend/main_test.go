@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
 )
@@ -103,11 +103,11 @@ func TestWebhook_GoodSignatureEnqueues(t *testing.T) {
 	if j == nil {
 		t.Fatal("job gh-d-1 is not on the shared queue")
 	}
-	spec, err := dispatch.ParseJob(j.Data)
+	spec, err := jobs.ParseJob(j.Data)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if spec.Kind != dispatch.KindForge || spec.Repo != "acme/api" || spec.Ref != "main" || spec.Flow != "review" || spec.Task != "Review the change" {
+	if spec.Kind != jobs.KindForge || spec.Repo != "acme/api" || spec.Ref != "main" || spec.Flow != "review" || spec.Task != "Review the change" {
 		t.Fatalf("job data %+v", spec)
 	}
 	ttl, err := f.db.Client.TTL(context.Background(), deliveryKey("d-1")).Result()

@@ -1,4 +1,4 @@
-package dispatch_test
+package jobs_test
 
 import (
 	"encoding/json"
@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/jobs"
 )
 
 func TestParseJob_Valid(t *testing.T) {
@@ -18,42 +18,42 @@ func TestParseJob_Valid(t *testing.T) {
 	tests := []struct {
 		name string
 		give string
-		want dispatch.Job
+		want jobs.Job
 	}{
 		{"Local", `{"kind":"local","folder":"/home/me/proj","flow":"review","task":"fix it"}`,
-			dispatch.Job{Kind: dispatch.KindLocal, Folder: "/home/me/proj", Flow: "review", Task: "fix it"}},
+			jobs.Job{Kind: jobs.KindLocal, Folder: "/home/me/proj", Flow: "review", Task: "fix it"}},
 		{"LocalCommand", `{"kind":"local","folder":"/p","command":"lint"}`,
-			dispatch.Job{Kind: dispatch.KindLocal, Folder: "/p", Command: "lint"}},
+			jobs.Job{Kind: jobs.KindLocal, Folder: "/p", Command: "lint"}},
 		{"Cron", `{"kind":"cron","folder":"/p","flow":"nightly","task":"t","image":"pi-job:2"}`,
-			dispatch.Job{Kind: dispatch.KindCron, Folder: "/p", Flow: "nightly", Task: "t", Image: "pi-job:2"}},
+			jobs.Job{Kind: jobs.KindCron, Folder: "/p", Flow: "nightly", Task: "t", Image: "pi-job:2"}},
 		{"Chain", `{"kind":"chain","folder":"/p","flow":"f","task":"t","parentJobId":"local-0123456789abcdef"}`,
-			dispatch.Job{Kind: dispatch.KindChain, Folder: "/p", Flow: "f", Task: "t", ParentJobID: "local-0123456789abcdef"}},
+			jobs.Job{Kind: jobs.KindChain, Folder: "/p", Flow: "f", Task: "t", ParentJobID: "local-0123456789abcdef"}},
 		{"Forge", `{"kind":"forge","repo":"acme/web","ref":"feature/x","flow":"f","task":"t","secretsProfile":"prod","waitFor":[{"profile":"jira","args":["PROJ-1"]},{"after":"90m"}]}`,
-			dispatch.Job{Kind: dispatch.KindForge, Repo: "acme/web", Ref: "feature/x", Flow: "f", Task: "t", SecretsProfile: "prod",
-				WaitFor: []dispatch.WaitCondition{{Profile: "jira", Args: []string{"PROJ-1"}}, {After: "90m"}}}},
+			jobs.Job{Kind: jobs.KindForge, Repo: "acme/web", Ref: "feature/x", Flow: "f", Task: "t", SecretsProfile: "prod",
+				WaitFor: []jobs.WaitCondition{{Profile: "jira", Args: []string{"PROJ-1"}}, {After: "90m"}}}},
 		{"ForgeSubgroupResume", `{"kind":"forge","repo":"group/sub/web","flow":"f","task":"t","resume":true}`,
-			dispatch.Job{Kind: dispatch.KindForge, Repo: "group/sub/web", Flow: "f", Task: "t", Resume: true}},
+			jobs.Job{Kind: jobs.KindForge, Repo: "group/sub/web", Flow: "f", Task: "t", Resume: true}},
 		{"NetworkGranted", `{"kind":"local","folder":"/p","flow":"f","task":"t","network":true}`,
-			dispatch.Job{Kind: dispatch.KindLocal, Folder: "/p", Flow: "f", Task: "t", Network: true}},
+			jobs.Job{Kind: jobs.KindLocal, Folder: "/p", Flow: "f", Task: "t", Network: true}},
 		{"ManualFolder", `{"kind":"manual","folder":"/p","flow":"f","task":"t"}`,
-			dispatch.Job{Kind: dispatch.KindManual, Folder: "/p", Flow: "f", Task: "t"}},
+			jobs.Job{Kind: jobs.KindManual, Folder: "/p", Flow: "f", Task: "t"}},
 		{"ManualRepo", `{"kind":"manual","repo":"a/b","ref":"main","flow":"f","task":"t"}`,
-			dispatch.Job{Kind: dispatch.KindManual, Repo: "a/b", Ref: "main", Flow: "f", Task: "t"}},
+			jobs.Job{Kind: jobs.KindManual, Repo: "a/b", Ref: "main", Flow: "f", Task: "t"}},
 		{"UnicodeTask", `{"kind":"local","folder":"/p","flow":"f","task":"répare \u2028 ça"}`,
-			dispatch.Job{Kind: dispatch.KindLocal, Folder: "/p", Flow: "f", Task: "répare \u2028 ça"}},
-		{"MaxTask", `{"kind":"local","folder":"/p","flow":"f","task":"` + strings.Repeat("x", dispatch.MaxTaskBytes) + `"}`,
-			dispatch.Job{Kind: dispatch.KindLocal, Folder: "/p", Flow: "f", Task: strings.Repeat("x", dispatch.MaxTaskBytes)}},
+			jobs.Job{Kind: jobs.KindLocal, Folder: "/p", Flow: "f", Task: "répare \u2028 ça"}},
+		{"MaxTask", `{"kind":"local","folder":"/p","flow":"f","task":"` + strings.Repeat("x", jobs.MaxTaskBytes) + `"}`,
+			jobs.Job{Kind: jobs.KindLocal, Folder: "/p", Flow: "f", Task: strings.Repeat("x", jobs.MaxTaskBytes)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			j, err := dispatch.ParseJob([]byte(tt.give))
+			j, err := jobs.ParseJob([]byte(tt.give))
 			require.NoError(t, err)
 			require.Equal(t, tt.want, j)
 			// Round trip: what we produce, we accept.
 			data, err := json.Marshal(j)
 			require.NoError(t, err)
-			again, err := dispatch.ParseJob(data)
+			again, err := jobs.ParseJob(data)
 			require.NoError(t, err)
 			require.Equal(t, j, again)
 		})
@@ -62,7 +62,7 @@ func TestParseJob_Valid(t *testing.T) {
 
 func TestParseJob_Invalid(t *testing.T) {
 	t.Parallel()
-	long := strings.Repeat("x", dispatch.MaxTaskBytes+1)
+	long := strings.Repeat("x", jobs.MaxTaskBytes+1)
 	tests := []struct {
 		name  string
 		give  string
@@ -128,12 +128,12 @@ func TestParseJob_Invalid(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := dispatch.ParseJob([]byte(tt.give))
+			_, err := jobs.ParseJob([]byte(tt.give))
 			require.Error(t, err)
-			require.ErrorIs(t, err, dispatch.ErrInvalidJob)
+			require.ErrorIs(t, err, jobs.ErrInvalidJob)
 			require.Contains(t, err.Error(), tt.rule)
 			if tt.field != "" {
-				var fe *dispatch.FieldError
+				var fe *jobs.FieldError
 				require.ErrorAs(t, err, &fe, "%v", err)
 				require.Equal(t, tt.field, fe.Field, "%v", err)
 			}
@@ -143,22 +143,22 @@ func TestParseJob_Invalid(t *testing.T) {
 
 func TestParseJob_Huge(t *testing.T) {
 	t.Parallel()
-	data := []byte(`{"kind":"local","folder":"/p","flow":"f","task":"` + strings.Repeat("x", dispatch.MaxJobDataBytes) + `"}`)
-	_, err := dispatch.ParseJob(data)
-	require.ErrorIs(t, err, dispatch.ErrInvalidJob)
+	data := []byte(`{"kind":"local","folder":"/p","flow":"f","task":"` + strings.Repeat("x", jobs.MaxJobDataBytes) + `"}`)
+	_, err := jobs.ParseJob(data)
+	require.ErrorIs(t, err, jobs.ErrInvalidJob)
 	require.Contains(t, err.Error(), "more than")
 }
 
 func TestJob_NeedsScopeTarget(t *testing.T) {
 	t.Parallel()
-	forge := dispatch.Job{Kind: dispatch.KindForge, Repo: "acme/web", Flow: "f", Task: "t", SecretsProfile: "prod",
-		WaitFor: []dispatch.WaitCondition{{Profile: "jira"}, {After: "1m"}, {Profile: "ci.v2"}, {Profile: "jira"}}}
+	forge := jobs.Job{Kind: jobs.KindForge, Repo: "acme/web", Flow: "f", Task: "t", SecretsProfile: "prod",
+		WaitFor: []jobs.WaitCondition{{Profile: "jira"}, {After: "1m"}, {Profile: "ci.v2"}, {Profile: "jira"}}}
 	require.Equal(t, []string{"s:prod", "w:ci.v2", "w:jira"}, forge.Needs())
 	require.Equal(t, []string{"jira", "ci.v2", "jira"}, forge.WaitProfiles())
 	require.Equal(t, "acme/web", forge.Scope())
 	require.Equal(t, "acme/web", forge.Target())
 
-	local := dispatch.Job{Kind: dispatch.KindLocal, Folder: "/home/rob/clients/acme", Flow: "f", Task: "t"}
+	local := jobs.Job{Kind: jobs.KindLocal, Folder: "/home/rob/clients/acme", Flow: "f", Task: "t"}
 	require.Empty(t, local.Needs())
 	require.NotNil(t, local.Needs())
 	require.Equal(t, "/home/rob/clients/acme", local.Scope())
@@ -170,62 +170,62 @@ func TestLocalJobID(t *testing.T) {
 	// Vectors computed with node: sha256(parts.join("\0")).hex.slice(0,16), minute being
 	// new Date(ms).toISOString().slice(0, 16).
 	at := time.Date(2026, 11, 30, 2, 11, 42, 0, time.UTC)
-	require.Equal(t, "local-00a5c2f57c689cf5", dispatch.LocalJobID("/home/me/proj", "review", "fix the bug", at))
+	require.Equal(t, "local-00a5c2f57c689cf5", jobs.LocalJobID("/home/me/proj", "review", "fix the bug", at))
 	// Same minute in another zone and another second: same id (the minute is UTC).
 	ams, err := time.LoadLocation("Europe/Amsterdam")
 	require.NoError(t, err)
-	require.Equal(t, "local-00a5c2f57c689cf5", dispatch.LocalJobID("/home/me/proj", "review", "fix the bug", at.Add(17*time.Second).In(ams)))
-	require.NotEqual(t, "local-00a5c2f57c689cf5", dispatch.LocalJobID("/home/me/proj", "review", "fix the bug", at.Add(time.Minute)))
-	require.Equal(t, "local-26c83670cfedc325", dispatch.LocalJobID("/srv/ü", "cmd:lint", "", time.Date(2027, 1, 1, 0, 0, 59, 999e6, time.UTC)))
-	require.Equal(t, "chain-be75be984d2b5edd", dispatch.ChainJobID("local-0123456789abcdef", "review", "follow up"))
+	require.Equal(t, "local-00a5c2f57c689cf5", jobs.LocalJobID("/home/me/proj", "review", "fix the bug", at.Add(17*time.Second).In(ams)))
+	require.NotEqual(t, "local-00a5c2f57c689cf5", jobs.LocalJobID("/home/me/proj", "review", "fix the bug", at.Add(time.Minute)))
+	require.Equal(t, "local-26c83670cfedc325", jobs.LocalJobID("/srv/ü", "cmd:lint", "", time.Date(2027, 1, 1, 0, 0, 59, 999e6, time.UTC)))
+	require.Equal(t, "chain-be75be984d2b5edd", jobs.ChainJobID("local-0123456789abcdef", "review", "follow up"))
 	// The separator is NUL, so moving text across a boundary changes the id.
-	require.NotEqual(t, dispatch.ChainJobID("a", "bc", "d"), dispatch.ChainJobID("ab", "c", "d"))
-	require.True(t, dispatch.ValidJobID(dispatch.ChainJobID("p", "f", "t")))
+	require.NotEqual(t, jobs.ChainJobID("a", "bc", "d"), jobs.ChainJobID("ab", "c", "d"))
+	require.True(t, jobs.ValidJobID(jobs.ChainJobID("p", "f", "t")))
 }
 
 func TestLocalRunID(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 11, 30, 2, 11, 42, 0, time.UTC)
-	base := dispatch.Job{Kind: dispatch.KindLocal, Folder: "/home/me/proj", Flow: "review", Task: "fix the bug"}
+	base := jobs.Job{Kind: jobs.KindLocal, Folder: "/home/me/proj", Flow: "review", Task: "fix the bug"}
 	// A job with only folder, flow and task keeps the original's id.
-	require.Equal(t, "local-00a5c2f57c689cf5", dispatch.LocalRunID(base, at))
-	require.Equal(t, "local-26c83670cfedc325", dispatch.LocalRunID(dispatch.Job{Folder: "/srv/ü", Command: "lint"}, time.Date(2027, 1, 1, 0, 0, 59, 0, time.UTC)))
+	require.Equal(t, "local-00a5c2f57c689cf5", jobs.LocalRunID(base, at))
+	require.Equal(t, "local-26c83670cfedc325", jobs.LocalRunID(jobs.Job{Folder: "/srv/ü", Command: "lint"}, time.Date(2027, 1, 1, 0, 0, 59, 0, time.UTC)))
 	// Every field that changes what runs makes another job.
-	seen := map[string]string{dispatch.LocalRunID(base, at): "base"}
+	seen := map[string]string{jobs.LocalRunID(base, at): "base"}
 	pkgs := false
-	for name, change := range map[string]func(*dispatch.Job){
-		"image":          func(j *dispatch.Job) { j.Image = "pi-job:2" },
-		"model":          func(j *dispatch.Job) { j.Model = "m" },
-		"provider":       func(j *dispatch.Job) { j.Provider = "p" },
-		"models":         func(j *dispatch.Job) { j.Models = []string{"a"} },
-		"maxTurns":       func(j *dispatch.Job) { j.MaxTurns = 3 },
-		"maxCostUsd":     func(j *dispatch.Job) { j.MaxCostUSD = "1.00" },
-		"packages":       func(j *dispatch.Job) { j.Packages = &pkgs },
-		"secretsProfile": func(j *dispatch.Job) { j.SecretsProfile = "prod" },
-		"waitFor":        func(j *dispatch.Job) { j.WaitFor = []dispatch.WaitCondition{{After: "1m"}} },
-		"resume":         func(j *dispatch.Job) { j.Resume = true },
-		"skillsDir":      func(j *dispatch.Job) { j.SkillsDir = "/skills" },
-		"github":         func(j *dispatch.Job) { j.GitHub = true },
-		"excludeTools":   func(j *dispatch.Job) { j.ExcludeTools = []string{"bash"} },
+	for name, change := range map[string]func(*jobs.Job){
+		"image":          func(j *jobs.Job) { j.Image = "pi-job:2" },
+		"model":          func(j *jobs.Job) { j.Model = "m" },
+		"provider":       func(j *jobs.Job) { j.Provider = "p" },
+		"models":         func(j *jobs.Job) { j.Models = []string{"a"} },
+		"maxTurns":       func(j *jobs.Job) { j.MaxTurns = 3 },
+		"maxCostUsd":     func(j *jobs.Job) { j.MaxCostUSD = "1.00" },
+		"packages":       func(j *jobs.Job) { j.Packages = &pkgs },
+		"secretsProfile": func(j *jobs.Job) { j.SecretsProfile = "prod" },
+		"waitFor":        func(j *jobs.Job) { j.WaitFor = []jobs.WaitCondition{{After: "1m"}} },
+		"resume":         func(j *jobs.Job) { j.Resume = true },
+		"skillsDir":      func(j *jobs.Job) { j.SkillsDir = "/skills" },
+		"github":         func(j *jobs.Job) { j.GitHub = true },
+		"excludeTools":   func(j *jobs.Job) { j.ExcludeTools = []string{"bash"} },
 	} {
 		j := base
 		change(&j)
-		id := dispatch.LocalRunID(j, at)
+		id := jobs.LocalRunID(j, at)
 		if prev, dup := seen[id]; dup {
 			t.Errorf("%s: same id as %s", name, prev)
 		}
 		seen[id] = name
-		require.True(t, dispatch.ValidJobID(id))
+		require.True(t, jobs.ValidJobID(id))
 		require.Regexp(t, `^local-[0-9a-f]{16}$`, id)
 		// Still one job per minute.
-		require.Equal(t, id, dispatch.LocalRunID(j, at.Add(10*time.Second)), name)
+		require.Equal(t, id, jobs.LocalRunID(j, at.Add(10*time.Second)), name)
 	}
 	// The attempt is not part of what runs.
 	j := base
 	j.Attempt = 2
-	require.Equal(t, "local-00a5c2f57c689cf5", dispatch.LocalRunID(j, at))
+	require.Equal(t, "local-00a5c2f57c689cf5", jobs.LocalRunID(j, at))
 	// An extra part (the nonce of a forced fresh run) makes another job.
-	require.NotEqual(t, dispatch.LocalRunID(base, at), dispatch.LocalRunID(base, at, "new:1"))
+	require.NotEqual(t, jobs.LocalRunID(base, at), jobs.LocalRunID(base, at, "new:1"))
 }
 
 func TestValidImageRef(t *testing.T) {
@@ -234,10 +234,10 @@ func TestValidImageRef(t *testing.T) {
 		"registry.example.com:443/x@sha256:" + strings.Repeat("0", 64), "x:1@sha256:" + strings.Repeat("f", 64), "Registry.Example/x"}
 	bad := []string{"", "Pi-Job", "pi job", "pi-job:", ":x", "a//b", "a/", "/a", "a:-tag", "a@sha256:12", "a\x00b", strings.Repeat("a", 600)}
 	for _, s := range good {
-		require.True(t, dispatch.ValidImageRef(s), s)
+		require.True(t, jobs.ValidImageRef(s), s)
 	}
 	for _, s := range bad {
-		require.False(t, dispatch.ValidImageRef(s), s)
+		require.False(t, jobs.ValidImageRef(s), s)
 	}
 }
 
@@ -248,9 +248,9 @@ func FuzzParseJob(f *testing.F) {
 	f.Add([]byte(`{"a":{"b":[1,{"c":null}]},"a":2}`))
 	f.Add([]byte("\xff\x00"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		j, err := dispatch.ParseJob(data)
+		j, err := jobs.ParseJob(data)
 		if err != nil {
-			if !errors.Is(err, dispatch.ErrInvalidJob) {
+			if !errors.Is(err, jobs.ErrInvalidJob) {
 				t.Fatalf("error does not wrap ErrInvalidJob: %v", err)
 			}
 			return
@@ -263,7 +263,7 @@ func FuzzParseJob(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := dispatch.ParseJob(out); err != nil {
+		if _, err := jobs.ParseJob(out); err != nil {
 			t.Fatalf("re-encoded job refused: %v\n%s", err, out)
 		}
 		_ = j.Needs()
@@ -273,17 +273,17 @@ func FuzzParseJob(f *testing.F) {
 
 func ExampleLocalJobID() {
 	minute := time.Date(2026, 11, 30, 2, 11, 42, 0, time.UTC)
-	fmt.Println(dispatch.LocalJobID("/home/me/proj", "review", "fix the bug", minute))
-	fmt.Println(dispatch.ChainJobID("local-0123456789abcdef", "review", "follow up"))
+	fmt.Println(jobs.LocalJobID("/home/me/proj", "review", "fix the bug", minute))
+	fmt.Println(jobs.ChainJobID("local-0123456789abcdef", "review", "follow up"))
 	// Output:
 	// local-00a5c2f57c689cf5
 	// chain-be75be984d2b5edd
 }
 
 func ExampleParseJob() {
-	j, err := dispatch.ParseJob([]byte(`{"kind":"forge","repo":"acme/web","flow":"review","task":"look","secretsProfile":"prod","waitFor":[{"profile":"jira","args":["WEB-1"]}]}`))
+	j, err := jobs.ParseJob([]byte(`{"kind":"forge","repo":"acme/web","flow":"review","task":"look","secretsProfile":"prod","waitFor":[{"profile":"jira","args":["WEB-1"]}]}`))
 	fmt.Println(err, j.Needs(), j.Scope())
-	_, err = dispatch.ParseJob([]byte(`{"kind":"forge","repo":"acme/web","flow":"review","task":"look","maxCost":99}`))
+	_, err = jobs.ParseJob([]byte(`{"kind":"forge","repo":"acme/web","flow":"review","task":"look","maxCost":99}`))
 	fmt.Println(err)
 	// Output:
 	// <nil> [s:prod w:jira] acme/web

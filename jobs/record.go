@@ -1,4 +1,4 @@
-package dispatch
+package jobs
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/internal/check"
 )
 
 // Outcomes of a run (the container contract's exit protocol, plus refusals).
@@ -109,39 +110,39 @@ const maxJobIDQuoted = 1 << 10
 func (r Record) Validate() error {
 	switch {
 	case fleet.CheckJobID(r.JobID) != nil:
-		return fieldErr("jobId", "must be 1 to %d bytes of text without control characters", fleet.MaxJobIDBytes)
+		return check.Field("jobId", "must be 1 to %d bytes of text without control characters", fleet.MaxJobIDBytes)
 	case len(r.JobIDQuoted) > maxJobIDQuoted+4 || strings.ContainsFunc(r.JobIDQuoted, func(c rune) bool { return c < 0x20 || c >= 0x7f }):
-		return fieldErr("jobIdQuoted", "must be at most %d bytes of printable ASCII", maxJobIDQuoted)
+		return check.Field("jobIdQuoted", "must be at most %d bytes of printable ASCII", maxJobIDQuoted)
 	case r.Outcome != OutcomeCompleted && r.Outcome != OutcomePolicy && r.Outcome != OutcomeFailed:
-		return fieldErr("outcome", "must be completed, policy or failed")
+		return check.Field("outcome", "must be completed, policy or failed")
 	case !slices.Contains(Reasons, r.Reason):
 		// Not echoed: an unknown reason may be free text, and free text may be anything.
-		return fieldErr("reason", "not one of the fixed reasons (dispatch.Reasons)")
+		return check.Field("reason", "not one of the fixed reasons (dispatch.Reasons)")
 	case (r.Outcome == OutcomeCompleted) != (r.Reason == ReasonCompleted):
-		return fieldErr("reason", "is completed exactly when the outcome is completed")
+		return check.Field("reason", "is completed exactly when the outcome is completed")
 	case r.Kind != "" && !slices.Contains([]Kind{KindLocal, KindCron, KindChain, KindForge, KindManual}, r.Kind):
-		return fieldErr("kind", "unknown kind")
+		return check.Field("kind", "unknown kind")
 	case r.StartedAt.IsZero():
-		return fieldErr("startedAt", "required")
+		return check.Field("startedAt", "required")
 	case r.EndedAt.IsZero():
-		return fieldErr("endedAt", "required")
+		return check.Field("endedAt", "required")
 	case r.EndedAt.Before(r.StartedAt):
-		return fieldErr("endedAt", "is before startedAt")
+		return check.Field("endedAt", "is before startedAt")
 	case r.Attempt < 0:
-		return fieldErr("attempt", "must not be negative")
+		return check.Field("attempt", "must not be negative")
 	}
 	if err := fleet.ValidateName(r.Host); err != nil {
-		return fieldErr("host", "not a valid worker name")
+		return check.Field("host", "not a valid worker name")
 	}
 	for _, f := range []struct{ name, v string }{{"target", r.Target}, {"flow", r.Flow}, {"image", r.Image}, {"network", r.Network}} {
-		if textRule(f.v, 1024) != "" || strings.ContainsFunc(f.v, isControl) {
-			return fieldErr(f.name, "must be at most 1024 bytes of text without control characters")
+		if check.Text(f.v, 1024) != "" || strings.ContainsFunc(f.v, isControl) {
+			return check.Field(f.name, "must be at most 1024 bytes of text without control characters")
 		}
 	}
 	if len(r.Telemetry) > 0 {
 		t := bytes.TrimSpace(r.Telemetry)
 		if len(r.Telemetry) > MaxTelemetryBytes || len(t) == 0 || t[0] != '{' || !json.Valid(t) {
-			return fieldErr("telemetry", "must be a JSON object of at most %d bytes", MaxTelemetryBytes)
+			return check.Field("telemetry", "must be a JSON object of at most %d bytes", MaxTelemetryBytes)
 		}
 	}
 	return nil
@@ -197,8 +198,9 @@ func RecordName(jobID string, attempt int) string {
 	return SanitizeJobID(jobID) + attemptSep + strconv.Itoa(attempt) + recordExt
 }
 
-// recordMember is a record's run mirror member: its file name without .json.
-func recordMember(jobID string, attempt int) string {
+// RecordMember is a record's run mirror member and key suffix: its file name
+// without .json.
+func RecordMember(jobID string, attempt int) string {
 	return strings.TrimSuffix(RecordName(jobID, attempt), recordExt)
 }
 
@@ -258,7 +260,7 @@ func ReadRecords(dir, jobID string) ([]Record, error) {
 		if !ok || stem != want || !e.Type().IsRegular() {
 			continue
 		}
-		rec, err := readRecordFile(filepath.Join(dir, e.Name()))
+		rec, err := ReadRecordFile(filepath.Join(dir, e.Name()))
 		if err != nil {
 			return nil, err
 		}
@@ -268,8 +270,8 @@ func ReadRecords(dir, jobID string) ([]Record, error) {
 	return out, nil
 }
 
-// readRecordFile reads and validates one record file.
-func readRecordFile(p string) (Record, error) {
+// ReadRecordFile reads and validates one record file.
+func ReadRecordFile(p string) (Record, error) {
 	f, err := os.Open(p)
 	if err != nil {
 		return Record{}, fmt.Errorf("read record: %w", err)
@@ -446,7 +448,7 @@ func RecoverRecordTemps(dir string, olderThan time.Time) (completed, removed int
 		}
 		p := filepath.Join(dir, e.Name())
 		final := filepath.Join(dir, name)
-		if rec, rerr := readRecordFile(p); rerr == nil && RecordName(rec.JobID, rec.Attempt) == name {
+		if rec, rerr := ReadRecordFile(p); rerr == nil && RecordName(rec.JobID, rec.Attempt) == name {
 			if _, serr := os.Lstat(final); errors.Is(serr, fs.ErrNotExist) {
 				if err := os.Rename(p, final); err != nil {
 					errs = append(errs, err)

@@ -1,4 +1,4 @@
-package dispatch_test
+package jobs_test
 
 import (
 	"crypto/sha256"
@@ -13,20 +13,20 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/jobs"
 )
 
-func goodRecord() dispatch.Record {
+func goodRecord() jobs.Record {
 	code := 0
-	return dispatch.Record{
+	return jobs.Record{
 		JobID:     "local-00a5c2f57c689cf5",
-		Kind:      dispatch.KindLocal,
+		Kind:      jobs.KindLocal,
 		Target:    "local:proj",
 		Flow:      "review",
 		StartedAt: time.Date(2026, 11, 30, 2, 11, 0, 123456789, time.UTC),
 		EndedAt:   time.Date(2026, 11, 30, 3, 19, 30, 0, time.FixedZone("CET", 3600)),
-		Outcome:   dispatch.OutcomeCompleted,
-		Reason:    dispatch.ReasonCompleted,
+		Outcome:   jobs.OutcomeCompleted,
+		Reason:    jobs.ReasonCompleted,
 		ExitCode:  &code,
 		Attempt:   1,
 		Host:      "mini1",
@@ -39,7 +39,7 @@ func TestWriteRecord(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "logs", "nested") // created on demand
 	r := goodRecord()
-	p, err := dispatch.WriteRecord(dir, r)
+	p, err := jobs.WriteRecord(dir, r)
 	require.NoError(t, err)
 	require.Equal(t, filepath.Join(dir, "local-00a5c2f57c689cf5.attempt-1.json"), p)
 
@@ -62,7 +62,7 @@ func TestWriteRecord(t *testing.T) {
 	require.JSONEq(t, `"2026-11-30T02:19:30Z"`, string(fields["endedAt"]))
 	require.Equal(t, `{"event":"exit","turns":12,"tokens":{"total":4096},"cost":0.42}`, string(fields["telemetry"]), "compacted")
 
-	var back dispatch.Record
+	var back jobs.Record
 	require.NoError(t, json.Unmarshal(data, &back))
 	require.Equal(t, r.JobID, back.JobID)
 	require.Equal(t, 0, *back.ExitCode)
@@ -73,8 +73,8 @@ func TestWriteRecord(t *testing.T) {
 	require.Len(t, entries, 1, "no temp file left behind")
 
 	// Rewriting replaces the record whole.
-	r.Outcome, r.Reason, r.ExitCode, r.Telemetry = dispatch.OutcomeFailed, dispatch.ReasonNeverStarted, nil, nil
-	_, err = dispatch.WriteRecord(dir, r)
+	r.Outcome, r.Reason, r.ExitCode, r.Telemetry = jobs.OutcomeFailed, jobs.ReasonNeverStarted, nil, nil
+	_, err = jobs.WriteRecord(dir, r)
 	require.NoError(t, err)
 	data, err = os.ReadFile(p)
 	require.NoError(t, err)
@@ -103,12 +103,12 @@ func TestWriteRecord_SanitizesTheFileName(t *testing.T) {
 		dir := t.TempDir()
 		r := goodRecord()
 		r.JobID = tt.id
-		p, err := dispatch.WriteRecord(dir, r)
+		p, err := jobs.WriteRecord(dir, r)
 		require.NoError(t, err, tt.id)
 		require.Equal(t, filepath.Join(dir, tt.stem+".attempt-1.json"), p)
 		require.Equal(t, dir, filepath.Dir(p), "the record stays in dir")
-		require.Equal(t, tt.stem, dispatch.SanitizeJobID(tt.id))
-		got, err := dispatch.ReadRecords(dir, tt.id)
+		require.Equal(t, tt.stem, jobs.SanitizeJobID(tt.id))
+		got, err := jobs.ReadRecords(dir, tt.id)
 		require.NoError(t, err)
 		require.Len(t, got, 1)
 		require.Equal(t, tt.id, got[0].JobID, "the real id is kept inside the record")
@@ -130,14 +130,14 @@ func TestWriteRecord_NamesNeverCollide(t *testing.T) {
 		for _, id := range ids {
 			r := goodRecord()
 			r.JobID = id
-			_, err := dispatch.WriteRecord(dir, r)
+			_, err := jobs.WriteRecord(dir, r)
 			require.NoError(t, err, id)
 		}
 		entries, err := os.ReadDir(dir)
 		require.NoError(t, err)
 		require.Len(t, entries, len(ids), "one file per id: %q", ids)
 		for _, id := range ids {
-			got, err := dispatch.ReadRecords(dir, id)
+			got, err := jobs.ReadRecords(dir, id)
 			require.NoError(t, err)
 			require.Len(t, got, 1, id)
 			require.Equal(t, id, got[0].JobID)
@@ -150,30 +150,30 @@ func TestWriteRecord_OneRecordPerAttempt(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	first := goodRecord()
-	first.Outcome, first.Reason, first.Telemetry = dispatch.OutcomeFailed, dispatch.ReasonExit1, json.RawMessage(`{"event":"exit","cost":0.5}`)
-	_, err := dispatch.WriteRecord(dir, first)
+	first.Outcome, first.Reason, first.Telemetry = jobs.OutcomeFailed, jobs.ReasonExit1, json.RawMessage(`{"event":"exit","cost":0.5}`)
+	_, err := jobs.WriteRecord(dir, first)
 	require.NoError(t, err)
 	second := goodRecord()
 	second.Attempt = 2
-	_, err = dispatch.WriteRecord(dir, second)
+	_, err = jobs.WriteRecord(dir, second)
 	require.NoError(t, err)
-	_, err = dispatch.WriteRecord(dir, second) // again: still one record of attempt 2
+	_, err = jobs.WriteRecord(dir, second) // again: still one record of attempt 2
 	require.NoError(t, err)
 	// A job whose id ends like an attempt suffix is another job.
 	other := goodRecord()
 	other.JobID = first.JobID + ".attempt-1"
-	_, err = dispatch.WriteRecord(dir, other)
+	_, err = jobs.WriteRecord(dir, other)
 	require.NoError(t, err)
 
-	got, err := dispatch.ReadRecords(dir, first.JobID)
+	got, err := jobs.ReadRecords(dir, first.JobID)
 	require.NoError(t, err)
 	require.Len(t, got, 2)
 	require.Equal(t, 1, got[0].Attempt)
-	require.Equal(t, dispatch.ReasonExit1, got[0].Reason, "the retry kept the first attempt's record")
+	require.Equal(t, jobs.ReasonExit1, got[0].Reason, "the retry kept the first attempt's record")
 	require.JSONEq(t, `{"event":"exit","cost":0.5}`, string(got[0].Telemetry))
 	require.Equal(t, 2, got[1].Attempt)
-	require.Equal(t, dispatch.ReasonCompleted, got[1].Reason)
-	got, err = dispatch.ReadRecords(dir, other.JobID)
+	require.Equal(t, jobs.ReasonCompleted, got[1].Reason)
+	got, err = jobs.ReadRecords(dir, other.JobID)
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 }
@@ -184,18 +184,18 @@ func TestRecoverRecordTemps(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	r := goodRecord()
-	p, err := dispatch.WriteRecord(dir, r)
+	p, err := jobs.WriteRecord(dir, r)
 	require.NoError(t, err)
 	data, err := os.ReadFile(p)
 	require.NoError(t, err)
 	// A whole record never renamed: its final file is missing.
 	whole := goodRecord()
 	whole.Attempt = 2
-	wholeName := dispatch.RecordName(whole.JobID, 2)
+	wholeName := jobs.RecordName(whole.JobID, 2)
 	wholeData := strings.Replace(string(data), `"attempt":1`, `"attempt":2`, 1)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "."+wholeName+".tmp-123"), []byte(wholeData), 0o640))
 	// A cut-short write, and a temp file of a record already in place.
-	cut := filepath.Join(dir, "."+dispatch.RecordName("cut", 1)+".tmp-456")
+	cut := filepath.Join(dir, "."+jobs.RecordName("cut", 1)+".tmp-456")
 	require.NoError(t, os.WriteFile(cut, data[:20], 0o640))
 	stale := filepath.Join(dir, "."+filepath.Base(p)+".tmp-789")
 	require.NoError(t, os.WriteFile(stale, []byte(strings.Replace(string(data), "mini1", "other", 1)), 0o640))
@@ -203,16 +203,16 @@ func TestRecoverRecordTemps(t *testing.T) {
 	require.NoError(t, os.WriteFile(unrelated, []byte("x"), 0o640))
 
 	// A temp file as young as a write in progress is left alone.
-	completed, removed, err := dispatch.RecoverRecordTemps(dir, time.Now().Add(-time.Minute))
+	completed, removed, err := jobs.RecoverRecordTemps(dir, time.Now().Add(-time.Minute))
 	require.NoError(t, err)
 	require.Zero(t, completed+removed)
 	require.FileExists(t, cut)
 
-	completed, removed, err = dispatch.RecoverRecordTemps(dir, time.Now().Add(time.Minute))
+	completed, removed, err = jobs.RecoverRecordTemps(dir, time.Now().Add(time.Minute))
 	require.NoError(t, err)
 	require.Equal(t, 1, completed)
 	require.Equal(t, 2, removed)
-	got, err := dispatch.ReadRecords(dir, r.JobID)
+	got, err := jobs.ReadRecords(dir, r.JobID)
 	require.NoError(t, err)
 	require.Len(t, got, 2)
 	require.Equal(t, "mini1", got[0].Host, "the record in place is kept")
@@ -223,17 +223,17 @@ func TestRecoverRecordTemps(t *testing.T) {
 
 func TestRefusedJobID(t *testing.T) {
 	t.Parallel()
-	id, quoted := dispatch.RefusedJobID("gh-1")
+	id, quoted := jobs.RefusedJobID("gh-1")
 	require.Equal(t, "gh-1", id)
 	require.Empty(t, quoted)
 	for _, bad := range []string{"a\nb", strings.Repeat("y", 300), "\xff\xfe", strings.Repeat("\x01", 2000)} {
-		id, quoted := dispatch.RefusedJobID(bad)
+		id, quoted := jobs.RefusedJobID(bad)
 		require.True(t, strings.HasPrefix(id, "refused-id~"), id)
 		require.NotEmpty(t, quoted)
 		r := goodRecord()
 		r.JobID, r.JobIDQuoted = id, quoted
 		require.NoError(t, r.Validate(), "%q", bad)
-		other, _ := dispatch.RefusedJobID(bad + "z")
+		other, _ := jobs.RefusedJobID(bad + "z")
 		require.NotEqual(t, id, other)
 	}
 }
@@ -241,47 +241,47 @@ func TestRefusedJobID(t *testing.T) {
 func TestRecord_Validate(t *testing.T) {
 	t.Parallel()
 	require.NoError(t, goodRecord().Validate())
-	mutate := func(f func(*dispatch.Record)) dispatch.Record {
+	mutate := func(f func(*jobs.Record)) jobs.Record {
 		r := goodRecord()
 		f(&r)
 		return r
 	}
 	tests := []struct {
 		name  string
-		give  dispatch.Record
+		give  jobs.Record
 		field string
 	}{
-		{"NoJobID", mutate(func(r *dispatch.Record) { r.JobID = "" }), "jobId"},
-		{"ControlInJobID", mutate(func(r *dispatch.Record) { r.JobID = "a\nb" }), "jobId"},
-		{"UnknownOutcome", mutate(func(r *dispatch.Record) { r.Outcome = "ok" }), "outcome"},
-		{"UnknownReason", mutate(func(r *dispatch.Record) { r.Outcome, r.Reason = dispatch.OutcomeFailed, "exploded: secret=abc" }), "reason"},
-		{"CompletedWithFailureReason", mutate(func(r *dispatch.Record) { r.Reason = dispatch.ReasonExit1 }), "reason"},
-		{"FailedWithCompletedReason", mutate(func(r *dispatch.Record) { r.Outcome = dispatch.OutcomeFailed }), "reason"},
-		{"UnknownKind", mutate(func(r *dispatch.Record) { r.Kind = "github" }), "kind"},
-		{"NoStart", mutate(func(r *dispatch.Record) { r.StartedAt = time.Time{} }), "startedAt"},
-		{"NoEnd", mutate(func(r *dispatch.Record) { r.EndedAt = time.Time{} }), "endedAt"},
-		{"EndBeforeStart", mutate(func(r *dispatch.Record) { r.EndedAt = r.StartedAt.Add(-time.Second) }), "endedAt"},
-		{"NegativeAttempt", mutate(func(r *dispatch.Record) { r.Attempt = -1 }), "attempt"},
-		{"NoHost", mutate(func(r *dispatch.Record) { r.Host = "" }), "host"},
-		{"BadHost", mutate(func(r *dispatch.Record) { r.Host = "/home/rob" }), "host"},
-		{"MultilineTarget", mutate(func(r *dispatch.Record) { r.Target = "local:a\nb" }), "target"},
-		{"TelemetryArray", mutate(func(r *dispatch.Record) { r.Telemetry = json.RawMessage(`[1]`) }), "telemetry"},
-		{"TelemetryInvalid", mutate(func(r *dispatch.Record) { r.Telemetry = json.RawMessage(`{"a":`) }), "telemetry"},
-		{"TelemetryHuge", mutate(func(r *dispatch.Record) {
-			r.Telemetry = json.RawMessage(`{"a":"` + strings.Repeat("x", dispatch.MaxTelemetryBytes) + `"}`)
+		{"NoJobID", mutate(func(r *jobs.Record) { r.JobID = "" }), "jobId"},
+		{"ControlInJobID", mutate(func(r *jobs.Record) { r.JobID = "a\nb" }), "jobId"},
+		{"UnknownOutcome", mutate(func(r *jobs.Record) { r.Outcome = "ok" }), "outcome"},
+		{"UnknownReason", mutate(func(r *jobs.Record) { r.Outcome, r.Reason = jobs.OutcomeFailed, "exploded: secret=abc" }), "reason"},
+		{"CompletedWithFailureReason", mutate(func(r *jobs.Record) { r.Reason = jobs.ReasonExit1 }), "reason"},
+		{"FailedWithCompletedReason", mutate(func(r *jobs.Record) { r.Outcome = jobs.OutcomeFailed }), "reason"},
+		{"UnknownKind", mutate(func(r *jobs.Record) { r.Kind = "github" }), "kind"},
+		{"NoStart", mutate(func(r *jobs.Record) { r.StartedAt = time.Time{} }), "startedAt"},
+		{"NoEnd", mutate(func(r *jobs.Record) { r.EndedAt = time.Time{} }), "endedAt"},
+		{"EndBeforeStart", mutate(func(r *jobs.Record) { r.EndedAt = r.StartedAt.Add(-time.Second) }), "endedAt"},
+		{"NegativeAttempt", mutate(func(r *jobs.Record) { r.Attempt = -1 }), "attempt"},
+		{"NoHost", mutate(func(r *jobs.Record) { r.Host = "" }), "host"},
+		{"BadHost", mutate(func(r *jobs.Record) { r.Host = "/home/rob" }), "host"},
+		{"MultilineTarget", mutate(func(r *jobs.Record) { r.Target = "local:a\nb" }), "target"},
+		{"TelemetryArray", mutate(func(r *jobs.Record) { r.Telemetry = json.RawMessage(`[1]`) }), "telemetry"},
+		{"TelemetryInvalid", mutate(func(r *jobs.Record) { r.Telemetry = json.RawMessage(`{"a":`) }), "telemetry"},
+		{"TelemetryHuge", mutate(func(r *jobs.Record) {
+			r.Telemetry = json.RawMessage(`{"a":"` + strings.Repeat("x", jobs.MaxTelemetryBytes) + `"}`)
 		}), "telemetry"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			err := tt.give.Validate()
-			var fe *dispatch.FieldError
+			var fe *jobs.FieldError
 			require.ErrorAs(t, err, &fe)
 			require.Equal(t, tt.field, fe.Field)
 			require.NotContains(t, err.Error(), "secret=abc", "a refused reason is not echoed whole")
 
 			dir := t.TempDir()
-			_, err = dispatch.WriteRecord(dir, tt.give)
+			_, err = jobs.WriteRecord(dir, tt.give)
 			require.ErrorAs(t, err, &fe)
 			entries, rerr := os.ReadDir(dir)
 			require.NoError(t, rerr)
@@ -296,12 +296,12 @@ func TestReasons(t *testing.T) {
 		"secret-resolve-failed", "wait-profile-unknown", "scope-cap", "over-budget", "job-image-missing",
 		"never-started", "operator-cancel", "wait-timeout", "wait-max-checks", "wait-faults", "wait-superseded", "invalid-job",
 		"exit-other", "worker-shutdown", "cron-not-agreed"}
-	require.ElementsMatch(t, want, dispatch.Reasons)
-	for _, reason := range dispatch.Reasons {
+	require.ElementsMatch(t, want, jobs.Reasons)
+	for _, reason := range jobs.Reasons {
 		r := goodRecord()
 		r.Reason = reason
-		if reason != dispatch.ReasonCompleted {
-			r.Outcome = dispatch.OutcomePolicy
+		if reason != jobs.ReasonCompleted {
+			r.Outcome = jobs.OutcomePolicy
 		}
 		require.NoError(t, r.Validate(), reason)
 	}
@@ -335,7 +335,7 @@ func TestPruneRecords(t *testing.T) {
 	target := write("target.txt", rec(old), old)
 	require.NoError(t, os.Symlink(target, filepath.Join(dir, "link.json"))) // never a symlink
 
-	n, err := dispatch.PruneRecords(dir, cutoff)
+	n, err := jobs.PruneRecords(dir, cutoff)
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
 	for _, gone := range []string{oldByEnded, oldGarbage} {
@@ -350,14 +350,14 @@ func TestPruneRecords(t *testing.T) {
 	// A record written by WriteRecord is pruned by its own endedAt.
 	r := goodRecord()
 	r.StartedAt, r.EndedAt = old.Add(-time.Minute), old
-	p, err := dispatch.WriteRecord(dir, r)
+	p, err := jobs.WriteRecord(dir, r)
 	require.NoError(t, err)
-	n, err = dispatch.PruneRecords(dir, cutoff)
+	n, err = jobs.PruneRecords(dir, cutoff)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	require.NoFileExists(t, p)
 
-	n, err = dispatch.PruneRecords(filepath.Join(dir, "absent"), cutoff)
+	n, err = jobs.PruneRecords(filepath.Join(dir, "absent"), cutoff)
 	require.NoError(t, err)
 	require.Zero(t, n)
 }

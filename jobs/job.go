@@ -1,24 +1,21 @@
-package dispatch
+package jobs
 
 import (
-	"bytes"
-	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"path"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/pidispatch/pidispatch/capabilities"
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/internal/check"
 	"github.com/pidispatch/pidispatch/internal/jobrule"
 )
 
@@ -50,9 +47,6 @@ const (
 	MaxWaitArgs       = 8
 	MaxWaitArgBytes   = 256
 	MaxWaitAfter      = 30 * 24 * time.Hour // the original's PI_WAIT_AFTER_MAX_MS
-	maxNameLen        = 128
-	maxPathLen        = 4096
-	maxRefLen         = 255
 )
 
 // WaitCondition is one entry of a job's waitFor list: exactly one of Profile (a
@@ -126,19 +120,9 @@ type Job struct {
 	Attempt int `json:"-"`
 }
 
-// FieldError reports which field of a document (a job, a policy file) broke which
-// rule. Field is a path such as "waitFor[1].profile" or "windows[2].from". Rule never
-// repeats a value that could be secret.
-type FieldError struct {
-	Field string
-	Rule  string
-}
-
-func (e *FieldError) Error() string { return e.Field + ": " + e.Rule }
-
-func fieldErr(field, format string, args ...any) error {
-	return &FieldError{Field: field, Rule: fmt.Sprintf(format, args...)}
-}
+// FieldError says which field of a job or policy file broke which rule.
+// Rule never repeats a value that could be secret.
+type FieldError = check.FieldError
 
 // ErrInvalidJob marks every error ParseJob and Job.Validate return, so the worker can
 // refuse the job (reason invalid-job) rather than retry it.
@@ -155,7 +139,7 @@ func (e *invalidJob) Unwrap() []error { return []error{ErrInvalidJob, e.err} }
 // no unknown fields (the error names the field), then Validate.
 func ParseJob(data []byte) (Job, error) {
 	var j Job
-	if err := decodeStrict(data, MaxJobDataBytes, &j); err != nil {
+	if err := check.DecodeStrict(data, MaxJobDataBytes, &j); err != nil {
 		return Job{}, &invalidJob{err}
 	}
 	if err := j.Validate(); err != nil {
@@ -177,86 +161,86 @@ func (j Job) validate() error {
 	switch j.Kind {
 	case KindLocal, KindCron, KindChain:
 		if j.Folder == "" {
-			return fieldErr("folder", "required for a %s job", j.Kind)
+			return check.Field("folder", "required for a %s job", j.Kind)
 		}
 		if j.Repo != "" || j.Ref != "" {
-			return fieldErr("repo", "a %s job targets a folder, not a repository", j.Kind)
+			return check.Field("repo", "a %s job targets a folder, not a repository", j.Kind)
 		}
 	case KindForge:
 		if j.Repo == "" {
-			return fieldErr("repo", "required for a forge job")
+			return check.Field("repo", "required for a forge job")
 		}
 		if j.Folder != "" {
-			return fieldErr("folder", "a forge job targets a repository, not a folder")
+			return check.Field("folder", "a forge job targets a repository, not a folder")
 		}
 	case KindManual:
 		if (j.Folder == "") == (j.Repo == "") {
-			return fieldErr("folder", "a manual job needs exactly one of folder and repo")
+			return check.Field("folder", "a manual job needs exactly one of folder and repo")
 		}
 		if j.Folder != "" && j.Ref != "" {
-			return fieldErr("ref", "only a repository has a ref")
+			return check.Field("ref", "only a repository has a ref")
 		}
 	case "":
-		return fieldErr("kind", "required (local, cron, chain, forge or manual)")
+		return check.Field("kind", "required (local, cron, chain, forge or manual)")
 	default:
-		return fieldErr("kind", "unknown kind %s (want local, cron, chain, forge or manual)", quoteShort(string(j.Kind)))
+		return check.Field("kind", "unknown kind %s (want local, cron, chain, forge or manual)", check.Quote(string(j.Kind)))
 	}
 	if j.Folder != "" {
-		if rule := absCleanRule(j.Folder); rule != "" {
-			return fieldErr("folder", "%s", rule)
+		if rule := check.AbsClean(j.Folder); rule != "" {
+			return check.Field("folder", "%s", rule)
 		}
 	}
-	if j.Repo != "" && !validRepo(j.Repo) {
-		return fieldErr("repo", "must be owner/name (segments of [A-Za-z0-9._-], no '.' or '..' segment, at most %d bytes)", maxRefLen)
+	if j.Repo != "" && !check.Repo(j.Repo) {
+		return check.Field("repo", "must be owner/name (segments of [A-Za-z0-9._-], no '.' or '..' segment, at most %d bytes)", check.MaxRefLen)
 	}
 	if j.Ref != "" && !validRef(j.Ref) {
-		return fieldErr("ref", "must be a git ref of [A-Za-z0-9._/-], not starting with '-' or '/', without '..' (at most %d bytes)", maxRefLen)
+		return check.Field("ref", "must be a git ref of [A-Za-z0-9._/-], not starting with '-' or '/', without '..' (at most %d bytes)", check.MaxRefLen)
 	}
 	if (j.Flow == "") == (j.Command == "") {
-		return fieldErr("flow", "exactly one of flow and command is required")
+		return check.Field("flow", "exactly one of flow and command is required")
 	}
-	if j.Flow != "" && !validName(j.Flow) {
-		return fieldErr("flow", "must match %s (at most %d bytes)", nameSyntax, maxNameLen)
+	if j.Flow != "" && !check.Name(j.Flow) {
+		return check.Field("flow", "must match %s (at most %d bytes)", check.NameSyntax, check.MaxNameLen)
 	}
-	if j.Command != "" && !validName(j.Command) {
-		return fieldErr("command", "must match %s (at most %d bytes)", nameSyntax, maxNameLen)
+	if j.Command != "" && !check.Name(j.Command) {
+		return check.Field("command", "must match %s (at most %d bytes)", check.NameSyntax, check.MaxNameLen)
 	}
 	if j.Flow != "" && j.Task == "" {
-		return fieldErr("task", "required with a flow")
+		return check.Field("task", "required with a flow")
 	}
-	if rule := textRule(j.Task, MaxTaskBytes); rule != "" {
-		return fieldErr("task", "%s", rule)
+	if rule := check.Text(j.Task, MaxTaskBytes); rule != "" {
+		return check.Field("task", "%s", rule)
 	}
 	if j.Image != "" && !ValidImageRef(j.Image) {
-		return fieldErr("image", "not a valid image reference ([registry/]name[:tag][@digest], lowercase name)")
+		return check.Field("image", "not a valid image reference ([registry/]name[:tag][@digest], lowercase name)")
 	}
-	if j.SecretsProfile != "" && !validName(j.SecretsProfile) {
-		return fieldErr("secretsProfile", "must match %s (at most %d bytes)", nameSyntax, maxNameLen)
+	if j.SecretsProfile != "" && !check.Name(j.SecretsProfile) {
+		return check.Field("secretsProfile", "must match %s (at most %d bytes)", check.NameSyntax, check.MaxNameLen)
 	}
 	if j.WaitFor != nil {
 		if err := validateWaitFor(j.WaitFor); err != nil {
 			return err
 		}
 		if j.Kind == KindCron {
-			return fieldErr("waitFor", "a cron job cannot wait: its schedule is its condition")
+			return check.Field("waitFor", "a cron job cannot wait: its schedule is its condition")
 		}
 	}
 	if j.Resume {
 		switch {
 		case j.Kind == KindCron:
-			return fieldErr("resume", "a cron job cannot resume a session")
+			return check.Field("resume", "a cron job cannot resume a session")
 		case j.Command != "":
-			return fieldErr("resume", "a command job cannot resume a session")
+			return check.Field("resume", "a command job cannot resume a session")
 		case j.SecretsProfile != "":
-			return fieldErr("resume", "a job with a secrets profile cannot resume a session (the session would carry the secrets)")
+			return check.Field("resume", "a job with a secrets profile cannot resume a session (the session would carry the secrets)")
 		}
 	}
 	if j.SchedulerID != "" {
 		if j.Kind != KindCron {
-			return fieldErr("schedulerId", "only a cron job has a scheduler")
+			return check.Field("schedulerId", "only a cron job has a scheduler")
 		}
-		if !validName(strings.NewReplacer("@", "-", "#", "-").Replace(j.SchedulerID)) {
-			return fieldErr("schedulerId", "must be letters, digits and . _ @ # - (at most %d bytes)", maxNameLen)
+		if !check.Name(strings.NewReplacer("@", "-", "#", "-").Replace(j.SchedulerID)) {
+			return check.Field("schedulerId", "must be letters, digits and . _ @ # - (at most %d bytes)", check.MaxNameLen)
 		}
 	}
 	if err := j.validateAgent(); err != nil {
@@ -264,15 +248,15 @@ func (j Job) validate() error {
 	}
 	if j.Kind == KindChain {
 		if j.ParentJobID == "" {
-			return fieldErr("parentJobId", "required for a chain job")
+			return check.Field("parentJobId", "required for a chain job")
 		}
 	}
 	if j.ParentJobID != "" {
 		if j.Kind != KindChain {
-			return fieldErr("parentJobId", "only a chain job has a parent")
+			return check.Field("parentJobId", "only a chain job has a parent")
 		}
 		if !ValidJobID(j.ParentJobID) {
-			return fieldErr("parentJobId", "must match %s", jobIDSyntax)
+			return check.Field("parentJobId", "must match %s", jobIDSyntax)
 		}
 	}
 	return nil
@@ -284,7 +268,7 @@ func (j Job) validate() error {
 func (j Job) validateAgent() error {
 	token := func(field, s string) error {
 		if s != "" && !jobrule.Token(s) {
-			return fieldErr(field, "must be 1-%d printable characters without spaces", jobrule.MaxNameBytes)
+			return check.Field(field, "must be 1-%d printable characters without spaces", jobrule.MaxNameBytes)
 		}
 		return nil
 	}
@@ -296,28 +280,28 @@ func (j Job) validateAgent() error {
 	}
 	bad, shortEnough := jobrule.Models(j.Models)
 	if !shortEnough {
-		return fieldErr("models", "at most %d models", jobrule.MaxModels)
+		return check.Field("models", "at most %d models", jobrule.MaxModels)
 	}
 	if bad >= 0 {
-		return fieldErr(fmt.Sprintf("models[%d]", bad), "must be 1-%d printable characters without spaces", jobrule.MaxNameBytes)
+		return check.Field(fmt.Sprintf("models[%d]", bad), "must be 1-%d printable characters without spaces", jobrule.MaxNameBytes)
 	}
 	if j.MaxTurns != 0 && !jobrule.Turns(j.MaxTurns) {
-		return fieldErr("maxTurns", "must be between 1 and %d", jobrule.MaxTurns)
+		return check.Field("maxTurns", "must be between 1 and %d", jobrule.MaxTurns)
 	}
 	if j.MaxCostUSD != "" && !jobrule.Cost(j.MaxCostUSD) {
-		return fieldErr("maxCostUsd", `must be a positive decimal string such as "2.50"`)
+		return check.Field("maxCostUsd", `must be a positive decimal string such as "2.50"`)
 	}
 	for i, t := range j.ExcludeTools {
 		switch jobrule.ExcludeTool(j.ExcludeTools, i) {
 		case "unknown":
-			return fieldErr(fmt.Sprintf("excludeTools[%d]", i), "%s is not one of %s", quoteShort(t), strings.Join(jobrule.ExcludableTools, " "))
+			return check.Field(fmt.Sprintf("excludeTools[%d]", i), "%s is not one of %s", check.Quote(t), strings.Join(jobrule.ExcludableTools, " "))
 		case "twice":
-			return fieldErr(fmt.Sprintf("excludeTools[%d]", i), "%s is listed twice", quoteShort(t))
+			return check.Field(fmt.Sprintf("excludeTools[%d]", i), "%s is listed twice", check.Quote(t))
 		}
 	}
 	if j.SkillsDir != "" {
-		if rule := absCleanRule(j.SkillsDir); rule != "" {
-			return fieldErr("skillsDir", "%s", rule)
+		if rule := check.AbsClean(j.SkillsDir); rule != "" {
+			return check.Field("skillsDir", "%s", rule)
 		}
 	}
 	return nil
@@ -325,32 +309,32 @@ func (j Job) validateAgent() error {
 
 func validateWaitFor(conds []WaitCondition) error {
 	if len(conds) == 0 || len(conds) > MaxWaitConditions {
-		return fieldErr("waitFor", "must hold 1 to %d conditions, not %d", MaxWaitConditions, len(conds))
+		return check.Field("waitFor", "must hold 1 to %d conditions, not %d", MaxWaitConditions, len(conds))
 	}
 	for i, c := range conds {
 		at := fmt.Sprintf("waitFor[%d]", i)
 		if (c.Profile == "") == (c.After == "") {
-			return fieldErr(at, "exactly one of profile and after is required")
+			return check.Field(at, "exactly one of profile and after is required")
 		}
 		if c.After != "" {
 			if len(c.Args) > 0 {
-				return fieldErr(at+".args", "only a profile condition takes args")
+				return check.Field(at+".args", "only a profile condition takes args")
 			}
-			_, _, rule := parseAfter(c.After)
+			_, _, rule := ParseAfter(c.After)
 			if rule != "" {
-				return fieldErr(at+".after", "%s", rule)
+				return check.Field(at+".after", "%s", rule)
 			}
 			continue
 		}
-		if !validName(c.Profile) {
-			return fieldErr(at+".profile", "must match %s (at most %d bytes)", nameSyntax, maxNameLen)
+		if !check.Name(c.Profile) {
+			return check.Field(at+".profile", "must match %s (at most %d bytes)", check.NameSyntax, check.MaxNameLen)
 		}
 		if len(c.Args) > MaxWaitArgs {
-			return fieldErr(at+".args", "at most %d args, not %d", MaxWaitArgs, len(c.Args))
+			return check.Field(at+".args", "at most %d args, not %d", MaxWaitArgs, len(c.Args))
 		}
 		for k, a := range c.Args {
-			if rule := textRule(a, MaxWaitArgBytes); rule != "" {
-				return fieldErr(fmt.Sprintf("%s.args[%d]", at, k), "%s", rule)
+			if rule := check.Text(a, MaxWaitArgBytes); rule != "" {
+				return check.Field(fmt.Sprintf("%s.args[%d]", at, k), "%s", rule)
 			}
 		}
 	}
@@ -361,10 +345,10 @@ func validateWaitFor(conds []WaitCondition) error {
 // is 35 bytes).
 const maxAfterInstantLen = 64
 
-// parseAfter reads an `after` value: a delay (Go duration syntax, 1s to
+// ParseAfter reads a wait condition's `after` value: a delay (Go duration syntax, 1s to
 // MaxWaitAfter) or, when it holds a 'T' or a '-' (which no duration has), an RFC
 // 3339 instant. Exactly one of delay and at is set when rule is "".
-func parseAfter(s string) (delay time.Duration, at time.Time, rule string) {
+func ParseAfter(s string) (delay time.Duration, at time.Time, rule string) {
 	if strings.ContainsAny(s, "T-") {
 		if len(s) > maxAfterInstantLen || !utf8.ValidString(s) {
 			return 0, time.Time{}, `must be a Go duration such as "90m" or an RFC 3339 instant such as "2026-05-01T09:00:00Z"`
@@ -375,7 +359,7 @@ func parseAfter(s string) (delay time.Duration, at time.Time, rule string) {
 		}
 		return 0, t, ""
 	}
-	d, rule := parseDuration(s)
+	d, rule := check.Duration(s)
 	if rule == "" && (d < time.Second || d > MaxWaitAfter) {
 		rule = fmt.Sprintf("must be between 1s and %s", MaxWaitAfter)
 	}
@@ -479,24 +463,8 @@ func hash16(parts ...string) string {
 // Shared validation helpers, used by the job model, the policy files and the config.
 
 const (
-	nameSyntax  = `^[A-Za-z0-9._-]+$`
 	jobIDSyntax = `^[A-Za-z0-9._:@#-]{1,256}$`
 )
-
-// validName is the profile/flow charset: no ',' and no ':', so names join and split
-// unambiguously in PI_SECRET_PROFILES and in capability tokens.
-func validName(s string) bool {
-	if s == "" || len(s) > maxNameLen {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
 
 // ValidJobID reports whether id is one of the ids this package's jobs carry: the
 // job id rule (fleet.CheckJobID) and only letters, digits and . _ : @ # - (what
@@ -515,56 +483,10 @@ func ValidJobID(id string) bool {
 	return true
 }
 
-// absCleanRule returns "" when p is an absolute, clean path, else the rule it breaks.
-func absCleanRule(p string) string {
-	switch {
-	case len(p) > maxPathLen:
-		return fmt.Sprintf("longer than %d bytes", maxPathLen)
-	case strings.ContainsRune(p, 0) || !utf8.ValidString(p):
-		return "must be valid UTF-8 without NUL"
-	case !filepath.IsAbs(p):
-		return "must be an absolute path"
-	case filepath.Clean(p) != p:
-		return fmt.Sprintf("must be a clean path (%s)", quoteShort(filepath.Clean(p)))
-	}
-	return ""
-}
-
-// textRule returns "" when s is valid UTF-8 without NUL and at most max bytes.
-func textRule(s string, max int) string {
-	switch {
-	case len(s) > max:
-		return fmt.Sprintf("longer than %d bytes (%d)", max, len(s))
-	case !utf8.ValidString(s):
-		return "not valid UTF-8"
-	case strings.IndexByte(s, 0) >= 0:
-		return "contains a NUL byte"
-	}
-	return ""
-}
-
-var repoSegment = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
-
-func validRepo(s string) bool {
-	if len(s) > maxRefLen {
-		return false
-	}
-	segs := strings.Split(s, "/")
-	if len(segs) < 2 {
-		return false
-	}
-	for _, seg := range segs {
-		if seg == "." || seg == ".." || !repoSegment.MatchString(seg) {
-			return false
-		}
-	}
-	return true
-}
-
 var refRE = regexp.MustCompile(`^[A-Za-z0-9._][A-Za-z0-9._/-]*$`)
 
 func validRef(s string) bool {
-	return len(s) <= maxRefLen && refRE.MatchString(s) && !strings.Contains(s, "..") &&
+	return len(s) <= check.MaxRefLen && refRE.MatchString(s) && !strings.Contains(s, "..") &&
 		!strings.Contains(s, "//") && !strings.HasSuffix(s, "/") && !strings.HasSuffix(s, ".lock")
 }
 
@@ -572,185 +494,3 @@ func validRef(s string) bool {
 // ("pi-job:latest", "ghcr.io/acme/pi-job:1.2@sha256:..."). It checks syntax only;
 // whether the image is present is the runtime's question.
 func ValidImageRef(s string) bool { return jobrule.ImageRef(s) }
-
-// parseDuration parses Go duration syntax strictly: no sign, no whitespace, at least
-// one unit ("30m", "1h30m", "1.5h"). A bare number is refused: "1800" could mean
-// seconds or milliseconds, and guessing wrong is a 1000x error on a paid job.
-func parseDuration(s string) (time.Duration, string) {
-	if s == "" || s[0] < '0' || s[0] > '9' {
-		return 0, `must be a Go duration such as "30m" or "1h30m" (no sign, no spaces)`
-	}
-	if _, err := strconv.ParseFloat(s, 64); err == nil {
-		return 0, fmt.Sprintf(`needs a unit: %s is ambiguous (write "%ss" or "%sms")`, quoteShort(s), s, s)
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, `must be a Go duration such as "30m" or "1h30m" (units ns, us, ms, s, m, h)`
-	}
-	return d, ""
-}
-
-// quoteShort quotes s for an error message, cut to 80 bytes so a hostile value cannot
-// flood a log line.
-func quoteShort(s string) string {
-	const max = 80
-	if len(s) > max {
-		cut := max
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		return strconv.Quote(s[:cut]) + "..."
-	}
-	return strconv.Quote(s)
-}
-
-// decodeStrict decodes one JSON value into v: at most max bytes, valid UTF-8, no
-// duplicate keys (compared case-insensitively, as encoding/json matches them), no
-// unknown fields, nothing after the value.
-func decodeStrict(data []byte, max int, v any) error {
-	if err := checkJSON(data, max); err != nil {
-		return err
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return cleanJSONError(err)
-	}
-	return nil
-}
-
-// decodeRow decodes one element of a policy file's list strictly; errors name the
-// element ("windows[2].form: unknown field").
-func decodeRow(data []byte, v any, at string) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		err = cleanJSONError(err)
-		var fe *FieldError
-		switch {
-		case !errors.As(err, &fe):
-			return &FieldError{Field: cmp.Or(at, "(document)"), Rule: err.Error()}
-		case fe.Field == "(document)" && at != "":
-			return &FieldError{Field: at, Rule: fe.Rule}
-		case at != "" && fe.Field != "(document)":
-			return &FieldError{Field: at + "." + fe.Field, Rule: fe.Rule}
-		}
-		return fe
-	}
-	return nil
-}
-
-// cleanJSONError strips encoding/json's "json: " prefix; its messages name the field
-// and the offset but never the value.
-func cleanJSONError(err error) error {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		f := te.Field
-		if f == "" {
-			f = "(document)"
-		}
-		return &FieldError{Field: f, Rule: "must be a JSON " + jsonKind(te.Type.Kind().String()) + ", not " + te.Value}
-	}
-	msg := strings.TrimPrefix(err.Error(), "json: ")
-	if rest, ok := strings.CutPrefix(msg, "unknown field "); ok {
-		return &FieldError{Field: strings.Trim(rest, `"`), Rule: "unknown field"}
-	}
-	return errors.New(msg)
-}
-
-func jsonKind(goKind string) string {
-	switch goKind {
-	case "string":
-		return "string"
-	case "bool":
-		return "boolean"
-	case "slice", "array":
-		return "array"
-	case "struct", "map", "ptr":
-		return "object"
-	default:
-		return "integer"
-	}
-}
-
-// checkJSON walks the token stream once: valid syntax, UTF-8, one top-level value, no
-// duplicate object keys. encoding/json alone keeps the last duplicate silently, so
-// {"to":"06:00","to":"23:00"} would be read as whichever came last.
-func checkJSON(data []byte, max int) error {
-	if len(data) > max {
-		return fmt.Errorf("document is %d bytes, more than %d", len(data), max)
-	}
-	if !utf8.Valid(data) {
-		return errors.New("document is not valid UTF-8")
-	}
-	type frame struct {
-		object    bool
-		expectKey bool
-		keys      map[string]struct{}
-	}
-	var stack []frame
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	afterValue := func() {
-		if n := len(stack); n > 0 && stack[n-1].object {
-			stack[n-1].expectKey = true
-		}
-	}
-	for {
-		tok, err := dec.Token()
-		if err == io.EOF {
-			if len(stack) != 0 {
-				return errors.New("document ends inside a value")
-			}
-			return errors.New("document is empty")
-		}
-		if err != nil {
-			return errors.New(strings.TrimPrefix(err.Error(), "json: "))
-		}
-		switch t := tok.(type) {
-		case json.Delim:
-			switch t {
-			case '{':
-				stack = append(stack, frame{object: true, expectKey: true, keys: map[string]struct{}{}})
-			case '[':
-				stack = append(stack, frame{})
-			default:
-				stack = stack[:len(stack)-1]
-				afterValue()
-			}
-		case string:
-			if n := len(stack); n > 0 && stack[n-1].object && stack[n-1].expectKey {
-				k := foldKey(t)
-				if _, dup := stack[n-1].keys[k]; dup {
-					return &FieldError{Field: quoteShort(t), Rule: "duplicate key"}
-				}
-				stack[n-1].keys[k] = struct{}{}
-				stack[n-1].expectKey = false
-				continue
-			}
-			afterValue()
-		default:
-			afterValue()
-		}
-		if len(stack) == 0 {
-			if _, err := dec.Token(); err != io.EOF {
-				return errors.New("unexpected data after the top-level value")
-			}
-			return nil
-		}
-	}
-}
-
-// foldKey folds a key the way encoding/json matches field names (simple Unicode
-// folding, which maps the Kelvin sign to k and the long s to s).
-func foldKey(k string) string {
-	return strings.Map(func(r rune) rune {
-		switch r {
-		case '\u212a':
-			return 'k'
-		case '\u017f':
-			return 's'
-		}
-		return r
-	}, strings.ToLower(k))
-}
