@@ -241,7 +241,8 @@ func (w *Worker) reportOrphan(ctx context.Context, q JobQueue, n heldNote, rec R
 
 // exitedOutcome turns a stalled record into the run's real outcome when the
 // boot reap found the job's container exited: its exit code, mapped as a run
-// maps it, and the telemetry of the exit line at the end of its output.
+// maps it, and the telemetry of the exit line at the end of its output (the
+// engine's log of it, else the output the dead worker copied).
 func (w *Worker) exitedOutcome(rec *Record, jobDir string) {
 	e, ok := w.exited[rec.JobID]
 	if !ok {
@@ -261,7 +262,11 @@ func (w *Worker) exitedOutcome(rec *Record, jobDir string) {
 	default:
 		rec.Outcome, rec.Reason = OutcomeFailed, ReasonExitOther
 	}
-	if t, ok := runner.ParseExitLine(readTail(filepath.Join(jobDir, outputFileName), runner.TelemetryScanBytes)); ok {
+	// The engine's log first: the copy beside the job folder ends where the
+	// dead worker stopped copying, before an exit line printed later.
+	if t, ok := runner.ParseExitLine(e.Stdout); ok {
+		rec.Telemetry = t.Raw
+	} else if t, ok := runner.ParseExitLine(readTail(filepath.Join(jobDir, outputFileName), runner.TelemetryScanBytes)); ok {
 		rec.Telemetry = t.Raw
 	}
 }
