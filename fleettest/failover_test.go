@@ -146,22 +146,25 @@ func TestFleetValkeyFailover(t *testing.T) {
 	var ids []string
 	for i := range 36 {
 		id := s.jobID("fo", i)
-		s.enqueueForge(router, id, forgeJob("acme/failover", "", "JOB_SLEEP=1500ms\nJOB_PRINT_EXIT_LINE=1"))
+		s.enqueueForge(router, id, forgeJob("acme/failover", "", "JOB_SLEEP=1s\nJOB_PRINT_EXIT_LINE=1"))
 		ids = append(ids, id)
 	}
+	// The kill comes while containers run: their jobs end, and are
+	// reported, across the failover.
+	running := 0
 	s.eventually(120*time.Second, func(context.Context) error {
-		if n := recordedCount(s, ids); n < 8 {
-			return fmt.Errorf("%d of %d jobs recorded, waiting for 8", n, len(ids))
+		running = runningContainers(s)
+		if n := recordedCount(s, ids); n < 8 || running < 2 {
+			return fmt.Errorf("%d of %d jobs recorded and %d containers running, waiting for 8 and 2", n, len(ids), running)
 		}
 		return nil
 	})
-	running := count(s.procs(), "job_started", "") - recordedCount(s, ids)
 	if err := primary.kill(); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
 	promoted := waitPromoted(t, sn, replica)
-	t.Logf("primary killed with about %d jobs running; the replica served as primary %s later", running, promoted.Sub(killed).Round(100*time.Millisecond))
+	t.Logf("primary killed with %d containers running; the replica served as primary %s later", running, promoted.Sub(killed).Round(100*time.Millisecond))
 
 	s.settle(4 * time.Minute)
 	rep := s.status()
@@ -187,8 +190,10 @@ func TestFleetValkeyFailover(t *testing.T) {
 	if late != 0 {
 		t.Errorf("%d queue_fetch_failed lines after the new primary served", late)
 	}
-	s.report("valkey-failover", s.figuresOf(ids), fmt.Sprintf("primary SIGKILLed with ~%d jobs running, replica promoted in %s; %d jobs run twice, %d queue_fetch_failed after promotion, %d reports retried",
-		running, promoted.Sub(killed).Round(100*time.Millisecond), twice, late, count(s.procs(), "job_report_delivered", "")))
+	s.report("valkey-failover", s.figuresOf(ids), fmt.Sprintf("primary SIGKILLed with %d containers running, replica promoted in %s; "+
+		"%d jobs run twice; queue_fetch_failed %d in all, %d after promotion; %d reports retried",
+		running, promoted.Sub(killed).Round(100*time.Millisecond), twice, count(s.procs(), "queue_fetch_failed", ""), late,
+		count(s.procs(), "job_report_delivered", "")))
 	for _, w := range ws {
 		w.last().stop(40 * time.Second)
 	}
@@ -201,6 +206,16 @@ func recordedCount(s *scenario, ids []string) int {
 		if len(s.records(id)) > 0 {
 			n++
 		}
+	}
+	return n
+}
+
+// runningContainers is how many job containers the scenario's processes
+// started and have not seen exit.
+func runningContainers(s *scenario) int {
+	n := 0
+	for _, p := range s.procs() {
+		n += len(p.find("job_container_started", nil)) - len(p.find("job_container_exited", nil))
 	}
 	return n
 }
