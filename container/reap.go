@@ -22,6 +22,11 @@ type ExitedJob struct {
 	Container string
 	ExitCode  int
 	OOMKilled bool
+	// Stdout is the end of the container's stdout (at most
+	// TelemetryScanBytes) from the engine's own log, nil when the engine
+	// keeps none: a worker killed mid-run copied its output only up to the
+	// kill, and the exit line the job printed afterwards is only here.
+	Stdout []byte
 }
 
 // Clean reports whether the sweep proved this worker holds no containers:

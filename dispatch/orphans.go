@@ -242,7 +242,8 @@ func (w *Worker) reportOrphan(ctx context.Context, q JobQueue, n heldNote, rec j
 
 // exitedOutcome turns a stalled record into the run's real outcome when the
 // boot reap found the job's container exited: its exit code, mapped as a run
-// maps it, and the telemetry of the exit line at the end of its output.
+// maps it, and the telemetry of the exit line at the end of its output (the
+// engine's log of it, else the output the dead worker copied).
 func (w *Worker) exitedOutcome(rec *jobs.Record, jobDir string) {
 	e, ok := w.exited[rec.JobID]
 	if !ok {
@@ -262,7 +263,11 @@ func (w *Worker) exitedOutcome(rec *jobs.Record, jobDir string) {
 	default:
 		rec.Outcome, rec.Reason = jobs.OutcomeFailed, jobs.ReasonExitOther
 	}
-	if t, ok := container.ParseExitLine(readTail(filepath.Join(jobDir, outputFileName), container.TelemetryScanBytes)); ok {
+	// The engine's log first: the copy beside the job folder ends where the
+	// dead worker stopped copying, before an exit line printed later.
+	if t, ok := container.ParseExitLine(e.Stdout); ok {
+		rec.Telemetry = t.Raw
+	} else if t, ok := container.ParseExitLine(readTail(filepath.Join(jobDir, outputFileName), container.TelemetryScanBytes)); ok {
 		rec.Telemetry = t.Raw
 	}
 }

@@ -307,6 +307,34 @@ func TestOrphanWithAnExitedContainerGetsItsRealOutcome(t *testing.T) {
 	}
 }
 
+// A worker killed mid-run copied the output only up to the kill: the exit
+// line the job printed afterwards is in the engine's log, which the reap
+// returns, and the record gets its telemetry from there.
+func TestOrphanTelemetryFromTheEnginesLog(t *testing.T) {
+	f := newOrphanFixture(t)
+	f.leaveOrphan(t, "orphan-late-exit", "")
+	jobsDir := filepath.Join(f.tune.JobsDir, f.cfg.WorkerName)
+	dirs, err := os.ReadDir(jobsDir)
+	if err != nil || len(dirs) != 1 {
+		t.Fatalf("job folders %v %v", dirs, err)
+	}
+	if err := os.WriteFile(filepath.Join(jobsDir, dirs[0].Name(), outputFileName), []byte("working\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	line := `{"event":"exit","turns":6,"cost":0.5}`
+	rt := &orphanRuntime{reap: container.ReapReport{Enumerated: true, Exited: []container.ExitedJob{{JobID: "orphan-late-exit",
+		Container: "pi-job-orphan-late-exit", ExitCode: 2, Stdout: []byte("working\nmore\n" + line + "\n")}}}}
+	_, stop := f.boot(t, rt, &orphanRegistry{})
+	stop()
+	recs, err := jobs.ReadRecords(f.cfg.LogsDir, "orphan-late-exit")
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("records %+v %v", recs, err)
+	}
+	if r := recs[0]; r.Outcome != jobs.OutcomePolicy || r.ExitCode == nil || *r.ExitCode != 2 || string(r.Telemetry) != line {
+		t.Fatalf("record %+v (telemetry %s), want policy, exit 2 and the engine log's exit line", r, r.Telemetry)
+	}
+}
+
 // keepingRuntime keeps its containers (as *runner.Docker does with
 // Spec.KeepContainer) and notes, when one is removed, what was recorded.
 type keepingRuntime struct {

@@ -13,8 +13,11 @@
 // record is at stake: at a step between a record and the job's state change
 // (a second build of cmd/worker with the tag faultpoint crashes itself at the
 // step PIDISPATCH_TEST_CRASH_AT names, see internal/faultpoint), frozen past
-// a lock, killed while containers finish, and killed at random under load;
-// each prints a "fault" line with its jobs, attempts, records, duplicates and
+// a lock, hung past its registry row with a job on its own host queue,
+// killed while containers finish, and killed at random under load, and a
+// Valkey primary killed under load while Sentinel promotes its replica (a
+// primary, replica and sentinel of the scenario's own, reached only through
+// the Sentinel URL); each prints a "fault" line with its jobs, attempts, records, duplicates and
 // lost records. At the end the suite checks that every job any scenario
 // enqueued ended with exactly one terminal run record of its last attempt.
 //

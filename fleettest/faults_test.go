@@ -368,9 +368,9 @@ func TestFleetFrozenWorkerWakes(t *testing.T) {
 // run; their containers finish while it is down, with exit 0, 2 and 1.
 // Restarted, it records what they did (completed, policy, failed/exit-1,
 // with their exit codes), not stalled, and only then removes the
-// containers. The exit line each printed after the kill is counted, not
-// required: the restarted worker reads the output its predecessor copied,
-// which ends at the kill.
+// containers. Each record has the telemetry of the exit line the job
+// printed after the kill: the output its predecessor copied ends at the
+// kill, and the reaper reads the end of the container's log from Docker.
 func TestFleetRealOutcomeAfterCrash(t *testing.T) {
 	t.Parallel()
 	s := newScenario(t, "outcome")
@@ -420,6 +420,7 @@ func TestFleetRealOutcomeAfterCrash(t *testing.T) {
 		// container has it, not the output the dead worker was copying.
 		if !strings.Contains(string(rec.Telemetry), `"turns":3`) {
 			missingTelemetry++
+			t.Errorf("job exiting %d: telemetry %s, want the exit line printed after the kill", w.code, rec.Telemetry)
 		}
 		s.wantState(ids[i], w.final)
 	}

@@ -54,6 +54,14 @@ func newScenario(t *testing.T, tag string) *scenario {
 func newScenarioOn(t *testing.T, tag string, srv *redisServer) *scenario {
 	t.Helper()
 	requireFleet(t) // before srv is touched: without the suite it is nil
+	return newScenarioAt(t, tag, srv.url, srv.client)
+}
+
+// newScenarioAt builds a scenario on the database whose URL and client url
+// and client give (a Sentinel URL and a failover client, for one).
+func newScenarioAt(t *testing.T, tag string, url func(db int) string, client func(db int) *redis.Client) *scenario {
+	t.Helper()
+	requireFleet(t)
 	db := int(suite.nextDB.Add(1))
 	if db >= redisDatabases {
 		t.Fatalf("the suite ran out of databases (%d)", redisDatabases)
@@ -62,7 +70,7 @@ func newScenarioOn(t *testing.T, tag string, srv *redisServer) *scenario {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		t.Fatal(err)
 	}
-	s := &scenario{t: t, tag: tag, db: db, url: srv.url(db), client: srv.client(db), dir: dir}
+	s := &scenario{t: t, tag: tag, db: db, url: url(db), client: client(db), dir: dir}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := s.client.FlushDB(ctx).Err(); err != nil {

@@ -30,6 +30,7 @@ type redisServer struct {
 	dir  string
 	port int
 	aof  bool
+	args []string // further redis-server arguments (--replicaof ...)
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -38,7 +39,7 @@ type redisServer struct {
 
 // startRedis starts a redis-server on a free loopback port with its files in
 // dir, and waits until it answers.
-func startRedis(dir string, aof bool) (*redisServer, error) {
+func startRedis(dir string, aof bool, args ...string) (*redisServer, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, fmt.Errorf("redis-server binary: %w", err)
@@ -52,7 +53,7 @@ func startRedis(dir string, aof bool) (*redisServer, error) {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	s := &redisServer{bin: bin, dir: dir, port: port, aof: aof}
+	s := &redisServer{bin: bin, dir: dir, port: port, aof: aof, args: args}
 	return s, s.start()
 }
 
@@ -83,7 +84,7 @@ func (s *redisServer) start() error {
 		s.mu.Unlock()
 		return err
 	}
-	cmd := exec.Command(s.bin,
+	args := append([]string{
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
 		"--databases", strconv.Itoa(redisDatabases),
@@ -93,7 +94,8 @@ func (s *redisServer) start() error {
 		"--dir", s.dir,
 		"--daemonize", "no",
 		"--protected-mode", "no",
-	)
+	}, s.args...)
+	cmd := exec.Command(s.bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = childAttr()
 	if err := cmd.Start(); err != nil {

@@ -34,6 +34,9 @@ type engine interface {
 	inspect(ctx context.Context, idOrName string) (containerInfo, error)
 	// list returns containers in every state that carry label=value.
 	list(ctx context.Context, label, value string) ([]containerInfo, error)
+	// stdoutTail returns at most the last n bytes of a container's stdout
+	// as the engine logged it.
+	stdoutTail(ctx context.Context, id string, n int) ([]byte, error)
 }
 
 // Errors an engine classifies its failures into (wrapping the engine's own).

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -31,6 +32,7 @@ type mobyAPI interface {
 	ContainerRemove(ctx context.Context, id string, opts client.ContainerRemoveOptions) (client.ContainerRemoveResult, error)
 	ContainerInspect(ctx context.Context, id string, opts client.ContainerInspectOptions) (client.ContainerInspectResult, error)
 	ContainerList(ctx context.Context, opts client.ContainerListOptions) (client.ContainerListResult, error)
+	ContainerLogs(ctx context.Context, id string, opts client.ContainerLogsOptions) (client.ContainerLogsResult, error)
 }
 
 var (
@@ -190,6 +192,21 @@ func (e mobyEngine) inspect(ctx context.Context, idOrName string) (containerInfo
 		info.Exited = c.State.Status == container.StateExited
 	}
 	return info, nil
+}
+
+// stdoutTail asks for the last n lines, which hold at least the last n
+// bytes (each line ends in a newline), and keeps the last n bytes of them.
+func (e mobyEngine) stdoutTail(ctx context.Context, id string, n int) ([]byte, error) {
+	rc, err := e.api.ContainerLogs(ctx, id, client.ContainerLogsOptions{ShowStdout: true, Tail: strconv.Itoa(n)})
+	if err != nil {
+		return nil, classify(err)
+	}
+	defer rc.Close()
+	tail := newTailBuffer(n)
+	if _, err := stdcopy.StdCopy(tail, io.Discard, rc); err != nil {
+		return nil, fmt.Errorf("read the log of container %s: %w", id, err)
+	}
+	return tail.Bytes(), nil
 }
 
 func (e mobyEngine) list(ctx context.Context, label, value string) ([]containerInfo, error) {

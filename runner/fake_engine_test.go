@@ -149,6 +149,20 @@ func (s *fakeStream) Close() error {
 	return nil
 }
 
+func (f *fakeEngine) stdoutTail(_ context.Context, id string, n int) ([]byte, error) {
+	f.record("logs")
+	if f.get(id) == nil {
+		return nil, errNotFound
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := f.stdout
+	if len(out) > n {
+		out = out[len(out)-n:]
+	}
+	return append([]byte(nil), out...), nil
+}
+
 func (f *fakeEngine) attach(_ context.Context, id string) (outputStream, error) {
 	f.record("attach")
 	c := f.get(id)

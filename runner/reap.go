@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/pidispatch/pidispatch/container"
 )
 
 // Reap force-removes every container, in any state, labelled as owned by
@@ -41,7 +43,8 @@ func (d *Docker) reap(ctx context.Context, worker string, keepExited bool) (Reap
 		}
 		if !c.Running {
 			if info, err := d.eng.inspect(ctx, c.ID); err == nil && info.Exited {
-				rep.Exited = append(rep.Exited, ExitedJob{JobID: c.Labels[LabelJob], Container: c.Name, ExitCode: info.ExitCode, OOMKilled: info.OOMKilled})
+				rep.Exited = append(rep.Exited, ExitedJob{JobID: c.Labels[LabelJob], Container: c.Name, ExitCode: info.ExitCode,
+					OOMKilled: info.OOMKilled, Stdout: d.exitedStdout(ctx, worker, c)})
 				if keepExited {
 					continue
 				}
@@ -56,4 +59,16 @@ func (d *Docker) reap(ctx context.Context, worker string, keepExited bool) (Reap
 		d.log.Info("reaped_container", "host", worker, "container", c.Name, "id", c.ID, "job", c.Labels[LabelJob], "was_running", c.Running)
 	}
 	return rep, nil
+}
+
+// exitedStdout is the end of an exited container's stdout from the engine's
+// log; nil, logged, when the engine has none (a logging driver that keeps
+// nothing readable) or cannot read it.
+func (d *Docker) exitedStdout(ctx context.Context, worker string, c containerInfo) []byte {
+	out, err := d.eng.stdoutTail(ctx, c.ID, container.TelemetryScanBytes)
+	if err != nil {
+		d.log.Warn("reap_log_unreadable", "host", worker, "container", c.Name, "job", c.Labels[LabelJob], "err", err)
+		return nil
+	}
+	return out
 }

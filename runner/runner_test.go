@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/pidispatch/pidispatch/container"
 )
 
 // syncBuffer is a log sink safe for concurrent handlers.
@@ -529,10 +531,12 @@ func TestConfig(t *testing.T) {
 
 // A kept container outlives its run until the caller removes it; Reap then
 // reports the exit code of an exited one (never of one created and never
-// started, or still running) before removing it.
+// started, or still running) and the end of its stdout from the engine's
+// log, before removing it.
 func TestKeptContainerAndReapedExit(t *testing.T) {
 	eng := newFakeEngine()
 	eng.exitCode = 3
+	eng.stdout = []byte(strings.Repeat("chatter\n", 2000) + `{"event":"exit","turns":5}` + "\n")
 	d, _ := newTestDocker(t, eng, Config{})
 	spec := baseSpec()
 	spec.KeepContainer = true
@@ -554,6 +558,9 @@ func TestKeptContainerAndReapedExit(t *testing.T) {
 	}
 	if len(rep.Exited) != 1 || rep.Exited[0].JobID != spec.JobID || rep.Exited[0].ExitCode != 3 || rep.Exited[0].Container != res.Container {
 		t.Fatalf("exited %+v", rep.Exited)
+	}
+	if tel, ok := container.ParseExitLine(rep.Exited[0].Stdout); !ok || tel.Turns != 5 || len(rep.Exited[0].Stdout) != container.TelemetryScanBytes {
+		t.Fatalf("exited container's stdout: %d bytes, exit line %+v %v; want its last %d bytes with the exit line", len(rep.Exited[0].Stdout), tel, ok, container.TelemetryScanBytes)
 	}
 
 	// RemoveContainer removes a kept one; one already gone is fine.
