@@ -16,11 +16,14 @@ RUN go mod download
 COPY agent ./agent
 COPY capabilities ./capabilities
 COPY cmd ./cmd
+COPY container ./container
 COPY cronsync ./cronsync
 COPY dispatch ./dispatch
 COPY fingerprint ./fingerprint
+COPY fleet ./fleet
 COPY image ./image
 COPY internal ./internal
+COPY jobs ./jobs
 COPY lease ./lease
 COPY queue ./queue
 COPY registry ./registry

@@ -13,6 +13,15 @@ const MaxJobIDBytes = 256
 // ErrInvalidJobID is wrapped by every CheckJobID refusal.
 var ErrInvalidJobID = errors.New("invalid job id")
 
+// JobIDError is a CheckJobID refusal: the rule the id broke, without the
+// id, which may be hostile.
+type JobIDError struct{ Rule string }
+
+func (e *JobIDError) Error() string { return e.Rule }
+
+// Unwrap makes errors.Is(err, ErrInvalidJobID) true.
+func (e *JobIDError) Unwrap() error { return ErrInvalidJobID }
+
 // CheckJobID is the one rule for every job id, whoever wrote the job: 1 to
 // MaxJobIDBytes bytes of valid UTF-8 without control characters (C0, DEL
 // and C1). Every Add applies it to a custom id, and a worker applies it
@@ -21,18 +30,22 @@ var ErrInvalidJobID = errors.New("invalid job id")
 // and failed, never run.
 func CheckJobID(id string) error {
 	if id == "" {
-		return fmt.Errorf("%w: empty", ErrInvalidJobID)
+		return idErr("empty")
 	}
 	if len(id) > MaxJobIDBytes {
-		return fmt.Errorf("%w: longer than %d bytes (%d)", ErrInvalidJobID, MaxJobIDBytes, len(id))
+		return idErr("longer than %d bytes (%d)", MaxJobIDBytes, len(id))
 	}
 	if !utf8.ValidString(id) {
-		return fmt.Errorf("%w: not valid UTF-8", ErrInvalidJobID)
+		return idErr("not valid UTF-8")
 	}
 	for _, r := range id {
 		if r < 0x20 || r >= 0x7f && r <= 0x9f {
-			return fmt.Errorf("%w: contains control character %U", ErrInvalidJobID, r)
+			return idErr("contains control character %U", r)
 		}
 	}
 	return nil
+}
+
+func idErr(format string, args ...any) error {
+	return &JobIDError{Rule: fmt.Sprintf(format, args...)}
 }

@@ -167,7 +167,7 @@ func checkString(field, s string, maxBytes int) error {
 // would print it back; ":" only in the three-part form "a:b:c").
 func ValidateJobID(id string) error {
 	if err := fleet.CheckJobID(id); err != nil {
-		return optErr("JobID", "%s", strings.TrimPrefix(err.Error(), fleet.ErrInvalidJobID.Error()+": "))
+		return optErr("JobID", "%s", err)
 	}
 	if isJSInteger(id) {
 		return optErr("JobID", "%q is an integer; BullMQ reserves those for its id counter", id)
