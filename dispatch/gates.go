@@ -17,13 +17,14 @@ type gate struct {
 	check func(w *Worker, ctx context.Context, h *held) verdict
 }
 
-// gates is the ladder, in order. Cheap checks that need nothing come first,
-// then what holds a job back (pause windows, wait conditions), then what it
-// takes (the scope slot, then the budget), and last what needs the host's
-// runtime and the job's secrets, resolved as late as possible. Nothing is
-// spent before the budget gate, and a job refused past it releases its
-// reservation. The host-wide slot (PI_CONCURRENCY) is no rung: fetchLoop
-// takes it before it fetches the job.
+// gates is the ladder, in order. First what the job itself says (its id,
+// its data, whether this host agreed to its scheduler), then what holds it
+// back (pause windows, wait conditions), then what it takes (the scope
+// slot, then the budget), and last what needs the host's runtime and the
+// job's secrets, resolved as late as possible. Nothing is spent before the
+// budget gate, and a job stopped past it releases its reservation. The
+// host-wide slot (PI_CONCURRENCY) is no rung: fetchLoop takes it before it
+// fetches the job.
 var gates = []gate{
 	{"job-id", (*Worker).gateJobID},
 	{"job-data", (*Worker).gateJobData},
@@ -101,6 +102,8 @@ func (w *Worker) carryOut(ctx context.Context, h *held, v verdict) {
 		w.deferJob(ctx, h, v.delay, v.reason)
 	case actFail:
 		w.failNoRetry(ctx, h, v.reason)
+	case actAnswered:
+		// Already reported by the gate.
 	}
 }
 
