@@ -113,12 +113,10 @@ type CronVerdict struct {
 
 // Compile-time checks that the concrete stack satisfies the interfaces.
 var (
-	_ JobQueue  = (*queue.Queue)(nil)
-	_ Registry  = (*registry.Registry)(nil)
-	_ Leaser    = (*lease.Lease)(nil)
-	_ Runtime   = (*runner.Docker)(nil)
-	_ Budgeter  = (*Budget)(nil)
-	_ RunMirror = (*Mirror)(nil)
+	_ JobQueue = (*queue.Queue)(nil)
+	_ Registry = (*registry.Registry)(nil)
+	_ Leaser   = (*lease.Lease)(nil)
+	_ Runtime  = (*runner.Docker)(nil)
 )
 
 // consumerSource adapts a *queue.Consumer to JobSource.
@@ -175,4 +173,13 @@ type Deps struct {
 	// a host that did not ask for it. NewWorker refuses a nil Cron when
 	// Config.TriggersFile is set.
 	Cron CronGate
+}
+
+// JobCancels is what a worker's job handler needs from the cancel watcher.
+type JobCancels interface {
+	// Watch stops the job by calling cancel when an operator asks, until
+	// the returned stop is called or ctx ends.
+	Watch(ctx context.Context, jobID string, cancel func()) (stop func())
+	// Cancelled reports whether jobID was stopped on an operator's request.
+	Cancelled(jobID string) bool
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/container"
+	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
@@ -103,11 +104,11 @@ func (f *orphanFixture) worker(t *testing.T, rt Runtime, reg Registry, logs *byt
 		Queues:   []JobQueue{f.shared},
 		Source:   SourceFromConsumer(consumer),
 		Runtime:  rt,
-		Budget:   NewBudget(f.db.Client, BudgetConfig{DailyCap: f.cap}),
+		Budget:   testStores.Budget(f.db.Client, f.cap),
 		Registry: reg,
 	}
 	if f.mirror {
-		deps.Mirror = NewMirror(f.db.Client, MirrorConfig{Host: f.cfg.WorkerName})
+		deps.Mirror = testStores.Mirror(f.db.Client, f.cfg.WorkerName)
 	}
 	if f.dir != nil {
 		deps.Directory = f.dir
@@ -126,7 +127,7 @@ func (f *orphanFixture) leaveOrphan(t *testing.T, id, noteToken string) (lockTok
 	t.Helper()
 	ctx := context.Background()
 	data, _ := json.Marshal(jobs.Job{Kind: jobs.KindForge, Repo: "acme/orphan", Flow: "fix", Task: "t"})
-	if _, _, err := f.shared.Add(ctx, JobName, data, queue.AddOptions{JobID: id, Attempts: 3}); err != nil {
+	if _, _, err := f.shared.Add(ctx, enqueue.JobName, data, queue.AddOptions{JobID: id, Attempts: 3}); err != nil {
 		t.Fatal(err)
 	}
 	lockToken = "lock-" + id

@@ -622,7 +622,11 @@ func (w *Worker) record(h *held, outcome, reason string, exit *int, telemetry js
 	faultpoint.Hit(faultpoint.RunRecorded)
 }
 
-// claim takes the fleet-wide claim of recording one attempt (RunClaimKey).
+// claimCallTimeout bounds one claim call; a claim that cannot be read in time
+// counts as this host's, so a slow store never leaves an attempt unrecorded.
+const claimCallTimeout = 2 * time.Second
+
+// claim takes the fleet-wide claim of recording one attempt.
 // Without a mirror, or with Valkey unreachable, this host records: a
 // duplicate record is better than none.
 func (w *Worker) claim(jobID string, attempt int) (owner string, mine bool) {
@@ -630,7 +634,7 @@ func (w *Worker) claim(jobID string, attempt int) (owner string, mine bool) {
 	if c == nil {
 		return w.cfg.WorkerName, true
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), DefaultMirrorCallTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), claimCallTimeout)
 	defer cancel()
 	owner, err := c.Claim(ctx, jobID, attempt, w.cfg.WorkerName)
 	if err != nil {
@@ -642,7 +646,7 @@ func (w *Worker) claim(jobID string, attempt int) (owner string, mine bool) {
 // releaseClaim drops this host's claim of an attempt it no longer records.
 func (w *Worker) releaseClaim(jobID string, attempt int) {
 	if c := w.claims(); c != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), DefaultMirrorCallTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), claimCallTimeout)
 		defer cancel()
 		_ = c.ReleaseClaim(ctx, jobID, attempt, w.cfg.WorkerName)
 	}

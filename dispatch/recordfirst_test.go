@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/container"
+	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
@@ -147,7 +148,7 @@ func TestStalledJobIsRecordedBeforeItFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	data, _ := json.Marshal(jobs.Job{Kind: jobs.KindForge, Repo: "acme/stall", Flow: "fix", Task: "t"})
-	if _, _, err := short.Add(ctx, JobName, data, queue.AddOptions{JobID: "stall-1", Attempts: 3}); err != nil {
+	if _, _, err := short.Add(ctx, enqueue.JobName, data, queue.AddOptions{JobID: "stall-1", Attempts: 3}); err != nil {
 		t.Fatal(err)
 	}
 	// Attempt 1 failed (and was recorded); attempt 2 is taken and its holder dies.
@@ -230,7 +231,7 @@ func TestFrozenWorkerWakingWritesNoSecondRecord(t *testing.T) {
 	checker.cfg.WorkerName, checker.cfg.LogsDir = "checker", t.TempDir()
 	ctx := context.Background()
 	data, _ := json.Marshal(jobs.Job{Kind: jobs.KindForge, Repo: "acme/frozen", Flow: "fix", Task: "t"})
-	if _, _, err := frozen.shared.Add(ctx, JobName, data, queue.AddOptions{JobID: "frozen-1"}); err != nil {
+	if _, _, err := frozen.shared.Add(ctx, enqueue.JobName, data, queue.AddOptions{JobID: "frozen-1"}); err != nil {
 		t.Fatal(err)
 	}
 	rt := &frozenRuntime{orphanRuntime: orphanRuntime{reap: container.ReapReport{Enumerated: true}}, started: make(chan struct{})}
@@ -253,7 +254,7 @@ func TestFrozenWorkerWakingWritesNoSecondRecord(t *testing.T) {
 	deadline := time.Now().Add(15 * time.Second)
 	var mirrored jobs.Record
 	for {
-		body, err := frozen.db.Client.Get(ctx, RunRecordKey("frozen-1", 1)).Result()
+		body, err := frozen.db.Client.Get(ctx, testStores.RunRecordKey("frozen-1", 1)).Result()
 		if err == nil && json.Unmarshal([]byte(body), &mirrored) == nil && mirrored.ExitCode != nil {
 			break
 		}
@@ -375,7 +376,7 @@ func TestRunKeepsItsContainerUntilRecorded(t *testing.T) {
 	f := newOrphanFixture(t)
 	rt := &keepingRuntime{orphanRuntime: orphanRuntime{reap: container.ReapReport{Enumerated: true}}, logsDir: f.cfg.LogsDir, q: f.shared}
 	data, _ := json.Marshal(jobs.Job{Kind: jobs.KindForge, Repo: "acme/keep", Flow: "fix", Task: "t"})
-	if _, _, err := f.shared.Add(context.Background(), JobName, data, queue.AddOptions{JobID: "keep-1"}); err != nil {
+	if _, _, err := f.shared.Add(context.Background(), enqueue.JobName, data, queue.AddOptions{JobID: "keep-1"}); err != nil {
 		t.Fatal(err)
 	}
 	_, stop := f.boot(t, rt, &orphanRegistry{})

@@ -25,6 +25,7 @@ import (
 	"github.com/pidispatch/pidispatch/capabilities"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/lease"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
@@ -71,7 +72,7 @@ func newWorker(cfg dispatch.Config, logger *slog.Logger) (w *dispatch.Worker, cl
 		_ = rc.Close()
 		return nil, nil, fmt.Errorf("docker client: %w", err)
 	}
-	var budget *dispatch.Budget
+	var budget *fleetstate.Budget
 	closeAll = func() {
 		if budget != nil {
 			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -116,7 +117,7 @@ func newWorker(cfg dispatch.Config, logger *slog.Logger) (w *dispatch.Worker, cl
 	deps.Source = dispatch.SourceFromConsumer(consumer)
 
 	// Spend caps, counted fleet-wide in Valkey.
-	budget = dispatch.NewBudget(rc, dispatch.BudgetConfig{DailyCap: cfg.DailyCap, WeeklyCap: cfg.WeeklyCap, Host: cfg.WorkerName, Logger: logger})
+	budget = fleetstate.NewBudget(rc, fleetstate.BudgetConfig{DailyCap: cfg.DailyCap, WeeklyCap: cfg.WeeklyCap, Host: cfg.WorkerName, Logger: logger})
 	deps.Budget = budget
 
 	// The host registry row: what peers and routing front-ends read.
@@ -146,7 +147,7 @@ func newWorker(cfg dispatch.Config, logger *slog.Logger) (w *dispatch.Worker, cl
 	// A declared name turns on the fleet parts: leases and the run mirror.
 	if cfg.WorkerNameDeclared {
 		deps.Leases = lease.New(rc, cfg.WorkerName, lease.Config{Logger: logger})
-		deps.Mirror = dispatch.NewMirror(rc, dispatch.MirrorConfig{RetentionDays: cfg.LogRetentionDays, Host: cfg.WorkerName, Logger: logger})
+		deps.Mirror = fleetstate.NewMirror(rc, fleetstate.MirrorConfig{RetentionDays: cfg.LogRetentionDays, Host: cfg.WorkerName, Logger: logger})
 	}
 
 	w, err = dispatch.NewWorker(cfg, deps, dispatch.Tuning{Version: "embed-worker", Logger: logger})

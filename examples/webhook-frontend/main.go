@@ -38,6 +38,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/valkey"
 )
@@ -113,7 +114,7 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer, addr
 type handler struct {
 	secret []byte
 	valkey redis.UniversalClient
-	router *dispatch.Router
+	router *enqueue.Router
 	log    *slog.Logger
 }
 
@@ -124,11 +125,11 @@ func newHandler(secret []byte, rc redis.UniversalClient, logger *slog.Logger) (*
 	if len(secret) == 0 {
 		return nil, errors.New("empty webhook secret")
 	}
-	p, err := dispatch.NewProducer(rc, dispatch.ProducerConfig{Logger: logger})
+	p, err := enqueue.NewProducer(rc, enqueue.ProducerConfig{Logger: logger})
 	if err != nil {
 		return nil, err
 	}
-	return &handler{secret: secret, valkey: rc, router: dispatch.NewRouter(p, dispatch.RouterConfig{}), log: logger}, nil
+	return &handler{secret: secret, valkey: rc, router: enqueue.NewRouter(p, enqueue.RouterConfig{}), log: logger}, nil
 }
 
 // delivery is the body this front-end accepts.
@@ -188,7 +189,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		reply(w, http.StatusConflict, map[string]string{"error": "delivery already received", "delivery": id})
 		return
 	}
-	got, err := h.router.EnqueueForge(ctx, dispatch.ForgeDelivery{JobID: "gh-" + id, Job: job})
+	got, err := h.router.EnqueueForge(ctx, enqueue.ForgeDelivery{JobID: "gh-" + id, Job: job})
 	if err != nil {
 		// Forget the delivery so the forge's redelivery is accepted.
 		_ = h.valkey.Del(context.WithoutCancel(ctx), deliveryKey(id)).Err()

@@ -21,7 +21,9 @@ import (
 	"github.com/pidispatch/pidispatch/cronsync"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/lease"
+	"github.com/pidispatch/pidispatch/operator"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
 	"github.com/pidispatch/pidispatch/runner"
@@ -35,8 +37,8 @@ type Stack struct {
 	Valkey   *redis.Client
 	Docker   *client.Client
 	Registry *registry.Registry
-	Budget   *dispatch.Budget
-	Holds    *dispatch.Holds
+	Budget   *fleetstate.Budget
+	Holds    *fleetstate.Holds
 
 	closeOnce sync.Once
 }
@@ -104,7 +106,7 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 		// Declare the host queue so the kill switch finds it even before its
 		// first job; it starts paused when the fleet is paused (pi:paused).
 		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		paused, err := dispatch.DeclareHostQueue(dctx, host)
+		paused, err := operator.DeclareHostQueue(dctx, host)
 		cancel()
 		switch {
 		case err != nil:
@@ -117,8 +119,8 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 	if err != nil {
 		return fail(err)
 	}
-	budget := dispatch.NewBudget(rc, dispatch.BudgetConfig{DailyCap: cfg.DailyCap, WeeklyCap: cfg.WeeklyCap, Host: cfg.WorkerName, Logger: tune.Logger})
-	holds := dispatch.NewHolds(rc, dispatch.HoldsConfig{})
+	budget := fleetstate.NewBudget(rc, fleetstate.BudgetConfig{DailyCap: cfg.DailyCap, WeeklyCap: cfg.WeeklyCap, Host: cfg.WorkerName, Logger: tune.Logger})
+	holds := fleetstate.NewHolds(rc, fleetstate.HoldsConfig{})
 	deps := dispatch.Deps{
 		Source:  dispatch.SourceFromConsumer(consumer),
 		Runtime: runtime,
@@ -135,7 +137,7 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 	if err != nil {
 		return fail(err)
 	}
-	tz := dispatch.LocalZone(os.Getenv)
+	tz := operator.LocalZone(os.Getenv)
 	live := cronsync.NewLiveSet(own, tz)
 
 	// The image digest is read once at boot, bounded: the registry publishes
@@ -166,7 +168,7 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 	deps.Finder = dir // held-job liveness across every queue
 	if cfg.WorkerNameDeclared {
 		deps.Leases = lease.New(rc, cfg.WorkerName, lease.Config{Logger: tune.Logger})
-		deps.Mirror = dispatch.NewMirror(rc, dispatch.MirrorConfig{RetentionDays: cfg.LogRetentionDays, Host: cfg.WorkerName, Logger: tune.Logger})
+		deps.Mirror = fleetstate.NewMirror(rc, fleetstate.MirrorConfig{RetentionDays: cfg.LogRetentionDays, Host: cfg.WorkerName, Logger: tune.Logger})
 	}
 
 	if cfg.TriggersFile != "" {
@@ -186,7 +188,7 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 		deps.Background = append(deps.Background, &cronOff{store: store, queue: store.Name(), log: log})
 	}
 
-	cancels, err := dispatch.NewCancelWatcher(rc, cfg.WorkerName, dispatch.CancelWatcherConfig{Logger: tune.Logger})
+	cancels, err := fleetstate.NewCancelWatcher(rc, cfg.WorkerName, fleetstate.CancelWatcherConfig{Logger: tune.Logger})
 	if err != nil {
 		return fail(err)
 	}
