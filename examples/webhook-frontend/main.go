@@ -37,7 +37,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/valkey"
@@ -76,11 +75,11 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer, addr
 	}
 	rawURL := getenv("VALKEY_URL")
 	if rawURL == "" {
-		rawURL = dispatch.DefaultValkeyURL
+		rawURL = "redis://127.0.0.1:6379" // the worker's default
 	}
 	rc, err := valkey.NewClient(rawURL, valkey.Options{Password: getenv("VALKEY_PASSWORD")})
 	if err != nil {
-		return fmt.Errorf("VALKEY_URL=%s: %w", dispatch.RedactURL(rawURL), err)
+		return fmt.Errorf("VALKEY_URL: %w", err)
 	}
 	defer rc.Close()
 	logger := slog.New(slog.NewJSONHandler(stderr, nil)).With("service", "webhook-frontend")
