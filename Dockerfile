@@ -31,6 +31,7 @@ COPY operator ./operator
 COPY queue ./queue
 COPY registry ./registry
 COPY runner ./runner
+COPY stack ./stack
 COPY valkey ./valkey
 ARG VERSION=dev
 ENV CGO_ENABLED=0

@@ -12,7 +12,7 @@ import (
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/internal/buildinfo"
 	"github.com/pidispatch/pidispatch/internal/envfile"
-	wiring "github.com/pidispatch/pidispatch/internal/stack"
+	wiring "github.com/pidispatch/pidispatch/stack"
 	"github.com/pidispatch/pidispatch/registry"
 	"github.com/pidispatch/pidispatch/valkey"
 )
