@@ -28,7 +28,7 @@ func TestHungHostsQueueIsCheckedByOthers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca.dir = dir
+	ca.dir = testStores.Directory(dir)
 	ca.cfg.WorkerName = "ca"
 	cb := *ca
 	cb.cfg.WorkerName, cb.cfg.LogsDir = "cb", t.TempDir()
@@ -41,7 +41,7 @@ func TestHungHostsQueueIsCheckedByOthers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f.boot(t, &orphanRuntime{reap: container.ReapReport{Enumerated: true}}, reg)
+		f.boot(t, &orphanRuntime{reap: container.ReapReport{Enumerated: true}}, testStores.Registry(reg))
 	}
 
 	deadline := time.Now().Add(15 * time.Second)

@@ -5,12 +5,9 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/pidispatch/pidispatch/capabilities"
 	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/jobs"
-	"github.com/pidispatch/pidispatch/lease"
-	"github.com/pidispatch/pidispatch/queue"
-	"github.com/pidispatch/pidispatch/registry"
-	"github.com/pidispatch/pidispatch/runner"
 )
 
 // The Worker consumes its collaborators through these interfaces, defined
@@ -22,17 +19,17 @@ import (
 type JobQueue interface {
 	Name() string
 	Complete(ctx context.Context, id, token string, result json.RawMessage) error
-	Fail(ctx context.Context, id, token, reason string, opts queue.FailOptions) (retried bool, err error)
+	Fail(ctx context.Context, id, token, reason string, opts FailOptions) (retried bool, err error)
 	Defer(ctx context.Context, id, token string, delay time.Duration) error
 	ExtendLock(ctx context.Context, id, token string, ttl time.Duration) error
-	CheckStalled(ctx context.Context) (queue.Stalled, error)
-	Get(ctx context.Context, id string) (*queue.Job, error)
+	CheckStalled(ctx context.Context) (Stalled, error)
+	Get(ctx context.Context, id string) (*HeldJob, error)
 }
 
 // JobSource hands out the next job of this host's queues, locked with token.
 // It blocks until there is one or ctx ends; it is called from one goroutine.
 type JobSource interface {
-	Next(ctx context.Context, token string) (JobQueue, *queue.Job, error)
+	Next(ctx context.Context, token string) (JobQueue, *HeldJob, error)
 	Close() error
 }
 
@@ -40,15 +37,15 @@ type JobSource interface {
 type Registry interface {
 	Start(ctx context.Context) error
 	Publish(ctx context.Context) error
-	ReadLive(ctx context.Context) ([]registry.Host, error)
+	ReadLive(ctx context.Context) ([]capabilities.Host, error)
 	Close(ctx context.Context) error
 }
 
 // Leaser grants fleet-wide slots (scope concurrency, wait checks) and sweeps
 // this host's own claims at boot.
 type Leaser interface {
-	Acquire(ctx context.Context, id string, slots int, ttl time.Duration, keyFor func(i int) string) (*lease.Handle, error)
-	SweepOwnClaims(ctx context.Context, reaped bool, rows []lease.ScopeRow) (int, error)
+	Acquire(ctx context.Context, id string, slots int, ttl time.Duration, keyFor func(i int) string) (Slot, error)
+	SweepOwnClaims(ctx context.Context, reaped bool, rows []ScopeRow) (int, error)
 }
 
 // HoldStore keeps the hold state of jobs waiting on their waitFor conditions,
@@ -110,30 +107,6 @@ type CronVerdict struct {
 	// Reason says why not, for the log line.
 	Reason string
 }
-
-// Compile-time checks that the concrete stack satisfies the interfaces.
-var (
-	_ JobQueue = (*queue.Queue)(nil)
-	_ Registry = (*registry.Registry)(nil)
-	_ Leaser   = (*lease.Lease)(nil)
-	_ Runtime  = (*runner.Docker)(nil)
-)
-
-// consumerSource adapts a *queue.Consumer to JobSource.
-type consumerSource struct{ c *queue.Consumer }
-
-// SourceFromConsumer lets the Worker take jobs from a queue.Consumer.
-func SourceFromConsumer(c *queue.Consumer) JobSource { return consumerSource{c} }
-
-func (s consumerSource) Next(ctx context.Context, token string) (JobQueue, *queue.Job, error) {
-	q, j, err := s.c.Next(ctx, token)
-	if err != nil || q == nil {
-		return nil, j, err
-	}
-	return q, j, nil
-}
-
-func (s consumerSource) Close() error { return s.c.Close() }
 
 // Deps are the Worker's required collaborators. Registry, Leases and Mirror
 // may be nil: an undeclared single host runs without fleet leases or a run

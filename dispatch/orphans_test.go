@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pidispatch/pidispatch/capabilities"
 	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"
@@ -59,10 +60,10 @@ type orphanRegistry struct{ publishErr error }
 
 var _ Registry = (*orphanRegistry)(nil)
 
-func (r *orphanRegistry) Start(context.Context) error                       { return nil }
-func (r *orphanRegistry) Publish(context.Context) error                     { return r.publishErr }
-func (r *orphanRegistry) ReadLive(context.Context) ([]registry.Host, error) { return nil, nil }
-func (r *orphanRegistry) Close(context.Context) error                       { return nil }
+func (r *orphanRegistry) Start(context.Context) error                           { return nil }
+func (r *orphanRegistry) Publish(context.Context) error                         { return r.publishErr }
+func (r *orphanRegistry) ReadLive(context.Context) ([]capabilities.Host, error) { return nil, nil }
+func (r *orphanRegistry) Close(context.Context) error                           { return nil }
 
 // orphanFixture is one worker name's queues and folders on a live Valkey.
 type orphanFixture struct {
@@ -101,8 +102,8 @@ func (f *orphanFixture) worker(t *testing.T, rt Runtime, reg Registry, logs *byt
 		tune.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 	}
 	deps := Deps{
-		Queues:   []JobQueue{f.shared},
-		Source:   SourceFromConsumer(consumer),
+		Queues:   []JobQueue{testStores.Queue(f.shared)},
+		Source:   testStores.Source(consumer),
 		Runtime:  rt,
 		Budget:   testStores.Budget(f.db.Client, f.cap),
 		Registry: reg,
@@ -146,7 +147,7 @@ func (f *orphanFixture) leaveOrphan(t *testing.T, id, noteToken string) (lockTok
 	if err := os.MkdirAll(dead.jobsDir(), 0o750); err != nil {
 		t.Fatal(err)
 	}
-	h := &held{q: f.shared, job: job, token: noteToken, spec: spec, rec: jobs.Record{Attempt: 1}}
+	h := &held{q: testStores.Queue(f.shared), job: testStores.Held(job), token: noteToken, spec: spec, rec: jobs.Record{Attempt: 1}}
 	if _, _, _, err := dead.prepareDirs(h); err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,8 @@ import (
 // Complete return an error without reaching Valkey, the way a SIGKILL right
 // before them leaves things. It notes which records existed at that moment.
 type killedQueue struct {
-	*queue.Queue
+	JobQueue
+	q       *queue.Queue
 	logsDir string
 
 	mu       sync.Mutex
@@ -42,12 +43,12 @@ func (q *killedQueue) seen(id string) {
 	q.recsSeen[id] = len(recs)
 }
 
-func (q *killedQueue) Fail(ctx context.Context, id, token, reason string, opts queue.FailOptions) (bool, error) {
+func (q *killedQueue) Fail(ctx context.Context, id, token, reason string, opts FailOptions) (bool, error) {
 	q.seen(id)
 	if q.killed {
 		return false, errKilled
 	}
-	return q.Queue.Fail(ctx, id, token, reason, opts)
+	return q.JobQueue.Fail(ctx, id, token, reason, opts)
 }
 
 func (q *killedQueue) Complete(ctx context.Context, id, token string, result json.RawMessage) error {
@@ -55,21 +56,21 @@ func (q *killedQueue) Complete(ctx context.Context, id, token string, result jso
 	if q.killed {
 		return errKilled
 	}
-	return q.Queue.Complete(ctx, id, token, result)
+	return q.JobQueue.Complete(ctx, id, token, result)
 }
 
-func (q *killedQueue) CheckStalled(ctx context.Context) (queue.Stalled, error) {
-	ids, err := q.Unlocked(ctx)
+func (q *killedQueue) CheckStalled(ctx context.Context) (Stalled, error) {
+	ids, err := q.q.Unlocked(ctx)
 	if err != nil {
-		return queue.Stalled{}, err
+		return Stalled{}, err
 	}
 	for _, id := range ids {
 		q.seen(id)
 	}
 	if q.killed {
-		return queue.Stalled{}, errKilled
+		return Stalled{}, errKilled
 	}
-	return q.Queue.CheckStalled(ctx)
+	return q.JobQueue.CheckStalled(ctx)
 }
 
 // A boot killed between an orphan's record and its failure leaves the
@@ -80,7 +81,7 @@ func TestOrphanIsRecordedBeforeItFails(t *testing.T) {
 	f := newOrphanFixture(t)
 	f.leaveOrphan(t, "orphan-rf", "")
 	rt := &orphanRuntime{reap: container.ReapReport{Enumerated: true}}
-	kq := &killedQueue{Queue: f.shared, logsDir: f.cfg.LogsDir, killed: true}
+	kq := &killedQueue{JobQueue: testStores.Queue(f.shared), q: f.shared, logsDir: f.cfg.LogsDir, killed: true}
 
 	w := f.worker(t, rt, &orphanRegistry{}, nil)
 	w.deps.Queues = []JobQueue{kq}
@@ -178,7 +179,7 @@ func TestStalledJobIsRecordedBeforeItFails(t *testing.T) {
 	// Fetch to Fail above, also on a loaded machine.
 	time.Sleep(1200 * time.Millisecond)
 
-	kq := &killedQueue{Queue: f.shared, logsDir: f.cfg.LogsDir, killed: true}
+	kq := &killedQueue{JobQueue: testStores.Queue(f.shared), q: f.shared, logsDir: f.cfg.LogsDir, killed: true}
 	w := f.worker(t, &orphanRuntime{}, &orphanRegistry{}, nil)
 	w.deps.Queues = []JobQueue{kq}
 	w.checkStalled(ctx) // killed at the state change

@@ -122,13 +122,13 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 	budget := fleetstate.NewBudget(rc, fleetstate.BudgetConfig{DailyCap: cfg.DailyCap, WeeklyCap: cfg.WeeklyCap, Host: cfg.WorkerName, Logger: tune.Logger})
 	holds := fleetstate.NewHolds(rc, fleetstate.HoldsConfig{})
 	deps := dispatch.Deps{
-		Source:  dispatch.SourceFromConsumer(consumer),
+		Source:  Source(consumer),
 		Runtime: runtime,
 		Budget:  budget,
 		Holds:   holds,
 	}
 	for _, q := range queues {
-		deps.Queues = append(deps.Queues, q)
+		deps.Queues = append(deps.Queues, JobQueue(q))
 	}
 
 	// Cron: the triggers file is read before anything reaches Valkey; a file
@@ -158,16 +158,17 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 	if err != nil {
 		return fail(err)
 	}
-	deps.Registry = reg
+	deps.Registry = Registry(reg)
 	deps.Cron = cronGate{live: live, peers: reg, host: cfg.WorkerName}
 	dir, err := queue.NewDirectory(rc, queue.Config{})
 	if err != nil {
 		return fail(err)
 	}
-	deps.Directory = dir
-	deps.Finder = dir // held-job liveness across every queue
+	fleetDir := Directory(dir)
+	deps.Directory = fleetDir
+	deps.Finder = fleetDir // held-job liveness across every queue
 	if cfg.WorkerNameDeclared {
-		deps.Leases = lease.New(rc, cfg.WorkerName, lease.Config{Logger: tune.Logger})
+		deps.Leases = Leaser(lease.New(rc, cfg.WorkerName, lease.Config{Logger: tune.Logger}))
 		deps.Mirror = fleetstate.NewMirror(rc, fleetstate.MirrorConfig{RetentionDays: cfg.LogRetentionDays, Host: cfg.WorkerName, Logger: tune.Logger})
 	}
 

@@ -27,8 +27,8 @@ import (
 	"github.com/pidispatch/pidispatch/internal/agentimage"
 	"github.com/pidispatch/pidispatch/internal/fakeprovider"
 	"github.com/pidispatch/pidispatch/internal/jobimage"
-	"github.com/pidispatch/pidispatch/stack"
 	"github.com/pidispatch/pidispatch/jobs"
+	"github.com/pidispatch/pidispatch/stack"
 	"github.com/pidispatch/pidispatch/valkey"
 )
 
