@@ -12,8 +12,8 @@ import (
 
 // The Worker consumes its collaborators through these interfaces, defined
 // here, so the composition can be tested with the real Valkey and Docker
-// implementations and with small fakes alike. The concrete stack is wired in
-// cmd/worker.
+// implementations and with small fakes alike. One place wires the concrete
+// stack; docs/architecture.md gives each interface's contract.
 
 // JobQueue is what the worker does to a job it holds on one queue.
 type JobQueue interface {

@@ -30,4 +30,7 @@
 // [*FieldError] (one field of a job or policy file, as a path such as
 // "windows[2].from"); resolver failures are [*SecretError]. All of them are
 // errors.As-able and carry no secret.
+//
+// docs/architecture.md shows how the packages fit together and the order of
+// the gates.
 package dispatch
