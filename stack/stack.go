@@ -54,10 +54,16 @@ func (s *Stack) Close() {
 	})
 }
 
+// Option changes the wired collaborators before the Worker is built: a
+// service may replace any part (its own Runtime, a Budgeter of its own, an
+// extra Background task) and NewWorker still checks the whole.
+type Option func(*dispatch.Deps)
+
 // Build wires the concrete implementations (Valkey, Docker) into a
 // dispatch.Worker. It is the only place that does: cmd/worker, the demo and
-// the tests all boot workers through it.
-func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune dispatch.Tuning) (*Stack, error) {
+// the tests all boot workers through it. logger receives every event unless
+// tune.Logger is set; opts apply in order.
+func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune dispatch.Tuning, opts ...Option) (*Stack, error) {
 	rc, err := valkey.NewClient(cfg.ValkeyURL, valkey.Options{Password: cfg.ValkeyPassword})
 	if err != nil {
 		return nil, &dispatch.ConfigError{Var: "VALKEY_URL", Value: dispatch.RedactURL(cfg.ValkeyURL), Rule: err.Error()}
@@ -195,6 +201,9 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 	}
 	deps.Cancels = cancels
 
+	for _, o := range opts {
+		o(&deps)
+	}
 	w, err := dispatch.NewWorker(cfg, deps, tune)
 	if err != nil {
 		return fail(err)
