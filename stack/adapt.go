@@ -57,6 +57,13 @@ func (a *Queue) CheckStalled(ctx context.Context) (dispatch.Stalled, error) {
 	return dispatch.Stalled{Failed: s.Failed, Requeued: s.Requeued}, queueErr(err)
 }
 
+// Unlocked lists the jobs the next stalled check will act on, so the Worker
+// records them before the check changes their state.
+func (a *Queue) Unlocked(ctx context.Context) ([]string, error) {
+	ids, err := a.q.Unlocked(ctx)
+	return ids, queueErr(err)
+}
+
 func (a *Queue) Get(ctx context.Context, id string) (*dispatch.HeldJob, error) {
 	j, err := a.q.Get(ctx, id)
 	return heldJob(j), queueErr(err)
