@@ -19,15 +19,19 @@ COPY cmd ./cmd
 COPY container ./container
 COPY cronsync ./cronsync
 COPY dispatch ./dispatch
+COPY enqueue ./enqueue
 COPY fingerprint ./fingerprint
 COPY fleet ./fleet
+COPY fleetstate ./fleetstate
 COPY image ./image
 COPY internal ./internal
 COPY jobs ./jobs
 COPY lease ./lease
+COPY operator ./operator
 COPY queue ./queue
 COPY registry ./registry
 COPY runner ./runner
+COPY stack ./stack
 COPY valkey ./valkey
 ARG VERSION=dev
 ENV CGO_ENABLED=0

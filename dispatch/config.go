@@ -309,7 +309,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		}
 	}
 	if len(errs) > 0 {
-		sortConfigErrors(errs)
+		errs.Sort()
 		return Config{}, errs
 	}
 	return c, nil
@@ -574,7 +574,9 @@ func newConfigError(name, value, rule string) *ConfigError {
 	return &ConfigError{Var: name, Value: value, Rule: rule}
 }
 
-func sortConfigErrors(errs ConfigErrors) {
+// Sort orders errs as EnvVars lists the variables, so every report of the
+// same config reads the same.
+func (errs ConfigErrors) Sort() {
 	slices.SortStableFunc(errs, func(a, b *ConfigError) int {
 		return slices.Index(EnvVars, a.Var) - slices.Index(EnvVars, b.Var)
 	})

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
@@ -56,7 +57,7 @@ func TestCronGateDecidesSchedulerRuns(t *testing.T) {
 			f := newOrphanFixture(t)
 			f.tune.BusyDeferral = time.Hour
 			ctx := context.Background()
-			if _, _, err := f.shared.Add(ctx, JobName, tt.data, queue.AddOptions{JobID: "j1"}); err != nil {
+			if _, _, err := f.shared.Add(ctx, enqueue.JobName, tt.data, queue.AddOptions{JobID: "j1"}); err != nil {
 				t.Fatal(err)
 			}
 			rt := &orphanRuntime{}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/container"
+	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
@@ -27,7 +28,7 @@ func TestHungHostsQueueIsCheckedByOthers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca.dir = dir
+	ca.dir = testStores.Directory(dir)
 	ca.cfg.WorkerName = "ca"
 	cb := *ca
 	cb.cfg.WorkerName, cb.cfg.LogsDir = "cb", t.TempDir()
@@ -40,7 +41,7 @@ func TestHungHostsQueueIsCheckedByOthers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f.boot(t, &orphanRuntime{reap: container.ReapReport{Enumerated: true}}, reg)
+		f.boot(t, &orphanRuntime{reap: container.ReapReport{Enumerated: true}}, testStores.Registry(reg))
 	}
 
 	deadline := time.Now().Add(15 * time.Second)
@@ -64,7 +65,7 @@ func TestHungHostsQueueIsCheckedByOthers(t *testing.T) {
 	if len(recs) != 1 || recs[0].Reason != jobs.ReasonStalled || recs[0].Attempt != 1 || recs[0].Host != "hung" {
 		t.Fatalf("records %+v, want one stalled record of attempt 1 that ran on hung", recs)
 	}
-	if n, _ := ca.db.Client.Exists(ctx, RunRecordKey("hung-1", 1)).Result(); n != 1 {
+	if n, _ := ca.db.Client.Exists(ctx, testStores.RunRecordKey("hung-1", 1)).Result(); n != 1 {
 		t.Fatal("the stalled record was not mirrored")
 	}
 	if n, _ := ca.db.Client.Exists(ctx, "host:h:busy").Result(); n != 1 {
@@ -96,7 +97,7 @@ func takeUnlocked(t *testing.T, f *orphanFixture, host, id string, cfg registry.
 		t.Fatal(err)
 	}
 	data, _ := json.Marshal(jobs.Job{Kind: jobs.KindForge, Repo: "acme/" + host, Flow: "fix", Task: "t"})
-	if _, _, err := q.Add(ctx, JobName, data, queue.AddOptions{JobID: id}); err != nil {
+	if _, _, err := q.Add(ctx, enqueue.JobName, data, queue.AddOptions{JobID: id}); err != nil {
 		t.Fatal(err)
 	}
 	if j, err := q.Fetch(ctx, "tok-"+id); err != nil || j == nil || j.ID != id {

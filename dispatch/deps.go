@@ -5,34 +5,31 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/pidispatch/pidispatch/capabilities"
 	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/jobs"
-	"github.com/pidispatch/pidispatch/lease"
-	"github.com/pidispatch/pidispatch/queue"
-	"github.com/pidispatch/pidispatch/registry"
-	"github.com/pidispatch/pidispatch/runner"
 )
 
 // The Worker consumes its collaborators through these interfaces, defined
 // here, so the composition can be tested with the real Valkey and Docker
-// implementations and with small fakes alike. The concrete stack is wired in
-// cmd/worker.
+// implementations and with small fakes alike. One place wires the concrete
+// stack; docs/architecture.md gives each interface's contract.
 
 // JobQueue is what the worker does to a job it holds on one queue.
 type JobQueue interface {
 	Name() string
 	Complete(ctx context.Context, id, token string, result json.RawMessage) error
-	Fail(ctx context.Context, id, token, reason string, opts queue.FailOptions) (retried bool, err error)
+	Fail(ctx context.Context, id, token, reason string, opts FailOptions) (retried bool, err error)
 	Defer(ctx context.Context, id, token string, delay time.Duration) error
 	ExtendLock(ctx context.Context, id, token string, ttl time.Duration) error
-	CheckStalled(ctx context.Context) (queue.Stalled, error)
-	Get(ctx context.Context, id string) (*queue.Job, error)
+	CheckStalled(ctx context.Context) (Stalled, error)
+	Get(ctx context.Context, id string) (*HeldJob, error)
 }
 
 // JobSource hands out the next job of this host's queues, locked with token.
 // It blocks until there is one or ctx ends; it is called from one goroutine.
 type JobSource interface {
-	Next(ctx context.Context, token string) (JobQueue, *queue.Job, error)
+	Next(ctx context.Context, token string) (JobQueue, *HeldJob, error)
 	Close() error
 }
 
@@ -40,15 +37,15 @@ type JobSource interface {
 type Registry interface {
 	Start(ctx context.Context) error
 	Publish(ctx context.Context) error
-	ReadLive(ctx context.Context) ([]registry.Host, error)
+	ReadLive(ctx context.Context) ([]capabilities.Host, error)
 	Close(ctx context.Context) error
 }
 
 // Leaser grants fleet-wide slots (scope concurrency, wait checks) and sweeps
 // this host's own claims at boot.
 type Leaser interface {
-	Acquire(ctx context.Context, id string, slots int, ttl time.Duration, keyFor func(i int) string) (*lease.Handle, error)
-	SweepOwnClaims(ctx context.Context, reaped bool, rows []lease.ScopeRow) (int, error)
+	Acquire(ctx context.Context, id string, slots int, ttl time.Duration, keyFor func(i int) string) (Slot, error)
+	SweepOwnClaims(ctx context.Context, reaped bool, rows []ScopeRow) (int, error)
 }
 
 // HoldStore keeps the hold state of jobs waiting on their waitFor conditions,
@@ -111,32 +108,6 @@ type CronVerdict struct {
 	Reason string
 }
 
-// Compile-time checks that the concrete stack satisfies the interfaces.
-var (
-	_ JobQueue  = (*queue.Queue)(nil)
-	_ Registry  = (*registry.Registry)(nil)
-	_ Leaser    = (*lease.Lease)(nil)
-	_ Runtime   = (*runner.Docker)(nil)
-	_ Budgeter  = (*Budget)(nil)
-	_ RunMirror = (*Mirror)(nil)
-)
-
-// consumerSource adapts a *queue.Consumer to JobSource.
-type consumerSource struct{ c *queue.Consumer }
-
-// SourceFromConsumer lets the Worker take jobs from a queue.Consumer.
-func SourceFromConsumer(c *queue.Consumer) JobSource { return consumerSource{c} }
-
-func (s consumerSource) Next(ctx context.Context, token string) (JobQueue, *queue.Job, error) {
-	q, j, err := s.c.Next(ctx, token)
-	if err != nil || q == nil {
-		return nil, j, err
-	}
-	return q, j, nil
-}
-
-func (s consumerSource) Close() error { return s.c.Close() }
-
 // Deps are the Worker's required collaborators. Registry, Leases and Mirror
 // may be nil: an undeclared single host runs without fleet leases or a run
 // mirror, and without a registry when Valkey has none to offer.
@@ -175,4 +146,13 @@ type Deps struct {
 	// a host that did not ask for it. NewWorker refuses a nil Cron when
 	// Config.TriggersFile is set.
 	Cron CronGate
+}
+
+// JobCancels is what a worker's job handler needs from the cancel watcher.
+type JobCancels interface {
+	// Watch stops the job by calling cancel when an operator asks, until
+	// the returned stop is called or ctx ends.
+	Watch(ctx context.Context, jobID string, cancel func()) (stop func())
+	// Cancelled reports whether jobID was stopped on an operator's request.
+	Cancelled(jobID string) bool
 }

@@ -6,7 +6,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/fleetstate"
+	"github.com/pidispatch/pidispatch/operator"
 )
 
 // An operator's status line counts held jobs; cancelling a held job removes
@@ -16,10 +17,10 @@ func ExampleHeldCount() {
 	defer client.Close()
 	ctx := context.Background()
 
-	if n, err := dispatch.HeldCount(ctx, client); err == nil {
+	if n, err := fleetstate.HeldCount(ctx, client); err == nil {
 		fmt.Printf("%d held\n", n)
 	}
-	if res, err := dispatch.Cancel(ctx, client, "gh-1234", 0); err == nil && res.Where == dispatch.CancelRemoved {
-		_ = dispatch.RemoveHold(ctx, client, "gh-1234")
+	if res, err := operator.Cancel(ctx, client, "gh-1234", 0); err == nil && res.Where == operator.CancelRemoved {
+		_ = fleetstate.RemoveHold(ctx, client, "gh-1234")
 	}
 }

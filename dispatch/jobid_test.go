@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/container"
+	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/hostileid"
 	"github.com/pidispatch/pidispatch/internal/livetest"
@@ -28,16 +29,16 @@ func TestJobIDEntrances(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := NewProducer(dbForge.Client, ProducerConfig{})
+	p, err := enqueue.NewProducer(dbForge.Client, enqueue.ProducerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	router := NewRouter(p, RouterConfig{})
+	router := enqueue.NewRouter(p, enqueue.RouterConfig{})
 	data, _ := json.Marshal(jobs.Job{Kind: jobs.KindForge, Repo: "acme/web", Flow: "fix", Task: "t"})
 	for _, id := range hostileid.IDs() {
 		valid := fleet.CheckJobID(id) == nil
-		_, _, addErr := q.Add(ctx, JobName, data, queue.AddOptions{JobID: id})
-		_, forgeErr := router.EnqueueForge(ctx, ForgeDelivery{JobID: id, Job: jobs.Job{Repo: "acme/web", Flow: "fix", Task: "t"}})
+		_, _, addErr := q.Add(ctx, enqueue.JobName, data, queue.AddOptions{JobID: id})
+		_, forgeErr := router.EnqueueForge(ctx, enqueue.ForgeDelivery{JobID: id, Job: jobs.Job{Repo: "acme/web", Flow: "fix", Task: "t"}})
 		for name, err := range map[string]error{"Add": addErr, "EnqueueForge": forgeErr} {
 			if err == nil && !valid && id != "" { // "" asks for a numbered id
 				t.Errorf("%s took %q, which breaks the job id rule", name, id)
@@ -61,7 +62,7 @@ func peerAdd(t *testing.T, c *redis.Client, id string, data []byte) {
 	ctx := context.Background()
 	key := "bull:pi-jobs:" + id
 	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
-	if err := c.HSet(ctx, key, "name", JobName, "data", string(data), "opts", `{"attempts":1}`,
+	if err := c.HSet(ctx, key, "name", enqueue.JobName, "data", string(data), "opts", `{"attempts":1}`,
 		"timestamp", now, "delay", "0", "priority", "0").Err(); err != nil {
 		t.Fatal(err)
 	}

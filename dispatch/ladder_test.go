@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 )
@@ -85,7 +86,7 @@ func TestLadderReleasesWhatEarlierGatesTook(t *testing.T) {
 			}
 			data, _ := json.Marshal(spec)
 			ctx := context.Background()
-			if _, _, err := f.shared.Add(ctx, JobName, data, queue.AddOptions{JobID: "j1"}); err != nil {
+			if _, _, err := f.shared.Add(ctx, enqueue.JobName, data, queue.AddOptions{JobID: "j1"}); err != nil {
 				t.Fatal(err)
 			}
 			rt := &imageRuntime{missing: tt.missing}

@@ -9,6 +9,7 @@ import (
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/queue"
+	"github.com/pidispatch/pidispatch/stack"
 )
 
 // A held job on a host queue is live; the same lookup on the shared queue
@@ -24,7 +25,7 @@ func TestJobLiveAcrossQueues(t *testing.T) {
 	if _, _, err := host.Add(ctx, "j", json.RawMessage(`{}`), queue.AddOptions{JobID: "held-1"}); err != nil {
 		t.Fatal(err)
 	}
-	live, name, err := dispatch.JobLive(ctx, dir, "held-1")
+	live, name, err := dispatch.JobLive(ctx, stack.Directory(dir), "held-1")
 	if err != nil || !live || name != "pi-jobs@h2" {
 		t.Fatalf("JobLive = %v %q %v, want live on pi-jobs@h2", live, name, err)
 	}
@@ -36,16 +37,16 @@ func TestJobLiveAcrossQueues(t *testing.T) {
 	if err != nil || job == nil {
 		t.Fatal(err)
 	}
-	if live, _, _ := dispatch.JobLive(ctx, dir, "held-1"); !live {
+	if live, _, _ := dispatch.JobLive(ctx, stack.Directory(dir), "held-1"); !live {
 		t.Fatal("an active job is live")
 	}
 	if err := host.Complete(ctx, "held-1", "tok", nil); err != nil {
 		t.Fatal(err)
 	}
-	if live, _, err := dispatch.JobLive(ctx, dir, "held-1"); live || err != nil {
+	if live, _, err := dispatch.JobLive(ctx, stack.Directory(dir), "held-1"); live || err != nil {
 		t.Fatalf("a completed job is not live: %v %v", live, err)
 	}
-	if live, _, err := dispatch.JobLive(ctx, dir, "never"); live || err != nil {
+	if live, _, err := dispatch.JobLive(ctx, stack.Directory(dir), "never"); live || err != nil {
 		t.Fatalf("a missing job is not live: %v %v", live, err)
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/internal/faultpoint"
 	"github.com/pidispatch/pidispatch/jobs"
-	"github.com/pidispatch/pidispatch/queue"
 )
 
 // A worker that crashes mid-job (killed, OOM, power loss of the process but
@@ -159,12 +158,12 @@ func (w *Worker) failOrphan(ctx context.Context, jobDir string) orphanOutcome {
 	}
 	job, err := q.Get(ctx, n.JobID)
 	switch {
-	case errors.Is(err, queue.ErrNotFound):
+	case errors.Is(err, ErrJobNotFound):
 		return orphanNone
 	case err != nil:
 		w.log.Warn("orphaned_job_fail_failed", "jobId", n.JobID, "queue", n.Queue, "err", err)
 		return orphanUndecided
-	case job == nil || job.State != queue.StateActive:
+	case job == nil || job.State != StateActive:
 		return orphanNone // finished, or failed by the stalled check
 	}
 	attempt := n.Attempt
@@ -183,14 +182,14 @@ func (w *Worker) failOrphan(ctx context.Context, jobDir string) orphanOutcome {
 	}
 	faultpoint.Hit(faultpoint.OrphanRecorded)
 	if err := w.reportOrphan(ctx, q, n, rec); err != nil {
-		if !had && errors.Is(err, queue.ErrLockLost) {
+		if !had && errors.Is(err, ErrLockLost) {
 			// Someone else holds the job now (it was requeued and taken): its
 			// holder records the attempt, not this boot.
-			if j, gerr := q.Get(ctx, n.JobID); gerr == nil && j.State == queue.StateActive {
+			if j, gerr := q.Get(ctx, n.JobID); gerr == nil && j.State == StateActive {
 				_ = os.Remove(filepath.Join(w.cfg.LogsDir, jobs.RecordName(rec.JobID, rec.Attempt)))
 			}
 		}
-		if !errors.Is(err, queue.ErrLockLost) && !errors.Is(err, queue.ErrNotActive) && !errors.Is(err, queue.ErrNotFound) {
+		if !errors.Is(err, ErrLockLost) && !errors.Is(err, ErrNotActive) && !errors.Is(err, ErrJobNotFound) {
 			w.log.Warn("orphaned_job_fail_failed", "jobId", n.JobID, "queue", n.Queue, "err", err)
 			return orphanUndecided
 		}
@@ -236,7 +235,7 @@ func (w *Worker) reportOrphan(ctx context.Context, q JobQueue, n heldNote, rec j
 		result, _ := json.Marshal(map[string]string{"outcome": jobs.OutcomePolicy, "reason": rec.Reason})
 		return q.Complete(ctx, n.JobID, n.Token, result)
 	}
-	_, err := q.Fail(ctx, n.JobID, n.Token, rec.Reason, queue.FailOptions{NoRetry: rec.Reason == jobs.ReasonStalled})
+	_, err := q.Fail(ctx, n.JobID, n.Token, rec.Reason, FailOptions{NoRetry: rec.Reason == jobs.ReasonStalled})
 	return err
 }
 

@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pidispatch/pidispatch/capabilities"
 	"github.com/pidispatch/pidispatch/container"
+	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
@@ -58,10 +60,10 @@ type orphanRegistry struct{ publishErr error }
 
 var _ Registry = (*orphanRegistry)(nil)
 
-func (r *orphanRegistry) Start(context.Context) error                       { return nil }
-func (r *orphanRegistry) Publish(context.Context) error                     { return r.publishErr }
-func (r *orphanRegistry) ReadLive(context.Context) ([]registry.Host, error) { return nil, nil }
-func (r *orphanRegistry) Close(context.Context) error                       { return nil }
+func (r *orphanRegistry) Start(context.Context) error                           { return nil }
+func (r *orphanRegistry) Publish(context.Context) error                         { return r.publishErr }
+func (r *orphanRegistry) ReadLive(context.Context) ([]capabilities.Host, error) { return nil, nil }
+func (r *orphanRegistry) Close(context.Context) error                           { return nil }
 
 // orphanFixture is one worker name's queues and folders on a live Valkey.
 type orphanFixture struct {
@@ -100,14 +102,14 @@ func (f *orphanFixture) worker(t *testing.T, rt Runtime, reg Registry, logs *byt
 		tune.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 	}
 	deps := Deps{
-		Queues:   []JobQueue{f.shared},
-		Source:   SourceFromConsumer(consumer),
+		Queues:   []JobQueue{testStores.Queue(f.shared)},
+		Source:   testStores.Source(consumer),
 		Runtime:  rt,
-		Budget:   NewBudget(f.db.Client, BudgetConfig{DailyCap: f.cap}),
+		Budget:   testStores.Budget(f.db.Client, f.cap),
 		Registry: reg,
 	}
 	if f.mirror {
-		deps.Mirror = NewMirror(f.db.Client, MirrorConfig{Host: f.cfg.WorkerName})
+		deps.Mirror = testStores.Mirror(f.db.Client, f.cfg.WorkerName)
 	}
 	if f.dir != nil {
 		deps.Directory = f.dir
@@ -126,7 +128,7 @@ func (f *orphanFixture) leaveOrphan(t *testing.T, id, noteToken string) (lockTok
 	t.Helper()
 	ctx := context.Background()
 	data, _ := json.Marshal(jobs.Job{Kind: jobs.KindForge, Repo: "acme/orphan", Flow: "fix", Task: "t"})
-	if _, _, err := f.shared.Add(ctx, JobName, data, queue.AddOptions{JobID: id, Attempts: 3}); err != nil {
+	if _, _, err := f.shared.Add(ctx, enqueue.JobName, data, queue.AddOptions{JobID: id, Attempts: 3}); err != nil {
 		t.Fatal(err)
 	}
 	lockToken = "lock-" + id
@@ -145,7 +147,7 @@ func (f *orphanFixture) leaveOrphan(t *testing.T, id, noteToken string) (lockTok
 	if err := os.MkdirAll(dead.jobsDir(), 0o750); err != nil {
 		t.Fatal(err)
 	}
-	h := &held{q: f.shared, job: job, token: noteToken, spec: spec, rec: jobs.Record{Attempt: 1}}
+	h := &held{q: testStores.Queue(f.shared), job: testStores.Held(job), token: noteToken, spec: spec, rec: jobs.Record{Attempt: 1}}
 	if _, _, _, err := dead.prepareDirs(h); err != nil {
 		t.Fatal(err)
 	}

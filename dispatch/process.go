@@ -13,7 +13,6 @@ import (
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/faultpoint"
 	"github.com/pidispatch/pidispatch/jobs"
-	"github.com/pidispatch/pidispatch/queue"
 )
 
 // Exit codes of the container contract (docs/container-contract.md).
@@ -26,7 +25,7 @@ const (
 // held is one job this worker holds the lock of.
 type held struct {
 	q     JobQueue
-	job   *queue.Job
+	job   *HeldJob
 	token string
 	spec  jobs.Job // parsed job data; zero when it did not parse
 	rec   jobs.Record
@@ -41,7 +40,7 @@ type held struct {
 // Every path ends in exactly one of: deferred (back to delayed, not an
 // attempt), refused (recorded, returned as the job's result, never
 // retried), completed, or failed (recorded, retried within attempts).
-func (w *Worker) handle(ctx context.Context, q JobQueue, job *queue.Job, token string) {
+func (w *Worker) handle(ctx context.Context, q JobQueue, job *HeldJob, token string) {
 	h := &held{q: q, job: job, token: token}
 	h.rec = jobs.Record{
 		JobID:     job.ID,
@@ -227,7 +226,7 @@ func (w *Worker) keepLock(ctx context.Context, h *held, stop context.CancelFunc,
 		case <-t.C:
 		}
 		err := h.q.ExtendLock(ctx, h.job.ID, h.token, w.tune.LockTTL)
-		if errors.Is(err, queue.ErrLockLost) {
+		if errors.Is(err, ErrLockLost) {
 			close(lost)
 			stop()
 			return
@@ -423,7 +422,7 @@ func (w *Worker) fail(ctx context.Context, h *held, reason string, exit *int, te
 	w.record(h, jobs.OutcomeFailed, reason, exit, telemetry)
 	var retried bool
 	err := w.report(ctx, h, func(ctx context.Context) (err error) {
-		retried, err = h.q.Fail(ctx, h.job.ID, h.token, reason, queue.FailOptions{})
+		retried, err = h.q.Fail(ctx, h.job.ID, h.token, reason, FailOptions{})
 		return err
 	})
 	if err != nil {
@@ -437,7 +436,7 @@ func (w *Worker) fail(ctx context.Context, h *held, reason string, exit *int, te
 func (w *Worker) failNoRetry(ctx context.Context, h *held, reason string) {
 	w.record(h, jobs.OutcomeFailed, reason, nil, nil)
 	err := w.report(ctx, h, func(ctx context.Context) error {
-		_, err := h.q.Fail(ctx, h.job.ID, h.token, reason, queue.FailOptions{NoRetry: true})
+		_, err := h.q.Fail(ctx, h.job.ID, h.token, reason, FailOptions{NoRetry: true})
 		return err
 	})
 	if err != nil {
@@ -473,8 +472,8 @@ func (w *Worker) report(ctx context.Context, h *held, op func(context.Context) e
 		if err == nil && attempt > 1 {
 			w.log.Info("job_report_delivered", "jobId", h.job.ID, "queue", h.q.Name(), "attempts", attempt)
 		}
-		if err == nil || errors.Is(err, queue.ErrLockLost) || errors.Is(err, queue.ErrNotActive) ||
-			errors.Is(err, queue.ErrNotFound) || time.Now().Add(delay).After(deadline) {
+		if err == nil || errors.Is(err, ErrLockLost) || errors.Is(err, ErrNotActive) ||
+			errors.Is(err, ErrJobNotFound) || time.Now().Add(delay).After(deadline) {
 			return err
 		}
 		time.Sleep(delay)
@@ -509,7 +508,11 @@ func (w *Worker) record(h *held, outcome, reason string, exit *int, telemetry js
 	faultpoint.Hit(faultpoint.RunRecorded)
 }
 
-// claim takes the fleet-wide claim of recording one attempt (RunClaimKey).
+// claimCallTimeout bounds one claim call; a claim that cannot be read in time
+// counts as this host's, so a slow store never leaves an attempt unrecorded.
+const claimCallTimeout = 2 * time.Second
+
+// claim takes the fleet-wide claim of recording one attempt.
 // Without a mirror, or with Valkey unreachable, this host records: a
 // duplicate record is better than none.
 func (w *Worker) claim(jobID string, attempt int) (owner string, mine bool) {
@@ -517,7 +520,7 @@ func (w *Worker) claim(jobID string, attempt int) (owner string, mine bool) {
 	if c == nil {
 		return w.cfg.WorkerName, true
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), DefaultMirrorCallTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), claimCallTimeout)
 	defer cancel()
 	owner, err := c.Claim(ctx, jobID, attempt, w.cfg.WorkerName)
 	if err != nil {
@@ -529,7 +532,7 @@ func (w *Worker) claim(jobID string, attempt int) (owner string, mine bool) {
 // releaseClaim drops this host's claim of an attempt it no longer records.
 func (w *Worker) releaseClaim(jobID string, attempt int) {
 	if c := w.claims(); c != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), DefaultMirrorCallTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), claimCallTimeout)
 		defer cancel()
 		_ = c.ReleaseClaim(ctx, jobID, attempt, w.cfg.WorkerName)
 	}
@@ -633,14 +636,14 @@ func (w *Worker) settlePrerecord(ctx context.Context, q JobQueue, id string, p p
 	}
 	j, err := q.Get(ctx, id)
 	switch {
-	case err != nil && !errors.Is(err, queue.ErrNotFound):
+	case err != nil && !errors.Is(err, ErrJobNotFound):
 		return // undecided: the next check looks again
-	case err == nil && j.State == queue.StateFailed && p.claimed:
+	case err == nil && j.State == StateFailed && p.claimed:
 		w.mirror(p.rec)
 		w.endHold(id, p.waitFor)
 		w.log.Warn("job_stalled", "jobId", id, "queue", q.Name(), "ranOn", p.rec.Host)
 		return
-	case err == nil && j.State == queue.StateActive:
+	case err == nil && j.State == StateActive:
 		return
 	}
 	_ = os.Remove(filepath.Join(w.cfg.LogsDir, jobs.RecordName(p.rec.JobID, p.rec.Attempt)))
@@ -679,7 +682,7 @@ func (w *Worker) prerecordStalled(ctx context.Context, q JobQueue) map[string]pr
 	pre := make(map[string]prerecorded, len(ids))
 	for _, id := range ids {
 		job, err := q.Get(ctx, id)
-		if err != nil || job == nil || job.State != queue.StateActive {
+		if err != nil || job == nil || job.State != StateActive {
 			continue
 		}
 		rec, waitFor := w.stalledRecord(id, job, job.AttemptsMade+1)
@@ -700,7 +703,7 @@ func (w *Worker) prerecordStalled(ctx context.Context, q JobQueue) map[string]pr
 // stalledRecord is the record of attempt of job id failed as stalled, with
 // what the queue knows of it (job may be nil: removed on failure), and the
 // job's wait conditions.
-func (w *Worker) stalledRecord(id string, job *queue.Job, attempt int) (jobs.Record, []jobs.WaitCondition) {
+func (w *Worker) stalledRecord(id string, job *HeldJob, attempt int) (jobs.Record, []jobs.WaitCondition) {
 	now := w.tune.Now().UTC()
 	rec := jobs.Record{
 		JobID: id, Kind: jobs.KindManual, Target: "-", Host: w.cfg.WorkerName,

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/container"
+	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
@@ -21,7 +22,8 @@ import (
 // Complete return an error without reaching Valkey, the way a SIGKILL right
 // before them leaves things. It notes which records existed at that moment.
 type killedQueue struct {
-	*queue.Queue
+	JobQueue
+	q       *queue.Queue
 	logsDir string
 
 	mu       sync.Mutex
@@ -41,12 +43,12 @@ func (q *killedQueue) seen(id string) {
 	q.recsSeen[id] = len(recs)
 }
 
-func (q *killedQueue) Fail(ctx context.Context, id, token, reason string, opts queue.FailOptions) (bool, error) {
+func (q *killedQueue) Fail(ctx context.Context, id, token, reason string, opts FailOptions) (bool, error) {
 	q.seen(id)
 	if q.killed {
 		return false, errKilled
 	}
-	return q.Queue.Fail(ctx, id, token, reason, opts)
+	return q.JobQueue.Fail(ctx, id, token, reason, opts)
 }
 
 func (q *killedQueue) Complete(ctx context.Context, id, token string, result json.RawMessage) error {
@@ -54,21 +56,23 @@ func (q *killedQueue) Complete(ctx context.Context, id, token string, result jso
 	if q.killed {
 		return errKilled
 	}
-	return q.Queue.Complete(ctx, id, token, result)
+	return q.JobQueue.Complete(ctx, id, token, result)
 }
 
-func (q *killedQueue) CheckStalled(ctx context.Context) (queue.Stalled, error) {
-	ids, err := q.Unlocked(ctx)
+func (q *killedQueue) Unlocked(ctx context.Context) ([]string, error) { return q.q.Unlocked(ctx) }
+
+func (q *killedQueue) CheckStalled(ctx context.Context) (Stalled, error) {
+	ids, err := q.q.Unlocked(ctx)
 	if err != nil {
-		return queue.Stalled{}, err
+		return Stalled{}, err
 	}
 	for _, id := range ids {
 		q.seen(id)
 	}
 	if q.killed {
-		return queue.Stalled{}, errKilled
+		return Stalled{}, errKilled
 	}
-	return q.Queue.CheckStalled(ctx)
+	return q.JobQueue.CheckStalled(ctx)
 }
 
 // A boot killed between an orphan's record and its failure leaves the
@@ -79,7 +83,7 @@ func TestOrphanIsRecordedBeforeItFails(t *testing.T) {
 	f := newOrphanFixture(t)
 	f.leaveOrphan(t, "orphan-rf", "")
 	rt := &orphanRuntime{reap: container.ReapReport{Enumerated: true}}
-	kq := &killedQueue{Queue: f.shared, logsDir: f.cfg.LogsDir, killed: true}
+	kq := &killedQueue{JobQueue: testStores.Queue(f.shared), q: f.shared, logsDir: f.cfg.LogsDir, killed: true}
 
 	w := f.worker(t, rt, &orphanRegistry{}, nil)
 	w.deps.Queues = []JobQueue{kq}
@@ -147,7 +151,7 @@ func TestStalledJobIsRecordedBeforeItFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	data, _ := json.Marshal(jobs.Job{Kind: jobs.KindForge, Repo: "acme/stall", Flow: "fix", Task: "t"})
-	if _, _, err := short.Add(ctx, JobName, data, queue.AddOptions{JobID: "stall-1", Attempts: 3}); err != nil {
+	if _, _, err := short.Add(ctx, enqueue.JobName, data, queue.AddOptions{JobID: "stall-1", Attempts: 3}); err != nil {
 		t.Fatal(err)
 	}
 	// Attempt 1 failed (and was recorded); attempt 2 is taken and its holder dies.
@@ -177,7 +181,7 @@ func TestStalledJobIsRecordedBeforeItFails(t *testing.T) {
 	// Fetch to Fail above, also on a loaded machine.
 	time.Sleep(1200 * time.Millisecond)
 
-	kq := &killedQueue{Queue: f.shared, logsDir: f.cfg.LogsDir, killed: true}
+	kq := &killedQueue{JobQueue: testStores.Queue(f.shared), q: f.shared, logsDir: f.cfg.LogsDir, killed: true}
 	w := f.worker(t, &orphanRuntime{}, &orphanRegistry{}, nil)
 	w.deps.Queues = []JobQueue{kq}
 	w.checkStalled(ctx) // killed at the state change
@@ -230,7 +234,7 @@ func TestFrozenWorkerWakingWritesNoSecondRecord(t *testing.T) {
 	checker.cfg.WorkerName, checker.cfg.LogsDir = "checker", t.TempDir()
 	ctx := context.Background()
 	data, _ := json.Marshal(jobs.Job{Kind: jobs.KindForge, Repo: "acme/frozen", Flow: "fix", Task: "t"})
-	if _, _, err := frozen.shared.Add(ctx, JobName, data, queue.AddOptions{JobID: "frozen-1"}); err != nil {
+	if _, _, err := frozen.shared.Add(ctx, enqueue.JobName, data, queue.AddOptions{JobID: "frozen-1"}); err != nil {
 		t.Fatal(err)
 	}
 	rt := &frozenRuntime{orphanRuntime: orphanRuntime{reap: container.ReapReport{Enumerated: true}}, started: make(chan struct{})}
@@ -253,7 +257,7 @@ func TestFrozenWorkerWakingWritesNoSecondRecord(t *testing.T) {
 	deadline := time.Now().Add(15 * time.Second)
 	var mirrored jobs.Record
 	for {
-		body, err := frozen.db.Client.Get(ctx, RunRecordKey("frozen-1", 1)).Result()
+		body, err := frozen.db.Client.Get(ctx, testStores.RunRecordKey("frozen-1", 1)).Result()
 		if err == nil && json.Unmarshal([]byte(body), &mirrored) == nil && mirrored.ExitCode != nil {
 			break
 		}
@@ -375,7 +379,7 @@ func TestRunKeepsItsContainerUntilRecorded(t *testing.T) {
 	f := newOrphanFixture(t)
 	rt := &keepingRuntime{orphanRuntime: orphanRuntime{reap: container.ReapReport{Enumerated: true}}, logsDir: f.cfg.LogsDir, q: f.shared}
 	data, _ := json.Marshal(jobs.Job{Kind: jobs.KindForge, Repo: "acme/keep", Flow: "fix", Task: "t"})
-	if _, _, err := f.shared.Add(context.Background(), JobName, data, queue.AddOptions{JobID: "keep-1"}); err != nil {
+	if _, _, err := f.shared.Add(context.Background(), enqueue.JobName, data, queue.AddOptions{JobID: "keep-1"}); err != nil {
 		t.Fatal(err)
 	}
 	_, stop := f.boot(t, rt, &orphanRegistry{})

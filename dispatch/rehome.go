@@ -10,20 +10,16 @@ import (
 	"github.com/pidispatch/pidispatch/capabilities"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/jobs"
-	"github.com/pidispatch/pidispatch/queue"
-	"github.com/pidispatch/pidispatch/registry"
 )
 
-// Directory reaches every queue of the fleet by name. *queue.Directory
-// implements it.
+// Directory reaches every queue of the fleet by name.
+// Package stack adapts the Valkey directory of queues to it.
 type Directory interface {
 	HostQueues(ctx context.Context) ([]string, error)
-	Pending(ctx context.Context, queueName string, limit int) ([]*queue.Job, error)
+	Pending(ctx context.Context, queueName string, limit int) ([]*HeldJob, error)
 	Move(ctx context.Context, from, to, id string) error
-	Queue(name string) (*queue.Queue, error)
+	Queue(name string) (JobQueue, error)
 }
-
-var _ Directory = (*queue.Directory)(nil)
 
 // rehomeBatch bounds the jobs looked at per stranded queue per pass.
 const rehomeBatch = 200
@@ -70,7 +66,7 @@ func (w *Worker) tendDeadHosts(ctx context.Context) {
 // rows that were live when they were read.
 type deadQueues struct {
 	queues []string
-	live   []registry.Host
+	live   []capabilities.Host
 }
 
 // deadHosts reads the registry and finds the host queues whose host has no
@@ -90,7 +86,7 @@ func (w *Worker) deadHosts(ctx context.Context) (deadQueues, error) {
 		alive[h.Name] = true
 	}
 	names, err := w.deps.Directory.HostQueues(ctx)
-	var de *queue.DiscoveryError
+	var de *DiscoveryError
 	if err != nil {
 		if !errors.As(err, &de) {
 			return deadQueues{}, err
@@ -122,7 +118,7 @@ func (w *Worker) Rehome(ctx context.Context) (int, error) {
 
 // rehome moves the stranded jobs of dead's queues (see Rehome).
 func (w *Worker) rehome(ctx context.Context, dead deadQueues) int {
-	hosts := registry.CapabilityHosts(dead.live)
+	hosts := dead.live
 	moved := 0
 	for _, name := range dead.queues {
 		host := strings.TrimPrefix(name, "pi-jobs@")

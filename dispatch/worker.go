@@ -14,8 +14,6 @@ import (
 
 	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/jobs"
-	"github.com/pidispatch/pidispatch/lease"
-	"github.com/pidispatch/pidispatch/registry"
 )
 
 // Tuning holds the Worker's tunables that are not operator configuration.
@@ -226,7 +224,7 @@ func checkDeps(cfg Config, deps Deps) error {
 // gracefully: it stops fetching, lets running jobs finish for up to
 // Tuning.ShutdownGrace, stops the containers of those still running, and
 // leaves the registry. It returns nil after a clean shutdown, or the error
-// that refused boot (a duplicate worker name: registry.ErrNameInUse).
+// that refused boot (a duplicate worker name: ErrNameInUse).
 func (w *Worker) Run(ctx context.Context) error {
 	if err := w.markStarted(); err != nil {
 		return err
@@ -289,7 +287,7 @@ func (w *Worker) boot(ctx context.Context) (reaped bool, err error) {
 	// already have removed the live holder's containers and claims.
 	if w.deps.Registry != nil {
 		if err := w.deps.Registry.Start(ctx); err != nil {
-			if errors.Is(err, registry.ErrNameInUse) {
+			if errors.Is(err, ErrNameInUse) {
 				return false, err
 			}
 			// Valkey down at boot never blocks it: the registry keeps beating.
@@ -437,10 +435,10 @@ func (w *Worker) sweep(ctx context.Context, reaped bool) {
 	if !w.cfg.WorkerNameDeclared || w.deps.Leases == nil {
 		return
 	}
-	var rows []lease.ScopeRow
+	var rows []ScopeRow
 	for _, l := range w.limits.Rows() {
 		if l.Concurrent > 0 {
-			rows = append(rows, lease.ScopeRow{Scope: l.Scope, Concurrent: l.Concurrent})
+			rows = append(rows, ScopeRow{Scope: l.Scope, Concurrent: l.Concurrent})
 		}
 	}
 	if _, err := w.deps.Leases.SweepOwnClaims(ctx, reaped, rows); err != nil {

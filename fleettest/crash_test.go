@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
@@ -45,7 +45,7 @@ func TestFleetKilledHostMidJob(t *testing.T) {
 
 	// The long job needs the profile only k1 has, so the router puts it on
 	// k1's queue: the victim is known before it is picked up.
-	router := dispatch.NewRouter(s.producer(), dispatch.RouterConfig{})
+	router := enqueue.NewRouter(s.producer(), enqueue.RouterConfig{})
 	jobID := s.jobID("long", 0)
 	if e := s.enqueueForge(router, jobID, forgeJob(scope, "vault", "JOB_SLEEP=120s")); e.Queue != k1.hostQueue() {
 		t.Fatalf("long job went to %s, want %s", e.Queue, k1.hostQueue())

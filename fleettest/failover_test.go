@@ -14,7 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/valkey"
 )
 
@@ -142,7 +142,7 @@ func TestFleetValkeyFailover(t *testing.T) {
 		t.Fatalf("status through the sentinel before the failover: %+v, want the shared queue and %d host queues", rep, len(ws))
 	}
 
-	router := dispatch.NewRouter(s.producer(), dispatch.RouterConfig{})
+	router := enqueue.NewRouter(s.producer(), enqueue.RouterConfig{})
 	var ids []string
 	for i := range 36 {
 		id := s.jobID("fo", i)

@@ -13,8 +13,9 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/internal/faultpoint"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
@@ -93,7 +94,7 @@ func (s *scenario) addJob(queueName, id string, job jobs.Job, attempts int) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, added, err := s.queue(queueName).Add(ctx, dispatch.JobName, data, queue.AddOptions{JobID: id, Attempts: attempts}); err != nil || !added {
+	if _, added, err := s.queue(queueName).Add(ctx, enqueue.JobName, data, queue.AddOptions{JobID: id, Attempts: attempts}); err != nil || !added {
 		s.t.Fatalf("add %s to %s: added %v, %v", id, queueName, added, err)
 	}
 	suite.ledger.enqueued(s.key(), id)
@@ -216,7 +217,7 @@ func wantContainers(name string, n int, state string) error {
 func TestFleetRecordFirstBootKill(t *testing.T) {
 	t.Parallel()
 	s := newScenario(t, "bootkill")
-	router := dispatch.NewRouter(s.producer(), dispatch.RouterConfig{})
+	router := enqueue.NewRouter(s.producer(), enqueue.RouterConfig{})
 
 	// The run's record, then a kill before the report.
 	r := s.faultWorker("b2", map[string]string{envCrashAt: faultpoint.RunRecorded})
@@ -278,7 +279,7 @@ func TestFleetRecordFirstStalledKill(t *testing.T) {
 	victim := v.start()
 	victim.waitEvent("worker_started", 60*time.Second, nil)
 	s.waitLive(v)
-	router := dispatch.NewRouter(s.producer(), dispatch.RouterConfig{})
+	router := enqueue.NewRouter(s.producer(), enqueue.RouterConfig{})
 	id := s.jobID("stall", 0)
 	s.enqueueForge(router, id, forgeJob("acme/stallkill", "", "JOB_SLEEP=150s"))
 	victim.waitEvent("job_started", 60*time.Second, jobIs(id))
@@ -321,7 +322,7 @@ func TestFleetFrozenWorkerWakes(t *testing.T) {
 	frozen := f.start()
 	frozen.waitEvent("worker_started", 60*time.Second, nil)
 	s.waitLive(f)
-	router := dispatch.NewRouter(s.producer(), dispatch.RouterConfig{})
+	router := enqueue.NewRouter(s.producer(), enqueue.RouterConfig{})
 	id := s.jobID("frozen", 0)
 	s.enqueueForge(router, id, forgeJob("acme/freeze", "", "JOB_SLEEP=3s\nJOB_EXIT_CODE=3\nJOB_PRINT_EXIT_LINE=1"))
 	// Frozen once the container runs (job_started comes before it is
@@ -346,7 +347,7 @@ func TestFleetFrozenWorkerWakes(t *testing.T) {
 	}
 	var mirrored jobs.Record
 	s.eventually(20*time.Second, func(ctx context.Context) error {
-		body, err := s.client.Get(ctx, dispatch.RunRecordKey(id, 1)).Bytes()
+		body, err := s.client.Get(ctx, fleetstate.RunRecordKey(id, 1)).Bytes()
 		if err != nil {
 			return err
 		}
@@ -355,7 +356,7 @@ func TestFleetFrozenWorkerWakes(t *testing.T) {
 		}
 		if mirrored.ExitCode == nil || *mirrored.ExitCode != 3 || !strings.Contains(string(mirrored.Telemetry), `"turns":3`) {
 			return fmt.Errorf("mirror entry %s: %s/%s exit %s telemetry %s by %s, want exit code 3 and the exit line",
-				dispatch.RunRecordKey(id, 1), mirrored.Outcome, mirrored.Reason, exitText(mirrored.ExitCode), mirrored.Telemetry, mirrored.Host)
+				fleetstate.RunRecordKey(id, 1), mirrored.Outcome, mirrored.Reason, exitText(mirrored.ExitCode), mirrored.Telemetry, mirrored.Host)
 		}
 		return nil
 	})

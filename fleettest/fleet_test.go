@@ -20,10 +20,11 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/jobimage"
 	"github.com/pidispatch/pidispatch/jobs"
+	"github.com/pidispatch/pidispatch/operator"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
 	"github.com/pidispatch/pidispatch/runner"
@@ -462,9 +463,9 @@ func (s *scenario) waitLive(ws ...*worker) {
 
 // producer is an undeclared front-end's producer over the scenario's
 // database.
-func (s *scenario) producer() *dispatch.Producer {
+func (s *scenario) producer() *enqueue.Producer {
 	s.t.Helper()
-	p, err := dispatch.NewProducer(s.client, dispatch.ProducerConfig{})
+	p, err := enqueue.NewProducer(s.client, enqueue.ProducerConfig{})
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -479,11 +480,11 @@ func forgeJob(repo, profile, task string) jobs.Job {
 
 // enqueueForge routes and enqueues a forge delivery and enters it in the
 // ledger.
-func (s *scenario) enqueueForge(r *dispatch.Router, id string, job jobs.Job) dispatch.Enqueued {
+func (s *scenario) enqueueForge(r *enqueue.Router, id string, job jobs.Job) enqueue.Enqueued {
 	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	e, err := r.EnqueueForge(ctx, dispatch.ForgeDelivery{JobID: id, Job: job})
+	e, err := r.EnqueueForge(ctx, enqueue.ForgeDelivery{JobID: id, Job: job})
 	if err != nil {
 		s.t.Fatalf("enqueue %s: %v", id, err)
 	}
@@ -509,7 +510,7 @@ func (s *scenario) addTo(queueName, id string, job jobs.Job) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, added, err := q.Add(ctx, dispatch.JobName, data, queue.AddOptions{JobID: id, Attempts: dispatch.DefaultAttempts}); err != nil || !added {
+	if _, added, err := q.Add(ctx, enqueue.JobName, data, queue.AddOptions{JobID: id, Attempts: enqueue.DefaultAttempts}); err != nil || !added {
 		s.t.Fatalf("add %s to %s: added %v, %v", id, queueName, added, err)
 	}
 	suite.ledger.enqueued(s.key(), id)
@@ -644,10 +645,10 @@ func (s *scenario) mustCLI(args ...string) string {
 }
 
 // status is `pi-dispatch status`, decoded.
-func (s *scenario) status() dispatch.StatusReport {
+func (s *scenario) status() operator.StatusReport {
 	s.t.Helper()
 	out := s.mustCLI("status", "--json")
-	var rep dispatch.StatusReport
+	var rep operator.StatusReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		s.t.Fatalf("status is not one JSON line: %q: %v", out, err)
 	}

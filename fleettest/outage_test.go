@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 )
@@ -35,7 +35,7 @@ func TestFleetRedisRestartUnderLoad(t *testing.T) {
 	}
 	s.waitLive(ws...)
 
-	router := dispatch.NewRouter(s.producer(), dispatch.RouterConfig{})
+	router := enqueue.NewRouter(s.producer(), enqueue.RouterConfig{})
 	var ids []string
 	for i := range 30 {
 		id := s.jobID("load", i)

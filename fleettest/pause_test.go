@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
@@ -71,7 +71,7 @@ func TestFleetPauseWithHostDown(t *testing.T) {
 		byHost[id] = w.name
 	}
 	sharedID := s.jobID("shared", 0)
-	s.enqueueForge(dispatch.NewRouter(s.producer(), dispatch.RouterConfig{}), sharedID, forgeJob("acme/pause", "", "JOB_SLEEP=300ms"))
+	s.enqueueForge(enqueue.NewRouter(s.producer(), enqueue.RouterConfig{}), sharedID, forgeJob("acme/pause", "", "JOB_SLEEP=300ms"))
 	time.Sleep(3 * time.Second)
 	for id := range byHost {
 		s.wantState(id, queue.StatePaused)

@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 )
@@ -40,7 +41,7 @@ func TestFleetCapabilityRouting(t *testing.T) {
 		}
 	}
 
-	router := dispatch.NewRouter(s.producer(), dispatch.RouterConfig{})
+	router := enqueue.NewRouter(s.producer(), enqueue.RouterConfig{})
 	var profiled []string
 	for i := range 4 {
 		id := s.jobID("prod", i)
@@ -107,9 +108,9 @@ func TestFleetCapabilityRouting(t *testing.T) {
 	// mirror writes in the background, shortly after the record).
 	for _, id := range append(profiled, shared...) {
 		s.eventually(10*time.Second, func(ctx context.Context) error {
-			n, err := s.client.Exists(ctx, dispatch.RunRecordKey(id, 1)).Result()
+			n, err := s.client.Exists(ctx, fleetstate.RunRecordKey(id, 1)).Result()
 			if err == nil && n != 1 {
-				err = fmt.Errorf("no run mirror %s", dispatch.RunRecordKey(id, 1))
+				err = fmt.Errorf("no run mirror %s", fleetstate.RunRecordKey(id, 1))
 			}
 			return err
 		})

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/capabilities"
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/registry"
 )
@@ -55,7 +55,7 @@ func TestFleetStoppedHostRehomed(t *testing.T) {
 	job := forgeJob("acme/stop", "prod", "JOB_SLEEP=300ms")
 
 	// Before the stop the router agrees: the first of them lands on s1.
-	router := dispatch.NewRouter(s.producer(), dispatch.RouterConfig{})
+	router := enqueue.NewRouter(s.producer(), enqueue.RouterConfig{})
 	if e := s.enqueueForge(router, toS1[0], job); e.Queue != s1.hostQueue() {
 		t.Fatalf("before the stop %s went to %s, want %s", toS1[0], e.Queue, s1.hostQueue())
 	}
@@ -86,7 +86,7 @@ func TestFleetStoppedHostRehomed(t *testing.T) {
 		}
 		return nil
 	})
-	fresh := dispatch.NewRouter(s.producer(), dispatch.RouterConfig{}) // no cached read
+	fresh := enqueue.NewRouter(s.producer(), enqueue.RouterConfig{}) // no cached read
 	for _, id := range toS1[1:] {
 		if e := s.enqueueForge(fresh, id, job); e.Queue != s2.hostQueue() {
 			t.Fatalf("with %s stale, %s went to %s, want %s", s1.name, id, e.Queue, s2.hostQueue())

@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/operator"
 )
 
 func init() {
@@ -21,7 +21,7 @@ const cancelUsage = "usage: pi-dispatch cancel [--wait 10s] <jobId>"
 func runCancel(ctx context.Context, e env, args []string) int {
 	fs := flag.NewFlagSet("cancel", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	wait := fs.Duration("wait", dispatch.DefaultCancelWait, "how long to wait for the worker running the job to acknowledge")
+	wait := fs.Duration("wait", operator.DefaultCancelWait, "how long to wait for the worker running the job to acknowledge")
 	// Flags may come before or after the job id.
 	var ids []string
 	rest := args
@@ -57,9 +57,9 @@ func runCancel(ctx context.Context, e env, args []string) int {
 	ctx, cancel := context.WithTimeout(ctx, ksCommandTimeout+*wait)
 	defer cancel()
 
-	res, err := dispatch.CancelWith(ctx, client, id, cancelOptions(e, *wait))
+	res, err := operator.CancelWith(ctx, client, id, cancelOptions(e, *wait))
 	switch {
-	case errors.Is(err, dispatch.ErrInvalidJobID):
+	case errors.Is(err, operator.ErrInvalidJobID):
 		fmt.Fprintf(e.stderr, "pi-dispatch %v\n", err)
 		return exitUsage
 	case err != nil && isReply(err):
@@ -69,7 +69,7 @@ func runCancel(ctx context.Context, e env, args []string) int {
 		return ksUnreachable(e.stderr, url, err)
 	}
 	switch res.Where {
-	case dispatch.CancelRemoved:
+	case operator.CancelRemoved:
 		fmt.Fprintf(e.stdout, "cancelled %s: removed from %s (it was %s)\n", id, res.Queue, res.State)
 		if res.Record != nil {
 			where := "the run mirror"
@@ -82,22 +82,22 @@ func runCancel(ctx context.Context, e env, args []string) int {
 			fmt.Fprintf(e.stderr, "  the cancel's record was not written everywhere: %v\n", res.RecordErr)
 		}
 		return exitOK
-	case dispatch.CancelRunningStopped:
+	case operator.CancelRunningStopped:
 		host := res.Host
 		if host == "" {
 			host = "(an unnamed worker)"
 		}
 		fmt.Fprintf(e.stdout, "cancelled %s: stopped on host %s (%s); its run record says operator-cancel\n", id, host, res.Queue)
 		return exitOK
-	case dispatch.CancelNotFound:
+	case operator.CancelNotFound:
 		fmt.Fprintf(e.stderr, "no job %s on any queue — nothing changed\n", id)
-	case dispatch.CancelFinished:
+	case operator.CancelFinished:
 		fmt.Fprintf(e.stderr, "job %s already finished (%s) on %s — nothing changed\n", id, res.State, res.Queue)
-	case dispatch.CancelSchedulerRun:
+	case operator.CancelSchedulerRun:
 		fmt.Fprintf(e.stderr, "job %s is the pending run of scheduler %s on %s — nothing changed; remove the trigger (its cron entry) to stop it\n", id, res.SchedulerID, res.Queue)
-	case dispatch.CancelTimeout:
+	case operator.CancelTimeout:
 		fmt.Fprintf(e.stderr, "no worker acknowledged the cancel of running job %s on %s within %s — request withdrawn, nothing changed\n", id, res.Queue, *wait)
-	case dispatch.CancelUnconfirmed:
+	case operator.CancelUnconfirmed:
 		fmt.Fprintf(e.stderr, "a worker took the cancel request for running job %s on %s but did not acknowledge it within %s — it was probably stopped; check its run record\n", id, res.Queue, *wait)
 	default:
 		fmt.Fprintf(e.stderr, "cancel %s: %s\n", id, res.Where)
@@ -109,8 +109,8 @@ func runCancel(ctx context.Context, e env, args []string) int {
 // else the hostname) and writes the record to PI_LOGS_DIR when it is an
 // absolute path, else only to the run mirror: like pause, cancel never
 // refuses to act over the rest of the configuration.
-func cancelOptions(e env, wait time.Duration) dispatch.CancelOptions {
-	opts := dispatch.CancelOptions{Wait: wait, Host: e.getenv("PI_WORKER_NAME")}
+func cancelOptions(e env, wait time.Duration) operator.CancelOptions {
+	opts := operator.CancelOptions{Wait: wait, Host: e.getenv("PI_WORKER_NAME")}
 	if dir := e.getenv("PI_LOGS_DIR"); filepath.IsAbs(dir) {
 		opts.LogsDir = filepath.Clean(dir)
 	}

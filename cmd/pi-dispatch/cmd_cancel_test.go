@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
@@ -72,7 +72,7 @@ func TestCancelRunningGolden(t *testing.T) {
 	ctx := context.Background()
 	host := newQueue(t, db.Client, fleet.HostQueueName("alpha"))
 	fetchAsWorker(t, host, "r1")
-	w, err := dispatch.NewCancelWatcher(db.Client, "alpha", dispatch.CancelWatcherConfig{Poll: 50 * time.Millisecond})
+	w, err := fleetstate.NewCancelWatcher(db.Client, "alpha", fleetstate.CancelWatcherConfig{Poll: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestCancelRunningGolden(t *testing.T) {
 	if el := time.Since(start); el < time.Second || el > 4*time.Second {
 		t.Fatalf("waited %s", el)
 	}
-	if n, _ := db.Client.Exists(ctx, dispatch.CancelRequestKey("r2")).Result(); n != 0 {
+	if n, _ := db.Client.Exists(ctx, fleetstate.CancelRequestKey("r2")).Result(); n != 0 {
 		t.Fatal("request not withdrawn")
 	}
 	// The flag may follow the id too.

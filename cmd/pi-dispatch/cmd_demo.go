@@ -22,12 +22,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/agentimage"
 	"github.com/pidispatch/pidispatch/internal/fakeprovider"
 	"github.com/pidispatch/pidispatch/internal/jobimage"
-	"github.com/pidispatch/pidispatch/internal/stack"
 	"github.com/pidispatch/pidispatch/jobs"
+	"github.com/pidispatch/pidispatch/stack"
 	"github.com/pidispatch/pidispatch/valkey"
 )
 
@@ -280,7 +281,7 @@ func (d *demo) run(parent context.Context) int {
 	d.say("started worker %s (queues pi-jobs and pi-jobs@%s)", cfg.WorkerName, cfg.WorkerName)
 
 	// 5. One local job on the workspace.
-	producer, err := dispatch.NewProducer(s.Valkey, dispatch.ProducerConfig{
+	producer, err := enqueue.NewProducer(s.Valkey, enqueue.ProducerConfig{
 		WorkerName: cfg.WorkerName, WorkerNameDeclared: true, Attempts: 1,
 	})
 	if err != nil {

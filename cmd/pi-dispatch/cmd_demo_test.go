@@ -15,8 +15,8 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/internal/jobimage"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
@@ -195,7 +195,7 @@ func TestDemo_FailedJobExits1(t *testing.T) {
 }
 
 func TestDemo_RefusesADeploymentsDatabase(t *testing.T) {
-	for _, key := range []string{"bull:pi-jobs:meta", registry.LiveKey, "bull:pi-jobs@web-1:id", dispatch.PausedKey} {
+	for _, key := range []string{"bull:pi-jobs:meta", registry.LiveKey, "bull:pi-jobs@web-1:id", fleetstate.PausedKey} {
 		t.Run(key, func(t *testing.T) {
 			db := livetest.Valkey(t)
 			ctx := context.Background()

@@ -9,7 +9,7 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/operator"
 	"github.com/pidispatch/pidispatch/runner"
 )
 
@@ -47,8 +47,8 @@ func cmdDoctor(ctx context.Context, e env, args []string) int {
 		fmt.Fprintf(e.stderr, "pi-dispatch doctor: %v\n", err)
 		return exitUsage
 	}
-	cfg, cfgErr := dispatch.ConfigForDoctor(e.getenv)
-	deps := dispatch.DoctorDeps{ConfigErr: cfgErr, TZ: dispatch.LocalZone(e.getenv)}
+	cfg, cfgErr := operator.ConfigForDoctor(e.getenv)
+	deps := operator.DoctorDeps{ConfigErr: cfgErr, TZ: operator.LocalZone(e.getenv)}
 	if rc, err := dialConfigValkey(cfg); err == nil {
 		defer rc.Close()
 		deps.Valkey = rc
@@ -57,9 +57,9 @@ func cmdDoctor(ctx context.Context, e env, args []string) int {
 	defer closeDocker()
 	deps.Docker = probe
 
-	checks := append(envSources(e), dispatch.Doctor(ctx, cfg, deps)...)
+	checks := append(envSources(e), operator.Doctor(ctx, cfg, deps)...)
 	printChecks(e.stdout, checks)
-	if dispatch.Failed(checks) {
+	if operator.Failed(checks) {
 		return exitFailure
 	}
 	return exitOK
@@ -67,20 +67,20 @@ func cmdDoctor(ctx context.Context, e env, args []string) int {
 
 // printChecks writes one line per check and, under each one that is not ✓,
 // its fix; then a summary line.
-func printChecks(w io.Writer, checks []dispatch.Check) {
+func printChecks(w io.Writer, checks []operator.Check) {
 	var warns, fails int
 	for _, c := range checks {
 		mark := "✓"
 		switch c.Status {
-		case dispatch.CheckWarn:
+		case operator.CheckWarn:
 			mark = "⚠"
 			warns++
-		case dispatch.CheckFail:
+		case operator.CheckFail:
 			mark = "✗"
 			fails++
 		}
 		fmt.Fprintf(w, "%s %s\n", mark, c.Detail)
-		if c.Status != dispatch.CheckOK && c.Fix != "" {
+		if c.Status != operator.CheckOK && c.Fix != "" {
 			fmt.Fprintf(w, "    fix: %s\n", c.Fix)
 		}
 	}
@@ -108,7 +108,7 @@ type dockerProbe struct {
 	rt *runner.Docker
 }
 
-var _ dispatch.DoctorDocker = dockerProbe{}
+var _ operator.DoctorDocker = dockerProbe{}
 
 func (p dockerProbe) Ping(ctx context.Context) error {
 	_, err := p.c.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true})
@@ -126,7 +126,7 @@ func (p dockerProbe) ImageDigest(ctx context.Context, image string) (string, err
 // brokenDocker reports why no Docker client could be built, on every probe.
 type brokenDocker struct{ err error }
 
-var _ dispatch.DoctorDocker = brokenDocker{}
+var _ operator.DoctorDocker = brokenDocker{}
 
 func (b brokenDocker) Ping(context.Context) error { return b.err }
 func (b brokenDocker) ImagePresent(context.Context, string) (bool, error) {
@@ -136,7 +136,7 @@ func (b brokenDocker) ImageDigest(context.Context, string) (string, error) { ret
 
 // newDockerProbe connects to the daemon DOCKER_HOST (or the default socket)
 // names, with the API version negotiated.
-func newDockerProbe() (dispatch.DoctorDocker, func()) {
+func newDockerProbe() (operator.DoctorDocker, func()) {
 	dc, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		return brokenDocker{fmt.Errorf("docker client: %w", err)}, func() {}

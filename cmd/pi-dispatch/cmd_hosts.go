@@ -8,7 +8,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/fleetstate"
+	"github.com/pidispatch/pidispatch/operator"
 	"github.com/pidispatch/pidispatch/registry"
 )
 
@@ -56,7 +57,7 @@ func runHosts(ctx context.Context, e env, args []string) int {
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(ctx, ksCommandTimeout)
 	defer cancel()
-	hosts, err := dispatch.Hosts(ctx, client)
+	hosts, err := operator.Hosts(ctx, client)
 	if err != nil {
 		return ksUnreachable(e.stderr, url, err)
 	}
@@ -81,7 +82,7 @@ func runHosts(ctx context.Context, e env, args []string) int {
 	if err := tw.Flush(); err != nil {
 		return exitFailure
 	}
-	if held, err := dispatch.HeldCount(ctx, client); err == nil && held > 0 {
+	if held, err := fleetstate.HeldCount(ctx, client); err == nil && held > 0 {
 		fmt.Fprintf(e.stdout, "held: %d job(s) waiting on their wait-for conditions (any capable host continues them)\n", held)
 	}
 	for _, h := range hosts {

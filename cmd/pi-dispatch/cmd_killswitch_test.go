@@ -13,9 +13,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/operator"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
 )
@@ -93,7 +94,7 @@ func paused(t *testing.T, q *queue.Queue) bool {
 
 func pauseFlag(t *testing.T, client redis.UniversalClient) bool {
 	t.Helper()
-	n, err := client.Exists(context.Background(), dispatch.PausedKey).Result()
+	n, err := client.Exists(context.Background(), fleetstate.PausedKey).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +140,7 @@ func TestKillSwitchFleetGolden(t *testing.T) {
 
 	// A host that boots during the pause starts paused.
 	charlie := newQueue(t, db.Client, fleet.HostQueueName("charlie"))
-	if p, err := dispatch.DeclareHostQueue(ctx, charlie); err != nil || !p {
+	if p, err := operator.DeclareHostQueue(ctx, charlie); err != nil || !p {
 		t.Fatalf("DeclareHostQueue during pause = %v, %v", p, err)
 	}
 
@@ -153,7 +154,7 @@ func TestKillSwitchFleetGolden(t *testing.T) {
 		t.Fatal("fleet flag not cleared")
 	}
 	delta := newQueue(t, db.Client, fleet.HostQueueName("delta"))
-	if p, err := dispatch.DeclareHostQueue(ctx, delta); err != nil || p {
+	if p, err := operator.DeclareHostQueue(ctx, delta); err != nil || p {
 		t.Fatalf("DeclareHostQueue after resume = %v, %v", p, err)
 	}
 

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/operator"
 	"github.com/pidispatch/pidispatch/valkey"
 )
 
@@ -131,16 +132,16 @@ func runKill(ctx context.Context, e env, args []string, verb string) int {
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(ctx, ksCommandTimeout)
 	defer cancel()
-	set, err := dispatch.FleetQueues(ctx, client)
+	set, err := operator.FleetQueues(ctx, client)
 	if err != nil {
 		return ksUnreachable(e.stderr, url, err, "nothing changed")
 	}
-	act := dispatch.Pause
+	act := operator.Pause
 	if verb == "resume" {
-		act = dispatch.Resume
+		act = operator.Resume
 	}
 	res, err := act(ctx, client, set)
-	var ke *dispatch.KillError
+	var ke *operator.KillError
 	switch {
 	case errors.As(err, &ke):
 		printKillFailure(e.stderr, url, set, ke.Result)
@@ -165,7 +166,7 @@ func runKill(ctx context.Context, e env, args []string, verb string) int {
 
 // killSpan is the suffix of the pause and resume lines: how many queues were
 // acted on (when more than one) and any degraded read, named.
-func killSpan(n int, set dispatch.QueueSet, sweepErr error) string {
+func killSpan(n int, set operator.QueueSet, sweepErr error) string {
 	var b strings.Builder
 	if n > 1 {
 		fmt.Fprintf(&b, " [%d queues]", n)
@@ -185,7 +186,7 @@ func killSpan(n int, set dispatch.QueueSet, sweepErr error) string {
 // printKillFailure says exactly what a refused-in-part pause or resume
 // changed and where it failed, so an operator knows to finish the job rather
 // than walk away from a fleet with one host still spending.
-func printKillFailure(w io.Writer, url string, set dispatch.QueueSet, r dispatch.KillResult) {
+func printKillFailure(w io.Writer, url string, set operator.QueueSet, r operator.KillResult) {
 	fmt.Fprintf(w, "could not %s the whole deployment at %s\n", r.Verb, url)
 	switch {
 	case len(r.Changed) > 0:

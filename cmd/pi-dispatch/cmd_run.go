@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/valkey"
@@ -82,7 +83,7 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 		return exitUsage
 	}
 	defer client.Close()
-	producer, err := dispatch.NewProducer(client, dispatch.ProducerConfig{WorkerName: cfg.WorkerName, WorkerNameDeclared: cfg.WorkerNameDeclared})
+	producer, err := enqueue.NewProducer(client, enqueue.ProducerConfig{WorkerName: cfg.WorkerName, WorkerNameDeclared: cfg.WorkerNameDeclared})
 	if err != nil {
 		fmt.Fprintf(e.stderr, "pi-dispatch run: %v\n", err)
 		return exitUsage
@@ -269,7 +270,7 @@ func gitCheck(ctx context.Context, e env, folder string, force bool) int {
 // job and its state: one still to run (or running) satisfies the request,
 // exit 0; one that already finished means nothing will run, exit 1, with
 // the flag that queues another.
-func reportQueued(e env, got dispatch.Enqueued) int {
+func reportQueued(e env, got enqueue.Enqueued) int {
 	switch got.State {
 	case "":
 		if got.Added {

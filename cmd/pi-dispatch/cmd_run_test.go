@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
@@ -426,15 +426,15 @@ func finishJob(t *testing.T, db *livetest.ValkeyDB, queueName, id string) {
 
 func TestReportQueued(t *testing.T) {
 	for _, tc := range []struct {
-		got          dispatch.Enqueued
+		got          enqueue.Enqueued
 		code         int
 		stdout, errs string
 	}{
-		{dispatch.Enqueued{JobID: "local-1", Added: true}, exitOK, "queued local-1\n", ""},
-		{dispatch.Enqueued{JobID: "local-1"}, exitOK, "queued local-1 (already queued this minute)\n", ""},
-		{dispatch.Enqueued{JobID: "local-1", State: queue.StateActive}, exitOK, "queued local-1 (already queued this minute, active)\n", "(active); pass --new for another run"},
-		{dispatch.Enqueued{JobID: "local-1", State: queue.StateCompleted}, exitFailure, "", "as local-1, which is completed; nothing new was queued"},
-		{dispatch.Enqueued{JobID: "local-1", State: queue.StateFailed}, exitFailure, "", "as local-1, which is failed; nothing new was queued.\n  Pass --new to run it again."},
+		{enqueue.Enqueued{JobID: "local-1", Added: true}, exitOK, "queued local-1\n", ""},
+		{enqueue.Enqueued{JobID: "local-1"}, exitOK, "queued local-1 (already queued this minute)\n", ""},
+		{enqueue.Enqueued{JobID: "local-1", State: queue.StateActive}, exitOK, "queued local-1 (already queued this minute, active)\n", "(active); pass --new for another run"},
+		{enqueue.Enqueued{JobID: "local-1", State: queue.StateCompleted}, exitFailure, "", "as local-1, which is completed; nothing new was queued"},
+		{enqueue.Enqueued{JobID: "local-1", State: queue.StateFailed}, exitFailure, "", "as local-1, which is failed; nothing new was queued.\n  Pass --new to run it again."},
 	} {
 		var out, errOut strings.Builder
 		code := reportQueued(env{stdout: &out, stderr: &errOut}, tc.got)

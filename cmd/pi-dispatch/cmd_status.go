@@ -7,7 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/operator"
 )
 
 const statusUsage = `usage: pi-dispatch status [--per-queue] [--json]
@@ -43,11 +43,11 @@ func runStatus(ctx context.Context, e env, args []string) int {
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(ctx, ksCommandTimeout)
 	defer cancel()
-	set, err := dispatch.FleetQueues(ctx, client)
+	set, err := operator.FleetQueues(ctx, client)
 	if err != nil {
 		return ksUnreachable(e.stderr, url, err)
 	}
-	rep, err := dispatch.StatusPerQueue(ctx, client, set)
+	rep, err := operator.StatusPerQueue(ctx, client, set)
 	if err != nil {
 		if isReply(err) {
 			fmt.Fprintf(e.stderr, "could not read the status of every queue at %s\n  %v\n", url, err)
@@ -69,7 +69,7 @@ func runStatus(ctx context.Context, e env, args []string) int {
 
 // printStatus writes the human status: the pause state, the counts table,
 // and a note per degraded read.
-func printStatus(w io.Writer, rep dispatch.StatusReport) error {
+func printStatus(w io.Writer, rep operator.StatusReport) error {
 	flag := ""
 	if rep.PauseFlag {
 		flag = ", fleet pause flag set"

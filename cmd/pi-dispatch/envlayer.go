@@ -9,6 +9,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/internal/envfile"
+	"github.com/pidispatch/pidispatch/operator"
 )
 
 // layerEnvFile gives a command the environment the worker boots with: the
@@ -57,7 +58,7 @@ func applyEnvFile(e env, given bool, path string) (env, error) {
 // configuration variable came from (the shell, that file, or its default);
 // then a warning when the shell overrides a different value in the file,
 // which a worker its unit starts from that file would not see.
-func envSources(e env) []dispatch.Check {
+func envSources(e env) []operator.Check {
 	if e.vars == nil {
 		return nil
 	}
@@ -88,10 +89,10 @@ func envSources(e env) []dispatch.Check {
 		fmt.Fprintf(&b, "; from the file: %s", strings.Join(file, ", "))
 	}
 	b.WriteString("; every other variable: its default")
-	checks := []dispatch.Check{{Status: dispatch.CheckOK, Name: "env", Detail: b.String()}}
+	checks := []operator.Check{{Status: operator.CheckOK, Name: "env", Detail: b.String()}}
 	if len(overridden) > 0 {
-		checks = append(checks, dispatch.Check{
-			Status: dispatch.CheckWarn, Name: "env-override",
+		checks = append(checks, operator.Check{
+			Status: operator.CheckWarn, Name: "env-override",
 			Detail: fmt.Sprintf("the shell overrides %s for %s", path, strings.Join(overridden, ", ")),
 			Fix:    "a worker started from that file uses the file's value; unset the variable in the shell or make the two agree",
 		})

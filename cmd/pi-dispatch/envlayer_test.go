@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 )
 
@@ -99,7 +99,7 @@ func TestStatusReadsValkeyURLFromTheEnvFile(t *testing.T) {
 	if r := runCLI(t, nil, "pause"); r.code != exitOK {
 		t.Fatalf("%+v", r)
 	}
-	if n, err := db.Client.Exists(t.Context(), dispatch.PausedKey).Result(); err != nil || n != 1 {
+	if n, err := db.Client.Exists(t.Context(), fleetstate.PausedKey).Result(); err != nil || n != 1 {
 		t.Fatalf("the pause flag is not set in the file's Valkey: %d %v", n, err)
 	}
 }

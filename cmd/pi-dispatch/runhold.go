@@ -4,16 +4,15 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/pidispatch/pidispatch/operator"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/pidispatch/pidispatch/dispatch"
 )
 
 // noteHold tells the operator, after `run` queued a job, that it will not
 // start until a resume (the fleet or its queue is paused). Best effort: a
 // failed read says nothing, since the job is queued either way.
 func noteHold(ctx context.Context, e env, client *redis.Client, queueName string) {
-	hold, err := dispatch.PauseHold(ctx, client, queueName)
+	hold, err := operator.PauseHold(ctx, client, queueName)
 	if err != nil || hold == "" {
 		return
 	}

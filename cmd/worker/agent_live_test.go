@@ -17,6 +17,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/agent/entrypoint"
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/internal/agentimage"
 	"github.com/pidispatch/pidispatch/internal/fakeprovider"
 	"github.com/pidispatch/pidispatch/internal/livetest"
@@ -49,7 +50,7 @@ func ensureAgentImage(t *testing.T) {
 
 type agentRig struct {
 	w      *bootedWorker
-	p      *dispatch.Producer
+	p      *enqueue.Producer
 	fp     *fakeprovider.Server
 	secret string
 	db     *livetest.ValkeyDB
@@ -83,7 +84,7 @@ func bootAgentWorker(t *testing.T, extra map[string]string, attempts int, steps 
 		env[k] = v
 	}
 	w := bootWorker(t, testEnv(t, db.URL, env), dispatch.Tuning{})
-	p, err := dispatch.NewProducer(db.Client, dispatch.ProducerConfig{
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{
 		WorkerName: name, WorkerNameDeclared: true,
 		Attempts: attempts, Backoff: queue.Backoff{Type: queue.BackoffFixed, Delay: 200 * time.Millisecond},
 	})
@@ -103,7 +104,7 @@ func workspace(t *testing.T) string {
 	return dir
 }
 
-func (r *agentRig) enqueue(t *testing.T, job jobs.Job) dispatch.Enqueued {
+func (r *agentRig) enqueue(t *testing.T, job jobs.Job) enqueue.Enqueued {
 	t.Helper()
 	job.SecretsProfile = "agent"
 	e, err := r.p.EnqueueLocal(context.Background(), job)

@@ -6,8 +6,10 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
+	"github.com/pidispatch/pidispatch/operator"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/runner"
 )
@@ -21,7 +23,7 @@ func TestOperatorCancelStopsRunningJob(t *testing.T) {
 	db := livetest.Valkey(t)
 	name := uniqueName("cancel", db)
 	w := bootWorker(t, testEnv(t, db.URL, map[string]string{"PI_WORKER_NAME": name}), dispatch.Tuning{})
-	p, err := dispatch.NewProducer(db.Client, dispatch.ProducerConfig{WorkerName: name, WorkerNameDeclared: true, Attempts: 3})
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{WorkerName: name, WorkerNameDeclared: true, Attempts: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +39,7 @@ func TestOperatorCancelStopsRunningJob(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 
-	res, err := dispatch.Cancel(context.Background(), db.Client, e.JobID, 10*time.Second)
+	res, err := operator.Cancel(context.Background(), db.Client, e.JobID, 10*time.Second)
 	if err != nil || res.Where != "running-stopped" || res.Host != name {
 		t.Fatalf("cancel: %+v %v", res, err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/cronsync"
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
@@ -154,7 +155,7 @@ func TestCronDivergenceLeavesWorkerDraining(t *testing.T) {
 	if s, err := q.Schedulers(context.Background()); err != nil || len(s) != 0 {
 		t.Fatalf("a refusing host installed schedulers: %+v %v", s, err)
 	}
-	p, err := dispatch.NewProducer(db.Client, dispatch.ProducerConfig{WorkerName: second, WorkerNameDeclared: true})
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{WorkerName: second, WorkerNameDeclared: true})
 	if err != nil {
 		t.Fatal(err)
 	}

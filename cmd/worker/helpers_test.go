@@ -17,7 +17,7 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
@@ -239,13 +239,13 @@ func forgeJob(repo, task string) jobs.Job {
 }
 
 // newRouter is a front-end's router over the test's database.
-func newRouter(t *testing.T, db *livetest.ValkeyDB) *dispatch.Router {
+func newRouter(t *testing.T, db *livetest.ValkeyDB) *enqueue.Router {
 	t.Helper()
-	p, err := dispatch.NewProducer(db.Client, dispatch.ProducerConfig{})
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return dispatch.NewRouter(p, dispatch.RouterConfig{})
+	return enqueue.NewRouter(p, enqueue.RouterConfig{})
 }
 
 // keyContent renders every value a key holds, whatever its type, as text.

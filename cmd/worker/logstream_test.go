@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/internal/jobimage"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
@@ -142,7 +142,7 @@ func TestWorkerLogStreamIsCleanJSON(t *testing.T) {
 	}))
 	p.waitEvent(t, "worker_started", 30*time.Second)
 
-	prod, err := dispatch.NewProducer(db.Client, dispatch.ProducerConfig{WorkerName: name, WorkerNameDeclared: true})
+	prod, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{WorkerName: name, WorkerNameDeclared: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/jobimage"
 	"github.com/pidispatch/pidispatch/internal/livetest"
@@ -215,7 +215,7 @@ func TestKilledWorkerProcessRestarts(t *testing.T) {
 	first := startProcess(t, bin, env)
 	first.waitEvent(t, "worker_started", 30*time.Second)
 	jobID := uniqueName("gh-kill", db)
-	e, err := newRouter(t, db).EnqueueForge(context.Background(), dispatch.ForgeDelivery{JobID: jobID, Job: forgeJob(scope, "JOB_SLEEP=120s")})
+	e, err := newRouter(t, db).EnqueueForge(context.Background(), enqueue.ForgeDelivery{JobID: jobID, Job: forgeJob(scope, "JOB_SLEEP=120s")})
 	if err != nil || e.Queue != fleet.SharedQueue {
 		t.Fatalf("enqueue: %+v %v", e, err)
 	}
@@ -342,7 +342,7 @@ func TestDuplicateNameRefusedWithoutHarm(t *testing.T) {
 	live := startProcess(t, bin, env)
 	live.waitEvent(t, "worker_started", 30*time.Second)
 	jobID := uniqueName("gh-dup", db)
-	if _, err := newRouter(t, db).EnqueueForge(context.Background(), dispatch.ForgeDelivery{JobID: jobID, Job: forgeJob("acme/dup", "JOB_SLEEP=4s")}); err != nil {
+	if _, err := newRouter(t, db).EnqueueForge(context.Background(), enqueue.ForgeDelivery{JobID: jobID, Job: forgeJob("acme/dup", "JOB_SLEEP=4s")}); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(30 * time.Second)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
@@ -39,10 +40,10 @@ func TestRehomeStrandedProfileJob(t *testing.T) {
 	}
 	forge, _ := json.Marshal(jobs.Job{Kind: jobs.KindForge, Repo: "acme/web", Ref: "main", Flow: "fix", Task: "t", SecretsProfile: "prod"})
 	local, _ := json.Marshal(jobs.Job{Kind: jobs.KindLocal, Folder: t.TempDir(), Flow: "fix", Task: "t"})
-	if _, _, err := dead.Add(ctx, dispatch.JobName, forge, queue.AddOptions{JobID: "gh-stranded-1"}); err != nil {
+	if _, _, err := dead.Add(ctx, enqueue.JobName, forge, queue.AddOptions{JobID: "gh-stranded-1"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := dead.Add(ctx, dispatch.JobName, local, queue.AddOptions{JobID: "local-stays-1"}); err != nil {
+	if _, _, err := dead.Add(ctx, enqueue.JobName, local, queue.AddOptions{JobID: "local-stays-1"}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -12,8 +12,8 @@ import (
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/internal/buildinfo"
 	"github.com/pidispatch/pidispatch/internal/envfile"
-	wiring "github.com/pidispatch/pidispatch/internal/stack"
 	"github.com/pidispatch/pidispatch/registry"
+	wiring "github.com/pidispatch/pidispatch/stack"
 	"github.com/pidispatch/pidispatch/valkey"
 )
 

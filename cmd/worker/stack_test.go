@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/internal/jobimage"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
@@ -151,7 +152,7 @@ func TestLocalJobRunsAndRecords(t *testing.T) {
 	w := bootWorker(t, getenv, dispatch.Tuning{})
 
 	folder := t.TempDir()
-	p, err := dispatch.NewProducer(db.Client, dispatch.ProducerConfig{WorkerName: name, WorkerNameDeclared: true})
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{WorkerName: name, WorkerNameDeclared: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
 )
@@ -35,7 +36,7 @@ func TestLocalJobRunsAsTheFolderOwner(t *testing.T) {
 	if err := os.Chown(folder, 4321, 4322); err != nil {
 		t.Fatal(err)
 	}
-	p, err := dispatch.NewProducer(db.Client, dispatch.ProducerConfig{WorkerName: name, WorkerNameDeclared: true})
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{WorkerName: name, WorkerNameDeclared: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +77,7 @@ func TestContainerUserImageKeepsTheImagesUser(t *testing.T) {
 	if err := os.Chown(folder, 4321, 4322); err != nil {
 		t.Fatal(err)
 	}
-	p, err := dispatch.NewProducer(db.Client, dispatch.ProducerConfig{WorkerName: name, WorkerNameDeclared: true})
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{WorkerName: name, WorkerNameDeclared: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,9 +14,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
+	"github.com/pidispatch/pidispatch/operator"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -94,7 +97,7 @@ func addWaitJob(t *testing.T, db *livetest.ValkeyDB, name, id string, dedup *que
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, added, err := testQueue(t, db, name).Add(context.Background(), dispatch.JobName, data, queue.AddOptions{JobID: id, Dedup: dedup}); err != nil || !added {
+	if _, added, err := testQueue(t, db, name).Add(context.Background(), enqueue.JobName, data, queue.AddOptions{JobID: id, Dedup: dedup}); err != nil || !added {
 		t.Fatalf("add %s: added %v, %v", id, added, err)
 	}
 }
@@ -102,7 +105,7 @@ func addWaitJob(t *testing.T, db *livetest.ValkeyDB, name, id string, dedup *que
 // budgetToday is today's global count of container starts.
 func budgetToday(t *testing.T, c redis.UniversalClient) int {
 	t.Helper()
-	n, err := c.Get(context.Background(), dispatch.BudgetDayKey(time.Now())).Int()
+	n, err := c.Get(context.Background(), fleetstate.BudgetDayKey(time.Now())).Int()
 	if errors.Is(err, redis.Nil) {
 		return 0
 	}
@@ -118,8 +121,8 @@ func waitHoldGone(t *testing.T, db *livetest.ValkeyDB, id string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		n, err := dispatch.HeldCount(context.Background(), db.Client)
-		exists := db.Client.Exists(context.Background(), dispatch.WaitJobKey(id)).Val()
+		n, err := fleetstate.HeldCount(context.Background(), db.Client)
+		exists := db.Client.Exists(context.Background(), fleetstate.WaitJobKey(id)).Val()
 		if err == nil && n == 0 && exists == 0 {
 			return
 		}
@@ -178,7 +181,7 @@ func TestWaitCheckPassesOnThirdTry(t *testing.T) {
 			t.Fatalf("budget %d after %d checks: spent before release", b, runs)
 		}
 		if runs > 0 && runs < 3 {
-			if n, err := dispatch.HeldCount(context.Background(), db.Client); err == nil && n == 1 {
+			if n, err := fleetstate.HeldCount(context.Background(), db.Client); err == nil && n == 1 {
 				sawHeld = true
 			}
 		}
@@ -365,7 +368,7 @@ func TestWaitHoldContinuesOnAnotherHost(t *testing.T) {
 	ctx := context.Background()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		n, _ := db.Client.HGet(ctx, dispatch.WaitJobKey(id), "checks").Int()
+		n, _ := db.Client.HGet(ctx, fleetstate.WaitJobKey(id), "checks").Int()
 		if n >= 2 {
 			break
 		}
@@ -375,7 +378,7 @@ func TestWaitHoldContinuesOnAnotherHost(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	a.stop(t)
-	state := db.Client.HGetAll(ctx, dispatch.WaitJobKey(id)).Val()
+	state := db.Client.HGetAll(ctx, fleetstate.WaitJobKey(id)).Val()
 	checks, err := strconv.Atoi(state["checks"])
 	if err != nil || checks < 2 || state["since"] == "" {
 		t.Fatalf("state after %s stopped: %v", a.cfg.WorkerName, state)
@@ -493,7 +496,7 @@ func TestWaitSupersededAcrossQueues(t *testing.T) {
 	}
 	waitHoldGone(t, db, oldID)
 	waitHoldGone(t, db, newID)
-	if db.Client.Exists(ctx, dispatch.WaitDedupKey(dedup)).Val() != 0 {
+	if db.Client.Exists(ctx, fleetstate.WaitDedupKey(dedup)).Val() != 0 {
 		t.Fatal("the dedup id's holder outlived both jobs")
 	}
 	w.stop(t)
@@ -527,27 +530,27 @@ func TestHeldJobInStatusAndCancel(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	set, err := dispatch.FleetQueues(ctx, db.Client)
+	set, err := operator.FleetQueues(ctx, db.Client)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := dispatch.Status(ctx, db.Client, set)
+	rep, err := operator.Status(ctx, db.Client, set)
 	if err != nil || rep.Held != 1 {
 		t.Fatalf("status held = %d (%v), want 1", rep.Held, err)
 	}
 	// Cancel it between checks (it is delayed, not running).
-	var res dispatch.CancelResult
+	var res operator.CancelResult
 	for {
-		res, err = dispatch.Cancel(ctx, db.Client, "gh-held-1", 5*time.Second)
+		res, err = operator.Cancel(ctx, db.Client, "gh-held-1", 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.Where == dispatch.CancelRemoved || time.Now().After(deadline) {
+		if res.Where == operator.CancelRemoved || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(50 * time.Millisecond) // it was mid-check; try again
 	}
-	if res.Where != dispatch.CancelRemoved {
+	if res.Where != operator.CancelRemoved {
 		t.Fatalf("cancel %+v", res)
 	}
 	waitHoldGone(t, db, "gh-held-1")

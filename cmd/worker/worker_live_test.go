@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
@@ -39,14 +41,14 @@ func TestSecretJobRoutesToCapableHostAndStaysSecret(t *testing.T) {
 	waitHosts(t, db.Client, map[string]string{nameA: "", nameB: "s:prod"}, nameA, nameB)
 
 	var routerLogs syncBuffer
-	p, err := dispatch.NewProducer(db.Client, dispatch.ProducerConfig{Logger: slog.New(slog.NewJSONHandler(&routerLogs, nil))})
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{Logger: slog.New(slog.NewJSONHandler(&routerLogs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	jobID := uniqueName("gh-secret", db)
 	job := forgeJob("acme/web", "JOB_CHECK_ENV=SECRET_TOKEN")
 	job.SecretsProfile = "prod"
-	e, err := dispatch.NewRouter(p, dispatch.RouterConfig{}).EnqueueForge(context.Background(), dispatch.ForgeDelivery{JobID: jobID, Job: job})
+	e, err := enqueue.NewRouter(p, enqueue.RouterConfig{}).EnqueueForge(context.Background(), enqueue.ForgeDelivery{JobID: jobID, Job: job})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +99,7 @@ func TestSecretJobRoutesToCapableHostAndStaysSecret(t *testing.T) {
 			}
 		}
 	}
-	mirrored, err := db.Client.Get(context.Background(), dispatch.RunRecordKey(jobID, 1)).Result()
+	mirrored, err := db.Client.Get(context.Background(), fleetstate.RunRecordKey(jobID, 1)).Result()
 	if err != nil {
 		t.Fatalf("mirrored record of a named host: %v", err)
 	}
@@ -132,7 +134,7 @@ func TestUnknownSecretProfileRefusedOnce(t *testing.T) {
 	jobID := uniqueName("gh-unknown-profile", db)
 	job := forgeJob("acme/web", "JOB_EXIT_CODE=0")
 	job.SecretsProfile = "prod"
-	e, err := newRouter(t, db).EnqueueForge(context.Background(), dispatch.ForgeDelivery{JobID: jobID, Job: job})
+	e, err := newRouter(t, db).EnqueueForge(context.Background(), enqueue.ForgeDelivery{JobID: jobID, Job: job})
 	if err != nil || e.Queue != fleet.SharedQueue {
 		t.Fatalf("enqueue: %+v %v (nothing routes to an unnamed host)", e, err)
 	}
@@ -171,7 +173,7 @@ func TestInvalidJobDataRefusedOnce(t *testing.T) {
 	w := bootWorker(t, testEnv(t, db.URL, map[string]string{"PI_WORKER_NAME": name}), dispatch.Tuning{})
 	q := testQueue(t, db, fleet.SharedQueue)
 	jobID := uniqueName("junk", db)
-	if _, added, err := q.Add(context.Background(), dispatch.JobName, json.RawMessage(`{"kind":"nope","task":"JOB_EXIT_CODE=0"}`), queue.AddOptions{JobID: jobID, Attempts: 3}); err != nil || !added {
+	if _, added, err := q.Add(context.Background(), enqueue.JobName, json.RawMessage(`{"kind":"nope","task":"JOB_EXIT_CODE=0"}`), queue.AddOptions{JobID: jobID, Attempts: 3}); err != nil || !added {
 		t.Fatalf("add: %v %v", added, err)
 	}
 	j := waitJobState(t, q, jobID, queue.StateCompleted, 30*time.Second)
@@ -197,7 +199,7 @@ func TestExit1RetriedThenFailed(t *testing.T) {
 	db := livetest.Valkey(t)
 	name := uniqueName("exit1", db)
 	w := bootWorker(t, testEnv(t, db.URL, map[string]string{"PI_WORKER_NAME": name}), dispatch.Tuning{})
-	p, err := dispatch.NewProducer(db.Client, dispatch.ProducerConfig{
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{
 		WorkerName: name, WorkerNameDeclared: true,
 		Attempts: 2, Backoff: queue.Backoff{Type: queue.BackoffFixed, Delay: 200 * time.Millisecond},
 	})
@@ -233,7 +235,7 @@ func TestExit2RecordedAsPolicy(t *testing.T) {
 	db := livetest.Valkey(t)
 	name := uniqueName("exit2", db)
 	w := bootWorker(t, testEnv(t, db.URL, map[string]string{"PI_WORKER_NAME": name}), dispatch.Tuning{})
-	p, err := dispatch.NewProducer(db.Client, dispatch.ProducerConfig{
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{
 		WorkerName: name, WorkerNameDeclared: true,
 		Attempts: 3, Backoff: queue.Backoff{Type: queue.BackoffFixed, Delay: 100 * time.Millisecond},
 	})
@@ -268,7 +270,7 @@ func TestTimeoutStopsTheContainer(t *testing.T) {
 	db := livetest.Valkey(t)
 	name := uniqueName("timeout", db)
 	w := bootWorker(t, testEnv(t, db.URL, map[string]string{"PI_WORKER_NAME": name, "PI_JOB_TIMEOUT": "2s"}), dispatch.Tuning{})
-	p, err := dispatch.NewProducer(db.Client, dispatch.ProducerConfig{WorkerName: name, WorkerNameDeclared: true})
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{WorkerName: name, WorkerNameDeclared: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +313,7 @@ func TestConcurrencyBoundsBothQueues(t *testing.T) {
 	var ids []string
 	r := newRouter(t, db)
 	for i := range 3 {
-		e, err := r.EnqueueForge(ctx, dispatch.ForgeDelivery{
+		e, err := r.EnqueueForge(ctx, enqueue.ForgeDelivery{
 			JobID: fmt.Sprintf("gh-conc-%d-%d", db.DB, i),
 			Job:   forgeJob(fmt.Sprintf("acme/conc%d", i), "JOB_SLEEP=1500ms"),
 		})
@@ -320,7 +322,7 @@ func TestConcurrencyBoundsBothQueues(t *testing.T) {
 		}
 		ids = append(ids, e.JobID)
 	}
-	p, err := dispatch.NewProducer(db.Client, dispatch.ProducerConfig{WorkerName: name, WorkerNameDeclared: true})
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{WorkerName: name, WorkerNameDeclared: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,7 +388,7 @@ func TestScopeConcurrencyAcrossWorkers(t *testing.T) {
 	r := newRouter(t, db)
 	seen := map[string]bool{}
 	for i := range 4 {
-		e, err := r.EnqueueForge(context.Background(), dispatch.ForgeDelivery{
+		e, err := r.EnqueueForge(context.Background(), enqueue.ForgeDelivery{
 			JobID: fmt.Sprintf("gh-scope-%d-%d", db.DB, i),
 			Job:   forgeJob("acme/api", "JOB_SLEEP=1s"),
 		})
@@ -435,7 +437,7 @@ func TestDailyCapRefusesOverBudget(t *testing.T) {
 	db := livetest.Valkey(t)
 	name := uniqueName("cap", db)
 	w := bootWorker(t, testEnv(t, db.URL, map[string]string{"PI_WORKER_NAME": name, "PI_DAILY_CAP": "2"}), dispatch.Tuning{})
-	p, err := dispatch.NewProducer(db.Client, dispatch.ProducerConfig{WorkerName: name, WorkerNameDeclared: true})
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{WorkerName: name, WorkerNameDeclared: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -458,7 +460,7 @@ func TestDailyCapRefusesOverBudget(t *testing.T) {
 	if outcomes["completed/completed"] != 2 || outcomes["policy/over-budget"] != 1 {
 		t.Fatalf("outcomes %v, want two completed and one over-budget", outcomes)
 	}
-	key := dispatch.BudgetDayKey(time.Now())
+	key := fleetstate.BudgetDayKey(time.Now())
 	count, err := db.Client.Get(context.Background(), key).Int()
 	if err != nil || count != 2 {
 		t.Fatalf("%s = %d (%v), want 2 starts counted", key, count, err)

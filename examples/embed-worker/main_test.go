@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/internal/jobimage"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
@@ -71,7 +71,7 @@ func TestRun_BootsRunsAJobAndStops(t *testing.T) {
 		t.Fatalf("the service's own logger is not used:\n%s", stderr.String())
 	}
 
-	p, err := dispatch.NewProducer(db.Client, dispatch.ProducerConfig{WorkerName: name, WorkerNameDeclared: true, Attempts: 1})
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{WorkerName: name, WorkerNameDeclared: true, Attempts: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

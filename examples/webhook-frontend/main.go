@@ -37,7 +37,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/valkey"
 )
@@ -75,11 +75,11 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer, addr
 	}
 	rawURL := getenv("VALKEY_URL")
 	if rawURL == "" {
-		rawURL = dispatch.DefaultValkeyURL
+		rawURL = "redis://127.0.0.1:6379" // the worker's default
 	}
 	rc, err := valkey.NewClient(rawURL, valkey.Options{Password: getenv("VALKEY_PASSWORD")})
 	if err != nil {
-		return fmt.Errorf("VALKEY_URL=%s: %w", dispatch.RedactURL(rawURL), err)
+		return fmt.Errorf("VALKEY_URL: %w", err)
 	}
 	defer rc.Close()
 	logger := slog.New(slog.NewJSONHandler(stderr, nil)).With("service", "webhook-frontend")
@@ -113,7 +113,7 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer, addr
 type handler struct {
 	secret []byte
 	valkey redis.UniversalClient
-	router *dispatch.Router
+	router *enqueue.Router
 	log    *slog.Logger
 }
 
@@ -124,11 +124,11 @@ func newHandler(secret []byte, rc redis.UniversalClient, logger *slog.Logger) (*
 	if len(secret) == 0 {
 		return nil, errors.New("empty webhook secret")
 	}
-	p, err := dispatch.NewProducer(rc, dispatch.ProducerConfig{Logger: logger})
+	p, err := enqueue.NewProducer(rc, enqueue.ProducerConfig{Logger: logger})
 	if err != nil {
 		return nil, err
 	}
-	return &handler{secret: secret, valkey: rc, router: dispatch.NewRouter(p, dispatch.RouterConfig{}), log: logger}, nil
+	return &handler{secret: secret, valkey: rc, router: enqueue.NewRouter(p, enqueue.RouterConfig{}), log: logger}, nil
 }
 
 // delivery is the body this front-end accepts.
@@ -188,7 +188,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		reply(w, http.StatusConflict, map[string]string{"error": "delivery already received", "delivery": id})
 		return
 	}
-	got, err := h.router.EnqueueForge(ctx, dispatch.ForgeDelivery{JobID: "gh-" + id, Job: job})
+	got, err := h.router.EnqueueForge(ctx, enqueue.ForgeDelivery{JobID: "gh-" + id, Job: job})
 	if err != nil {
 		// Forget the delivery so the forge's redelivery is accepted.
 		_ = h.valkey.Del(context.WithoutCancel(ctx), deliveryKey(id)).Err()

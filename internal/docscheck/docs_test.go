@@ -86,3 +86,76 @@ func TestCommentsCiteShippedFiles(t *testing.T) {
 		return nil
 	})
 }
+
+// TestArchitectureNamesEveryPackage fails when docs/architecture.md leaves
+// out a public package directory of the module: a reader looking for a
+// package there must find it. Directories under internal/, testdata/,
+// node_modules/ and nested modules (bench/) are not public packages here.
+func TestArchitectureNamesEveryPackage(t *testing.T) {
+	root := filepath.Join("..", "..")
+	raw, err := os.ReadFile(filepath.Join(root, "docs", "architecture.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(raw)
+	dirs := publicPackageDirs(t, root)
+	if len(dirs) < 10 {
+		t.Fatalf("found only %d package directories under %s; is the test running from internal/docscheck?", len(dirs), root)
+	}
+	for _, dir := range dirs {
+		if !strings.Contains(doc, "`"+dir+"`") && !strings.Contains(doc, "`"+dir+"/") {
+			t.Errorf("docs/architecture.md does not name package %s (write it as `%s`)", dir, dir)
+		}
+	}
+}
+
+// publicPackageDirs lists, slash-separated and relative to root, every
+// directory of the module holding a .go file, outside internal/ and nested
+// modules.
+func publicPackageDirs(t *testing.T, root string) []string {
+	t.Helper()
+	seen := map[string]bool{}
+	var dirs []string
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() {
+			name := d.Name()
+			switch {
+			case rel == ".":
+				return nil
+			case rel == "internal", name == "testdata", name == "node_modules", name == "vendor",
+				strings.HasPrefix(name, "."), strings.HasPrefix(name, "_"):
+				return filepath.SkipDir
+			}
+			if _, err := os.Stat(filepath.Join(p, "go.mod")); err == nil {
+				return filepath.SkipDir // another module
+			}
+			return nil
+		}
+		if dir := filepath.ToSlash(filepath.Dir(rel)); strings.HasSuffix(p, ".go") && dir != "." && !seen[dir] {
+			seen[dir] = true
+			dirs = append(dirs, dir)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dirs
+}
+
+// TestReadmePointsAtArchitecture fails when the README stops linking the
+// architecture page.
+func TestReadmePointsAtArchitecture(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(raw), "(docs/architecture.md)") {
+		t.Error("README.md does not link docs/architecture.md")
+	}
+}

@@ -1,4 +1,4 @@
-package dispatch
+package operator
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
 	"github.com/pidispatch/pidispatch/valkey"
@@ -242,7 +243,7 @@ func (r *KillResult) apply(ctx context.Context, client redis.UniversalClient, pa
 		}
 		qs[i] = q
 	}
-	out, err := queue.SetPausedWithFlag(ctx, paused, PausedKey, qs...)
+	out, err := queue.SetPausedWithFlag(ctx, paused, fleetstate.PausedKey, qs...)
 	if err != nil {
 		return err
 	}
@@ -282,7 +283,7 @@ func DeclareHostQueue(ctx context.Context, q *queue.Queue) (paused bool, err err
 	if q == nil {
 		return false, errors.New("dispatch: DeclareHostQueue: nil queue")
 	}
-	return q.DeclarePausedIf(ctx, PausedKey)
+	return q.DeclarePausedIf(ctx, fleetstate.PausedKey)
 }
 
 // StatusReport is the kill switch's status: the real pause state of every
@@ -345,9 +346,9 @@ func StatusPerQueue(ctx context.Context, client redis.UniversalClient, set Queue
 	if len(names) == 0 {
 		names = []string{fleet.SharedQueue}
 	}
-	flag, err := client.Exists(ctx, PausedKey).Result()
+	flag, err := client.Exists(ctx, fleetstate.PausedKey).Result()
 	if err != nil {
-		return rep, fmt.Errorf("status: read %s: %w", PausedKey, err)
+		return rep, fmt.Errorf("status: read %s: %w", fleetstate.PausedKey, err)
 	}
 	rep.PauseFlag = flag == 1
 	var paused []string
@@ -369,7 +370,7 @@ func StatusPerQueue(ctx context.Context, client redis.UniversalClient, set Queue
 		}
 		rep.add(qs)
 	}
-	held, err := HeldCount(ctx, client)
+	held, err := fleetstate.HeldCount(ctx, client)
 	if err != nil {
 		return rep, fmt.Errorf("status: held jobs: %w", err)
 	}

@@ -1,31 +1,31 @@
-package dispatch_test
+package operator_test
 
 import (
 	"context"
 	"encoding/json"
 	"testing"
 
-	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
+	"github.com/pidispatch/pidispatch/operator"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
 func TestFinishedOutcome(t *testing.T) {
 	t.Parallel()
 	for result, want := range map[string]string{
-		`{"outcome":"policy","reason":"scope-cap"}`:       dispatch.FinishedRefused,
-		`{"outcome":"policy","reason":"timeout"}`:         dispatch.FinishedRefused,
-		`{"outcome":"policy","reason":"operator-cancel"}`: dispatch.FinishedCancelled,
-		`{"outcome":"completed"}`:                         dispatch.FinishedCompleted,
-		`{"event":"exit","turns":3,"cost":0.05}`:          dispatch.FinishedCompleted,
+		`{"outcome":"policy","reason":"scope-cap"}`:       operator.FinishedRefused,
+		`{"outcome":"policy","reason":"timeout"}`:         operator.FinishedRefused,
+		`{"outcome":"policy","reason":"operator-cancel"}`: operator.FinishedCancelled,
+		`{"outcome":"completed"}`:                         operator.FinishedCompleted,
+		`{"event":"exit","turns":3,"cost":0.05}`:          operator.FinishedCompleted,
 		// A container's exit line cannot pass for a refusal.
-		`{"event":"exit","outcome":"policy"}`: dispatch.FinishedCompleted,
-		`null`:                                dispatch.FinishedCompleted,
-		``:                                    dispatch.FinishedCompleted,
+		`{"event":"exit","outcome":"policy"}`: operator.FinishedCompleted,
+		`null`:                                operator.FinishedCompleted,
+		``:                                    operator.FinishedCompleted,
 	} {
-		if got := dispatch.FinishedOutcome(json.RawMessage(result)); got != want {
+		if got := operator.FinishedOutcome(json.RawMessage(result)); got != want {
 			t.Errorf("%s: %s, want %s", result, got, want)
 		}
 	}
@@ -72,22 +72,22 @@ func TestStatusCountsByOutcome(t *testing.T) {
 	finish(t, host, `{"outcome":"completed"}`)
 	finish(t, host, `{"outcome":"policy","reason":"over-budget"}`)
 
-	set := dispatch.QueueSet{Names: []string{fleet.SharedQueue, fleet.HostQueueName("alpha")}}
-	rep, err := dispatch.StatusPerQueue(ctx, db.Client, set)
+	set := operator.QueueSet{Names: []string{fleet.SharedQueue, fleet.HostQueueName("alpha")}}
+	rep, err := operator.StatusPerQueue(ctx, db.Client, set)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rep.Completed != 2 || rep.Refused != 2 || rep.Cancelled != 1 || rep.Failed != 1 || rep.Waiting != 1 {
 		t.Fatalf("totals %+v", rep)
 	}
-	want := []dispatch.QueueStatus{
+	want := []operator.QueueStatus{
 		{Queue: fleet.SharedQueue, Waiting: 1, Completed: 1, Refused: 1, Cancelled: 1, Failed: 1},
 		{Queue: fleet.HostQueueName("alpha"), Completed: 1, Refused: 1},
 	}
 	if len(rep.PerQueue) != 2 || rep.PerQueue[0] != want[0] || rep.PerQueue[1] != want[1] {
 		t.Fatalf("per queue %+v, want %+v", rep.PerQueue, want)
 	}
-	if plain, err := dispatch.Status(ctx, db.Client, set); err != nil || plain.PerQueue != nil || plain.Refused != 2 {
+	if plain, err := operator.Status(ctx, db.Client, set); err != nil || plain.PerQueue != nil || plain.Refused != 2 {
 		t.Fatalf("Status: %+v %v", plain, err)
 	}
 }

@@ -1,4 +1,4 @@
-package dispatch
+package fleetstate
 
 import (
 	"context"
@@ -9,10 +9,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 )
 
-var testBounds = HoldBounds{AfterMax: 30 * 24 * time.Hour, WaitMax: time.Hour}
+var testBounds = dispatch.HoldBounds{AfterMax: 30 * 24 * time.Hour, WaitMax: time.Hour}
 
 // The hold state's transitions, against a live Valkey: a fresh hold, rounds
 // that count and reset, a release, and the end that leaves nothing behind.
@@ -39,11 +40,11 @@ func TestHoldsLifecycle(t *testing.T) {
 	require.InDelta(t, (time.Hour + holdStateMargin).Seconds(), pttl.Seconds(), 10, "expires at the deadline plus the margin")
 
 	// Rounds: not met, fault, fault, then a throttle and a round that met one.
-	st, err = h.Checked(ctx, "gh-1", "", CheckOutcome{})
+	st, err = h.Checked(ctx, "gh-1", "", dispatch.CheckOutcome{})
 	require.NoError(t, err)
 	require.Equal(t, 1, st.Checks)
 	for want := 1; want <= 2; want++ {
-		st, err = h.Checked(ctx, "gh-1", "", CheckOutcome{Fault: true})
+		st, err = h.Checked(ctx, "gh-1", "", dispatch.CheckOutcome{Fault: true})
 		require.NoError(t, err)
 		require.Equal(t, want, st.Faults, "faults in a row")
 	}
@@ -54,9 +55,9 @@ func TestHoldsLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, st.Throttles)
 	require.Equal(t, 3, st.Checks, "a denied round is not a check")
-	st, err = h.Checked(ctx, "gh-1", "", CheckOutcome{Met: 0b01})
+	st, err = h.Checked(ctx, "gh-1", "", dispatch.CheckOutcome{Met: 0b01})
 	require.NoError(t, err)
-	require.Equal(t, HoldState{Now: st.Now, Since: since, Checks: 4, Met: 0b01}, st, "a clean round resets faults and throttles")
+	require.Equal(t, dispatch.HoldState{Now: st.Now, Since: since, Checks: 4, Met: 0b01}, st, "a clean round resets faults and throttles")
 
 	// Another host picks the job up: the same state, not a new hold.
 	other := NewHolds(db.Client, HoldsConfig{})
@@ -69,7 +70,7 @@ func TestHoldsLifecycle(t *testing.T) {
 
 	// Every condition met: released, no longer counted as held, and a later
 	// pickup (the job deferred by a later gate) is not held again.
-	st, err = h.Checked(ctx, "gh-1", "", CheckOutcome{Met: 0b11, AllMet: true})
+	st, err = h.Checked(ctx, "gh-1", "", dispatch.CheckOutcome{Met: 0b11, AllMet: true})
 	require.NoError(t, err)
 	require.True(t, st.Released)
 	n, err = HeldCount(ctx, db.Client)
@@ -82,7 +83,7 @@ func TestHoldsLifecycle(t *testing.T) {
 
 	require.NoError(t, h.End(ctx, "gh-1"))
 	require.Zero(t, db.Client.Exists(ctx, WaitJobKey("gh-1"), WaitHeldKey).Val())
-	st, err = h.Checked(ctx, "gh-1", "", CheckOutcome{})
+	st, err = h.Checked(ctx, "gh-1", "", dispatch.CheckOutcome{})
 	require.NoError(t, err)
 	require.True(t, st.Lost, "a round recorded after the end finds nothing")
 	require.Zero(t, db.Client.Exists(ctx, WaitJobKey("gh-1")).Val(), "and creates nothing")
@@ -95,26 +96,26 @@ func TestHoldsAfter(t *testing.T) {
 	ctx := context.Background()
 	h := NewHolds(db.Client, HoldsConfig{})
 
-	st, err := h.Begin(ctx, "a", "", HoldBounds{AfterDelay: 90 * time.Minute, AfterMax: 24 * time.Hour, WaitMax: time.Hour})
+	st, err := h.Begin(ctx, "a", "", dispatch.HoldBounds{AfterDelay: 90 * time.Minute, AfterMax: 24 * time.Hour, WaitMax: time.Hour})
 	require.NoError(t, err)
 	require.Equal(t, st.Since.Add(90*time.Minute), st.AfterAt, "a delay counts from the hold's start")
 	// The deadline is an hour past the after instant: the state lives that long.
 	pttl := db.Client.PTTL(ctx, WaitJobKey("a")).Val()
 	require.InDelta(t, (90*time.Minute + time.Hour + holdStateMargin).Seconds(), pttl.Seconds(), 10)
 	// Read again later: the instant does not move.
-	st2, err := h.Begin(ctx, "a", "", HoldBounds{AfterDelay: 90 * time.Minute, AfterMax: 24 * time.Hour, WaitMax: time.Hour})
+	st2, err := h.Begin(ctx, "a", "", dispatch.HoldBounds{AfterDelay: 90 * time.Minute, AfterMax: 24 * time.Hour, WaitMax: time.Hour})
 	require.NoError(t, err)
 	require.Equal(t, st.AfterAt, st2.AfterAt)
 
 	at := time.Now().Add(2 * time.Hour).Truncate(time.Millisecond)
-	st, err = h.Begin(ctx, "b", "", HoldBounds{AfterDelay: time.Minute, AfterAt: at, AfterMax: 24 * time.Hour, WaitMax: time.Hour})
+	st, err = h.Begin(ctx, "b", "", dispatch.HoldBounds{AfterDelay: time.Minute, AfterAt: at, AfterMax: 24 * time.Hour, WaitMax: time.Hour})
 	require.NoError(t, err)
 	require.True(t, at.Equal(st.AfterAt), "the later of the delay and the instant")
 
 	// An instant far past the cap: reported as it is (the worker refuses it), but
 	// the state's lifetime is capped.
 	far := time.Now().Add(365 * 24 * time.Hour)
-	st, err = h.Begin(ctx, "c", "", HoldBounds{AfterAt: far, AfterMax: 24 * time.Hour, WaitMax: time.Hour})
+	st, err = h.Begin(ctx, "c", "", dispatch.HoldBounds{AfterAt: far, AfterMax: 24 * time.Hour, WaitMax: time.Hour})
 	require.NoError(t, err)
 	require.Greater(t, st.AfterAt.Sub(st.Since), 24*time.Hour)
 	require.Less(t, db.Client.PTTL(ctx, WaitJobKey("c")).Val(), 27*time.Hour)
@@ -134,7 +135,7 @@ func TestHoldsSupersede(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, st.Previous)
 	require.Equal(t, "gh-old", db.Client.Get(ctx, WaitDedupKey(dedup)).Val())
-	_, err = h.Checked(ctx, "gh-old", dedup, CheckOutcome{})
+	_, err = h.Checked(ctx, "gh-old", dedup, dispatch.CheckOutcome{})
 	require.NoError(t, err)
 
 	st, err = h.Begin(ctx, "gh-new", dedup, testBounds)
@@ -160,7 +161,7 @@ func TestHoldsSupersede(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, st.Superseded, "still superseded")
 	require.Zero(t, db.Client.Exists(ctx, WaitDedupKey(dedup)).Val(), "a superseded hold never re-takes the key")
-	st, err = h.Checked(ctx, "gh-old", dedup, CheckOutcome{Met: 1, AllMet: true})
+	st, err = h.Checked(ctx, "gh-old", dedup, dispatch.CheckOutcome{Met: 1, AllMet: true})
 	require.NoError(t, err)
 	require.True(t, st.Superseded)
 	require.False(t, st.Released, "a superseded hold is never released")
@@ -220,7 +221,7 @@ func TestHeldCountRemoveHoldAndJunk(t *testing.T) {
 	require.Zero(t, st.Faults)
 	require.Zero(t, st.Met)
 	require.False(t, st.Released)
-	st, err = h.Checked(ctx, "junk", "", CheckOutcome{Fault: true})
+	st, err = h.Checked(ctx, "junk", "", dispatch.CheckOutcome{Fault: true})
 	require.NoError(t, err)
 	require.Equal(t, 1, st.Checks)
 	require.Equal(t, 1, st.Faults)

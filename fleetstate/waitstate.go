@@ -1,4 +1,4 @@
-package dispatch
+package fleetstate
 
 import (
 	"cmp"
@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/internal/bounded"
 	"github.com/pidispatch/pidispatch/internal/check"
 	"github.com/redis/go-redis/v9"
@@ -40,46 +41,6 @@ const maxDedupIDBytes = 1024
 
 // DefaultHoldsCallTimeout bounds each Valkey call of a Holds.
 const DefaultHoldsCallTimeout = 2 * time.Second
-
-// HoldState is a held job's state as one hold script saw it.
-type HoldState struct {
-	// Now is the server's time at the call.
-	Now time.Time
-	// Since is when the hold began (server clock).
-	Since time.Time
-	// AfterAt is when the job's `after` conditions are met (Begin only; zero
-	// when the job has none).
-	AfterAt    time.Time
-	Checks     int
-	Faults     int
-	Throttles  int
-	Met        uint8 // bit i: waitFor[i] passed
-	Released   bool
-	Superseded bool
-	// Fresh is set by the Begin that started the hold.
-	Fresh bool
-	// Previous is, on a fresh Begin, the job whose wait of the same dedup id
-	// this hold took over ("" when none).
-	Previous string
-	// Lost is set when the hold state was gone (Throttled, Checked, Release).
-	Lost bool
-}
-
-// HoldBounds are the job's `after` conditions and this host's limits, which the
-// Begin script needs to expire the state at the hold's deadline.
-type HoldBounds struct {
-	AfterDelay time.Duration // the longest `after` delay, counted from Since; 0 none
-	AfterAt    time.Time     // the latest `after` instant; zero none
-	AfterMax   time.Duration // PI_WAIT_AFTER_MAX_MS
-	WaitMax    time.Duration // PI_WAIT_MAX_MS
-}
-
-// CheckOutcome is what one check round established.
-type CheckOutcome struct {
-	Met    uint8 // every condition passed so far, earlier rounds included
-	Fault  bool  // the round ended in a fault
-	AllMet bool  // every condition is met: release the job
-}
 
 // holdStateLua is prepended to every hold script. Junk a peer wrote in a field
 // reads as 0; the reply has one shape for every script:
@@ -255,7 +216,7 @@ type Holds struct {
 	calls  bounded.Calls
 }
 
-var _ HoldStore = (*Holds)(nil)
+var _ dispatch.HoldStore = (*Holds)(nil)
 
 // NewHolds returns a Holds over client.
 func NewHolds(client redis.UniversalClient, cfg HoldsConfig) *Holds {
@@ -275,7 +236,7 @@ func holdKeys(jobID, dedupID string) []string {
 
 // Begin starts the job's hold, or reads the one in progress (another host may
 // have run its earlier checks).
-func (h *Holds) Begin(ctx context.Context, jobID, dedupID string, b HoldBounds) (HoldState, error) {
+func (h *Holds) Begin(ctx context.Context, jobID, dedupID string, b dispatch.HoldBounds) (dispatch.HoldState, error) {
 	var at int64
 	if !b.AfterAt.IsZero() {
 		at = max(b.AfterAt.UnixMilli(), 0)
@@ -285,18 +246,18 @@ func (h *Holds) Begin(ctx context.Context, jobID, dedupID string, b HoldBounds) 
 }
 
 // Throttled counts a round that was denied a check slot.
-func (h *Holds) Throttled(ctx context.Context, jobID, dedupID string) (HoldState, error) {
+func (h *Holds) Throttled(ctx context.Context, jobID, dedupID string) (dispatch.HoldState, error) {
 	return h.run(ctx, "throttled", holdThrottledScript, holdKeys(jobID, dedupID), jobID)
 }
 
 // Checked records a check round; with AllMet it releases the hold.
-func (h *Holds) Checked(ctx context.Context, jobID, dedupID string, o CheckOutcome) (HoldState, error) {
+func (h *Holds) Checked(ctx context.Context, jobID, dedupID string, o dispatch.CheckOutcome) (dispatch.HoldState, error) {
 	return h.run(ctx, "checked", holdCheckedScript, holdKeys(jobID, dedupID), jobID,
 		boolArg(o.Fault), int(o.Met&0x0F), boolArg(o.AllMet))
 }
 
 // Release releases a hold whose conditions are all met without a check.
-func (h *Holds) Release(ctx context.Context, jobID, dedupID string) (HoldState, error) {
+func (h *Holds) Release(ctx context.Context, jobID, dedupID string) (dispatch.HoldState, error) {
 	return h.run(ctx, "release", holdReleaseScript, holdKeys(jobID, dedupID), jobID)
 }
 
@@ -334,25 +295,25 @@ func (h *Holds) End(ctx context.Context, jobID string) error {
 // in the background. It does not close the client.
 func (h *Holds) Close(ctx context.Context) error { return h.calls.Wait(ctx) }
 
-func (h *Holds) run(ctx context.Context, op string, s *redis.Script, keys []string, args ...any) (HoldState, error) {
+func (h *Holds) run(ctx context.Context, op string, s *redis.Script, keys []string, args ...any) (dispatch.HoldState, error) {
 	res, err := bounded.Call(ctx, h.cfg.CallTimeout, &h.calls, nil, func(ctx context.Context) (any, error) {
 		return s.Run(ctx, h.client, keys, args...).Result()
 	})
 	if err != nil {
-		return HoldState{}, fmt.Errorf("hold %s: %w", op, err)
+		return dispatch.HoldState{}, fmt.Errorf("hold %s: %w", op, err)
 	}
 	st, err := parseHoldReply(res)
 	if err != nil {
-		return HoldState{}, fmt.Errorf("hold %s: %w", op, err)
+		return dispatch.HoldState{}, fmt.Errorf("hold %s: %w", op, err)
 	}
 	return st, nil
 }
 
 // parseHoldReply reads the hold scripts' common reply (see holdStateLua).
-func parseHoldReply(res any) (HoldState, error) {
+func parseHoldReply(res any) (dispatch.HoldState, error) {
 	arr, ok := res.([]any)
 	if !ok || len(arr) != 12 {
-		return HoldState{}, fmt.Errorf("unexpected reply %v", res)
+		return dispatch.HoldState{}, fmt.Errorf("unexpected reply %v", res)
 	}
 	n := make([]int64, 12)
 	for i, v := range arr {
@@ -361,15 +322,15 @@ func parseHoldReply(res any) (HoldState, error) {
 		}
 		x, ok := v.(int64)
 		if !ok {
-			return HoldState{}, fmt.Errorf("unexpected reply %v", res)
+			return dispatch.HoldState{}, fmt.Errorf("unexpected reply %v", res)
 		}
 		n[i] = x
 	}
 	prev, ok := arr[9].(string)
 	if !ok {
-		return HoldState{}, fmt.Errorf("unexpected reply %v", res)
+		return dispatch.HoldState{}, fmt.Errorf("unexpected reply %v", res)
 	}
-	st := HoldState{
+	st := dispatch.HoldState{
 		Now:        time.UnixMilli(n[1]),
 		Lost:       n[0] == 0,
 		Checks:     int(min(n[3], 1<<31-1)),

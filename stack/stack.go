@@ -21,7 +21,9 @@ import (
 	"github.com/pidispatch/pidispatch/cronsync"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/lease"
+	"github.com/pidispatch/pidispatch/operator"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
 	"github.com/pidispatch/pidispatch/runner"
@@ -35,8 +37,8 @@ type Stack struct {
 	Valkey   *redis.Client
 	Docker   *client.Client
 	Registry *registry.Registry
-	Budget   *dispatch.Budget
-	Holds    *dispatch.Holds
+	Budget   *fleetstate.Budget
+	Holds    *fleetstate.Holds
 
 	closeOnce sync.Once
 }
@@ -52,10 +54,16 @@ func (s *Stack) Close() {
 	})
 }
 
+// Option changes the wired collaborators before the Worker is built: a
+// service may replace any part (its own Runtime, a Budgeter of its own, an
+// extra Background task) and NewWorker still checks the whole.
+type Option func(*dispatch.Deps)
+
 // Build wires the concrete implementations (Valkey, Docker) into a
 // dispatch.Worker. It is the only place that does: cmd/worker, the demo and
-// the tests all boot workers through it.
-func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune dispatch.Tuning) (*Stack, error) {
+// the tests all boot workers through it. logger receives every event unless
+// tune.Logger is set; opts apply in order.
+func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune dispatch.Tuning, opts ...Option) (*Stack, error) {
 	rc, err := valkey.NewClient(cfg.ValkeyURL, valkey.Options{Password: cfg.ValkeyPassword})
 	if err != nil {
 		return nil, &dispatch.ConfigError{Var: "VALKEY_URL", Value: dispatch.RedactURL(cfg.ValkeyURL), Rule: err.Error()}
@@ -104,7 +112,7 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 		// Declare the host queue so the kill switch finds it even before its
 		// first job; it starts paused when the fleet is paused (pi:paused).
 		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		paused, err := dispatch.DeclareHostQueue(dctx, host)
+		paused, err := operator.DeclareHostQueue(dctx, host)
 		cancel()
 		switch {
 		case err != nil:
@@ -117,16 +125,16 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 	if err != nil {
 		return fail(err)
 	}
-	budget := dispatch.NewBudget(rc, dispatch.BudgetConfig{DailyCap: cfg.DailyCap, WeeklyCap: cfg.WeeklyCap, Host: cfg.WorkerName, Logger: tune.Logger})
-	holds := dispatch.NewHolds(rc, dispatch.HoldsConfig{})
+	budget := fleetstate.NewBudget(rc, fleetstate.BudgetConfig{DailyCap: cfg.DailyCap, WeeklyCap: cfg.WeeklyCap, Host: cfg.WorkerName, Logger: tune.Logger})
+	holds := fleetstate.NewHolds(rc, fleetstate.HoldsConfig{})
 	deps := dispatch.Deps{
-		Source:  dispatch.SourceFromConsumer(consumer),
+		Source:  Source(consumer),
 		Runtime: runtime,
 		Budget:  budget,
 		Holds:   holds,
 	}
 	for _, q := range queues {
-		deps.Queues = append(deps.Queues, q)
+		deps.Queues = append(deps.Queues, JobQueue(q))
 	}
 
 	// Cron: the triggers file is read before anything reaches Valkey; a file
@@ -135,7 +143,7 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 	if err != nil {
 		return fail(err)
 	}
-	tz := dispatch.LocalZone(os.Getenv)
+	tz := operator.LocalZone(os.Getenv)
 	live := cronsync.NewLiveSet(own, tz)
 
 	// The image digest is read once at boot, bounded: the registry publishes
@@ -156,17 +164,18 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 	if err != nil {
 		return fail(err)
 	}
-	deps.Registry = reg
+	deps.Registry = Registry(reg)
 	deps.Cron = cronGate{live: live, peers: reg, host: cfg.WorkerName}
 	dir, err := queue.NewDirectory(rc, queue.Config{})
 	if err != nil {
 		return fail(err)
 	}
-	deps.Directory = dir
-	deps.Finder = dir // held-job liveness across every queue
+	fleetDir := Directory(dir)
+	deps.Directory = fleetDir
+	deps.Finder = fleetDir // held-job liveness across every queue
 	if cfg.WorkerNameDeclared {
-		deps.Leases = lease.New(rc, cfg.WorkerName, lease.Config{Logger: tune.Logger})
-		deps.Mirror = dispatch.NewMirror(rc, dispatch.MirrorConfig{RetentionDays: cfg.LogRetentionDays, Host: cfg.WorkerName, Logger: tune.Logger})
+		deps.Leases = Leaser(lease.New(rc, cfg.WorkerName, lease.Config{Logger: tune.Logger}))
+		deps.Mirror = fleetstate.NewMirror(rc, fleetstate.MirrorConfig{RetentionDays: cfg.LogRetentionDays, Host: cfg.WorkerName, Logger: tune.Logger})
 	}
 
 	if cfg.TriggersFile != "" {
@@ -186,12 +195,15 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 		deps.Background = append(deps.Background, &cronOff{store: store, queue: store.Name(), log: log})
 	}
 
-	cancels, err := dispatch.NewCancelWatcher(rc, cfg.WorkerName, dispatch.CancelWatcherConfig{Logger: tune.Logger})
+	cancels, err := fleetstate.NewCancelWatcher(rc, cfg.WorkerName, fleetstate.CancelWatcherConfig{Logger: tune.Logger})
 	if err != nil {
 		return fail(err)
 	}
 	deps.Cancels = cancels
 
+	for _, o := range opts {
+		o(&deps)
+	}
 	w, err := dispatch.NewWorker(cfg, deps, tune)
 	if err != nil {
 		return fail(err)

@@ -1,4 +1,4 @@
-package dispatch_test
+package operator_test
 
 import (
 	"context"
@@ -15,10 +15,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
+	"github.com/pidispatch/pidispatch/operator"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -62,14 +64,14 @@ func TestCancelPendingJobs(t *testing.T) {
 		{"delayed-1", "pi-jobs@alpha", queue.StateDelayed},
 		{"prio-1", "pi-jobs@alpha", queue.StatePrioritized},
 	} {
-		res, err := dispatch.Cancel(ctx, db.Client, tc.id, time.Second)
-		if err != nil || res.Where != dispatch.CancelRemoved || res.Queue != tc.queue || res.State != tc.state || !res.Changed() {
+		res, err := operator.Cancel(ctx, db.Client, tc.id, time.Second)
+		if err != nil || res.Where != operator.CancelRemoved || res.Queue != tc.queue || res.State != tc.state || !res.Changed() {
 			t.Fatalf("Cancel(%s) = %+v, %v", tc.id, res, err)
 		}
 		notFound(t, db.Client, tc.id)
 	}
-	res, err := dispatch.Cancel(ctx, db.Client, "waiting-1", time.Second)
-	if err != nil || res.Where != dispatch.CancelNotFound || res.Changed() {
+	res, err := operator.Cancel(ctx, db.Client, "waiting-1", time.Second)
+	if err != nil || res.Where != operator.CancelNotFound || res.Changed() {
 		t.Fatalf("second Cancel = %+v, %v", res, err)
 	}
 }
@@ -87,8 +89,8 @@ func TestCancelRefusals(t *testing.T) {
 	if err := shared.Complete(ctx, "done-1", tok, nil); err != nil {
 		t.Fatal(err)
 	}
-	res, err := dispatch.Cancel(ctx, db.Client, "done-1", time.Second)
-	if err != nil || res.Where != dispatch.CancelFinished || res.State != queue.StateCompleted || res.Changed() {
+	res, err := operator.Cancel(ctx, db.Client, "done-1", time.Second)
+	if err != nil || res.Where != operator.CancelFinished || res.State != queue.StateCompleted || res.Changed() {
 		t.Fatalf("finished = %+v, %v", res, err)
 	}
 
@@ -97,8 +99,8 @@ func TestCancelRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err = dispatch.Cancel(ctx, db.Client, runID, time.Second)
-	if err != nil || res.Where != dispatch.CancelSchedulerRun || res.SchedulerID != "nightly" || res.Queue != "pi-jobs@alpha" {
+	res, err = operator.Cancel(ctx, db.Client, runID, time.Second)
+	if err != nil || res.Where != operator.CancelSchedulerRun || res.SchedulerID != "nightly" || res.Queue != "pi-jobs@alpha" {
 		t.Fatalf("scheduler run = %+v, %v", res, err)
 	}
 	if _, err := host.Get(ctx, runID); err != nil {
@@ -110,7 +112,7 @@ func TestCancelRefusals(t *testing.T) {
 func TestCancelHostileIDs(t *testing.T) {
 	db := livetest.Valkey(t)
 	for _, id := range []string{"", "a\x00b", "\xff\xfe", strings.Repeat("x", 100_000), "line\nbreak"} {
-		if _, err := dispatch.Cancel(context.Background(), db.Client, id, time.Second); !errors.Is(err, dispatch.ErrInvalidJobID) {
+		if _, err := operator.Cancel(context.Background(), db.Client, id, time.Second); !errors.Is(err, operator.ErrInvalidJobID) {
 			t.Errorf("Cancel(%q) accepted", id[:min(len(id), 10)])
 		}
 	}
@@ -131,9 +133,9 @@ func runningJob(t *testing.T, client redis.UniversalClient, id string) *queue.Qu
 }
 
 // startWatcher runs a watcher until the test ends and checks its loop exits.
-func startWatcher(t *testing.T, client redis.UniversalClient, worker string) *dispatch.CancelWatcher {
+func startWatcher(t *testing.T, client redis.UniversalClient, worker string) *fleetstate.CancelWatcher {
 	t.Helper()
-	w, err := dispatch.NewCancelWatcher(client, worker, dispatch.CancelWatcherConfig{Poll: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	w, err := fleetstate.NewCancelWatcher(client, worker, fleetstate.CancelWatcherConfig{Poll: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,8 +169,8 @@ func TestCancelRunningJob(t *testing.T) {
 	stop := w.Watch(jobCtx, "run-1", func() { calls.Add(1); stopJob() })
 	defer stop()
 
-	res, err := dispatch.Cancel(ctx, db.Client, "run-1", 5*time.Second)
-	if err != nil || res.Where != dispatch.CancelRunningStopped || res.Host != "alpha" || res.Queue != "pi-jobs@alpha" || !res.Changed() {
+	res, err := operator.Cancel(ctx, db.Client, "run-1", 5*time.Second)
+	if err != nil || res.Where != operator.CancelRunningStopped || res.Host != "alpha" || res.Queue != "pi-jobs@alpha" || !res.Changed() {
 		t.Fatalf("Cancel = %+v, %v", res, err)
 	}
 	if calls.Load() != 1 || jobCtx.Err() == nil {
@@ -181,13 +183,13 @@ func TestCancelRunningJob(t *testing.T) {
 	if !w.Cancelled("run-1") {
 		t.Fatal("Cancelled forgot after stop")
 	}
-	if v, _ := db.Client.Get(ctx, dispatch.CancelAckKey("run-1")).Result(); v != "alpha" {
+	if v, _ := db.Client.Get(ctx, fleetstate.CancelAckKey("run-1")).Result(); v != "alpha" {
 		t.Fatalf("ack = %q", v)
 	}
-	if n, _ := db.Client.Exists(ctx, dispatch.CancelRequestKey("run-1")).Result(); n != 0 {
+	if n, _ := db.Client.Exists(ctx, fleetstate.CancelRequestKey("run-1")).Result(); n != 0 {
 		t.Fatal("request left behind")
 	}
-	if ttl, _ := db.Client.PTTL(ctx, dispatch.CancelAckKey("run-1")).Result(); ttl <= 4*time.Minute {
+	if ttl, _ := db.Client.PTTL(ctx, fleetstate.CancelAckKey("run-1")).Result(); ttl <= 4*time.Minute {
 		t.Fatalf("ack TTL = %s", ttl)
 	}
 }
@@ -199,18 +201,18 @@ func TestCancelRunningJobTimeout(t *testing.T) {
 	ctx := context.Background()
 	runningJob(t, db.Client, "run-2")
 	// A stale ack of an earlier cancel must not answer this one.
-	if err := db.Client.Set(ctx, dispatch.CancelAckKey("run-2"), "ghost", time.Minute).Err(); err != nil {
+	if err := db.Client.Set(ctx, fleetstate.CancelAckKey("run-2"), "ghost", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	res, err := dispatch.Cancel(ctx, db.Client, "run-2", 600*time.Millisecond)
-	if err != nil || res.Where != dispatch.CancelTimeout || res.Changed() {
+	res, err := operator.Cancel(ctx, db.Client, "run-2", 600*time.Millisecond)
+	if err != nil || res.Where != operator.CancelTimeout || res.Changed() {
 		t.Fatalf("Cancel = %+v, %v", res, err)
 	}
 	if el := time.Since(start); el < 600*time.Millisecond || el > 3*time.Second {
 		t.Fatalf("waited %s", el)
 	}
-	if n, _ := db.Client.Exists(ctx, dispatch.CancelRequestKey("run-2")).Result(); n != 0 {
+	if n, _ := db.Client.Exists(ctx, fleetstate.CancelRequestKey("run-2")).Result(); n != 0 {
 		t.Fatal("the request was not withdrawn")
 	}
 }
@@ -224,15 +226,15 @@ func TestCancelUnconfirmed(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for range 100 {
-			if n, _ := db.Client.Del(ctx, dispatch.CancelRequestKey("run-3")).Result(); n == 1 {
+			if n, _ := db.Client.Del(ctx, fleetstate.CancelRequestKey("run-3")).Result(); n == 1 {
 				return
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
 	})
-	res, err := dispatch.Cancel(ctx, db.Client, "run-3", 600*time.Millisecond)
+	res, err := operator.Cancel(ctx, db.Client, "run-3", 600*time.Millisecond)
 	wg.Wait()
-	if err != nil || res.Where != dispatch.CancelUnconfirmed || res.Changed() {
+	if err != nil || res.Where != operator.CancelUnconfirmed || res.Changed() {
 		t.Fatalf("Cancel = %+v, %v", res, err)
 	}
 }
@@ -252,7 +254,7 @@ func TestCancelWatcherWatchLifecycle(t *testing.T) {
 	stopA()
 	endJob()
 	for _, id := range []string{"job-a", "job-b"} {
-		if err := db.Client.Set(ctx, dispatch.CancelRequestKey(id), "operator-cancel", time.Minute).Err(); err != nil {
+		if err := db.Client.Set(ctx, fleetstate.CancelRequestKey(id), "operator-cancel", time.Minute).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -260,7 +262,7 @@ func TestCancelWatcherWatchLifecycle(t *testing.T) {
 	if a.Load() != 0 || b.Load() != 0 {
 		t.Fatal("an unwatched job was cancelled")
 	}
-	if n, _ := db.Client.Exists(ctx, dispatch.CancelRequestKey("job-a"), dispatch.CancelRequestKey("job-b")).Result(); n != 2 {
+	if n, _ := db.Client.Exists(ctx, fleetstate.CancelRequestKey("job-a"), fleetstate.CancelRequestKey("job-b")).Result(); n != 2 {
 		t.Fatalf("requests consumed by a watcher not watching: %d left", n)
 	}
 
@@ -268,7 +270,7 @@ func TestCancelWatcherWatchLifecycle(t *testing.T) {
 	var c, d atomic.Int32
 	defer w.Watch(ctx, "job-c", func() { c.Add(1) })()
 	defer w.Watch(ctx, "job-d", func() { d.Add(1) })()
-	if err := db.Client.Set(ctx, dispatch.CancelRequestKey("job-d"), "operator-cancel", time.Minute).Err(); err != nil {
+	if err := db.Client.Set(ctx, fleetstate.CancelRequestKey("job-d"), "operator-cancel", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(3 * time.Second)
@@ -282,11 +284,11 @@ func TestCancelWatcherWatchLifecycle(t *testing.T) {
 
 func TestNewCancelWatcherRefusesBadInput(t *testing.T) {
 	db := livetest.Valkey(t)
-	if _, err := dispatch.NewCancelWatcher(nil, "alpha", dispatch.CancelWatcherConfig{}); err == nil {
+	if _, err := fleetstate.NewCancelWatcher(nil, "alpha", fleetstate.CancelWatcherConfig{}); err == nil {
 		t.Fatal("nil client accepted")
 	}
 	for _, name := range []string{"", "bad name", "x.json"} {
-		if _, err := dispatch.NewCancelWatcher(db.Client, name, dispatch.CancelWatcherConfig{}); err == nil {
+		if _, err := fleetstate.NewCancelWatcher(db.Client, name, fleetstate.CancelWatcherConfig{}); err == nil {
 			t.Errorf("worker %q accepted", name)
 		}
 	}
@@ -298,7 +300,7 @@ func TestCancelWatcherOutage(t *testing.T) {
 	srv := livetest.StartServer(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialTimeout: 200 * time.Millisecond, MaxRetries: -1, DialerRetries: 1})
 	var logs syncBuffer
-	w, err := dispatch.NewCancelWatcher(c, "alpha", dispatch.CancelWatcherConfig{
+	w, err := fleetstate.NewCancelWatcher(c, "alpha", fleetstate.CancelWatcherConfig{
 		Poll: 30 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 	if err != nil {
@@ -354,7 +356,7 @@ func (s *syncBuffer) String() string {
 func ExampleCancelWatcher() {
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
-	w, err := dispatch.NewCancelWatcher(client, "alpha", dispatch.CancelWatcherConfig{})
+	w, err := fleetstate.NewCancelWatcher(client, "alpha", fleetstate.CancelWatcherConfig{})
 	if err != nil {
 		return
 	}
@@ -380,7 +382,7 @@ func TestCancelRecordsARemovedRetry(t *testing.T) {
 	ctx := context.Background()
 	shared := mustQueue(t, db.Client, fleet.SharedQueue)
 	data, _ := json.Marshal(jobs.Job{Kind: jobs.KindForge, Repo: "acme/web", Flow: "fix", Task: "t"})
-	if _, _, err := shared.Add(ctx, dispatch.JobName, data, queue.AddOptions{JobID: "retry-1", Attempts: 3,
+	if _, _, err := shared.Add(ctx, enqueue.JobName, data, queue.AddOptions{JobID: "retry-1", Attempts: 3,
 		Backoff: queue.Backoff{Type: queue.BackoffFixed, Delay: time.Hour}}); err != nil {
 		t.Fatal(err)
 	}
@@ -399,8 +401,8 @@ func TestCancelRecordsARemovedRetry(t *testing.T) {
 		t.Fatalf("fail: %v %v", retried, err)
 	}
 
-	res, err := dispatch.CancelWith(ctx, db.Client, "retry-1", dispatch.CancelOptions{Wait: time.Second, Host: "ops-1", LogsDir: logs})
-	if err != nil || res.Where != dispatch.CancelRemoved || res.State != queue.StateDelayed || res.RecordErr != nil {
+	res, err := operator.CancelWith(ctx, db.Client, "retry-1", operator.CancelOptions{Wait: time.Second, Host: "ops-1", LogsDir: logs})
+	if err != nil || res.Where != operator.CancelRemoved || res.State != queue.StateDelayed || res.RecordErr != nil {
 		t.Fatalf("Cancel = %+v, %v", res, err)
 	}
 	recs, err := jobs.ReadRecords(logs, "retry-1")
@@ -412,7 +414,7 @@ func TestCancelRecordsARemovedRetry(t *testing.T) {
 		c.Host != "ops-1" || c.ExitCode != nil || c.Target != "acme/web" || res.RecordPath == "" {
 		t.Fatalf("records %+v", recs)
 	}
-	runs, _, err := dispatch.NewMirror(db.Client, dispatch.MirrorConfig{}).Read(ctx, 10, time.Time{})
+	runs, _, err := fleetstate.NewMirror(db.Client, fleetstate.MirrorConfig{}).Read(ctx, 10, time.Time{})
 	if err != nil || len(runs) != 1 || runs[0].Reason != jobs.ReasonOperatorCancel || runs[0].Attempt != 2 {
 		t.Fatalf("mirrored %+v %v", runs, err)
 	}

@@ -1,4 +1,4 @@
-package dispatch
+package fleetstate
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/internal/bounded"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/redis/go-redis/v9"
@@ -98,6 +99,8 @@ type Mirror struct {
 	healthMu sync.Mutex
 	failing  bool
 }
+
+var _ dispatch.RunMirror = (*Mirror)(nil)
 
 // NewMirror returns a Mirror over client.
 func NewMirror(client redis.UniversalClient, cfg MirrorConfig) *Mirror {

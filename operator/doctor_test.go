@@ -1,4 +1,4 @@
-package dispatch_test
+package operator_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/operator"
 	"github.com/pidispatch/pidispatch/registry"
 	"github.com/pidispatch/pidispatch/valkey"
 )
@@ -28,7 +29,7 @@ type fakeDoctorDocker struct {
 	digestCalls atomic.Int32
 }
 
-var _ dispatch.DoctorDocker = (*fakeDoctorDocker)(nil)
+var _ operator.DoctorDocker = (*fakeDoctorDocker)(nil)
 
 func (f *fakeDoctorDocker) Ping(context.Context) error { return f.pingErr }
 func (f *fakeDoctorDocker) ImagePresent(context.Context, string) (bool, error) {
@@ -91,8 +92,8 @@ func doctorPeer(t *testing.T, c *redis.Client, name, tz, digest string, age time
 	}
 }
 
-func findChecks(checks []dispatch.Check, name string) []dispatch.Check {
-	var out []dispatch.Check
+func findChecks(checks []operator.Check, name string) []operator.Check {
+	var out []operator.Check
 	for _, c := range checks {
 		if c.Name == name {
 			out = append(out, c)
@@ -101,7 +102,7 @@ func findChecks(checks []dispatch.Check, name string) []dispatch.Check {
 	return out
 }
 
-func oneCheck(t *testing.T, checks []dispatch.Check, name string) dispatch.Check {
+func oneCheck(t *testing.T, checks []operator.Check, name string) operator.Check {
 	t.Helper()
 	got := findChecks(checks, name)
 	if len(got) != 1 {
@@ -117,13 +118,13 @@ func TestDoctorHealthySingleHost(t *testing.T) {
 	// Our own row is not a peer: no fleet line.
 	doctorPeer(t, db.Client, "doc-a", "Asia/Tokyo", doctorDigestB, 0)
 
-	checks := dispatch.Doctor(context.Background(), cfg, dispatch.DoctorDeps{Valkey: db.Client, Docker: docker, TZ: "UTC"})
-	if dispatch.Failed(checks) {
+	checks := operator.Doctor(context.Background(), cfg, operator.DoctorDeps{Valkey: db.Client, Docker: docker, TZ: "UTC"})
+	if operator.Failed(checks) {
 		t.Fatalf("healthy host failed: %+v", checks)
 	}
 	var names []string
 	for _, c := range checks {
-		if c.Status != dispatch.CheckOK || c.Fix != "" {
+		if c.Status != operator.CheckOK || c.Fix != "" {
 			t.Errorf("not ok: %+v", c)
 		}
 		names = append(names, c.Name)
@@ -144,24 +145,24 @@ func TestDoctorFleetLinesWarnNeverFail(t *testing.T) {
 	doctorPeer(t, db.Client, "peer-tokyo", "Asia/Tokyo", doctorDigestB, 0)
 	doctorPeer(t, db.Client, "peer-old", "UTC", doctorDigestA, 6*time.Minute)
 
-	checks := dispatch.Doctor(context.Background(), cfg, dispatch.DoctorDeps{Valkey: db.Client, Docker: docker, TZ: "UTC"})
-	if dispatch.Failed(checks) {
+	checks := operator.Doctor(context.Background(), cfg, operator.DoctorDeps{Valkey: db.Client, Docker: docker, TZ: "UTC"})
+	if operator.Failed(checks) {
 		t.Fatalf("fleet differences must never fail: %+v", checks)
 	}
 	fleet := oneCheck(t, checks, "fleet")
-	if fleet.Status != dispatch.CheckOK || fleet.Detail != "fleet: 3 workers (doc-a, peer-old, peer-tokyo)" {
+	if fleet.Status != operator.CheckOK || fleet.Detail != "fleet: 3 workers (doc-a, peer-old, peer-tokyo)" {
 		t.Errorf("fleet: %+v", fleet)
 	}
 	tz := oneCheck(t, checks, "fleet-tz")
-	if tz.Status != dispatch.CheckWarn || !strings.Contains(tz.Detail, "Asia/Tokyo, UTC") || tz.Fix == "" {
+	if tz.Status != operator.CheckWarn || !strings.Contains(tz.Detail, "Asia/Tokyo, UTC") || tz.Fix == "" {
 		t.Errorf("fleet-tz: %+v", tz)
 	}
 	img := oneCheck(t, checks, "fleet-image")
-	if img.Status != dispatch.CheckWarn || !strings.Contains(img.Detail, "differs from peer-tokyo (") || strings.Contains(img.Detail, "peer-old") {
+	if img.Status != operator.CheckWarn || !strings.Contains(img.Detail, "differs from peer-tokyo (") || strings.Contains(img.Detail, "peer-old") {
 		t.Errorf("fleet-image: %+v", img)
 	}
 	stale := oneCheck(t, checks, "fleet-stale")
-	if stale.Status != dispatch.CheckWarn || !strings.Contains(stale.Detail, "peer-old") || strings.Contains(stale.Detail, "peer-tokyo") {
+	if stale.Status != operator.CheckWarn || !strings.Contains(stale.Detail, "peer-old") || strings.Contains(stale.Detail, "peer-tokyo") {
 		t.Errorf("fleet-stale: %+v", stale)
 	}
 	if got := findChecks(checks, "fleet-name"); len(got) != 0 {
@@ -178,11 +179,11 @@ func TestDoctorPeersWithoutDeclaredName(t *testing.T) {
 		t.Fatal(err)
 	}
 	doctorPeer(t, db.Client, "someone-else", "UTC", "", 0)
-	checks := dispatch.Doctor(context.Background(), cfg, dispatch.DoctorDeps{
+	checks := operator.Doctor(context.Background(), cfg, operator.DoctorDeps{
 		Valkey: db.Client, Docker: &fakeDoctorDocker{present: true, digest: doctorDigestA}, TZ: "UTC",
 	})
 	name := oneCheck(t, checks, "fleet-name")
-	if name.Status != dispatch.CheckWarn || !strings.Contains(name.Fix, "PI_WORKER_NAME") {
+	if name.Status != operator.CheckWarn || !strings.Contains(name.Fix, "PI_WORKER_NAME") {
 		t.Fatalf("fleet-name: %+v", name)
 	}
 	if len(findChecks(checks, "fleet-tz")) != 0 || len(findChecks(checks, "fleet-image")) != 0 {
@@ -194,30 +195,30 @@ func TestDoctorDockerDownSkipsImage(t *testing.T) {
 	db := livetest.Valkey(t)
 	doctorPeer(t, db.Client, "peer", "UTC", doctorDigestB, 0)
 	docker := &fakeDoctorDocker{pingErr: errors.New("connection refused"), present: true, digest: doctorDigestA}
-	checks := dispatch.Doctor(context.Background(), doctorConfig(t, "doc-a"), dispatch.DoctorDeps{Valkey: db.Client, Docker: docker, TZ: "UTC"})
-	if c := oneCheck(t, checks, "docker"); c.Status != dispatch.CheckFail || !strings.Contains(c.Detail, "connection refused") || c.Fix == "" {
+	checks := operator.Doctor(context.Background(), doctorConfig(t, "doc-a"), operator.DoctorDeps{Valkey: db.Client, Docker: docker, TZ: "UTC"})
+	if c := oneCheck(t, checks, "docker"); c.Status != operator.CheckFail || !strings.Contains(c.Detail, "connection refused") || c.Fix == "" {
 		t.Errorf("docker: %+v", c)
 	}
-	if c := oneCheck(t, checks, "job-image"); c.Status != dispatch.CheckWarn || !strings.Contains(c.Detail, "not checked") {
+	if c := oneCheck(t, checks, "job-image"); c.Status != operator.CheckWarn || !strings.Contains(c.Detail, "not checked") {
 		t.Errorf("job-image: %+v", c)
 	}
 	if docker.digestCalls.Load() != 0 || len(findChecks(checks, "fleet-image")) != 0 {
 		t.Errorf("digest compared with Docker down: %+v", checks)
 	}
-	if !dispatch.Failed(checks) {
+	if !operator.Failed(checks) {
 		t.Error("Docker down must fail doctor")
 	}
 }
 
 func TestDoctorImageMissingFailsWithFix(t *testing.T) {
 	db := livetest.Valkey(t)
-	checks := dispatch.Doctor(context.Background(), doctorConfig(t, "doc-a"), dispatch.DoctorDeps{Valkey: db.Client, Docker: &fakeDoctorDocker{}, TZ: "UTC"})
+	checks := operator.Doctor(context.Background(), doctorConfig(t, "doc-a"), operator.DoctorDeps{Valkey: db.Client, Docker: &fakeDoctorDocker{}, TZ: "UTC"})
 	c := oneCheck(t, checks, "job-image")
-	if c.Status != dispatch.CheckFail || !strings.Contains(c.Detail, "pi-job:test is not on this host") ||
+	if c.Status != operator.CheckFail || !strings.Contains(c.Detail, "pi-job:test is not on this host") ||
 		!strings.Contains(c.Fix, "docker pull <registry>/pi-job:test && docker tag <registry>/pi-job:test pi-job:test") {
 		t.Fatalf("job-image: %+v", c)
 	}
-	if !dispatch.Failed(checks) {
+	if !operator.Failed(checks) {
 		t.Fatal("a missing image must fail doctor")
 	}
 }
@@ -225,8 +226,8 @@ func TestDoctorImageMissingFailsWithFix(t *testing.T) {
 func TestDoctorImageInspectErrorFails(t *testing.T) {
 	db := livetest.Valkey(t)
 	docker := &fakeDoctorDocker{presentErr: errors.New("daemon hiccup")}
-	checks := dispatch.Doctor(context.Background(), doctorConfig(t, "doc-a"), dispatch.DoctorDeps{Valkey: db.Client, Docker: docker, TZ: "UTC"})
-	if c := oneCheck(t, checks, "job-image"); c.Status != dispatch.CheckFail || !strings.Contains(c.Detail, "daemon hiccup") {
+	checks := operator.Doctor(context.Background(), doctorConfig(t, "doc-a"), operator.DoctorDeps{Valkey: db.Client, Docker: docker, TZ: "UTC"})
+	if c := oneCheck(t, checks, "job-image"); c.Status != operator.CheckFail || !strings.Contains(c.Detail, "daemon hiccup") {
 		t.Fatalf("job-image: %+v", c)
 	}
 }
@@ -239,7 +240,7 @@ func TestImageFix(t *testing.T) {
 		"pi-job:latest":          "build or pull it: docker pull <registry>/pi-job:latest && docker tag <registry>/pi-job:latest pi-job:latest (or docker build -t pi-job:latest <agent image folder>)",
 		"localhost/pi-job:local": "build or pull it: docker pull localhost/pi-job:local",
 	} {
-		if got := dispatch.ImageFix(image); got != want {
+		if got := operator.ImageFix(image); got != want {
 			t.Errorf("ImageFix(%q) = %q, want %q", image, got, want)
 		}
 	}
@@ -249,16 +250,16 @@ func TestDoctorValkeyDownIsSaidFast(t *testing.T) {
 	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialTimeout: time.Second, MaxRetries: -1})
 	defer rc.Close()
 	start := time.Now()
-	checks := dispatch.Doctor(context.Background(), doctorConfig(t, "doc-a"), dispatch.DoctorDeps{
+	checks := operator.Doctor(context.Background(), doctorConfig(t, "doc-a"), operator.DoctorDeps{
 		Valkey: rc, Docker: &fakeDoctorDocker{present: true}, TZ: "UTC", Timeout: 500 * time.Millisecond,
 	})
 	if time.Since(start) > 3*time.Second {
 		t.Fatalf("doctor took %s with Valkey down", time.Since(start))
 	}
-	if c := oneCheck(t, checks, "valkey"); c.Status != dispatch.CheckFail || !strings.Contains(c.Fix, "VALKEY_URL") {
+	if c := oneCheck(t, checks, "valkey"); c.Status != operator.CheckFail || !strings.Contains(c.Fix, "VALKEY_URL") {
 		t.Errorf("valkey: %+v", c)
 	}
-	if c := oneCheck(t, checks, "fleet-registry"); c.Status != dispatch.CheckWarn || !strings.Contains(c.Detail, "not read") {
+	if c := oneCheck(t, checks, "fleet-registry"); c.Status != operator.CheckWarn || !strings.Contains(c.Detail, "not read") {
 		t.Errorf("fleet-registry: %+v", c)
 	}
 }
@@ -275,12 +276,12 @@ func TestDoctorRefusedPasswordIsSaid(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		checks := dispatch.Doctor(context.Background(), doctorConfig(t, "doc-a"), dispatch.DoctorDeps{
+		checks := operator.Doctor(context.Background(), doctorConfig(t, "doc-a"), operator.DoctorDeps{
 			Valkey: rc, Docker: &fakeDoctorDocker{present: true}, TZ: "UTC", Timeout: time.Second,
 		})
 		_ = rc.Close()
 		c := oneCheck(t, checks, "valkey")
-		if c.Status != dispatch.CheckFail || c.Fix != "set VALKEY_PASSWORD or put the password in VALKEY_URL" ||
+		if c.Status != operator.CheckFail || c.Fix != "set VALKEY_PASSWORD or put the password in VALKEY_URL" ||
 			!strings.Contains(c.Detail, "refused authentication") || strings.Contains(c.Detail, "unreachable") {
 			t.Errorf("password %q: %+v", pw, c)
 		}
@@ -294,22 +295,22 @@ func TestDoctorRegistryUnreadableIsSaid(t *testing.T) {
 	if err := db.Client.Set(context.Background(), registry.LiveKey, "junk", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	checks := dispatch.Doctor(context.Background(), doctorConfig(t, "doc-a"), dispatch.DoctorDeps{
+	checks := operator.Doctor(context.Background(), doctorConfig(t, "doc-a"), operator.DoctorDeps{
 		Valkey: db.Client, Docker: &fakeDoctorDocker{present: true}, TZ: "UTC",
 	})
 	c := oneCheck(t, checks, "fleet-registry")
-	if c.Status != dispatch.CheckWarn || !strings.Contains(c.Detail, "could not read the host registry") {
+	if c.Status != operator.CheckWarn || !strings.Contains(c.Detail, "could not read the host registry") {
 		t.Fatalf("fleet-registry: %+v", c)
 	}
-	if dispatch.Failed(checks) {
+	if operator.Failed(checks) {
 		t.Fatalf("an unreadable registry is a warning: %+v", checks)
 	}
 }
 
 func TestDoctorNilDepsFailNotPanic(t *testing.T) {
-	checks := dispatch.Doctor(context.Background(), doctorConfig(t, "doc-a"), dispatch.DoctorDeps{TZ: "UTC"})
+	checks := operator.Doctor(context.Background(), doctorConfig(t, "doc-a"), operator.DoctorDeps{TZ: "UTC"})
 	for _, name := range []string{"valkey", "docker"} {
-		if c := oneCheck(t, checks, name); c.Status != dispatch.CheckFail {
+		if c := oneCheck(t, checks, name); c.Status != operator.CheckFail {
 			t.Errorf("%s: %+v", name, c)
 		}
 	}
@@ -322,7 +323,7 @@ func TestDoctorConfigErrorsOnePerVariable(t *testing.T) {
 		"PI_JOB_IMAGE":   "pi-job:kept",
 		"PI_LOGS_DIR":    t.TempDir(),
 	}
-	cfg, err := dispatch.ConfigForDoctor(func(k string) string { return env[k] })
+	cfg, err := operator.ConfigForDoctor(func(k string) string { return env[k] })
 	if err == nil {
 		t.Fatal("invalid configuration accepted")
 	}
@@ -330,7 +331,7 @@ func TestDoctorConfigErrorsOnePerVariable(t *testing.T) {
 		t.Fatalf("best-effort config: %v", cfg)
 	}
 	db := livetest.Valkey(t)
-	checks := dispatch.Doctor(context.Background(), cfg, dispatch.DoctorDeps{
+	checks := operator.Doctor(context.Background(), cfg, operator.DoctorDeps{
 		Valkey: db.Client, Docker: &fakeDoctorDocker{present: true}, ConfigErr: err, TZ: "UTC",
 	})
 	got := findChecks(checks, "config")
@@ -338,11 +339,11 @@ func TestDoctorConfigErrorsOnePerVariable(t *testing.T) {
 		t.Fatalf("want one config line per bad variable, got %+v", got)
 	}
 	for i, v := range []string{"PI_CONCURRENCY", "PI_JOB_TIMEOUT"} {
-		if got[i].Status != dispatch.CheckFail || !strings.HasPrefix(got[i].Detail, v+"=") || !strings.Contains(got[i].Fix, v) {
+		if got[i].Status != operator.CheckFail || !strings.HasPrefix(got[i].Detail, v+"=") || !strings.Contains(got[i].Fix, v) {
 			t.Errorf("config line %d: %+v", i, got[i])
 		}
 	}
-	if c := oneCheck(t, checks, "valkey"); c.Status != dispatch.CheckOK {
+	if c := oneCheck(t, checks, "valkey"); c.Status != operator.CheckOK {
 		t.Errorf("the other checks must still run: %+v", c)
 	}
 }
@@ -351,7 +352,7 @@ func TestConfigForDoctorDependentRule(t *testing.T) {
 	// PI_WAIT_MAX_MS below the interval is reported once the interval is
 	// valid; both are replaced by defaults in the returned configuration.
 	env := map[string]string{"PI_WAIT_INTERVAL_MS": "10", "PI_WAIT_MAX_MS": "40000", "PI_DAILY_CAP": "7"}
-	cfg, err := dispatch.ConfigForDoctor(func(k string) string { return env[k] })
+	cfg, err := operator.ConfigForDoctor(func(k string) string { return env[k] })
 	var errs dispatch.ConfigErrors
 	if !errors.As(err, &errs) || len(errs) == 0 || errs[0].Var != "PI_WAIT_INTERVAL_MS" {
 		t.Fatalf("err %v", err)
@@ -362,7 +363,7 @@ func TestConfigForDoctorDependentRule(t *testing.T) {
 	if cfg.Validate() != nil {
 		t.Fatalf("best-effort config invalid: %v", cfg.Validate())
 	}
-	good, err := dispatch.ConfigForDoctor(func(k string) string { return map[string]string{"PI_DAILY_CAP": "9"}[k] })
+	good, err := operator.ConfigForDoctor(func(k string) string { return map[string]string{"PI_DAILY_CAP": "9"}[k] })
 	if err != nil || good.DailyCap != 9 {
 		t.Fatalf("valid env: %v %v", good, err)
 	}
@@ -382,44 +383,44 @@ func TestDoctorPolicyFiles(t *testing.T) {
 	cfg.ScopedLimitsFile = filepath.Join(dir, "absent-limits.json")
 	cfg.PauseWindowsFile = write("pause.json", `{"windows": [{"scope": "*", "from": "22:00", "to": "06:00"}]}`)
 	db := livetest.Valkey(t)
-	checks := dispatch.Doctor(context.Background(), cfg, dispatch.DoctorDeps{Valkey: db.Client, Docker: &fakeDoctorDocker{present: true}, TZ: "UTC"})
+	checks := operator.Doctor(context.Background(), cfg, operator.DoctorDeps{Valkey: db.Client, Docker: &fakeDoctorDocker{present: true}, TZ: "UTC"})
 
-	if c := oneCheck(t, checks, "triggers"); c.Status != dispatch.CheckFail || !strings.Contains(c.Detail, "on.pattern") || strings.Contains(c.Detail, "\n") {
+	if c := oneCheck(t, checks, "triggers"); c.Status != operator.CheckFail || !strings.Contains(c.Detail, "on.pattern") || strings.Contains(c.Detail, "\n") {
 		t.Errorf("triggers: %+v", c)
 	}
-	if c := oneCheck(t, checks, "scoped-limits"); c.Status != dispatch.CheckFail || !strings.Contains(c.Fix, "create it") {
+	if c := oneCheck(t, checks, "scoped-limits"); c.Status != operator.CheckFail || !strings.Contains(c.Fix, "create it") {
 		t.Errorf("scoped-limits: %+v", c)
 	}
-	if c := oneCheck(t, checks, "pause-windows"); c.Status != dispatch.CheckOK || !strings.Contains(c.Detail, "(1 row)") {
+	if c := oneCheck(t, checks, "pause-windows"); c.Status != operator.CheckOK || !strings.Contains(c.Detail, "(1 row)") {
 		t.Errorf("pause-windows: %+v", c)
 	}
 
 	cfg.TriggersFile = write("good.json", `{"triggers": [{"on": {"type": "cron", "id": "n", "pattern": "0 3 * * *"}, "run": {"kind": "local", "folder": "/srv/x", "flow": "f", "task": "t"}}]}`)
 	cfg.ScopedLimitsFile = write("limits.json", `{"version": 1, "limits": [{"scope": "acme/web", "day": 3}]}`)
-	checks = dispatch.Doctor(context.Background(), cfg, dispatch.DoctorDeps{Valkey: db.Client, Docker: &fakeDoctorDocker{present: true}, TZ: "UTC"})
-	if c := oneCheck(t, checks, "triggers"); c.Status != dispatch.CheckOK || !strings.Contains(c.Detail, "(1 cron entry)") {
+	checks = operator.Doctor(context.Background(), cfg, operator.DoctorDeps{Valkey: db.Client, Docker: &fakeDoctorDocker{present: true}, TZ: "UTC"})
+	if c := oneCheck(t, checks, "triggers"); c.Status != operator.CheckOK || !strings.Contains(c.Detail, "(1 cron entry)") {
 		t.Errorf("triggers: %+v", c)
 	}
-	if c := oneCheck(t, checks, "scoped-limits"); c.Status != dispatch.CheckOK {
+	if c := oneCheck(t, checks, "scoped-limits"); c.Status != operator.CheckOK {
 		t.Errorf("scoped-limits: %+v", c)
 	}
 
 	cfg.TriggersFile = filepath.Join(dir, "no-triggers.json")
-	checks = dispatch.Doctor(context.Background(), cfg, dispatch.DoctorDeps{Valkey: db.Client, Docker: &fakeDoctorDocker{present: true}, TZ: "UTC"})
-	if c := oneCheck(t, checks, "triggers"); c.Status != dispatch.CheckWarn || !strings.Contains(c.Detail, "does not exist") {
+	checks = operator.Doctor(context.Background(), cfg, operator.DoctorDeps{Valkey: db.Client, Docker: &fakeDoctorDocker{present: true}, TZ: "UTC"})
+	if c := oneCheck(t, checks, "triggers"); c.Status != operator.CheckWarn || !strings.Contains(c.Detail, "does not exist") {
 		t.Errorf("absent triggers: %+v", c)
 	}
 }
 
 func TestDoctorLogsDir(t *testing.T) {
 	db := livetest.Valkey(t)
-	deps := dispatch.DoctorDeps{Valkey: db.Client, Docker: &fakeDoctorDocker{present: true}, TZ: "UTC"}
+	deps := operator.DoctorDeps{Valkey: db.Client, Docker: &fakeDoctorDocker{present: true}, TZ: "UTC"}
 	cfg := doctorConfig(t, "doc-a")
 
 	// Not created by doctor: the worker, as its own user, creates it.
 	cfg.LogsDir = filepath.Join(t.TempDir(), "not", "yet")
-	c := oneCheck(t, dispatch.Doctor(context.Background(), cfg, deps), "logs-dir")
-	if c.Status != dispatch.CheckOK || !strings.Contains(c.Detail, "does not exist yet") {
+	c := oneCheck(t, operator.Doctor(context.Background(), cfg, deps), "logs-dir")
+	if c.Status != operator.CheckOK || !strings.Contains(c.Detail, "does not exist yet") {
 		t.Errorf("absent dir: %+v", c)
 	}
 	if _, err := os.Stat(cfg.LogsDir); !os.IsNotExist(err) {
@@ -432,13 +433,13 @@ func TestDoctorLogsDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.LogsDir = filepath.Join(file, "logs")
-	if c := oneCheck(t, dispatch.Doctor(context.Background(), cfg, deps), "logs-dir"); c.Status != dispatch.CheckFail || !strings.Contains(c.Detail, "not a directory") {
+	if c := oneCheck(t, operator.Doctor(context.Background(), cfg, deps), "logs-dir"); c.Status != operator.CheckFail || !strings.Contains(c.Detail, "not a directory") {
 		t.Errorf("dir under a file: %+v", c)
 	}
 
 	// An existing dir is written to and left as it was.
 	cfg.LogsDir = t.TempDir()
-	if c := oneCheck(t, dispatch.Doctor(context.Background(), cfg, deps), "logs-dir"); c.Status != dispatch.CheckOK || !strings.HasSuffix(c.Detail, "writable") {
+	if c := oneCheck(t, operator.Doctor(context.Background(), cfg, deps), "logs-dir"); c.Status != operator.CheckOK || !strings.HasSuffix(c.Detail, "writable") {
 		t.Errorf("existing dir: %+v", c)
 	}
 	if left, _ := os.ReadDir(cfg.LogsDir); len(left) != 0 {
@@ -448,17 +449,17 @@ func TestDoctorLogsDir(t *testing.T) {
 
 func TestLocalZone(t *testing.T) {
 	for tz, want := range map[string]string{":Europe/Paris": "Europe/Paris", "Asia/Tokyo": "Asia/Tokyo"} {
-		if got := dispatch.LocalZone(func(string) string { return tz }); got != want {
+		if got := operator.LocalZone(func(string) string { return tz }); got != want {
 			t.Errorf("LocalZone(TZ=%q) = %q, want %q", tz, got, want)
 		}
 	}
-	if got := dispatch.LocalZone(func(string) string { return "" }); got == "" {
+	if got := operator.LocalZone(func(string) string { return "" }); got == "" {
 		t.Error("LocalZone without TZ is empty")
 	}
 }
 
 func TestCheckStatusString(t *testing.T) {
-	for s, want := range map[dispatch.CheckStatus]string{dispatch.CheckOK: "ok", dispatch.CheckWarn: "warn", dispatch.CheckFail: "fail", 7: "CheckStatus(7)"} {
+	for s, want := range map[operator.CheckStatus]string{operator.CheckOK: "ok", operator.CheckWarn: "warn", operator.CheckFail: "fail", 7: "CheckStatus(7)"} {
 		if s.String() != want {
 			t.Errorf("%d: %s", int(s), s)
 		}

@@ -1,4 +1,4 @@
-package dispatch_test
+package operator_test
 
 import (
 	"context"
@@ -11,9 +11,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/operator"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
 	"github.com/pidispatch/pidispatch/valkey"
@@ -57,7 +58,7 @@ func isPaused(t *testing.T, q *queue.Queue) bool {
 
 func flagSet(t *testing.T, client redis.UniversalClient) bool {
 	t.Helper()
-	n, err := client.Exists(context.Background(), dispatch.PausedKey).Result()
+	n, err := client.Exists(context.Background(), fleetstate.PausedKey).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func TestFleetQueuesUnion(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	set, err := dispatch.FleetQueues(ctx, db.Client)
+	set, err := operator.FleetQueues(ctx, db.Client)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +101,7 @@ func TestFleetQueuesRegistryUnreadable(t *testing.T) {
 	if err := mustQueue(t, db.Client, fleet.HostQueueName("bravo")).Declare(ctx); err != nil {
 		t.Fatal(err)
 	}
-	set, err := dispatch.FleetQueues(ctx, db.Client)
+	set, err := operator.FleetQueues(ctx, db.Client)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,17 +121,17 @@ func TestFleetQueuesValkeyDown(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	srv.Stop()
 	start := time.Now()
-	set, err := dispatch.FleetQueues(context.Background(), c)
+	set, err := operator.FleetQueues(context.Background(), c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if el := time.Since(start); el > dispatch.FleetReadTimeout+time.Second {
+	if el := time.Since(start); el > operator.FleetReadTimeout+time.Second {
 		t.Fatalf("took %s", el)
 	}
 	if !slices.Equal(set.Names, []string{"pi-jobs"}) || set.RegistryErr == nil || set.DiscoveryErr == nil {
 		t.Fatalf("set = %+v", set)
 	}
-	r, err := dispatch.Pause(context.Background(), c, set)
+	r, err := operator.Pause(context.Background(), c, set)
 	if err == nil || !r.NotSent || len(r.Changed) != 0 {
 		t.Fatalf("Pause with Valkey down = %+v, %v; want a not-sent error", r, err)
 	}
@@ -161,14 +162,14 @@ func TestKillSwitchFleet(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	set, err := dispatch.FleetQueues(ctx, db.Client)
+	set, err := operator.FleetQueues(ctx, db.Client)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(set.Names) != 3 {
 		t.Fatalf("set = %v", set.Names)
 	}
-	res, err := dispatch.Pause(ctx, db.Client, set)
+	res, err := operator.Pause(ctx, db.Client, set)
 	if err != nil || !res.Complete() {
 		t.Fatalf("Pause = %+v, %v", res, err)
 	}
@@ -180,18 +181,18 @@ func TestKillSwitchFleet(t *testing.T) {
 	if !flagSet(t, db.Client) {
 		t.Fatal("pause did not set the fleet flag")
 	}
-	st, err := dispatch.Status(ctx, db.Client, set)
+	st, err := operator.Status(ctx, db.Client, set)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := dispatch.StatusReport{PausedState: true, Paused: 3, Delayed: 1, PauseFlag: true, Queues: 3}
+	want := operator.StatusReport{PausedState: true, Paused: 3, Delayed: 1, PauseFlag: true, Queues: 3}
 	if !statusEqual(st, want) {
 		t.Fatalf("status = %+v, want %+v", st, want)
 	}
 
 	// A host joining during the pause starts paused, and takes nothing.
 	late := mustQueue(t, db.Client, fleet.HostQueueName("charlie"))
-	if p, err := dispatch.DeclareHostQueue(ctx, late); err != nil || !p {
+	if p, err := operator.DeclareHostQueue(ctx, late); err != nil || !p {
 		t.Fatalf("DeclareHostQueue during pause = %v, %v", p, err)
 	}
 	if _, _, err := late.Add(ctx, "j", json.RawMessage(`{}`), queue.AddOptions{JobID: "late"}); err != nil {
@@ -201,8 +202,8 @@ func TestKillSwitchFleet(t *testing.T) {
 		t.Fatalf("a paused late queue gave %v, %v", j, err)
 	}
 
-	set, _ = dispatch.FleetQueues(ctx, db.Client)
-	res, err = dispatch.Resume(ctx, db.Client, set)
+	set, _ = operator.FleetQueues(ctx, db.Client)
+	res, err = operator.Resume(ctx, db.Client, set)
 	if err != nil || !res.Complete() || len(res.Changed) != 4 {
 		t.Fatalf("Resume = %+v, %v", res, err)
 	}
@@ -215,7 +216,7 @@ func TestKillSwitchFleet(t *testing.T) {
 		t.Fatal("resume did not clear the fleet flag")
 	}
 	later := mustQueue(t, db.Client, fleet.HostQueueName("delta"))
-	if p, err := dispatch.DeclareHostQueue(ctx, later); err != nil || p {
+	if p, err := operator.DeclareHostQueue(ctx, later); err != nil || p {
 		t.Fatalf("DeclareHostQueue after resume = %v, %v", p, err)
 	}
 	if j, err := late.Fetch(ctx, queue.NewToken()); err != nil || j == nil || j.ID != "late" {
@@ -223,7 +224,7 @@ func TestKillSwitchFleet(t *testing.T) {
 	}
 }
 
-func statusEqual(a, b dispatch.StatusReport) bool {
+func statusEqual(a, b operator.StatusReport) bool {
 	x, _ := json.Marshal(a)
 	y, _ := json.Marshal(b)
 	return string(x) == string(y)
@@ -238,10 +239,10 @@ func TestDeclareHostQueueKeepsAPausedQueue(t *testing.T) {
 	if err := q.Pause(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if p, err := dispatch.DeclareHostQueue(ctx, q); err != nil || !p {
+	if p, err := operator.DeclareHostQueue(ctx, q); err != nil || !p {
 		t.Fatalf("= %v, %v", p, err)
 	}
-	if _, err := dispatch.DeclareHostQueue(ctx, nil); err == nil {
+	if _, err := operator.DeclareHostQueue(ctx, nil); err == nil {
 		t.Fatal("nil queue accepted")
 	}
 }
@@ -258,11 +259,11 @@ func TestStatusPartial(t *testing.T) {
 	if err := mustQueue(t, db.Client, fleet.HostQueueName("bravo")).Pause(ctx); err != nil {
 		t.Fatal(err)
 	}
-	set, err := dispatch.FleetQueues(ctx, db.Client)
+	set, err := operator.FleetQueues(ctx, db.Client)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := dispatch.Status(ctx, db.Client, set)
+	st, err := operator.Status(ctx, db.Client, set)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,15 +287,15 @@ func TestPauseFailureReportsWhatChanged(t *testing.T) {
 	if err := db.Client.Set(ctx, "bull:pi-jobs@bravo:meta", "junk", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	set, err := dispatch.FleetQueues(ctx, db.Client)
+	set, err := operator.FleetQueues(ctx, db.Client)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(set.Names, []string{"pi-jobs", "pi-jobs@bravo", "pi-jobs@charlie"}) {
 		t.Fatalf("set = %v", set.Names)
 	}
-	res, err := dispatch.Pause(ctx, db.Client, set)
-	var ke *dispatch.KillError
+	res, err := operator.Pause(ctx, db.Client, set)
+	var ke *operator.KillError
 	if !errors.As(err, &ke) {
 		t.Fatalf("Pause error = %v, want a *KillError", err)
 	}
@@ -309,11 +310,11 @@ func TestPauseFailureReportsWhatChanged(t *testing.T) {
 	if v, _ := db.Client.Get(ctx, "bull:pi-jobs@bravo:meta").Result(); v != "junk" {
 		t.Fatalf("failed queue's meta = %q", v)
 	}
-	if _, err := dispatch.Status(ctx, db.Client, set); err == nil {
+	if _, err := operator.Status(ctx, db.Client, set); err == nil {
 		t.Fatal("status summed without an unreadable queue")
 	}
 	// Resume is refused on the same queue, and again reports it.
-	res, err = dispatch.Resume(ctx, db.Client, set)
+	res, err = operator.Resume(ctx, db.Client, set)
 	if !errors.As(err, &ke) || len(res.Failed) != 1 || len(res.Changed) != 2 || !res.FlagChanged {
 		t.Fatalf("Resume = %+v, %v", res, err)
 	}
@@ -328,15 +329,15 @@ func TestPauseFailureReportsWhatChanged(t *testing.T) {
 func TestKillSwitchSweepsQueuesDeclaredMeanwhile(t *testing.T) {
 	db := livetest.Valkey(t)
 	ctx := context.Background()
-	set, err := dispatch.FleetQueues(ctx, db.Client)
+	set, err := operator.FleetQueues(ctx, db.Client)
 	if err != nil {
 		t.Fatal(err)
 	}
 	early := mustQueue(t, db.Client, fleet.HostQueueName("early"))
-	if p, err := dispatch.DeclareHostQueue(ctx, early); err != nil || p {
+	if p, err := operator.DeclareHostQueue(ctx, early); err != nil || p {
 		t.Fatalf("declared before the pause: %v %v", p, err)
 	}
-	res, err := dispatch.Pause(ctx, db.Client, set)
+	res, err := operator.Pause(ctx, db.Client, set)
 	if err != nil || !slices.Equal(res.Queues, []string{"pi-jobs", "pi-jobs@early"}) || !res.Complete() {
 		t.Fatalf("Pause = %+v, %v", res, err)
 	}
@@ -344,12 +345,12 @@ func TestKillSwitchSweepsQueuesDeclaredMeanwhile(t *testing.T) {
 		t.Fatal("the queue declared meanwhile was not paused")
 	}
 
-	set, _ = dispatch.FleetQueues(ctx, db.Client)
+	set, _ = operator.FleetQueues(ctx, db.Client)
 	late := mustQueue(t, db.Client, fleet.HostQueueName("late"))
-	if p, err := dispatch.DeclareHostQueue(ctx, late); err != nil || !p {
+	if p, err := operator.DeclareHostQueue(ctx, late); err != nil || !p {
 		t.Fatalf("declared during the pause: %v %v", p, err)
 	}
-	res, err = dispatch.Resume(ctx, db.Client, set)
+	res, err = operator.Resume(ctx, db.Client, set)
 	if err != nil || len(res.Queues) != 3 || !res.Complete() {
 		t.Fatalf("Resume = %+v, %v", res, err)
 	}
@@ -362,14 +363,14 @@ func TestKillSwitchSweepsQueuesDeclaredMeanwhile(t *testing.T) {
 func TestPauseSharedOnly(t *testing.T) {
 	db := livetest.Valkey(t)
 	ctx := context.Background()
-	set, err := dispatch.FleetQueues(ctx, db.Client)
+	set, err := operator.FleetQueues(ctx, db.Client)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res, err := dispatch.Pause(ctx, db.Client, set); err != nil || !slices.Equal(res.Changed, []string{"pi-jobs"}) {
+	if res, err := operator.Pause(ctx, db.Client, set); err != nil || !slices.Equal(res.Changed, []string{"pi-jobs"}) {
 		t.Fatalf("= %+v, %v", res, err)
 	}
-	if res, err := dispatch.Pause(ctx, db.Client, dispatch.QueueSet{Names: []string{"pi-jobs", "no:pe"}}); err == nil || len(res.Changed) != 0 {
+	if res, err := operator.Pause(ctx, db.Client, operator.QueueSet{Names: []string{"pi-jobs", "no:pe"}}); err == nil || len(res.Changed) != 0 {
 		t.Fatalf("an invalid name must refuse the whole call: %+v, %v", res, err)
 	}
 }
@@ -381,15 +382,15 @@ func ExamplePause() {
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	defer client.Close()
 	ctx := context.Background()
-	set, err := dispatch.FleetQueues(ctx, client)
+	set, err := operator.FleetQueues(ctx, client)
 	if err != nil {
 		return
 	}
 	if set.RegistryErr != nil {
 		fmt.Println("registry unreadable:", set.RegistryErr.Error())
 	}
-	res, err := dispatch.Pause(ctx, client, set)
-	var ke *dispatch.KillError
+	res, err := operator.Pause(ctx, client, set)
+	var ke *operator.KillError
 	if errors.As(err, &ke) {
 		fmt.Println("paused", len(res.Changed), "of", len(res.Queues), "queues; failed at", res.Failed[0].Queue)
 	}
@@ -404,7 +405,7 @@ func ExampleDeclareHostQueue() {
 	if err != nil {
 		return
 	}
-	if paused, err := dispatch.DeclareHostQueue(context.Background(), q); err == nil && paused {
+	if paused, err := operator.DeclareHostQueue(context.Background(), q); err == nil && paused {
 		fmt.Println("fleet paused: this host takes no job until `pi-dispatch resume`")
 	}
 }
@@ -431,13 +432,13 @@ func TestKillSwitchAuthRefused(t *testing.T) {
 		client *redis.Client
 		want   error
 	}{{"shared constructor", shared, valkey.ErrAuthRefused}, {"plain client", plain, queue.ErrTxRefused}} {
-		set, err := dispatch.FleetQueues(ctx, tc.client)
+		set, err := operator.FleetQueues(ctx, tc.client)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, act := range []func(context.Context, redis.UniversalClient, dispatch.QueueSet) (dispatch.KillResult, error){dispatch.Pause, dispatch.Resume} {
+		for _, act := range []func(context.Context, redis.UniversalClient, operator.QueueSet) (operator.KillResult, error){operator.Pause, operator.Resume} {
 			r, err := act(ctx, tc.client, set)
-			var ke *dispatch.KillError
+			var ke *operator.KillError
 			if !errors.Is(err, tc.want) || errors.As(err, &ke) || !r.NotSent || len(r.Changed) != 0 || r.FlagChanged {
 				t.Fatalf("%s: %+v, %v", tc.name, r, err)
 			}

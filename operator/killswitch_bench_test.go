@@ -1,4 +1,4 @@
-package dispatch_test
+package operator_test
 
 import (
 	"context"
@@ -8,9 +8,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/operator"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
 )
@@ -78,7 +78,7 @@ func fleet200(b *testing.B) (*redis.Client, *roundTripHook) {
 	b.Cleanup(func() { _ = c.Close() })
 	hook := &roundTripHook{}
 	c.AddHook(hook)
-	set, err := dispatch.FleetQueues(ctx, c)
+	set, err := operator.FleetQueues(ctx, c)
 	if err != nil || set.Degraded() || len(set.Names) != hosts+1 {
 		b.Fatalf("fleet of %d queues: %d found, %v %v %v", hosts+1, len(set.Names), err, set.RegistryErr, set.DiscoveryErr)
 	}
@@ -91,15 +91,15 @@ type killSwitch func(ctx context.Context, c *redis.Client, paused bool) error
 // ours reads the fleet (FleetQueues) and pauses or resumes it with Pause or
 // Resume: one MULTI/EXEC over every queue and the flag, then the sweep.
 func ours(ctx context.Context, c *redis.Client, paused bool) error {
-	set, err := dispatch.FleetQueues(ctx, c)
+	set, err := operator.FleetQueues(ctx, c)
 	if err != nil {
 		return err
 	}
-	var r dispatch.KillResult
+	var r operator.KillResult
 	if paused {
-		r, err = dispatch.Pause(ctx, c, set)
+		r, err = operator.Pause(ctx, c, set)
 	} else {
-		r, err = dispatch.Resume(ctx, c, set)
+		r, err = operator.Resume(ctx, c, set)
 	}
 	if err == nil && len(r.Changed) != len(set.Names) {
 		err = fmt.Errorf("%s changed %d of %d queues", r.Verb, len(r.Changed), len(set.Names))
@@ -114,7 +114,7 @@ func ours(ctx context.Context, c *redis.Client, paused bool) error {
 // also opened a connection per queue and read the registry with one HGETALL
 // per host; neither is reproduced here.
 func originalPattern(ctx context.Context, c *redis.Client, paused bool) error {
-	set, err := dispatch.FleetQueues(ctx, c)
+	set, err := operator.FleetQueues(ctx, c)
 	if err != nil {
 		return err
 	}
@@ -183,7 +183,7 @@ func BenchmarkPauseResume200(b *testing.B) {
 		ctx := context.Background()
 		hook.on.Store(true)
 		for b.Loop() {
-			if _, err := dispatch.FleetQueues(ctx, c); err != nil {
+			if _, err := operator.FleetQueues(ctx, c); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -1,4 +1,4 @@
-package dispatch
+package fleetstate
 
 import (
 	"bytes"
@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
 )
@@ -49,14 +50,14 @@ func TestBudgetDailyCapRefusalConsumesNothing(t *testing.T) {
 		r, err := b.Reserve(ctx, "", nil)
 		require.NoError(t, err)
 		require.True(t, r.Granted)
-		require.Equal(t, Reservation{Granted: true, Window: WindowDay, Count: i, Cap: 2}, Reservation{Granted: r.Granted, Window: r.Window, Count: r.Count, Cap: r.Cap})
+		require.Equal(t, dispatch.Reservation{Granted: true, Window: dispatch.WindowDay, Count: i, Cap: 2}, dispatch.Reservation{Granted: r.Granted, Window: r.Window, Count: r.Count, Cap: r.Cap})
 		require.Empty(t, r.Reason())
 	}
 	for range 3 {
 		r, err := b.Reserve(ctx, "", nil)
 		require.NoError(t, err)
 		require.False(t, r.Granted)
-		require.Equal(t, WindowDay, r.Window)
+		require.Equal(t, dispatch.WindowDay, r.Window)
 		require.Equal(t, 2, r.Count)
 		require.Equal(t, 2, r.Cap)
 		require.Equal(t, jobs.ReasonOverBudget, r.Reason())
@@ -81,7 +82,7 @@ func TestBudgetWeeklyCapRefuses(t *testing.T) {
 	r, err := b.reserve(ctx, "", nil, budgetMs(budgetAt))
 	require.NoError(t, err)
 	require.False(t, r.Granted)
-	require.Equal(t, WindowWeek, r.Window)
+	require.Equal(t, dispatch.WindowWeek, r.Window)
 	require.Equal(t, 2, r.Cap)
 	require.Equal(t, jobs.ReasonOverBudget, r.Reason())
 
@@ -89,7 +90,7 @@ func TestBudgetWeeklyCapRefuses(t *testing.T) {
 	r, err = b.reserve(ctx, "", nil, budgetMs(budgetAt.AddDate(0, 0, 1)))
 	require.NoError(t, err)
 	require.False(t, r.Granted)
-	require.Equal(t, WindowWeek, r.Window)
+	require.Equal(t, dispatch.WindowWeek, r.Window)
 
 	require.Equal(t, 2, budgetGet(t, db.Client, BudgetDayKey(budgetAt)))
 	require.Equal(t, 0, budgetGet(t, db.Client, BudgetDayKey(budgetAt.AddDate(0, 0, 1))))
@@ -105,14 +106,14 @@ func TestBudgetScopeWindows(t *testing.T) {
 	tests := []struct {
 		name       string
 		cfg        BudgetConfig
-		limit      ScopeLimit
+		limit      dispatch.ScopeLimit
 		wantWindow string
 	}{
 		// Every window is full at the second start: the narrowest names it.
-		{"ScopeDayBeforeAll", BudgetConfig{DailyCap: 1, WeeklyCap: 1}, ScopeLimit{Scope: scope, Day: 1, Week: 1}, WindowScopeDay},
-		{"ScopeWeekBeforeGlobal", BudgetConfig{DailyCap: 1, WeeklyCap: 1}, ScopeLimit{Scope: scope, Week: 1}, WindowScopeWeek},
-		{"ScopeDayAlone", BudgetConfig{DailyCap: 10}, ScopeLimit{Scope: scope, Day: 1}, WindowScopeDay},
-		{"GlobalDayBeforeWeek", BudgetConfig{DailyCap: 1, WeeklyCap: 1}, ScopeLimit{Scope: scope, Day: 5, Week: 5}, WindowDay},
+		{"ScopeDayBeforeAll", BudgetConfig{DailyCap: 1, WeeklyCap: 1}, dispatch.ScopeLimit{Scope: scope, Day: 1, Week: 1}, dispatch.WindowScopeDay},
+		{"ScopeWeekBeforeGlobal", BudgetConfig{DailyCap: 1, WeeklyCap: 1}, dispatch.ScopeLimit{Scope: scope, Week: 1}, dispatch.WindowScopeWeek},
+		{"ScopeDayAlone", BudgetConfig{DailyCap: 10}, dispatch.ScopeLimit{Scope: scope, Day: 1}, dispatch.WindowScopeDay},
+		{"GlobalDayBeforeWeek", BudgetConfig{DailyCap: 1, WeeklyCap: 1}, dispatch.ScopeLimit{Scope: scope, Day: 5, Week: 5}, dispatch.WindowDay},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -155,7 +156,7 @@ func TestBudgetScopeLimitOfAnotherScopeIsAnError(t *testing.T) {
 	t.Parallel()
 	db := livetest.Valkey(t)
 	b := NewBudget(db.Client, BudgetConfig{})
-	_, err := b.Reserve(context.Background(), "owner/a", &ScopeLimit{Scope: "owner/b", Day: 1})
+	_, err := b.Reserve(context.Background(), "owner/a", &dispatch.ScopeLimit{Scope: "owner/b", Day: 1})
 	require.Error(t, err)
 	n, err := db.Client.DBSize(context.Background()).Result()
 	require.NoError(t, err)
@@ -170,11 +171,11 @@ func TestBudgetNegativeCapFailsClosed(t *testing.T) {
 	r, err := b.reserve(ctx, "", nil, budgetMs(budgetAt))
 	require.NoError(t, err)
 	require.False(t, r.Granted)
-	require.Equal(t, WindowDay, r.Window)
+	require.Equal(t, dispatch.WindowDay, r.Window)
 	require.Equal(t, 0, budgetGet(t, db.Client, BudgetDayKey(budgetAt)))
 
 	// The zero config is the documented default cap, not "no starts".
-	require.Equal(t, DefaultDailyCap, NewBudget(db.Client, BudgetConfig{}).cfg.DailyCap)
+	require.Equal(t, dispatch.DefaultDailyCap, NewBudget(db.Client, BudgetConfig{}).cfg.DailyCap)
 }
 
 func TestBudgetReleaseFreesTheSlot(t *testing.T) {
@@ -182,7 +183,7 @@ func TestBudgetReleaseFreesTheSlot(t *testing.T) {
 	db := livetest.Valkey(t)
 	ctx := context.Background()
 	b := NewBudget(db.Client, BudgetConfig{DailyCap: 1, WeeklyCap: 5})
-	limit := &ScopeLimit{Scope: "/srv/a", Day: 3, Week: 3}
+	limit := &dispatch.ScopeLimit{Scope: "/srv/a", Day: 3, Week: 3}
 	now := budgetMs(budgetAt)
 
 	r1, err := b.reserve(ctx, "/srv/a", limit, now)
@@ -192,7 +193,7 @@ func TestBudgetReleaseFreesTheSlot(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, r2.Granted)
 	require.NoError(t, b.Release(ctx, r2), "releasing a refusal does nothing")
-	require.NoError(t, b.Release(ctx, Reservation{}), "nor does the zero Reservation")
+	require.NoError(t, b.Release(ctx, dispatch.Reservation{}), "nor does the zero Reservation")
 	require.Equal(t, 1, budgetGet(t, db.Client, BudgetDayKey(budgetAt)))
 
 	// The container never started: every window it counted gets its slot back.
@@ -227,10 +228,10 @@ func TestBudgetDoubleReleaseFreesNothingExtra(t *testing.T) {
 	// A release that reached the server but whose answer was lost (a retry, or
 	// another Budget holding the same reservation) is stopped by the guard key.
 	lost := r1
-	lost.released = &releaseRecord{}
+	lost.Ticket.(*ticket).released = &releaseRecord{}
 	require.NoError(t, NewBudget(db.Client, BudgetConfig{}).Release(ctx, lost))
 	require.Equal(t, 1, budgetGet(t, db.Client, BudgetDayKey(budgetAt)))
-	pttl, err := db.Client.PTTL(ctx, budgetReleaseKey(r1.token)).Result()
+	pttl, err := db.Client.PTTL(ctx, budgetReleaseKey(r1.Ticket.(*ticket).token)).Result()
 	require.NoError(t, err)
 	require.Greater(t, pttl, budgetWeekTTL, "the guard outlives the windows it guards")
 }
@@ -256,12 +257,12 @@ func TestBudgetTTLsOnNewKeys(t *testing.T) {
 	b := NewBudget(db.Client, BudgetConfig{DailyCap: 5, WeeklyCap: 5})
 	const scope = "owner/ttl"
 	// The real clock here: production's path, no override.
-	r, err := b.Reserve(ctx, scope, &ScopeLimit{Scope: scope, Day: 5, Week: 5})
+	r, err := b.Reserve(ctx, scope, &dispatch.ScopeLimit{Scope: scope, Day: 5, Week: 5})
 	require.NoError(t, err)
 	require.True(t, r.Granted)
-	require.Len(t, r.keys, 4)
+	require.Len(t, r.Ticket.(*ticket).keys, 4)
 
-	for _, k := range r.keys {
+	for _, k := range r.Ticket.(*ticket).keys {
 		pttl, err := db.Client.PTTL(ctx, k).Result()
 		require.NoError(t, err)
 		limit := budgetDayTTL
@@ -272,10 +273,10 @@ func TestBudgetTTLsOnNewKeys(t *testing.T) {
 		require.LessOrEqual(t, pttl, limit, k)
 	}
 	// A key someone left without an expiry gets one at the next reservation.
-	require.NoError(t, db.Client.Persist(ctx, r.keys[0]).Err())
-	_, err = b.Reserve(ctx, scope, &ScopeLimit{Scope: scope, Day: 5, Week: 5})
+	require.NoError(t, db.Client.Persist(ctx, r.Ticket.(*ticket).keys[0]).Err())
+	_, err = b.Reserve(ctx, scope, &dispatch.ScopeLimit{Scope: scope, Day: 5, Week: 5})
 	require.NoError(t, err)
-	pttl, err := db.Client.PTTL(ctx, r.keys[0]).Result()
+	pttl, err := db.Client.PTTL(ctx, r.Ticket.(*ticket).keys[0]).Result()
 	require.NoError(t, err)
 	require.Greater(t, pttl, time.Duration(0))
 }
@@ -322,7 +323,7 @@ func TestBudgetDateMath(t *testing.T) {
 	t.Parallel()
 	db := livetest.Valkey(t)
 	ctx := context.Background()
-	b := NewBudget(db.Client, BudgetConfig{DailyCap: MaxCap})
+	b := NewBudget(db.Client, BudgetConfig{DailyCap: dispatch.MaxCap})
 	ms := func(y int, m time.Month, d, h, min, s, milli int) time.Time {
 		return time.Date(y, m, d, h, min, s, milli*1e6, time.UTC)
 	}
@@ -351,12 +352,12 @@ func TestBudgetDateMath(t *testing.T) {
 
 		// The reserve script, on this instant, counts exactly these keys.
 		const scope = "owner/dates"
-		r, err := b.reserve(ctx, scope, &ScopeLimit{Scope: scope, Day: MaxCap, Week: MaxCap}, budgetMs(tt.at))
+		r, err := b.reserve(ctx, scope, &dispatch.ScopeLimit{Scope: scope, Day: dispatch.MaxCap, Week: dispatch.MaxCap}, budgetMs(tt.at))
 		require.NoError(t, err, tt.name)
 		require.True(t, r.Granted, tt.name)
 		require.Equal(t, []string{
 			BudgetScopeDayKey(scope, tt.at), BudgetScopeWeekKey(scope, tt.at), "budget:" + tt.day,
-		}, r.keys, tt.name)
+		}, r.Ticket.(*ticket).keys, tt.name)
 
 		c, err := b.counts(ctx, budgetMs(tt.at))
 		require.NoError(t, err, tt.name)
@@ -384,7 +385,7 @@ func TestBudgetDateMath(t *testing.T) {
 	// A malformed override is an error, never a date.
 	for _, bad := range []string{"x", "1.5", "-1", "1e20"} {
 		_, err := b.counts(ctx, bad)
-		require.ErrorIs(t, err, ErrBudgetUnavailable, bad)
+		require.ErrorIs(t, err, dispatch.ErrBudgetUnavailable, bad)
 	}
 }
 
@@ -395,11 +396,11 @@ func TestBudgetJunkCounterFailsClosedAndUndoes(t *testing.T) {
 	var logs budgetLogSink
 	b := NewBudget(db.Client, BudgetConfig{DailyCap: 5, Logger: logs.logger()})
 	const scope = "owner/junk"
-	limit := &ScopeLimit{Scope: scope, Day: 5}
+	limit := &dispatch.ScopeLimit{Scope: scope, Day: 5}
 	require.NoError(t, db.Client.Set(ctx, BudgetDayKey(budgetAt), "not a count\x00", 0).Err())
 
 	_, err := b.reserve(ctx, scope, limit, budgetMs(budgetAt))
-	require.ErrorIs(t, err, ErrBudgetUnavailable)
+	require.ErrorIs(t, err, dispatch.ErrBudgetUnavailable)
 	require.Contains(t, err.Error(), "window day")
 	// The scope-day window was counted first, then given back.
 	require.Equal(t, 0, budgetGet(t, db.Client, BudgetScopeDayKey(scope, budgetAt)))
@@ -407,12 +408,12 @@ func TestBudgetJunkCounterFailsClosedAndUndoes(t *testing.T) {
 	_, _, err = b.Counts(ctx)
 	require.NoError(t, err, "Counts reads today; the junk is under the pinned date")
 	_, err = b.counts(ctx, budgetMs(budgetAt))
-	require.ErrorIs(t, err, ErrBudgetUnavailable)
+	require.ErrorIs(t, err, dispatch.ErrBudgetUnavailable)
 
 	require.NoError(t, db.Client.Del(ctx, BudgetDayKey(budgetAt)).Err())
 	require.NoError(t, db.Client.HSet(ctx, BudgetDayKey(budgetAt), "f", "v").Err())
 	_, err = b.reserve(ctx, scope, limit, budgetMs(budgetAt))
-	require.ErrorIs(t, err, ErrBudgetUnavailable, "a key of another type")
+	require.ErrorIs(t, err, dispatch.ErrBudgetUnavailable, "a key of another type")
 	require.Equal(t, 0, logs.count("budget_unreachable"), "a junk value is not an outage")
 }
 
@@ -433,12 +434,12 @@ func TestBudgetValkeyDownFailsClosedWithinTheBound(t *testing.T) {
 	for range 2 {
 		began := time.Now()
 		_, err := b.Reserve(ctx, "", nil)
-		require.ErrorIs(t, err, ErrBudgetUnavailable)
+		require.ErrorIs(t, err, dispatch.ErrBudgetUnavailable)
 		require.Less(t, time.Since(began), bound+700*time.Millisecond)
 	}
 	_, _, err = b.Counts(ctx)
-	require.ErrorIs(t, err, ErrBudgetUnavailable)
-	require.ErrorIs(t, b.Release(ctx, r), ErrBudgetUnavailable)
+	require.ErrorIs(t, err, dispatch.ErrBudgetUnavailable)
+	require.ErrorIs(t, b.Release(ctx, r), dispatch.ErrBudgetUnavailable)
 	require.Equal(t, 1, logs.count("budget_unreachable"), "one line per outage")
 
 	srv.Start()
@@ -478,7 +479,7 @@ func TestBudgetHungServerIsBounded(t *testing.T) {
 
 	began := time.Now()
 	_, err = b.Reserve(context.Background(), "", nil)
-	require.ErrorIs(t, err, ErrBudgetUnavailable)
+	require.ErrorIs(t, err, dispatch.ErrBudgetUnavailable)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.Less(t, time.Since(began), bound+300*time.Millisecond, "the client's own 800ms read timeout did not hold it")
 
@@ -548,7 +549,7 @@ func ExampleBudget() {
 	defer b.Close(context.Background())
 
 	ctx := context.Background()
-	limit := &ScopeLimit{Scope: "owner/web", Day: 5}
+	limit := &dispatch.ScopeLimit{Scope: "owner/web", Day: 5}
 	r, err := b.Reserve(ctx, "owner/web", limit)
 	switch {
 	case err != nil:

@@ -1,4 +1,4 @@
-package dispatch
+package operator
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
 )
@@ -111,7 +112,7 @@ func PauseHold(ctx context.Context, client redis.UniversalClient, name string) (
 	if err != nil || !paused {
 		return "", err
 	}
-	flag, err := client.Exists(ctx, PausedKey).Result()
+	flag, err := client.Exists(ctx, fleetstate.PausedKey).Result()
 	if err != nil {
 		return "", err
 	}

@@ -1,4 +1,4 @@
-package dispatch
+package operator
 
 import (
 	"cmp"
@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/cronsync"
+	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/internal/check"
 	"github.com/pidispatch/pidispatch/registry"
 	"github.com/pidispatch/pidispatch/valkey"
@@ -98,7 +99,7 @@ type DoctorDeps struct {
 // (it never pulls an image nor creates a directory) and returns every check,
 // in a fixed order; the caller formats them. Each probe is bounded by
 // deps.Timeout.
-func Doctor(ctx context.Context, cfg Config, deps DoctorDeps) []Check {
+func Doctor(ctx context.Context, cfg dispatch.Config, deps DoctorDeps) []Check {
 	deps.Timeout = cmp.Or(deps.Timeout, DefaultDoctorTimeout)
 	deps.Self = cmp.Or(deps.Self, cfg.WorkerName)
 	if deps.TZ == "" {
@@ -112,11 +113,11 @@ func Doctor(ctx context.Context, cfg Config, deps DoctorDeps) []Check {
 	d.config()
 	d.triggers()
 	d.policyFile("scoped-limits", "PI_SCOPED_LIMITS_FILE", "scoped limits", cfg.ScopedLimitsFile, func(p string) (int, error) {
-		l, err := LoadScopedLimits(p)
+		l, err := dispatch.LoadScopedLimits(p)
 		return l.Len(), err
 	})
 	d.policyFile("pause-windows", "PI_PAUSE_WINDOWS_FILE", "pause windows", cfg.PauseWindowsFile, func(p string) (int, error) {
-		w, err := LoadPauseWindows(p)
+		w, err := dispatch.LoadPauseWindows(p)
 		return w.Len(), err
 	})
 	d.logsDir()
@@ -131,7 +132,7 @@ func Failed(checks []Check) bool {
 }
 
 type doctor struct {
-	cfg    Config
+	cfg    dispatch.Config
 	deps   DoctorDeps
 	checks []Check
 }
@@ -153,7 +154,7 @@ func (d *doctor) bounded(ctx context.Context) (context.Context, context.CancelFu
 }
 
 func (d *doctor) valkey(ctx context.Context) bool {
-	url := RedactURL(d.cfg.ValkeyURL)
+	url := dispatch.RedactURL(d.cfg.ValkeyURL)
 	fix := "start Valkey (docker compose -f deploy/docker-compose.yml up -d valkey) or point VALKEY_URL at it"
 	if d.deps.Valkey == nil {
 		d.fail("valkey", fix, "Valkey at %s: no client", url)
@@ -241,11 +242,11 @@ func (d *doctor) config() {
 		d.ok("config", "configuration valid (worker %s, %s)", d.cfg.WorkerName, declared)
 		return
 	}
-	var errs ConfigErrors
+	var errs dispatch.ConfigErrors
 	if !errors.As(err, &errs) {
-		var ce *ConfigError
+		var ce *dispatch.ConfigError
 		if errors.As(err, &ce) {
-			errs = ConfigErrors{ce}
+			errs = dispatch.ConfigErrors{ce}
 		}
 	}
 	if len(errs) == 0 {
@@ -459,13 +460,13 @@ func LocalZone(getenv func(string) string) string {
 // invalid, it returns LoadConfig's error together with a usable
 // configuration in which each invalid variable has its default, so doctor
 // can still check everything the valid variables name.
-func ConfigForDoctor(getenv func(string) string) (Config, error) {
-	cfg, err := LoadConfig(getenv)
+func ConfigForDoctor(getenv func(string) string) (dispatch.Config, error) {
+	cfg, err := dispatch.LoadConfig(getenv)
 	if err == nil {
 		return cfg, nil
 	}
 	bad := map[string]bool{}
-	var all ConfigErrors
+	var all dispatch.ConfigErrors
 	masked := func(k string) string {
 		if bad[k] {
 			return ""
@@ -475,9 +476,9 @@ func ConfigForDoctor(getenv func(string) string) (Config, error) {
 	// Each pass blanks the variables reported so far; a rule between two
 	// variables can report the second only once the first is gone.
 	for cur := err; cur != nil; {
-		var errs ConfigErrors
+		var errs dispatch.ConfigErrors
 		if !errors.As(cur, &errs) {
-			return DefaultConfig(), err
+			return dispatch.DefaultConfig(), err
 		}
 		grew := false
 		for _, ce := range errs {
@@ -489,14 +490,14 @@ func ConfigForDoctor(getenv func(string) string) (Config, error) {
 		if !grew {
 			break
 		}
-		cfg, cur = LoadConfig(masked)
+		cfg, cur = dispatch.LoadConfig(masked)
 		if cur == nil {
-			sortConfigErrors(all)
+			all.Sort()
 			return cfg, all
 		}
 	}
-	sortConfigErrors(all)
-	return DefaultConfig(), all
+	all.Sort()
+	return dispatch.DefaultConfig(), all
 }
 
 func joinLines(err error) string {
