@@ -291,129 +291,20 @@ func absEnvDir(dir string) string {
 // Config is then the zero value: a half-valid configuration is never handed out.
 func LoadConfig(getenv func(string) string) (Config, error) {
 	c := defaultConfig(defaultLogsDir(getenv))
-	raw := map[string]string{}
-	var errs ConfigErrors
-	bad := map[string]bool{}
-	fail := func(name, value, rule string) {
-		errs = append(errs, newConfigError(name, value, rule))
-		bad[name] = true
-	}
-	get := func(name string) (string, bool) {
-		v := getenv(name)
-		if v == "" {
-			return "", false
-		}
-		raw[name] = v
-		return v, true
-	}
-	integer := func(name string, dst *int) {
-		if v, ok := get(name); ok {
-			n, rule := parseStrictInt(v)
-			if rule != "" {
-				fail(name, v, rule)
-				return
-			}
-			// Past every bound: problems() reports the range with the value as typed.
-			*dst = int(min(n, math.MaxInt32))
-		}
-	}
-	millis := func(name string, dst *time.Duration) {
-		if v, ok := get(name); ok {
-			n, rule := parseStrictInt(v)
-			if rule != "" {
-				fail(name, v, rule+" (milliseconds)")
-				return
-			}
-			// Past every bound, and small enough not to overflow as nanoseconds.
-			*dst = time.Duration(min(n, 1<<40)) * time.Millisecond
-		}
-	}
-	profiles := func(name string, dst *map[string]string) {
-		if v, ok := get(name); ok {
-			m, rule := parseProfiles(v)
-			if rule != "" {
-				fail(name, v, rule)
-				return
-			}
-			*dst = m
-		}
-	}
-
-	if v, ok := get("VALKEY_URL"); ok {
-		c.ValkeyURL = v
-	}
-	if v, ok := get("VALKEY_PASSWORD"); ok {
-		c.ValkeyPassword = v
-	}
-	if v, ok := get("PI_WORKER_NAME"); ok {
-		c.WorkerName = v
-		c.WorkerNameDeclared = true
-	}
-	integer("PI_CONCURRENCY", &c.Concurrency)
-	integer("PI_DAILY_CAP", &c.DailyCap)
-	integer("PI_WEEKLY_CAP", &c.WeeklyCap)
-	if v, ok := get("PI_JOB_IMAGE"); ok {
-		c.JobImage = v
-	}
-	if v, ok := get("PI_JOB_MEMORY"); ok {
-		if n, rule := parseMemory(v); rule != "" {
-			fail("PI_JOB_MEMORY", v, rule)
-		} else {
-			c.JobMemory = n
-		}
-	}
-	if v, ok := get("PI_JOB_CPUS"); ok {
-		if f, rule := parseCPUs(v); rule != "" {
-			fail("PI_JOB_CPUS", v, rule)
-		} else {
-			c.JobCPUs = f
-		}
-	}
-	if v, ok := get("PI_JOB_TIMEOUT"); ok {
-		if d, rule := check.Duration(v); rule != "" {
-			fail("PI_JOB_TIMEOUT", v, rule)
-		} else {
-			c.JobTimeout = d
-		}
-	}
-	if v, ok := get("PI_CONTAINER_USER"); ok {
-		c.ContainerUser = v
-	}
-	if v, ok := get("PI_JOB_NETWORK"); ok {
-		c.JobNetwork = v
-	}
-	if v, ok := get("PI_MODEL_UPSTREAM"); ok {
-		c.ModelUpstream = v
-	}
-	if v, ok := get("PI_LOGS_DIR"); ok {
-		c.LogsDir = v
-	}
-	integer("PI_LOG_RETENTION_DAYS", &c.LogRetentionDays)
-	if v, ok := get("PI_TRIGGERS_FILE"); ok {
-		c.TriggersFile = v
-	}
-	if v, ok := get("PI_SCOPED_LIMITS_FILE"); ok {
-		c.ScopedLimitsFile = v
-	}
-	if v, ok := get("PI_PAUSE_WINDOWS_FILE"); ok {
-		c.PauseWindowsFile = v
-	}
-	profiles("PI_SECRET_PROFILES", &c.SecretProfiles)
-	millis("PI_SECRET_RESOLVE_TIMEOUT_MS", &c.SecretResolveTimeout)
-	profiles("PI_WAIT_PROFILES", &c.WaitProfiles)
-	millis("PI_WAIT_CHECK_TIMEOUT_MS", &c.WaitCheckTimeout)
-	integer("PI_WAIT_CHECK_SLOTS", &c.WaitCheckSlots)
-	millis("PI_WAIT_INTERVAL_MS", &c.WaitInterval)
-	millis("PI_WAIT_MAX_MS", &c.WaitMax)
-	millis("PI_WAIT_AFTER_MAX_MS", &c.WaitAfterMax)
+	r := &envReader{getenv: getenv, raw: map[string]string{}, bad: map[string]bool{}}
+	r.readValkey(&c)
+	r.readJob(&c)
+	r.readFiles(&c)
+	r.readProfiles(&c)
 
 	// An explicit 0 for the weekly cap is refused: unset is how the window is disabled,
 	// and a cap of 0 reads like "no starts allowed".
-	if v, ok := raw["PI_WEEKLY_CAP"]; ok && !bad["PI_WEEKLY_CAP"] && c.WeeklyCap == 0 {
-		fail("PI_WEEKLY_CAP", v, fmt.Sprintf("must be between 1 and %d (unset it to disable the weekly cap)", MaxCap))
+	if v, ok := r.raw["PI_WEEKLY_CAP"]; ok && !r.bad["PI_WEEKLY_CAP"] && c.WeeklyCap == 0 {
+		r.fail("PI_WEEKLY_CAP", v, fmt.Sprintf("must be between 1 and %d (unset it to disable the weekly cap)", MaxCap))
 	}
-	for _, ce := range c.problems(raw) {
-		if !bad[ce.Var] {
+	errs := r.errs
+	for _, ce := range c.problems(r.raw) {
+		if !r.bad[ce.Var] {
 			errs = append(errs, ce)
 		}
 	}
@@ -422,6 +313,115 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 		return Config{}, errs
 	}
 	return c, nil
+}
+
+// envReader reads LoadConfig's variables: raw keeps the text of each one
+// set, bad names each one whose syntax failed (its range is then not
+// checked again).
+type envReader struct {
+	getenv func(string) string
+	raw    map[string]string
+	errs   ConfigErrors
+	bad    map[string]bool
+}
+
+func (r *envReader) fail(name, value, rule string) {
+	r.errs = append(r.errs, newConfigError(name, value, rule))
+	r.bad[name] = true
+}
+
+// lookupEnv is the variable's value, ok=false when unset or empty.
+func (r *envReader) lookupEnv(name string) (string, bool) {
+	v := r.getenv(name)
+	if v == "" {
+		return "", false
+	}
+	r.raw[name] = v
+	return v, true
+}
+
+// envText sets dst to the variable's value when it is set.
+func (r *envReader) envText(name string, dst *string) {
+	if v, ok := r.lookupEnv(name); ok {
+		*dst = v
+	}
+}
+
+// parseEnv sets dst to the variable's value parsed by parse, when it is set;
+// a rule parse names is the variable's error.
+func parseEnv[T any](r *envReader, name string, parse func(string) (T, string), dst *T) {
+	if v, ok := r.lookupEnv(name); ok {
+		if x, rule := parse(v); rule != "" {
+			r.fail(name, v, rule)
+		} else {
+			*dst = x
+		}
+	}
+}
+
+func (r *envReader) envInt(name string, dst *int) {
+	if v, ok := r.lookupEnv(name); ok {
+		n, rule := parseStrictInt(v)
+		if rule != "" {
+			r.fail(name, v, rule)
+			return
+		}
+		// Past every bound: problems() reports the range with the value as typed.
+		*dst = int(min(n, math.MaxInt32))
+	}
+}
+
+func (r *envReader) envMillis(name string, dst *time.Duration) {
+	if v, ok := r.lookupEnv(name); ok {
+		n, rule := parseStrictInt(v)
+		if rule != "" {
+			r.fail(name, v, rule+" (milliseconds)")
+			return
+		}
+		// Past every bound, and small enough not to overflow as nanoseconds.
+		*dst = time.Duration(min(n, 1<<40)) * time.Millisecond
+	}
+}
+
+func (r *envReader) readValkey(c *Config) {
+	r.envText("VALKEY_URL", &c.ValkeyURL)
+	r.envText("VALKEY_PASSWORD", &c.ValkeyPassword)
+	if v, ok := r.lookupEnv("PI_WORKER_NAME"); ok {
+		c.WorkerName = v
+		c.WorkerNameDeclared = true
+	}
+}
+
+func (r *envReader) readJob(c *Config) {
+	r.envInt("PI_CONCURRENCY", &c.Concurrency)
+	r.envInt("PI_DAILY_CAP", &c.DailyCap)
+	r.envInt("PI_WEEKLY_CAP", &c.WeeklyCap)
+	r.envText("PI_JOB_IMAGE", &c.JobImage)
+	parseEnv(r, "PI_JOB_MEMORY", parseMemory, &c.JobMemory)
+	parseEnv(r, "PI_JOB_CPUS", parseCPUs, &c.JobCPUs)
+	parseEnv(r, "PI_JOB_TIMEOUT", check.Duration, &c.JobTimeout)
+	r.envText("PI_CONTAINER_USER", &c.ContainerUser)
+	r.envText("PI_JOB_NETWORK", &c.JobNetwork)
+	r.envText("PI_MODEL_UPSTREAM", &c.ModelUpstream)
+}
+
+func (r *envReader) readFiles(c *Config) {
+	r.envText("PI_LOGS_DIR", &c.LogsDir)
+	r.envInt("PI_LOG_RETENTION_DAYS", &c.LogRetentionDays)
+	r.envText("PI_TRIGGERS_FILE", &c.TriggersFile)
+	r.envText("PI_SCOPED_LIMITS_FILE", &c.ScopedLimitsFile)
+	r.envText("PI_PAUSE_WINDOWS_FILE", &c.PauseWindowsFile)
+}
+
+func (r *envReader) readProfiles(c *Config) {
+	parseEnv(r, "PI_SECRET_PROFILES", parseProfiles, &c.SecretProfiles)
+	r.envMillis("PI_SECRET_RESOLVE_TIMEOUT_MS", &c.SecretResolveTimeout)
+	parseEnv(r, "PI_WAIT_PROFILES", parseProfiles, &c.WaitProfiles)
+	r.envMillis("PI_WAIT_CHECK_TIMEOUT_MS", &c.WaitCheckTimeout)
+	r.envInt("PI_WAIT_CHECK_SLOTS", &c.WaitCheckSlots)
+	r.envMillis("PI_WAIT_INTERVAL_MS", &c.WaitInterval)
+	r.envMillis("PI_WAIT_MAX_MS", &c.WaitMax)
+	r.envMillis("PI_WAIT_AFTER_MAX_MS", &c.WaitAfterMax)
 }
 
 // Validate checks a configuration built in code with the rules LoadConfig applies
@@ -436,35 +436,53 @@ func (c Config) Validate() error {
 // problems checks the typed fields. raw holds the env text of each variable that was
 // set, so an error repeats what the operator typed rather than a reformatted value.
 func (c Config) problems(raw map[string]string) ConfigErrors {
-	var errs ConfigErrors
-	add := func(name, typed, rule string) {
-		v, ok := raw[name]
-		if !ok {
-			v = typed
-		}
-		errs = append(errs, newConfigError(name, v, rule))
-	}
-	intRange := func(name string, n, lo, hi int) {
-		if n < lo || n > hi {
-			add(name, strconv.Itoa(n), fmt.Sprintf("must be between %d and %d", lo, hi))
-		}
-	}
-	durRange := func(name string, d, lo, hi time.Duration, ms bool) {
-		if d >= lo && d <= hi {
-			return
-		}
-		if ms {
-			add(name, strconv.FormatInt(d.Milliseconds(), 10), fmt.Sprintf("must be between %d and %d (milliseconds)", lo.Milliseconds(), hi.Milliseconds()))
-			return
-		}
-		add(name, d.String(), fmt.Sprintf("must be between %s and %s", lo, hi))
-	}
+	p := &problemList{raw: raw}
+	c.valkeyProblems(p)
+	c.jobProblems(p)
+	c.fileProblems(p)
+	c.waitProblems(p)
+	return p.errs
+}
 
+// problemList collects problems() findings; raw is problems' raw.
+type problemList struct {
+	raw  map[string]string
+	errs ConfigErrors
+}
+
+// add reports name, repeating its env text when it was set, else typed.
+func (p *problemList) add(name, typed, rule string) {
+	v, ok := p.raw[name]
+	if !ok {
+		v = typed
+	}
+	p.errs = append(p.errs, newConfigError(name, v, rule))
+}
+
+func (p *problemList) intRange(name string, n, lo, hi int) {
+	if n < lo || n > hi {
+		p.add(name, strconv.Itoa(n), fmt.Sprintf("must be between %d and %d", lo, hi))
+	}
+}
+
+// durRange checks d against [lo, hi], stated in milliseconds when ms.
+func (p *problemList) durRange(name string, d, lo, hi time.Duration, ms bool) {
+	if d >= lo && d <= hi {
+		return
+	}
+	if ms {
+		p.add(name, strconv.FormatInt(d.Milliseconds(), 10), fmt.Sprintf("must be between %d and %d (milliseconds)", lo.Milliseconds(), hi.Milliseconds()))
+		return
+	}
+	p.add(name, d.String(), fmt.Sprintf("must be between %s and %s", lo, hi))
+}
+
+func (c Config) valkeyProblems(p *problemList) {
 	if rule := valkeyURLRule(c.ValkeyURL); rule != "" {
-		add("VALKEY_URL", c.ValkeyURL, rule)
+		p.add("VALKEY_URL", c.ValkeyURL, rule)
 	}
 	if len(c.ValkeyPassword) > maxValkeyPasswordSize || strings.ContainsFunc(c.ValkeyPassword, unicode.IsControl) || !utf8.ValidString(c.ValkeyPassword) {
-		add("VALKEY_PASSWORD", c.ValkeyPassword, fmt.Sprintf("must be valid UTF-8 without control characters, at most %d bytes", maxValkeyPasswordSize))
+		p.add("VALKEY_PASSWORD", c.ValkeyPassword, fmt.Sprintf("must be valid UTF-8 without control characters, at most %d bytes", maxValkeyPasswordSize))
 	}
 	if err := fleet.ValidateName(c.WorkerName); err != nil {
 		rule := err.Error()
@@ -472,68 +490,77 @@ func (c Config) problems(raw map[string]string) ConfigErrors {
 		if errors.As(err, &ne) {
 			rule = ne.Rule.Error() + " (^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$, not ending in .json or .log)"
 		}
-		add("PI_WORKER_NAME", c.WorkerName, rule)
+		p.add("PI_WORKER_NAME", c.WorkerName, rule)
 	}
-	intRange("PI_CONCURRENCY", c.Concurrency, 1, MaxConcurrency)
-	intRange("PI_DAILY_CAP", c.DailyCap, 1, MaxCap)
+}
+
+func (c Config) jobProblems(p *problemList) {
+	p.intRange("PI_CONCURRENCY", c.Concurrency, 1, MaxConcurrency)
+	p.intRange("PI_DAILY_CAP", c.DailyCap, 1, MaxCap)
 	if c.WeeklyCap != 0 {
-		intRange("PI_WEEKLY_CAP", c.WeeklyCap, 1, MaxCap)
+		p.intRange("PI_WEEKLY_CAP", c.WeeklyCap, 1, MaxCap)
 	}
 	if !jobs.ValidImageRef(c.JobImage) {
-		add("PI_JOB_IMAGE", c.JobImage, "must be an image reference ([registry/]name[:tag][@digest], lowercase name)")
+		p.add("PI_JOB_IMAGE", c.JobImage, "must be an image reference ([registry/]name[:tag][@digest], lowercase name)")
 	}
 	if c.JobMemory < MinJobMemory || c.JobMemory > MaxJobMemory {
-		add("PI_JOB_MEMORY", strconv.FormatInt(c.JobMemory, 10), "must be between 6m and 1t")
+		p.add("PI_JOB_MEMORY", strconv.FormatInt(c.JobMemory, 10), "must be between 6m and 1t")
 	}
 	if !(c.JobCPUs >= MinJobCPUs && c.JobCPUs <= MaxJobCPUs) { // NaN fails too
-		add("PI_JOB_CPUS", strconv.FormatFloat(c.JobCPUs, 'g', -1, 64), fmt.Sprintf("must be between %g and %g", MinJobCPUs, MaxJobCPUs))
+		p.add("PI_JOB_CPUS", strconv.FormatFloat(c.JobCPUs, 'g', -1, 64), fmt.Sprintf("must be between %g and %g", MinJobCPUs, MaxJobCPUs))
 	}
-	durRange("PI_JOB_TIMEOUT", c.JobTimeout, MinJobTimeout, MaxJobTimeout, false)
+	p.durRange("PI_JOB_TIMEOUT", c.JobTimeout, MinJobTimeout, MaxJobTimeout, false)
 	if _, rule := parseContainerUser(c.ContainerUser); rule != "" {
-		add("PI_CONTAINER_USER", c.ContainerUser, rule)
+		p.add("PI_CONTAINER_USER", c.ContainerUser, rule)
 	}
 	if rule := jobNetworkRule(c.JobNetwork); rule != "" {
-		add("PI_JOB_NETWORK", c.JobNetwork, rule)
+		p.add("PI_JOB_NETWORK", c.JobNetwork, rule)
 	}
 	if rule := modelUpstreamRule(c.ModelUpstream); rule != "" {
-		add("PI_MODEL_UPSTREAM", c.ModelUpstream, rule)
+		p.add("PI_MODEL_UPSTREAM", c.ModelUpstream, rule)
 	}
+}
+
+func (c Config) fileProblems(p *problemList) {
 	if rule := check.AbsClean(c.LogsDir); rule != "" {
-		add("PI_LOGS_DIR", c.LogsDir, rule)
+		p.add("PI_LOGS_DIR", c.LogsDir, rule)
 	}
-	intRange("PI_LOG_RETENTION_DAYS", c.LogRetentionDays, 1, MaxLogRetentionDays)
+	p.intRange("PI_LOG_RETENTION_DAYS", c.LogRetentionDays, 1, MaxLogRetentionDays)
 	for _, f := range []struct{ name, value string }{
 		{"PI_TRIGGERS_FILE", c.TriggersFile},
 		{"PI_SCOPED_LIMITS_FILE", c.ScopedLimitsFile},
 		{"PI_PAUSE_WINDOWS_FILE", c.PauseWindowsFile},
 	} {
 		if rule := filePathRule(f.value); rule != "" {
-			add(f.name, f.value, rule)
+			p.add(f.name, f.value, rule)
 		}
 	}
-	for _, p := range []struct {
+}
+
+// waitProblems checks the secrets and wait profiles and the wait tunables.
+func (c Config) waitProblems(p *problemList) {
+	for _, pr := range []struct {
 		name string
 		m    map[string]string
 	}{{"PI_SECRET_PROFILES", c.SecretProfiles}, {"PI_WAIT_PROFILES", c.WaitProfiles}} {
-		if rule := profilesRule(p.m); rule != "" {
-			add(p.name, formatProfiles(p.m), rule)
+		if rule := profilesRule(pr.m); rule != "" {
+			p.add(pr.name, formatProfiles(pr.m), rule)
 		}
 	}
-	durRange("PI_SECRET_RESOLVE_TIMEOUT_MS", c.SecretResolveTimeout, time.Millisecond, MaxProcessTimeout, true)
-	durRange("PI_WAIT_CHECK_TIMEOUT_MS", c.WaitCheckTimeout, time.Millisecond, MaxProcessTimeout, true)
-	intRange("PI_WAIT_CHECK_SLOTS", c.WaitCheckSlots, 1, MaxWaitCheckSlots)
+	p.durRange("PI_SECRET_RESOLVE_TIMEOUT_MS", c.SecretResolveTimeout, time.Millisecond, MaxProcessTimeout, true)
+	p.durRange("PI_WAIT_CHECK_TIMEOUT_MS", c.WaitCheckTimeout, time.Millisecond, MaxProcessTimeout, true)
+	p.intRange("PI_WAIT_CHECK_SLOTS", c.WaitCheckSlots, 1, MaxWaitCheckSlots)
 	if c.WaitInterval < MinWaitInterval {
-		add("PI_WAIT_INTERVAL_MS", strconv.FormatInt(c.WaitInterval.Milliseconds(), 10), fmt.Sprintf("must be at least the floor of %d (milliseconds); a faster re-check only spends wait-check slots", MinWaitInterval.Milliseconds()))
+		p.add("PI_WAIT_INTERVAL_MS", strconv.FormatInt(c.WaitInterval.Milliseconds(), 10), fmt.Sprintf("must be at least the floor of %d (milliseconds); a faster re-check only spends wait-check slots", MinWaitInterval.Milliseconds()))
 	} else {
-		durRange("PI_WAIT_INTERVAL_MS", c.WaitInterval, MinWaitInterval, MaxWaitInterval, true)
+		p.durRange("PI_WAIT_INTERVAL_MS", c.WaitInterval, MinWaitInterval, MaxWaitInterval, true)
 	}
 	if c.WaitMax < c.WaitInterval && c.WaitInterval >= MinWaitInterval && c.WaitInterval <= MaxWaitInterval {
-		add("PI_WAIT_MAX_MS", strconv.FormatInt(c.WaitMax.Milliseconds(), 10), fmt.Sprintf("must be at least PI_WAIT_INTERVAL_MS (%d)", c.WaitInterval.Milliseconds()))
+		p.add("PI_WAIT_MAX_MS", strconv.FormatInt(c.WaitMax.Milliseconds(), 10), fmt.Sprintf("must be at least PI_WAIT_INTERVAL_MS (%d)", c.WaitInterval.Milliseconds()))
 	} else {
-		durRange("PI_WAIT_MAX_MS", c.WaitMax, time.Millisecond, MaxWaitMax, true)
+		p.durRange("PI_WAIT_MAX_MS", c.WaitMax, time.Millisecond, MaxWaitMax, true)
 	}
-	durRange("PI_WAIT_AFTER_MAX_MS", c.WaitAfterMax, MinWaitAfterMax, jobs.MaxWaitAfter, true)
-	return errs
+	p.durRange("PI_WAIT_AFTER_MAX_MS", c.WaitAfterMax, MinWaitAfterMax, jobs.MaxWaitAfter, true)
 }
 
 // newConfigError builds a ConfigError with secrets redacted from Value.

@@ -29,6 +29,11 @@ type held struct {
 	token string
 	spec  jobs.Job // parsed job data; zero when it did not parse
 	rec   jobs.Record
+
+	log      *slog.Logger      // the worker's, with the job's id and queue
+	pickedUp time.Time         // when the worker took the job
+	resolver string            // the secrets profile's resolver (secret-profile gate)
+	secrets  map[string]string // the resolved secrets (secrets gate)
 }
 
 // handle runs the gate ladder and, when every gate passes, the container.
@@ -45,173 +50,77 @@ func (w *Worker) handle(ctx context.Context, q JobQueue, job *HeldJob, token str
 		Image:     w.cfg.JobImage,
 		StartedAt: w.tune.Now().UTC(),
 	}
-	log := w.log.With("jobId", job.ID, "queue", q.Name())
-	pickedUp := time.Now()
+	h.log = w.log.With("jobId", job.ID, "queue", q.Name())
+	h.pickedUp = time.Now()
 
-	// A peer may write any id BullMQ allows; one that breaks the job id rule
-	// is refused before anything is spent: one record, failed, never run.
-	if err := fleet.CheckJobID(job.ID); err != nil {
-		log.Warn("job_id_invalid", "err", err)
-		h.rec.JobID, h.rec.JobIDQuoted = jobs.RefusedJobID(job.ID)
-		w.failNoRetry(ctx, h, jobs.ReasonInvalidJob)
-		return
-	}
-	if job.Corrupt != "" || job.DeferredFailure != "" {
-		w.refuse(ctx, h, jobs.ReasonInvalidJob)
-		return
-	}
-	spec, err := jobs.ParseJob(job.Data)
-	if err != nil {
-		log.Warn("job_invalid", "err", err)
-		w.refuse(ctx, h, jobs.ReasonInvalidJob)
-		return
-	}
-	h.spec = spec
-	h.rec.Kind = spec.Kind
-	h.rec.Target = spec.Target()
-	h.rec.Flow = spec.Flow
-	if spec.Image != "" {
-		h.rec.Image = spec.Image
-	}
-	// 0. A scheduler's run: only when this host agreed to it.
-	if !w.admitCron(ctx, h) {
-		return
-	}
-
-	// 1. Pause windows: a matching job waits for the window's end.
-	if until, ok := w.pauses.Match(spec.Scope(), w.tune.Now()); ok {
-		if d := until.Sub(w.tune.Now()); d > time.Second {
-			w.deferJob(ctx, h, d, "pause-window")
-			return
-		}
-	}
-	// 2. Secret profile known here.
-	var resolver string
-	if spec.SecretsProfile != "" {
-		p, ok := w.cfg.SecretProfiles[spec.SecretsProfile]
-		if !ok {
-			w.refuse(ctx, h, jobs.ReasonSecretProfileUnknown)
-			return
-		}
-		resolver = p
-	}
-	// 3. Wait profiles known here, then the wait conditions themselves: a
-	// held job is deferred (or refused) here until every one is met.
-	for _, name := range spec.WaitProfiles() {
-		if _, ok := w.cfg.WaitProfiles[name]; !ok {
-			w.refuse(ctx, h, jobs.ReasonWaitProfileUnknown)
-			return
-		}
-	}
-	if w.hold(ctx, h) {
-		return
-	}
-	// 4. The host-wide slot was taken before the fetch.
-	// 5. Scope slot: one job per local folder; a scope's concurrent limit,
-	// fleet-wide for forge scopes when this host declared a name.
-	release, ok := w.takeScope(ctx, h)
-	if !ok {
-		w.deferJob(ctx, h, w.tune.BusyDeferral, "scope-busy")
-		return
-	}
-	defer release()
-
-	// 6. Budget.
-	var limit *ScopeLimit
-	if l, ok := w.limits.Lookup(spec.Scope()); ok {
-		limit = &l
-	}
-	res, err := w.deps.Budget.Reserve(ctx, spec.Scope(), limit)
-	if err != nil {
-		log.Warn("budget_unreachable_deferred", "err", err)
-		w.deferJob(ctx, h, w.tune.UnreachableDeferral, "budget-unreachable")
-		return
-	}
-	if !res.Granted {
-		log.Info("budget_refused", "window", res.Window, "count", res.Count, "cap", res.Cap)
-		w.refuse(ctx, h, res.Reason())
-		return
-	}
+	passed, release := w.climb(ctx, h, gates)
 	started := false
-	defer func() {
-		if !started {
-			if err := w.deps.Budget.Release(context.WithoutCancel(ctx), res); err != nil {
-				log.Warn("budget_release_failed", "err", err)
-			}
-		}
-	}()
+	defer func() { release(started) }() // after the outcome is recorded and reported
+	if passed {
+		started = w.run(ctx, h)
+	}
+}
 
-	// 7. Image present here: never pulled.
-	present, err := w.deps.Runtime.ImagePresent(ctx, h.rec.Image)
-	if err != nil {
-		log.Warn("image_check_failed_deferred", "err", err)
-		w.deferJob(ctx, h, w.tune.UnreachableDeferral, "docker-unreachable")
-		return
-	}
-	if !present {
-		w.refuse(ctx, h, jobs.ReasonJobImageMissing)
-		return
-	}
-
-	// Secrets, resolved as late as possible and never written anywhere.
-	env := map[string]string{}
-	if resolver != "" {
-		vals, err := ResolveSecrets(ctx, resolver, spec.SecretsProfile, w.cfg.SecretResolveTimeout)
-		if err != nil {
-			log.Warn("secret_resolve_failed", "profile", spec.SecretsProfile, "err", err)
-			w.refuse(ctx, h, jobs.ReasonSecretResolveFailed)
-			return
-		}
-		for k, v := range vals {
-			env[k] = v
-		}
-	}
-	env["PI_JOB_ID"] = job.ID
-	env["PI_WORKER_NAME"] = w.cfg.WorkerName
-
-	user, err := w.containerUser(spec)
-	if err != nil {
-		log.Error("job_user_failed", "err", err)
-		w.fail(ctx, h, jobs.ReasonNeverStarted, nil, nil)
-		return
-	}
-	jobDir, workspace, cleanup, err := w.prepareDirs(h)
-	if err != nil {
-		log.Error("job_dirs_failed", "err", err)
-		w.fail(ctx, h, jobs.ReasonNeverStarted, nil, nil)
-		return
+// run starts the job's container, holds the lock for as long as it runs,
+// then records and reports how it ended. It reports whether the container
+// started: a started run has spent its budget reservation.
+func (w *Worker) run(ctx context.Context, h *held) (started bool) {
+	spec, cleanup, ok := w.prepareRun(ctx, h)
+	if !ok {
+		return false
 	}
 	defer cleanup()
-	socketDir, stopSocket, err := w.modelEndpoint(pickedUp, log)
-	if err != nil {
-		log.Error("model_socket_failed", "err", err)
-		w.fail(ctx, h, jobs.ReasonNeverStarted, nil, nil)
-		return
+	end := w.runContainer(ctx, h, spec)
+	result := end.result
+	if spec.KeepContainer && result.Container != "" && !result.NeverStarted {
+		remover := w.deps.Runtime.(containerRemover)
+		defer w.removeContainer(remover, result.Container) // after the record and the report
 	}
-	defer stopSocket()
-	h.rec.Network = w.jobNetwork(spec)
+	if !result.StartedAt.IsZero() {
+		h.rec.StartedAt = result.StartedAt.UTC()
+	}
+	w.finish(ctx, h, classifyRun(end), end)
+	return !result.NeverStarted
+}
 
-	// 8. Run, holding the lock for as long as the container runs.
-	runCtx, stopRun := context.WithCancel(ctx)
-	unwatch := func() {}
-	if w.deps.Cancels != nil {
-		unwatch = w.deps.Cancels.Watch(runCtx, job.ID, stopRun)
+// prepareRun makes what the container needs beyond the gates: its user, its
+// folders and its model socket. A failure here fails the attempt as
+// never-started; cleanup removes what was made.
+func (w *Worker) prepareRun(ctx context.Context, h *held) (spec container.Spec, cleanup func(), ok bool) {
+	user, err := w.containerUser(h.spec)
+	if err != nil {
+		h.log.Error("job_user_failed", "err", err)
+		w.fail(ctx, h, jobs.ReasonNeverStarted, nil, nil)
+		return container.Spec{}, nil, false
 	}
-	lost := make(chan struct{})
-	extendDone := make(chan struct{})
-	go func() {
-		defer close(extendDone)
-		w.keepLock(runCtx, h, stopRun, lost)
-	}()
-	log.Info("job_started", "image", h.rec.Image, "kind", string(spec.Kind), "user", user)
-	remover, keep := w.deps.Runtime.(containerRemover)
-	result, runErr := w.deps.Runtime.Run(runCtx, container.Spec{
+	jobDir, workspace, removeDirs, err := w.prepareDirs(h)
+	if err != nil {
+		h.log.Error("job_dirs_failed", "err", err)
+		w.fail(ctx, h, jobs.ReasonNeverStarted, nil, nil)
+		return container.Spec{}, nil, false
+	}
+	socketDir, stopSocket, err := w.modelEndpoint(h.pickedUp, h.log)
+	if err != nil {
+		h.log.Error("model_socket_failed", "err", err)
+		w.fail(ctx, h, jobs.ReasonNeverStarted, nil, nil)
+		removeDirs()
+		return container.Spec{}, nil, false
+	}
+	h.rec.Network = w.jobNetwork(h.spec)
+	env := make(map[string]string, len(h.secrets)+2)
+	for k, v := range h.secrets {
+		env[k] = v
+	}
+	env["PI_JOB_ID"] = h.job.ID
+	env["PI_WORKER_NAME"] = w.cfg.WorkerName
+	_, keep := w.deps.Runtime.(containerRemover)
+	return container.Spec{
 		// Kept until its outcome is recorded and reported, with its output
 		// beside the held note: a crash in between leaves both for the
 		// restarted worker to record the real outcome from.
 		KeepContainer:  keep,
 		OutputFile:     w.outputFile(jobDir, keep),
-		JobID:          job.ID,
+		JobID:          h.job.ID,
 		Worker:         w.cfg.WorkerName,
 		Image:          h.rec.Image,
 		Env:            env,
@@ -223,55 +132,61 @@ func (w *Worker) handle(ctx context.Context, q JobQueue, job *HeldJob, token str
 		CPUs:           w.cfg.JobCPUs,
 		Timeout:        w.cfg.JobTimeout,
 		User:           user,
-	})
+	}, func() { stopSocket(); removeDirs() }, true
+}
+
+// runContainer runs the container, holding the job's lock for as long as it
+// runs: an operator's cancel or a lost lock stops it.
+func (w *Worker) runContainer(ctx context.Context, h *held, spec container.Spec) runEnd {
+	runCtx, stopRun := context.WithCancel(ctx)
+	unwatch := func() {}
+	if w.deps.Cancels != nil {
+		unwatch = w.deps.Cancels.Watch(runCtx, h.job.ID, stopRun)
+	}
+	lost := make(chan struct{})
+	extendDone := make(chan struct{})
+	go func() {
+		defer close(extendDone)
+		w.keepLock(runCtx, h, stopRun, lost)
+	}()
+	h.log.Info("job_started", "image", h.rec.Image, "kind", string(h.spec.Kind), "user", spec.User)
+	result, err := w.deps.Runtime.Run(runCtx, spec)
 	stopRun()
 	unwatch()
 	<-extendDone
-	if keep && result.Container != "" && !result.NeverStarted {
-		defer w.removeContainer(remover, result.Container) // after the record and the report
-	}
-	started = !result.NeverStarted
-	if !result.StartedAt.IsZero() {
-		h.rec.StartedAt = result.StartedAt.UTC()
-	}
-	telemetry := telemetryOf(result)
-
+	end := runEnd{result: result, err: err}
 	select {
 	case <-lost:
-		// Our lock is gone: the stalled check failed the job (never re-run).
-		// The container was stopped; record what we saw, report nothing.
-		w.record(h, jobs.OutcomeFailed, jobs.ReasonStalled, exitPtr(result), telemetry)
-		log.Warn("job_lock_lost", "exitCode", result.ExitCode)
-		return
+		end.lockLost = true
 	default:
 	}
+	end.operatorCancel = w.deps.Cancels != nil && w.deps.Cancels.Cancelled(h.job.ID)
+	return end
+}
 
-	switch {
-	case errors.Is(runErr, container.ErrImageMissing):
-		w.refuse(ctx, h, jobs.ReasonJobImageMissing)
-	case result.NeverStarted:
-		log.Warn("job_never_started", "exitCode", result.ExitCode, "err", errString(runErr))
-		w.fail(ctx, h, jobs.ReasonNeverStarted, exitPtr(result), telemetry)
-	case w.deps.Cancels != nil && w.deps.Cancels.Cancelled(job.ID):
-		// An operator stopped it: recorded, never retried.
-		w.finishPolicy(ctx, h, jobs.ReasonOperatorCancel, exitPtr(result), telemetry)
-	case result.TimedOut:
-		w.finishPolicy(ctx, h, jobs.ReasonTimeout, exitPtr(result), telemetry)
-	case result.Cancelled:
-		// The worker is shutting down and the grace ran out: an interrupted
-		// run is an infrastructure failure, retried within attempts.
-		w.fail(ctx, h, jobs.ReasonWorkerShutdown, exitPtr(result), telemetry)
-	case runErr != nil:
-		log.Error("job_run_failed", "err", runErr)
-		w.fail(ctx, h, jobs.ReasonExitOther, exitPtr(result), telemetry)
-	case result.ExitCode == exitCompleted:
-		w.complete(ctx, h, exitPtr(result), telemetry)
-	case result.ExitCode == exitPolicy:
-		w.finishPolicy(ctx, h, jobs.ReasonPolicy, exitPtr(result), telemetry)
-	case result.ExitCode == exitInfra:
-		w.fail(ctx, h, jobs.ReasonExit1, exitPtr(result), telemetry)
-	default:
-		w.fail(ctx, h, jobs.ReasonExitOther, exitPtr(result), telemetry)
+// finish records a classified run and reports it to the job's queue.
+func (w *Worker) finish(ctx context.Context, h *held, c runClass, end runEnd) {
+	exit, telemetry := exitPtr(end.result), telemetryOf(end.result)
+	switch c.event {
+	case eventNeverStarted:
+		h.log.Warn(c.event, "exitCode", end.result.ExitCode, "err", errString(end.err))
+	case eventRunFailed:
+		h.log.Error(c.event, "err", end.err)
+	}
+	switch c.report {
+	case reportNothing:
+		// Our lock is gone: the stalled check failed the job (never re-run).
+		// The container was stopped; record what we saw, report nothing.
+		w.record(h, c.outcome, c.reason, exit, telemetry)
+		h.log.Warn("job_lock_lost", "exitCode", end.result.ExitCode)
+	case reportRefusal:
+		w.refuse(ctx, h, c.reason)
+	case reportPolicy:
+		w.finishPolicy(ctx, h, c.reason, exit, telemetry)
+	case reportCompleted:
+		w.complete(ctx, h, exit, telemetry)
+	case reportFailed:
+		w.fail(ctx, h, c.reason, exit, telemetry)
 	}
 }
 
@@ -426,34 +341,6 @@ func (w *Worker) prepareDirs(h *held) (jobDir, workspace string, cleanup func(),
 		}
 	}
 	return jobDir, workspace, cleanup, nil
-}
-
-// admitCron lets a job through unless a job scheduler made it (its queue
-// entry names the scheduler, or its data says kind cron) and this host did
-// not agree to it: then it is left for another host or refused.
-func (w *Worker) admitCron(ctx context.Context, h *held) bool {
-	sid := h.job.SchedulerID
-	if sid == "" {
-		sid = h.spec.SchedulerID
-	}
-	if sid == "" && h.spec.Kind != jobs.KindCron {
-		return true
-	}
-	v := CronVerdict{Reason: "no cron gate"}
-	if w.deps.Cron != nil {
-		v = w.deps.Cron.AdmitCron(ctx, h.q.Name(), sid, h.job.Data)
-	}
-	switch {
-	case v.Run:
-		return true
-	case v.Leave:
-		w.log.Info("cron_run_left", "jobId", h.job.ID, "queue", h.q.Name(), "schedulerId", sid, "why", v.Reason)
-		w.deferJob(ctx, h, w.tune.BusyDeferral, jobs.ReasonCronNotAgreed)
-	default:
-		w.log.Warn("cron_run_refused", "jobId", h.job.ID, "queue", h.q.Name(), "schedulerId", sid, "why", v.Reason)
-		w.refuse(ctx, h, jobs.ReasonCronNotAgreed)
-	}
-	return false
 }
 
 // jobNetwork is the network a job's container joins: none, unless the job

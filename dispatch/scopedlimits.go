@@ -47,90 +47,30 @@ type ScopedLimits struct {
 // field is refused: this build has no monthly window, and a limit that is not enforced
 // must not look as if it were.
 func ParseScopedLimits(data []byte) (ScopedLimits, error) {
-	if err := check.JSON(data, MaxPolicyFileBytes); err != nil {
+	l, err := parseScopedLimits(data)
+	if err != nil {
 		return ScopedLimits{}, fmt.Errorf("scoped limits: %w", err)
 	}
-	var head struct {
-		Version json.RawMessage `json:"version"`
-	}
-	if err := json.Unmarshal(data, &head); err != nil {
-		return ScopedLimits{}, fmt.Errorf("scoped limits: %w", check.CleanJSONError(err))
-	}
-	if head.Version == nil {
-		return ScopedLimits{}, fmt.Errorf("scoped limits: %w", check.Field("version", "required (%d)", ScopedLimitsVersion))
-	}
-	var version int
-	if err := json.Unmarshal(head.Version, &version); err != nil {
-		return ScopedLimits{}, fmt.Errorf("scoped limits: %w", check.Field("version", "must be the integer %d", ScopedLimitsVersion))
-	}
-	if version > ScopedLimitsVersion {
-		return ScopedLimits{}, fmt.Errorf("scoped limits: %w", check.Field("version", "%d is newer than this build reads (%d): upgrade the worker or write a version %d file", version, ScopedLimitsVersion, ScopedLimitsVersion))
-	}
-	if version != ScopedLimitsVersion {
-		return ScopedLimits{}, fmt.Errorf("scoped limits: %w", check.Field("version", "must be %d", ScopedLimitsVersion))
-	}
+	return l, nil
+}
 
-	var doc struct {
-		Version int                `json:"version"`
-		Limits  *[]json.RawMessage `json:"limits"`
+func parseScopedLimits(data []byte) (ScopedLimits, error) {
+	if err := check.JSON(data, MaxPolicyFileBytes); err != nil {
+		return ScopedLimits{}, err
 	}
-	if err := check.DecodeRow(data, &doc, ""); err != nil {
-		return ScopedLimits{}, fmt.Errorf("scoped limits: %w", err)
+	if err := scopedLimitsVersion(data); err != nil {
+		return ScopedLimits{}, err
 	}
-	if doc.Limits == nil {
-		return ScopedLimits{}, fmt.Errorf("scoped limits: %w", check.Field("limits", "required (an empty list means no limits)"))
-	}
-	rows := *doc.Limits
-	if len(rows) > MaxScopedLimits {
-		return ScopedLimits{}, fmt.Errorf("scoped limits: %w", check.Field("limits", "at most %d rows, not %d", MaxScopedLimits, len(rows)))
+	rows, err := scopedLimitsRows(data)
+	if err != nil {
+		return ScopedLimits{}, err
 	}
 	out := ScopedLimits{rows: make([]ScopeLimit, 0, len(rows)), byScope: make(map[string]int, len(rows))}
 	first := map[string]int{}
 	for i, raw := range rows {
-		at := fmt.Sprintf("limits[%d]", i)
-		var r struct {
-			Scope      string `json:"scope"`
-			Concurrent *int   `json:"concurrent"`
-			Day        *int   `json:"day"`
-			Week       *int   `json:"week"`
-		}
-		if err := check.DecodeRow(raw, &r, at); err != nil {
-			return ScopedLimits{}, fmt.Errorf("scoped limits: %w", err)
-		}
-		switch {
-		case r.Scope == "":
-			return ScopedLimits{}, fmt.Errorf("scoped limits: %w", check.Field(at+".scope", "required (an absolute folder or owner/name)"))
-		case r.Scope == "*":
-			return ScopedLimits{}, fmt.Errorf("scoped limits: %w", check.Field(at+".scope", `"*" is not a scope: the global caps are PI_DAILY_CAP and PI_WEEKLY_CAP`))
-		}
-		if rule := scopeRule(r.Scope); rule != "" {
-			return ScopedLimits{}, fmt.Errorf("scoped limits: %w", check.Field(at+".scope", "%s", rule))
-		}
-		if j, dup := first[r.Scope]; dup {
-			return ScopedLimits{}, fmt.Errorf("scoped limits: %w", check.Field(at+".scope", "duplicate of limits[%d]", j))
-		}
-		first[r.Scope] = i
-		if r.Concurrent == nil && r.Day == nil && r.Week == nil {
-			return ScopedLimits{}, fmt.Errorf("scoped limits: %w", check.Field(at, "needs at least one of concurrent, day, week"))
-		}
-		row := ScopeLimit{Scope: r.Scope}
-		for _, f := range []struct {
-			name string
-			v    *int
-			max  int
-			dst  *int
-		}{
-			{"concurrent", r.Concurrent, MaxScopeConcurrent, &row.Concurrent},
-			{"day", r.Day, MaxCap, &row.Day},
-			{"week", r.Week, MaxCap, &row.Week},
-		} {
-			if f.v == nil {
-				continue
-			}
-			if *f.v < 1 || *f.v > f.max {
-				return ScopedLimits{}, fmt.Errorf("scoped limits: %w", check.Field(at+"."+f.name, "must be between 1 and %d", f.max))
-			}
-			*f.dst = *f.v
+		row, err := parseScopeRow(raw, i, first)
+		if err != nil {
+			return ScopedLimits{}, err
 		}
 		out.rows = append(out.rows, row)
 	}
@@ -139,6 +79,101 @@ func ParseScopedLimits(data []byte) (ScopedLimits, error) {
 		out.byScope[r.Scope] = i
 	}
 	return out, nil
+}
+
+// scopedLimitsVersion checks the file's version before anything else is
+// read: a newer file is refused by name, not misread.
+func scopedLimitsVersion(data []byte) error {
+	var head struct {
+		Version json.RawMessage `json:"version"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
+		return check.CleanJSONError(err)
+	}
+	if head.Version == nil {
+		return check.Field("version", "required (%d)", ScopedLimitsVersion)
+	}
+	var version int
+	if err := json.Unmarshal(head.Version, &version); err != nil {
+		return check.Field("version", "must be the integer %d", ScopedLimitsVersion)
+	}
+	if version > ScopedLimitsVersion {
+		return check.Field("version", "%d is newer than this build reads (%d): upgrade the worker or write a version %d file", version, ScopedLimitsVersion, ScopedLimitsVersion)
+	}
+	if version != ScopedLimitsVersion {
+		return check.Field("version", "must be %d", ScopedLimitsVersion)
+	}
+	return nil
+}
+
+// scopedLimitsRows decodes the document strictly and returns its rows, raw.
+func scopedLimitsRows(data []byte) ([]json.RawMessage, error) {
+	var doc struct {
+		Version int                `json:"version"`
+		Limits  *[]json.RawMessage `json:"limits"`
+	}
+	if err := check.DecodeRow(data, &doc, ""); err != nil {
+		return nil, err
+	}
+	if doc.Limits == nil {
+		return nil, check.Field("limits", "required (an empty list means no limits)")
+	}
+	rows := *doc.Limits
+	if len(rows) > MaxScopedLimits {
+		return nil, check.Field("limits", "at most %d rows, not %d", MaxScopedLimits, len(rows))
+	}
+	return rows, nil
+}
+
+// parseScopeRow parses row i strictly. first holds the index of each scope
+// the rows before it named; the row's scope is added.
+func parseScopeRow(raw json.RawMessage, i int, first map[string]int) (ScopeLimit, error) {
+	at := fmt.Sprintf("limits[%d]", i)
+	var r struct {
+		Scope      string `json:"scope"`
+		Concurrent *int   `json:"concurrent"`
+		Day        *int   `json:"day"`
+		Week       *int   `json:"week"`
+	}
+	if err := check.DecodeRow(raw, &r, at); err != nil {
+		return ScopeLimit{}, err
+	}
+	switch {
+	case r.Scope == "":
+		return ScopeLimit{}, check.Field(at+".scope", "required (an absolute folder or owner/name)")
+	case r.Scope == "*":
+		return ScopeLimit{}, check.Field(at+".scope", `"*" is not a scope: the global caps are PI_DAILY_CAP and PI_WEEKLY_CAP`)
+	}
+	if rule := scopeRule(r.Scope); rule != "" {
+		return ScopeLimit{}, check.Field(at+".scope", "%s", rule)
+	}
+	if j, dup := first[r.Scope]; dup {
+		return ScopeLimit{}, check.Field(at+".scope", "duplicate of limits[%d]", j)
+	}
+	first[r.Scope] = i
+	if r.Concurrent == nil && r.Day == nil && r.Week == nil {
+		return ScopeLimit{}, check.Field(at, "needs at least one of concurrent, day, week")
+	}
+	row := ScopeLimit{Scope: r.Scope}
+	for _, f := range []struct {
+		name string
+		v    *int
+		max  int
+		dst  *int
+	}{
+		{"concurrent", r.Concurrent, MaxScopeConcurrent, &row.Concurrent},
+		{"day", r.Day, MaxCap, &row.Day},
+		{"week", r.Week, MaxCap, &row.Week},
+	} {
+		if f.v == nil {
+			continue
+		}
+		if *f.v < 1 || *f.v > f.max {
+			return ScopeLimit{}, check.Field(at+"."+f.name, "must be between 1 and %d", f.max)
+		}
+		*f.dst = *f.v
+	}
+	return row, nil
 }
 
 // LoadScopedLimits reads and parses a scoped-limits file (at most 1 MiB).

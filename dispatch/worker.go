@@ -226,19 +226,57 @@ func checkDeps(cfg Config, deps Deps) error {
 // leaves the registry. It returns nil after a clean shutdown, or the error
 // that refused boot (a duplicate worker name: ErrNameInUse).
 func (w *Worker) Run(ctx context.Context) error {
+	if err := w.markStarted(); err != nil {
+		return err
+	}
+	reaped, err := w.boot(ctx)
+	if err != nil {
+		return err
+	}
+
+	// jobsCtx outlives ctx by the shutdown grace: running jobs may finish.
+	jobsCtx, stopJobs := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopJobs()
+
+	loops := w.startLoops(ctx, jobsCtx)
+	w.log.Info("worker_started",
+		"version", w.tune.Version,
+		"concurrency", w.cfg.Concurrency,
+		"queues", w.queueNames(),
+		"declared", w.cfg.WorkerNameDeclared,
+		"reaped", reaped)
+
+	var jobs sync.WaitGroup
+	w.fetchLoop(ctx, jobsCtx, &jobs)
+
+	w.drain(&jobs, stopJobs)
+	stopJobs()
+	loops.Wait()
+	w.closeParts(ctx)
+	w.log.Info("worker_stopped")
+	return nil
+}
+
+// markStarted lets Run run once.
+func (w *Worker) markStarted() error {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.started {
-		w.mu.Unlock()
 		return ErrWorkerStarted
 	}
 	w.started = true
-	w.mu.Unlock()
+	return nil
+}
 
+// boot prepares the folders and claims this host's place in the fleet before
+// any job is taken. It reports whether the reaper proved no job container of
+// ours still runs, or the error that refuses boot.
+func (w *Worker) boot(ctx context.Context) (reaped bool, err error) {
 	if err := PrepareLogsDir(w.cfg.LogsDir); err != nil {
-		return err
+		return false, err
 	}
 	if err := os.MkdirAll(w.jobsDir(), 0o750); err != nil {
-		return fmt.Errorf("jobs dir %s: %w", w.jobsDir(), err)
+		return false, fmt.Errorf("jobs dir %s: %w", w.jobsDir(), err)
 	}
 	w.recoverRecordTemps()
 
@@ -250,23 +288,25 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.deps.Registry != nil {
 		if err := w.deps.Registry.Start(ctx); err != nil {
 			if errors.Is(err, ErrNameInUse) {
-				return err
+				return false, err
 			}
 			// Valkey down at boot never blocks it: the registry keeps beating.
 			w.log.Warn("host_registry_start_degraded", "err", err)
 		}
 	}
-	reaped := w.reap(ctx)
+	reaped = w.reap(ctx)
 	w.sweep(ctx, reaped)
 	if w.failOrphans(ctx, reaped) {
 		w.removeExited()
 	}
+	return reaped, nil
+}
 
-	// jobsCtx outlives ctx by the shutdown grace: running jobs may finish.
-	jobsCtx, stopJobs := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopJobs()
-
-	var jobs, loops sync.WaitGroup
+// startLoops starts the stalled check, the re-homing, the cancel watch (for
+// as long as jobs may run) and the background parts; the returned group
+// ends with them.
+func (w *Worker) startLoops(ctx, jobsCtx context.Context) *sync.WaitGroup {
+	var loops sync.WaitGroup
 	loops.Go(func() { w.stalledLoop(ctx, jobsCtx) })
 	loops.Go(func() { w.rehomeLoop(ctx) })
 	if r, ok := w.deps.Cancels.(Background); ok {
@@ -284,16 +324,12 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 		})
 	}
-	w.log.Info("worker_started",
-		"version", w.tune.Version,
-		"concurrency", w.cfg.Concurrency,
-		"queues", w.queueNames(),
-		"declared", w.cfg.WorkerNameDeclared,
-		"reaped", reaped)
+	return &loops
+}
 
-	w.fetchLoop(ctx, jobsCtx, &jobs)
-
-	// Shutdown: nothing new is fetched; give running jobs their grace.
+// drain gives running jobs their shutdown grace once nothing new is
+// fetched, then stops the containers of those still running.
+func (w *Worker) drain(jobs *sync.WaitGroup, stopJobs context.CancelFunc) {
 	w.log.Info("worker_stopping", "grace", w.tune.ShutdownGrace.String())
 	done := make(chan struct{})
 	go func() { jobs.Wait(); close(done) }()
@@ -304,9 +340,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		stopJobs()
 		<-done
 	}
-	stopJobs()
-	loops.Wait()
+}
 
+// closeParts closes the consumer, the run mirror and the registry row.
+func (w *Worker) closeParts(ctx context.Context) {
 	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if err := w.deps.Source.Close(); err != nil {
@@ -322,8 +359,6 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.log.Warn("host_registry_leave_failed", "err", err)
 		}
 	}
-	w.log.Info("worker_stopped")
-	return nil
 }
 
 func (w *Worker) queueNames() []string {

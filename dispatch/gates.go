@@ -1,0 +1,277 @@
+package dispatch
+
+import (
+	"context"
+	"time"
+
+	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/jobs"
+)
+
+// gate is one rung of the ladder a taken job climbs before its container
+// runs. check decides from the job and this host's state whether the job goes
+// on; a gate that takes something (a slot, a reservation) hands back its
+// release in the verdict.
+type gate struct {
+	name  string
+	check func(w *Worker, ctx context.Context, h *held) verdict
+}
+
+// gates is the ladder, in order. First what the job itself says (its id,
+// its data, whether this host agreed to its scheduler), then what holds it
+// back (pause windows, wait conditions), then what it takes (the scope
+// slot, then the budget), and last what needs the host's runtime and the
+// job's secrets, resolved as late as possible. Nothing is spent before the
+// budget gate, and a job stopped past it releases its reservation. The
+// host-wide slot (PI_CONCURRENCY) is no rung: fetchLoop takes it before it
+// fetches the job.
+var gates = []gate{
+	{"job-id", (*Worker).gateJobID},
+	{"job-data", (*Worker).gateJobData},
+	{"cron", (*Worker).gateCron},
+	{"pause-window", (*Worker).gatePauseWindow},
+	{"secret-profile", (*Worker).gateSecretProfile},
+	{"wait-profile", (*Worker).gateWaitProfiles},
+	{"hold", (*Worker).gateHold},
+	{"scope-slot", (*Worker).gateScopeSlot},
+	{"budget", (*Worker).gateBudget},
+	{"image", (*Worker).gateImage},
+	{"secrets", (*Worker).gateSecrets},
+}
+
+// action is what a verdict does with the job.
+type action int
+
+const (
+	actGoOn     action = iota // on to the next gate
+	actRefuse                 // recorded policy, returned as the job's result, never retried
+	actDefer                  // back to delayed for delay: not an attempt
+	actFail                   // recorded failed, failed for good: no retry can cure it
+	actAnswered               // the gate answered the queue itself (the hold gate)
+)
+
+// verdict is a gate's answer.
+type verdict struct {
+	act    action
+	reason string        // actRefuse, actFail: the record's reason; actDefer: the log's
+	delay  time.Duration // actDefer
+	// release undoes what the gate took, once the job's handling ends; nil
+	// when it took nothing. started says whether the container started.
+	release func(started bool)
+}
+
+var goOn = verdict{act: actGoOn}
+
+func refuseFor(reason string) verdict { return verdict{act: actRefuse, reason: reason} }
+
+func deferFor(d time.Duration, why string) verdict {
+	return verdict{act: actDefer, reason: why, delay: d}
+}
+
+// climb walks ladder (gates) in order until one stops the job, and carries out
+// that gate's verdict. It reports whether every gate let the job go on, and
+// returns the release of everything the gates took, last taken first, for
+// the caller to run when the job's handling ends (after its outcome is
+// reported, as a refusal's is here).
+func (w *Worker) climb(ctx context.Context, h *held, ladder []gate) (passed bool, release func(started bool)) {
+	var taken []func(bool)
+	release = func(started bool) {
+		for i := len(taken) - 1; i >= 0; i-- {
+			taken[i](started)
+		}
+	}
+	for _, g := range ladder {
+		v := g.check(w, ctx, h)
+		if v.release != nil {
+			taken = append(taken, v.release)
+		}
+		if v.act != actGoOn {
+			w.carryOut(ctx, h, v)
+			return false, release
+		}
+	}
+	return true, release
+}
+
+// carryOut reports a stopping verdict to the job's queue.
+func (w *Worker) carryOut(ctx context.Context, h *held, v verdict) {
+	switch v.act {
+	case actRefuse:
+		w.refuse(ctx, h, v.reason)
+	case actDefer:
+		w.deferJob(ctx, h, v.delay, v.reason)
+	case actFail:
+		w.failNoRetry(ctx, h, v.reason)
+	case actAnswered:
+		// Already reported by the gate.
+	}
+}
+
+// gateJobID: a peer may write any id BullMQ allows; one that breaks the job
+// id rule is refused before anything is spent: one record, failed, never run.
+func (w *Worker) gateJobID(_ context.Context, h *held) verdict {
+	if err := fleet.CheckJobID(h.job.ID); err != nil {
+		h.log.Warn("job_id_invalid", "err", err)
+		h.rec.JobID, h.rec.JobIDQuoted = jobs.RefusedJobID(h.job.ID)
+		return verdict{act: actFail, reason: jobs.ReasonInvalidJob}
+	}
+	return goOn
+}
+
+// gateJobData refuses a job whose queue entry or data does not parse, and
+// fills the record from the data of one that does.
+func (w *Worker) gateJobData(_ context.Context, h *held) verdict {
+	if h.job.Corrupt != "" || h.job.DeferredFailure != "" {
+		return refuseFor(jobs.ReasonInvalidJob)
+	}
+	spec, err := jobs.ParseJob(h.job.Data)
+	if err != nil {
+		h.log.Warn("job_invalid", "err", err)
+		return refuseFor(jobs.ReasonInvalidJob)
+	}
+	h.spec = spec
+	h.rec.Kind = spec.Kind
+	h.rec.Target = spec.Target()
+	h.rec.Flow = spec.Flow
+	if spec.Image != "" {
+		h.rec.Image = spec.Image
+	}
+	return goOn
+}
+
+// gateCron lets a job through unless a job scheduler made it (its queue
+// entry names the scheduler, or its data says kind cron) and this host did
+// not agree to it: then it is left for another host or refused.
+func (w *Worker) gateCron(ctx context.Context, h *held) verdict {
+	sid := h.job.SchedulerID
+	if sid == "" {
+		sid = h.spec.SchedulerID
+	}
+	if sid == "" && h.spec.Kind != jobs.KindCron {
+		return goOn
+	}
+	v := CronVerdict{Reason: "no cron gate"}
+	if w.deps.Cron != nil {
+		v = w.deps.Cron.AdmitCron(ctx, h.q.Name(), sid, h.job.Data)
+	}
+	switch {
+	case v.Run:
+		return goOn
+	case v.Leave:
+		w.log.Info("cron_run_left", "jobId", h.job.ID, "queue", h.q.Name(), "schedulerId", sid, "why", v.Reason)
+		return deferFor(w.tune.BusyDeferral, jobs.ReasonCronNotAgreed)
+	default:
+		w.log.Warn("cron_run_refused", "jobId", h.job.ID, "queue", h.q.Name(), "schedulerId", sid, "why", v.Reason)
+		return refuseFor(jobs.ReasonCronNotAgreed)
+	}
+}
+
+// gatePauseWindow: a job a pause window matches waits for the window's end.
+func (w *Worker) gatePauseWindow(_ context.Context, h *held) verdict {
+	if until, ok := w.pauses.Match(h.spec.Scope(), w.tune.Now()); ok {
+		if d := until.Sub(w.tune.Now()); d > time.Second {
+			return deferFor(d, "pause-window")
+		}
+	}
+	return goOn
+}
+
+// gateSecretProfile refuses a job whose secrets profile this host does not
+// declare, and notes the resolver of one it does.
+func (w *Worker) gateSecretProfile(_ context.Context, h *held) verdict {
+	if h.spec.SecretsProfile == "" {
+		return goOn
+	}
+	p, ok := w.cfg.SecretProfiles[h.spec.SecretsProfile]
+	if !ok {
+		return refuseFor(jobs.ReasonSecretProfileUnknown)
+	}
+	h.resolver = p
+	return goOn
+}
+
+// gateWaitProfiles refuses a job that waits on a profile this host does not
+// declare.
+func (w *Worker) gateWaitProfiles(_ context.Context, h *held) verdict {
+	for _, name := range h.spec.WaitProfiles() {
+		if _, ok := w.cfg.WaitProfiles[name]; !ok {
+			return refuseFor(jobs.ReasonWaitProfileUnknown)
+		}
+	}
+	return goOn
+}
+
+// gateHold holds a job until every one of its wait conditions is met: hold
+// defers or refuses it itself meanwhile.
+func (w *Worker) gateHold(ctx context.Context, h *held) verdict {
+	if w.hold(ctx, h) {
+		return verdict{act: actAnswered}
+	}
+	return goOn
+}
+
+// gateScopeSlot takes the job's scope slot: one job per local folder; a
+// scope's concurrent limit, fleet-wide for forge scopes when this host
+// declared a name. A busy scope defers the job.
+func (w *Worker) gateScopeSlot(ctx context.Context, h *held) verdict {
+	release, ok := w.takeScope(ctx, h)
+	if !ok {
+		return deferFor(w.tune.BusyDeferral, "scope-busy")
+	}
+	return verdict{act: actGoOn, release: func(bool) { release() }}
+}
+
+// gateBudget reserves the container start against the spend caps. A budget
+// that cannot be read defers the job (money fails closed); a spent one
+// refuses it. The reservation is released unless the container started.
+func (w *Worker) gateBudget(ctx context.Context, h *held) verdict {
+	var limit *ScopeLimit
+	if l, ok := w.limits.Lookup(h.spec.Scope()); ok {
+		limit = &l
+	}
+	res, err := w.deps.Budget.Reserve(ctx, h.spec.Scope(), limit)
+	if err != nil {
+		h.log.Warn("budget_unreachable_deferred", "err", err)
+		return deferFor(w.tune.UnreachableDeferral, "budget-unreachable")
+	}
+	if !res.Granted {
+		h.log.Info("budget_refused", "window", res.Window, "count", res.Count, "cap", res.Cap)
+		return refuseFor(res.Reason())
+	}
+	return verdict{act: actGoOn, release: func(started bool) {
+		if started {
+			return
+		}
+		if err := w.deps.Budget.Release(context.WithoutCancel(ctx), res); err != nil {
+			h.log.Warn("budget_release_failed", "err", err)
+		}
+	}}
+}
+
+// gateImage: the job's image must be present here; it is never pulled.
+func (w *Worker) gateImage(ctx context.Context, h *held) verdict {
+	present, err := w.deps.Runtime.ImagePresent(ctx, h.rec.Image)
+	if err != nil {
+		h.log.Warn("image_check_failed_deferred", "err", err)
+		return deferFor(w.tune.UnreachableDeferral, "docker-unreachable")
+	}
+	if !present {
+		return refuseFor(jobs.ReasonJobImageMissing)
+	}
+	return goOn
+}
+
+// gateSecrets resolves the job's secrets, as late as possible and never
+// written anywhere; a resolver that fails refuses the job.
+func (w *Worker) gateSecrets(ctx context.Context, h *held) verdict {
+	if h.resolver == "" {
+		return goOn
+	}
+	vals, err := ResolveSecrets(ctx, h.resolver, h.spec.SecretsProfile, w.cfg.SecretResolveTimeout)
+	if err != nil {
+		h.log.Warn("secret_resolve_failed", "profile", h.spec.SecretsProfile, "err", err)
+		return refuseFor(jobs.ReasonSecretResolveFailed)
+	}
+	h.secrets = vals
+	return goOn
+}
