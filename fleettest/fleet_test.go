@@ -268,6 +268,35 @@ func (p *proc) signal(sig syscall.Signal) {
 	if err := p.cmd.Process.Signal(sig); err != nil {
 		p.w.s.t.Fatalf("signal %v to %s: %v", sig, p, err)
 	}
+	if sig == syscall.SIGSTOP {
+		p.waitStopped()
+	}
+}
+
+// waitStopped returns once every thread of the process is stopped. The kill
+// returns before a busy thread has stopped, and on a loaded machine such a
+// thread can still take a job added right after the SIGSTOP.
+func (p *proc) waitStopped() {
+	p.w.s.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		stats, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", p.cmd.Process.Pid))
+		running := len(stats) == 0
+		for _, st := range stats {
+			b, err := os.ReadFile(st)
+			// The state follows the ")" that closes the command name.
+			if i := bytes.LastIndexByte(b, ')'); err == nil && i >= 0 && i+2 < len(b) && b[i+2] != 'T' && b[i+2] != 't' {
+				running = true
+			}
+		}
+		if !running {
+			return
+		}
+		if time.Now().After(deadline) {
+			p.w.s.t.Fatalf("%s did not stop within 10s of SIGSTOP", p)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func (p *proc) String() string {
