@@ -2,8 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/container"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/reach"
 	"github.com/pidispatch/pidispatch/jobs"
 )
@@ -423,7 +422,7 @@ func (w *Worker) fetchLoop(ctx, jobsCtx context.Context, jobs *sync.WaitGroup) {
 		case <-ctx.Done():
 			return
 		}
-		token := newToken()
+		token := fleet.NewToken()
 		q, job, err := w.deps.Source.Next(ctx, token)
 		if err != nil || job == nil {
 			<-w.slots
@@ -453,14 +452,6 @@ var fetchEvents = reach.Events{Down: "queue_fetch_failed", DownLevel: slog.Level
 func (w *Worker) fetchFailed(err error) { w.fetch.Fail(err) }
 
 func (w *Worker) fetchRestored() { w.fetch.OK() }
-
-// newToken is a lock token: unguessable, so only this process can complete
-// the job it holds.
-func newToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
 
 func errString(err error) string {
 	if err == nil {
