@@ -5,15 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"sort"
 	"strconv"
 	"strings"
 )
-
-// maxDepth bounds how deeply a triggers file may nest. A real file nests four
-// levels (triggers, trigger, run, secrets); the bound keeps hostile input cheap.
-const maxDepth = 64
 
 // syntaxError describes why data is not one valid JSON value, with a line and
 // column an operator can jump to.
@@ -45,90 +40,6 @@ func lineCol(data []byte, offset int64) (line, col int) {
 		}
 	}
 	return line, col
-}
-
-// checkStructure walks valid JSON once and reports the first object that holds
-// a key twice, or nesting deeper than maxDepth. A duplicate key is refused
-// because readers disagree on it: JavaScript's JSON.parse keeps the last, so a
-// Node host and this one could read the same file differently.
-func checkStructure(data []byte) error {
-	type frame struct {
-		obj       bool
-		expectKey bool
-		keys      map[string]bool
-		path      string
-		key       string
-		index     int
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	var stack []*frame
-	childPath := func() string {
-		if len(stack) == 0 {
-			return ""
-		}
-		top := stack[len(stack)-1]
-		if top.obj {
-			if top.path == "" {
-				return top.key
-			}
-			return top.path + "." + top.key
-		}
-		return top.path + "[" + strconv.Itoa(top.index) + "]"
-	}
-	valueDone := func() {
-		if len(stack) == 0 {
-			return
-		}
-		top := stack[len(stack)-1]
-		if top.obj {
-			top.expectKey = true
-		} else {
-			top.index++
-		}
-	}
-	for {
-		tok, err := dec.Token()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if n := len(stack); n > 0 && stack[n-1].obj && stack[n-1].expectKey {
-			top := stack[n-1]
-			if key, ok := tok.(string); ok {
-				if top.keys[key] {
-					at := top.path
-					if at == "" {
-						at = "the top level"
-					}
-					return fmt.Errorf("%s: key %s appears twice", at, clipQuote(key))
-				}
-				top.keys[key] = true
-				top.key = key
-				top.expectKey = false
-				continue
-			}
-		}
-		switch tok {
-		case json.Delim('{'), json.Delim('['):
-			if len(stack) >= maxDepth {
-				return fmt.Errorf("%s: nested deeper than %d levels", childPath(), maxDepth)
-			}
-			obj := tok == json.Delim('{')
-			f := &frame{obj: obj, expectKey: obj, path: childPath()}
-			if obj {
-				f.keys = map[string]bool{}
-			}
-			stack = append(stack, f)
-		case json.Delim('}'), json.Delim(']'):
-			stack = stack[:len(stack)-1]
-			valueDone()
-		default:
-			valueDone()
-		}
-	}
 }
 
 // object decodes raw as a JSON object. ok is false when raw is anything else.

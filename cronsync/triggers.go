@@ -15,6 +15,7 @@ import (
 
 	"github.com/adhocore/gronx"
 
+	"github.com/pidispatch/pidispatch/internal/check"
 	"github.com/pidispatch/pidispatch/internal/jobrule"
 	"github.com/pidispatch/pidispatch/queue"
 )
@@ -196,7 +197,11 @@ func ParseTriggers(data []byte) (*Triggers, error) {
 	case !json.Valid(data):
 		return nil, fileErr("", "%s", syntaxError(data))
 	}
-	if err := checkStructure(data); err != nil {
+	// A duplicate key is refused because readers disagree on it: JavaScript's
+	// JSON.parse keeps the last, so a Node host and this one could read the
+	// same file differently. Keys are looked up exactly here, so only
+	// byte-equal keys are duplicates.
+	if err := check.Walk(data, check.ExactKeys); err != nil {
 		return nil, fileErr("", "%v", err)
 	}
 	top, ok := object(bytes.TrimSpace(data))

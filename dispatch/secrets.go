@@ -3,17 +3,13 @@ package dispatch
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"os"
-	"os/exec"
 	"regexp"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/pidispatch/pidispatch/internal/check"
+	"github.com/pidispatch/pidispatch/internal/sandbox"
 )
 
 // Limits of a secret resolver run.
@@ -23,8 +19,6 @@ const (
 	// SecretProfileEnv carries the profile name to the resolver, so one executable
 	// can serve several profiles.
 	SecretProfileEnv = "PI_SECRET_PROFILE"
-	defaultPath      = "/usr/local/bin:/usr/bin:/bin"
-	resolverWaitStop = 500 * time.Millisecond
 )
 
 // SecretError reports a failed resolver run. It names the profile and what went wrong
@@ -65,67 +59,13 @@ func ResolveSecrets(ctx context.Context, path, profile string, timeout time.Dura
 	if !check.Name(profile) {
 		return fail(-1, "profile name must match %s", check.NameSyntax)
 	}
-	if rule := check.AbsClean(path); rule != "" {
-		return fail(-1, "resolver path %s", rule)
+	res := sandbox.Run(ctx, sandbox.Spec{
+		Path: path, Env: []string{SecretProfileEnv + "=" + profile}, Timeout: timeout, MaxOutput: MaxSecretOutput,
+	})
+	if res.Outcome != sandbox.Exited || res.ExitCode != 0 {
+		return resolverFailed(profile, timeout, res)
 	}
-	if timeout <= 0 {
-		return fail(-1, "timeout must be positive")
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("secret profile %s: %w", check.Quote(profile), err)
-	}
-
-	runCtx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	cmd := exec.CommandContext(runCtx, path)
-	cmd.Dir = "/"
-	cmd.Env = []string{
-		"PATH=" + envOr("PATH", defaultPath),
-		"HOME=" + envOr("HOME", "/"),
-		SecretProfileEnv + "=" + profile,
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return killGroup(cmd) }
-	// A grandchild that inherited stdout would otherwise keep Wait blocked after the
-	// group kill; the kill reaches it, this only bounds the wait for the pipe to close.
-	cmd.WaitDelay = resolverWaitStop
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return fail(-1, "cannot start resolver: %v", err)
-	}
-	if err := cmd.Start(); err != nil {
-		// exec's error names the path and the OS reason, never output.
-		return fail(-1, "cannot start resolver: %v", err)
-	}
-	out, readErr := io.ReadAll(io.LimitReader(stdout, MaxSecretOutput+1))
-	tooBig := len(out) > MaxSecretOutput
-	if tooBig {
-		_ = killGroup(cmd)
-	}
-	waitErr := cmd.Wait()
-	_ = killGroup(cmd) // stragglers that outlived a clean exit
-
-	// A clean exit with all output read is a result, even if a deadline passed a
-	// moment after it.
-	if waitErr != nil || readErr != nil || tooBig {
-		clear(out)
-		switch {
-		case ctx.Err() != nil:
-			return nil, fmt.Errorf("secret profile %s: %w", check.Quote(profile), ctx.Err())
-		case runCtx.Err() != nil:
-			return fail(-1, "resolver timed out after %s (killed)", timeout)
-		case tooBig:
-			return fail(-1, "resolver printed more than %d bytes", MaxSecretOutput)
-		}
-		var ee *exec.ExitError
-		if errors.As(waitErr, &ee) {
-			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-				return fail(-1, "resolver killed by signal %s (its stderr is discarded: see the resolver's own logs)", ws.Signal())
-			}
-			return fail(ee.ExitCode(), "resolver exited with code %d (its stderr is discarded: see the resolver's own logs)", ee.ExitCode())
-		}
-		return fail(-1, "resolver did not finish cleanly (its output is discarded)")
-	}
+	out := res.Stdout
 	secrets, lineNo, rule := parseSecretLines(out)
 	clear(out)
 	if rule != "" {
@@ -135,6 +75,33 @@ func ResolveSecrets(ctx context.Context, path, profile string, timeout time.Dura
 		return fail(-1, "%s", rule)
 	}
 	return secrets, nil
+}
+
+// resolverFailed is the error of a resolver run that gave no output to parse.
+func resolverFailed(profile string, timeout time.Duration, res sandbox.Result) (map[string]string, error) {
+	fail := func(code int, format string, args ...any) (map[string]string, error) {
+		return nil, &SecretError{Profile: profile, Reason: fmt.Sprintf(format, args...), ExitCode: code}
+	}
+	switch res.Outcome {
+	case sandbox.BadPath:
+		return fail(-1, "resolver path %s", res.Rule)
+	case sandbox.BadTimeout:
+		return fail(-1, "timeout must be positive")
+	case sandbox.Cancelled:
+		return nil, fmt.Errorf("secret profile %s: %w", check.Quote(profile), res.Err)
+	case sandbox.StartFailed:
+		// exec's error names the path and the OS reason, never output.
+		return fail(-1, "cannot start resolver: %v", res.Err)
+	case sandbox.TimedOut:
+		return fail(-1, "resolver timed out after %s (killed)", timeout)
+	case sandbox.TooMuchOutput:
+		return fail(-1, "resolver printed more than %d bytes", MaxSecretOutput)
+	case sandbox.Signaled:
+		return fail(-1, "resolver killed by signal %s (its stderr is discarded: see the resolver's own logs)", res.Signal)
+	case sandbox.Exited:
+		return fail(res.ExitCode, "resolver exited with code %d (its stderr is discarded: see the resolver's own logs)", res.ExitCode)
+	}
+	return fail(-1, "resolver did not finish cleanly (its output is discarded)")
 }
 
 // parseSecretLines parses resolver output. On failure it returns the 1-based number of
@@ -168,22 +135,4 @@ func parseSecretLines(out []byte) (map[string]string, int, string) {
 		secrets[key] = value
 	}
 	return secrets, 0, ""
-}
-
-// killGroup SIGKILLs the resolver's whole process group. ESRCH (already gone) is fine.
-func killGroup(cmd *exec.Cmd) error {
-	if cmd.Process == nil {
-		return nil
-	}
-	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return err
-	}
-	return nil
-}
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
 }

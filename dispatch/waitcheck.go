@@ -2,13 +2,11 @@ package dispatch
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os/exec"
-	"syscall"
 	"time"
 
 	"github.com/pidispatch/pidispatch/internal/check"
+	"github.com/pidispatch/pidispatch/internal/sandbox"
 )
 
 // WaitProfileEnv carries the profile name to a wait check, so one executable can
@@ -50,52 +48,31 @@ func runWaitCheck(ctx context.Context, path, profile string, args []string, time
 	if !check.Name(profile) {
 		return checkFault, "invalid profile name", nil
 	}
-	if rule := check.AbsClean(path); rule != "" {
-		return checkFault, "check path " + rule, nil
-	}
-	if timeout <= 0 {
-		return checkFault, "timeout must be positive", nil
-	}
-	if err := ctx.Err(); err != nil {
-		return checkFault, "", err
-	}
-	runCtx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	cmd := exec.CommandContext(runCtx, path, args...)
-	cmd.Dir = "/"
-	cmd.Env = []string{
-		"PATH=" + envOr("PATH", defaultPath),
-		"HOME=" + envOr("HOME", "/"),
-		WaitProfileEnv + "=" + profile,
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return killGroup(cmd) }
-	cmd.WaitDelay = resolverWaitStop
-	if err := cmd.Start(); err != nil {
-		// exec's error names the path and the OS reason, never output.
-		return checkFault, "cannot start: " + err.Error(), nil
-	}
-	waitErr := cmd.Wait()
-	_ = killGroup(cmd) // stragglers that outlived the check
-
-	if waitErr == nil {
-		return checkMet, "", nil
-	}
-	switch {
-	case ctx.Err() != nil:
-		return checkFault, "", ctx.Err()
-	case runCtx.Err() != nil:
-		return checkFault, fmt.Sprintf("timed out after %s (killed)", timeout), nil
-	}
-	var ee *exec.ExitError
-	if errors.As(waitErr, &ee) {
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return checkFault, "killed by signal " + ws.Signal().String(), nil
-		}
-		if ee.ExitCode() == 1 {
+	res := sandbox.Run(ctx, sandbox.Spec{
+		Path: path, Args: args, Env: []string{WaitProfileEnv + "=" + profile}, Timeout: timeout,
+	})
+	switch res.Outcome {
+	case sandbox.Exited:
+		switch res.ExitCode {
+		case 0:
+			return checkMet, "", nil
+		case 1:
 			return checkNotYet, "", nil
 		}
-		return checkFault, fmt.Sprintf("exited with code %d", ee.ExitCode()), nil
+		return checkFault, fmt.Sprintf("exited with code %d", res.ExitCode), nil
+	case sandbox.BadPath:
+		return checkFault, "check path " + res.Rule, nil
+	case sandbox.BadTimeout:
+		return checkFault, "timeout must be positive", nil
+	case sandbox.Cancelled:
+		return checkFault, "", res.Err
+	case sandbox.StartFailed:
+		// exec's error names the path and the OS reason, never output.
+		return checkFault, "cannot start: " + res.Err.Error(), nil
+	case sandbox.TimedOut:
+		return checkFault, fmt.Sprintf("timed out after %s (killed)", timeout), nil
+	case sandbox.Signaled:
+		return checkFault, "killed by signal " + res.Signal.String(), nil
 	}
 	return checkFault, "did not finish cleanly", nil
 }

@@ -2,8 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +11,8 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/container"
+	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/internal/reach"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 
@@ -131,7 +131,7 @@ type Worker struct {
 	inFlight map[string]int // running jobs per scope key (folder mutex, scope concurrency)
 	started  bool
 
-	fetchFaulty bool // fetch failures are logged once per transition
+	fetch *reach.Tracker // fetch failures are logged once per transition
 	// exited holds, from the boot reap, the exit of each job container a
 	// crashed predecessor left exited, by job id (read by failOrphans).
 	exited map[string]container.ExitedJob
@@ -161,6 +161,7 @@ func NewWorker(cfg Config, deps Deps, tune Tuning) (*Worker, error) {
 		wait:     newWaitPolicy(cfg, tune),
 		inFlight: map[string]int{},
 	}
+	w.fetch = reach.New(w.log, fetchEvents)
 	if cfg.ScopedLimitsFile != "" {
 		l, err := LoadScopedLimits(cfg.ScopedLimitsFile)
 		if err != nil {
@@ -456,7 +457,7 @@ func (w *Worker) fetchLoop(ctx, jobsCtx context.Context, jobs *sync.WaitGroup) {
 		case <-ctx.Done():
 			return
 		}
-		token := newToken()
+		token := fleet.NewToken()
 		q, job, err := w.deps.Source.Next(ctx, token)
 		if err != nil || job == nil {
 			<-w.slots
@@ -479,33 +480,13 @@ func (w *Worker) fetchLoop(ctx, jobsCtx context.Context, jobs *sync.WaitGroup) {
 	}
 }
 
-func (w *Worker) fetchFailed(err error) {
-	w.mu.Lock()
-	first := !w.fetchFaulty
-	w.fetchFaulty = true
-	w.mu.Unlock()
-	if first {
-		w.log.Error("queue_fetch_failed", "err", errString(err))
-	}
-}
+// fetchEvents are the fetch loop's transitions. A fetch that returned no job
+// and no error counts as failed too.
+var fetchEvents = reach.Events{Down: "queue_fetch_failed", DownLevel: slog.LevelError, Up: "queue_fetch_restored"}
 
-func (w *Worker) fetchRestored() {
-	w.mu.Lock()
-	was := w.fetchFaulty
-	w.fetchFaulty = false
-	w.mu.Unlock()
-	if was {
-		w.log.Info("queue_fetch_restored")
-	}
-}
+func (w *Worker) fetchFailed(err error) { w.fetch.Fail(err) }
 
-// newToken is a lock token: unguessable, so only this process can complete
-// the job it holds.
-func newToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+func (w *Worker) fetchRestored() { w.fetch.OK() }
 
 func errString(err error) string {
 	if err == nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/internal/bounded"
 	"github.com/pidispatch/pidispatch/internal/check"
+	"github.com/pidispatch/pidispatch/internal/reach"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -87,7 +88,11 @@ func NewBudget(client redis.UniversalClient, cfg BudgetConfig) *Budget {
 	if cfg.Host != "" {
 		log = log.With("host", cfg.Host)
 	}
-	return &Budget{client: client, cfg: cfg, health: budgetHealth{log: log}}
+	health := budgetHealth{reach.New(log, reach.Events{
+		Down: "budget_unreachable", DownLevel: slog.LevelWarn, ErrKey: "reason",
+		Up: "budget_restored",
+	})}
+	return &Budget{client: client, cfg: cfg, health: health}
 }
 
 // ticket is a granted reservation's handle for Release.
@@ -298,11 +303,7 @@ func (b *Budget) Close(ctx context.Context) error {
 }
 
 // budgetHealth logs reachability transitions, once each, never per call.
-type budgetHealth struct {
-	mu     sync.Mutex
-	log    *slog.Logger
-	isDown bool
-}
+type budgetHealth struct{ t *reach.Tracker }
 
 func (h *budgetHealth) observe(err error) {
 	// A server error reply (a junk counter) is not an outage; only transport
@@ -312,14 +313,5 @@ func (h *budgetHealth) observe(err error) {
 	if err != nil && (errors.As(err, &rerr) || errors.Is(err, context.Canceled)) {
 		return
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	switch {
-	case err != nil && !h.isDown:
-		h.isDown = true
-		h.log.Warn("budget_unreachable", "reason", err.Error())
-	case err == nil && h.isDown:
-		h.isDown = false
-		h.log.Info("budget_restored")
-	}
+	h.t.Observe(err)
 }

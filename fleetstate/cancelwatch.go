@@ -12,6 +12,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/internal/reach"
 )
 
 var _ dispatch.JobCancels = (*CancelWatcher)(nil)
@@ -46,6 +47,7 @@ type CancelWatcher struct {
 	worker string
 	cfg    CancelWatcherConfig
 	log    *slog.Logger
+	health *reach.Tracker // the poll's unreachable/restored transitions
 
 	mu        sync.Mutex
 	watched   map[string]*cancelWatch
@@ -69,8 +71,12 @@ func NewCancelWatcher(client redis.UniversalClient, worker string, cfg CancelWat
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	log := cfg.Logger.With("host", worker)
 	return &CancelWatcher{
-		client: client, worker: worker, cfg: cfg, log: cfg.Logger.With("host", worker),
+		client: client, worker: worker, cfg: cfg, log: log,
+		health: reach.New(log, reach.Events{
+			Down: "cancel_watch_unreachable", DownLevel: slog.LevelWarn, Up: "cancel_watch_restored",
+		}),
 		watched: map[string]*cancelWatch{}, cancelled: map[string]time.Time{},
 	}, nil
 }
@@ -111,21 +117,15 @@ func (w *CancelWatcher) Cancelled(jobID string) bool {
 func (w *CancelWatcher) Run(ctx context.Context) error {
 	t := time.NewTicker(w.cfg.Poll)
 	defer t.Stop()
-	down := false
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
-		err := w.poll(ctx)
-		switch {
-		case err != nil && ctx.Err() == nil && !down:
-			down = true
-			w.log.Warn("cancel_watch_unreachable", "err", err)
-		case err == nil && down:
-			down = false
-			w.log.Info("cancel_watch_restored")
+		if err := w.poll(ctx); err == nil || ctx.Err() == nil {
+			// A poll cut short by ctx says nothing about Valkey.
+			w.health.Observe(err)
 		}
 	}
 }

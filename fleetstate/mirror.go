@@ -13,6 +13,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/internal/bounded"
+	"github.com/pidispatch/pidispatch/internal/reach"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/redis/go-redis/v9"
 )
@@ -96,8 +97,8 @@ type Mirror struct {
 	// inflight counts Go's goroutines and Valkey calls that overran their bound.
 	inflight bounded.Calls
 
-	healthMu sync.Mutex
-	failing  bool
+	// health logs the mirror's failure and recovery once per transition.
+	health *reach.Tracker
 }
 
 var _ dispatch.RunMirror = (*Mirror)(nil)
@@ -114,6 +115,10 @@ func NewMirror(client redis.UniversalClient, cfg MirrorConfig) *Mirror {
 		cfg:    cfg,
 		window: time.Duration(cfg.RetentionDays) * 24 * time.Hour,
 		log:    log,
+		health: reach.New(log, reach.Events{
+			Down: "run_mirror_failed", DownLevel: slog.LevelWarn, ErrKey: "reason",
+			Up: "run_mirror_restored",
+		}),
 	}
 }
 
@@ -136,7 +141,9 @@ func (m *Mirror) Mirror(ctx context.Context, rec jobs.Record) error {
 	_, err = bounded.Call(ctx, m.cfg.CallTimeout, &m.inflight, nil, func(ctx context.Context) (any, error) {
 		return mirrorScript.Run(ctx, m.client, keys, body, m.window.Milliseconds(), score, member, m.cfg.IndexMax).Result()
 	})
-	m.observe(err)
+	// Only a failed Valkey call gets here: an invalid record (returned
+	// above) says nothing about Valkey.
+	m.health.Observe(err)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrMirrorUnreachable, err)
 	}
@@ -195,21 +202,6 @@ func mirrorBody(rec jobs.Record) ([]byte, error) {
 		return nil, fmt.Errorf("run mirror: %w", err)
 	}
 	return body, nil
-}
-
-// observe logs the mirror's failure and recovery once per transition. Only a
-// failed Valkey call counts: an invalid record says nothing about Valkey.
-func (m *Mirror) observe(err error) {
-	m.healthMu.Lock()
-	defer m.healthMu.Unlock()
-	switch {
-	case err != nil && !m.failing:
-		m.failing = true
-		m.log.Warn("run_mirror_failed", "reason", err.Error())
-	case err == nil && m.failing:
-		m.failing = false
-		m.log.Info("run_mirror_restored")
-	}
 }
 
 // Go mirrors rec in the background, the way the worker calls it after writing

@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 	"unicode/utf16"
 
 	"github.com/pidispatch/pidispatch/internal/bounded"
+	"github.com/pidispatch/pidispatch/internal/reach"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -37,8 +37,9 @@ type Lease struct {
 	cfg    Config
 	log    *slog.Logger
 
-	mu   sync.Mutex
-	down bool // the last Acquire hit a Valkey fault
+	// health logs reachability transitions once each: the last Acquire hit a
+	// Valkey fault, or it did not.
+	health *reach.Tracker
 }
 
 // New returns a Lease whose holder values are "<worker>#<id>". worker must be
@@ -49,7 +50,12 @@ func New(client redis.UniversalClient, worker string, cfg Config) *Lease {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Lease{client: client, worker: worker, cfg: cfg, log: cfg.Logger.With("host", worker)}
+	log := cfg.Logger.With("host", worker)
+	health := reach.New(log, reach.Events{
+		Down: "fleet_lease_unavailable", DownLevel: slog.LevelWarn, ErrKey: "reason",
+		Up: "fleet_lease_restored",
+	})
+	return &Lease{client: client, worker: worker, cfg: cfg, log: log, health: health}
 }
 
 // Handle is one acquired slot. Its methods act only on the key this Acquire
@@ -124,10 +130,10 @@ func (l *Lease) Acquire(ctx context.Context, id string, slots int, ttl time.Dura
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, fmt.Errorf("lease: acquire: %w", ctxErr)
 		}
-		l.observe(err)
+		l.health.Fail(err)
 		return &Handle{lease: l, holder: holder, degraded: true}, nil
 	}
-	l.observe(nil)
+	l.health.OK()
 	if won < 1 || int(won) > len(keys) {
 		return nil, nil
 	}
@@ -172,20 +178,6 @@ func (h *Handle) Refresh(ctx context.Context, ttl time.Duration) (bool, error) {
 		return true, fmt.Errorf("lease: refresh %s: %w", h.key, err)
 	}
 	return ours == 1, nil
-}
-
-// observe logs reachability transitions once each.
-func (l *Lease) observe(err error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	switch {
-	case err != nil && !l.down:
-		l.down = true
-		l.log.Warn("fleet_lease_unavailable", "reason", err.Error())
-	case err == nil && l.down:
-		l.down = false
-		l.log.Info("fleet_lease_restored")
-	}
 }
 
 // startIndex is |javaHash(id)| mod slots, javaHash being h = h*31 + c over

@@ -2,8 +2,6 @@ package queue
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -298,9 +297,6 @@ func (q *Queue) Counts(ctx context.Context) (Counts, error) {
 	return c, nil
 }
 
-// NewToken returns a random lock token for Fetch.
-func NewToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+// NewToken returns a random lock token for Fetch. It is fleet.NewToken, the
+// one generator every consumer uses.
+func NewToken() string { return fleet.NewToken() }

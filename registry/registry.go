@@ -17,6 +17,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/bounded"
+	"github.com/pidispatch/pidispatch/internal/reach"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -112,9 +113,9 @@ type Registry struct {
 	boot     string // this kernel's boot id, "" when unknown
 	claim    string // our claim value (JSON)
 
-	health  health
-	refused onceSet // field+value pairs already logged as refused
-	dropped onceSet // peer rows already logged as refused
+	health  *reach.Tracker // logs reachability transitions, once each, never per call
+	refused onceSet        // field+value pairs already logged as refused
+	dropped onceSet        // peer rows already logged as refused
 
 	calls bounded.Calls // Valkey calls, including ones that overran their bound
 
@@ -172,7 +173,10 @@ func New(client redis.UniversalClient, name string, facts Facts, cfg Config) (*R
 		claim:    string(claimJSON),
 		failing:  map[string]bool{},
 	}
-	r.health = health{log: log, down: "host_registry_unreachable", up: "host_registry_restored"}
+	r.health = reach.New(log, reach.Events{
+		Down: "host_registry_unreachable", DownLevel: slog.LevelWarn, ErrKey: "reason",
+		Up: "host_registry_restored",
+	})
 	return r, nil
 }
 
@@ -311,11 +315,11 @@ func (r *Registry) beat(ctx context.Context, args []any, replace string) (*strin
 	if err != nil {
 		if ctx.Err() == nil {
 			// A cancelled caller says nothing about Valkey.
-			r.health.observe(err)
+			r.health.Fail(err)
 		}
 		return nil, fmt.Errorf("%w: beat: %w", ErrUnreachable, err)
 	}
-	r.health.observe(nil)
+	r.health.OK()
 	out, ok := res.([]any)
 	if !ok || len(out) < 2 {
 		return nil, fmt.Errorf("%w: beat: unexpected reply %T", ErrUnreachable, res)
@@ -420,27 +424,6 @@ func (r *Registry) Close(ctx context.Context) error {
 		return fmt.Errorf("%w: leave: %w", ErrUnreachable, err)
 	}
 	return nil
-}
-
-// health logs reachability transitions, once each, never per call.
-type health struct {
-	mu       sync.Mutex
-	log      *slog.Logger
-	down, up string // event names
-	isDown   bool
-}
-
-func (h *health) observe(err error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	switch {
-	case err != nil && !h.isDown:
-		h.isDown = true
-		h.log.Warn(h.down, "reason", err.Error())
-	case err == nil && h.isDown:
-		h.isDown = false
-		h.log.Info(h.up)
-	}
 }
 
 // onceSet remembers which keys were seen, so an event is logged once per key.

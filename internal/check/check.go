@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -205,9 +204,12 @@ func jsonKind(goKind string) string {
 	}
 }
 
-// JSON walks the token stream once: valid syntax, UTF-8, one top-level value, no
-// duplicate object keys. encoding/json alone keeps the last duplicate silently, so
-// {"to":"06:00","to":"23:00"} would be read as whichever came last.
+// JSON checks a whole document: at most max bytes, valid UTF-8, then Walk with
+// keys compared as encoding/json matches them (FoldedKeys). encoding/json alone
+// keeps the last duplicate silently, so {"to":"06:00","to":"23:00"} would be
+// read as whichever came last. A duplicate is a *FieldError naming the key, its
+// rule naming the object that holds it; too deep a nesting is a *FieldError
+// naming where.
 func JSON(data []byte, max int) error {
 	if len(data) > max {
 		return fmt.Errorf("document is %d bytes, more than %d", len(data), max)
@@ -215,62 +217,20 @@ func JSON(data []byte, max int) error {
 	if !utf8.Valid(data) {
 		return errors.New("document is not valid UTF-8")
 	}
-	type frame struct {
-		object    bool
-		expectKey bool
-		keys      map[string]struct{}
+	err := Walk(data, FoldedKeys)
+	var dup *DuplicateKeyError
+	var deep *DepthError
+	switch {
+	case errors.As(err, &dup):
+		rule := "duplicate key"
+		if dup.Path != "" {
+			rule += " in " + dup.Path
+		}
+		return &FieldError{Field: Quote(dup.Key), Rule: rule}
+	case errors.As(err, &deep):
+		return &FieldError{Field: cmp.Or(deep.Path, "(document)"), Rule: fmt.Sprintf("nested deeper than %d levels", deep.Max)}
 	}
-	var stack []frame
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	afterValue := func() {
-		if n := len(stack); n > 0 && stack[n-1].object {
-			stack[n-1].expectKey = true
-		}
-	}
-	for {
-		tok, err := dec.Token()
-		if err == io.EOF {
-			if len(stack) != 0 {
-				return errors.New("document ends inside a value")
-			}
-			return errors.New("document is empty")
-		}
-		if err != nil {
-			return errors.New(strings.TrimPrefix(err.Error(), "json: "))
-		}
-		switch t := tok.(type) {
-		case json.Delim:
-			switch t {
-			case '{':
-				stack = append(stack, frame{object: true, expectKey: true, keys: map[string]struct{}{}})
-			case '[':
-				stack = append(stack, frame{})
-			default:
-				stack = stack[:len(stack)-1]
-				afterValue()
-			}
-		case string:
-			if n := len(stack); n > 0 && stack[n-1].object && stack[n-1].expectKey {
-				k := foldKey(t)
-				if _, dup := stack[n-1].keys[k]; dup {
-					return &FieldError{Field: Quote(t), Rule: "duplicate key"}
-				}
-				stack[n-1].keys[k] = struct{}{}
-				stack[n-1].expectKey = false
-				continue
-			}
-			afterValue()
-		default:
-			afterValue()
-		}
-		if len(stack) == 0 {
-			if _, err := dec.Token(); err != io.EOF {
-				return errors.New("unexpected data after the top-level value")
-			}
-			return nil
-		}
-	}
+	return err
 }
 
 // foldKey folds a key the way encoding/json matches field names (simple Unicode
