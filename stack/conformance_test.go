@@ -1,0 +1,48 @@
+package stack
+
+import (
+	"context"
+	"testing"
+
+	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/dispatchtest"
+	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/queue"
+)
+
+// The conformance suite of package dispatchtest, run against the Valkey
+// implementations the stack wires, so the fakes the Worker's tests run on
+// and the real parts are held to the same behaviour.
+
+func TestConformanceJobQueue(t *testing.T) {
+	dispatchtest.TestJobQueue(t, func(t *testing.T) dispatchtest.QueueHarness {
+		db := livetest.Valkey(t)
+		q, err := queue.New(db.Client, fleet.SharedQueue, queue.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		return dispatchtest.QueueHarness{
+			Queue: JobQueue(q),
+			Add: func(id string, data []byte, attempts int) {
+				if _, _, err := q.Add(ctx, "job", data, queue.AddOptions{JobID: id, Attempts: attempts}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			Take: func(token string) *dispatch.HeldJob {
+				j, err := q.Fetch(ctx, token)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return heldJob(j)
+			},
+			ExpireLock: func(id string) {
+				if err := db.Client.Del(ctx, "bull:"+fleet.SharedQueue+":"+id+":lock").Err(); err != nil {
+					t.Fatal(err)
+				}
+			},
+		}
+	})
+}
+
