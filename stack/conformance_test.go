@@ -45,4 +45,3 @@ func TestConformanceJobQueue(t *testing.T) {
 		}
 	})
 }
-
