@@ -7,3 +7,9 @@ import (
 )
 
 func TestFakeJobQueue(t *testing.T) { dispatchtest.TestJobQueue(t, dispatchtest.FakeQueueHarness) }
+
+func TestFakeBudgeter(t *testing.T) { dispatchtest.TestBudgeter(t, dispatchtest.FakeBudgetHarness) }
+
+func TestFakeLeaser(t *testing.T) { dispatchtest.TestLeaser(t, dispatchtest.FakeLeasers) }
+
+func TestFakeRunMirror(t *testing.T) { dispatchtest.TestRunMirror(t, dispatchtest.FakeMirrorHarness) }

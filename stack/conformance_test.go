@@ -8,6 +8,7 @@ import (
 	"github.com/pidispatch/pidispatch/dispatchtest"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/lease"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -43,5 +44,12 @@ func TestConformanceJobQueue(t *testing.T) {
 				}
 			},
 		}
+	})
+}
+
+func TestConformanceLeaser(t *testing.T) {
+	dispatchtest.TestLeaser(t, func(t *testing.T) func(string) dispatch.Leaser {
+		db := livetest.Valkey(t)
+		return func(worker string) dispatch.Leaser { return Leaser(lease.New(db.Client, worker, lease.Config{})) }
 	})
 }
