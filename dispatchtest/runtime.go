@@ -14,8 +14,9 @@ import (
 // Runtime is an in-memory dispatch.Runtime. A run's result is, in order of
 // precedence: RunFunc's, the scripted Results entry of the job id, or exit 0.
 // It records every Spec it was given and every container it was asked to
-// remove. Like the Docker runtime it keeps containers (RemoveContainer) and
-// reaps only running ones at boot (ReapRunning), reporting ReapReport.
+// remove. Like the Docker runtime it reports exits 125 to 127 NeverStarted,
+// keeps containers (RemoveContainer) and reaps only running ones at boot
+// (ReapRunning), reporting Report.
 type Runtime struct {
 	mu sync.Mutex
 	// RunFunc, when set, runs every job: it may block until ctx ends, as a
@@ -81,6 +82,9 @@ func (r *Runtime) Run(ctx context.Context, spec container.Spec) (container.Resul
 	if !scripted {
 		res = container.Result{ExitCode: 0}
 	}
+	if res.ExitCode >= 125 && res.ExitCode <= 127 {
+		res.NeverStarted = true // as the Docker runtime reports them
+	}
 	if res.Container == "" && !res.NeverStarted {
 		res.Container = "pi-job-" + spec.JobID
 	}
@@ -109,11 +113,12 @@ func cloneMap(m map[string]string) map[string]string {
 }
 
 // BlockUntilStopped is a RunFunc that runs until ctx ends and then reports
-// the container stopped by the worker (Cancelled, exit 137).
+// the container stopped by the worker (Cancelled, exit 137, ctx's error),
+// as the Docker runtime does.
 func BlockUntilStopped(ctx context.Context, spec container.Spec) (container.Result, error) {
 	start := time.Now()
 	<-ctx.Done()
-	return container.Result{Container: "pi-job-" + spec.JobID, ExitCode: 137, Cancelled: true, StartedAt: start, EndedAt: time.Now()}, nil
+	return container.Result{Container: "pi-job-" + spec.JobID, ExitCode: 137, Cancelled: true, StartedAt: start, EndedAt: time.Now()}, ctx.Err()
 }
 
 // Specs returns the Specs Run was given, in order.
