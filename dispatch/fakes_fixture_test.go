@@ -129,11 +129,6 @@ func finished(s dispatchtest.Snapshot) bool { return s.Finished() }
 
 func deferred(s dispatchtest.Snapshot) bool { return s.Deferrals > 0 }
 
-// settled: finished, deferred, or back to waiting after a retried failure.
-func settled(s dispatchtest.Snapshot) bool {
-	return s.Finished() || s.Deferrals > 0 || (s.FailedReason != "" && s.State == dispatchtest.StateWaiting)
-}
-
 // records reads job id's run records.
 func (h *fakeHost) records(t *testing.T, id string) []jobs.Record {
 	t.Helper()
