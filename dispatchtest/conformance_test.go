@@ -13,3 +13,5 @@ func TestFakeBudgeter(t *testing.T) { dispatchtest.TestBudgeter(t, dispatchtest.
 func TestFakeLeaser(t *testing.T) { dispatchtest.TestLeaser(t, dispatchtest.FakeLeasers) }
 
 func TestFakeRunMirror(t *testing.T) { dispatchtest.TestRunMirror(t, dispatchtest.FakeMirrorHarness) }
+
+func TestFakeHoldStore(t *testing.T) { dispatchtest.TestHoldStore(t, dispatchtest.FakeHoldStore) }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/dispatchtest"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
@@ -38,5 +39,12 @@ func TestConformanceRunMirror(t *testing.T) {
 			}
 			return runs
 		}}
+	})
+}
+
+func TestConformanceHoldStore(t *testing.T) {
+	dispatchtest.TestHoldStore(t, func(t *testing.T) dispatch.HoldStore {
+		db := livetest.Valkey(t)
+		return NewHolds(db.Client, HoldsConfig{})
 	})
 }
