@@ -54,7 +54,7 @@ func TestCronGateDecidesSchedulerRuns(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := newOrphanFixture(t)
+			f := newFakeOrphanFixture(t)
 			f.tune.BusyDeferral = time.Hour
 			ctx := context.Background()
 			if _, _, err := f.shared.Add(ctx, enqueue.JobName, tt.data, queue.AddOptions{JobID: "j1"}); err != nil {

@@ -4,12 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/enqueue"
@@ -56,21 +54,11 @@ func TestJobIDEntrances(t *testing.T) {
 }
 
 // peerAdd writes a job the way another BullMQ client may, with any id it
-// allows, bypassing this module's checks.
-func peerAdd(t *testing.T, c *redis.Client, id string, data []byte) {
+// allows, bypassing this module's checks: the fake queue takes any id.
+func peerAdd(t *testing.T, f *orphanFixture, id string, data []byte) {
 	t.Helper()
-	ctx := context.Background()
-	key := "bull:pi-jobs:" + id
-	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
-	if err := c.HSet(ctx, key, "name", enqueue.JobName, "data", string(data), "opts", `{"attempts":1}`,
-		"timestamp", now, "delay", "0", "priority", "0").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.LPush(ctx, "bull:pi-jobs:wait", id).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.ZAdd(ctx, "bull:pi-jobs:marker", redis.Z{Member: "0"}).Err(); err != nil {
-		t.Fatal(err)
+	if !f.fake.AddJob(id, data, 1) {
+		t.Fatalf("peer add %q: already there", id)
 	}
 }
 
@@ -78,7 +66,7 @@ func peerAdd(t *testing.T, c *redis.Client, id string, data []byte) {
 // exactly one record and failed, never run; the valid ones among them run
 // and are recorded under their own names.
 func TestPeerWrittenIDsAreRefusedAtPickup(t *testing.T) {
-	f := newOrphanFixture(t)
+	f := newFakeOrphanFixture(t)
 	f.cap = 1000 // every valid one runs
 	rt := &orphanRuntime{reap: container.ReapReport{Enumerated: true}}
 	_, stop := f.boot(t, rt, &orphanRegistry{})
@@ -92,7 +80,7 @@ func TestPeerWrittenIDsAreRefusedAtPickup(t *testing.T) {
 		}
 		seen[id] = true
 		ids = append(ids, id)
-		peerAdd(t, f.db.Client, id, data)
+		peerAdd(t, f, id, data)
 	}
 	ctx := context.Background()
 	deadline := time.Now().Add(90 * time.Second)

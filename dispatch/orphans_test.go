@@ -65,12 +65,15 @@ func (r *orphanRegistry) Publish(context.Context) error                         
 func (r *orphanRegistry) ReadLive(context.Context) ([]capabilities.Host, error) { return nil, nil }
 func (r *orphanRegistry) Close(context.Context) error                           { return nil }
 
-// orphanFixture is one worker name's queues and folders on a live Valkey.
+// orphanFixture is one worker name's queues and folders, on a live Valkey
+// (newOrphanFixture) or on the fakes of package dispatchtest
+// (newFakeOrphanFixture: db is nil).
 type orphanFixture struct {
 	db     *livetest.ValkeyDB
 	cfg    Config
 	tune   Tuning
-	shared *queue.Queue // as the worker's consumer sees it (processedBy = name)
+	shared fixtureQueue // as the worker's consumer sees it (processedBy = name)
+	fake   FakeQueue    // the fake behind shared; nil on Valkey
 	cap    int          // the budget's daily cap; 0 is the default
 	mirror bool         // the worker mirrors its runs (and claims its records)
 	dir    Directory    // the worker's fleet directory; nil: none
@@ -89,27 +92,92 @@ func newOrphanFixture(t *testing.T) *orphanFixture {
 	return &orphanFixture{db: db, cfg: cfg, tune: Tuning{JobsDir: t.TempDir()}, shared: shared}
 }
 
+// newFakeOrphanFixture is the fixture on the fakes: no Valkey, no Docker.
+func newFakeOrphanFixture(t *testing.T) *orphanFixture {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.WorkerName, cfg.WorkerNameDeclared = "orph", true
+	cfg.LogsDir = t.TempDir()
+	fq := TestFakes.Queue(fleet.SharedQueue, cfg.WorkerName)
+	return &orphanFixture{cfg: cfg, tune: Tuning{JobsDir: t.TempDir()}, shared: fakeShared{fq}, fake: fq}
+}
+
+// fixtureQueue is the fixture's shared queue in the Valkey queue's terms
+// (*queue.Queue is one), so a test reads the same on either.
+type fixtureQueue interface {
+	Add(ctx context.Context, name string, data json.RawMessage, opts queue.AddOptions) (string, bool, error)
+	Fetch(ctx context.Context, token string) (*queue.Job, error)
+	Get(ctx context.Context, id string) (*queue.Job, error)
+	Unlocked(ctx context.Context) ([]string, error)
+}
+
+// fakeShared is a fake queue as a fixtureQueue.
+type fakeShared struct{ q FakeQueue }
+
+func (f fakeShared) Add(_ context.Context, _ string, data json.RawMessage, opts queue.AddOptions) (string, bool, error) {
+	return opts.JobID, f.q.AddJob(opts.JobID, data, opts.Attempts), nil
+}
+
+func (f fakeShared) Fetch(_ context.Context, token string) (*queue.Job, error) {
+	return f.queueJob(f.q.Take(token)), nil
+}
+
+func (f fakeShared) Get(ctx context.Context, id string) (*queue.Job, error) {
+	j, err := f.q.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return f.queueJob(j), nil
+}
+
+func (f fakeShared) Unlocked(ctx context.Context) ([]string, error) { return f.q.Unlocked(ctx) }
+
+func (f fakeShared) queueJob(j *HeldJob) *queue.Job {
+	if j == nil {
+		return nil
+	}
+	return &queue.Job{ID: j.ID, Data: j.Data, DedupID: j.DedupID, AttemptsMade: j.AttemptsMade,
+		ProcessedOn: j.ProcessedOn, SchedulerID: j.SchedulerID, ProcessedBy: j.ProcessedBy,
+		State: queue.State(j.State), FailedReason: f.q.FailedReason(j.ID)}
+}
+
+// jobQueue is the shared queue as the worker holds jobs on it.
+func (f *orphanFixture) jobQueue() JobQueue {
+	if f.fake != nil {
+		return f.fake
+	}
+	return testStores.Queue(f.shared.(*queue.Queue))
+}
+
 // worker builds a Worker of the fixture's name over the shared queue.
 func (f *orphanFixture) worker(t *testing.T, rt Runtime, reg Registry, logs *bytes.Buffer) *Worker {
 	t.Helper()
-	consumer, err := queue.NewConsumer([]*queue.Queue{f.shared}, queue.ConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	tune := f.tune
 	tune.Logger = slog.New(slog.DiscardHandler)
 	if logs != nil {
 		tune.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 	}
 	deps := Deps{
-		Queues:   []JobQueue{testStores.Queue(f.shared)},
-		Source:   testStores.Source(consumer),
+		Queues:   []JobQueue{f.jobQueue()},
 		Runtime:  rt,
-		Budget:   testStores.Budget(f.db.Client, f.cap),
 		Registry: reg,
 	}
-	if f.mirror {
-		deps.Mirror = testStores.Mirror(f.db.Client, f.cfg.WorkerName)
+	if f.fake != nil {
+		deps.Source = f.fake.Source()
+		deps.Budget = TestFakes.Budget(f.cap)
+		if f.mirror {
+			deps.Mirror = TestFakes.Mirror()
+		}
+	} else {
+		consumer, err := queue.NewConsumer([]*queue.Queue{f.shared.(*queue.Queue)}, queue.ConsumerConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		deps.Source = testStores.Source(consumer)
+		deps.Budget = testStores.Budget(f.db.Client, f.cap)
+		if f.mirror {
+			deps.Mirror = testStores.Mirror(f.db.Client, f.cfg.WorkerName)
+		}
 	}
 	if f.dir != nil {
 		deps.Directory = f.dir
@@ -147,7 +215,7 @@ func (f *orphanFixture) leaveOrphan(t *testing.T, id, noteToken string) (lockTok
 	if err := os.MkdirAll(dead.jobsDir(), 0o750); err != nil {
 		t.Fatal(err)
 	}
-	h := &held{q: testStores.Queue(f.shared), job: testStores.Held(job), token: noteToken, spec: spec, rec: jobs.Record{Attempt: 1}}
+	h := &held{q: f.jobQueue(), job: testStores.Held(job), token: noteToken, spec: spec, rec: jobs.Record{Attempt: 1}}
 	if _, _, _, err := dead.prepareDirs(h); err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +279,7 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 // removes every folder the crash left; a note whose token no longer holds
 // the lock, a junk note and a folder without a note fail nothing.
 func TestRestartFailsOwnOrphansAtBoot(t *testing.T) {
-	f := newOrphanFixture(t)
+	f := newFakeOrphanFixture(t)
 	f.leaveOrphan(t, "orphan-1", "")
 	f.leaveOrphan(t, "held-elsewhere", "not-the-lock-token")
 	jobsDir := filepath.Join(f.tune.JobsDir, f.cfg.WorkerName)
@@ -290,7 +358,7 @@ func TestOrphansLeftWithoutProof(t *testing.T) {
 		{"no-registry", container.ReapReport{Enumerated: true}, nil, "registry"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newOrphanFixture(t)
+			f := newFakeOrphanFixture(t)
 			f.leaveOrphan(t, "orphan-2", "")
 			logs, stop := f.boot(t, &orphanRuntime{reap: tc.reap}, tc.reg)
 			stop()

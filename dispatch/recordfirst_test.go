@@ -23,7 +23,7 @@ import (
 // before them leaves things. It notes which records existed at that moment.
 type killedQueue struct {
 	JobQueue
-	q       *queue.Queue
+	q       fixtureQueue
 	logsDir string
 
 	mu       sync.Mutex
@@ -78,10 +78,10 @@ func (q *killedQueue) CheckStalled(ctx context.Context) (Stalled, error) {
 // record. Before, the job was failed first, then recorded, and the folder
 // went whatever happened.
 func TestOrphanIsRecordedBeforeItFails(t *testing.T) {
-	f := newOrphanFixture(t)
+	f := newFakeOrphanFixture(t)
 	f.leaveOrphan(t, "orphan-rf", "")
 	rt := &orphanRuntime{reap: container.ReapReport{Enumerated: true}}
-	kq := &killedQueue{JobQueue: testStores.Queue(f.shared), q: f.shared, logsDir: f.cfg.LogsDir, killed: true}
+	kq := &killedQueue{JobQueue: f.jobQueue(), q: f.shared, logsDir: f.cfg.LogsDir, killed: true}
 
 	w := f.worker(t, rt, &orphanRegistry{}, nil)
 	w.deps.Queues = []JobQueue{kq}
@@ -116,7 +116,7 @@ func TestOrphanIsRecordedBeforeItFails(t *testing.T) {
 // A run that wrote its record and died before reporting it: the restarted
 // worker reports the recorded outcome instead of overwriting it as stalled.
 func TestOrphanWithItsRecordReportsIt(t *testing.T) {
-	f := newOrphanFixture(t)
+	f := newFakeOrphanFixture(t)
 	f.leaveOrphan(t, "orphan-done", "")
 	code := 0
 	now := time.Now()
@@ -179,7 +179,7 @@ func TestStalledJobIsRecordedBeforeItFails(t *testing.T) {
 	// Fetch to Fail above, also on a loaded machine.
 	time.Sleep(1200 * time.Millisecond)
 
-	kq := &killedQueue{JobQueue: testStores.Queue(f.shared), q: f.shared, logsDir: f.cfg.LogsDir, killed: true}
+	kq := &killedQueue{JobQueue: f.jobQueue(), q: f.shared, logsDir: f.cfg.LogsDir, killed: true}
 	w := f.worker(t, &orphanRuntime{}, &orphanRegistry{}, nil)
 	w.deps.Queues = []JobQueue{kq}
 	w.checkStalled(ctx) // killed at the state change
@@ -280,7 +280,7 @@ func TestFrozenWorkerWakingWritesNoSecondRecord(t *testing.T) {
 // orphan is recorded and reported as what it was (completed, with the exit
 // line of its output), not as stalled.
 func TestOrphanWithAnExitedContainerGetsItsRealOutcome(t *testing.T) {
-	f := newOrphanFixture(t)
+	f := newFakeOrphanFixture(t)
 	f.leaveOrphan(t, "orphan-exited", "")
 	jobsDir := filepath.Join(f.tune.JobsDir, f.cfg.WorkerName)
 	dirs, err := os.ReadDir(jobsDir)
@@ -313,7 +313,7 @@ func TestOrphanWithAnExitedContainerGetsItsRealOutcome(t *testing.T) {
 // line the job printed afterwards is in the engine's log, which the reap
 // returns, and the record gets its telemetry from there.
 func TestOrphanTelemetryFromTheEnginesLog(t *testing.T) {
-	f := newOrphanFixture(t)
+	f := newFakeOrphanFixture(t)
 	f.leaveOrphan(t, "orphan-late-exit", "")
 	jobsDir := filepath.Join(f.tune.JobsDir, f.cfg.WorkerName)
 	dirs, err := os.ReadDir(jobsDir)
@@ -342,7 +342,7 @@ func TestOrphanTelemetryFromTheEnginesLog(t *testing.T) {
 type keepingRuntime struct {
 	orphanRuntime
 	logsDir string
-	q       *queue.Queue
+	q       fixtureQueue
 
 	mu      sync.Mutex
 	kept    bool
@@ -374,7 +374,7 @@ func (r *keepingRuntime) RemoveContainer(ctx context.Context, name string) error
 // A run's container is kept until its outcome is recorded and reported,
 // then removed.
 func TestRunKeepsItsContainerUntilRecorded(t *testing.T) {
-	f := newOrphanFixture(t)
+	f := newFakeOrphanFixture(t)
 	rt := &keepingRuntime{orphanRuntime: orphanRuntime{reap: container.ReapReport{Enumerated: true}}, logsDir: f.cfg.LogsDir, q: f.shared}
 	data, _ := json.Marshal(jobs.Job{Kind: jobs.KindForge, Repo: "acme/keep", Flow: "fix", Task: "t"})
 	if _, _, err := f.shared.Add(context.Background(), enqueue.JobName, data, queue.AddOptions{JobID: "keep-1"}); err != nil {
@@ -425,7 +425,7 @@ func (r *keepingReaper) RemoveContainer(_ context.Context, name string) error {
 
 // At boot, exited containers are removed only after their jobs are recorded.
 func TestBootRemovesExitedContainersAfterRecording(t *testing.T) {
-	f := newOrphanFixture(t)
+	f := newFakeOrphanFixture(t)
 	f.leaveOrphan(t, "orphan-kept", "")
 	rt := &keepingReaper{logsDir: f.cfg.LogsDir, removed: map[string]int{}}
 	rt.reap = container.ReapReport{Enumerated: true, Exited: []container.ExitedJob{

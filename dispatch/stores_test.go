@@ -1,6 +1,8 @@
 package dispatch
 
 import (
+	"context"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/queue"
@@ -26,3 +28,24 @@ var TestStores struct {
 }
 
 var testStores = &TestStores
+
+// TestFakes builds the fakes of package dispatchtest for this package's own
+// tests, which cannot import it (it imports this package):
+// stores_ext_test.go fills it.
+var TestFakes struct {
+	// Queue is an empty fake queue called name, taken from by worker.
+	Queue  func(name, worker string) FakeQueue
+	Budget func(dailyCap int) Budgeter
+	Mirror func() RunMirror
+}
+
+// FakeQueue is a fake queue as this package's tests drive it.
+type FakeQueue interface {
+	JobQueue
+	AddJob(id string, data []byte, attempts int) bool
+	Take(token string) *HeldJob
+	Unlocked(ctx context.Context) ([]string, error)
+	FailedReason(id string) string
+	// Source hands out this queue's jobs.
+	Source() JobSource
+}
