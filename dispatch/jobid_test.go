@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"

@@ -59,6 +59,10 @@ func (q *killedQueue) Complete(ctx context.Context, id, token string, result jso
 	return q.JobQueue.Complete(ctx, id, token, result)
 }
 
+// Unlocked lists what the next stalled check acts on, as the queue under it
+// does, so the worker writes its records before the check.
+func (q *killedQueue) Unlocked(ctx context.Context) ([]string, error) { return q.q.Unlocked(ctx) }
+
 func (q *killedQueue) CheckStalled(ctx context.Context) (Stalled, error) {
 	ids, err := q.q.Unlocked(ctx)
 	if err != nil {
