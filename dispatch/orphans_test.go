@@ -74,9 +74,13 @@ type orphanFixture struct {
 	tune   Tuning
 	shared fixtureQueue // as the worker's consumer sees it (processedBy = name)
 	fake   FakeQueue    // the fake behind shared; nil on Valkey
-	cap    int          // the budget's daily cap; 0 is the default
-	mirror bool         // the worker mirrors its runs (and claims its records)
-	dir    Directory    // the worker's fleet directory; nil: none
+	// fakeMirror is the fleet's mirror on the fakes, shared by the workers
+	// of copies of the fixture; mirrored reads it.
+	fakeMirror RunMirror
+	mirrored   func() []jobs.Record
+	cap        int       // the budget's daily cap; 0 is the default
+	mirror     bool      // the worker mirrors its runs (and claims its records)
+	dir        Directory // the worker's fleet directory; nil: none
 }
 
 func newOrphanFixture(t *testing.T) *orphanFixture {
@@ -99,7 +103,8 @@ func newFakeOrphanFixture(t *testing.T) *orphanFixture {
 	cfg.WorkerName, cfg.WorkerNameDeclared = "orph", true
 	cfg.LogsDir = t.TempDir()
 	fq := TestFakes.Queue(fleet.SharedQueue, cfg.WorkerName)
-	return &orphanFixture{cfg: cfg, tune: Tuning{JobsDir: t.TempDir()}, shared: fakeShared{fq}, fake: fq}
+	m, read := TestFakes.Mirror()
+	return &orphanFixture{cfg: cfg, tune: Tuning{JobsDir: t.TempDir()}, shared: fakeShared{fq}, fake: fq, fakeMirror: m, mirrored: read}
 }
 
 // fixtureQueue is the fixture's shared queue in the Valkey queue's terms
@@ -166,7 +171,7 @@ func (f *orphanFixture) worker(t *testing.T, rt Runtime, reg Registry, logs *byt
 		deps.Source = f.fake.Source()
 		deps.Budget = TestFakes.Budget(f.cap)
 		if f.mirror {
-			deps.Mirror = TestFakes.Mirror()
+			deps.Mirror = f.fakeMirror
 		}
 	} else {
 		consumer, err := queue.NewConsumer([]*queue.Queue{f.shared.(*queue.Queue)}, queue.ConsumerConfig{})

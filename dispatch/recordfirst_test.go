@@ -13,7 +13,6 @@ import (
 
 	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/enqueue"
-	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 )
@@ -146,42 +145,29 @@ func TestOrphanWithItsRecordReportsIt(t *testing.T) {
 // under the attempt that ran (a retry's stall does not overwrite the first
 // attempt's record).
 func TestStalledJobIsRecordedBeforeItFails(t *testing.T) {
-	f := newOrphanFixture(t)
+	f := newFakeOrphanFixture(t)
 	ctx := context.Background()
-	short, err := queue.New(f.db.Client, fleet.SharedQueue, queue.Config{WorkerName: "gone", LockTTL: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
 	data, _ := json.Marshal(jobs.Job{Kind: jobs.KindForge, Repo: "acme/stall", Flow: "fix", Task: "t"})
-	if _, _, err := short.Add(ctx, enqueue.JobName, data, queue.AddOptions{JobID: "stall-1", Attempts: 3}); err != nil {
-		t.Fatal(err)
+	if !f.fake.AddJob("stall-1", data, 3) {
+		t.Fatal("not added")
 	}
-	// Attempt 1 failed (and was recorded); attempt 2 is taken and its holder dies.
-	j, err := short.Fetch(ctx, "t1")
-	if err != nil || j == nil {
-		t.Fatalf("fetch: %v %v", j, err)
+	// Attempt 1 failed (and was recorded); attempt 2 is taken, by host
+	// "gone", and its holder dies.
+	if j := f.fake.TakeAs("t1", "gone"); j == nil {
+		t.Fatal("nothing to take")
 	}
 	first := jobs.Record{JobID: "stall-1", Kind: jobs.KindForge, Target: "acme/stall", StartedAt: time.Now(), EndedAt: time.Now(),
 		Outcome: jobs.OutcomeFailed, Reason: jobs.ReasonExit1, Attempt: 1, Host: "gone"}
 	if _, err := jobs.WriteRecord(f.cfg.LogsDir, first); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := short.Fail(ctx, "stall-1", "t1", jobs.ReasonExit1, queue.FailOptions{}); err != nil {
+	if _, err := f.fake.Fail(ctx, "stall-1", "t1", jobs.ReasonExit1, FailOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if j, err = short.Fetch(ctx, "t2"); err == nil && j != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no retry to fetch: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if j := f.fake.TakeAs("t2", "gone"); j == nil {
+		t.Fatal("no retry to take")
 	}
-	// The lock expires. A second, not less: attempt 1 must keep its lock from
-	// Fetch to Fail above, also on a loaded machine.
-	time.Sleep(1200 * time.Millisecond)
+	f.fake.ExpireLock("stall-1")
 
 	kq := &killedQueue{JobQueue: f.jobQueue(), q: f.shared, logsDir: f.cfg.LogsDir, killed: true}
 	w := f.worker(t, &orphanRuntime{}, &orphanRegistry{}, nil)
@@ -227,7 +213,7 @@ func (r *frozenRuntime) Run(ctx context.Context, spec container.Spec) (container
 // checker's, which claimed the attempt first), and the mirror keeps the
 // waking worker's better facts (its real exit code and telemetry).
 func TestFrozenWorkerWakingWritesNoSecondRecord(t *testing.T) {
-	frozen := newOrphanFixture(t)
+	frozen := newFakeOrphanFixture(t)
 	frozen.mirror = true
 	// It renews, and so notices the lost lock, every LockTTL/3: 3 s leaves the
 	// checker time to fail the job first, even on a loaded machine.
@@ -247,9 +233,7 @@ func TestFrozenWorkerWakingWritesNoSecondRecord(t *testing.T) {
 		t.Fatal("the job never started")
 	}
 	// The freeze: the lock expires while the holder sleeps.
-	if err := frozen.db.Client.Del(ctx, "bull:pi-jobs:frozen-1:lock").Err(); err != nil {
-		t.Fatal(err)
-	}
+	frozen.fake.ExpireLock("frozen-1")
 	cw := checker.worker(t, &orphanRuntime{}, &orphanRegistry{}, nil)
 	cw.checkStalled(ctx)
 	if j, err := frozen.shared.Get(ctx, "frozen-1"); err != nil || j.State != queue.StateFailed || j.FailedReason != jobs.ReasonStalled {
@@ -259,12 +243,19 @@ func TestFrozenWorkerWakingWritesNoSecondRecord(t *testing.T) {
 	deadline := time.Now().Add(15 * time.Second)
 	var mirrored jobs.Record
 	for {
-		body, err := frozen.db.Client.Get(ctx, testStores.RunRecordKey("frozen-1", 1)).Result()
-		if err == nil && json.Unmarshal([]byte(body), &mirrored) == nil && mirrored.ExitCode != nil {
+		// The mirror keeps one record per attempt, the last one written.
+		var got []jobs.Record
+		for _, r := range frozen.mirrored() {
+			if r.JobID == "frozen-1" && r.Attempt == 1 {
+				got = append(got, r)
+			}
+		}
+		if len(got) > 0 && got[len(got)-1].ExitCode != nil {
+			mirrored = got[len(got)-1]
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the mirror never got the waking worker's facts: %q %v", body, err)
+			t.Fatalf("the mirror never got the waking worker's facts: %+v", got)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -6,6 +6,7 @@ import (
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/dispatchtest"
 	"github.com/pidispatch/pidispatch/fleetstate"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/stack"
 )
@@ -35,7 +36,10 @@ func init() {
 		return fakeQueue{q}
 	}
 	dispatch.TestFakes.Budget = func(dailyCap int) dispatch.Budgeter { return dispatchtest.NewBudget(dailyCap, 0) }
-	dispatch.TestFakes.Mirror = func() dispatch.RunMirror { return dispatchtest.NewMirror() }
+	dispatch.TestFakes.Mirror = func() (dispatch.RunMirror, func() []jobs.Record) {
+		m := dispatchtest.NewMirror()
+		return m, m.Records
+	}
 }
 
 // fakeQueue is a dispatchtest.Queue as the package's own tests drive it.

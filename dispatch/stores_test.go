@@ -5,6 +5,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
 )
@@ -36,7 +37,8 @@ var TestFakes struct {
 	// Queue is an empty fake queue called name, taken from by worker.
 	Queue  func(name, worker string) FakeQueue
 	Budget func(dailyCap int) Budgeter
-	Mirror func() RunMirror
+	// Mirror is an empty fake mirror and a reading of its records.
+	Mirror func() (RunMirror, func() []jobs.Record)
 }
 
 // FakeQueue is a fake queue as this package's tests drive it.
@@ -44,6 +46,8 @@ type FakeQueue interface {
 	JobQueue
 	AddJob(id string, data []byte, attempts int) bool
 	Take(token string) *HeldJob
+	TakeAs(token, worker string) *HeldJob
+	ExpireLock(id string)
 	Unlocked(ctx context.Context) ([]string, error)
 	FailedReason(id string) string
 	// Source hands out this queue's jobs.

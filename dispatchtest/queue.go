@@ -137,15 +137,20 @@ func (q *Queue) Add(j Job) bool {
 // Take hands out the next ready job (waiting, or delayed and due), oldest
 // first, locked with token; nil when none is ready.
 func (q *Queue) Take(token string) *dispatch.HeldJob {
+	return q.TakeAs(token, q.WorkerName)
+}
+
+// TakeAs is Take by another worker: the job's ProcessedBy is worker.
+func (q *Queue) TakeAs(token, worker string) *dispatch.HeldJob {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	j, _ := q.takeLocked(token)
+	j, _ := q.takeLocked(token, worker)
 	return j
 }
 
 // takeLocked is Take, also returning when the earliest delayed job is due
 // (zero: none).
-func (q *Queue) takeLocked(token string) (*dispatch.HeldJob, time.Time) {
+func (q *Queue) takeLocked(token, worker string) (*dispatch.HeldJob, time.Time) {
 	now := q.now()
 	var next *queuedJob
 	var due time.Time
@@ -172,7 +177,7 @@ func (q *Queue) takeLocked(token string) (*dispatch.HeldJob, time.Time) {
 	next.snap.State = dispatch.StateActive
 	next.snap.Takes++
 	next.token, next.lockUntil = token, now.Add(q.lockTTL())
-	next.processed, next.by = now, q.WorkerName
+	next.processed, next.by = now, worker
 	q.notify()
 	return next.held(), time.Time{}
 }
@@ -426,7 +431,7 @@ func (s *Source) Next(ctx context.Context, token string) (dispatch.JobQueue, *di
 		var due time.Time
 		for _, q := range s.queues {
 			q.mu.Lock()
-			j, d := q.takeLocked(token)
+			j, d := q.takeLocked(token, q.WorkerName)
 			waits = append(waits, q.changed)
 			q.mu.Unlock()
 			if j != nil {
