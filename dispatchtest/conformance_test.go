@@ -15,3 +15,5 @@ func TestFakeLeaser(t *testing.T) { dispatchtest.TestLeaser(t, dispatchtest.Fake
 func TestFakeRunMirror(t *testing.T) { dispatchtest.TestRunMirror(t, dispatchtest.FakeMirrorHarness) }
 
 func TestFakeHoldStore(t *testing.T) { dispatchtest.TestHoldStore(t, dispatchtest.FakeHoldStore) }
+
+func TestFakeFinder(t *testing.T) { dispatchtest.TestFinder(t, dispatchtest.FakeFinderHarness) }
