@@ -17,7 +17,6 @@ import (
 	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"
-	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
@@ -65,17 +64,15 @@ func (r *orphanRegistry) Publish(context.Context) error                         
 func (r *orphanRegistry) ReadLive(context.Context) ([]capabilities.Host, error) { return nil, nil }
 func (r *orphanRegistry) Close(context.Context) error                           { return nil }
 
-// orphanFixture is one worker name's queues and folders, on a live Valkey
-// (newOrphanFixture) or on the fakes of package dispatchtest
-// (newFakeOrphanFixture: db is nil).
+// orphanFixture is one worker name's queues and folders, on the fakes of
+// package dispatchtest: no Valkey, no Docker.
 type orphanFixture struct {
-	db     *livetest.ValkeyDB
 	cfg    Config
 	tune   Tuning
 	shared fixtureQueue // as the worker's consumer sees it (processedBy = name)
-	fake   FakeQueue    // the fake behind shared; nil on Valkey
-	// fakeMirror is the fleet's mirror on the fakes, shared by the workers
-	// of copies of the fixture; mirrored reads it.
+	fake   FakeQueue    // the fake behind shared
+	// fakeMirror is the fleet's mirror, shared by the workers of copies of
+	// the fixture; mirrored reads it.
 	fakeMirror RunMirror
 	mirrored   func() []jobs.Record
 	cap        int       // the budget's daily cap; 0 is the default
@@ -83,20 +80,7 @@ type orphanFixture struct {
 	dir        Directory // the worker's fleet directory; nil: none
 }
 
-func newOrphanFixture(t *testing.T) *orphanFixture {
-	t.Helper()
-	db := livetest.Valkey(t)
-	cfg := DefaultConfig()
-	cfg.WorkerName, cfg.WorkerNameDeclared = "orph", true
-	cfg.LogsDir = t.TempDir()
-	shared, err := queue.New(db.Client, fleet.SharedQueue, queue.Config{WorkerName: cfg.WorkerName})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &orphanFixture{db: db, cfg: cfg, tune: Tuning{JobsDir: t.TempDir()}, shared: shared}
-}
-
-// newFakeOrphanFixture is the fixture on the fakes: no Valkey, no Docker.
+// newFakeOrphanFixture is a fixture with an empty shared queue.
 func newFakeOrphanFixture(t *testing.T) *orphanFixture {
 	t.Helper()
 	cfg := DefaultConfig()
@@ -147,12 +131,7 @@ func (f fakeShared) queueJob(j *HeldJob) *queue.Job {
 }
 
 // jobQueue is the shared queue as the worker holds jobs on it.
-func (f *orphanFixture) jobQueue() JobQueue {
-	if f.fake != nil {
-		return f.fake
-	}
-	return testStores.Queue(f.shared.(*queue.Queue))
-}
+func (f *orphanFixture) jobQueue() JobQueue { return f.fake }
 
 // worker builds a Worker of the fixture's name over the shared queue.
 func (f *orphanFixture) worker(t *testing.T, rt Runtime, reg Registry, logs *bytes.Buffer) *Worker {
@@ -167,22 +146,10 @@ func (f *orphanFixture) worker(t *testing.T, rt Runtime, reg Registry, logs *byt
 		Runtime:  rt,
 		Registry: reg,
 	}
-	if f.fake != nil {
-		deps.Source = f.fake.Source()
-		deps.Budget = TestFakes.Budget(f.cap)
-		if f.mirror {
-			deps.Mirror = f.fakeMirror
-		}
-	} else {
-		consumer, err := queue.NewConsumer([]*queue.Queue{f.shared.(*queue.Queue)}, queue.ConsumerConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		deps.Source = testStores.Source(consumer)
-		deps.Budget = testStores.Budget(f.db.Client, f.cap)
-		if f.mirror {
-			deps.Mirror = testStores.Mirror(f.db.Client, f.cfg.WorkerName)
-		}
+	deps.Source = f.fake.Source()
+	deps.Budget = TestFakes.Budget(f.cap)
+	if f.mirror {
+		deps.Mirror = f.fakeMirror
 	}
 	if f.dir != nil {
 		deps.Directory = f.dir
@@ -220,7 +187,7 @@ func (f *orphanFixture) leaveOrphan(t *testing.T, id, noteToken string) (lockTok
 	if err := os.MkdirAll(dead.jobsDir(), 0o750); err != nil {
 		t.Fatal(err)
 	}
-	h := &held{q: f.jobQueue(), job: testStores.Held(job), token: noteToken, spec: spec, rec: jobs.Record{Attempt: 1}}
+	h := &held{q: f.jobQueue(), job: heldOf(job), token: noteToken, spec: spec, rec: jobs.Record{Attempt: 1}}
 	if _, _, _, err := dead.prepareDirs(h); err != nil {
 		t.Fatal(err)
 	}
@@ -378,4 +345,10 @@ func TestOrphansLeftWithoutProof(t *testing.T) {
 			}
 		})
 	}
+}
+
+// heldOf is the Worker's view of a job the fixture's queue took.
+func heldOf(j *queue.Job) *HeldJob {
+	return &HeldJob{ID: j.ID, Data: j.Data, DedupID: j.DedupID, AttemptsMade: j.AttemptsMade,
+		SchedulerID: j.SchedulerID, ProcessedBy: j.ProcessedBy, State: JobState(j.State)}
 }
