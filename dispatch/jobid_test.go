@@ -12,7 +12,6 @@ import (
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/hostileid"
 	"github.com/pidispatch/pidispatch/jobs"
-	"github.com/pidispatch/pidispatch/queue"
 )
 
 // peerAdd writes a job the way another BullMQ client may, with any id it
@@ -49,12 +48,12 @@ func TestPeerWrittenIDsAreRefusedAtPickup(t *testing.T) {
 	for _, id := range ids {
 		for {
 			j, err := f.shared.Get(ctx, id)
-			if err == nil && (j.State == queue.StateFailed || j.State == queue.StateCompleted) {
+			if err == nil && (j.State == StateFailed || j.State == StateCompleted) {
 				valid := fleet.CheckJobID(id) == nil
-				if !valid && (j.State != queue.StateFailed || j.FailedReason != jobs.ReasonInvalidJob || j.AttemptsMade != 1) {
+				if !valid && (j.State != StateFailed || j.FailedReason != jobs.ReasonInvalidJob || j.AttemptsMade != 1) {
 					t.Errorf("%q: %s (%s), want failed as invalid-job", id, j.State, j.FailedReason)
 				}
-				if valid && j.State != queue.StateCompleted {
+				if valid && j.State != StateCompleted {
 					t.Errorf("%q: %s (%s), want completed", id, j.State, j.FailedReason)
 				}
 				break

@@ -15,11 +15,8 @@ import (
 
 	"github.com/pidispatch/pidispatch/capabilities"
 	"github.com/pidispatch/pidispatch/container"
-	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/jobs"
-	"github.com/pidispatch/pidispatch/queue"
-	"github.com/pidispatch/pidispatch/registry"
 )
 
 // orphanRuntime reaps as told and counts runs (it never runs a container).
@@ -92,26 +89,26 @@ func newFakeOrphanFixture(t *testing.T) *orphanFixture {
 }
 
 // fixtureQueue is the fixture's shared queue in the Valkey queue's terms
-// (*queue.Queue is one), so a test reads the same on either.
+// (package queue), so the tests read as they did on Valkey.
 type fixtureQueue interface {
-	Add(ctx context.Context, name string, data json.RawMessage, opts queue.AddOptions) (string, bool, error)
-	Fetch(ctx context.Context, token string) (*queue.Job, error)
-	Get(ctx context.Context, id string) (*queue.Job, error)
+	Add(ctx context.Context, name string, data json.RawMessage, opts fxAddOptions) (string, bool, error)
+	Fetch(ctx context.Context, token string) (*fxJob, error)
+	Get(ctx context.Context, id string) (*fxJob, error)
 	Unlocked(ctx context.Context) ([]string, error)
 }
 
 // fakeShared is a fake queue as a fixtureQueue.
 type fakeShared struct{ q FakeQueue }
 
-func (f fakeShared) Add(_ context.Context, _ string, data json.RawMessage, opts queue.AddOptions) (string, bool, error) {
+func (f fakeShared) Add(_ context.Context, _ string, data json.RawMessage, opts fxAddOptions) (string, bool, error) {
 	return opts.JobID, f.q.AddJob(opts.JobID, data, opts.Attempts), nil
 }
 
-func (f fakeShared) Fetch(_ context.Context, token string) (*queue.Job, error) {
+func (f fakeShared) Fetch(_ context.Context, token string) (*fxJob, error) {
 	return f.queueJob(f.q.Take(token)), nil
 }
 
-func (f fakeShared) Get(ctx context.Context, id string) (*queue.Job, error) {
+func (f fakeShared) Get(ctx context.Context, id string) (*fxJob, error) {
 	j, err := f.q.Get(ctx, id)
 	if err != nil {
 		return nil, err
@@ -121,13 +118,13 @@ func (f fakeShared) Get(ctx context.Context, id string) (*queue.Job, error) {
 
 func (f fakeShared) Unlocked(ctx context.Context) ([]string, error) { return f.q.Unlocked(ctx) }
 
-func (f fakeShared) queueJob(j *HeldJob) *queue.Job {
+func (f fakeShared) queueJob(j *HeldJob) *fxJob {
 	if j == nil {
 		return nil
 	}
-	return &queue.Job{ID: j.ID, Data: j.Data, DedupID: j.DedupID, AttemptsMade: j.AttemptsMade,
+	return &fxJob{ID: j.ID, Data: j.Data, DedupID: j.DedupID, AttemptsMade: j.AttemptsMade,
 		ProcessedOn: j.ProcessedOn, SchedulerID: j.SchedulerID, ProcessedBy: j.ProcessedBy,
-		State: queue.State(j.State), FailedReason: f.q.FailedReason(j.ID)}
+		State: j.State, FailedReason: f.q.FailedReason(j.ID)}
 }
 
 // jobQueue is the shared queue as the worker holds jobs on it.
@@ -168,7 +165,7 @@ func (f *orphanFixture) leaveOrphan(t *testing.T, id, noteToken string) (lockTok
 	t.Helper()
 	ctx := context.Background()
 	data, _ := json.Marshal(jobs.Job{Kind: jobs.KindForge, Repo: "acme/orphan", Flow: "fix", Task: "t"})
-	if _, _, err := f.shared.Add(ctx, enqueue.JobName, data, queue.AddOptions{JobID: id, Attempts: 3}); err != nil {
+	if _, _, err := f.shared.Add(ctx, fxJobName, data, fxAddOptions{JobID: id, Attempts: 3}); err != nil {
 		t.Fatal(err)
 	}
 	lockToken = "lock-" + id
@@ -277,7 +274,7 @@ func TestRestartFailsOwnOrphansAtBoot(t *testing.T) {
 
 	ctx := context.Background()
 	j, err := f.shared.Get(ctx, "orphan-1")
-	if err != nil || j.State != queue.StateFailed || j.FailedReason != jobs.ReasonStalled || j.AttemptsMade != 1 {
+	if err != nil || j.State != StateFailed || j.FailedReason != jobs.ReasonStalled || j.AttemptsMade != 1 {
 		t.Fatalf("orphan after boot: %+v %v; want failed as stalled, one attempt, no retry", j, err)
 	}
 	if time.Since(began) > 5*time.Second {
@@ -294,7 +291,7 @@ func TestRestartFailsOwnOrphansAtBoot(t *testing.T) {
 	if rec.Outcome != jobs.OutcomeFailed || rec.Reason != jobs.ReasonStalled || rec.Host != "orph" || rec.Kind != jobs.KindForge || rec.Target != "acme/orphan" || rec.Attempt != 1 || rec.ExitCode != nil {
 		t.Fatalf("record %+v", rec)
 	}
-	if j, err := f.shared.Get(ctx, "held-elsewhere"); err != nil || j.State != queue.StateActive {
+	if j, err := f.shared.Get(ctx, "held-elsewhere"); err != nil || j.State != StateActive {
 		t.Fatalf("a job whose lock the note's token does not hold must be left alone: %+v %v", j, err)
 	}
 	if _, err := os.Stat(filepath.Join(f.cfg.LogsDir, jobs.RecordName("held-elsewhere", 1))); !errors.Is(err, os.ErrNotExist) {
@@ -326,7 +323,7 @@ func TestOrphansLeftWithoutProof(t *testing.T) {
 	}{
 		{"reaper-did-not-enumerate", container.ReapReport{}, &orphanRegistry{}, "reaper"},
 		{"reaper-left-a-container", container.ReapReport{Enumerated: true, Found: 1}, &orphanRegistry{}, "reaper"},
-		{"name-not-proven", container.ReapReport{Enumerated: true}, &orphanRegistry{publishErr: registry.ErrUnreachable}, "name"},
+		{"name-not-proven", container.ReapReport{Enumerated: true}, &orphanRegistry{publishErr: errors.New("registry unreachable")}, "name"},
 		{"no-registry", container.ReapReport{Enumerated: true}, nil, "registry"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -334,7 +331,7 @@ func TestOrphansLeftWithoutProof(t *testing.T) {
 			f.leaveOrphan(t, "orphan-2", "")
 			logs, stop := f.boot(t, &orphanRuntime{reap: tc.reap}, tc.reg)
 			stop()
-			if j, err := f.shared.Get(context.Background(), "orphan-2"); err != nil || j.State != queue.StateActive {
+			if j, err := f.shared.Get(context.Background(), "orphan-2"); err != nil || j.State != StateActive {
 				t.Fatalf("orphan: %+v %v; want still active", j, err)
 			}
 			if left, _ := os.ReadDir(filepath.Join(f.tune.JobsDir, f.cfg.WorkerName)); len(left) != 1 {
@@ -347,8 +344,33 @@ func TestOrphansLeftWithoutProof(t *testing.T) {
 	}
 }
 
+// fxJob is a job as the fixture's queue reports it.
+type fxJob struct {
+	ID           string
+	Data         json.RawMessage
+	DedupID      string
+	AttemptsMade int
+	ProcessedOn  time.Time
+	SchedulerID  string
+	ProcessedBy  string
+	State        JobState
+	FailedReason string
+}
+
+// fxAddOptions are the options of fixtureQueue.Add.
+type fxAddOptions struct {
+	JobID    string
+	Attempts int
+}
+
+// fxJobName is the name jobs are added under (the fakes ignore it).
+const fxJobName = "pi-job"
+
+// stateDelayed is a deferred job's state on the queue.
+const stateDelayed JobState = "delayed"
+
 // heldOf is the Worker's view of a job the fixture's queue took.
-func heldOf(j *queue.Job) *HeldJob {
+func heldOf(j *fxJob) *HeldJob {
 	return &HeldJob{ID: j.ID, Data: j.Data, DedupID: j.DedupID, AttemptsMade: j.AttemptsMade,
 		SchedulerID: j.SchedulerID, ProcessedBy: j.ProcessedBy, State: JobState(j.State)}
 }

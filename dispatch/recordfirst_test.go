@@ -12,9 +12,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/container"
-	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/jobs"
-	"github.com/pidispatch/pidispatch/queue"
 )
 
 // killedQueue is a queue whose process "dies" at the state change: Fail and
@@ -93,7 +91,7 @@ func TestOrphanIsRecordedBeforeItFails(t *testing.T) {
 		t.Fatalf("records when the job was failed: %d, want 1 (the record comes first)", kq.recsSeen["orphan-rf"])
 	}
 	ctx := context.Background()
-	if j, err := f.shared.Get(ctx, "orphan-rf"); err != nil || j.State != queue.StateActive {
+	if j, err := f.shared.Get(ctx, "orphan-rf"); err != nil || j.State != StateActive {
 		t.Fatalf("after the killed boot: %+v %v", j, err)
 	}
 	if left, _ := os.ReadDir(w.jobsDir()); len(left) != 1 {
@@ -104,7 +102,7 @@ func TestOrphanIsRecordedBeforeItFails(t *testing.T) {
 	kq.killed = false
 	w.failOrphans(ctx, true)
 	j, err := f.shared.Get(ctx, "orphan-rf")
-	if err != nil || j.State != queue.StateFailed || j.FailedReason != jobs.ReasonStalled {
+	if err != nil || j.State != StateFailed || j.FailedReason != jobs.ReasonStalled {
 		t.Fatalf("after the second boot: %+v %v", j, err)
 	}
 	recs, err := jobs.ReadRecords(f.cfg.LogsDir, "orphan-rf")
@@ -132,7 +130,7 @@ func TestOrphanWithItsRecordReportsIt(t *testing.T) {
 	w := f.worker(t, &orphanRuntime{}, &orphanRegistry{}, nil)
 	w.failOrphans(context.Background(), true)
 	j, err := f.shared.Get(context.Background(), "orphan-done")
-	if err != nil || j.State != queue.StateCompleted {
+	if err != nil || j.State != StateCompleted {
 		t.Fatalf("job %+v %v, want completed as its record says", j, err)
 	}
 	recs, err := jobs.ReadRecords(f.cfg.LogsDir, "orphan-done")
@@ -178,7 +176,7 @@ func TestStalledJobIsRecordedBeforeItFails(t *testing.T) {
 	}
 	kq.killed = false
 	w.checkStalled(ctx)
-	if j, err := f.shared.Get(ctx, "stall-1"); err != nil || j.State != queue.StateFailed || j.FailedReason != jobs.ReasonStalled {
+	if j, err := f.shared.Get(ctx, "stall-1"); err != nil || j.State != StateFailed || j.FailedReason != jobs.ReasonStalled {
 		t.Fatalf("job %+v %v, want failed as stalled", j, err)
 	}
 	recs, err := jobs.ReadRecords(f.cfg.LogsDir, "stall-1")
@@ -222,7 +220,7 @@ func TestFrozenWorkerWakingWritesNoSecondRecord(t *testing.T) {
 	checker.cfg.WorkerName, checker.cfg.LogsDir = "checker", t.TempDir()
 	ctx := context.Background()
 	data, _ := json.Marshal(jobs.Job{Kind: jobs.KindForge, Repo: "acme/frozen", Flow: "fix", Task: "t"})
-	if _, _, err := frozen.shared.Add(ctx, enqueue.JobName, data, queue.AddOptions{JobID: "frozen-1"}); err != nil {
+	if _, _, err := frozen.shared.Add(ctx, fxJobName, data, fxAddOptions{JobID: "frozen-1"}); err != nil {
 		t.Fatal(err)
 	}
 	rt := &frozenRuntime{orphanRuntime: orphanRuntime{reap: container.ReapReport{Enumerated: true}}, started: make(chan struct{})}
@@ -236,7 +234,7 @@ func TestFrozenWorkerWakingWritesNoSecondRecord(t *testing.T) {
 	frozen.fake.ExpireLock("frozen-1")
 	cw := checker.worker(t, &orphanRuntime{}, &orphanRegistry{}, nil)
 	cw.checkStalled(ctx)
-	if j, err := frozen.shared.Get(ctx, "frozen-1"); err != nil || j.State != queue.StateFailed || j.FailedReason != jobs.ReasonStalled {
+	if j, err := frozen.shared.Get(ctx, "frozen-1"); err != nil || j.State != StateFailed || j.FailedReason != jobs.ReasonStalled {
 		t.Fatalf("job %+v %v, want failed as stalled by the checker", j, err)
 	}
 	// The holder wakes, finds its lock gone and stops its run.
@@ -291,7 +289,7 @@ func TestOrphanWithAnExitedContainerGetsItsRealOutcome(t *testing.T) {
 	_, stop := f.boot(t, rt, &orphanRegistry{})
 	stop()
 	j, err := f.shared.Get(context.Background(), "orphan-exited")
-	if err != nil || j.State != queue.StateCompleted {
+	if err != nil || j.State != StateCompleted {
 		t.Fatalf("job %+v %v, want completed", j, err)
 	}
 	recs, err := jobs.ReadRecords(f.cfg.LogsDir, "orphan-exited")
@@ -342,8 +340,8 @@ type keepingRuntime struct {
 	mu      sync.Mutex
 	kept    bool
 	removed string
-	atRm    int         // records of the job when its container was removed
-	stateRm queue.State // the job's state then
+	atRm    int      // records of the job when its container was removed
+	stateRm JobState // the job's state then
 }
 
 func (r *keepingRuntime) Run(ctx context.Context, spec container.Spec) (container.Result, error) {
@@ -372,7 +370,7 @@ func TestRunKeepsItsContainerUntilRecorded(t *testing.T) {
 	f := newFakeOrphanFixture(t)
 	rt := &keepingRuntime{orphanRuntime: orphanRuntime{reap: container.ReapReport{Enumerated: true}}, logsDir: f.cfg.LogsDir, q: f.shared}
 	data, _ := json.Marshal(jobs.Job{Kind: jobs.KindForge, Repo: "acme/keep", Flow: "fix", Task: "t"})
-	if _, _, err := f.shared.Add(context.Background(), enqueue.JobName, data, queue.AddOptions{JobID: "keep-1"}); err != nil {
+	if _, _, err := f.shared.Add(context.Background(), fxJobName, data, fxAddOptions{JobID: "keep-1"}); err != nil {
 		t.Fatal(err)
 	}
 	_, stop := f.boot(t, rt, &orphanRegistry{})
@@ -392,7 +390,7 @@ func TestRunKeepsItsContainerUntilRecorded(t *testing.T) {
 	stop()
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	if !rt.kept || rt.removed != "pi-job-keep-1" || rt.atRm != 1 || rt.stateRm != queue.StateCompleted {
+	if !rt.kept || rt.removed != "pi-job-keep-1" || rt.atRm != 1 || rt.stateRm != StateCompleted {
 		t.Fatalf("kept %v, removed %q with %d records, job %s", rt.kept, rt.removed, rt.atRm, rt.stateRm)
 	}
 }
