@@ -120,8 +120,8 @@ func (q *Queue) notify() {
 // Name is the queue's name.
 func (q *Queue) Name() string { return q.name }
 
-// Add adds j, waiting; a job with j.ID already there is left as it is and
-// Add reports false.
+// Add adds j, waiting, and reports true; a job with j.ID already there is
+// left as it is, and an empty id is refused: Add then reports false.
 func (q *Queue) Add(j Job) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
