@@ -10,10 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/jobs"
-	"github.com/pidispatch/pidispatch/queue"
 )
 
 // fixedGate answers every cron run the same way and remembers what it saw.
@@ -43,21 +41,21 @@ func TestCronGateDecidesSchedulerRuns(t *testing.T) {
 		gate    *fixedGate
 		data    []byte
 		ran     bool
-		state   queue.State
+		state   JobState
 		refused bool
 	}{
-		{"no gate", nil, cronData, false, queue.StateCompleted, true},
-		{"refused", &fixedGate{v: CronVerdict{Reason: "cron-disabled"}}, cronData, false, queue.StateCompleted, true},
-		{"left", &fixedGate{v: CronVerdict{Leave: true, Reason: "cron-disabled"}}, cronData, false, queue.StateDelayed, false},
-		{"agreed", &fixedGate{v: CronVerdict{Run: true}}, cronData, true, queue.StateCompleted, false},
-		{"not a cron job", &fixedGate{}, localData, true, queue.StateCompleted, false},
+		{"no gate", nil, cronData, false, StateCompleted, true},
+		{"refused", &fixedGate{v: CronVerdict{Reason: "cron-disabled"}}, cronData, false, StateCompleted, true},
+		{"left", &fixedGate{v: CronVerdict{Leave: true, Reason: "cron-disabled"}}, cronData, false, stateDelayed, false},
+		{"agreed", &fixedGate{v: CronVerdict{Run: true}}, cronData, true, StateCompleted, false},
+		{"not a cron job", &fixedGate{}, localData, true, StateCompleted, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := newOrphanFixture(t)
+			f := newFakeOrphanFixture(t)
 			f.tune.BusyDeferral = time.Hour
 			ctx := context.Background()
-			if _, _, err := f.shared.Add(ctx, enqueue.JobName, tt.data, queue.AddOptions{JobID: "j1"}); err != nil {
+			if _, _, err := f.shared.Add(ctx, fxJobName, tt.data, fxAddOptions{JobID: "j1"}); err != nil {
 				t.Fatal(err)
 			}
 			rt := &orphanRuntime{}
@@ -96,7 +94,7 @@ func TestCronGateDecidesSchedulerRuns(t *testing.T) {
 				if err := json.Unmarshal(data, &r); err != nil || r.Outcome != jobs.OutcomePolicy || r.Reason != jobs.ReasonCronNotAgreed {
 					t.Fatalf("refusal record %s (%v)", data, err)
 				}
-			case tt.state == queue.StateDelayed && err == nil:
+			case tt.state == stateDelayed && err == nil:
 				t.Fatalf("a run left for a peer was recorded: %s", data)
 			}
 			if tt.gate != nil {

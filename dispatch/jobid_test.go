@@ -4,73 +4,22 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/pidispatch/pidispatch/container"
-	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/hostileid"
-	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
-	"github.com/pidispatch/pidispatch/queue"
 )
 
-// Every enqueue entrance either refuses an id with an error, writing
-// nothing, or takes an id that keeps the job id rule.
-func TestJobIDEntrances(t *testing.T) {
-	ctx := context.Background()
-	dbAdd, dbForge := livetest.Valkey(t), livetest.Valkey(t)
-	q, err := queue.New(dbAdd.Client, fleet.SharedQueue, queue.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := enqueue.NewProducer(dbForge.Client, enqueue.ProducerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	router := enqueue.NewRouter(p, enqueue.RouterConfig{})
-	data, _ := json.Marshal(jobs.Job{Kind: jobs.KindForge, Repo: "acme/web", Flow: "fix", Task: "t"})
-	for _, id := range hostileid.IDs() {
-		valid := fleet.CheckJobID(id) == nil
-		_, _, addErr := q.Add(ctx, enqueue.JobName, data, queue.AddOptions{JobID: id})
-		_, forgeErr := router.EnqueueForge(ctx, enqueue.ForgeDelivery{JobID: id, Job: jobs.Job{Repo: "acme/web", Flow: "fix", Task: "t"}})
-		for name, err := range map[string]error{"Add": addErr, "EnqueueForge": forgeErr} {
-			if err == nil && !valid && id != "" { // "" asks for a numbered id
-				t.Errorf("%s took %q, which breaks the job id rule", name, id)
-			}
-			if err != nil && valid && id != "" && queue.ValidateJobID(id) == nil {
-				t.Errorf("%s refused %q: %v", name, id, err)
-			}
-		}
-		if addErr != nil && id != "" {
-			if n, _ := dbAdd.Client.Exists(ctx, "bull:pi-jobs:"+id).Result(); n != 0 {
-				t.Errorf("Add refused %q but wrote its job", id)
-			}
-		}
-	}
-}
-
 // peerAdd writes a job the way another BullMQ client may, with any id it
-// allows, bypassing this module's checks.
-func peerAdd(t *testing.T, c *redis.Client, id string, data []byte) {
+// allows, bypassing this module's checks: the fake queue takes any id.
+func peerAdd(t *testing.T, f *orphanFixture, id string, data []byte) {
 	t.Helper()
-	ctx := context.Background()
-	key := "bull:pi-jobs:" + id
-	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
-	if err := c.HSet(ctx, key, "name", enqueue.JobName, "data", string(data), "opts", `{"attempts":1}`,
-		"timestamp", now, "delay", "0", "priority", "0").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.LPush(ctx, "bull:pi-jobs:wait", id).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.ZAdd(ctx, "bull:pi-jobs:marker", redis.Z{Member: "0"}).Err(); err != nil {
-		t.Fatal(err)
+	if !f.fake.AddJob(id, data, 1) {
+		t.Fatalf("peer add %q: already there", id)
 	}
 }
 
@@ -78,7 +27,7 @@ func peerAdd(t *testing.T, c *redis.Client, id string, data []byte) {
 // exactly one record and failed, never run; the valid ones among them run
 // and are recorded under their own names.
 func TestPeerWrittenIDsAreRefusedAtPickup(t *testing.T) {
-	f := newOrphanFixture(t)
+	f := newFakeOrphanFixture(t)
 	f.cap = 1000 // every valid one runs
 	rt := &orphanRuntime{reap: container.ReapReport{Enumerated: true}}
 	_, stop := f.boot(t, rt, &orphanRegistry{})
@@ -92,19 +41,19 @@ func TestPeerWrittenIDsAreRefusedAtPickup(t *testing.T) {
 		}
 		seen[id] = true
 		ids = append(ids, id)
-		peerAdd(t, f.db.Client, id, data)
+		peerAdd(t, f, id, data)
 	}
 	ctx := context.Background()
 	deadline := time.Now().Add(90 * time.Second)
 	for _, id := range ids {
 		for {
 			j, err := f.shared.Get(ctx, id)
-			if err == nil && (j.State == queue.StateFailed || j.State == queue.StateCompleted) {
+			if err == nil && (j.State == StateFailed || j.State == StateCompleted) {
 				valid := fleet.CheckJobID(id) == nil
-				if !valid && (j.State != queue.StateFailed || j.FailedReason != jobs.ReasonInvalidJob || j.AttemptsMade != 1) {
+				if !valid && (j.State != StateFailed || j.FailedReason != jobs.ReasonInvalidJob || j.AttemptsMade != 1) {
 					t.Errorf("%q: %s (%s), want failed as invalid-job", id, j.State, j.FailedReason)
 				}
-				if valid && j.State != queue.StateCompleted {
+				if valid && j.State != StateCompleted {
 					t.Errorf("%q: %s (%s), want completed", id, j.State, j.FailedReason)
 				}
 				break

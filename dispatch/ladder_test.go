@@ -10,9 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/jobs"
-	"github.com/pidispatch/pidispatch/queue"
 )
 
 // countingBudget grants (or refuses, or cannot be read) and counts.
@@ -64,20 +62,20 @@ func TestLadderReleasesWhatEarlierGatesTook(t *testing.T) {
 		budget            *countingBudget
 		missing           bool
 		secrets           bool
-		state             queue.State
+		state             JobState
 		reason            string // the record's; "" for none
 		ran               bool
 		reserves, release int
 	}{
-		{"runs", &countingBudget{}, false, false, queue.StateCompleted, jobs.ReasonCompleted, true, 1, 0},
-		{"image missing", &countingBudget{}, true, false, queue.StateCompleted, jobs.ReasonJobImageMissing, false, 1, 1},
-		{"secrets fail", &countingBudget{}, false, true, queue.StateCompleted, jobs.ReasonSecretResolveFailed, false, 1, 1},
-		{"over budget", &countingBudget{refuse: true}, false, false, queue.StateCompleted, jobs.ReasonOverBudget, false, 1, 0},
-		{"budget unreachable", &countingBudget{err: errors.New("down")}, false, false, queue.StateDelayed, "", false, 1, 0},
+		{"runs", &countingBudget{}, false, false, StateCompleted, jobs.ReasonCompleted, true, 1, 0},
+		{"image missing", &countingBudget{}, true, false, StateCompleted, jobs.ReasonJobImageMissing, false, 1, 1},
+		{"secrets fail", &countingBudget{}, false, true, StateCompleted, jobs.ReasonSecretResolveFailed, false, 1, 1},
+		{"over budget", &countingBudget{refuse: true}, false, false, StateCompleted, jobs.ReasonOverBudget, false, 1, 0},
+		{"budget unreachable", &countingBudget{err: errors.New("down")}, false, false, "delayed", "", false, 1, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := newOrphanFixture(t)
+			f := newFakeOrphanFixture(t)
 			f.tune.UnreachableDeferral = time.Hour
 			f.cfg.SecretProfiles = map[string]string{"p": failing}
 			spec := jobs.Job{Kind: jobs.KindLocal, Folder: t.TempDir(), Flow: "fix", Task: "t"}
@@ -86,7 +84,7 @@ func TestLadderReleasesWhatEarlierGatesTook(t *testing.T) {
 			}
 			data, _ := json.Marshal(spec)
 			ctx := context.Background()
-			if _, _, err := f.shared.Add(ctx, enqueue.JobName, data, queue.AddOptions{JobID: "j1"}); err != nil {
+			if _, _, err := f.shared.Add(ctx, fxJobName, data, fxAddOptions{JobID: "j1", Attempts: 1}); err != nil {
 				t.Fatal(err)
 			}
 			rt := &imageRuntime{missing: tt.missing}
@@ -125,7 +123,7 @@ func TestLadderReleasesWhatEarlierGatesTook(t *testing.T) {
 	}
 }
 
-func waitState(t *testing.T, q *queue.Queue, id string, want queue.State) {
+func waitState(t *testing.T, q fixtureQueue, id string, want JobState) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {

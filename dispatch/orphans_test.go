@@ -15,12 +15,8 @@ import (
 
 	"github.com/pidispatch/pidispatch/capabilities"
 	"github.com/pidispatch/pidispatch/container"
-	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"
-	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
-	"github.com/pidispatch/pidispatch/queue"
-	"github.com/pidispatch/pidispatch/registry"
 )
 
 // orphanRuntime reaps as told and counts runs (it never runs a container).
@@ -65,51 +61,92 @@ func (r *orphanRegistry) Publish(context.Context) error                         
 func (r *orphanRegistry) ReadLive(context.Context) ([]capabilities.Host, error) { return nil, nil }
 func (r *orphanRegistry) Close(context.Context) error                           { return nil }
 
-// orphanFixture is one worker name's queues and folders on a live Valkey.
+// orphanFixture is one worker name's queues and folders, on the fakes of
+// package dispatchtest: no Valkey, no Docker.
 type orphanFixture struct {
-	db     *livetest.ValkeyDB
 	cfg    Config
 	tune   Tuning
-	shared *queue.Queue // as the worker's consumer sees it (processedBy = name)
-	cap    int          // the budget's daily cap; 0 is the default
-	mirror bool         // the worker mirrors its runs (and claims its records)
-	dir    Directory    // the worker's fleet directory; nil: none
+	shared fixtureQueue // as the worker's consumer sees it (processedBy = name)
+	fake   FakeQueue    // the fake behind shared
+	// fakeMirror is the fleet's mirror, shared by the workers of copies of
+	// the fixture; mirrored reads it.
+	fakeMirror RunMirror
+	mirrored   func() []jobs.Record
+	cap        int       // the budget's daily cap; 0 is the default
+	mirror     bool      // the worker mirrors its runs (and claims its records)
+	dir        Directory // the worker's fleet directory; nil: none
 }
 
-func newOrphanFixture(t *testing.T) *orphanFixture {
+// newFakeOrphanFixture is a fixture with an empty shared queue.
+func newFakeOrphanFixture(t *testing.T) *orphanFixture {
 	t.Helper()
-	db := livetest.Valkey(t)
 	cfg := DefaultConfig()
 	cfg.WorkerName, cfg.WorkerNameDeclared = "orph", true
 	cfg.LogsDir = t.TempDir()
-	shared, err := queue.New(db.Client, fleet.SharedQueue, queue.Config{WorkerName: cfg.WorkerName})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &orphanFixture{db: db, cfg: cfg, tune: Tuning{JobsDir: t.TempDir()}, shared: shared}
+	fq := TestFakes.Queue(fleet.SharedQueue, cfg.WorkerName)
+	m, read := TestFakes.Mirror()
+	return &orphanFixture{cfg: cfg, tune: Tuning{JobsDir: t.TempDir()}, shared: fakeShared{fq}, fake: fq, fakeMirror: m, mirrored: read}
 }
+
+// fixtureQueue is the fixture's shared queue in the Valkey queue's terms
+// (package queue), so the tests read as they did on Valkey.
+type fixtureQueue interface {
+	Add(ctx context.Context, name string, data json.RawMessage, opts fxAddOptions) (string, bool, error)
+	Fetch(ctx context.Context, token string) (*fxJob, error)
+	Get(ctx context.Context, id string) (*fxJob, error)
+	Unlocked(ctx context.Context) ([]string, error)
+}
+
+// fakeShared is a fake queue as a fixtureQueue.
+type fakeShared struct{ q FakeQueue }
+
+func (f fakeShared) Add(_ context.Context, _ string, data json.RawMessage, opts fxAddOptions) (string, bool, error) {
+	return opts.JobID, f.q.AddJob(opts.JobID, data, opts.Attempts), nil
+}
+
+func (f fakeShared) Fetch(_ context.Context, token string) (*fxJob, error) {
+	return f.queueJob(f.q.Take(token)), nil
+}
+
+func (f fakeShared) Get(ctx context.Context, id string) (*fxJob, error) {
+	j, err := f.q.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return f.queueJob(j), nil
+}
+
+func (f fakeShared) Unlocked(ctx context.Context) ([]string, error) { return f.q.Unlocked(ctx) }
+
+func (f fakeShared) queueJob(j *HeldJob) *fxJob {
+	if j == nil {
+		return nil
+	}
+	return &fxJob{ID: j.ID, Data: j.Data, DedupID: j.DedupID, AttemptsMade: j.AttemptsMade,
+		ProcessedOn: j.ProcessedOn, SchedulerID: j.SchedulerID, ProcessedBy: j.ProcessedBy,
+		State: j.State, FailedReason: f.q.FailedReason(j.ID)}
+}
+
+// jobQueue is the shared queue as the worker holds jobs on it.
+func (f *orphanFixture) jobQueue() JobQueue { return f.fake }
 
 // worker builds a Worker of the fixture's name over the shared queue.
 func (f *orphanFixture) worker(t *testing.T, rt Runtime, reg Registry, logs *bytes.Buffer) *Worker {
 	t.Helper()
-	consumer, err := queue.NewConsumer([]*queue.Queue{f.shared}, queue.ConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	tune := f.tune
 	tune.Logger = slog.New(slog.DiscardHandler)
 	if logs != nil {
 		tune.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 	}
 	deps := Deps{
-		Queues:   []JobQueue{testStores.Queue(f.shared)},
-		Source:   testStores.Source(consumer),
+		Queues:   []JobQueue{f.jobQueue()},
 		Runtime:  rt,
-		Budget:   testStores.Budget(f.db.Client, f.cap),
 		Registry: reg,
 	}
+	deps.Source = f.fake.Source()
+	deps.Budget = TestFakes.Budget(f.cap)
 	if f.mirror {
-		deps.Mirror = testStores.Mirror(f.db.Client, f.cfg.WorkerName)
+		deps.Mirror = f.fakeMirror
 	}
 	if f.dir != nil {
 		deps.Directory = f.dir
@@ -128,7 +165,7 @@ func (f *orphanFixture) leaveOrphan(t *testing.T, id, noteToken string) (lockTok
 	t.Helper()
 	ctx := context.Background()
 	data, _ := json.Marshal(jobs.Job{Kind: jobs.KindForge, Repo: "acme/orphan", Flow: "fix", Task: "t"})
-	if _, _, err := f.shared.Add(ctx, enqueue.JobName, data, queue.AddOptions{JobID: id, Attempts: 3}); err != nil {
+	if _, _, err := f.shared.Add(ctx, fxJobName, data, fxAddOptions{JobID: id, Attempts: 3}); err != nil {
 		t.Fatal(err)
 	}
 	lockToken = "lock-" + id
@@ -147,7 +184,7 @@ func (f *orphanFixture) leaveOrphan(t *testing.T, id, noteToken string) (lockTok
 	if err := os.MkdirAll(dead.jobsDir(), 0o750); err != nil {
 		t.Fatal(err)
 	}
-	h := &held{q: testStores.Queue(f.shared), job: testStores.Held(job), token: noteToken, spec: spec, rec: jobs.Record{Attempt: 1}}
+	h := &held{q: f.jobQueue(), job: heldOf(job), token: noteToken, spec: spec, rec: jobs.Record{Attempt: 1}}
 	if _, _, _, err := dead.prepareDirs(h); err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +248,7 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 // removes every folder the crash left; a note whose token no longer holds
 // the lock, a junk note and a folder without a note fail nothing.
 func TestRestartFailsOwnOrphansAtBoot(t *testing.T) {
-	f := newOrphanFixture(t)
+	f := newFakeOrphanFixture(t)
 	f.leaveOrphan(t, "orphan-1", "")
 	f.leaveOrphan(t, "held-elsewhere", "not-the-lock-token")
 	jobsDir := filepath.Join(f.tune.JobsDir, f.cfg.WorkerName)
@@ -237,7 +274,7 @@ func TestRestartFailsOwnOrphansAtBoot(t *testing.T) {
 
 	ctx := context.Background()
 	j, err := f.shared.Get(ctx, "orphan-1")
-	if err != nil || j.State != queue.StateFailed || j.FailedReason != jobs.ReasonStalled || j.AttemptsMade != 1 {
+	if err != nil || j.State != StateFailed || j.FailedReason != jobs.ReasonStalled || j.AttemptsMade != 1 {
 		t.Fatalf("orphan after boot: %+v %v; want failed as stalled, one attempt, no retry", j, err)
 	}
 	if time.Since(began) > 5*time.Second {
@@ -254,7 +291,7 @@ func TestRestartFailsOwnOrphansAtBoot(t *testing.T) {
 	if rec.Outcome != jobs.OutcomeFailed || rec.Reason != jobs.ReasonStalled || rec.Host != "orph" || rec.Kind != jobs.KindForge || rec.Target != "acme/orphan" || rec.Attempt != 1 || rec.ExitCode != nil {
 		t.Fatalf("record %+v", rec)
 	}
-	if j, err := f.shared.Get(ctx, "held-elsewhere"); err != nil || j.State != queue.StateActive {
+	if j, err := f.shared.Get(ctx, "held-elsewhere"); err != nil || j.State != StateActive {
 		t.Fatalf("a job whose lock the note's token does not hold must be left alone: %+v %v", j, err)
 	}
 	if _, err := os.Stat(filepath.Join(f.cfg.LogsDir, jobs.RecordName("held-elsewhere", 1))); !errors.Is(err, os.ErrNotExist) {
@@ -286,15 +323,15 @@ func TestOrphansLeftWithoutProof(t *testing.T) {
 	}{
 		{"reaper-did-not-enumerate", container.ReapReport{}, &orphanRegistry{}, "reaper"},
 		{"reaper-left-a-container", container.ReapReport{Enumerated: true, Found: 1}, &orphanRegistry{}, "reaper"},
-		{"name-not-proven", container.ReapReport{Enumerated: true}, &orphanRegistry{publishErr: registry.ErrUnreachable}, "name"},
+		{"name-not-proven", container.ReapReport{Enumerated: true}, &orphanRegistry{publishErr: errors.New("registry unreachable")}, "name"},
 		{"no-registry", container.ReapReport{Enumerated: true}, nil, "registry"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newOrphanFixture(t)
+			f := newFakeOrphanFixture(t)
 			f.leaveOrphan(t, "orphan-2", "")
 			logs, stop := f.boot(t, &orphanRuntime{reap: tc.reap}, tc.reg)
 			stop()
-			if j, err := f.shared.Get(context.Background(), "orphan-2"); err != nil || j.State != queue.StateActive {
+			if j, err := f.shared.Get(context.Background(), "orphan-2"); err != nil || j.State != StateActive {
 				t.Fatalf("orphan: %+v %v; want still active", j, err)
 			}
 			if left, _ := os.ReadDir(filepath.Join(f.tune.JobsDir, f.cfg.WorkerName)); len(left) != 1 {
@@ -305,4 +342,35 @@ func TestOrphansLeftWithoutProof(t *testing.T) {
 			}
 		})
 	}
+}
+
+// fxJob is a job as the fixture's queue reports it.
+type fxJob struct {
+	ID           string
+	Data         json.RawMessage
+	DedupID      string
+	AttemptsMade int
+	ProcessedOn  time.Time
+	SchedulerID  string
+	ProcessedBy  string
+	State        JobState
+	FailedReason string
+}
+
+// fxAddOptions are the options of fixtureQueue.Add.
+type fxAddOptions struct {
+	JobID    string
+	Attempts int
+}
+
+// fxJobName is the name jobs are added under (the fakes ignore it).
+const fxJobName = "pi-job"
+
+// stateDelayed is a deferred job's state on the queue.
+const stateDelayed JobState = "delayed"
+
+// heldOf is the Worker's view of a job the fixture's queue took.
+func heldOf(j *fxJob) *HeldJob {
+	return &HeldJob{ID: j.ID, Data: j.Data, DedupID: j.DedupID, AttemptsMade: j.AttemptsMade,
+		SchedulerID: j.SchedulerID, ProcessedBy: j.ProcessedBy, State: JobState(j.State)}
 }

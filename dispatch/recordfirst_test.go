@@ -12,10 +12,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/container"
-	"github.com/pidispatch/pidispatch/enqueue"
-	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/jobs"
-	"github.com/pidispatch/pidispatch/queue"
 )
 
 // killedQueue is a queue whose process "dies" at the state change: Fail and
@@ -23,7 +20,7 @@ import (
 // before them leaves things. It notes which records existed at that moment.
 type killedQueue struct {
 	JobQueue
-	q       *queue.Queue
+	q       fixtureQueue
 	logsDir string
 
 	mu       sync.Mutex
@@ -59,6 +56,8 @@ func (q *killedQueue) Complete(ctx context.Context, id, token string, result jso
 	return q.JobQueue.Complete(ctx, id, token, result)
 }
 
+// Unlocked lists what the next stalled check acts on, as the queue under it
+// does, so the worker writes its records before the check.
 func (q *killedQueue) Unlocked(ctx context.Context) ([]string, error) { return q.q.Unlocked(ctx) }
 
 func (q *killedQueue) CheckStalled(ctx context.Context) (Stalled, error) {
@@ -80,10 +79,10 @@ func (q *killedQueue) CheckStalled(ctx context.Context) (Stalled, error) {
 // record. Before, the job was failed first, then recorded, and the folder
 // went whatever happened.
 func TestOrphanIsRecordedBeforeItFails(t *testing.T) {
-	f := newOrphanFixture(t)
+	f := newFakeOrphanFixture(t)
 	f.leaveOrphan(t, "orphan-rf", "")
 	rt := &orphanRuntime{reap: container.ReapReport{Enumerated: true}}
-	kq := &killedQueue{JobQueue: testStores.Queue(f.shared), q: f.shared, logsDir: f.cfg.LogsDir, killed: true}
+	kq := &killedQueue{JobQueue: f.jobQueue(), q: f.shared, logsDir: f.cfg.LogsDir, killed: true}
 
 	w := f.worker(t, rt, &orphanRegistry{}, nil)
 	w.deps.Queues = []JobQueue{kq}
@@ -92,7 +91,7 @@ func TestOrphanIsRecordedBeforeItFails(t *testing.T) {
 		t.Fatalf("records when the job was failed: %d, want 1 (the record comes first)", kq.recsSeen["orphan-rf"])
 	}
 	ctx := context.Background()
-	if j, err := f.shared.Get(ctx, "orphan-rf"); err != nil || j.State != queue.StateActive {
+	if j, err := f.shared.Get(ctx, "orphan-rf"); err != nil || j.State != StateActive {
 		t.Fatalf("after the killed boot: %+v %v", j, err)
 	}
 	if left, _ := os.ReadDir(w.jobsDir()); len(left) != 1 {
@@ -103,7 +102,7 @@ func TestOrphanIsRecordedBeforeItFails(t *testing.T) {
 	kq.killed = false
 	w.failOrphans(ctx, true)
 	j, err := f.shared.Get(ctx, "orphan-rf")
-	if err != nil || j.State != queue.StateFailed || j.FailedReason != jobs.ReasonStalled {
+	if err != nil || j.State != StateFailed || j.FailedReason != jobs.ReasonStalled {
 		t.Fatalf("after the second boot: %+v %v", j, err)
 	}
 	recs, err := jobs.ReadRecords(f.cfg.LogsDir, "orphan-rf")
@@ -118,7 +117,7 @@ func TestOrphanIsRecordedBeforeItFails(t *testing.T) {
 // A run that wrote its record and died before reporting it: the restarted
 // worker reports the recorded outcome instead of overwriting it as stalled.
 func TestOrphanWithItsRecordReportsIt(t *testing.T) {
-	f := newOrphanFixture(t)
+	f := newFakeOrphanFixture(t)
 	f.leaveOrphan(t, "orphan-done", "")
 	code := 0
 	now := time.Now()
@@ -131,7 +130,7 @@ func TestOrphanWithItsRecordReportsIt(t *testing.T) {
 	w := f.worker(t, &orphanRuntime{}, &orphanRegistry{}, nil)
 	w.failOrphans(context.Background(), true)
 	j, err := f.shared.Get(context.Background(), "orphan-done")
-	if err != nil || j.State != queue.StateCompleted {
+	if err != nil || j.State != StateCompleted {
 		t.Fatalf("job %+v %v, want completed as its record says", j, err)
 	}
 	recs, err := jobs.ReadRecords(f.cfg.LogsDir, "orphan-done")
@@ -144,44 +143,31 @@ func TestOrphanWithItsRecordReportsIt(t *testing.T) {
 // under the attempt that ran (a retry's stall does not overwrite the first
 // attempt's record).
 func TestStalledJobIsRecordedBeforeItFails(t *testing.T) {
-	f := newOrphanFixture(t)
+	f := newFakeOrphanFixture(t)
 	ctx := context.Background()
-	short, err := queue.New(f.db.Client, fleet.SharedQueue, queue.Config{WorkerName: "gone", LockTTL: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
 	data, _ := json.Marshal(jobs.Job{Kind: jobs.KindForge, Repo: "acme/stall", Flow: "fix", Task: "t"})
-	if _, _, err := short.Add(ctx, enqueue.JobName, data, queue.AddOptions{JobID: "stall-1", Attempts: 3}); err != nil {
-		t.Fatal(err)
+	if !f.fake.AddJob("stall-1", data, 3) {
+		t.Fatal("not added")
 	}
-	// Attempt 1 failed (and was recorded); attempt 2 is taken and its holder dies.
-	j, err := short.Fetch(ctx, "t1")
-	if err != nil || j == nil {
-		t.Fatalf("fetch: %v %v", j, err)
+	// Attempt 1 failed (and was recorded); attempt 2 is taken, by host
+	// "gone", and its holder dies.
+	if j := f.fake.TakeAs("t1", "gone"); j == nil {
+		t.Fatal("nothing to take")
 	}
 	first := jobs.Record{JobID: "stall-1", Kind: jobs.KindForge, Target: "acme/stall", StartedAt: time.Now(), EndedAt: time.Now(),
 		Outcome: jobs.OutcomeFailed, Reason: jobs.ReasonExit1, Attempt: 1, Host: "gone"}
 	if _, err := jobs.WriteRecord(f.cfg.LogsDir, first); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := short.Fail(ctx, "stall-1", "t1", jobs.ReasonExit1, queue.FailOptions{}); err != nil {
+	if _, err := f.fake.Fail(ctx, "stall-1", "t1", jobs.ReasonExit1, FailOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if j, err = short.Fetch(ctx, "t2"); err == nil && j != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no retry to fetch: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if j := f.fake.TakeAs("t2", "gone"); j == nil {
+		t.Fatal("no retry to take")
 	}
-	// The lock expires. A second, not less: attempt 1 must keep its lock from
-	// Fetch to Fail above, also on a loaded machine.
-	time.Sleep(1200 * time.Millisecond)
+	f.fake.ExpireLock("stall-1")
 
-	kq := &killedQueue{JobQueue: testStores.Queue(f.shared), q: f.shared, logsDir: f.cfg.LogsDir, killed: true}
+	kq := &killedQueue{JobQueue: f.jobQueue(), q: f.shared, logsDir: f.cfg.LogsDir, killed: true}
 	w := f.worker(t, &orphanRuntime{}, &orphanRegistry{}, nil)
 	w.deps.Queues = []JobQueue{kq}
 	w.checkStalled(ctx) // killed at the state change
@@ -190,7 +176,7 @@ func TestStalledJobIsRecordedBeforeItFails(t *testing.T) {
 	}
 	kq.killed = false
 	w.checkStalled(ctx)
-	if j, err := f.shared.Get(ctx, "stall-1"); err != nil || j.State != queue.StateFailed || j.FailedReason != jobs.ReasonStalled {
+	if j, err := f.shared.Get(ctx, "stall-1"); err != nil || j.State != StateFailed || j.FailedReason != jobs.ReasonStalled {
 		t.Fatalf("job %+v %v, want failed as stalled", j, err)
 	}
 	recs, err := jobs.ReadRecords(f.cfg.LogsDir, "stall-1")
@@ -225,7 +211,7 @@ func (r *frozenRuntime) Run(ctx context.Context, spec container.Spec) (container
 // checker's, which claimed the attempt first), and the mirror keeps the
 // waking worker's better facts (its real exit code and telemetry).
 func TestFrozenWorkerWakingWritesNoSecondRecord(t *testing.T) {
-	frozen := newOrphanFixture(t)
+	frozen := newFakeOrphanFixture(t)
 	frozen.mirror = true
 	// It renews, and so notices the lost lock, every LockTTL/3: 3 s leaves the
 	// checker time to fail the job first, even on a loaded machine.
@@ -234,7 +220,7 @@ func TestFrozenWorkerWakingWritesNoSecondRecord(t *testing.T) {
 	checker.cfg.WorkerName, checker.cfg.LogsDir = "checker", t.TempDir()
 	ctx := context.Background()
 	data, _ := json.Marshal(jobs.Job{Kind: jobs.KindForge, Repo: "acme/frozen", Flow: "fix", Task: "t"})
-	if _, _, err := frozen.shared.Add(ctx, enqueue.JobName, data, queue.AddOptions{JobID: "frozen-1"}); err != nil {
+	if _, _, err := frozen.shared.Add(ctx, fxJobName, data, fxAddOptions{JobID: "frozen-1"}); err != nil {
 		t.Fatal(err)
 	}
 	rt := &frozenRuntime{orphanRuntime: orphanRuntime{reap: container.ReapReport{Enumerated: true}}, started: make(chan struct{})}
@@ -245,24 +231,29 @@ func TestFrozenWorkerWakingWritesNoSecondRecord(t *testing.T) {
 		t.Fatal("the job never started")
 	}
 	// The freeze: the lock expires while the holder sleeps.
-	if err := frozen.db.Client.Del(ctx, "bull:pi-jobs:frozen-1:lock").Err(); err != nil {
-		t.Fatal(err)
-	}
+	frozen.fake.ExpireLock("frozen-1")
 	cw := checker.worker(t, &orphanRuntime{}, &orphanRegistry{}, nil)
 	cw.checkStalled(ctx)
-	if j, err := frozen.shared.Get(ctx, "frozen-1"); err != nil || j.State != queue.StateFailed || j.FailedReason != jobs.ReasonStalled {
+	if j, err := frozen.shared.Get(ctx, "frozen-1"); err != nil || j.State != StateFailed || j.FailedReason != jobs.ReasonStalled {
 		t.Fatalf("job %+v %v, want failed as stalled by the checker", j, err)
 	}
 	// The holder wakes, finds its lock gone and stops its run.
 	deadline := time.Now().Add(15 * time.Second)
 	var mirrored jobs.Record
 	for {
-		body, err := frozen.db.Client.Get(ctx, testStores.RunRecordKey("frozen-1", 1)).Result()
-		if err == nil && json.Unmarshal([]byte(body), &mirrored) == nil && mirrored.ExitCode != nil {
+		// The mirror keeps one record per attempt, the last one written.
+		var got []jobs.Record
+		for _, r := range frozen.mirrored() {
+			if r.JobID == "frozen-1" && r.Attempt == 1 {
+				got = append(got, r)
+			}
+		}
+		if len(got) > 0 && got[len(got)-1].ExitCode != nil {
+			mirrored = got[len(got)-1]
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the mirror never got the waking worker's facts: %q %v", body, err)
+			t.Fatalf("the mirror never got the waking worker's facts: %+v", got)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -282,7 +273,7 @@ func TestFrozenWorkerWakingWritesNoSecondRecord(t *testing.T) {
 // orphan is recorded and reported as what it was (completed, with the exit
 // line of its output), not as stalled.
 func TestOrphanWithAnExitedContainerGetsItsRealOutcome(t *testing.T) {
-	f := newOrphanFixture(t)
+	f := newFakeOrphanFixture(t)
 	f.leaveOrphan(t, "orphan-exited", "")
 	jobsDir := filepath.Join(f.tune.JobsDir, f.cfg.WorkerName)
 	dirs, err := os.ReadDir(jobsDir)
@@ -298,7 +289,7 @@ func TestOrphanWithAnExitedContainerGetsItsRealOutcome(t *testing.T) {
 	_, stop := f.boot(t, rt, &orphanRegistry{})
 	stop()
 	j, err := f.shared.Get(context.Background(), "orphan-exited")
-	if err != nil || j.State != queue.StateCompleted {
+	if err != nil || j.State != StateCompleted {
 		t.Fatalf("job %+v %v, want completed", j, err)
 	}
 	recs, err := jobs.ReadRecords(f.cfg.LogsDir, "orphan-exited")
@@ -315,7 +306,7 @@ func TestOrphanWithAnExitedContainerGetsItsRealOutcome(t *testing.T) {
 // line the job printed afterwards is in the engine's log, which the reap
 // returns, and the record gets its telemetry from there.
 func TestOrphanTelemetryFromTheEnginesLog(t *testing.T) {
-	f := newOrphanFixture(t)
+	f := newFakeOrphanFixture(t)
 	f.leaveOrphan(t, "orphan-late-exit", "")
 	jobsDir := filepath.Join(f.tune.JobsDir, f.cfg.WorkerName)
 	dirs, err := os.ReadDir(jobsDir)
@@ -344,13 +335,13 @@ func TestOrphanTelemetryFromTheEnginesLog(t *testing.T) {
 type keepingRuntime struct {
 	orphanRuntime
 	logsDir string
-	q       *queue.Queue
+	q       fixtureQueue
 
 	mu      sync.Mutex
 	kept    bool
 	removed string
-	atRm    int         // records of the job when its container was removed
-	stateRm queue.State // the job's state then
+	atRm    int      // records of the job when its container was removed
+	stateRm JobState // the job's state then
 }
 
 func (r *keepingRuntime) Run(ctx context.Context, spec container.Spec) (container.Result, error) {
@@ -376,10 +367,10 @@ func (r *keepingRuntime) RemoveContainer(ctx context.Context, name string) error
 // A run's container is kept until its outcome is recorded and reported,
 // then removed.
 func TestRunKeepsItsContainerUntilRecorded(t *testing.T) {
-	f := newOrphanFixture(t)
+	f := newFakeOrphanFixture(t)
 	rt := &keepingRuntime{orphanRuntime: orphanRuntime{reap: container.ReapReport{Enumerated: true}}, logsDir: f.cfg.LogsDir, q: f.shared}
 	data, _ := json.Marshal(jobs.Job{Kind: jobs.KindForge, Repo: "acme/keep", Flow: "fix", Task: "t"})
-	if _, _, err := f.shared.Add(context.Background(), enqueue.JobName, data, queue.AddOptions{JobID: "keep-1"}); err != nil {
+	if _, _, err := f.shared.Add(context.Background(), fxJobName, data, fxAddOptions{JobID: "keep-1"}); err != nil {
 		t.Fatal(err)
 	}
 	_, stop := f.boot(t, rt, &orphanRegistry{})
@@ -399,7 +390,7 @@ func TestRunKeepsItsContainerUntilRecorded(t *testing.T) {
 	stop()
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	if !rt.kept || rt.removed != "pi-job-keep-1" || rt.atRm != 1 || rt.stateRm != queue.StateCompleted {
+	if !rt.kept || rt.removed != "pi-job-keep-1" || rt.atRm != 1 || rt.stateRm != StateCompleted {
 		t.Fatalf("kept %v, removed %q with %d records, job %s", rt.kept, rt.removed, rt.atRm, rt.stateRm)
 	}
 }
@@ -427,7 +418,7 @@ func (r *keepingReaper) RemoveContainer(_ context.Context, name string) error {
 
 // At boot, exited containers are removed only after their jobs are recorded.
 func TestBootRemovesExitedContainersAfterRecording(t *testing.T) {
-	f := newOrphanFixture(t)
+	f := newFakeOrphanFixture(t)
 	f.leaveOrphan(t, "orphan-kept", "")
 	rt := &keepingReaper{logsDir: f.cfg.LogsDir, removed: map[string]int{}}
 	rt.reap = container.ReapReport{Enumerated: true, Exited: []container.ExitedJob{

@@ -1,0 +1,50 @@
+package fleetstate
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/dispatchtest"
+	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/jobs"
+)
+
+// The conformance suite of package dispatchtest, run against the Valkey
+// stores, so the fakes the Worker's tests use behave as these do.
+
+func TestConformanceBudgeter(t *testing.T) {
+	dispatchtest.TestBudgeter(t, func(t *testing.T, dailyCap, weeklyCap int) dispatchtest.BudgetHarness {
+		db := livetest.Valkey(t)
+		b := NewBudget(db.Client, BudgetConfig{DailyCap: dailyCap, WeeklyCap: weeklyCap})
+		return dispatchtest.BudgetHarness{Budget: b, Counts: func() (int, int) {
+			day, week, err := b.Counts(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return day, week
+		}}
+	})
+}
+
+func TestConformanceRunMirror(t *testing.T) {
+	dispatchtest.TestRunMirror(t, func(t *testing.T) dispatchtest.MirrorHarness {
+		db := livetest.Valkey(t)
+		m := NewMirror(db.Client, MirrorConfig{Host: "host-a"})
+		return dispatchtest.MirrorHarness{Mirror: m, Read: func() []jobs.Record {
+			runs, _, err := m.Read(context.Background(), 100, time.Now().Add(-time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return runs
+		}}
+	})
+}
+
+func TestConformanceHoldStore(t *testing.T) {
+	dispatchtest.TestHoldStore(t, func(t *testing.T) dispatch.HoldStore {
+		db := livetest.Valkey(t)
+		return NewHolds(db.Client, HoldsConfig{})
+	})
+}
