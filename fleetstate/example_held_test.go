@@ -1,4 +1,4 @@
-package dispatch_test
+package fleetstate_test
 
 import (
 	"context"

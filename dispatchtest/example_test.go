@@ -1,0 +1,48 @@
+package dispatchtest_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/dispatchtest"
+	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/jobs"
+)
+
+// A Worker on fakes runs one forge job to its record with no Valkey and no
+// Docker: the way to unit-test a deployment's configuration and gates.
+func Example() {
+	dir, _ := os.MkdirTemp("", "dispatchtest-example")
+	defer os.RemoveAll(dir)
+
+	q := dispatchtest.NewQueue(fleet.SharedQueue)
+	data, _ := json.Marshal(jobs.Job{Kind: jobs.KindForge, Repo: "acme/api", Flow: "fix", Task: "fix the build"})
+	q.Add(dispatchtest.Job{ID: "gh-1", Data: data})
+
+	cfg := dispatch.DefaultConfig()
+	cfg.WorkerName, cfg.LogsDir = "laptop", dir
+	w, err := dispatch.NewWorker(cfg, dispatch.Deps{
+		Queues:  []dispatch.JobQueue{q},
+		Source:  dispatchtest.NewSource(q),
+		Runtime: dispatchtest.NewRuntime(), // every container exits 0
+		Budget:  dispatchtest.NewBudget(10, 0),
+	}, dispatch.Tuning{JobsDir: dir, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	_, _ = q.WaitFor(ctx, "gh-1", dispatchtest.Snapshot.Finished)
+	cancel()
+	<-done
+
+	recs, _ := jobs.ReadRecords(dir, "gh-1")
+	fmt.Println(len(recs), recs[0].Outcome, recs[0].Reason)
+	// Output: 1 completed completed
+}
