@@ -2,7 +2,7 @@
 // and cmd/pi-dispatch, starts several worker processes with different names
 // and profiles against one private redis-server and the machine's Docker
 // daemon, and drives them the way an operator and a front-end would (the
-// pi-dispatch binary, dispatch.Producer and dispatch.Router).
+// pi-dispatch binary, enqueue.Producer and enqueue.Router).
 //
 // Each scenario asserts on what the fleet leaves behind: run records, the
 // workers' JSON log lines and the state in Valkey. Scenarios cover capability

@@ -13,7 +13,7 @@ import (
 )
 
 // Job is the part of /job/job.json the entrypoint acts on. The worker has
-// validated the whole document (dispatch.ParseJob); fields the agent has no
+// validated the whole document (jobs.ParseJob); fields the agent has no
 // use for are ignored here.
 type Job struct {
 	JobID        string   `json:"jobId"`
