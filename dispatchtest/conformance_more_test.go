@@ -13,3 +13,5 @@ func TestFakeRegistry(t *testing.T) { dispatchtest.TestRegistry(t, dispatchtest.
 func TestFakeJobCancels(t *testing.T) {
 	dispatchtest.TestJobCancels(t, dispatchtest.FakeCancelsHarness)
 }
+
+func TestFakeRuntime(t *testing.T) { dispatchtest.TestRuntime(t, dispatchtest.FakeRuntimeHarness) }
