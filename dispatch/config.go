@@ -188,6 +188,10 @@ type Config struct {
 	// past the hold's start is refused wait-timeout at once (it could only end past
 	// the cap). PI_WAIT_AFTER_MAX_MS, 1000..2592000000, defaults to 30 days.
 	WaitAfterMax time.Duration
+	// Spend holds the dollar and token caps and the monthly window.
+	Spend Spend
+	// Gateway holds the model gateway's settings and the metrics address.
+	Gateway Gateway
 }
 
 // ConfigError reports one variable that broke one rule. Value is the value as given,
@@ -250,6 +254,7 @@ func defaultConfig(logsDir string) Config {
 		WaitInterval:         DefaultWaitInterval,
 		WaitMax:              DefaultWaitMax,
 		WaitAfterMax:         DefaultWaitAfterMax,
+		Gateway:              defaultGateway(),
 	}
 }
 
@@ -296,6 +301,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	r.readJob(&c)
 	r.readFiles(&c)
 	r.readProfiles(&c)
+	r.readSpend(&c)
 
 	// An explicit 0 for the weekly cap is refused: unset is how the window is disabled,
 	// and a cap of 0 reads like "no starts allowed".
@@ -441,6 +447,7 @@ func (c Config) problems(raw map[string]string) ConfigErrors {
 	c.jobProblems(p)
 	c.fileProblems(p)
 	c.waitProblems(p)
+	c.spendProblems(p)
 	return p.errs
 }
 
@@ -570,6 +577,12 @@ func newConfigError(name, value, rule string) *ConfigError {
 		value = "[redacted]"
 	case "VALKEY_URL", "PI_MODEL_UPSTREAM":
 		value = RedactURL(value)
+	case "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENROUTER_API_KEY":
+		value = "[redacted]"
+	case "PI_PROVIDER_URLS":
+		if m, rule := parseProviderURLs(value); rule == "" {
+			value = formatProviderURLs(m)
+		}
 	}
 	return &ConfigError{Var: name, Value: value, Rule: rule}
 }
@@ -818,6 +831,9 @@ func (c Config) LogValue() slog.Value {
 		slog.String("modelUpstream", c.ModelUpstream),
 		slog.Any("secretProfiles", sortedKeys(c.SecretProfiles)),
 		slog.Any("waitProfiles", sortedKeys(c.WaitProfiles)),
+		slog.Bool("gateway", !c.Gateway.Off),
+		slog.Any("providerKeys", sortedKeys(c.Gateway.ProviderKeys)),
+		slog.String("maxCostUsd", jobs.FormatUSD(c.Spend.MaxCostMicros)),
 	)
 }
 

@@ -103,6 +103,7 @@ func TestLoadConfig_Defaults(t *testing.T) {
 		WaitInterval:         60 * time.Second,
 		WaitMax:              24 * time.Hour,
 		WaitAfterMax:         30 * 24 * time.Hour,
+		Gateway:              dispatch.Gateway{DefaultProvider: "anthropic", DefaultModel: "claude-sonnet-4-5", RateLimitWait: time.Minute},
 	}
 	require.Equal(t, want, c)
 	require.NoError(t, c.Validate())

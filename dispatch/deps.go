@@ -146,6 +146,17 @@ type Deps struct {
 	// a host that did not ask for it. NewWorker refuses a nil Cron when
 	// Config.TriggersFile is set.
 	Cron CronGate
+	// Dollars holds each job's dollar cap against the fleet-wide dollar
+	// windows. NewWorker refuses a nil Dollars when Config.Spend sets a
+	// dollar window or a scope row has dollar limits.
+	Dollars DollarBudget
+	// RateLimits is the fleet's record of rate-limited providers: the
+	// gateway writes it, the rate-limit gate reads it. Nil: no suspension is
+	// shared, each call meets the provider's limit itself.
+	RateLimits RateLimits
+	// Observers receive every gate decision, start, finish, lock loss, stall
+	// and reachability change.
+	Observers []Observer
 }
 
 // JobCancels is what a worker's job handler needs from the cancel watcher.

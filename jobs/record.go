@@ -51,6 +51,10 @@ const (
 	ReasonExitOther            = "exit-other"      // container exited with another code (137 killed, 3...): retried
 	ReasonWorkerShutdown       = "worker-shutdown" // stopped when the worker's shutdown grace ran out: retried
 	ReasonCronNotAgreed        = "cron-not-agreed" // a scheduler's run this host's triggers file does not name
+	ReasonCostCap              = "cost-cap"        // the gateway refused a model call past the job's dollar cap
+	ReasonTokenCap             = "token-cap"       // the gateway refused a model call past the job's token cap
+	ReasonDollarCap            = "dollar-cap"      // a fleet dollar window could not hold the job's cap: never started
+	ReasonSoftHold             = "soft-hold"       // a count window is past PI_SOFT_HOLD_PCT of its cap
 )
 
 // Reasons lists every valid Record.Reason.
@@ -60,7 +64,7 @@ var Reasons = []string{
 	ReasonScopeCap, ReasonOverBudget, ReasonJobImageMissing, ReasonNeverStarted,
 	ReasonOperatorCancel, ReasonWaitTimeout, ReasonWaitMaxChecks, ReasonWaitFaults,
 	ReasonWaitSuperseded, ReasonInvalidJob, ReasonExitOther, ReasonWorkerShutdown,
-	ReasonCronNotAgreed,
+	ReasonCronNotAgreed, ReasonCostCap, ReasonTokenCap, ReasonDollarCap, ReasonSoftHold,
 }
 
 // MaxTelemetryBytes bounds Record.Telemetry (the container's exit line is read from an
@@ -99,7 +103,51 @@ type Record struct {
 	// control characters and invalid UTF-8 show as escapes, cut to 1 KiB.
 	// JobID is then RefusedJobID's stand-in.
 	JobIDQuoted string `json:"jobIdQuoted,omitempty"`
+	// Spend is what the run's model calls spent through the worker's gateway;
+	// omitted when no call went through it.
+	Spend *Spend `json:"spend,omitempty"`
 }
+
+// Spend basis: how Spend.Dollars was found.
+const (
+	// BasisMetered: every call's usage came from the provider's own report.
+	BasisMetered = "metered"
+	// BasisEstimated: at least one call's provider reported no usage, and
+	// its tokens were estimated from the bytes sent and received.
+	BasisEstimated = "estimated"
+)
+
+// Spend is a run's model spend, as the gateway metered it.
+type Spend struct {
+	// Dollars is Micros in dollars.
+	Dollars float64 `json:"dollars"`
+	Micros  int64   `json:"micros"`
+	// Basis is BasisMetered or BasisEstimated.
+	Basis string `json:"basis"`
+	// Calls is the number of model calls forwarded; Refused the calls the
+	// gateway refused (a cap, a rate limit).
+	Calls   int         `json:"calls"`
+	Refused int         `json:"refused,omitempty"`
+	Tokens  SpendTokens `json:"tokens"`
+	// Unpriced names the provider/model pairs the pricing table does not
+	// know: their tokens are counted, their dollars are not (never priced as
+	// zero silently: a record with Unpriced is a lower bound).
+	Unpriced []string `json:"unpriced,omitempty"`
+	// CapHit is ReasonCostCap or ReasonTokenCap when the gateway stopped the
+	// job at a cap.
+	CapHit string `json:"capHit,omitempty"`
+}
+
+// SpendTokens are the tokens of a run's model calls.
+type SpendTokens struct {
+	Input      int64 `json:"input"`
+	Output     int64 `json:"output"`
+	CacheRead  int64 `json:"cacheRead"`
+	CacheWrite int64 `json:"cacheWrite"`
+}
+
+// Total is every token.
+func (t SpendTokens) Total() int64 { return t.Input + t.Output + t.CacheRead + t.CacheWrite }
 
 // maxJobIDQuoted bounds Record.JobIDQuoted.
 const maxJobIDQuoted = 1 << 10
