@@ -154,6 +154,10 @@ type Deps struct {
 	// gateway writes it, the rate-limit gate reads it. Nil: no suspension is
 	// shared, each call meets the provider's limit itself.
 	RateLimits RateLimits
+	// Gateway, when set, serves each job's model socket: key injection,
+	// metering and the per-job caps. Without it (and with
+	// Config.ModelUpstream set) the socket forwards calls unmetered.
+	Gateway ModelGateway
 	// Observers receive every gate decision, start, finish, lock loss, stall
 	// and reachability change.
 	Observers []Observer

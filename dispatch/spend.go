@@ -3,7 +3,10 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"net/http"
 	"time"
+
+	"github.com/pidispatch/pidispatch/jobs"
 )
 
 // The dollar and count windows added to those of budget.go, narrowest first
@@ -68,3 +71,34 @@ type Suspension struct {
 
 // ErrRateLimitsUnavailable is a RateLimits that could not be read.
 var ErrRateLimitsUnavailable = errors.New("rate limits unavailable")
+
+// ModelGateway meters and caps each job's model calls outside the agent:
+// the Worker serves one GatewaySession per job on the job's model socket,
+// and the session forwards the calls to the provider with the key the host
+// holds. *gateway.Gateway implements it.
+type ModelGateway interface {
+	Job(j GatewayJob) GatewaySession
+}
+
+// GatewayJob is what a session needs to know of its job.
+type GatewayJob struct {
+	JobID   string
+	Attempt int
+	// Keys are the provider keys of this job, by provider name: the
+	// worker's own, overridden by what the job's secrets profile printed.
+	Keys map[string]string
+	// MaxMicros and MaxTokens are the job's caps (0: none). The session
+	// refuses, with a provider-shaped error, the call that would cross one.
+	MaxMicros, MaxTokens int64
+}
+
+// GatewaySession serves one job's model calls (an http.Handler on the
+// job's socket) and keeps its spend.
+type GatewaySession interface {
+	http.Handler
+	// Spend is what the job spent so far; safe to call at any time.
+	Spend() jobs.Spend
+	// Close ends calls in flight (a call waiting for a rate limit among
+	// them); Spend stays readable.
+	Close()
+}
