@@ -27,6 +27,7 @@ COPY image ./image
 COPY internal ./internal
 COPY jobs ./jobs
 COPY lease ./lease
+COPY metrics ./metrics
 COPY operator ./operator
 COPY queue ./queue
 COPY registry ./registry

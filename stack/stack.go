@@ -23,6 +23,7 @@ import (
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/lease"
+	"github.com/pidispatch/pidispatch/metrics"
 	"github.com/pidispatch/pidispatch/operator"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
@@ -39,8 +40,13 @@ type Stack struct {
 	Registry *registry.Registry
 	Budget   *fleetstate.Budget
 	Holds    *fleetstate.Holds
+	// Metrics is the worker's Prometheus metrics when PI_METRICS_ADDR is
+	// set, nil otherwise; ListenMetrics serves it (stack/metrics.go).
+	Metrics *metrics.Metrics
 
-	closeOnce sync.Once
+	metricsAddr string
+	consumers   *consumersRunning
+	closeOnce   sync.Once
 }
 
 func (s *Stack) Close() {
@@ -204,11 +210,13 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 	for _, o := range opts {
 		o(&deps)
 	}
+	mx, running := wireMetrics(cfg, rc, queues, budget, &deps)
 	w, err := dispatch.NewWorker(cfg, deps, tune)
 	if err != nil {
 		return fail(err)
 	}
-	return &Stack{Worker: w, Valkey: rc, Docker: dc, Registry: reg, Budget: budget, Holds: holds}, nil
+	return &Stack{Worker: w, Valkey: rc, Docker: dc, Registry: reg, Budget: budget, Holds: holds,
+		Metrics: mx, metricsAddr: cfg.Gateway.MetricsAddr, consumers: running}, nil
 }
 
 // refusedPassword fails boot when Valkey refuses the password: unlike an

@@ -60,7 +60,7 @@ func leakedGoroutines(timeout time.Duration) string {
 		buf = buf[:runtime.Stack(buf, true)]
 		var leaked []string
 		for _, g := range strings.Split(string(buf), "\n\n") {
-			for _, pkg := range []string{"dispatch", "queue", "registry", "lease", "runner"} {
+			for _, pkg := range []string{"dispatch", "queue", "registry", "lease", "runner", "metrics"} {
 				if strings.Contains(g, "github.com/pidispatch/pidispatch/"+pkg+".") {
 					leaked = append(leaked, g)
 					break

@@ -63,6 +63,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return exitFailure
 	}
 	defer s.Close()
+	stopMetrics, err := startMetrics(ctx, s, logger.With("host", cfg.WorkerName))
+	if err != nil {
+		fmt.Fprintf(stderr, "worker: refused boot (nothing started): %v\n", err)
+		return exitConfig
+	}
+	defer stopMetrics()
 	reportDown(ctx, logger.With("host", cfg.WorkerName), cfg, s.Valkey, s.Docker)
 	if err := s.Worker.Run(ctx); err != nil {
 		fmt.Fprintf(stderr, "worker: boot refused: %v\n", err)
