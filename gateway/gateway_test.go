@@ -377,7 +377,9 @@ func TestTokenCap(t *testing.T) {
 		}
 	}
 	resp, body := r.post(t, "/openai/chat/completions", oaiStream)
-	var e struct{ Error struct{ Message, Type, Code string } }
+	var e struct {
+		Error struct{ Message, Type, Code string }
+	}
 	_ = json.Unmarshal([]byte(body), &e)
 	if resp.StatusCode != 400 || e.Error.Type != "insufficient_quota" || e.Error.Code != "token_cap" ||
 		e.Error.Message != "pidispatch: job token cap of 3000 tokens reached (used 2200)" {
