@@ -102,7 +102,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	if cfg.Transport == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.ReadBufferSize, t.WriteBufferSize = 64<<10, 64<<10
+		t.ReadBufferSize, t.WriteBufferSize = copyBuffer, 64<<10
 		cfg.Transport = t
 	}
 	g := &Gateway{cfg: cfg, upstreams: map[string]*url.URL{}, log: cfg.Logger.With("host", cfg.Host)}
