@@ -228,7 +228,11 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 func (g *Gateway) upstreamFailed(w http.ResponseWriter, r *http.Request, err error) {
 	c := callOf(r.Context())
 	c.finish(false)
-	if r.Context().Err() != nil && c.s.ctx.Err() == nil {
+	switch {
+	case c.s.ctx.Err() != nil:
+		writeError(w, shapeOf(c.provider), failClosed, "pidispatch: the job's model session is closed")
+		return
+	case r.Context().Err() != nil:
 		return // the container went away
 	}
 	c.s.log.Warn("model_upstream_failed", "provider", c.provider, "model", c.model, "err", err)

@@ -521,3 +521,46 @@ func TestConcurrentCalls(t *testing.T) {
 		t.Fatalf("spend %+v", sp)
 	}
 }
+
+// Close ends a call in flight; the upstream sees it go, and Spend stays
+// readable.
+func TestCloseEndsCallsInFlight(t *testing.T) {
+	r := newRig(t, Config{}, dispatch.GatewayJob{}, fakeprovider.Step{Hang: true})
+	time.AfterFunc(200*time.Millisecond, r.sess.Close)
+	start := time.Now()
+	resp, body := r.post(t, "/anthropic/v1/messages", antStream)
+	if resp.StatusCode != 503 || !strings.Contains(body, "session is closed") || time.Since(start) > 10*time.Second {
+		t.Fatalf("%d %s after %v", resp.StatusCode, body, time.Since(start))
+	}
+	if resp, _ := r.post(t, "/anthropic/v1/messages", antStream); resp.StatusCode != 503 || len(r.fp.Requests()) != 1 {
+		t.Fatalf("a call after Close: %d", resp.StatusCode)
+	}
+	if sp := r.sess.Spend(); sp.Calls != 1 || sp.Tokens.Total() != 0 {
+		t.Fatalf("spend %+v", sp)
+	}
+}
+
+// An upstream that cannot be reached is a 502 in the provider's shape, and
+// the log line holds no key.
+func TestUpstreamUnreachable(t *testing.T) {
+	logs := &syncBuffer{}
+	gw, err := New(Config{Upstreams: map[string]string{"openai": "http://127.0.0.1:1"}, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess := gw.Session(dispatch.GatewayJob{Keys: map[string]string{"openai": "sk-secret-1"}})
+	srv := httptest.NewServer(sess)
+	defer srv.Close()
+	resp, err := http.Post(srv.URL+"/openai/chat/completions", "application/json", strings.NewReader(oaiJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 502 || !strings.Contains(string(b), `"code":"upstream_unreachable"`) || strings.Contains(string(b), "sk-secret") {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	if l := logs.String(); !strings.Contains(l, "model_upstream_failed") || strings.Contains(l, "sk-secret") {
+		t.Fatalf("logs: %s", l)
+	}
+}

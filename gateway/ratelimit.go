@@ -68,8 +68,11 @@ func (s *Session) noteRateLimit(resp *http.Response, provider string) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(resp.Request.Context()), 5*time.Second)
 	defer cancel()
-	err := rl.Suspend(ctx, provider, until, why)
-	s.log.Warn("model_rate_limited", "provider", provider, "status", resp.StatusCode, "until", until.UTC().Format(time.RFC3339Nano), "err", err)
+	if err := rl.Suspend(ctx, provider, until, why); err != nil {
+		s.log.Warn("model_rate_limit_not_recorded", "provider", provider, "status", resp.StatusCode, "err", err)
+		return
+	}
+	s.log.Warn("model_rate_limited", "provider", provider, "status", resp.StatusCode, "until", until.UTC().Format(time.RFC3339Nano))
 }
 
 // rateGate holds a call while its provider is suspended: it waits for a

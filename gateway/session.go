@@ -93,7 +93,7 @@ func (s *Session) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	defer context.AfterFunc(s.ctx, cancel)()
 	r = r.WithContext(context.WithValue(ctx, callKey{}, c))
-	r.Body, r.ContentLength = http.NoBody, 0
+	r.Body, r.ContentLength, r.TransferEncoding = http.NoBody, 0, nil
 	if len(body) > 0 {
 		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 	}
