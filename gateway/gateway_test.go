@@ -341,8 +341,13 @@ func TestUnpricedModelIsListed(t *testing.T) {
 // call 2's spend + call 3's estimate: exactly two reach the provider, and
 // every later call is refused.
 func TestCostCap(t *testing.T) {
-	u := fakeprovider.Usage{Input: 10000, Output: 1000} // 45000 micros a call, estimated the same
-	r := newRig(t, Config{}, dispatch.GatewayJob{MaxMicros: 100_000}, fakeprovider.Answer("a", u), fakeprovider.Answer("b", u), fakeprovider.Answer("c", u))
+	// A call costs 10000×3 + 1000×15 + 10000×0.3 = 48000 micros; the next
+	// is estimated at (10000+10000)×3 + 1000×15 = 75000. Call 2 passes at
+	// 48000+75000; call 3 is refused at 96000+75000 > 160000, which it
+	// would not be if the estimate left out the output (156000) or the
+	// cached input (141000).
+	u := fakeprovider.Usage{Input: 10000, Output: 1000, CacheRead: 10000}
+	r := newRig(t, Config{}, dispatch.GatewayJob{MaxMicros: 160_000}, fakeprovider.Answer("a", u), fakeprovider.Answer("b", u), fakeprovider.Answer("c", u))
 	for i := range 2 {
 		if resp, body := r.post(t, "/anthropic/v1/messages", antStream); resp.StatusCode != 200 {
 			t.Fatalf("call %d: %d %s", i+1, resp.StatusCode, body)
@@ -355,22 +360,24 @@ func TestCostCap(t *testing.T) {
 	}
 	_ = json.Unmarshal([]byte(body), &e)
 	if resp.StatusCode != 400 || e.Type != "error" || e.Error.Type != "invalid_request_error" ||
-		e.Error.Message != "pidispatch: job cost cap of $0.1 reached (spent $0.09)" {
+		e.Error.Message != "pidispatch: job cost cap of $0.16 reached (spent $0.096)" {
 		t.Fatalf("call 3: %d %s", resp.StatusCode, body)
 	}
 	if resp, _ := r.post(t, "/anthropic/v1/messages", antStream); resp.StatusCode != 400 {
 		t.Fatalf("call 4 after the cap: %d", resp.StatusCode)
 	}
 	sp := r.sess.Spend()
-	if n := len(r.fp.Requests()); n != 2 || sp.CapHit != jobs.ReasonCostCap || sp.Refused != 2 || sp.Calls != 2 || sp.Micros != 90_000 {
+	if n := len(r.fp.Requests()); n != 2 || sp.CapHit != jobs.ReasonCostCap || sp.Refused != 2 || sp.Calls != 2 || sp.Micros != 96_000 {
 		t.Fatalf("upstream saw %d calls; spend %+v", n, sp)
 	}
 }
 
 // The token cap likewise, in OpenAI's shape.
 func TestTokenCap(t *testing.T) {
+	// 1100 tokens a call, the next estimated at 1100: call 3 is refused at
+	// 2200+1100 > 3250, which it would not be without the output (3200).
 	u := fakeprovider.Usage{Input: 1000, Output: 100}
-	r := newRig(t, Config{}, dispatch.GatewayJob{MaxTokens: 3000}, fakeprovider.Answer("a", u))
+	r := newRig(t, Config{}, dispatch.GatewayJob{MaxTokens: 3250}, fakeprovider.Answer("a", u))
 	for i := range 2 {
 		if resp, body := r.post(t, "/openai/chat/completions", oaiStream); resp.StatusCode != 200 {
 			t.Fatalf("call %d: %d %s", i+1, resp.StatusCode, body)
@@ -382,7 +389,7 @@ func TestTokenCap(t *testing.T) {
 	}
 	_ = json.Unmarshal([]byte(body), &e)
 	if resp.StatusCode != 400 || e.Error.Type != "insufficient_quota" || e.Error.Code != "token_cap" ||
-		e.Error.Message != "pidispatch: job token cap of 3000 tokens reached (used 2200)" {
+		e.Error.Message != "pidispatch: job token cap of 3250 tokens reached (used 2200)" {
 		t.Fatalf("call 3: %d %s", resp.StatusCode, body)
 	}
 	sp := r.sess.Spend()
