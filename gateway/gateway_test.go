@@ -163,7 +163,7 @@ func TestKeyInjectedAndStripped(t *testing.T) {
 		t.Fatalf("upstream saw %d requests", len(reqs))
 	}
 	a, o := reqs[0], reqs[1]
-	if a.Path != "/v1/messages" || a.Header.Get("x-api-key") != "sk-ant-job" || a.Header.Get("Authorization") != "" ||
+	if a.Path != "/v1/messages" || a.Query != "beta=true" || a.Header.Get("x-api-key") != "sk-ant-job" || a.Header.Get("Authorization") != "" ||
 		a.Header.Get("anthropic-version") != "2023-06-01" || string(a.Body) != antStream {
 		t.Fatalf("anthropic upstream saw %s %v %s", a.Path, a.Header, a.Body)
 	}
@@ -186,6 +186,9 @@ func TestNoKeyAndUnknownProvider(t *testing.T) {
 	resp, body = r.post(t, "/mystery/chat/completions", oaiJSON)
 	if resp.StatusCode != 404 || !strings.Contains(body, `"code":"unknown_provider"`) {
 		t.Fatalf("unknown provider: %d %s", resp.StatusCode, body)
+	}
+	if resp, _ := r.post(t, "/openai/../v1/chat/completions", oaiJSON); resp.StatusCode != 404 {
+		t.Fatalf("a path climbing out of the provider: %d", resp.StatusCode)
 	}
 	if n := len(r.fp.Requests()); n != 0 {
 		t.Fatalf("upstream saw %d requests", n)

@@ -66,7 +66,7 @@ func (s *Session) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	shape := shapeOf(provider)
 	base := s.g.upstream(provider)
 	switch {
-	case provider == "" || base == nil:
+	case provider == "" || base == nil || strings.Contains("/"+rest+"/", "/../"):
 		writeError(w, shape, failUnknown, "pidispatch: no upstream for provider "+quote(provider)+" (the path starts with the provider: /anthropic/v1/messages)")
 		return
 	case s.job.Keys[provider] == "":
@@ -120,14 +120,13 @@ func requestModel(body []byte) string {
 func (s *Session) refuseAtCap(w http.ResponseWriter, c *call) bool {
 	s.mu.Lock()
 	hit := s.capHit
-	if hit != "" {
-		s.refused++
-	}
-	msg := s.capMessage(hit, c)
-	s.mu.Unlock()
 	if hit == "" {
+		s.mu.Unlock()
 		return false
 	}
+	s.refused++
+	msg := s.capMessage(hit, c)
+	s.mu.Unlock()
 	s.refuse(w, c, hit, msg)
 	return true
 }

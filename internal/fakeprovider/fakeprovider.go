@@ -87,6 +87,7 @@ func Answer(text string, u Usage) Step { return Step{Text: text, Usage: u} }
 type Request struct {
 	At     time.Time
 	Path   string
+	Query  string // the raw query
 	Model  string
 	APIKey string // x-api-key, or the Authorization header
 	Step   int    // the index of the step that answered it
@@ -201,7 +202,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	i := min(len(s.requests), len(s.steps)-1)
-	s.requests = append(s.requests, Request{At: time.Now(), Path: r.URL.Path, Model: body.Model, APIKey: key, Step: i,
+	s.requests = append(s.requests, Request{At: time.Now(), Path: r.URL.Path, Query: r.URL.RawQuery, Model: body.Model, APIKey: key, Step: i,
 		API: api, Stream: body.Stream, Header: r.Header.Clone(), Body: raw})
 	st := s.steps[i]
 	s.mu.Unlock()
