@@ -66,8 +66,11 @@ func (s *Session) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	shape := shapeOf(provider)
 	base := s.g.upstream(provider)
 	switch {
-	case provider == "" || base == nil || strings.Contains("/"+rest+"/", "/../"):
+	case provider == "" || base == nil:
 		writeError(w, shape, failUnknown, "pidispatch: no upstream for provider "+quote(provider)+" (the path starts with the provider: /anthropic/v1/messages)")
+		return
+	case strings.Contains("/"+rest+"/", "/../"):
+		writeError(w, shape, failUnknown, "pidispatch: a model path must not hold a .. segment")
 		return
 	case s.job.Keys[provider] == "":
 		writeError(w, shape, failNoKey, "pidispatch: this host holds no key for provider "+quote(provider))
