@@ -15,9 +15,9 @@ import (
 	"github.com/pidispatch/pidispatch/dispatch"
 )
 
-// KnownUpstreams are the providers whose base URL the gateway knows without
+// knownUpstreams are the providers whose base URL the gateway knows without
 // configuration.
-var KnownUpstreams = map[string]string{
+var knownUpstreams = map[string]string{
 	"anthropic":  "https://api.anthropic.com",
 	"openai":     "https://api.openai.com/v1",
 	"openrouter": "https://openrouter.ai/api/v1",
@@ -45,8 +45,9 @@ type RateLimits interface {
 
 // Config is a Gateway's settings. New applies the defaults to a copy.
 type Config struct {
-	// Upstreams are base URLs by provider name; they override
-	// KnownUpstreams.
+	// Upstreams are base URLs by provider name. They override the known
+	// ones: anthropic https://api.anthropic.com, openai
+	// https://api.openai.com/v1, openrouter https://openrouter.ai/api/v1.
 	Upstreams map[string]string
 	// Fallback is the base URL of every provider neither in Upstreams nor
 	// known (PI_MODEL_UPSTREAM); empty: such a provider is refused.
@@ -107,7 +108,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	g := &Gateway{cfg: cfg, upstreams: map[string]*url.URL{}, log: cfg.Logger.With("host", cfg.Host)}
 	all := map[string]string{}
-	for p, u := range KnownUpstreams {
+	for p, u := range knownUpstreams {
 		all[p] = u
 	}
 	for p, u := range cfg.Upstreams {
