@@ -91,7 +91,11 @@ func parseFlags(e env, fs *flag.FlagSet, args []string, usage string) (pos []str
 	pos, err := parseInterleaved(fs, args)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
+		// The parser's own list, so a flag missing from the help shows
+		// (TestCommandHelpNamesEveryFlag).
 		fmt.Fprintln(e.stdout, usage)
+		fs.SetOutput(e.stdout)
+		fs.PrintDefaults()
 		return nil, exitOK
 	case err != nil:
 		fmt.Fprintf(e.stderr, "pi-dispatch %s: %v (%s)\n", fs.Name(), err, usage)
