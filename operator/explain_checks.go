@@ -149,7 +149,8 @@ func (x *explainer) hold(ctx context.Context) {
 		return
 	}
 	h := parseHold(st)
-	data := map[string]any{"conditions": holdConditions(conds, h.met), "begun": len(st) > 0}
+	met := holdConditions(conds, h.met, h.since, x.opts.Now())
+	data := map[string]any{"conditions": met, "begun": len(st) > 0}
 	switch {
 	case len(st) == 0:
 		x.add(FindWaitHold, fmt.Sprintf("waits for its %d wait-for condition(s); no hold has begun yet (the first worker to take it checks them)", len(conds)), data)
@@ -164,7 +165,7 @@ func (x *explainer) hold(ctx context.Context) {
 		return
 	}
 	data["checks"], data["faults"], data["throttles"], data["since"] = h.checks, h.faults, h.throttles, timeOrZero(h.since)
-	words := fmt.Sprintf("held on its wait-for conditions since %s: %d of %d met, %d check(s) made", fmtTime(h.since), metCount(h.met, len(conds)), len(conds), h.checks)
+	words := fmt.Sprintf("held on its wait-for conditions since %s: %d of %d met, %d check(s) made", fmtTime(h.since), metCount(met), len(conds), h.checks)
 	if h.faults > 0 {
 		words += fmt.Sprintf(", %d faulted in a row", h.faults)
 	}
@@ -202,24 +203,37 @@ func parseHold(m map[string]string) holdState {
 	return h
 }
 
-func holdConditions(conds []jobs.WaitCondition, met uint8) []map[string]any {
+// holdConditions says which conditions are met: a profile condition by its
+// bit in the hold state, an `after` one by the clock, counted from the
+// hold's start as the hold gate counts it (jobs.WaitCondition).
+func holdConditions(conds []jobs.WaitCondition, met uint8, since, now time.Time) []map[string]any {
 	out := make([]map[string]any, len(conds))
 	for i, c := range conds {
 		out[i] = map[string]any{"met": met&(1<<i) != 0}
 		if c.Profile != "" {
 			out[i]["profile"] = c.Profile
+			continue
 		}
-		if c.After != "" {
-			out[i]["after"] = c.After
+		out[i]["after"] = c.After
+		d, at, rule := jobs.ParseAfter(c.After)
+		if rule != "" {
+			continue
+		}
+		if at.IsZero() && !since.IsZero() {
+			at = since.Add(d)
+		}
+		if !at.IsZero() {
+			out[i]["at"] = at.UTC()
+			out[i]["met"] = !now.Before(at)
 		}
 	}
 	return out
 }
 
-func metCount(met uint8, n int) int {
+func metCount(conds []map[string]any) int {
 	c := 0
-	for i := range n {
-		if met&(1<<i) != 0 {
+	for _, m := range conds {
+		if m["met"] == true {
 			c++
 		}
 	}

@@ -215,6 +215,14 @@ func TestExplainWaitHold(t *testing.T) {
 		!strings.Contains(f.Words, "1 of 2 met, 1 check(s) made, next check about") || ex.State != "delayed" {
 		t.Fatalf("held: %+v", ex)
 	}
+	if at, _ := conds[1]["at"].(time.Time); time.Until(at) < 50*time.Minute {
+		t.Fatalf("after 1h is due at %v", conds[1]["at"])
+	}
+	// An hour later by the clock Explain is given, the `after` is met.
+	later := explain(t, db.Client, "h-1", operator.ExplainOptions{Now: func() time.Time { return time.Now().Add(61 * time.Minute) }})
+	if !strings.Contains(later.Primary().Words, "2 of 2 met") {
+		t.Fatalf("later: %+v", later.Primary())
+	}
 	next := f.Data["nextCheckAt"].(time.Time)
 	if d := time.Until(next); d < 20*time.Second || d > 40*time.Second {
 		t.Fatalf("next check in %s", d)
