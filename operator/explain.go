@@ -31,6 +31,7 @@ const (
 	FindHostGone     = "host-gone"     // on a host queue whose host has no registry row
 	FindHostStale    = "host-stale"    // on a host queue whose host's row is old or undatable
 	FindNoHosts      = "no-hosts"      // no worker has a registry row
+	FindNotCapable   = "not-capable"   // hosts draining its queue lack a profile it names
 	FindInvalidJob   = "invalid-job"   // its data does not parse: it will be refused
 	FindPauseWindow  = "pause-window"  // a pause window matches its scope
 	FindWaitHold     = "wait-hold"     // held on its waitFor conditions
@@ -46,7 +47,7 @@ const (
 // findingRank orders findings for display: what stops every job first.
 var findingRank = []string{
 	FindRunning, FindStalled, FindFinished, FindFleetPaused, FindQueuePaused,
-	FindHostGone, FindHostStale, FindNoHosts, FindInvalidJob, FindPauseWindow,
+	FindHostGone, FindHostStale, FindNoHosts, FindNotCapable, FindInvalidJob, FindPauseWindow,
 	FindWaitHold, FindScopeBusy, FindBudgetFull, FindImageMissing, FindReady,
 	FindScopeLocal, FindDelayed, FindUnread,
 }

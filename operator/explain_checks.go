@@ -47,7 +47,7 @@ func (x *explainer) pending(ctx context.Context) error {
 		x.hold(ctx)
 		x.scope(ctx)
 		x.budget(ctx)
-		x.image(hosts)
+		x.fit(hosts)
 		x.sources(ctx)
 	}
 	x.delayed()
@@ -378,19 +378,38 @@ func nextMonday(t time.Time) time.Time {
 	return time.Date(y, m, d-back+7, 0, 0, 0, 0, time.UTC)
 }
 
+// fit says which hosts that drain the job's queue cannot serve it: one
+// that lacks a profile the job names refuses it at the profile gates, and
+// one that lacks its image refuses it job-image-missing.
+func (x *explainer) fit(hosts []registry.Host) {
+	needs := capabilities.Needs(x.spec.SecretsProfile, x.spec.WaitProfiles())
+	var capable []registry.Host
+	var lacking []string
+	for _, h := range hosts {
+		if hasAll(capabilities.Parse(h.Caps), needs) {
+			capable = append(capable, h)
+		} else {
+			lacking = append(lacking, h.Name)
+		}
+	}
+	if len(lacking) > 0 {
+		reason := jobs.ReasonWaitProfileUnknown
+		if x.spec.SecretsProfile != "" {
+			reason = jobs.ReasonSecretProfileUnknown + " or " + reason
+		}
+		x.add(FindNotCapable, fmt.Sprintf("%d of %d live host(s) draining %s do not declare what it needs (%s): %s; one that takes it refuses it %s",
+			len(lacking), len(hosts), x.ex.Queue, strings.Join(needs, ", "), strings.Join(lacking, ", "), reason),
+			map[string]any{"needs": needs, "lacking": lacking, "hosts": len(hosts)})
+	}
+	x.image(capable)
+}
+
 // image says which of the hosts that can take the job published no digest
 // for the image it needs: the registry carries each host's default image
 // and its digest, empty when the image was absent at the host's boot.
-func (x *explainer) image(hosts []registry.Host) {
-	needs := capabilities.Needs(x.spec.SecretsProfile, x.spec.WaitProfiles())
+func (x *explainer) image(capable []registry.Host) {
 	var missing, unknown []string
-	capable := 0
-	for _, h := range hosts {
-		caps := capabilities.Parse(h.Caps)
-		if !hasAll(caps, needs) {
-			continue
-		}
-		capable++
+	for _, h := range capable {
 		switch {
 		case x.spec.Image != "" && x.spec.Image != h.Image:
 			unknown = append(unknown, h.Name)
@@ -403,8 +422,8 @@ func (x *explainer) image(hosts []registry.Host) {
 	}
 	img := cmp.Or(x.spec.Image, "its default job image (PI_JOB_IMAGE)")
 	x.add(FindImageMissing, fmt.Sprintf("%s was not present at boot on %s (%d of %d host(s) that can take it): there it is refused job-image-missing; images are never pulled",
-		img, strings.Join(missing, ", "), len(missing), capable),
-		map[string]any{"image": x.spec.Image, "missingOn": missing, "unknownOn": unknown, "capableHosts": capable})
+		img, strings.Join(missing, ", "), len(missing), len(capable)),
+		map[string]any{"image": x.spec.Image, "missingOn": missing, "unknownOn": unknown, "capableHosts": len(capable)})
 }
 
 func hasAll(caps capabilities.Set, needs []string) bool {

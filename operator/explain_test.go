@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pidispatch/pidispatch/capabilities"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/fleetstate"
@@ -59,8 +60,19 @@ func finding(t *testing.T, ex operator.Explanation, code string) operator.Findin
 // was absent at boot), as stack's registry does.
 func liveHost(t *testing.T, client redis.UniversalClient, name, digest string) *registry.Registry {
 	t.Helper()
+	return liveHostCaps(t, client, name, digest, "")
+}
+
+// caps is the registry value of a host that declares these profiles.
+func caps(secrets []string, waits ...string) string {
+	return capabilities.Serialize(capabilities.Tokens(secrets, waits))
+}
+
+// liveHostCaps is liveHost with a capabilities value.
+func liveHostCaps(t *testing.T, client redis.UniversalClient, name, digest, caps string) *registry.Registry {
+	t.Helper()
 	r, err := registry.New(client, name, registry.Facts{
-		Routes: registry.Value(true), Image: registry.Value("pi-job:latest"), ImageDigest: registry.Value(digest),
+		Routes: registry.Value(true), Image: registry.Value("pi-job:latest"), ImageDigest: registry.Value(digest), Caps: registry.Value(caps),
 	}, registry.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -186,7 +198,7 @@ func TestExplainPauseWindow(t *testing.T) {
 func TestExplainWaitHold(t *testing.T) {
 	db := livetest.Valkey(t)
 	ctx := context.Background()
-	defer liveHost(t, db.Client, "alpha", digestA).Close(ctx)
+	defer liveHostCaps(t, db.Client, "alpha", digestA, caps(nil, "ci")).Close(ctx)
 	q := mustQueue(t, db.Client, fleet.SharedQueue)
 	addData(t, q, "h-1", `{"kind":"forge","repo":"acme/app","flow":"fix","task":"t","waitFor":[{"profile":"ci","args":["x"]},{"after":"1h"}]}`, queue.AddOptions{})
 	ex := explain(t, db.Client, "h-1", operator.ExplainOptions{})
@@ -423,6 +435,25 @@ func (s dollarSource) Findings(_ context.Context, j operator.ExplainJob) ([]oper
 		return nil, s.err
 	}
 	return []operator.Finding{{Code: "dollar-window", Words: "the day's dollars are spent (" + j.Spec.Repo + ")"}}, nil
+}
+
+// A host that drains the job's queue without a profile the job names would
+// refuse it; the capable hosts' images are checked.
+func TestExplainNotCapable(t *testing.T) {
+	db := livetest.Valkey(t)
+	ctx := context.Background()
+	defer liveHostCaps(t, db.Client, "alpha", "", caps([]string{"gh"}, "ci")).Close(ctx)
+	defer liveHostCaps(t, db.Client, "beta", digestA, caps(nil, "ci")).Close(ctx)
+	addData(t, mustQueue(t, db.Client, fleet.SharedQueue), "c-1", `{"kind":"forge","repo":"acme/app","flow":"fix","task":"t","secretsProfile":"gh","waitFor":[{"profile":"ci"}]}`, queue.AddOptions{})
+	ex := explain(t, db.Client, "c-1", operator.ExplainOptions{})
+	f := ex.Primary()
+	if lacking, _ := f.Data["lacking"].([]string); f.Code != operator.FindNotCapable || len(lacking) != 1 || lacking[0] != "beta" ||
+		!strings.Contains(f.Words, "(s:gh, w:ci): beta; one that takes it refuses it secret-profile-unknown or wait-profile-unknown") {
+		t.Fatalf("%+v", ex)
+	}
+	if missing, _ := finding(t, ex, operator.FindImageMissing).Data["missingOn"].([]string); len(missing) != 1 || missing[0] != "alpha" {
+		t.Fatalf("image: %+v", ex)
+	}
 }
 
 // An extension source's findings join the others; its failure is an unread
