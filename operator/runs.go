@@ -16,6 +16,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/jobs"
+	"github.com/pidispatch/pidispatch/valkey"
 )
 
 // Where Runs (and Explain's records) were read.
@@ -79,6 +80,11 @@ func Runs(ctx context.Context, client redis.UniversalClient, filter RunsFilter) 
 	var degraded string
 	if client != nil {
 		recs, invalid, state, err := mirrorRuns(ctx, client, filter.Since)
+		// A refused password is a misconfiguration, not an outage: say so
+		// rather than answer from this host alone.
+		if ae := (*valkey.AuthError)(nil); errors.As(err, &ae) {
+			return nil, Totals{}, err
+		}
 		if err == nil && state != fleetstate.MirrorOff {
 			return summarize(recs, filter, Totals{Source: RunsFromMirror, Invalid: invalid, Degraded: okOrEmpty(state)})
 		}

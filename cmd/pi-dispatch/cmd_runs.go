@@ -85,7 +85,7 @@ func runRuns(ctx context.Context, e env, args []string) int {
 	}
 	cfg, _ := operator.ConfigForDoctor(e.getenv)
 	f.LogsDir = cfg.LogsDir
-	client, _, code := ksConnect(e, "runs")
+	client, url, code := ksConnect(e, "runs")
 	if code != exitOK {
 		return code
 	}
@@ -94,7 +94,9 @@ func runRuns(ctx context.Context, e env, args []string) int {
 	defer cancel()
 	recs, tot, err := operator.Runs(ctx, client, f)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "pi-dispatch runs: %v\n", err)
+		if !ksAuthRefused(e.stderr, "read the run mirror", url, err) {
+			fmt.Fprintf(e.stderr, "pi-dispatch runs: %v\n", err)
+		}
 		return exitFailure
 	}
 	if *asJSON {
