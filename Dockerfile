@@ -23,6 +23,7 @@ COPY enqueue ./enqueue
 COPY fingerprint ./fingerprint
 COPY fleet ./fleet
 COPY fleetstate ./fleetstate
+COPY gateway ./gateway
 COPY image ./image
 COPY internal ./internal
 COPY jobs ./jobs

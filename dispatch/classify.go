@@ -17,6 +17,9 @@ type runEnd struct {
 	lockLost bool
 	// operatorCancel: an operator asked for the stop (pi-dispatch cancel).
 	operatorCancel bool
+	// capHit is the cap the gateway stopped the job's model calls at
+	// (jobs.ReasonCostCap, jobs.ReasonTokenCap), or "".
+	capHit string
 }
 
 // report is how the queue hears of a classified run.
@@ -46,7 +49,8 @@ type runClass struct {
 
 // classifyRun decides what a finished run was, first match wins: a lost
 // lock (the stalled check already failed the job), an image gone since its
-// gate, a container that never started, an operator's cancel, a timeout, a
+// gate, a container that never started, an operator's cancel, a cap the
+// gateway stopped the job at, a timeout, a
 // shutdown whose grace ran out (an infrastructure failure, retried), a
 // runtime error, then the exit code of the container contract
 // (docs/container-contract.md): 0 completed, 2 policy, 1 and any other
@@ -70,6 +74,10 @@ func classifyRun(e runEnd) runClass {
 		return c
 	case e.operatorCancel:
 		return policy(jobs.ReasonOperatorCancel)
+	case e.capHit != "":
+		// Whatever the agent made of the refusal (an exit 1 among them),
+		// the job reached its cap: a retry would only reach it again.
+		return policy(e.capHit)
 	case r.TimedOut:
 		return policy(jobs.ReasonTimeout)
 	case r.Cancelled:

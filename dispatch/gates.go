@@ -19,8 +19,9 @@ type gate struct {
 
 // gates is the ladder, in order. First what the job itself says (its id,
 // its data, whether this host agreed to its scheduler), then what holds it
-// back (pause windows, wait conditions), then what it takes (the scope
-// slot, then the budget), and last what needs the host's runtime and the
+// back (pause windows, wait conditions, a provider's rate limit), then what
+// it takes (the scope slot, then the container-start budget and the dollar
+// windows), and last what needs the host's runtime and the
 // job's secrets, resolved as late as possible. Nothing is spent before the
 // budget gate, and a job stopped past it releases its reservation. The
 // host-wide slot (PI_CONCURRENCY) is no rung: fetchLoop takes it before it
@@ -33,8 +34,10 @@ var gates = []gate{
 	{"secret-profile", (*Worker).gateSecretProfile},
 	{"wait-profile", (*Worker).gateWaitProfiles},
 	{"hold", (*Worker).gateHold},
+	{"rate-limit", (*Worker).gateRateLimit},
 	{"scope-slot", (*Worker).gateScopeSlot},
 	{"budget", (*Worker).gateBudget},
+	{"dollars", (*Worker).gateDollars},
 	{"image", (*Worker).gateImage},
 	{"secrets", (*Worker).gateSecrets},
 }
@@ -81,6 +84,7 @@ func (w *Worker) climb(ctx context.Context, h *held, ladder []gate) (passed bool
 		}
 	}
 	for _, g := range ladder {
+		h.gate = g.name
 		v := g.check(w, ctx, h)
 		if v.release != nil {
 			taken = append(taken, v.release)
@@ -97,10 +101,12 @@ func (w *Worker) climb(ctx context.Context, h *held, ladder []gate) (passed bool
 func (w *Worker) carryOut(ctx context.Context, h *held, v verdict) {
 	switch v.act {
 	case actRefuse:
+		w.observeJob(h, Event{Kind: EventGate, Gate: h.gate, Decision: DecisionRefuse, Reason: v.reason})
 		w.refuse(ctx, h, v.reason)
 	case actDefer:
 		w.deferJob(ctx, h, v.delay, v.reason)
 	case actFail:
+		w.observeJob(h, Event{Kind: EventGate, Gate: h.gate, Decision: DecisionFail, Reason: v.reason})
 		w.failNoRetry(ctx, h, v.reason)
 	case actAnswered:
 		// Already reported by the gate.

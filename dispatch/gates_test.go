@@ -21,8 +21,10 @@ func TestGateOrder(t *testing.T) {
 		"secret-profile (*Worker).gateSecretProfile",
 		"wait-profile (*Worker).gateWaitProfiles",
 		"hold (*Worker).gateHold",
+		"rate-limit (*Worker).gateRateLimit",
 		"scope-slot (*Worker).gateScopeSlot",
 		"budget (*Worker).gateBudget",
+		"dollars (*Worker).gateDollars",
 		"image (*Worker).gateImage",
 		"secrets (*Worker).gateSecrets",
 	}

@@ -31,15 +31,28 @@ type modelSocket struct {
 	first time.Time
 }
 
-// startModelSocket listens on <dir>/model.sock and forwards to upstream,
-// streaming (server-sent events are flushed as they arrive). The socket is
-// world-connectable: the container's user is not the worker's, and the
-// folder is visible to that one container only.
-func startModelSocket(dir, upstream string, log *slog.Logger) (*modelSocket, error) {
+// newUpstreamProxy forwards every request to upstream unmetered, streaming
+// (server-sent events are flushed as they arrive): the socket of a worker
+// with PI_MODEL_UPSTREAM and no gateway.
+func newUpstreamProxy(upstream string, log *slog.Logger) (http.Handler, error) {
 	u, err := url.Parse(upstream)
 	if err != nil {
 		return nil, fmt.Errorf("model upstream: %w", err)
 	}
+	return &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(u)
+			r.Out.Host = u.Host
+		},
+		FlushInterval: -1,
+		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}, nil
+}
+
+// startModelSocket listens on <dir>/model.sock and serves handler there.
+// The socket is world-connectable: the container's user is not the
+// worker's, and the folder is visible to that one container only.
+func startModelSocket(dir string, handler http.Handler, log *slog.Logger) (*modelSocket, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -56,14 +69,6 @@ func startModelSocket(dir, upstream string, log *slog.Logger) (*modelSocket, err
 		return nil, fmt.Errorf("model socket: %w", err)
 	}
 	m := &modelSocket{dir: dir, done: make(chan struct{})}
-	proxy := &httputil.ReverseProxy{
-		Rewrite: func(r *httputil.ProxyRequest) {
-			r.SetURL(u)
-			r.Out.Host = u.Host
-		},
-		FlushInterval: -1,
-		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
 	m.srv = &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			m.mu.Lock()
@@ -71,7 +76,7 @@ func startModelSocket(dir, upstream string, log *slog.Logger) (*modelSocket, err
 				m.first = time.Now()
 			}
 			m.mu.Unlock()
-			proxy.ServeHTTP(w, r)
+			handler.ServeHTTP(w, r)
 		}),
 		ReadHeaderTimeout: 30 * time.Second,
 	}

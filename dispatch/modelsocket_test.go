@@ -23,7 +23,11 @@ func TestModelSocketForwardsToTheUpstream(t *testing.T) {
 	}
 	defer fp.Close()
 	dir := filepath.Join(t.TempDir(), "m")
-	m, err := startModelSocket(dir, fp.URL(), slog.New(slog.DiscardHandler))
+	proxy, err := newUpstreamProxy(fp.URL(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := startModelSocket(dir, proxy, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -34,6 +35,9 @@ type held struct {
 	pickedUp time.Time         // when the worker took the job
 	resolver string            // the secrets profile's resolver (secret-profile gate)
 	secrets  map[string]string // the resolved secrets (secrets gate)
+	gate     string            // the gate the job is at, for the events of a stop
+	gw       GatewaySession    // the job's model gateway session, while it runs
+	started  time.Time         // when the container started (zero: it did not)
 }
 
 // handle runs the gate ladder and, when every gate passes, the container.
@@ -79,6 +83,13 @@ func (w *Worker) run(ctx context.Context, h *held) (started bool) {
 	if !result.StartedAt.IsZero() {
 		h.rec.StartedAt = result.StartedAt.UTC()
 	}
+	if !result.NeverStarted {
+		h.started = h.rec.StartedAt
+	}
+	h.rec.Spend = spendOf(h)
+	if h.rec.Spend != nil {
+		end.capHit = h.rec.Spend.CapHit
+	}
 	w.finish(ctx, h, classifyRun(end), end)
 	return !result.NeverStarted
 }
@@ -99,7 +110,7 @@ func (w *Worker) prepareRun(ctx context.Context, h *held) (spec container.Spec, 
 		w.fail(ctx, h, jobs.ReasonNeverStarted, nil, nil)
 		return container.Spec{}, nil, false
 	}
-	socketDir, stopSocket, err := w.modelEndpoint(h.pickedUp, h.log)
+	socketDir, stopSocket, err := w.modelEndpoint(h)
 	if err != nil {
 		h.log.Error("model_socket_failed", "err", err)
 		w.fail(ctx, h, jobs.ReasonNeverStarted, nil, nil)
@@ -109,7 +120,9 @@ func (w *Worker) prepareRun(ctx context.Context, h *held) (spec container.Spec, 
 	h.rec.Network = w.jobNetwork(h.spec)
 	env := make(map[string]string, len(h.secrets)+2)
 	for k, v := range h.secrets {
-		env[k] = v
+		if !(w.gatewayOn() && isProviderKeyVar(k)) { // the gateway holds keys: none enters the container
+			env[k] = v
+		}
 	}
 	env["PI_JOB_ID"] = h.job.ID
 	env["PI_WORKER_NAME"] = w.cfg.WorkerName
@@ -149,7 +162,7 @@ func (w *Worker) runContainer(ctx context.Context, h *held, spec container.Spec)
 		defer close(extendDone)
 		w.keepLock(runCtx, h, stopRun, lost)
 	}()
-	h.log.Info("job_started", "image", h.rec.Image, "kind", string(h.spec.Kind), "user", spec.User)
+	w.observeJob(h, Event{Kind: EventStart, PickupLatency: time.Since(h.pickedUp)})
 	result, err := w.deps.Runtime.Run(runCtx, spec)
 	stopRun()
 	unwatch()
@@ -178,7 +191,7 @@ func (w *Worker) finish(ctx context.Context, h *held, c runClass, end runEnd) {
 		// Our lock is gone: the stalled check failed the job (never re-run).
 		// The container was stopped; record what we saw, report nothing.
 		w.record(h, c.outcome, c.reason, exit, telemetry)
-		h.log.Warn("job_lock_lost", "exitCode", end.result.ExitCode)
+		w.observeJob(h, Event{Kind: EventLockLost})
 	case reportRefusal:
 		w.refuse(ctx, h, c.reason)
 	case reportPolicy:
@@ -352,35 +365,51 @@ func (w *Worker) jobNetwork(spec jobs.Job) string {
 	return "none"
 }
 
-// modelEndpoint starts the job's model socket when a model upstream is
-// configured, and returns the folder to mount at /run/pidispatch. The folder
-// is a fresh one in TMPDIR, not in the job's folder: a socket's path is
-// limited to 107 bytes, and a job folder's name holds the job id.
-func (w *Worker) modelEndpoint(pickedUp time.Time, log *slog.Logger) (dir string, stop func(), err error) {
-	if w.cfg.ModelUpstream == "" {
+// modelEndpoint starts the job's model socket, and returns the folder to
+// mount at /run/pidispatch: the gateway's session for the job when there is
+// a gateway, else a plain forwarder to PI_MODEL_UPSTREAM, else no socket.
+// The folder is a fresh one in TMPDIR, not in the job's folder: a socket's
+// path is limited to 107 bytes, and a job folder's name holds the job id.
+func (w *Worker) modelEndpoint(h *held) (dir string, stop func(), err error) {
+	var handler http.Handler
+	switch {
+	case w.gatewayOn():
+		h.gw = w.deps.Gateway.Job(w.gatewayJob(h))
+		handler = h.gw
+	case w.cfg.ModelUpstream != "":
+		if handler, err = newUpstreamProxy(w.cfg.ModelUpstream, h.log); err != nil {
+			return "", nil, err
+		}
+	default:
 		return "", func() {}, nil
 	}
 	dir, err = os.MkdirTemp("", "pim-")
-	if err != nil {
-		return "", nil, err
-	}
-	m, err := startModelSocket(dir, w.cfg.ModelUpstream, log)
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		return "", nil, err
-	}
-	return dir, func() {
-		m.Close()
-		_ = os.RemoveAll(dir)
-		if first := m.FirstRequest(); !first.IsZero() {
-			log.Info("model_first_request", "afterPickupMs", first.Sub(pickedUp).Milliseconds())
+	if err == nil {
+		var m *modelSocket
+		if m, err = startModelSocket(dir, handler, h.log); err == nil {
+			return dir, func() {
+				m.Close()
+				if h.gw != nil {
+					h.gw.Close()
+				}
+				_ = os.RemoveAll(dir)
+				if first := m.FirstRequest(); !first.IsZero() {
+					h.log.Info("model_first_request", "afterPickupMs", first.Sub(h.pickedUp).Milliseconds())
+				}
+			}, nil
 		}
-	}, nil
+		_ = os.RemoveAll(dir)
+	}
+	if h.gw != nil {
+		h.gw.Close()
+		h.gw = nil
+	}
+	return "", nil, err
 }
 
 // deferJob puts the job back in delayed for d. It is not an attempt.
 func (w *Worker) deferJob(ctx context.Context, h *held, d time.Duration, why string) {
-	w.log.Info("job_deferred", "jobId", h.job.ID, "queue", h.q.Name(), "reason", why, "delay", d.String())
+	w.observeJob(h, Event{Kind: EventGate, Gate: h.gate, Decision: DecisionDefer, Reason: why, Delay: d, Until: w.tune.Now().Add(d)})
 	if err := w.report(ctx, h, func(ctx context.Context) error { return h.q.Defer(ctx, h.job.ID, h.token, d) }); err != nil {
 		// The lock expires and the stalled check decides; nothing ran.
 		w.log.Error("job_defer_failed", "jobId", h.job.ID, "err", err)
@@ -492,6 +521,7 @@ func (w *Worker) record(h *held, outcome, reason string, exit *int, telemetry js
 	if h.rec.Target == "" {
 		h.rec.Target = "-"
 	}
+	w.observeFinish(h)
 	if owner, mine := w.claim(h.rec.JobID, h.rec.Attempt); !mine {
 		// Another host recorded this attempt first (its stalled check failed
 		// the job while this worker was frozen): its file stays the one
@@ -506,6 +536,18 @@ func (w *Worker) record(h *held, outcome, reason string, exit *int, telemetry js
 	w.mirror(h.rec)
 	w.endHold(h.job.ID, h.spec.WaitFor) // the job ended: so did its hold
 	faultpoint.Hit(faultpoint.RunRecorded)
+}
+
+// observeFinish reports h's end as its record says it.
+func (w *Worker) observeFinish(h *held) {
+	ev := Event{Kind: EventFinish, Outcome: h.rec.Outcome, Reason: h.rec.Reason}
+	if !h.started.IsZero() {
+		ev.Duration = h.rec.EndedAt.Sub(h.started)
+	}
+	if s := h.rec.Spend; s != nil {
+		ev.SpendMicros, ev.Tokens, ev.Calls = s.Micros, s.Tokens.Total(), s.Calls
+	}
+	w.observeJob(h, ev)
 }
 
 // claimCallTimeout bounds one claim call; a claim that cannot be read in time
@@ -750,6 +792,7 @@ func (w *Worker) recordStalled(ctx context.Context, q JobQueue, id, event string
 	}
 	w.endHold(id, waitFor)
 	w.log.Warn(event, "jobId", id, "queue", q.Name(), "ranOn", rec.Host)
+	w.observe(Event{Kind: EventStalled, JobID: id, Queue: q.Name(), Attempt: rec.Attempt, Count: 1})
 }
 
 func exitPtr(r container.Result) *int {

@@ -132,6 +132,7 @@ type Worker struct {
 	started  bool
 
 	fetch *reach.Tracker // fetch failures are logged once per transition
+	obs   Observers      // the log first, then Deps.Observers
 	// exited holds, from the boot reap, the exit of each job container a
 	// crashed predecessor left exited, by job id (read by failOrphans).
 	exited map[string]container.ExitedJob
@@ -162,6 +163,7 @@ func NewWorker(cfg Config, deps Deps, tune Tuning) (*Worker, error) {
 		inFlight: map[string]int{},
 	}
 	w.fetch = reach.New(w.log, fetchEvents)
+	w.obs = append(Observers{logObserver{w.log}}, deps.Observers...)
 	if cfg.ScopedLimitsFile != "" {
 		l, err := LoadScopedLimits(cfg.ScopedLimitsFile)
 		if err != nil {
@@ -212,6 +214,9 @@ func checkDeps(cfg Config, deps Deps) error {
 		// hold store each would be deferred every UnreachableDeferral for ever.
 		return missing("Deps.Holds", "PI_WAIT_PROFILES declares wait profiles, so waitFor jobs come here, "+
 			"and none can be held without a hold store (wire dispatch.NewHolds)")
+	case cfg.Spend.DollarWindows() && deps.Dollars == nil:
+		return missing("Deps.Dollars", "PI_DAILY_COST_USD, PI_WEEKLY_COST_USD or PI_MONTHLY_COST_USD sets a dollar window, "+
+			"and without a dollar budget no job's cap can be held against it (wire fleetstate.NewDollars)")
 	case cfg.TriggersFile != "" && deps.Cron == nil:
 		// Without a gate the host agreed to no cron set: every run of the
 		// triggers it installs would be refused as cron-not-agreed.
@@ -484,9 +489,30 @@ func (w *Worker) fetchLoop(ctx, jobsCtx context.Context, jobs *sync.WaitGroup) {
 // and no error counts as failed too.
 var fetchEvents = reach.Events{Down: "queue_fetch_failed", DownLevel: slog.LevelError, Up: "queue_fetch_restored"}
 
-func (w *Worker) fetchFailed(err error) { w.fetch.Fail(err) }
+func (w *Worker) fetchFailed(err error) {
+	if w.fetch.Fail(err) == reach.WentDown {
+		w.observe(Event{Kind: EventReach, Service: "valkey", Err: err})
+	}
+}
 
-func (w *Worker) fetchRestored() { w.fetch.OK() }
+func (w *Worker) fetchRestored() {
+	if w.fetch.OK() == reach.CameBack {
+		w.observe(Event{Kind: EventReach, Service: "valkey", Up: true})
+	}
+}
+
+// observe stamps ev with the time and this host and hands it to every observer.
+func (w *Worker) observe(ev Event) {
+	ev.At = w.tune.Now()
+	ev.Host = w.cfg.WorkerName
+	w.obs.Observe(ev)
+}
+
+// observeJob is observe for an event about h's job.
+func (w *Worker) observeJob(h *held, ev Event) {
+	ev.JobID, ev.Queue, ev.Attempt = h.job.ID, h.q.Name(), h.rec.Attempt
+	w.observe(ev)
+}
 
 func errString(err error) string {
 	if err == nil {

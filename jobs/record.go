@@ -193,6 +193,36 @@ func (r Record) Validate() error {
 			return check.Field("telemetry", "must be a JSON object of at most %d bytes", MaxTelemetryBytes)
 		}
 	}
+	if r.Spend != nil {
+		return r.Spend.validate()
+	}
+	return nil
+}
+
+// maxUnpriced bounds Spend.Unpriced.
+const maxUnpriced = 16
+
+// validate checks a spend a peer may have written: known words, no negative
+// counts, dollars that agree with the micros, a short list of short names.
+func (s Spend) validate() error {
+	t := s.Tokens
+	switch {
+	case s.Basis != BasisMetered && s.Basis != BasisEstimated:
+		return check.Field("spend.basis", "must be metered or estimated")
+	case s.Micros < 0 || s.Calls < 0 || s.Refused < 0 || t.Input < 0 || t.Output < 0 || t.CacheRead < 0 || t.CacheWrite < 0:
+		return check.Field("spend", "counts must not be negative")
+	case s.Dollars != USD(s.Micros):
+		return check.Field("spend.dollars", "must equal micros / 1000000")
+	case s.CapHit != "" && s.CapHit != ReasonCostCap && s.CapHit != ReasonTokenCap:
+		return check.Field("spend.capHit", "must be cost-cap or token-cap")
+	case len(s.Unpriced) > maxUnpriced:
+		return check.Field("spend.unpriced", "at most %d models", maxUnpriced)
+	}
+	for _, m := range s.Unpriced {
+		if check.Text(m, 200) != "" || strings.ContainsFunc(m, isControl) {
+			return check.Field("spend.unpriced", "must be model names of at most 200 bytes")
+		}
+	}
 	return nil
 }
 

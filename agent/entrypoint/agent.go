@@ -60,7 +60,8 @@ func prepareAgent(o Options, job Job, dir string) (env []string, stop func(), er
 			return nil, stop, fmt.Errorf("model socket forwarder: %w", err)
 		}
 		stop = f.Close
-		baseURL = "http://" + f.Addr()
+		// The gateway on the socket reads the provider from the path.
+		baseURL = "http://" + f.Addr() + "/" + job.Provider
 	}
 	env = piEnv(o.Environ(), dir)
 	if baseURL != "" {

@@ -279,7 +279,8 @@ func TestModelSocketIsForwardedOnLoopback(t *testing.T) {
 	fp := fakeprovider.Start(ln, fakeprovider.Answer("hi", fakeprovider.Usage{Input: 1, Output: 1}))
 	defer fp.Close()
 
-	// Main writes models.json pointing the provider at the forwarder and
+	// Main writes models.json pointing the provider at the forwarder, under
+	// the provider's own path (the gateway reads the provider from it), and
 	// gives pi a placeholder key.
 	pi, argvFile := fakePi(t, "pi-hello.jsonl", "exit")
 	r := runMain(t, `{"task":"x"}`, pi, nil, Options{ModelSocket: sock})
@@ -289,7 +290,8 @@ func TestModelSocketIsForwardedOnLoopback(t *testing.T) {
 			BaseURL string `json:"baseUrl"`
 		} `json:"providers"`
 	}
-	if err := json.Unmarshal(models, &m); err != nil || !strings.HasPrefix(m.Providers["anthropic"].BaseURL, "http://127.0.0.1:") {
+	if err := json.Unmarshal(models, &m); err != nil || !strings.HasPrefix(m.Providers["anthropic"].BaseURL, "http://127.0.0.1:") ||
+		!strings.HasSuffix(m.Providers["anthropic"].BaseURL, "/anthropic") {
 		t.Fatalf("models.json = %s (%v)", models, err)
 	}
 	if !strings.Contains(r.stderr, "pi says the key is "+PlaceholderKey) {

@@ -25,7 +25,7 @@ func TestCommandsAuthRefused(t *testing.T) {
 	}
 	folder := gitRepo(t, false)
 	commands := [][]string{
-		{"pause"}, {"resume"}, {"status"}, {"hosts"}, {"cancel", "job-1"},
+		{"pause"}, {"resume"}, {"status"}, {"hosts"}, {"cancel", "job-1"}, {"explain", "job-1"}, {"runs"},
 		{"run", folder, "--task", "t", "--flow", "fix", "--env-file", ""},
 	}
 	for _, tc := range []struct{ name, url, pw, answer string }{

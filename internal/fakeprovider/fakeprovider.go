@@ -1,11 +1,16 @@
 // Package fakeprovider is a scripted model provider for tests and the demo:
 // an HTTP server speaking enough of the Anthropic Messages API (POST
-// /v1/messages with "stream": true, answered as server-sent events) for the
-// pi coding agent to run against it. Each request is answered by the next
-// step of a script: a tool call, a final text answer, an HTTP error (429
-// with a reset header, 500) or a hang. Every streamed answer carries usage
-// figures, so a test can check the telemetry a job reports against what the
-// provider said.
+// /v1/messages, answered as server-sent events when the request says
+// "stream": true, else as one JSON message) and of OpenAI's chat
+// completions (any path ending in /chat/completions) for the pi coding
+// agent, and the model gateway, to run against it. Each request is answered
+// by the next step of a script: a tool call, a final text answer, an HTTP
+// error (429 or 529 with reset headers, 500), a hang, or a large stream for
+// benchmarks. Every answer carries usage figures unless its step says
+// NoUsage, so a test can check the telemetry a job reports against what the
+// provider said. A streamed chat completion reports usage in a final chunk
+// only when the request asked for it (stream_options.include_usage), as
+// OpenAI does.
 package fakeprovider
 
 import (
@@ -15,6 +20,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -37,9 +43,12 @@ func (u Usage) Add(v Usage) Usage {
 // (said before the call).
 type Step struct {
 	// Status, when not 0 or 200, answers with this HTTP status and an
-	// Anthropic error body; 429 adds retry-after and the rate-limit reset
-	// headers.
+	// error body in the API's shape; 429 and 529 add retry-after and the
+	// rate-limit reset headers (anthropic-ratelimit-requests-reset and
+	// -tokens-reset, x-ratelimit-reset-requests) at Reset from now.
 	Status int
+	// Reset is a 429 or 529 step's reset delay; 0 is one second.
+	Reset time.Duration
 	// Hang holds the request open until the client goes away or the
 	// server closes.
 	Hang bool
@@ -47,8 +56,14 @@ type Step struct {
 	Tool *ToolCall
 	// Text is assistant text (a final answer when Tool is nil).
 	Text string
-	// Usage is reported in message_start and message_delta.
+	// Usage is reported in message_start and message_delta (a stream), in
+	// the message (no stream), or in the chat completion's usage.
 	Usage Usage
+	// NoUsage leaves every usage field out of the answer.
+	NoUsage bool
+	// Big, when positive, streams that many bytes of text deltas (in
+	// BigChunk pieces, one event each) before the step's own text.
+	Big int64
 	// Before, when set, runs before the step answers (in the request's
 	// goroutine): a test looks at the running job while its agent waits.
 	Before func()
@@ -72,10 +87,19 @@ func Answer(text string, u Usage) Step { return Step{Text: text, Usage: u} }
 type Request struct {
 	At     time.Time
 	Path   string
+	Query  string // the raw query
 	Model  string
-	APIKey string // x-api-key, or the bearer token
+	APIKey string // x-api-key, or the Authorization header
 	Step   int    // the index of the step that answered it
+	// API is "anthropic" or "openai" (a path ending in /chat/completions).
+	API    string
+	Stream bool
+	Header http.Header
+	Body   []byte
 }
+
+// BigChunk is the text of one delta event of a Big step.
+const BigChunk = 16 << 10
 
 // Server is a running fake provider.
 type Server struct {
@@ -133,13 +157,14 @@ func (s *Server) Requests() []Request {
 	return append([]Request(nil), s.requests...)
 }
 
-// Reported sums the usage of the streamed answers served so far.
+// Reported sums the usage of the answers served so far that reported it,
+// and counts them.
 func (s *Server) Reported() (u Usage, answers int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, r := range s.requests {
 		st := s.steps[r.Step]
-		if isStream(st) {
+		if isAnswer(st) && !st.NoUsage {
 			u = u.Add(st.Usage)
 			answers++
 		}
@@ -147,16 +172,28 @@ func (s *Server) Reported() (u Usage, answers int) {
 	return u, answers
 }
 
-func isStream(st Step) bool { return !st.Hang && (st.Status == 0 || st.Status == http.StatusOK) }
+func isAnswer(st Step) bool { return !st.Hang && (st.Status == 0 || st.Status == http.StatusOK) }
+
+// reqBody is what the server reads of a request.
+type reqBody struct {
+	Model         string `json:"model"`
+	Stream        bool   `json:"stream"`
+	StreamOptions struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+}
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	var body struct {
-		Model string `json:"model"`
-	}
-	_ = json.NewDecoder(io.LimitReader(r.Body, 16<<20)).Decode(&body)
+	raw, _ := io.ReadAll(io.LimitReader(r.Body, 64<<20))
+	var body reqBody
+	_ = json.Unmarshal(raw, &body)
 	key := r.Header.Get("x-api-key")
 	if key == "" {
 		key = r.Header.Get("Authorization")
+	}
+	api := "anthropic"
+	if strings.HasSuffix(r.URL.Path, "/chat/completions") {
+		api = "openai"
 	}
 	s.mu.Lock()
 	if len(s.steps) == 0 {
@@ -165,7 +202,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	i := min(len(s.requests), len(s.steps)-1)
-	s.requests = append(s.requests, Request{At: time.Now(), Path: r.URL.Path, Model: body.Model, APIKey: key, Step: i})
+	s.requests = append(s.requests, Request{At: time.Now(), Path: r.URL.Path, Query: r.URL.RawQuery, Model: body.Model, APIKey: key, Step: i,
+		API: api, Stream: body.Stream, Header: r.Header.Clone(), Body: raw})
 	st := s.steps[i]
 	s.mu.Unlock()
 	if st.Before != nil {
@@ -178,65 +216,223 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 		case <-s.hangs:
 		}
-	case !isStream(st):
-		writeError(w, st.Status)
-	default:
+	case !isAnswer(st):
+		writeError(w, api, st)
+	case api == "openai" && body.Stream:
+		streamChat(w, body, i, st)
+	case api == "openai":
+		chat(w, body.Model, i, st)
+	case body.Stream:
 		stream(w, body.Model, i, st)
+	default:
+		message(w, body.Model, i, st)
 	}
 }
 
-func writeError(w http.ResponseWriter, status int) {
+func writeError(w http.ResponseWriter, api string, st Step) {
 	kind := "api_error"
-	if status == http.StatusTooManyRequests {
+	switch st.Status {
+	case http.StatusTooManyRequests:
 		kind = "rate_limit_error"
-		reset := time.Now().Add(time.Second).UTC().Format(time.RFC3339)
-		w.Header().Set("retry-after", "1")
+	case 529:
+		kind = "overloaded_error"
+	}
+	if st.Status == http.StatusTooManyRequests || st.Status == 529 {
+		d := st.Reset
+		if d <= 0 {
+			d = time.Second
+		}
+		reset := time.Now().Add(d).UTC().Format(time.RFC3339)
+		w.Header().Set("retry-after", strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10))
 		w.Header().Set("anthropic-ratelimit-requests-reset", reset)
 		w.Header().Set("anthropic-ratelimit-tokens-reset", reset)
+		w.Header().Set("x-ratelimit-reset-requests", d.String())
 	}
 	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	fmt.Fprintf(w, `{"type":"error","error":{"type":%q,"message":"fake provider: scripted %d"}}`, kind, status)
+	w.WriteHeader(st.Status)
+	if api == "openai" {
+		fmt.Fprintf(w, `{"error":{"message":"fake provider: scripted %d","type":%q,"code":null}}`, st.Status, kind)
+		return
+	}
+	fmt.Fprintf(w, `{"type":"error","error":{"type":%q,"message":"fake provider: scripted %d"}}`, kind, st.Status)
+}
+
+// anthropicUsage is a step's usage in the Messages API's fields.
+func anthropicUsage(u Usage, output int64) map[string]any {
+	return map[string]any{"input_tokens": u.Input, "output_tokens": output,
+		"cache_read_input_tokens": u.CacheRead, "cache_creation_input_tokens": u.CacheWrite}
+}
+
+// message writes one assistant message as a JSON body (no stream).
+func message(w http.ResponseWriter, model string, n int, st Step) {
+	content := []any{}
+	if st.Text != "" {
+		content = append(content, map[string]any{"type": "text", "text": st.Text})
+	}
+	stop := "end_turn"
+	if st.Tool != nil {
+		stop = "tool_use"
+		content = append(content, map[string]any{"type": "tool_use", "id": "toolu_fake_" + strconv.Itoa(n), "name": st.Tool.Name, "input": st.Tool.Input})
+	}
+	m := map[string]any{"id": "msg_fake_" + strconv.Itoa(n), "type": "message", "role": "assistant", "content": content,
+		"model": model, "stop_reason": stop, "stop_sequence": nil}
+	if !st.NoUsage {
+		m["usage"] = anthropicUsage(st.Usage, st.Usage.Output)
+	}
+	writeJSON(w, m)
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	b, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b)
+}
+
+// chatUsage is a step's usage in chat completions' fields: the prompt
+// counts the cached tokens, and there is no cache write.
+func chatUsage(u Usage) map[string]any {
+	return map[string]any{"prompt_tokens": u.Input + u.CacheRead, "completion_tokens": u.Output,
+		"total_tokens": u.Input + u.CacheRead + u.Output, "prompt_tokens_details": map[string]any{"cached_tokens": u.CacheRead}}
+}
+
+func toolCalls(n int, st Step) []any {
+	input, _ := json.Marshal(st.Tool.Input)
+	return []any{map[string]any{"index": 0, "id": "call_fake_" + strconv.Itoa(n), "type": "function",
+		"function": map[string]any{"name": st.Tool.Name, "arguments": string(input)}}}
+}
+
+// chat writes one chat completion as a JSON body.
+func chat(w http.ResponseWriter, model string, n int, st Step) {
+	msg := map[string]any{"role": "assistant", "content": st.Text}
+	finish := "stop"
+	if st.Tool != nil {
+		finish = "tool_calls"
+		msg["tool_calls"] = toolCalls(n, st)
+	}
+	c := map[string]any{"id": "chatcmpl-fake-" + strconv.Itoa(n), "object": "chat.completion", "created": time.Now().Unix(), "model": model,
+		"choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": finish}}}
+	if !st.NoUsage {
+		c["usage"] = chatUsage(st.Usage)
+	}
+	writeJSON(w, c)
+}
+
+// sender writes server-sent events, flushing each.
+type sender struct {
+	w       http.ResponseWriter
+	flusher http.Flusher
+}
+
+func newSender(w http.ResponseWriter) *sender {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	f, _ := w.(http.Flusher)
+	return &sender{w: w, flusher: f}
+}
+
+// raw writes one whole event.
+func (s *sender) raw(b []byte) {
+	_, _ = s.w.Write(b)
+	if s.flusher != nil {
+		s.flusher.Flush()
+	}
+}
+
+// send writes an event with a name (Anthropic) or without (event "", chat).
+func (s *sender) send(event string, data any) {
+	b, _ := json.Marshal(data)
+	if event != "" {
+		s.raw(fmt.Appendf(nil, "event: %s\ndata: %s\n\n", event, b))
+		return
+	}
+	s.raw(fmt.Appendf(nil, "data: %s\n\n", b))
+}
+
+// big streams st.Big bytes of text in BigChunk events built once.
+func (s *sender) big(total int64, event func(text string) []byte) {
+	chunk := event(strings.Repeat("x", BigChunk))
+	for sent := int64(0); sent < total; sent += BigChunk {
+		if left := total - sent; left < BigChunk {
+			chunk = event(strings.Repeat("x", int(left)))
+		}
+		s.raw(chunk)
+	}
+}
+
+// streamChat writes one chat completion as chunks, the usage in a final
+// chunk of its own when the request asked for it.
+func streamChat(w http.ResponseWriter, body reqBody, n int, st Step) {
+	s := newSender(w)
+	id, created := "chatcmpl-fake-"+strconv.Itoa(n), time.Now().Unix()
+	chunk := func(delta map[string]any, finish any) map[string]any {
+		return map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": body.Model,
+			"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish}}}
+	}
+	s.send("", chunk(map[string]any{"role": "assistant", "content": ""}, nil))
+	if st.Big > 0 {
+		s.big(st.Big, func(text string) []byte {
+			b, _ := json.Marshal(chunk(map[string]any{"content": text}, nil))
+			return fmt.Appendf(nil, "data: %s\n\n", b)
+		})
+	}
+	if st.Text != "" {
+		s.send("", chunk(map[string]any{"content": st.Text}, nil))
+	}
+	finish := "stop"
+	if st.Tool != nil {
+		finish = "tool_calls"
+		s.send("", chunk(map[string]any{"tool_calls": toolCalls(n, st)}, nil))
+	}
+	s.send("", chunk(map[string]any{}, finish))
+	if body.StreamOptions.IncludeUsage && !st.NoUsage {
+		s.send("", map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": body.Model,
+			"choices": []any{}, "usage": chatUsage(st.Usage)})
+	}
+	s.raw([]byte("data: [DONE]\n\n"))
 }
 
 // stream writes one assistant message as the Messages API's event stream.
 func stream(w http.ResponseWriter, model string, n int, st Step) {
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	flusher, _ := w.(http.Flusher)
-	send := func(event string, data any) {
-		b, _ := json.Marshal(data)
-		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b)
-		if flusher != nil {
-			flusher.Flush()
-		}
-	}
-	u := st.Usage
-	send("message_start", map[string]any{"type": "message_start", "message": map[string]any{
+	s := newSender(w)
+	msg := map[string]any{
 		"id": "msg_fake_" + strconv.Itoa(n), "type": "message", "role": "assistant", "content": []any{},
 		"model": model, "stop_reason": nil, "stop_sequence": nil,
-		"usage": map[string]any{"input_tokens": u.Input, "output_tokens": 0,
-			"cache_read_input_tokens": u.CacheRead, "cache_creation_input_tokens": u.CacheWrite},
-	}})
+	}
+	if !st.NoUsage {
+		msg["usage"] = anthropicUsage(st.Usage, 0)
+	}
+	s.send("message_start", map[string]any{"type": "message_start", "message": msg})
 	index := 0
-	if st.Text != "" {
-		send("content_block_start", map[string]any{"type": "content_block_start", "index": index, "content_block": map[string]any{"type": "text", "text": ""}})
-		send("content_block_delta", map[string]any{"type": "content_block_delta", "index": index, "delta": map[string]any{"type": "text_delta", "text": st.Text}})
-		send("content_block_stop", map[string]any{"type": "content_block_stop", "index": index})
+	if st.Big > 0 || st.Text != "" {
+		s.send("content_block_start", map[string]any{"type": "content_block_start", "index": index, "content_block": map[string]any{"type": "text", "text": ""}})
+		if st.Big > 0 {
+			s.big(st.Big, func(text string) []byte {
+				b, _ := json.Marshal(map[string]any{"type": "content_block_delta", "index": index, "delta": map[string]any{"type": "text_delta", "text": text}})
+				return fmt.Appendf(nil, "event: content_block_delta\ndata: %s\n\n", b)
+			})
+		}
+		if st.Text != "" {
+			s.send("content_block_delta", map[string]any{"type": "content_block_delta", "index": index, "delta": map[string]any{"type": "text_delta", "text": st.Text}})
+		}
+		s.send("content_block_stop", map[string]any{"type": "content_block_stop", "index": index})
 		index++
 	}
 	stop := "end_turn"
 	if st.Tool != nil {
 		stop = "tool_use"
 		input, _ := json.Marshal(st.Tool.Input)
-		send("content_block_start", map[string]any{"type": "content_block_start", "index": index, "content_block": map[string]any{
+		s.send("content_block_start", map[string]any{"type": "content_block_start", "index": index, "content_block": map[string]any{
 			"type": "tool_use", "id": "toolu_fake_" + strconv.Itoa(n), "name": st.Tool.Name, "input": map[string]any{}}})
-		send("content_block_delta", map[string]any{"type": "content_block_delta", "index": index, "delta": map[string]any{"type": "input_json_delta", "partial_json": string(input)}})
-		send("content_block_stop", map[string]any{"type": "content_block_stop", "index": index})
+		s.send("content_block_delta", map[string]any{"type": "content_block_delta", "index": index, "delta": map[string]any{"type": "input_json_delta", "partial_json": string(input)}})
+		s.send("content_block_stop", map[string]any{"type": "content_block_stop", "index": index})
 	}
-	send("message_delta", map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": stop, "stop_sequence": nil},
-		"usage": map[string]any{"input_tokens": u.Input, "output_tokens": u.Output,
-			"cache_read_input_tokens": u.CacheRead, "cache_creation_input_tokens": u.CacheWrite}})
-	send("message_stop", map[string]any{"type": "message_stop"})
+	delta := map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": stop, "stop_sequence": nil}}
+	if !st.NoUsage {
+		delta["usage"] = anthropicUsage(st.Usage, st.Usage.Output)
+	}
+	s.send("message_delta", delta)
+	s.send("message_stop", map[string]any{"type": "message_stop"})
 }

@@ -76,3 +76,89 @@ func TestHang(t *testing.T) {
 		t.Fatal("Close left a hung request open")
 	}
 }
+
+func postBody(t *testing.T, url, path, body string, hdr map[string]string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url+path, strings.NewReader(body))
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(b)
+}
+
+// Without "stream" an Anthropic request gets one JSON message with its
+// usage, and the server records the request's headers and body.
+func TestAnthropicMessage(t *testing.T) {
+	s, err := Listen(Answer("hi", Usage{Input: 5, Output: 2, CacheRead: 1, CacheWrite: 3}), Step{Text: "bare", NoUsage: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	resp, body := postBody(t, s.URL(), "/v1/messages", `{"model":"m"}`, map[string]string{"x-api-key": "k1", "anthropic-version": "2023-06-01"})
+	want := `"usage":{"cache_creation_input_tokens":3,"cache_read_input_tokens":1,"input_tokens":5,"output_tokens":2}`
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/json" || !strings.Contains(body, want) || !strings.Contains(body, `"text":"hi"`) {
+		t.Fatalf("message: %d %s", resp.StatusCode, body)
+	}
+	_, body = postBody(t, s.URL(), "/v1/messages", `{"model":"m"}`, nil)
+	if strings.Contains(body, "usage") || !strings.Contains(body, "bare") {
+		t.Fatalf("NoUsage message: %s", body)
+	}
+	r := s.Requests()[0]
+	if r.APIKey != "k1" || r.Header.Get("anthropic-version") != "2023-06-01" || string(r.Body) != `{"model":"m"}` || r.API != "anthropic" || r.Stream {
+		t.Fatalf("recorded %+v", r)
+	}
+	if u, n := s.Reported(); n != 1 || u.Total() != 11 {
+		t.Fatalf("reported %+v in %d answers (a NoUsage answer reports nothing)", u, n)
+	}
+}
+
+// Chat completions: JSON with usage; a stream reports usage in a final
+// chunk only when include_usage is asked for, and ends with [DONE].
+func TestChatCompletions(t *testing.T) {
+	u := Usage{Input: 10, Output: 4, CacheRead: 6}
+	s, err := Listen(Answer("hi", u))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	_, body := postBody(t, s.URL(), "/v1/chat/completions", `{"model":"gpt"}`, map[string]string{"Authorization": "Bearer k2"})
+	if !strings.Contains(body, `"prompt_tokens":16`) || !strings.Contains(body, `"cached_tokens":6`) || !strings.Contains(body, `"content":"hi"`) {
+		t.Fatalf("chat: %s", body)
+	}
+	resp, body := postBody(t, s.URL(), "/chat/completions", `{"model":"gpt","stream":true,"stream_options":{"include_usage":true}}`, nil)
+	if resp.Header.Get("Content-Type") != "text/event-stream" || !strings.Contains(body, `"completion_tokens":4`) || !strings.HasSuffix(body, "data: [DONE]\n\n") {
+		t.Fatalf("chat stream: %s", body)
+	}
+	if _, body = postBody(t, s.URL(), "/chat/completions", `{"model":"gpt","stream":true}`, nil); strings.Contains(body, "usage") {
+		t.Fatalf("usage without include_usage: %s", body)
+	}
+	if r := s.Requests()[0]; r.APIKey != "Bearer k2" || r.API != "openai" {
+		t.Fatalf("recorded %+v", r)
+	}
+}
+
+// A 529 step with a Reset sets retry-after and the reset headers to it; a
+// Big step streams that many bytes of text.
+func TestResetAndBig(t *testing.T) {
+	s, err := Listen(Step{Status: 529, Reset: 90 * time.Second}, Step{Big: 100 << 10, Text: "end"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	resp, body := postBody(t, s.URL(), "/v1/messages", `{"model":"m","stream":true}`, nil)
+	reset, _ := time.Parse(time.RFC3339, resp.Header.Get("anthropic-ratelimit-requests-reset"))
+	if resp.StatusCode != 529 || resp.Header.Get("retry-after") != "90" || time.Until(reset) < 80*time.Second ||
+		resp.Header.Get("x-ratelimit-reset-requests") != "1m30s" || !strings.Contains(body, "overloaded_error") {
+		t.Fatalf("529: %d %v %s", resp.StatusCode, resp.Header, body)
+	}
+	_, body = postBody(t, s.URL(), "/v1/messages", `{"model":"m","stream":true}`, nil)
+	if n := strings.Count(body, "x"); n < 100<<10 || n > 100<<10+100 || !strings.Contains(body, `"text":"end"`) {
+		t.Fatalf("big stream carried %d x", n)
+	}
+}
