@@ -119,6 +119,7 @@ func TestMetricsLiveWorker(t *testing.T) {
 	want := []string{
 		`pidispatch_jobs_finished_total{` + host + `,outcome="completed",reason="completed"} 1`,
 		`pidispatch_jobs_finished_total{` + host + `,outcome="policy",reason="invalid-job"} 1`,
+		`pidispatch_gate_decisions_total{decision="refuse",gate="job-data",` + host + `} 1`,
 		`pidispatch_jobs_started_total{` + host + `} 1`,
 		`pidispatch_job_duration_seconds_count{` + host + `,outcome="completed"} 1`,
 		`pidispatch_pickup_to_start_seconds_count{` + host + `} 1`,
