@@ -201,6 +201,14 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 	}
 	deps.Cancels = cancels
 
+	gw, err := newGateway(cfg, nil, tune.Logger)
+	if err != nil {
+		return fail(err)
+	}
+	if gw != nil {
+		deps.Gateway = gw
+	}
+
 	for _, o := range opts {
 		o(&deps)
 	}
