@@ -15,16 +15,21 @@ import (
 // stores, so the fakes the Worker's tests use behave as these do.
 
 func TestConformanceBudgeter(t *testing.T) {
-	dispatchtest.TestBudgeter(t, func(t *testing.T, dailyCap, weeklyCap int) dispatchtest.BudgetHarness {
+	dispatchtest.TestBudgeter(t, func(t *testing.T, c dispatchtest.BudgetCaps) dispatchtest.BudgetHarness {
 		db := livetest.Valkey(t)
-		b := NewBudget(db.Client, BudgetConfig{DailyCap: dailyCap, WeeklyCap: weeklyCap})
-		return dispatchtest.BudgetHarness{Budget: b, Counts: func() (int, int) {
-			day, week, err := b.Counts(context.Background())
+		b := NewBudget(db.Client, BudgetConfig{DailyCap: c.Daily, WeeklyCap: c.Weekly, MonthlyCap: c.Monthly, SoftHoldPct: c.SoftHoldPct})
+		counts := func() budgetCounts {
+			got, err := b.counts(context.Background(), "")
 			if err != nil {
 				t.Fatal(err)
 			}
-			return day, week
-		}}
+			return got
+		}
+		return dispatchtest.BudgetHarness{
+			Budget: b,
+			Counts: func() (int, int) { c := counts(); return c.day, c.week },
+			Month:  func() int { return counts().month },
+		}
 	})
 }
 

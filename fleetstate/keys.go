@@ -18,8 +18,10 @@ import (
 //
 //	budget:<YYYY-MM-DD>                 global count of the UTC day
 //	budget:w:<monday YYYY-MM-DD>        global count of the ISO week (its Monday, UTC)
+//	budget:m:<YYYY-MM>                  global count of the UTC month
 //	budget:s:<hash16>:<YYYY-MM-DD>      one scope's count of the UTC day
 //	budget:s:<hash16>:w:<monday>        one scope's count of the ISO week
+//	budget:s:<hash16>:m:<YYYY-MM>       one scope's count of the UTC month
 //	budget:rel:<token>                  a reservation's release guard (released once)
 //	runs:rec:<stem>.attempt-<n>         one attempt's mirrored run record (stem = SanitizeJobID)
 //	runs:claim:<stem>.attempt-<n>       the host that records that attempt (one fleet-wide)
@@ -32,6 +34,7 @@ import (
 const (
 	budgetDayPrefix     = "budget:"
 	budgetWeekPrefix    = "budget:w:"
+	budgetMonthPrefix   = "budget:m:"
 	budgetScopePrefix   = "budget:s:"
 	budgetReleasePrefix = "budget:rel:"
 	runRecordPrefix     = "runs:rec:"
@@ -41,8 +44,10 @@ const (
 	waitJobPrefix       = "wait:job:"
 	waitDedupPrefix     = "wait:key:"
 
-	// budgetDayLayout is the date suffix of every budget window key.
-	budgetDayLayout = "2006-01-02"
+	// budgetDayLayout is the date suffix of every day and week window key,
+	// budgetMonthLayout that of every month window key.
+	budgetDayLayout   = "2006-01-02"
+	budgetMonthLayout = "2006-01"
 )
 
 // RunIndexKey is the run mirror's index: a ZSET of record stems scored by their
@@ -60,6 +65,9 @@ func BudgetDayKey(t time.Time) string { return budgetDayPrefix + budgetDay(t) }
 // Monday (UTC).
 func BudgetWeekKey(t time.Time) string { return budgetWeekPrefix + budgetMonday(t) }
 
+// BudgetMonthKey is the global spend-cap counter of t's UTC month.
+func BudgetMonthKey(t time.Time) string { return budgetMonthPrefix + budgetMonth(t) }
+
 // BudgetScopeDayKey is scope's own counter of t's UTC day. The scope (a folder or
 // owner/name, which may hold ':' and '/') is hashed rather than used as a key
 // segment, with the same hash as the scope's fleet slots (fleet.ScopeHash).
@@ -72,8 +80,13 @@ func BudgetScopeWeekKey(scope string, t time.Time) string {
 	return budgetScopeWeekPrefix(scope) + budgetMonday(t)
 }
 
-// budgetScopeDayPrefix and budgetScopeWeekPrefix are the scope keys without their
-// date, for the reserve script.
+// BudgetScopeMonthKey is scope's own counter of t's UTC month.
+func BudgetScopeMonthKey(scope string, t time.Time) string {
+	return budgetScopeMonthPrefix(scope) + budgetMonth(t)
+}
+
+// budgetScopeDayPrefix, budgetScopeWeekPrefix and budgetScopeMonthPrefix are the
+// scope keys without their date, for the reserve script.
 func budgetScopeDayPrefix(scope string) string {
 	return budgetScopePrefix + fleet.ScopeHash(scope) + ":"
 }
@@ -82,12 +95,19 @@ func budgetScopeWeekPrefix(scope string) string {
 	return budgetScopePrefix + fleet.ScopeHash(scope) + ":w:"
 }
 
+func budgetScopeMonthPrefix(scope string) string {
+	return budgetScopePrefix + fleet.ScopeHash(scope) + ":m:"
+}
+
 // budgetReleaseKey guards one reservation's release, so a retried release (by a
 // caller or by the client after a timeout) never gives a slot back twice.
 func budgetReleaseKey(token string) string { return budgetReleasePrefix + token }
 
 // budgetDay is t's UTC date, the day suffix of a budget key.
 func budgetDay(t time.Time) string { return t.UTC().Format(budgetDayLayout) }
+
+// budgetMonth is t's UTC year and month, the month suffix of a budget key.
+func budgetMonth(t time.Time) string { return t.UTC().Format(budgetMonthLayout) }
 
 // budgetMonday is the UTC date of the Monday that starts t's ISO week, the week
 // suffix of a budget key.

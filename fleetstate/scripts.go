@@ -13,11 +13,13 @@ import (
 // date of a window key comes from the server's clock, which only the script
 // reads, so those scripts append the suffix to a prefix formatted in keys.go:
 //
-//	day suffix:  YYYY-MM-DD of the UTC day
-//	week suffix: YYYY-MM-DD of the Monday (UTC) that starts the ISO week
+//	day suffix:   YYYY-MM-DD of the UTC day
+//	week suffix:  YYYY-MM-DD of the Monday (UTC) that starts the ISO week
+//	month suffix: YYYY-MM of the UTC month
 //
-// budgetDayKey and budgetWeekKey in keys.go format the same suffixes in Go; a test
-// holds the two to the same answers across year ends, leap days and Sunday/Monday.
+// BudgetDayKey, BudgetWeekKey and BudgetMonthKey in keys.go format the same
+// suffixes in Go; a test holds the two to the same answers across year ends,
+// leap days, month ends and Sunday/Monday.
 //
 // now_ms(override): production always passes "" and the script reads TIME. Only
 // the tests of this package pass an epoch millisecond, to drive the civil-date
@@ -53,31 +55,47 @@ local function ymd(days)
   return string.format('%04d-%02d-%02d', y, m, d)
 end
 
--- the UTC day and the Monday of its ISO week. 1970-01-01 was a Thursday:
--- (days + 3) % 7 is 0 on a Monday (Lua's % is floored).
+-- the UTC day, the Monday of its ISO week and its month (YYYY-MM).
+-- 1970-01-01 was a Thursday: (days + 3) % 7 is 0 on a Monday (Lua's % is
+-- floored).
 local function budget_dates(ms)
   local days = math.floor(ms / 86400000)
   local monday = days - (days + 3) % 7
-  return ymd(days), ymd(monday)
+  local day = ymd(days)
+  return day, ymd(monday), string.sub(day, 1, 7)
+end
+
+-- the key of a window: its prefix and the date suffix of its kind.
+local function window_key(prefix, kind, day, monday, month)
+  if kind == 'w' then
+    return prefix .. monday
+  elseif kind == 'm' then
+    return prefix .. month
+  end
+  return prefix .. day
 end
 `
 
 // reserveScript counts one container start in every active window, or in none.
 //
 // KEYS: none declared. The window keys carry the server's date, known only here;
-// the script builds them as prefix .. day (kind "d") or prefix .. monday (kind
-// "w"), the prefixes coming from keys.go.
-// ARGV[1]            -> now_ms override: "" in production (see budgetDatesLua)
-// ARGV[2]            -> TTL in ms of a day key (2 d)
-// ARGV[3]            -> TTL in ms of a week key (9 d)
-// ARGV[4+4i .. 7+4i] -> window i, narrowest first: prefix, kind ("d"|"w"), cap,
-// name (for error text)
+// the script builds them as prefix .. day (kind "d"), prefix .. monday (kind
+// "w") or prefix .. month (kind "m"), the prefixes coming from keys.go.
+// ARGV[1]             -> now_ms override: "" in production (see budgetDatesLua)
+// ARGV[2]             -> TTL in ms of a day key (2 d)
+// ARGV[3]             -> TTL in ms of a week key (9 d)
+// ARGV[4]             -> TTL in ms of a month key (40 d)
+// ARGV[5+5i .. 9+5i]  -> window i, narrowest first: prefix, kind ("d"|"w"|"m"),
+// cap, name (for error text), soft hold ("" for none, else the most starts the
+// soft hold lets the window reach)
 //
 // Every window is INCRed, and a key without expiry gets its TTL in the same
 // script. Then the windows are checked in order; the first whose count exceeds
-// its cap refuses, and every INCR is undone (a refusal consumes nothing).
+// its cap, or else its soft hold, refuses, and every INCR is undone (a refusal
+// consumes nothing).
 // Returns {granted (1|0), refusing window (1-based, 0 when granted), {keys},
-// {counts}}: the counts after this start when granted, before it when refused.
+// {counts}, soft (1 when the refusal is the soft hold's, else 0)}: the counts
+// after this start when granted, before it when refused.
 // A key that is not an integer counter stops the script with an error after
 // undoing what it had counted.
 var reserveScript = redis.NewScript(budgetDatesLua + `
@@ -85,19 +103,15 @@ local now = now_ms(ARGV[1])
 if now == nil then
   return redis.error_reply('ERR budget: now_ms override is not an epoch millisecond')
 end
-local day, monday = budget_dates(now)
-local dayTTL, weekTTL = ARGV[2], ARGV[3]
-local keys, caps, names, counts = {}, {}, {}, {}
-for i = 4, #ARGV, 4 do
-  local key, ttl
-  if ARGV[i + 1] == 'w' then
-    key, ttl = ARGV[i] .. monday, weekTTL
-  else
-    key, ttl = ARGV[i] .. day, dayTTL
-  end
+local day, monday, month = budget_dates(now)
+local ttls = {d = ARGV[2], w = ARGV[3], m = ARGV[4]}
+local keys, caps, names, softs, counts = {}, {}, {}, {}, {}
+for i = 5, #ARGV, 5 do
+  local key = window_key(ARGV[i], ARGV[i + 1], day, monday, month)
   keys[#keys + 1] = key
   caps[#caps + 1] = tonumber(ARGV[i + 2])
   names[#names + 1] = ARGV[i + 3]
+  softs[#softs + 1] = tonumber(ARGV[i + 4])
   local n = redis.pcall('INCR', key)
   if type(n) == 'table' and n.err then
     for j = 1, #counts do
@@ -107,18 +121,21 @@ for i = 4, #ARGV, 4 do
   end
   counts[#counts + 1] = n
   if redis.call('PTTL', key) < 0 then
-    redis.call('PEXPIRE', key, ttl)
+    redis.call('PEXPIRE', key, ttls[ARGV[i + 1]] or ttls.d)
   end
 end
 for i = 1, #keys do
-  if counts[i] > caps[i] then
+  local hard = counts[i] > caps[i]
+  if hard or (softs[i] ~= nil and counts[i] > softs[i]) then
     for j = 1, #keys do
       counts[j] = redis.call('DECR', keys[j])
     end
-    return {0, i, keys, counts}
+    local soft = 1
+    if hard then soft = 0 end
+    return {0, i, keys, counts, soft}
   end
 end
-return {1, 0, keys, counts}
+return {1, 0, keys, counts, 0}
 `)
 
 // releaseScript gives back the windows of one reservation, at most once.
@@ -151,24 +168,27 @@ end
 return n
 `)
 
-// countsScript reads today's global counters.
+// countsScript reads the current global counters.
 //
 // KEYS: none declared (the date is the server's; see reserveScript).
 // ARGV[1] -> now_ms override: "" in production (see budgetDatesLua)
 // ARGV[2] -> the global day prefix
 // ARGV[3] -> the global week prefix
+// ARGV[4] -> the global month prefix
 //
-// Returns {day, monday, day count, week count}; a count is "" when its key is
-// absent, else the stored string (the caller parses it).
+// Returns {now ms, day, monday, month, day count, week count, month count}; a
+// count is "" when its key is absent, else the stored string (the caller
+// parses it).
 var countsScript = redis.NewScript(budgetDatesLua + `
 local now = now_ms(ARGV[1])
 if now == nil then
   return redis.error_reply('ERR budget: now_ms override is not an epoch millisecond')
 end
-local day, monday = budget_dates(now)
+local day, monday, month = budget_dates(now)
 local d = redis.call('GET', ARGV[2] .. day)
 local w = redis.call('GET', ARGV[3] .. monday)
-return {day, monday, d or '', w or ''}
+local m = redis.call('GET', ARGV[4] .. month)
+return {string.format('%.0f', now), day, monday, month, d or '', w or '', m or ''}
 `)
 
 // mirrorScript writes one run record to the fleet's run mirror and trims it.
