@@ -53,3 +53,11 @@ func TestConformanceHoldStore(t *testing.T) {
 		return NewHolds(db.Client, HoldsConfig{})
 	})
 }
+
+func TestConformanceRateLimits(t *testing.T) {
+	t.Parallel()
+	dispatchtest.TestRateLimits(t, func(t *testing.T) dispatchtest.RateLimitsHarness {
+		db := livetest.Valkey(t)
+		return dispatchtest.RateLimitsHarness{Limits: NewRateLimits(db.Client, RateLimitsConfig{}), Wait: time.Sleep}
+	})
+}

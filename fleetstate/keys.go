@@ -31,6 +31,8 @@ import (
 //	wait:job:<jobId>                    HASH: a held job's hold state (wait-for)
 //	wait:key:<dedupId>                  STRING: the job id holding a dedup id's wait
 //	wait:held                           SET: ids of held jobs; readers prune the gone
+//	ratelimit:<provider>                STRING "<until ms> <why>", PX to the reset
+//	ratelimit:providers                 SET: providers that were suspended; readers prune the gone
 const (
 	budgetDayPrefix     = "budget:"
 	budgetWeekPrefix    = "budget:w:"
@@ -43,6 +45,7 @@ const (
 	cancelAckPrefix     = "cancel:ack:"
 	waitJobPrefix       = "wait:job:"
 	waitDedupPrefix     = "wait:key:"
+	rateLimitPrefix     = "ratelimit:"
 
 	// budgetDayLayout is the date suffix of every day and week window key,
 	// budgetMonthLayout that of every month window key.
@@ -151,3 +154,13 @@ func WaitJobKey(jobID string) string { return waitJobPrefix + jobID }
 // WaitDedupKey names the job that holds the wait of a dedup id: a newer delivery
 // of the same intent takes it over and ends the older hold.
 func WaitDedupKey(dedupID string) string { return waitDedupPrefix + dedupID }
+
+// RateLimitProvidersKey is the SET of providers with a rate-limit suspension.
+// A SET cannot expire its members, so its readers (RateLimits.List) prune
+// names whose suspension (RateLimitKey) is gone.
+const RateLimitProvidersKey = "ratelimit:providers"
+
+// RateLimitKey is one provider's rate-limit suspension: the reset time in
+// epoch milliseconds and the reason, expiring at the reset. The provider name
+// is validated before it names a key.
+func RateLimitKey(provider string) string { return rateLimitPrefix + provider }

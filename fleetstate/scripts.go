@@ -249,3 +249,73 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 `)
+
+// suspendScript records a provider's rate-limit suspension; a later reset wins.
+//
+// KEYS[1] -> ratelimit:<provider>, STRING "<until ms> <why>"
+// KEYS[2] -> ratelimit:providers, SET of provider names
+// ARGV[1] -> the reset, epoch ms
+// ARGV[2] -> the reason (cleaned by the caller)
+// ARGV[3] -> the provider name (validated by the caller)
+// ARGV[4] -> the longest suspension in ms (MaxSuspension)
+//
+// The reset is held to now + ARGV[4] on the server's clock. A reset not after
+// now does nothing. A stored reset that is later and reads as one (a number
+// not beyond now + ARGV[4]) is kept; anything else, including a key of another
+// type, is replaced. The key expires at the reset (PX); the set expires a
+// minute after the longest suspension, so it never outlives its members for
+// long. Returns 1 when the record was written, 0 when it was kept.
+var suspendScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local max = tonumber(ARGV[4])
+local reset = tonumber(ARGV[1])
+if reset == nil then
+  return redis.error_reply('ERR rate limits: the reset is not an epoch millisecond')
+end
+if reset > now + max then reset = now + max end
+if reset <= now then return 0 end
+local ty = redis.call('TYPE', KEYS[1]).ok
+if ty == 'string' then
+  local digits, rest = string.match(redis.call('GET', KEYS[1]), '^(%d+)(.*)$')
+  local cur = tonumber(digits)
+  if cur ~= nil and (rest == '' or string.sub(rest, 1, 1) == ' ') and cur >= reset and cur <= now + max then
+    return 0
+  end
+elseif ty ~= 'none' then
+  redis.call('DEL', KEYS[1])
+end
+if redis.call('TYPE', KEYS[2]).ok ~= 'set' then
+  redis.call('DEL', KEYS[2])
+end
+redis.call('SET', KEYS[1], string.format('%.0f', reset) .. ' ' .. ARGV[2], 'PX', string.format('%.0f', reset - now))
+redis.call('SADD', KEYS[2], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], string.format('%.0f', max + 60000))
+return 1
+`)
+
+// listSuspensionsScript reads every suspension and prunes the ended ones.
+//
+// KEYS[1] -> ratelimit:providers, SET of provider names
+// ARGV[1] -> the key prefix of a suspension, ratelimit:
+//
+// Returns {name, value, name, value, ...} for the names whose key is a
+// STRING; names whose key is gone are removed from the set. A set of another
+// type reads as empty. The caller validates every name and value.
+var listSuspensionsScript = redis.NewScript(`
+if redis.call('TYPE', KEYS[1]).ok ~= 'set' then
+  return {}
+end
+local out = {}
+for _, name in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  local key = ARGV[1] .. name
+  local ty = redis.call('TYPE', key).ok
+  if ty == 'none' then
+    redis.call('SREM', KEYS[1], name)
+  elseif ty == 'string' then
+    out[#out + 1] = name
+    out[#out + 1] = redis.call('GET', key)
+  end
+end
+return out
+`)
