@@ -19,3 +19,7 @@ func TestFakeRuntime(t *testing.T) { dispatchtest.TestRuntime(t, dispatchtest.Fa
 func TestFakeRateLimits(t *testing.T) {
 	dispatchtest.TestRateLimits(t, dispatchtest.FakeRateLimitsHarness)
 }
+
+func TestFakeDollarBudget(t *testing.T) {
+	dispatchtest.TestDollarBudget(t, dispatchtest.FakeDollarHarness)
+}

@@ -9,6 +9,7 @@ import (
 	"github.com/pidispatch/pidispatch/dispatchtest"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
+	"github.com/redis/go-redis/v9"
 )
 
 // The conformance suite of package dispatchtest, run against the Valkey
@@ -59,5 +60,36 @@ func TestConformanceRateLimits(t *testing.T) {
 	dispatchtest.TestRateLimits(t, func(t *testing.T) dispatchtest.RateLimitsHarness {
 		db := livetest.Valkey(t)
 		return dispatchtest.RateLimitsHarness{Limits: NewRateLimits(db.Client, RateLimitsConfig{}), Wait: time.Sleep}
+	})
+}
+
+func TestConformanceDollarBudget(t *testing.T) {
+	t.Parallel()
+	dispatchtest.TestDollarBudget(t, func(t *testing.T, c dispatchtest.DollarCaps) dispatchtest.DollarHarness {
+		db := livetest.Valkey(t)
+		cfg := DollarsConfig{DailyMicros: c.Daily, WeeklyMicros: c.Weekly, MonthlyMicros: c.Monthly, CallTimeout: 10 * time.Second}
+		d := NewDollars(db.Client, cfg)
+		return dispatchtest.DollarHarness{
+			Budget: d,
+			Peer: func() dispatch.DollarBudget {
+				opts, err := redis.ParseURL(db.URL)
+				if err != nil {
+					t.Fatal(err)
+				}
+				client := redis.NewClient(opts)
+				t.Cleanup(func() { _ = client.Close() })
+				return NewDollars(client, cfg)
+			},
+			Day: func() (int64, int64) {
+				// Called from the suite's sampler goroutine too: Errorf, not Fatal.
+				ws, err := d.Windows(context.Background())
+				if err != nil || len(ws) == 0 || ws[0].Name != dispatch.WindowDay {
+					t.Errorf("dollar windows = %+v, %v", ws, err)
+					return 0, 0
+				}
+				return ws[0].SpentMicros, ws[0].ReservedMicros
+			},
+			Wait: time.Sleep,
+		}
 	})
 }

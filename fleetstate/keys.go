@@ -23,6 +23,11 @@ import (
 //	budget:s:<hash16>:w:<monday>        one scope's count of the ISO week
 //	budget:s:<hash16>:m:<YYYY-MM>       one scope's count of the UTC month
 //	budget:rel:<token>                  a reservation's release guard (released once)
+//	budget:usd:<YYYY-MM-DD>             settled micro-dollars of the UTC day (also :w:<monday>, :m:<YYYY-MM>)
+//	budget:usd:s:<hash16>:<YYYY-MM-DD>  one scope's settled micro-dollars (also :w:<monday>, :m:<YYYY-MM>)
+//	<dollar window>:res                 ZSET: the window's live reservations, member -> expiry ms
+//	<dollar window>:amt                 HASH: the window's live reservations, member -> micro-dollars
+//	budget:usd:settle:<token>           a dollar reservation's settle guard (settled once)
 //	runs:rec:<stem>.attempt-<n>         one attempt's mirrored run record (stem = SanitizeJobID)
 //	runs:claim:<stem>.attempt-<n>       the host that records that attempt (one fleet-wide)
 //	runs:index                          ZSET of those members (<stem>.attempt-<n>) scored by endedAt ms
@@ -39,6 +44,16 @@ const (
 	budgetMonthPrefix   = "budget:m:"
 	budgetScopePrefix   = "budget:s:"
 	budgetReleasePrefix = "budget:rel:"
+	dollarPrefix        = "budget:usd:"
+	dollarWeekPrefix    = "budget:usd:w:"
+	dollarMonthPrefix   = "budget:usd:m:"
+	dollarScopePrefix   = "budget:usd:s:"
+	dollarSettlePrefix  = "budget:usd:settle:"
+	// The two keys of a dollar window's live reservations are the window's
+	// key with these suffixes; the reserve script appends them to the key it
+	// builds.
+	dollarResSuffix     = ":res"
+	dollarAmtSuffix     = ":amt"
 	runRecordPrefix     = "runs:rec:"
 	runClaimPrefix      = "runs:claim:"
 	cancelRequestPrefix = "cancel:req:"
@@ -164,3 +179,54 @@ const RateLimitProvidersKey = "ratelimit:providers"
 // epoch milliseconds and the reason, expiring at the reset. The provider name
 // is validated before it names a key.
 func RateLimitKey(provider string) string { return rateLimitPrefix + provider }
+
+// DollarDayKey is the global dollar window of t's UTC day: its settled spend
+// in micro-dollars.
+func DollarDayKey(t time.Time) string { return dollarPrefix + budgetDay(t) }
+
+// DollarWeekKey is the global dollar window of t's ISO week (its Monday, UTC).
+func DollarWeekKey(t time.Time) string { return dollarWeekPrefix + budgetMonday(t) }
+
+// DollarMonthKey is the global dollar window of t's UTC month.
+func DollarMonthKey(t time.Time) string { return dollarMonthPrefix + budgetMonth(t) }
+
+// DollarScopeDayKey is scope's own dollar window of t's UTC day (the scope
+// hashed as in BudgetScopeDayKey).
+func DollarScopeDayKey(scope string, t time.Time) string {
+	return dollarScopeDayPrefix(scope) + budgetDay(t)
+}
+
+// DollarScopeWeekKey is scope's own dollar window of t's ISO week.
+func DollarScopeWeekKey(scope string, t time.Time) string {
+	return dollarScopeWeekPrefix(scope) + budgetMonday(t)
+}
+
+// DollarScopeMonthKey is scope's own dollar window of t's UTC month.
+func DollarScopeMonthKey(scope string, t time.Time) string {
+	return dollarScopeMonthPrefix(scope) + budgetMonth(t)
+}
+
+func dollarScopeDayPrefix(scope string) string {
+	return dollarScopePrefix + fleet.ScopeHash(scope) + ":"
+}
+
+func dollarScopeWeekPrefix(scope string) string {
+	return dollarScopePrefix + fleet.ScopeHash(scope) + ":w:"
+}
+
+func dollarScopeMonthPrefix(scope string) string {
+	return dollarScopePrefix + fleet.ScopeHash(scope) + ":m:"
+}
+
+// DollarReservationsKey is the ZSET of a dollar window's live reservations,
+// each scored by its expiry in epoch milliseconds. window is one of the
+// Dollar...Key keys.
+func DollarReservationsKey(window string) string { return window + dollarResSuffix }
+
+// DollarAmountsKey is the HASH of a dollar window's live reservations'
+// micro-dollars, by member.
+func DollarAmountsKey(window string) string { return window + dollarAmtSuffix }
+
+// dollarSettleKey guards one dollar reservation's settle, so a retried settle
+// never counts the spend twice.
+func dollarSettleKey(token string) string { return dollarSettlePrefix + token }

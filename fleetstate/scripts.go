@@ -319,3 +319,196 @@ for _, name in ipairs(redis.call('SMEMBERS', KEYS[1])) do
 end
 return out
 `)
+
+// dollarWindowsLua is prepended to the dollar scripts after budgetDatesLua: it
+// reads one dollar window. A window is its settled spend (a STRING of
+// micro-dollars at the window's key) plus its live reservations (a ZSET of
+// members scored by expiry ms at key .. res_suffix, and a HASH of their
+// micro-dollars at key .. amt_suffix). A member is live while its expiry is
+// after now.
+const dollarWindowsLua = `
+local function dollar_type_ok(key, want)
+  local ty = redis.call('TYPE', key).ok
+  return ty == 'none' or ty == want
+end
+
+-- returns settled, held (micro-dollars) or nil, error text.
+local function dollar_read(key, res, amt, now)
+  if not dollar_type_ok(key, 'string') or not dollar_type_ok(res, 'zset') or not dollar_type_ok(amt, 'hash') then
+    return nil, key .. ' is not a dollar window'
+  end
+  local settled = 0
+  local v = redis.call('GET', key)
+  if v then
+    settled = tonumber(v)
+    if settled == nil or settled ~= math.floor(settled) then
+      return nil, key .. ' holds ' .. v .. ', not micro-dollars'
+    end
+  end
+  local held = 0
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', res, '(' .. string.format('%.0f', now), '+inf')) do
+    local a = redis.call('HGET', amt, m)
+    local n = tonumber(a)
+    if a and (n == nil or n ~= math.floor(n) or n < 0) then
+      return nil, amt .. ' holds ' .. a .. ' for ' .. m .. ', not micro-dollars'
+    end
+    held = held + (n or 0)
+  end
+  return settled, held
+end
+
+-- drops the reservations of a window that expired at or before now.
+local function dollar_prune(res, amt, now)
+  local gone = redis.call('ZRANGEBYSCORE', res, '-inf', string.format('%.0f', now))
+  for _, m in ipairs(gone) do
+    redis.call('HDEL', amt, m)
+  end
+  if #gone > 0 then
+    redis.call('ZREMRANGEBYSCORE', res, '-inf', string.format('%.0f', now))
+  end
+end
+`
+
+// dollarReserveScript holds a job's dollar cap in every active dollar window,
+// or in none.
+//
+// KEYS: none declared. The window keys carry the server's date (see
+// reserveScript): prefix .. day, .. monday or .. month by kind.
+// ARGV[1]              -> now_ms override: "" in production (see budgetDatesLua)
+// ARGV[2]              -> the reservation's ttl in ms
+// ARGV[3]              -> the reservation's member (<jobId>#<token>)
+// ARGV[4]              -> the micro-dollars to hold
+// ARGV[5], ARGV[6]     -> the suffixes of a window's reservation ZSET and amount HASH
+// ARGV[7], [8], [9]    -> TTL in ms of a day, week and month window's keys
+// ARGV[10+4i .. 13+4i] -> window i, narrowest first: prefix, kind ("d"|"w"|"m"),
+// cap (micro-dollars), name (for error text)
+//
+// Each window first drops its expired reservations. used = settled + live
+// reservations; the first window, in order, where used + micros > cap refuses
+// and nothing is held. Otherwise the member is added to every window with
+// expiry now + ttl, and each window's keys get (or keep, when longer) their TTL
+// plus the reservation's ttl.
+// Returns {granted (1|0), refusing window (1-based, 0 when granted), {keys},
+// {used}}: keys are the windows' settled-spend keys, used is each window's use
+// including this reservation when granted, before it when refused (up to the
+// refusing window). A window of the wrong type or holding junk stops the
+// script with an error before anything is held.
+var dollarReserveScript = redis.NewScript(budgetDatesLua + dollarWindowsLua + `
+local now = now_ms(ARGV[1])
+if now == nil then
+  return redis.error_reply('ERR dollars: now_ms override is not an epoch millisecond')
+end
+local day, monday, month = budget_dates(now)
+local ttl, member, micros = tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+local rs, as = ARGV[5], ARGV[6]
+local ttls = {d = tonumber(ARGV[7]), w = tonumber(ARGV[8]), m = tonumber(ARGV[9])}
+local keys, kinds, used = {}, {}, {}
+for i = 10, #ARGV, 4 do
+  local key = window_key(ARGV[i], ARGV[i + 1], day, monday, month)
+  local settled, held = dollar_read(key, key .. rs, key .. as, now)
+  if settled == nil then
+    return redis.error_reply('ERR dollars: window ' .. ARGV[i + 3] .. ': ' .. held)
+  end
+  dollar_prune(key .. rs, key .. as, now)
+  keys[#keys + 1] = key
+  kinds[#kinds + 1] = ARGV[i + 1]
+  used[#used + 1] = settled + held
+  if settled + held + micros > tonumber(ARGV[i + 2]) then
+    return {0, #keys, keys, used}
+  end
+end
+for i, key in ipairs(keys) do
+  local life = (ttls[kinds[i]] or ttls.d) + ttl
+  redis.call('ZADD', key .. rs, string.format('%.0f', now + ttl), member)
+  redis.call('HSET', key .. as, member, string.format('%.0f', micros))
+  for _, k in ipairs({key .. rs, key .. as}) do
+    if redis.call('PTTL', k) < life then
+      redis.call('PEXPIRE', k, string.format('%.0f', life))
+    end
+  end
+  if redis.call('EXISTS', key) == 1 and redis.call('PTTL', key) < 0 then
+    redis.call('PEXPIRE', key, string.format('%.0f', ttls[kinds[i]] or ttls.d))
+  end
+  used[i] = used[i] + micros
+end
+return {1, 0, keys, used}
+`)
+
+// dollarSettleScript replaces one reservation by the job's real spend, at
+// most once.
+//
+// KEYS[1]    -> the reservation's settle guard, budget:usd:settle:<token>
+// KEYS[2..n] -> the settled-spend keys of the windows the reservation was held in
+// ARGV[1]    -> the real spend in micro-dollars (0 or more)
+// ARGV[2]    -> the reservation's member
+// ARGV[3], ARGV[4] -> the suffixes of a window's reservation ZSET and amount HASH
+// ARGV[5]    -> the guard's TTL in ms (outlives every window)
+// ARGV[6..]  -> each window key's TTL in ms, in KEYS order from KEYS[2]
+//
+// Every window is checked first (types, a settled value that is an integer);
+// a bad one stops the script with an error before anything changes, so a retry
+// can still settle. Then the guard is set: when it already was, the
+// reservation was settled and -1 is returned. Else the member leaves every
+// window (whether or not it had lapsed) and the spend is added to each window's
+// settled key, which gets its TTL when it has none. Returns the number of
+// windows settled.
+var dollarSettleScript = redis.NewScript(`
+local rs, as = ARGV[3], ARGV[4]
+for i = 2, #KEYS do
+  local k = KEYS[i]
+  for _, c in ipairs({{k, 'string'}, {k .. rs, 'zset'}, {k .. as, 'hash'}}) do
+    local ty = redis.call('TYPE', c[1]).ok
+    if ty ~= 'none' and ty ~= c[2] then
+      return redis.error_reply('ERR dollars: ' .. c[1] .. ' holds a ' .. ty)
+    end
+  end
+  local v = redis.call('GET', k)
+  if v and (tonumber(v) == nil or tonumber(v) ~= math.floor(tonumber(v))) then
+    return redis.error_reply('ERR dollars: ' .. k .. ' holds ' .. v .. ', not micro-dollars')
+  end
+end
+if not redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[5]) then
+  return -1
+end
+local spent = tonumber(ARGV[1])
+for i = 2, #KEYS do
+  local k = KEYS[i]
+  redis.call('ZREM', k .. rs, ARGV[2])
+  redis.call('HDEL', k .. as, ARGV[2])
+  if spent > 0 then
+    redis.call('INCRBY', k, ARGV[1])
+  end
+  if redis.call('EXISTS', k) == 1 and redis.call('PTTL', k) < 0 then
+    redis.call('PEXPIRE', k, ARGV[4 + i])
+  end
+end
+return #KEYS - 1
+`)
+
+// dollarReadScript reads the global dollar windows without changing them.
+//
+// KEYS: none declared (the date is the server's; see reserveScript).
+// ARGV[1]            -> now_ms override: "" in production (see budgetDatesLua)
+// ARGV[2], ARGV[3]   -> the suffixes of a window's reservation ZSET and amount HASH
+// ARGV[4+2i, 5+2i]   -> window i: prefix, kind ("d"|"w"|"m")
+//
+// Returns {now ms, {settled}, {held}}, one entry per window; a window of the
+// wrong type or holding junk is an error.
+var dollarReadScript = redis.NewScript(budgetDatesLua + dollarWindowsLua + `
+local now = now_ms(ARGV[1])
+if now == nil then
+  return redis.error_reply('ERR dollars: now_ms override is not an epoch millisecond')
+end
+local day, monday, month = budget_dates(now)
+local settled, held = {}, {}
+for i = 4, #ARGV, 2 do
+  local key = window_key(ARGV[i], ARGV[i + 1], day, monday, month)
+  local s, h = dollar_read(key, key .. ARGV[2], key .. ARGV[3], now)
+  if s == nil then
+    return redis.error_reply('ERR dollars: ' .. h)
+  end
+  settled[#settled + 1] = s
+  held[#held + 1] = h
+end
+return {string.format('%.0f', now), settled, held}
+`)
