@@ -23,8 +23,19 @@ func newGateway(cfg dispatch.Config, limits gateway.RateLimits, logger *slog.Log
 	if wait == 0 {
 		wait = time.Nanosecond // PI_RATE_LIMIT_WAIT_MS=0: no wait (the gateway's zero is its default)
 	}
+	// PI_MODEL_UPSTREAM is every provider's base URL, the known ones too;
+	// PI_PROVIDER_URLS names the exceptions.
+	upstreams := map[string]string{}
+	if cfg.ModelUpstream != "" {
+		for provider := range dispatch.ProviderKeyVars {
+			upstreams[provider] = cfg.ModelUpstream
+		}
+	}
+	for provider, u := range cfg.Gateway.ProviderURLs {
+		upstreams[provider] = u
+	}
 	g, err := gateway.New(gateway.Config{
-		Upstreams:     cfg.Gateway.ProviderURLs,
+		Upstreams:     upstreams,
 		Fallback:      cfg.ModelUpstream,
 		Pricing:       pricing,
 		RateLimits:    limits,
