@@ -71,11 +71,16 @@ func liveFleet(t *testing.T) *livetest.ValkeyDB {
 	return db
 }
 
-func serveLive(t *testing.T, db *livetest.ValkeyDB, opts dash.Options) string {
+// serveLive serves the dashboard over db on a free loopback port, with the
+// Valkey source's actions when actions is set.
+func serveLive(t *testing.T, db *livetest.ValkeyDB, opts dash.Options, actions bool) string {
 	t.Helper()
 	src, err := dash.NewValkey(db.Client, dash.ValkeyConfig{DailyCap: 10, WeeklyCap: 40})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = src.Close(context.Background()) })
+	if actions {
+		opts.Actions = src
+	}
 	if opts.Refresh == 0 {
 		opts.Refresh = 500 * time.Millisecond
 	}
@@ -145,7 +150,7 @@ func TestValkeySourceReadsALiveFleet(t *testing.T) {
 // button without actions.
 func TestDashboardInChromium(t *testing.T) {
 	db := liveFleet(t)
-	url := serveLive(t, db, dash.Options{})
+	url := serveLive(t, db, dash.Options{}, false)
 	b := browsertest.Chromium(t, liveTimeout)
 
 	require.NoError(t, chromedp.Do(b.Ctx,
