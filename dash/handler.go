@@ -183,12 +183,16 @@ func (h *handler) action(verb string, do func(context.Context, string) (string, 
 		ctx, cancel := context.WithTimeout(r.Context(), DefaultActionTimeout)
 		defer cancel()
 		msg, err := do(ctx, body.JobID)
+		log := h.log.With("action", verb)
+		if body.JobID != "" {
+			log = log.With("jobId", body.JobID)
+		}
 		if err != nil {
-			h.log.Warn("dash_action", "action", verb, "job", body.JobID, "err", err)
+			log.Warn("dash_action", "err", err)
 			writeJSON(w, http.StatusInternalServerError, actionReply{Message: verb + " failed: " + err.Error()})
 			return
 		}
-		h.log.Info("dash_action", "action", verb, "job", body.JobID, "result", msg)
+		log.Info("dash_action", "result", msg)
 		writeJSON(w, http.StatusOK, actionReply{OK: true, Message: msg})
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/dash"
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/fleet"
 )
 
 func init() {
@@ -27,33 +28,49 @@ const (
 	dashShutdownGrace = 5 * time.Second
 )
 
-func runDash(ctx context.Context, e env, args []string) int {
+// dashFlags are the command's flags.
+type dashFlags struct {
+	listen          string
+	actions, remote bool
+}
+
+// parseDashFlags parses args; done means the command ends with code (help
+// printed, or a bad argument named).
+func parseDashFlags(e env, args []string) (f dashFlags, code int, done bool) {
 	fs := flag.NewFlagSet("dash", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	listen := fs.String("listen", dashDefaultListen, "the address to serve on")
-	actions := fs.Bool("allow-actions", false, "offer pause, resume and cancel buttons")
-	remote := fs.Bool("allow-remote", false, "serve on an address that is not loopback")
+	fs.StringVar(&f.listen, "listen", dashDefaultListen, "the address to serve on")
+	fs.BoolVar(&f.actions, "allow-actions", false, "offer pause, resume and cancel buttons")
+	fs.BoolVar(&f.remote, "allow-remote", false, "serve on an address that is not loopback")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(e.stdout, dashUsage)
-			return exitOK
+			return f, exitOK, true
 		}
 		fmt.Fprintf(e.stderr, "pi-dispatch dash: %v (%s)\n", err, dashUsage)
-		return exitUsage
+		return f, exitUsage, true
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(e.stderr, "pi-dispatch dash: unexpected argument %q (%s)\n", fs.Arg(0), dashUsage)
-		return exitUsage
+		return f, exitUsage, true
 	}
-	loopback, err := loopbackAddr(*listen)
+	return f, exitOK, false
+}
+
+func runDash(ctx context.Context, e env, args []string) int {
+	flags, code, done := parseDashFlags(e, args)
+	if done {
+		return code
+	}
+	loopback, err := loopbackAddr(flags.listen)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "pi-dispatch dash: --listen %s: %v (%s)\n", *listen, err, dashUsage)
+		fmt.Fprintf(e.stderr, "pi-dispatch dash: --listen %s: %v (%s)\n", flags.listen, err, dashUsage)
 		return exitUsage
 	}
-	if !loopback && !*remote {
+	if !loopback && !flags.remote {
 		fmt.Fprintf(e.stderr, "pi-dispatch dash: --listen %s is not a loopback address. The dashboard has no login: "+
 			"anyone who reaches it reads the fleet%s. Serve it on 127.0.0.1 and reach it through an SSH tunnel, "+
-			"or add --allow-remote (docs/dashboard.md)\n", *listen, actionsRisk(*actions))
+			"or add --allow-remote (docs/dashboard.md)\n", flags.listen, actionsRisk(flags.actions))
 		return exitUsage
 	}
 	caps, code := dashCaps(e)
@@ -68,22 +85,26 @@ func runDash(ctx context.Context, e env, args []string) int {
 	if err := client.Ping(ctx).Err(); err != nil {
 		return ksUnreachable(e.stderr, url, err)
 	}
-	caps.Host = e.getenv("PI_WORKER_NAME")
+	host := e.getenv("PI_WORKER_NAME")
+	if fleet.ValidateName(host) != nil {
+		host = fleet.DefaultName()
+	}
+	caps.Host = host
 	src, err := dash.NewValkey(client, caps)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "pi-dispatch dash: %v\n", err)
 		return exitFailure
 	}
 	defer src.Close(context.Background())
-	opts := dash.Options{Logger: slog.New(slog.NewTextHandler(e.stderr, nil))}
-	if *actions {
+	opts := dash.Options{Logger: slog.New(slog.NewTextHandler(e.stderr, nil)), Host: host}
+	if flags.actions {
 		opts.Actions = src
 	}
 	if !loopback {
 		fmt.Fprintf(e.stderr, "WARNING: serving the dashboard on %s, which is not loopback. It has no login: "+
-			"anyone who reaches it reads the fleet%s.\n", *listen, actionsRisk(*actions))
+			"anyone who reaches it reads the fleet%s.\n", flags.listen, actionsRisk(flags.actions))
 	}
-	return serveDash(ctx, e, *listen, loopback, src, opts)
+	return serveDash(ctx, e, flags.listen, loopback, src, opts)
 }
 
 func actionsRisk(actions bool) string {

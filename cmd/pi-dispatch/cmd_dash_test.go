@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"net"
 	"net/http"
+	neturl "net/url"
 	"regexp"
 	"strings"
 	"sync"
@@ -38,19 +40,24 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-var dashURLRE = regexp.MustCompile(`dashboard: (http://127\.0\.0\.1:\d+/) `)
+var dashURLRE = regexp.MustCompile(`dashboard: (http://\S+:\d+/) `)
 
 // startDash runs `pi-dispatch dash args...` until the test ends and returns
 // the URL it printed, and a func that stops it (as SIGINT does) and returns
 // its exit code.
 func startDash(t *testing.T, env map[string]string, args ...string) (string, func() int) {
 	t.Helper()
+	return startDashErr(t, env, &lockedBuffer{}, args...)
+}
+
+// startDashErr is startDash with the command's stderr kept in stderr.
+func startDashErr(t *testing.T, env map[string]string, stderr *lockedBuffer, args ...string) (string, func() int) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
-	var stderr lockedBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, append([]string{"dash", "--listen", "127.0.0.1:0"}, args...), func(k string) string { return env[k] }, pw, &stderr)
+		done <- run(ctx, append([]string{"dash", "--listen", "127.0.0.1:0"}, args...), func(k string) string { return env[k] }, pw, stderr)
 		pw.Close()
 	}()
 	lines := make(chan string, 1)
@@ -163,6 +170,28 @@ func TestDashServesReadOnlyAndStopsOnInterrupt(t *testing.T) {
 	}
 	if _, err := http.Get(url); err == nil {
 		t.Fatal("still serving after interrupt")
+	}
+}
+
+// --allow-remote serves on every interface, and says loudly what that means.
+func TestDashAllowRemoteWarns(t *testing.T) {
+	db := livetest.Valkey(t)
+	var stderr lockedBuffer
+	url, stop := startDashErr(t, map[string]string{"VALKEY_URL": db.URL}, &stderr, "--listen", "0.0.0.0:0", "--allow-remote", "--allow-actions")
+	if !strings.Contains(stderr.String(), "WARNING: serving the dashboard on 0.0.0.0:0, which is not loopback") ||
+		!strings.Contains(stderr.String(), "can pause it and cancel its jobs") {
+		t.Fatalf("no warning: %q", stderr.String())
+	}
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(u.Host)
+	if code := httpDo(t, http.MethodGet, "http://127.0.0.1:"+port+"/api/state"); code != http.StatusOK {
+		t.Fatalf("GET via 127.0.0.1 of %s: %d", url, code)
+	}
+	if code := stop(); code != exitOK {
+		t.Fatalf("exit %d", code)
 	}
 }
 
