@@ -2,10 +2,16 @@ package browsertest
 
 import (
 	"bytes"
+	"fmt"
 	"image"
 	"image/color"
 	"image/png"
+	"runtime"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/pidispatch/pidispatch/internal/livetest"
 )
 
 func encode(t *testing.T, img image.Image) []byte {
@@ -38,5 +44,40 @@ func TestCheckPNGRefusesBlankAndTiny(t *testing.T) {
 	}
 	if err := CheckPNG(encode(t, busy)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// stopTB records how a helper ended the test: Fatalf or Skipf, each ending
+// the goroutine as the real ones do.
+type stopTB struct {
+	testing.TB
+	how, msg string
+}
+
+func (s *stopTB) Helper() {}
+func (s *stopTB) Fatalf(format string, args ...any) {
+	s.how, s.msg = "fatal", fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+func (s *stopTB) Skipf(format string, args ...any) {
+	s.how, s.msg = "skip", fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+// Without Chromium the test skips, and fails when live services are required.
+func TestMissingChromiumFailsWhenRequired(t *testing.T) {
+	t.Setenv(EnvChromium, "/nonexistent/chromium")
+	for _, tc := range []struct{ require, want string }{{"1", "fatal"}, {"", "skip"}} {
+		t.Setenv(livetest.EnvRequire, tc.require)
+		s := &stopTB{TB: t}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			Chromium(s, time.Second)
+		}()
+		<-done
+		if s.how != tc.want || !strings.Contains(s.msg, "/nonexistent/chromium") {
+			t.Errorf("%s=%q: ended by %s %q, want %s", livetest.EnvRequire, tc.require, s.how, s.msg, tc.want)
+		}
 	}
 }
