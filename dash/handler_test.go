@@ -182,6 +182,12 @@ func TestStateNamesAFailedSection(t *testing.T) {
 	require.NotNil(t, st.Hosts) // [] in JSON, never null
 	require.Len(t, st.Queues, 2)
 	require.Len(t, st.Running, 1)
+
+	// A source answering no rows gives empty lists, never null.
+	_, body := readState(t, serve(t, &fake{}, Options{}).URL)
+	for _, key := range []string{"hosts", "queues", "held", "running", "runs", "dollars"} {
+		require.Contains(t, body, `"`+key+`":[]`)
+	}
 }
 
 // Hostile ids and names reach the page as escaped JSON strings: no raw

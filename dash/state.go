@@ -107,7 +107,8 @@ func (h *handler) read(ctx context.Context) state {
 		return err != nil
 	}
 	if rep, err := h.src.Queues(ctx); !fail(secQueues, err) {
-		st.Fleet, st.PauseFlag, st.Queues = fleetWord(rep), rep.PauseFlag, rep.PerQueue
+		st.Fleet, st.PauseFlag = fleetWord(rep), rep.PauseFlag
+		st.Queues = append(st.Queues, rep.PerQueue...) // [] in JSON, never null
 	}
 	running, err := h.src.Running(ctx, h.opts.Limit)
 	if !fail(secRunning, err) {
