@@ -15,6 +15,8 @@ import (
 	"github.com/pidispatch/pidispatch/dash"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/fleetstate"
+	"github.com/pidispatch/pidispatch/operator"
 )
 
 func init() {
@@ -97,6 +99,11 @@ func runDash(ctx context.Context, e env, args []string) int {
 	}
 	defer src.Close(context.Background())
 	opts := dash.Options{Logger: slog.New(slog.NewTextHandler(e.stderr, nil)), Host: host}
+	if cfg, _ := operator.ConfigForDoctor(e.getenv); cfg.Spend.DollarWindows() {
+		opts.Dollars = dash.FleetDollars(fleetstate.NewDollars(client, fleetstate.DollarsConfig{
+			DailyMicros: cfg.Spend.DailyCostMicros, WeeklyMicros: cfg.Spend.WeeklyCostMicros, MonthlyMicros: cfg.Spend.MonthlyCostMicros,
+		}))
+	}
 	if flags.actions {
 		opts.Actions = src
 	}
