@@ -18,6 +18,7 @@ COPY capabilities ./capabilities
 COPY cmd ./cmd
 COPY container ./container
 COPY cronsync ./cronsync
+COPY dash ./dash
 COPY dispatch ./dispatch
 COPY enqueue ./enqueue
 COPY fingerprint ./fingerprint

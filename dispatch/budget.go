@@ -26,9 +26,14 @@ type Reservation struct {
 	// Granted is true when the start was counted in every active window.
 	Granted bool
 	// Window is the window that refused (WindowScopeDay, WindowScopeWeek,
-	// WindowDay, WindowWeek; the narrowest when several are full). On a grant it
-	// is WindowDay, and Count and Cap say where today stands.
+	// WindowScopeMonth, WindowDay, WindowWeek, WindowMonth; the narrowest when
+	// several are full). On a grant it is WindowDay, and Count and Cap say
+	// where today stands.
 	Window string
+	// Soft is true on a refusal by the soft hold (PI_SOFT_HOLD_PCT): the
+	// window is below its cap but this start would take it past the hold's
+	// share of it. A soft refusal counts nothing either.
+	Soft bool
 	// Count is the window's count: including this start when granted, of the
 	// starts already counted when refused (a refusal counts nothing).
 	Count int
@@ -39,13 +44,16 @@ type Reservation struct {
 	Ticket any
 }
 
-// Reason is the record reason of a refusal: ReasonScopeCap for a scope window,
-// ReasonOverBudget for a global one, "" for a grant.
+// Reason is the record reason of a refusal: ReasonSoftHold for a soft hold,
+// ReasonScopeCap for a scope window, ReasonOverBudget for a global one, ""
+// for a grant.
 func (r Reservation) Reason() string {
 	switch {
 	case r.Granted:
 		return ""
-	case r.Window == WindowScopeDay || r.Window == WindowScopeWeek:
+	case r.Soft:
+		return jobs.ReasonSoftHold
+	case r.Window == WindowScopeDay || r.Window == WindowScopeWeek || r.Window == WindowScopeMonth:
 		return jobs.ReasonScopeCap
 	default:
 		return jobs.ReasonOverBudget

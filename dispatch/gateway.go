@@ -104,7 +104,7 @@ func (w *Worker) gateDollars(ctx context.Context, h *held) verdict {
 	if l, ok := w.limits.Lookup(h.spec.Scope()); ok {
 		limit = &l
 	}
-	if w.deps.Dollars == nil || !(w.cfg.Spend.DollarWindows() || scopeHasDollars(limit)) {
+	if w.deps.Dollars == nil || !(w.cfg.Spend.DollarWindows() || limit != nil && limit.HasDollars()) {
 		return goOn
 	}
 	micros := w.jobCapMicros(h.spec)
@@ -127,6 +127,3 @@ func (w *Worker) gateDollars(ctx context.Context, h *held) verdict {
 		}
 	}}
 }
-
-// scopeHasDollars reports whether a scope row sets a dollar window.
-func scopeHasDollars(l *ScopeLimit) bool { return false }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/pidispatch/pidispatch/internal/check"
+	"github.com/pidispatch/pidispatch/jobs"
 )
 
 // Limits of a scoped-limits file.
@@ -24,13 +25,27 @@ const (
 //     PI_DAILY_CAP and PI_WEEKLY_CAP.
 //   - Concurrent: jobs of the scope running at once (fleet-wide when the worker name
 //     is declared, for repository scopes). Over it, a job is deferred, never refused.
-//   - Day, Week: container starts per UTC day and per ISO week (Monday, UTC). Over
-//     either, the job is refused scope-cap.
+//   - Day, Week, Month: container starts per UTC day, ISO week (Monday, UTC) and
+//     UTC month. Over any, the job is refused scope-cap.
+//   - DailyCostMicros, WeeklyCostMicros, MonthlyCostMicros: the scope's dollar
+//     windows (the file's dailyCostUsd, weeklyCostUsd, monthlyCostUsd), held in
+//     micro-dollars. A job of the scope reserves its dollar cap in each.
 type ScopeLimit struct {
 	Scope      string `json:"scope"`
 	Concurrent int    `json:"concurrent,omitempty"`
 	Day        int    `json:"day,omitempty"`
 	Week       int    `json:"week,omitempty"`
+	Month      int    `json:"month,omitempty"`
+	// The file spells these as dollar decimals (dailyCostUsd ...); here they
+	// are micro-dollars, so they carry no JSON name of their own.
+	DailyCostMicros   int64 `json:"-"`
+	WeeklyCostMicros  int64 `json:"-"`
+	MonthlyCostMicros int64 `json:"-"`
+}
+
+// HasDollars reports whether the row sets any dollar window.
+func (l ScopeLimit) HasDollars() bool {
+	return l.DailyCostMicros > 0 || l.WeeklyCostMicros > 0 || l.MonthlyCostMicros > 0
 }
 
 // ScopedLimits is a parsed scoped-limits.json. The zero value has no rows. It is
@@ -40,12 +55,11 @@ type ScopedLimits struct {
 	byScope map[string]int
 }
 
-// ParseScopedLimits parses {"version":1,"limits":[{scope, concurrent?, day?, week?}]}
-// strictly. The version is required and a newer one is refused by name (a v2 file read
-// by a v1 build would silently drop the limits it does not know). Each row needs at
-// least one limit, each limit is at least 1, scopes are unique. The original's "month"
-// field is refused: this build has no monthly window, and a limit that is not enforced
-// must not look as if it were.
+// ParseScopedLimits parses {"version":1,"limits":[{scope, concurrent?, day?, week?,
+// month?, dailyCostUsd?, weeklyCostUsd?, monthlyCostUsd?}]} strictly. The version is
+// required and a newer one is refused by name (a v2 file read by a v1 build would
+// silently drop the limits it does not know). Each row needs at least one limit, each
+// count is at least 1, each dollar amount above 0, scopes are unique.
 func ParseScopedLimits(data []byte) (ScopedLimits, error) {
 	l, err := parseScopedLimits(data)
 	if err != nil {
@@ -130,10 +144,14 @@ func scopedLimitsRows(data []byte) ([]json.RawMessage, error) {
 func parseScopeRow(raw json.RawMessage, i int, first map[string]int) (ScopeLimit, error) {
 	at := fmt.Sprintf("limits[%d]", i)
 	var r struct {
-		Scope      string `json:"scope"`
-		Concurrent *int   `json:"concurrent"`
-		Day        *int   `json:"day"`
-		Week       *int   `json:"week"`
+		Scope      string          `json:"scope"`
+		Concurrent *int            `json:"concurrent"`
+		Day        *int            `json:"day"`
+		Week       *int            `json:"week"`
+		Month      *int            `json:"month"`
+		DailyUSD   json.RawMessage `json:"dailyCostUsd"`
+		WeeklyUSD  json.RawMessage `json:"weeklyCostUsd"`
+		MonthlyUSD json.RawMessage `json:"monthlyCostUsd"`
 	}
 	if err := check.DecodeRow(raw, &r, at); err != nil {
 		return ScopeLimit{}, err
@@ -151,8 +169,8 @@ func parseScopeRow(raw json.RawMessage, i int, first map[string]int) (ScopeLimit
 		return ScopeLimit{}, check.Field(at+".scope", "duplicate of limits[%d]", j)
 	}
 	first[r.Scope] = i
-	if r.Concurrent == nil && r.Day == nil && r.Week == nil {
-		return ScopeLimit{}, check.Field(at, "needs at least one of concurrent, day, week")
+	if r.Concurrent == nil && r.Day == nil && r.Week == nil && r.Month == nil && r.DailyUSD == nil && r.WeeklyUSD == nil && r.MonthlyUSD == nil {
+		return ScopeLimit{}, check.Field(at, "needs at least one of concurrent, day, week, month, dailyCostUsd, weeklyCostUsd, monthlyCostUsd")
 	}
 	row := ScopeLimit{Scope: r.Scope}
 	for _, f := range []struct {
@@ -164,6 +182,7 @@ func parseScopeRow(raw json.RawMessage, i int, first map[string]int) (ScopeLimit
 		{"concurrent", r.Concurrent, MaxScopeConcurrent, &row.Concurrent},
 		{"day", r.Day, MaxCap, &row.Day},
 		{"week", r.Week, MaxCap, &row.Week},
+		{"month", r.Month, MaxCap, &row.Month},
 	} {
 		if f.v == nil {
 			continue
@@ -173,7 +192,40 @@ func parseScopeRow(raw json.RawMessage, i int, first map[string]int) (ScopeLimit
 		}
 		*f.dst = *f.v
 	}
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+		dst  *int64
+	}{
+		{"dailyCostUsd", r.DailyUSD, &row.DailyCostMicros},
+		{"weeklyCostUsd", r.WeeklyUSD, &row.WeeklyCostMicros},
+		{"monthlyCostUsd", r.MonthlyUSD, &row.MonthlyCostMicros},
+	} {
+		if f.raw == nil {
+			continue
+		}
+		m, ok := parseRowUSD(f.raw)
+		if !ok {
+			return ScopeLimit{}, check.Field(at+"."+f.name, `must be a dollar amount above 0 and at most %d, with up to 6 decimals ("2.50")`, MaxUSD)
+		}
+		*f.dst = m
+	}
 	return row, nil
+}
+
+// parseRowUSD reads a row's dollar amount, written as a string ("2.50") or a
+// plain number (2.5), into micro-dollars: above 0, at most MaxUSD.
+func parseRowUSD(raw json.RawMessage) (int64, bool) {
+	text := string(raw)
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		text = s
+	}
+	m, err := jobs.ParseUSD(text)
+	if err != nil || m <= 0 || m > MaxUSD*jobs.Micros {
+		return 0, false
+	}
+	return m, true
 }
 
 // LoadScopedLimits reads and parses a scoped-limits file (at most 1 MiB).

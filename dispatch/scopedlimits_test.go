@@ -67,7 +67,15 @@ func TestParseScopedLimits_Invalid(t *testing.T) {
 		{"VersionNewer", `{"version":2,"limits":[{"scope":"github:acme/web","dayUsd":"5"}]}`, "version", "newer than this build reads"},
 		{"NoLimits", `{"version":1}`, "limits", "required"},
 		{"UnknownTop", `{"version":1,"limits":[],"extra":1}`, "extra", "unknown field"},
-		{"Month", `{"version":1,"limits":[{"scope":"acme/web","month":5}]}`, "limits[0].month", "unknown field"},
+		{"ZeroMonth", `{"version":1,"limits":[{"scope":"acme/web","month":0}]}`, "limits[0].month", "between 1 and 1000000"},
+		{"ZeroDollars", `{"version":1,"limits":[{"scope":"a/b","dailyCostUsd":"0"}]}`, "limits[0].dailyCostUsd", "above 0"},
+		{"NegativeDollars", `{"version":1,"limits":[{"scope":"a/b","weeklyCostUsd":"-1"}]}`, "limits[0].weeklyCostUsd", "dollar amount"},
+		{"SevenDecimals", `{"version":1,"limits":[{"scope":"a/b","monthlyCostUsd":"0.0000001"}]}`, "limits[0].monthlyCostUsd", "6 decimals"},
+		{"ExponentDollars", `{"version":1,"limits":[{"scope":"a/b","dailyCostUsd":1e3}]}`, "limits[0].dailyCostUsd", "dollar amount"},
+		{"HugeDollars", `{"version":1,"limits":[{"scope":"a/b","dailyCostUsd":"1000000.000001"}]}`, "limits[0].dailyCostUsd", "at most 1000000"},
+		{"NullDollars", `{"version":1,"limits":[{"scope":"a/b","dailyCostUsd":null}]}`, "limits[0].dailyCostUsd", "dollar amount"},
+		{"BoolDollars", `{"version":1,"limits":[{"scope":"a/b","dailyCostUsd":true}]}`, "limits[0].dailyCostUsd", "dollar amount"},
+		{"OldDollarName", `{"version":1,"limits":[{"scope":"a/b","dayUsd":"5"}]}`, "limits[0].dayUsd", "unknown field"},
 		{"Misspelled", `{"version":1,"limits":[{"scope":"a/b","day":1},{"scope":"c/d","concurent":2}]}`, "limits[1].concurent", "unknown field"},
 		{"DuplicateKey", `{"version":1,"limits":[{"scope":"a/b","day":1,"day":2}]}`, `"day"`, "duplicate key"},
 		{"NoScope", `{"version":1,"limits":[{"day":1}]}`, "limits[0].scope", "required"},
@@ -102,6 +110,41 @@ func TestParseScopedLimits_Invalid(t *testing.T) {
 	}
 }
 
+// A month count and the dollar windows are read and enforced, not refused:
+// the rows carry them to the budgets.
+func TestParseScopedLimits_MonthAndDollars(t *testing.T) {
+	t.Parallel()
+	l, err := dispatch.ParseScopedLimits([]byte(`{"version":1,"limits":[
+		{"scope":"acme/web","month":300},
+		{"scope":"acme/api","dailyCostUsd":"2.50","weeklyCostUsd":10,"monthlyCostUsd":"0.000001"},
+		{"scope":"/srv/p","day":3,"monthlyCostUsd":"1000000"}
+	]}`))
+	require.NoError(t, err)
+	web, _ := l.Lookup("acme/web")
+	require.Equal(t, dispatch.ScopeLimit{Scope: "acme/web", Month: 300}, web)
+	require.False(t, web.HasDollars())
+	api, _ := l.Lookup("acme/api")
+	require.Equal(t, dispatch.ScopeLimit{Scope: "acme/api", DailyCostMicros: 2_500_000, WeeklyCostMicros: 10_000_000, MonthlyCostMicros: 1}, api)
+	require.True(t, api.HasDollars())
+	p, _ := l.Lookup("/srv/p")
+	require.Equal(t, dispatch.ScopeLimit{Scope: "/srv/p", Day: 3, MonthlyCostMicros: 1_000_000 * jobs.Micros}, p)
+	require.True(t, p.HasDollars())
+	for _, one := range []dispatch.ScopeLimit{{DailyCostMicros: 1}, {WeeklyCostMicros: 1}, {MonthlyCostMicros: 1}} {
+		require.True(t, one.HasDollars(), "%+v", one)
+	}
+}
+
+// The reference page documents every field the parser reads.
+func TestScopedLimitsDocNamesDollarFields(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile(filepath.Join("..", "docs", "scoped-limits.md"))
+	require.NoError(t, err)
+	for _, f := range []string{"month", "dailyCostUsd", "weeklyCostUsd", "monthlyCostUsd"} {
+		require.Contains(t, string(data), "| `"+f+"` |", f)
+	}
+	require.NotContains(t, string(data), "A `month` field is refused")
+}
+
 func TestLoadScopedLimits(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -123,6 +166,7 @@ func TestLoadScopedLimits(t *testing.T) {
 func FuzzParseScopedLimits(f *testing.F) {
 	f.Add([]byte(`{"version":1,"limits":[{"scope":"acme/web","concurrent":2,"day":10,"week":50}]}`))
 	f.Add([]byte(`{"version":1,"limits":[{"scope":"/srv/p","day":1},{"scope":"/srv/p","day":2}]}`))
+	f.Add([]byte(`{"version":1,"limits":[{"scope":"a/b","month":3,"dailyCostUsd":"2.5","weeklyCostUsd":7}]}`))
 	f.Add([]byte(`{"version":2}`))
 	f.Add([]byte(`{"version":1e999,"limits":[]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -135,8 +179,9 @@ func FuzzParseScopedLimits(f *testing.F) {
 			if !ok || got != r {
 				t.Fatalf("row %+v not found by its scope", r)
 			}
-			if r.Concurrent < 0 || r.Concurrent > dispatch.MaxScopeConcurrent || r.Day < 0 || r.Week < 0 ||
-				r.Concurrent == 0 && r.Day == 0 && r.Week == 0 {
+			if r.Concurrent < 0 || r.Concurrent > dispatch.MaxScopeConcurrent || r.Day < 0 || r.Week < 0 || r.Month < 0 ||
+				r.DailyCostMicros < 0 || r.WeeklyCostMicros < 0 || r.MonthlyCostMicros < 0 ||
+				r.Concurrent == 0 && r.Day == 0 && r.Week == 0 && r.Month == 0 && !r.HasDollars() {
 				t.Fatalf("accepted an impossible row %+v", r)
 			}
 		}
@@ -153,7 +198,7 @@ func ExampleScopedLimits_Lookup() {
 	_, err = dispatch.ParseScopedLimits([]byte(`{"version":1,"limits":[{"scope":"acme/web","concurent":1}]}`))
 	fmt.Println(err)
 	// Output:
-	// {acme/web 1 20 0} true
-	// { 0 0 0} false
+	// {acme/web 1 20 0 0 0 0 0} true
+	// { 0 0 0 0 0 0 0} false
 	// scoped limits: limits[0].concurent: unknown field
 }

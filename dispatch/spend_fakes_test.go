@@ -6,12 +6,14 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/dispatchtest"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 
@@ -308,4 +310,45 @@ func TestObserverSeesGatesStartsAndFinishes(t *testing.T) {
 	if obs.find(dispatch.EventStart, "ob-2") != nil {
 		t.Fatal("a refused job was reported started")
 	}
+}
+
+func TestScopeDollarRowsNeedAJobCap(t *testing.T) {
+	h := newFakeHost(t)
+	h.cfg.ScopedLimitsFile = writeFile(t, "limits.json", `{"version":1,"limits":[{"scope":"acme/widgets","dailyCostUsd":"5"}]}`, 0o600)
+	_, err := dispatch.NewWorker(h.cfg, h.deps, h.tune)
+	var ce *dispatch.ConfigError
+	if !errors.As(err, &ce) || ce.Var != "PI_SCOPED_LIMITS_FILE" || !strings.Contains(ce.Rule, "PI_MAX_COST_USD") {
+		t.Fatalf("NewWorker: %v, want PI_SCOPED_LIMITS_FILE needing PI_MAX_COST_USD", err)
+	}
+	h.cfg.Spend.MaxCostMicros = 1_000_000
+	_, err = dispatch.NewWorker(h.cfg, h.deps, h.tune)
+	var mp *dispatch.MissingPartError
+	if !errors.As(err, &mp) || mp.Part != "Deps.Dollars" {
+		t.Fatalf("NewWorker: %v, want a missing Deps.Dollars", err)
+	}
+}
+
+// A scope row's dollar window is held even with no global window, with
+// the real fake of dispatchtest.
+func TestScopeDollarWindowRefuses(t *testing.T) {
+	h := newFakeHost(t)
+	h.cfg.ScopedLimitsFile = writeFile(t, "limits.json", `{"version":1,"limits":[{"scope":"acme/widgets","dailyCostUsd":"1.5"}]}`, 0o600)
+	h.cfg.Spend.MaxCostMicros = 1_000_000
+	h.deps.Dollars = dispatchtest.NewDollars(0, 0, 0)
+	h.cfg.Concurrency = 2
+	hold := make(chan struct{})
+	h.rt.RunFunc = func(ctx context.Context, spec container.Spec) (container.Result, error) {
+		<-hold // the first job holds its $1 while the second asks
+		return container.Result{}, nil
+	}
+	h.start(t)
+	h.add(t, "sd-1", forgeJob, 1)
+	eventually(t, "the first job runs", func() bool { return len(h.rt.Specs()) == 1 })
+	h.add(t, "sd-2", forgeJob, 1)
+	s := h.wait(t, "sd-2", finished)
+	close(hold)
+	if resultReason(t, s) != jobs.ReasonDollarCap {
+		t.Fatalf("sd-2: %+v, want dollar-cap from the scope's day window", s)
+	}
+	h.wait(t, "sd-1", finished)
 }

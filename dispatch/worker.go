@@ -170,6 +170,9 @@ func NewWorker(cfg Config, deps Deps, tune Tuning) (*Worker, error) {
 			return nil, &ConfigError{Var: "PI_SCOPED_LIMITS_FILE", Value: cfg.ScopedLimitsFile, Rule: err.Error()}
 		}
 		w.limits = l
+		if err := checkScopeDollars(cfg, deps, l); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.PauseWindowsFile != "" {
 		p, err := LoadPauseWindows(cfg.PauseWindowsFile)
@@ -179,6 +182,24 @@ func NewWorker(cfg Config, deps Deps, tune Tuning) (*Worker, error) {
 		w.pauses = p
 	}
 	return w, nil
+}
+
+// checkScopeDollars refuses scope rows with dollar windows the worker
+// could not enforce: each job reserves its per-job cap in them, so they need
+// PI_MAX_COST_USD and a dollar budget.
+func checkScopeDollars(cfg Config, deps Deps, l ScopedLimits) error {
+	for _, row := range l.Rows() {
+		switch {
+		case !row.HasDollars():
+		case cfg.Spend.MaxCostMicros == 0:
+			return &ConfigError{Var: "PI_SCOPED_LIMITS_FILE", Value: cfg.ScopedLimitsFile,
+				Rule: "the row of " + row.Scope + " sets a dollar window, which needs PI_MAX_COST_USD: each job reserves its per-job cap in it"}
+		case deps.Dollars == nil:
+			return &MissingPartError{Part: "Deps.Dollars", Why: "PI_SCOPED_LIMITS_FILE sets a dollar window for " + row.Scope +
+				", and without a dollar budget no job's cap can be held against it (wire fleetstate.NewDollars)"}
+		}
+	}
+	return nil
 }
 
 // ErrMissingPart is wrapped by every *MissingPartError.

@@ -10,15 +10,19 @@ import (
 )
 
 // Budget is an in-memory dispatch.Budgeter with the Valkey budget's rules:
-// counters of container starts per UTC day and ISO week, globally and per
-// scope; a reservation counts in every active window or none (a refusal
-// consumes nothing, and names the narrowest full window); a negative cap
-// refuses everything; Release gives a grant back once, whatever copy of it
-// is released.
+// counters of container starts per UTC day, ISO week and UTC month, globally
+// and per scope; a reservation counts in every active window or none (a
+// refusal consumes nothing, and names the narrowest full window); a negative
+// cap refuses everything; the soft hold refuses a start that would take a
+// window past floor(cap*SoftHoldPct/100); Release gives a grant back once,
+// whatever copy of it is released.
 type Budget struct {
-	// DailyCap defaults to dispatch.DefaultDailyCap; WeeklyCap 0 is no
-	// weekly window.
-	DailyCap, WeeklyCap int
+	// DailyCap defaults to dispatch.DefaultDailyCap; WeeklyCap and MonthlyCap
+	// 0 are no weekly or monthly window.
+	DailyCap, WeeklyCap, MonthlyCap int
+	// SoftHoldPct, 1..99, is the soft hold's share of each count window's
+	// cap; 0 is none.
+	SoftHoldPct int
 	// Now is the clock of the windows. Default time.Now.
 	Now func() time.Time
 	// Err, when set, makes Reserve and Release fail with it, wrapped in
@@ -55,12 +59,18 @@ func (b *Budget) windows(scope string, l *dispatch.ScopeLimit) []budgetWindow {
 	now = now.UTC()
 	day := now.Format("2006-01-02")
 	monday := now.AddDate(0, 0, -((int(now.Weekday()) + 6) % 7)).Format("2006-01-02")
+	month := now.Format("2006-01")
 	var ws []budgetWindow
-	if l != nil && l.Day != 0 {
-		ws = append(ws, budgetWindow{dispatch.WindowScopeDay, "scope-day:" + scope + ":" + day, l.Day})
-	}
-	if l != nil && l.Week != 0 {
-		ws = append(ws, budgetWindow{dispatch.WindowScopeWeek, "scope-week:" + scope + ":" + monday, l.Week})
+	if l != nil {
+		for _, w := range []budgetWindow{
+			{dispatch.WindowScopeDay, "scope-day:" + scope + ":" + day, l.Day},
+			{dispatch.WindowScopeWeek, "scope-week:" + scope + ":" + monday, l.Week},
+			{dispatch.WindowScopeMonth, "scope-month:" + scope + ":" + month, l.Month},
+		} {
+			if w.cap != 0 {
+				ws = append(ws, w)
+			}
+		}
 	}
 	dailyCap := b.DailyCap
 	if dailyCap == 0 {
@@ -70,7 +80,22 @@ func (b *Budget) windows(scope string, l *dispatch.ScopeLimit) []budgetWindow {
 	if b.WeeklyCap != 0 {
 		ws = append(ws, budgetWindow{dispatch.WindowWeek, "week:" + monday, b.WeeklyCap})
 	}
+	if b.MonthlyCap != 0 {
+		ws = append(ws, budgetWindow{dispatch.WindowMonth, "month:" + month, b.MonthlyCap})
+	}
 	return ws
+}
+
+// refuses returns the refusal of w for one more start, if any.
+func (b *Budget) refuses(w budgetWindow) (dispatch.Reservation, bool) {
+	n := b.counts[w.key]
+	if n+1 > w.cap {
+		return dispatch.Reservation{Window: w.name, Count: n, Cap: w.cap}, true
+	}
+	if b.SoftHoldPct > 0 && b.SoftHoldPct < 100 && w.cap > 0 && n+1 > w.cap*b.SoftHoldPct/100 {
+		return dispatch.Reservation{Window: w.name, Count: n, Cap: w.cap, Soft: true}, true
+	}
+	return dispatch.Reservation{}, false
 }
 
 // Reserve counts one start of scope in every active window, or refuses.
@@ -88,8 +113,8 @@ func (b *Budget) Reserve(ctx context.Context, scope string, l *dispatch.ScopeLim
 	}
 	ws := b.windows(scope, l)
 	for _, w := range ws {
-		if b.counts[w.key]+1 > w.cap {
-			return dispatch.Reservation{Window: w.name, Count: b.counts[w.key], Cap: w.cap}, nil
+		if r, ok := b.refuses(w); ok {
+			return r, nil
 		}
 	}
 	t := &budgetTicket{}
@@ -141,6 +166,18 @@ func (b *Budget) Counts() (day, week int) {
 		}
 	}
 	return day, week
+}
+
+// Month returns this month's global count (0 without a monthly cap).
+func (b *Budget) Month() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, w := range b.windows("", nil) {
+		if w.name == dispatch.WindowMonth {
+			return b.counts[w.key]
+		}
+	}
+	return 0
 }
 
 // SetErr sets Err under the budget's lock.

@@ -15,3 +15,11 @@ func TestFakeJobCancels(t *testing.T) {
 }
 
 func TestFakeRuntime(t *testing.T) { dispatchtest.TestRuntime(t, dispatchtest.FakeRuntimeHarness) }
+
+func TestFakeRateLimits(t *testing.T) {
+	dispatchtest.TestRateLimits(t, dispatchtest.FakeRateLimitsHarness)
+}
+
+func TestFakeDollarBudget(t *testing.T) {
+	dispatchtest.TestDollarBudget(t, dispatchtest.FakeDollarHarness)
+}

@@ -1,6 +1,7 @@
 // Package dispatchtest holds in-memory implementations of every collaborator
-// of a dispatch.Worker (queue and source, registry, leases, budget, holds,
-// run mirror, cancels, container runtime, queue directory), and a conformance
+// of a dispatch.Worker (queue and source, registry, leases, budget, dollar
+// windows, rate limits, holds, run mirror, cancels, container runtime, queue
+// directory), and a conformance
 // suite (the Test* functions) that the fakes and the Valkey and Docker
 // implementations all pass, so a test on the fakes says something about the
 // real stack.
@@ -8,5 +9,5 @@
 // The fakes run no goroutine of their own and link no client code: a test of
 // the Worker on them needs no Valkey and no Docker. Each is safe for
 // concurrent use. The contracts they follow are the interfaces' in
-// dispatch/deps.go and dispatch/held.go, as docs/architecture.md describes.
+// dispatch/deps.go, dispatch/held.go and dispatch/spend.go, as docs/architecture.md describes.
 package dispatchtest

@@ -28,7 +28,8 @@ const DefaultBudgetCallTimeout = 2 * time.Second
 const (
 	budgetDayTTL     = 2 * 24 * time.Hour
 	budgetWeekTTL    = 9 * 24 * time.Hour
-	budgetReleaseTTL = budgetWeekTTL + 24*time.Hour // outlives every key it guards
+	budgetMonthTTL   = 40 * 24 * time.Hour
+	budgetReleaseTTL = budgetMonthTTL + 24*time.Hour // outlives every key it guards
 )
 
 // BudgetConfig tunes a Budget. The zero value is valid; NewBudget applies the
@@ -41,6 +42,13 @@ type BudgetConfig struct {
 	// WeeklyCap bounds container starts per ISO week (from Monday, UTC),
 	// fleet-wide. 0 disables the window; a negative cap refuses everything.
 	WeeklyCap int
+	// MonthlyCap bounds container starts per UTC month, fleet-wide. 0
+	// disables the window; a negative cap refuses everything.
+	MonthlyCap int
+	// SoftHoldPct, when 1..99, refuses a start (soft-hold) that would take any
+	// count window, global or a scope's, past floor(cap*SoftHoldPct/100)
+	// starts, before the hard cap is reached. 0 disables the soft hold.
+	SoftHoldPct int
 	// CallTimeout bounds every Valkey call. Defaults to 2s.
 	CallTimeout time.Duration
 	// Logger receives the budget's reachability transitions
@@ -61,8 +69,8 @@ func (c BudgetConfig) withDefaults() BudgetConfig {
 	return c
 }
 
-// Budget holds the fleet's spend caps: counters of container starts per UTC day
-// and ISO week, globally and per scope, shared on Valkey by every host.
+// Budget holds the fleet's spend caps: counters of container starts per UTC day,
+// ISO week and UTC month, globally and per scope, shared on Valkey by every host.
 //
 // A reservation is one script call that counts the start in every active window
 // or in none. Unlike the original, a refusal consumes nothing: the original
@@ -111,15 +119,50 @@ type releaseRecord struct {
 type budgetWindow struct {
 	name   string
 	prefix string
-	kind   string // "d" or "w"
+	kind   string // "d", "w" or "m"
 	cap    int
 }
 
+// soft is the window's soft hold as the reserve script reads it: "" for none,
+// else the most starts the window may reach before the hold refuses.
+func (w budgetWindow) soft(pct int) string {
+	if pct <= 0 || pct >= 100 || w.cap <= 0 {
+		return ""
+	}
+	return strconv.Itoa(w.cap * pct / 100)
+}
+
+// windows lists the active windows of a reservation of scope, narrowest first:
+// the scope's day, week and month, then the global day, week and month.
+func (b *Budget) windows(scope string, l *dispatch.ScopeLimit) []budgetWindow {
+	var ws []budgetWindow
+	if l != nil {
+		for _, w := range []budgetWindow{
+			{dispatch.WindowScopeDay, budgetScopeDayPrefix(scope), "d", l.Day},
+			{dispatch.WindowScopeWeek, budgetScopeWeekPrefix(scope), "w", l.Week},
+			{dispatch.WindowScopeMonth, budgetScopeMonthPrefix(scope), "m", l.Month},
+		} {
+			if w.cap != 0 {
+				ws = append(ws, w)
+			}
+		}
+	}
+	ws = append(ws, budgetWindow{dispatch.WindowDay, budgetDayPrefix, "d", b.cfg.DailyCap})
+	if b.cfg.WeeklyCap != 0 {
+		ws = append(ws, budgetWindow{dispatch.WindowWeek, budgetWeekPrefix, "w", b.cfg.WeeklyCap})
+	}
+	if b.cfg.MonthlyCap != 0 {
+		ws = append(ws, budgetWindow{dispatch.WindowMonth, budgetMonthPrefix, "m", b.cfg.MonthlyCap})
+	}
+	return ws
+}
+
 // Reserve counts one container start of scope in every active window: the
-// global day, the global week when WeeklyCap is set, and the scope's own day and
-// week when scopeLimit sets them (nil: the scope has no limits). It is one
-// script call on the server's clock. A refusal is a Reservation with Granted
-// false and a nil error; the start was counted nowhere.
+// global day, the global week and month when WeeklyCap and MonthlyCap are set,
+// and the scope's own day, week and month when scopeLimit sets them (nil: the
+// scope has no limits). It is one script call on the server's clock. A refusal
+// is a Reservation with Granted false and a nil error (Soft when the soft hold
+// refused); the start was counted nowhere.
 //
 // An error wraps ErrBudgetUnavailable: nothing is known to be counted and the
 // job must not start (fail closed). A call abandoned at CallTimeout may still
@@ -135,20 +178,10 @@ func (b *Budget) reserve(ctx context.Context, scope string, scopeLimit *dispatch
 	if scopeLimit != nil && scopeLimit.Scope != scope {
 		return dispatch.Reservation{}, fmt.Errorf("budget: the limits of scope %s were given for scope %s", check.Quote(scopeLimit.Scope), check.Quote(scope))
 	}
-	var windows []budgetWindow
-	if scopeLimit != nil && scopeLimit.Day != 0 {
-		windows = append(windows, budgetWindow{dispatch.WindowScopeDay, budgetScopeDayPrefix(scope), "d", scopeLimit.Day})
-	}
-	if scopeLimit != nil && scopeLimit.Week != 0 {
-		windows = append(windows, budgetWindow{dispatch.WindowScopeWeek, budgetScopeWeekPrefix(scope), "w", scopeLimit.Week})
-	}
-	windows = append(windows, budgetWindow{dispatch.WindowDay, budgetDayPrefix, "d", b.cfg.DailyCap})
-	if b.cfg.WeeklyCap != 0 {
-		windows = append(windows, budgetWindow{dispatch.WindowWeek, budgetWeekPrefix, "w", b.cfg.WeeklyCap})
-	}
-	args := []any{nowMs, budgetDayTTL.Milliseconds(), budgetWeekTTL.Milliseconds()}
+	windows := b.windows(scope, scopeLimit)
+	args := []any{nowMs, budgetDayTTL.Milliseconds(), budgetWeekTTL.Milliseconds(), budgetMonthTTL.Milliseconds()}
 	for _, w := range windows {
-		args = append(args, w.prefix, w.kind, w.cap, w.name)
+		args = append(args, w.prefix, w.kind, w.cap, w.name, w.soft(b.cfg.SoftHoldPct))
 	}
 
 	res, err := bounded.Call(ctx, b.cfg.CallTimeout, &b.calls, nil, func(ctx context.Context) (any, error) {
@@ -158,13 +191,14 @@ func (b *Budget) reserve(ctx context.Context, scope string, scopeLimit *dispatch
 	if err != nil {
 		return dispatch.Reservation{}, fmt.Errorf("%w: reserve: %w", dispatch.ErrBudgetUnavailable, err)
 	}
-	granted, refused, keys, counts, err := parseReserveReply(res, len(windows))
+	reply, err := parseReserveReply(res, len(windows))
 	if err != nil {
 		return dispatch.Reservation{}, fmt.Errorf("%w: reserve: %w", dispatch.ErrBudgetUnavailable, err)
 	}
-	if !granted {
-		w := windows[refused]
-		return dispatch.Reservation{Window: w.name, Count: counts[refused], Cap: w.cap}, nil
+	keys, counts := reply.keys, reply.counts
+	if !reply.granted {
+		w := windows[reply.refused]
+		return dispatch.Reservation{Window: w.name, Count: counts[reply.refused], Cap: w.cap, Soft: reply.soft}, nil
 	}
 	day := slices.IndexFunc(windows, func(w budgetWindow) bool { return w.name == dispatch.WindowDay })
 	return dispatch.Reservation{
@@ -176,32 +210,40 @@ func (b *Budget) reserve(ctx context.Context, scope string, scopeLimit *dispatch
 	}, nil
 }
 
-// parseReserveReply reads {granted, refusing window, {keys}, {counts}}.
-func parseReserveReply(res any, n int) (granted bool, refused int, keys []string, counts []int, err error) {
-	bad := func() (bool, int, []string, []int, error) {
-		return false, 0, nil, nil, fmt.Errorf("unexpected reply %v", res)
-	}
+// reserveReply is the reserve script's answer.
+type reserveReply struct {
+	granted, soft bool
+	refused       int // index of the refusing window
+	keys          []string
+	counts        []int
+}
+
+// parseReserveReply reads {granted, refusing window, {keys}, {counts}, soft}.
+func parseReserveReply(res any, n int) (reserveReply, error) {
+	bad := fmt.Errorf("unexpected reply %v", res)
 	arr, ok := res.([]any)
-	if !ok || len(arr) != 4 {
-		return bad()
+	if !ok || len(arr) != 5 {
+		return reserveReply{}, bad
 	}
 	g, ok1 := arr[0].(int64)
 	r, ok2 := arr[1].(int64)
 	ks, ok3 := arr[2].([]any)
 	cs, ok4 := arr[3].([]any)
-	if !ok1 || !ok2 || !ok3 || !ok4 || len(ks) != n || len(cs) != n || r < 0 || r > int64(n) || (g == 1) != (r == 0) {
-		return bad()
+	soft, ok5 := arr[4].(int64)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || len(ks) != n || len(cs) != n || r < 0 || r > int64(n) || (g == 1) != (r == 0) {
+		return reserveReply{}, bad
 	}
+	out := reserveReply{granted: g == 1, soft: soft == 1 && g == 0, refused: int(r) - 1}
 	for i := range n {
 		k, ok := ks[i].(string)
 		c, ok2 := cs[i].(int64)
 		if !ok || !ok2 {
-			return bad()
+			return reserveReply{}, bad
 		}
-		keys = append(keys, k)
-		counts = append(counts, int(c))
+		out.keys = append(out.keys, k)
+		out.counts = append(out.counts, int(c))
 	}
-	return g == 1, int(r) - 1, keys, counts, nil
+	return out, nil
 }
 
 // newReleaseToken names a reservation's release guard: 128 random bits.
@@ -250,47 +292,98 @@ func (b *Budget) Counts(ctx context.Context) (day, week int, err error) {
 	return c.day, c.week, err
 }
 
+// CountWindow is one global count window as status, metrics and the dashboard
+// show it.
+type CountWindow struct {
+	// Name is dispatch.WindowDay, WindowWeek or WindowMonth.
+	Name string
+	// Count is the starts counted in the window so far; Cap is its cap.
+	Count, Cap int
+	// ResetsAt is when the window ends (UTC midnight, Monday, the 1st), on
+	// the server's clock.
+	ResetsAt time.Time
+}
+
+// Windows returns the active global count windows (the day always, the week
+// and month when their caps are set), on the server's clock.
+func (b *Budget) Windows(ctx context.Context) ([]CountWindow, error) {
+	c, err := b.counts(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	out := []CountWindow{{dispatch.WindowDay, c.day, b.cfg.DailyCap, dayEnd(c.now)}}
+	if b.cfg.WeeklyCap != 0 {
+		out = append(out, CountWindow{dispatch.WindowWeek, c.week, b.cfg.WeeklyCap, weekEnd(c.now)})
+	}
+	if b.cfg.MonthlyCap != 0 {
+		out = append(out, CountWindow{dispatch.WindowMonth, c.month, b.cfg.MonthlyCap, monthEnd(c.now)})
+	}
+	return out, nil
+}
+
+// dayEnd, weekEnd and monthEnd are the ends of the windows holding t.
+func dayEnd(t time.Time) time.Time {
+	y, m, d := t.UTC().Date()
+	return time.Date(y, m, d+1, 0, 0, 0, 0, time.UTC)
+}
+
+func weekEnd(t time.Time) time.Time {
+	u := t.UTC()
+	back := (int(u.Weekday()) + 6) % 7
+	y, m, d := u.Date()
+	return time.Date(y, m, d-back+7, 0, 0, 0, 0, time.UTC)
+}
+
+func monthEnd(t time.Time) time.Time {
+	y, m, _ := t.UTC().Date()
+	return time.Date(y, m+1, 1, 0, 0, 0, 0, time.UTC)
+}
+
 // budgetCounts is the counts script's answer.
 type budgetCounts struct {
-	dayKey, weekKey string
-	day, week       int
+	now                       time.Time
+	dayKey, weekKey, monthKey string
+	day, week, month          int
 }
 
 // counts is Counts with the script's clock override (see reserve).
 func (b *Budget) counts(ctx context.Context, nowMs string) (budgetCounts, error) {
 	res, err := bounded.Call(ctx, b.cfg.CallTimeout, &b.calls, nil, func(ctx context.Context) (any, error) {
-		return countsScript.Run(ctx, b.client, nil, nowMs, budgetDayPrefix, budgetWeekPrefix).Result()
+		return countsScript.Run(ctx, b.client, nil, nowMs, budgetDayPrefix, budgetWeekPrefix, budgetMonthPrefix).Result()
 	})
 	b.health.observe(err)
 	if err != nil {
 		return budgetCounts{}, fmt.Errorf("%w: counts: %w", dispatch.ErrBudgetUnavailable, err)
 	}
 	arr, ok := res.([]any)
-	if !ok || len(arr) != 4 {
+	if !ok || len(arr) != 7 {
 		return budgetCounts{}, fmt.Errorf("%w: counts: unexpected reply %v", dispatch.ErrBudgetUnavailable, res)
 	}
-	var out budgetCounts
-	var day, monday, d, w string
-	for i, dst := range []*string{&day, &monday, &d, &w} {
+	var f [7]string
+	for i := range f {
 		s, ok := arr[i].(string)
 		if !ok {
 			return budgetCounts{}, fmt.Errorf("%w: counts: unexpected reply %v", dispatch.ErrBudgetUnavailable, res)
 		}
-		*dst = s
+		f[i] = s
 	}
-	out.dayKey, out.weekKey = budgetDayPrefix+day, budgetWeekPrefix+monday
-	for _, f := range []struct {
+	ms, err := strconv.ParseInt(f[0], 10, 64)
+	if err != nil {
+		return budgetCounts{}, fmt.Errorf("%w: counts: unexpected reply %v", dispatch.ErrBudgetUnavailable, res)
+	}
+	out := budgetCounts{now: time.UnixMilli(ms).UTC(), dayKey: budgetDayPrefix + f[1], weekKey: budgetWeekPrefix + f[2], monthKey: budgetMonthPrefix + f[3]}
+	for _, c := range []struct {
 		key, raw string
 		dst      *int
-	}{{out.dayKey, d, &out.day}, {out.weekKey, w, &out.week}} {
-		if f.raw == "" {
+	}{{out.dayKey, f[4], &out.day}, {out.weekKey, f[5], &out.week}, {out.monthKey, f[6], &out.month}} {
+		if c.raw == "" {
 			continue
 		}
-		n, err := strconv.Atoi(f.raw)
+		n, err := strconv.Atoi(c.raw)
 		if err != nil {
-			return budgetCounts{}, fmt.Errorf("%w: counts: %s holds %s, not a count", dispatch.ErrBudgetUnavailable, f.key, check.Quote(f.raw))
+			return budgetCounts{}, fmt.Errorf("%w: counts: %s holds %s, not a count", dispatch.ErrBudgetUnavailable, c.key, check.Quote(c.raw))
 		}
-		*f.dst = n
+		*c.dst = n
 	}
 	return out, nil
 }

@@ -97,7 +97,7 @@ func TestBudgetWeeklyCapRefuses(t *testing.T) {
 	require.Equal(t, 2, budgetGet(t, db.Client, BudgetWeekKey(budgetAt)))
 	c, err := b.counts(ctx, budgetMs(budgetAt))
 	require.NoError(t, err)
-	require.Equal(t, budgetCounts{BudgetDayKey(budgetAt), BudgetWeekKey(budgetAt), 2, 2}, c)
+	require.Equal(t, budgetCounts{now: budgetAt, dayKey: BudgetDayKey(budgetAt), weekKey: BudgetWeekKey(budgetAt), monthKey: BudgetMonthKey(budgetAt), day: 2, week: 2}, c)
 }
 
 func TestBudgetScopeWindows(t *testing.T) {
@@ -380,6 +380,8 @@ func TestBudgetDateMath(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, BudgetDayKey(at), c.dayKey, "%d (%s)", msv, at)
 		require.Equal(t, BudgetWeekKey(at), c.weekKey, "%d (%s)", msv, at)
+		require.Equal(t, BudgetMonthKey(at), c.monthKey, "%d (%s)", msv, at)
+		require.Equal(t, at, c.now)
 	}
 
 	// A malformed override is an error, never a date.
@@ -563,4 +565,108 @@ func ExampleBudget() {
 	if !started {
 		_ = b.Release(ctx, r)
 	}
+}
+
+// TestBudgetMonthWindows: the month windows' keys carry the server's month,
+// across month and year ends and leap days, and get their 40-day lifetime.
+func TestBudgetMonthWindows(t *testing.T) {
+	t.Parallel()
+	db := livetest.Valkey(t)
+	ctx := context.Background()
+	b := NewBudget(db.Client, BudgetConfig{DailyCap: dispatch.MaxCap, MonthlyCap: dispatch.MaxCap})
+	const scope = "owner/months"
+	limit := &dispatch.ScopeLimit{Scope: scope, Month: dispatch.MaxCap}
+	for _, tt := range []struct {
+		at    time.Time
+		month string
+	}{
+		{time.Date(2026, 12, 31, 23, 59, 59, 999e6, time.UTC), "2026-12"},
+		{time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC), "2027-01"},
+		{time.Date(2028, 2, 29, 23, 59, 59, 999e6, time.UTC), "2028-02"},
+		{time.Date(2028, 3, 1, 0, 0, 0, 0, time.UTC), "2028-03"},
+		{time.Date(2026, 4, 30, 23, 59, 59, 999e6, time.UTC), "2026-04"},
+	} {
+		require.Equal(t, "budget:m:"+tt.month, BudgetMonthKey(tt.at))
+		r, err := b.reserve(ctx, scope, limit, budgetMs(tt.at))
+		require.NoError(t, err)
+		require.True(t, r.Granted)
+		require.Equal(t, []string{BudgetScopeMonthKey(scope, tt.at), BudgetDayKey(tt.at), BudgetMonthKey(tt.at)}, r.Ticket.(*ticket).keys, "%s", tt.at)
+	}
+	r, err := b.Reserve(ctx, scope, limit)
+	require.NoError(t, err)
+	for _, k := range r.Ticket.(*ticket).keys {
+		pttl, err := db.Client.PTTL(ctx, k).Result()
+		require.NoError(t, err)
+		want := budgetDayTTL
+		if strings.Contains(k, ":m:") {
+			want = budgetMonthTTL
+		}
+		require.Greater(t, pttl, want-time.Minute, k)
+		require.LessOrEqual(t, pttl, want, k)
+	}
+}
+
+// TestBudgetSoftHoldCountsNothing: a soft refusal leaves every counter as it
+// was, in every window it touched.
+func TestBudgetSoftHoldCountsNothing(t *testing.T) {
+	t.Parallel()
+	db := livetest.Valkey(t)
+	ctx := context.Background()
+	b := NewBudget(db.Client, BudgetConfig{DailyCap: 10, WeeklyCap: 10, MonthlyCap: 4, SoftHoldPct: 75})
+	const scope = "owner/soft"
+	limit := &dispatch.ScopeLimit{Scope: scope, Day: 10}
+	for range 3 {
+		r, err := b.reserve(ctx, scope, limit, budgetMs(budgetAt))
+		require.NoError(t, err)
+		require.True(t, r.Granted)
+	}
+	r, err := b.reserve(ctx, scope, limit, budgetMs(budgetAt))
+	require.NoError(t, err)
+	require.Equal(t, dispatch.Reservation{Window: dispatch.WindowMonth, Count: 3, Cap: 4, Soft: true}, r)
+	require.Equal(t, jobs.ReasonSoftHold, r.Reason())
+	for _, k := range []string{BudgetScopeDayKey(scope, budgetAt), BudgetDayKey(budgetAt), BudgetWeekKey(budgetAt), BudgetMonthKey(budgetAt)} {
+		require.Equal(t, 3, budgetGet(t, db.Client, k), k)
+	}
+}
+
+func TestBudgetWindows(t *testing.T) {
+	t.Parallel()
+	db := livetest.Valkey(t)
+	ctx := context.Background()
+	b := NewBudget(db.Client, BudgetConfig{DailyCap: 7})
+	ws, err := b.Windows(ctx)
+	require.NoError(t, err)
+	require.Len(t, ws, 1)
+	require.Equal(t, dispatch.WindowDay, ws[0].Name)
+	require.Equal(t, 7, ws[0].Cap)
+	require.Zero(t, ws[0].Count)
+	now := time.Now().UTC()
+	require.True(t, ws[0].ResetsAt.After(now) && !ws[0].ResetsAt.After(now.Add(24*time.Hour)), "%s", ws[0].ResetsAt)
+
+	b = NewBudget(db.Client, BudgetConfig{DailyCap: 7, WeeklyCap: 20, MonthlyCap: 50})
+	_, err = b.Reserve(ctx, "", nil)
+	require.NoError(t, err)
+	ws, err = b.Windows(ctx)
+	require.NoError(t, err)
+	require.Len(t, ws, 3)
+	for i, want := range []struct {
+		name string
+		cap  int
+	}{{dispatch.WindowDay, 7}, {dispatch.WindowWeek, 20}, {dispatch.WindowMonth, 50}} {
+		require.Equal(t, want.name, ws[i].Name)
+		require.Equal(t, want.cap, ws[i].Cap)
+		require.Equal(t, 1, ws[i].Count, want.name)
+	}
+	require.Equal(t, time.Monday, ws[1].ResetsAt.Weekday())
+	require.Equal(t, 1, ws[2].ResetsAt.Day())
+
+	// The ends of the windows of an instant, across a year end.
+	at := time.Date(2026, 12, 31, 23, 59, 59, 0, time.UTC) // a Thursday
+	require.Equal(t, time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC), dayEnd(at))
+	require.Equal(t, time.Date(2027, 1, 4, 0, 0, 0, 0, time.UTC), weekEnd(at))
+	require.Equal(t, time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC), monthEnd(at))
+	sunday := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	require.Equal(t, time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC), weekEnd(sunday))
+	monday := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
+	require.Equal(t, time.Date(2026, 12, 14, 0, 0, 0, 0, time.UTC), weekEnd(monday))
 }

@@ -9,22 +9,28 @@ import (
 	"github.com/pidispatch/pidispatch/dispatchtest"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
+	"github.com/redis/go-redis/v9"
 )
 
 // The conformance suite of package dispatchtest, run against the Valkey
 // stores, so the fakes the Worker's tests use behave as these do.
 
 func TestConformanceBudgeter(t *testing.T) {
-	dispatchtest.TestBudgeter(t, func(t *testing.T, dailyCap, weeklyCap int) dispatchtest.BudgetHarness {
+	dispatchtest.TestBudgeter(t, func(t *testing.T, c dispatchtest.BudgetCaps) dispatchtest.BudgetHarness {
 		db := livetest.Valkey(t)
-		b := NewBudget(db.Client, BudgetConfig{DailyCap: dailyCap, WeeklyCap: weeklyCap})
-		return dispatchtest.BudgetHarness{Budget: b, Counts: func() (int, int) {
-			day, week, err := b.Counts(context.Background())
+		b := NewBudget(db.Client, BudgetConfig{DailyCap: c.Daily, WeeklyCap: c.Weekly, MonthlyCap: c.Monthly, SoftHoldPct: c.SoftHoldPct})
+		counts := func() budgetCounts {
+			got, err := b.counts(context.Background(), "")
 			if err != nil {
 				t.Fatal(err)
 			}
-			return day, week
-		}}
+			return got
+		}
+		return dispatchtest.BudgetHarness{
+			Budget: b,
+			Counts: func() (int, int) { c := counts(); return c.day, c.week },
+			Month:  func() int { return counts().month },
+		}
 	})
 }
 
@@ -46,5 +52,44 @@ func TestConformanceHoldStore(t *testing.T) {
 	dispatchtest.TestHoldStore(t, func(t *testing.T) dispatch.HoldStore {
 		db := livetest.Valkey(t)
 		return NewHolds(db.Client, HoldsConfig{})
+	})
+}
+
+func TestConformanceRateLimits(t *testing.T) {
+	t.Parallel()
+	dispatchtest.TestRateLimits(t, func(t *testing.T) dispatchtest.RateLimitsHarness {
+		db := livetest.Valkey(t)
+		return dispatchtest.RateLimitsHarness{Limits: NewRateLimits(db.Client, RateLimitsConfig{}), Wait: time.Sleep}
+	})
+}
+
+func TestConformanceDollarBudget(t *testing.T) {
+	t.Parallel()
+	dispatchtest.TestDollarBudget(t, func(t *testing.T, c dispatchtest.DollarCaps) dispatchtest.DollarHarness {
+		db := livetest.Valkey(t)
+		cfg := DollarsConfig{DailyMicros: c.Daily, WeeklyMicros: c.Weekly, MonthlyMicros: c.Monthly, CallTimeout: 10 * time.Second}
+		d := NewDollars(db.Client, cfg)
+		return dispatchtest.DollarHarness{
+			Budget: d,
+			Peer: func() dispatch.DollarBudget {
+				opts, err := redis.ParseURL(db.URL)
+				if err != nil {
+					t.Fatal(err)
+				}
+				client := redis.NewClient(opts)
+				t.Cleanup(func() { _ = client.Close() })
+				return NewDollars(client, cfg)
+			},
+			Day: func() (int64, int64) {
+				// Called from the suite's sampler goroutine too: Errorf, not Fatal.
+				ws, err := d.Windows(context.Background())
+				if err != nil || len(ws) == 0 || ws[0].Name != dispatch.WindowDay {
+					t.Errorf("dollar windows = %+v, %v", ws, err)
+					return 0, 0
+				}
+				return ws[0].SpentMicros, ws[0].ReservedMicros
+			},
+			Wait: time.Sleep,
+		}
 	})
 }

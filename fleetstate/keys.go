@@ -18,9 +18,16 @@ import (
 //
 //	budget:<YYYY-MM-DD>                 global count of the UTC day
 //	budget:w:<monday YYYY-MM-DD>        global count of the ISO week (its Monday, UTC)
+//	budget:m:<YYYY-MM>                  global count of the UTC month
 //	budget:s:<hash16>:<YYYY-MM-DD>      one scope's count of the UTC day
 //	budget:s:<hash16>:w:<monday>        one scope's count of the ISO week
+//	budget:s:<hash16>:m:<YYYY-MM>       one scope's count of the UTC month
 //	budget:rel:<token>                  a reservation's release guard (released once)
+//	budget:usd:<YYYY-MM-DD>             settled micro-dollars of the UTC day (also :w:<monday>, :m:<YYYY-MM>)
+//	budget:usd:s:<hash16>:<YYYY-MM-DD>  one scope's settled micro-dollars (also :w:<monday>, :m:<YYYY-MM>)
+//	<dollar window>:res                 ZSET: the window's live reservations, member -> expiry ms
+//	<dollar window>:amt                 HASH: the window's live reservations, member -> micro-dollars
+//	budget:usd:settle:<token>           a dollar reservation's settle guard (settled once)
 //	runs:rec:<stem>.attempt-<n>         one attempt's mirrored run record (stem = SanitizeJobID)
 //	runs:claim:<stem>.attempt-<n>       the host that records that attempt (one fleet-wide)
 //	runs:index                          ZSET of those members (<stem>.attempt-<n>) scored by endedAt ms
@@ -29,20 +36,36 @@ import (
 //	wait:job:<jobId>                    HASH: a held job's hold state (wait-for)
 //	wait:key:<dedupId>                  STRING: the job id holding a dedup id's wait
 //	wait:held                           SET: ids of held jobs; readers prune the gone
+//	ratelimit:<provider>                STRING "<until ms> <why>", PX to the reset
+//	ratelimit:providers                 SET: providers that were suspended; readers prune the gone
 const (
 	budgetDayPrefix     = "budget:"
 	budgetWeekPrefix    = "budget:w:"
+	budgetMonthPrefix   = "budget:m:"
 	budgetScopePrefix   = "budget:s:"
 	budgetReleasePrefix = "budget:rel:"
+	dollarPrefix        = "budget:usd:"
+	dollarWeekPrefix    = "budget:usd:w:"
+	dollarMonthPrefix   = "budget:usd:m:"
+	dollarScopePrefix   = "budget:usd:s:"
+	dollarSettlePrefix  = "budget:usd:settle:"
+	// The two keys of a dollar window's live reservations are the window's
+	// key with these suffixes; the reserve script appends them to the key it
+	// builds.
+	dollarResSuffix     = ":res"
+	dollarAmtSuffix     = ":amt"
 	runRecordPrefix     = "runs:rec:"
 	runClaimPrefix      = "runs:claim:"
 	cancelRequestPrefix = "cancel:req:"
 	cancelAckPrefix     = "cancel:ack:"
 	waitJobPrefix       = "wait:job:"
 	waitDedupPrefix     = "wait:key:"
+	rateLimitPrefix     = "ratelimit:"
 
-	// budgetDayLayout is the date suffix of every budget window key.
-	budgetDayLayout = "2006-01-02"
+	// budgetDayLayout is the date suffix of every day and week window key,
+	// budgetMonthLayout that of every month window key.
+	budgetDayLayout   = "2006-01-02"
+	budgetMonthLayout = "2006-01"
 )
 
 // RunIndexKey is the run mirror's index: a ZSET of record stems scored by their
@@ -60,6 +83,9 @@ func BudgetDayKey(t time.Time) string { return budgetDayPrefix + budgetDay(t) }
 // Monday (UTC).
 func BudgetWeekKey(t time.Time) string { return budgetWeekPrefix + budgetMonday(t) }
 
+// BudgetMonthKey is the global spend-cap counter of t's UTC month.
+func BudgetMonthKey(t time.Time) string { return budgetMonthPrefix + budgetMonth(t) }
+
 // BudgetScopeDayKey is scope's own counter of t's UTC day. The scope (a folder or
 // owner/name, which may hold ':' and '/') is hashed rather than used as a key
 // segment, with the same hash as the scope's fleet slots (fleet.ScopeHash).
@@ -72,8 +98,13 @@ func BudgetScopeWeekKey(scope string, t time.Time) string {
 	return budgetScopeWeekPrefix(scope) + budgetMonday(t)
 }
 
-// budgetScopeDayPrefix and budgetScopeWeekPrefix are the scope keys without their
-// date, for the reserve script.
+// BudgetScopeMonthKey is scope's own counter of t's UTC month.
+func BudgetScopeMonthKey(scope string, t time.Time) string {
+	return budgetScopeMonthPrefix(scope) + budgetMonth(t)
+}
+
+// budgetScopeDayPrefix, budgetScopeWeekPrefix and budgetScopeMonthPrefix are the
+// scope keys without their date, for the reserve script.
 func budgetScopeDayPrefix(scope string) string {
 	return budgetScopePrefix + fleet.ScopeHash(scope) + ":"
 }
@@ -82,12 +113,19 @@ func budgetScopeWeekPrefix(scope string) string {
 	return budgetScopePrefix + fleet.ScopeHash(scope) + ":w:"
 }
 
+func budgetScopeMonthPrefix(scope string) string {
+	return budgetScopePrefix + fleet.ScopeHash(scope) + ":m:"
+}
+
 // budgetReleaseKey guards one reservation's release, so a retried release (by a
 // caller or by the client after a timeout) never gives a slot back twice.
 func budgetReleaseKey(token string) string { return budgetReleasePrefix + token }
 
 // budgetDay is t's UTC date, the day suffix of a budget key.
 func budgetDay(t time.Time) string { return t.UTC().Format(budgetDayLayout) }
+
+// budgetMonth is t's UTC year and month, the month suffix of a budget key.
+func budgetMonth(t time.Time) string { return t.UTC().Format(budgetMonthLayout) }
 
 // budgetMonday is the UTC date of the Monday that starts t's ISO week, the week
 // suffix of a budget key.
@@ -131,3 +169,64 @@ func WaitJobKey(jobID string) string { return waitJobPrefix + jobID }
 // WaitDedupKey names the job that holds the wait of a dedup id: a newer delivery
 // of the same intent takes it over and ends the older hold.
 func WaitDedupKey(dedupID string) string { return waitDedupPrefix + dedupID }
+
+// RateLimitProvidersKey is the SET of providers with a rate-limit suspension.
+// A SET cannot expire its members, so its readers (RateLimits.List) prune
+// names whose suspension (RateLimitKey) is gone.
+const RateLimitProvidersKey = "ratelimit:providers"
+
+// RateLimitKey is one provider's rate-limit suspension: the reset time in
+// epoch milliseconds and the reason, expiring at the reset. The provider name
+// is validated before it names a key.
+func RateLimitKey(provider string) string { return rateLimitPrefix + provider }
+
+// DollarDayKey is the global dollar window of t's UTC day: its settled spend
+// in micro-dollars.
+func DollarDayKey(t time.Time) string { return dollarPrefix + budgetDay(t) }
+
+// DollarWeekKey is the global dollar window of t's ISO week (its Monday, UTC).
+func DollarWeekKey(t time.Time) string { return dollarWeekPrefix + budgetMonday(t) }
+
+// DollarMonthKey is the global dollar window of t's UTC month.
+func DollarMonthKey(t time.Time) string { return dollarMonthPrefix + budgetMonth(t) }
+
+// DollarScopeDayKey is scope's own dollar window of t's UTC day (the scope
+// hashed as in BudgetScopeDayKey).
+func DollarScopeDayKey(scope string, t time.Time) string {
+	return dollarScopeDayPrefix(scope) + budgetDay(t)
+}
+
+// DollarScopeWeekKey is scope's own dollar window of t's ISO week.
+func DollarScopeWeekKey(scope string, t time.Time) string {
+	return dollarScopeWeekPrefix(scope) + budgetMonday(t)
+}
+
+// DollarScopeMonthKey is scope's own dollar window of t's UTC month.
+func DollarScopeMonthKey(scope string, t time.Time) string {
+	return dollarScopeMonthPrefix(scope) + budgetMonth(t)
+}
+
+func dollarScopeDayPrefix(scope string) string {
+	return dollarScopePrefix + fleet.ScopeHash(scope) + ":"
+}
+
+func dollarScopeWeekPrefix(scope string) string {
+	return dollarScopePrefix + fleet.ScopeHash(scope) + ":w:"
+}
+
+func dollarScopeMonthPrefix(scope string) string {
+	return dollarScopePrefix + fleet.ScopeHash(scope) + ":m:"
+}
+
+// DollarReservationsKey is the ZSET of a dollar window's live reservations,
+// each scored by its expiry in epoch milliseconds. window is one of the
+// Dollar...Key keys.
+func DollarReservationsKey(window string) string { return window + dollarResSuffix }
+
+// DollarAmountsKey is the HASH of a dollar window's live reservations'
+// micro-dollars, by member.
+func DollarAmountsKey(window string) string { return window + dollarAmtSuffix }
+
+// dollarSettleKey guards one dollar reservation's settle, so a retried settle
+// never counts the spend twice.
+func dollarSettleKey(token string) string { return dollarSettlePrefix + token }

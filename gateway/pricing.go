@@ -52,8 +52,12 @@ func DefaultPricing() *Pricing {
 	return p
 }
 
-// LoadPricing is the built-in table with the file at path merged over it.
+// LoadPricing is the built-in table with the file at path merged over it;
+// the built-in table alone when path is empty.
 func LoadPricing(path string) (*Pricing, error) {
+	if path == "" {
+		return DefaultPricing(), nil
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("pricing file: %w", err)

@@ -111,6 +111,7 @@ func Doctor(ctx context.Context, cfg dispatch.Config, deps DoctorDeps) []Check {
 	dockerUp := d.docker(ctx)
 	imagePresent := d.jobImage(ctx, dockerUp)
 	d.config()
+	d.spend()
 	d.triggers()
 	d.policyFile("scoped-limits", "PI_SCOPED_LIMITS_FILE", "scoped limits", cfg.ScopedLimitsFile, func(p string) (int, error) {
 		l, err := dispatch.LoadScopedLimits(p)

@@ -54,9 +54,10 @@ func doctorConfig(t *testing.T, self string) dispatch.Config {
 	t.Helper()
 	cfg, err := dispatch.LoadConfig(func(k string) string {
 		return map[string]string{
-			"PI_WORKER_NAME": self,
-			"PI_LOGS_DIR":    t.TempDir(),
-			"PI_JOB_IMAGE":   "pi-job:test",
+			"PI_WORKER_NAME":    self,
+			"PI_LOGS_DIR":       t.TempDir(),
+			"PI_JOB_IMAGE":      "pi-job:test",
+			"ANTHROPIC_API_KEY": "sk-doctor-test",
 		}[k]
 	})
 	if err != nil {
@@ -129,7 +130,7 @@ func TestDoctorHealthySingleHost(t *testing.T) {
 		}
 		names = append(names, c.Name)
 	}
-	if got, want := strings.Join(names, ","), "valkey,docker,job-image,config,logs-dir"; got != want {
+	if got, want := strings.Join(names, ","), "valkey,docker,job-image,config,gateway-key,pricing,logs-dir"; got != want {
 		t.Fatalf("checks %s, want %s", got, want)
 	}
 	if n := docker.digestCalls.Load(); n != 0 {

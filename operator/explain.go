@@ -37,7 +37,9 @@ const (
 	FindWaitHold     = "wait-hold"     // held on its waitFor conditions
 	FindScopeBusy    = "scope-busy"    // its scope's fleet-wide slots are all held
 	FindScopeLocal   = "scope-local"   // one job per folder, counted on each host only
+	FindRateLimited  = "rate-limited"  // its provider is suspended by a rate limit: deferred to the reset
 	FindBudgetFull   = "budget-full"   // a count window is at its cap: it will be refused
+	FindDollarsFull  = "dollars-full"  // a dollar window cannot hold its cap: it will be refused
 	FindImageMissing = "image-missing" // hosts that can take it published no image
 	FindDelayed      = "delayed"       // deferred or backing off for a retry
 	FindReady        = "ready"         // nothing holds it: it waits for a free worker
@@ -48,7 +50,7 @@ const (
 var findingRank = []string{
 	FindRunning, FindStalled, FindFinished, FindFleetPaused, FindQueuePaused,
 	FindHostGone, FindHostStale, FindNoHosts, FindNotCapable, FindInvalidJob, FindPauseWindow,
-	FindWaitHold, FindScopeBusy, FindBudgetFull, FindImageMissing, FindReady,
+	FindWaitHold, FindRateLimited, FindScopeBusy, FindBudgetFull, FindDollarsFull, FindImageMissing, FindReady,
 	FindScopeLocal, FindDelayed, FindUnread,
 }
 

@@ -471,3 +471,48 @@ func TestExplainFindingSources(t *testing.T) {
 		t.Fatalf("%+v", ex)
 	}
 }
+
+// A job whose provider is rate-limited: explain gives the reset, read from
+// the same store the rate-limit gate reads.
+func TestExplainRateLimited(t *testing.T) {
+	db := livetest.Valkey(t)
+	defer liveHost(t, db.Client, "alpha", digestA).Close(context.Background())
+	addData(t, mustQueue(t, db.Client, fleet.SharedQueue), "rl-1", forgeJob, queue.AddOptions{})
+	cfg := dispatch.DefaultConfig()
+	until := time.Now().Add(30 * time.Second).UTC().Truncate(time.Millisecond)
+	if err := fleetstate.NewRateLimits(db.Client, fleetstate.RateLimitsConfig{}).Suspend(context.Background(), cfg.Gateway.DefaultProvider, until, "429"); err != nil {
+		t.Fatal(err)
+	}
+	ex := explain(t, db.Client, "rl-1", operator.ExplainOptions{Sources: operator.SpendSources(db.Client, cfg)})
+	f := finding(t, ex, operator.FindRateLimited)
+	if f.Data["provider"] != "anthropic" || !f.Data["until"].(time.Time).Equal(until) || ex.Primary().Code != operator.FindRateLimited {
+		t.Fatalf("%+v", ex)
+	}
+}
+
+// A dollar window that cannot hold the job's cap: explain names it with
+// what it holds, read from the same store the dollar gate reserves in.
+func TestExplainDollarsFull(t *testing.T) {
+	db := livetest.Valkey(t)
+	defer liveHost(t, db.Client, "alpha", digestA).Close(context.Background())
+	addData(t, mustQueue(t, db.Client, fleet.SharedQueue), "usd-1", forgeJob, queue.AddOptions{})
+	cfg := dispatch.DefaultConfig()
+	cfg.Spend.MaxCostMicros, cfg.Spend.DailyCostMicros = 2_000_000, 3_000_000
+	d := fleetstate.NewDollars(db.Client, fleetstate.DollarsConfig{DailyMicros: cfg.Spend.DailyCostMicros})
+	if res, err := d.ReserveDollars(context.Background(), "other", "", nil, 2_000_000, time.Minute); err != nil || !res.Granted {
+		t.Fatalf("%+v %v", res, err)
+	}
+	ex := explain(t, db.Client, "usd-1", operator.ExplainOptions{Sources: operator.SpendSources(db.Client, cfg)})
+	f := finding(t, ex, operator.FindDollarsFull)
+	if f.Data["window"] != "day" || f.Data["usedUsd"] != 2.0 || f.Data["capUsd"] != 3.0 || !strings.Contains(f.Words, "dollar-cap") {
+		t.Fatalf("%+v", f)
+	}
+	// With room for the cap, nothing holds it.
+	cfg.Spend.MaxCostMicros = 1_000_000
+	ex = explain(t, db.Client, "usd-1", operator.ExplainOptions{Sources: operator.SpendSources(db.Client, cfg)})
+	for _, f := range ex.Findings {
+		if f.Code == operator.FindDollarsFull {
+			t.Fatalf("a window with room was called full: %+v", f)
+		}
+	}
+}

@@ -315,6 +315,9 @@ type StatusReport struct {
 	PerQueue []QueueStatus `json:"perQueue,omitempty"`
 	// Fleet names a registry that could not be read (only then).
 	Fleet string `json:"fleet,omitempty"`
+	// Spend is where spend stands against the caps, when the caller read it
+	// (Spend).
+	Spend *SpendReport `json:"spend,omitempty"`
 	// Discovery names a keyspace scan that did not finish (only then).
 	Discovery string `json:"discovery,omitempty"`
 	// PauseFlag is the fleet pause flag: set, a host queue declared from

@@ -40,6 +40,10 @@ type Stack struct {
 	Registry *registry.Registry
 	Budget   *fleetstate.Budget
 	Holds    *fleetstate.Holds
+	// Dollars and RateLimits are the fleet's dollar windows and provider
+	// rate-limit suspensions.
+	Dollars    *fleetstate.Dollars
+	RateLimits *fleetstate.RateLimits
 	// Metrics is the worker's Prometheus metrics when PI_METRICS_ADDR is
 	// set, nil otherwise; ListenMetrics serves it (stack/metrics.go).
 	Metrics *metrics.Metrics
@@ -54,6 +58,8 @@ func (s *Stack) Close() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = s.Budget.Close(ctx)
+		_ = s.Dollars.Close(ctx)
+		_ = s.RateLimits.Close(ctx)
 		_ = s.Holds.Close(ctx)
 		_ = s.Valkey.Close()
 		_ = s.Docker.Close()
@@ -131,7 +137,10 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 	if err != nil {
 		return fail(err)
 	}
-	budget := fleetstate.NewBudget(rc, fleetstate.BudgetConfig{DailyCap: cfg.DailyCap, WeeklyCap: cfg.WeeklyCap, Host: cfg.WorkerName, Logger: tune.Logger})
+	budget := fleetstate.NewBudget(rc, fleetstate.BudgetConfig{
+		DailyCap: cfg.DailyCap, WeeklyCap: cfg.WeeklyCap, MonthlyCap: cfg.Spend.MonthlyCap, SoftHoldPct: cfg.Spend.SoftHoldPct,
+		Host: cfg.WorkerName, Logger: tune.Logger,
+	})
 	holds := fleetstate.NewHolds(rc, fleetstate.HoldsConfig{})
 	deps := dispatch.Deps{
 		Source:  Source(consumer),
@@ -207,6 +216,20 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 	}
 	deps.Cancels = cancels
 
+	dollars := fleetstate.NewDollars(rc, fleetstate.DollarsConfig{
+		DailyMicros: cfg.Spend.DailyCostMicros, WeeklyMicros: cfg.Spend.WeeklyCostMicros, MonthlyMicros: cfg.Spend.MonthlyCostMicros,
+		Host: cfg.WorkerName, Logger: tune.Logger,
+	})
+	limits := fleetstate.NewRateLimits(rc, fleetstate.RateLimitsConfig{Host: cfg.WorkerName, Logger: tune.Logger})
+	deps.Dollars, deps.RateLimits = dollars, limits
+	gw, err := newGateway(cfg, limits, tune.Logger)
+	if err != nil {
+		return fail(err)
+	}
+	if gw != nil {
+		deps.Gateway = gw
+	}
+
 	for _, o := range opts {
 		o(&deps)
 	}
@@ -215,7 +238,7 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 	if err != nil {
 		return fail(err)
 	}
-	return &Stack{Worker: w, Valkey: rc, Docker: dc, Registry: reg, Budget: budget, Holds: holds,
+	return &Stack{Worker: w, Valkey: rc, Docker: dc, Registry: reg, Budget: budget, Holds: holds, Dollars: dollars, RateLimits: limits,
 		Metrics: mx, metricsAddr: cfg.Gateway.MetricsAddr, consumers: running}, nil
 }
 

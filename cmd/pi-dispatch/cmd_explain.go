@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/operator"
 )
@@ -56,12 +57,13 @@ func runExplain(ctx context.Context, e env, args []string) int {
 		fmt.Fprintf(e.stderr, "pi-dispatch explain: %v\n", err)
 		return exitUsage
 	}
-	opts := explainOptions(e)
+	opts, cfg := explainOptions(e)
 	client, url, code := ksConnect(e, "explain")
 	if code != exitOK {
 		return code
 	}
 	defer client.Close()
+	opts.Sources = append(opts.Sources, operator.SpendSources(client, cfg)...)
 	ctx, cancel := context.WithTimeout(ctx, ksCommandTimeout)
 	defer cancel()
 	id := ids[0]
@@ -108,7 +110,7 @@ func parseFlags(e env, fs *flag.FlagSet, args []string, usage string) (pos []str
 // reads. Explain never refuses over the configuration: an invalid variable
 // keeps its default and a policy file that does not load is left out, each
 // with a note.
-func explainOptions(e env) operator.ExplainOptions {
+func explainOptions(e env) (operator.ExplainOptions, dispatch.Config) {
 	cfg, cfgErr := operator.ConfigForDoctor(e.getenv)
 	if cfgErr != nil {
 		fmt.Fprintln(e.stderr, "note: the configuration has invalid values, their defaults are used (run pi-dispatch doctor)")
@@ -117,7 +119,7 @@ func explainOptions(e env) operator.ExplainOptions {
 	if err != nil {
 		fmt.Fprintf(e.stderr, "note: a policy file did not load and is left out: %v\n", err)
 	}
-	return opts
+	return opts, cfg
 }
 
 func explainNotFound(e env, id string, ex operator.Explanation, asJSON bool) int {

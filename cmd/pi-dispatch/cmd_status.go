@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/pidispatch/pidispatch/operator"
 )
@@ -58,6 +59,13 @@ func runStatus(ctx context.Context, e env, args []string) int {
 	if !perQueue {
 		rep.PerQueue = nil
 	}
+	// The caps are this host's configuration (a broken one reads as the
+	// defaults: status never refuses over it); the counts are the fleet's.
+	// Shown when there is news: dollar windows set, a provider rate-limited.
+	cfg, _ := operator.ConfigForDoctor(e.getenv)
+	if spend, err := operator.Spend(ctx, client, cfg); err == nil && len(spend.Dollars)+len(spend.Suspended)+len(spend.Unread) > 0 {
+		rep.Spend = &spend
+	}
 	if asJSON {
 		return writeJSONLine(e, "status", rep)
 	}
@@ -104,6 +112,9 @@ func printStatus(w io.Writer, rep operator.StatusReport) error {
 	if rep.Held > 0 {
 		fmt.Fprintf(w, "held: %d job(s) waiting on their wait-for conditions\n", rep.Held)
 	}
+	if rep.Spend != nil {
+		printSpend(w, *rep.Spend)
+	}
 	if rep.Fleet != "" {
 		fmt.Fprintf(w, "note: registry unreadable, queues found from the keyspace: %s\n", rep.Fleet)
 	}
@@ -111,6 +122,30 @@ func printStatus(w io.Writer, rep operator.StatusReport) error {
 		fmt.Fprintf(w, "note: queue discovery incomplete, counts may miss a queue: %s\n", rep.Discovery)
 	}
 	return nil
+}
+
+// printSpend writes the spend windows and the rate-limited providers.
+func printSpend(w io.Writer, s operator.SpendReport) {
+	var parts []string
+	for _, x := range s.Starts {
+		if x.Cap > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d/%d", x.Window, x.Count, x.Cap))
+		}
+	}
+	if len(parts) > 0 {
+		fmt.Fprintf(w, "container starts: %s\n", strings.Join(parts, ", "))
+	}
+	for _, d := range s.Dollars {
+		fmt.Fprintf(w, "dollars %s: $%.2f spent + $%.2f reserved of $%.2f (resets %s)\n",
+			d.Window, d.Spent, d.Reserved, d.Cap, d.ResetsAt.UTC().Format("2006-01-02 15:04Z"))
+	}
+	for _, r := range s.Suspended {
+		fmt.Fprintf(w, "rate-limited: %s until %s (%s); its new jobs wait for the reset\n",
+			r.Provider, r.Until.UTC().Format(time.RFC3339), r.Why)
+	}
+	for _, u := range s.Unread {
+		fmt.Fprintf(w, "note: could not read %s\n", u)
+	}
 }
 
 func pluralQueues(n int) string {

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
@@ -95,4 +97,49 @@ func TestRunSaysTheJobWaitsForAResume(t *testing.T) {
 		t.Fatalf("paused: %+v", r)
 	}
 	queuedJob(t, db, fleet.SharedQueue, r.stdout, folder2)
+}
+
+// With dollar windows set and a provider rate-limited, status shows where
+// the money stands and which provider waits for its reset.
+func TestStatusShowsSpendAndRateLimits(t *testing.T) {
+	db := livetest.Valkey(t)
+	ctx := context.Background()
+	newQueue(t, db.Client, fleet.SharedQueue)
+	d := fleetstate.NewDollars(db.Client, fleetstate.DollarsConfig{DailyMicros: 10_000_000})
+	res, err := d.ReserveDollars(ctx, "j1", "", nil, 2_000_000, time.Minute)
+	if err != nil || !res.Granted {
+		t.Fatalf("reserve: %+v %v", res, err)
+	}
+	until := time.Now().Add(20 * time.Second).UTC().Truncate(time.Second)
+	if err := fleetstate.NewRateLimits(db.Client, fleetstate.RateLimitsConfig{}).Suspend(ctx, "anthropic", until, "429 rate_limit_error"); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"VALKEY_URL": db.URL, "PI_MAX_COST_USD": "2", "PI_DAILY_COST_USD": "10"}
+	r := runCLI(t, env, "status")
+	for _, want := range []string{
+		"container starts: day 0/25",
+		"dollars day: $0.00 spent + $2.00 reserved of $10.00",
+		"rate-limited: anthropic until " + until.Format(time.RFC3339) + " (429 rate_limit_error)",
+	} {
+		if r.code != exitOK || !strings.Contains(r.stdout, want) {
+			t.Fatalf("status (exit %d) lacks %q:\n%s%s", r.code, want, r.stdout, r.stderr)
+		}
+	}
+	r = runCLI(t, env, "status", "--json")
+	var rep struct {
+		Spend struct {
+			Dollars []struct {
+				Window      string
+				ReservedUsd float64
+			}
+			Suspended []struct {
+				Provider string
+				Until    time.Time
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || len(rep.Spend.Dollars) != 1 || rep.Spend.Dollars[0].ReservedUsd != 2 ||
+		len(rep.Spend.Suspended) != 1 || !rep.Spend.Suspended[0].Until.Equal(until) {
+		t.Fatalf("status --json: %s (%v)", r.stdout, err)
+	}
 }

@@ -100,3 +100,23 @@ flags:
   --keep             keep the temporary folders (workspace, run records) and print where they are
   --timeout DURATION give up after this long, the image build included (default 3m)
 `
+
+const dashHelp = dashUsage + `
+
+Serves a web dashboard of the fleet on this machine and prints its URL: the
+hosts (age of their last beat, capabilities, running jobs), the queues' counts
+and pause state, held and running jobs, recent runs with their outcome and
+cost, and the container starts of the day and week against their caps. The
+page reads the fleet every few seconds; Ctrl-C stops the server.
+
+flags:
+  --listen ADDR     the address to serve on (default 127.0.0.1:8477; port 0
+                    picks a free one)
+  --allow-actions   add Pause, Resume and Cancel buttons; each asks for a
+                    confirmation. Without it the dashboard changes nothing.
+  --allow-remote    serve on an address that is not loopback (refused without
+                    it: the dashboard has no login; prefer an SSH tunnel)
+
+Reads VALKEY_URL, VALKEY_PASSWORD, PI_DAILY_CAP, PI_WEEKLY_CAP and
+PI_WORKER_NAME (the name a cancel is recorded under). See docs/dashboard.md.
+`

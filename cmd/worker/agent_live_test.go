@@ -194,7 +194,7 @@ func TestAgentJobEndToEnd(t *testing.T) {
 	if math.Abs(tel.Cost-haikuCost(reported)) > 1e-9 {
 		t.Fatalf("cost %v, want %v", tel.Cost, haikuCost(reported))
 	}
-	// The key reached the provider, through the job's environment only.
+	// The key reached the provider, added by the worker's gateway.
 	for _, req := range r.fp.Requests() {
 		if req.APIKey != r.secret {
 			t.Fatalf("the provider saw key %q", req.APIKey)
@@ -204,9 +204,12 @@ func TestAgentJobEndToEnd(t *testing.T) {
 		t.Fatalf("the running container was not inspected (network %q)", seen.network)
 	}
 	r.w.stop(t)
-	records, _ := os.ReadFile(filepath.Join(r.w.cfg.LogsDir, jobs.SanitizeJobID(e.JobID)+".json"))
+	records := recordsText(t, r.w.cfg.LogsDir, e.JobID)
+	if records == "" {
+		t.Fatal("no record file read")
+	}
 	for what, s := range map[string]string{
-		"argv": seen.argv, "labels": seen.labels, "job.json": seen.jobJSON, "record": string(records), "worker log": r.w.logs.String(),
+		"argv": seen.argv, "labels": seen.labels, "job.json": seen.jobJSON, "record": records, "worker log": r.w.logs.String(),
 	} {
 		if strings.Contains(s, r.secret) {
 			t.Errorf("the API key is in the container's %s", what)

@@ -1,0 +1,258 @@
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/pidispatch/pidispatch/internal/fakeprovider"
+	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/jobs"
+	"github.com/pidispatch/pidispatch/queue"
+	"github.com/pidispatch/pidispatch/runner"
+)
+
+// These tests run the gateway live: the real pi agent image, the real
+// worker and the fake provider, or the test job image for the fleet's
+// dollar windows.
+
+// containerSight is what a running job's container holds: its environment,
+// command line and labels, its job.json, every file of its filesystem and
+// of its mounts.
+type containerSight struct {
+	env, argv, labels, jobJSON string
+	files                      int
+	hits                       []string // where the secret was found
+}
+
+// lookInside inspects every container of jobID and searches all of it for
+// secret.
+func lookInside(t *testing.T, dc *client.Client, jobID, secret string) containerSight {
+	var s containerSight
+	ctx := context.Background()
+	for _, c := range containers(t, dc, runner.LabelJob, jobID) {
+		res, err := dc.ContainerInspect(ctx, c.ID, client.ContainerInspectOptions{})
+		if err != nil {
+			t.Error(err)
+			return s
+		}
+		ci := res.Container
+		s.env = strings.Join(ci.Config.Env, "\n")
+		s.argv = strings.Join(append(append([]string{ci.Path}, ci.Args...), ci.Config.Cmd...), " ")
+		b, _ := json.Marshal(ci.Config.Labels)
+		s.labels = string(b)
+		for what, text := range map[string]string{"environment": s.env, "argv": s.argv, "labels": s.labels} {
+			if strings.Contains(text, secret) {
+				s.hits = append(s.hits, what)
+			}
+		}
+		for _, m := range ci.Mounts {
+			if m.Destination == "/job" {
+				data, _ := os.ReadFile(filepath.Join(m.Source, "job.json"))
+				s.jobJSON = string(data)
+			}
+			s.hits = append(s.hits, searchDir(t, m.Source, secret, &s.files)...)
+		}
+		exp, err := dc.ContainerExport(ctx, c.ID, client.ContainerExportOptions{})
+		if err != nil {
+			t.Error(err)
+			return s
+		}
+		s.hits = append(s.hits, searchTar(t, exp, secret, &s.files)...)
+		exp.Close()
+	}
+	return s
+}
+
+func searchDir(t *testing.T, dir, secret string, files *int) (hits []string) {
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		*files++
+		if b, err := os.ReadFile(p); err == nil && bytes.Contains(b, []byte(secret)) {
+			hits = append(hits, "mount file "+p)
+		}
+		return nil
+	})
+	return hits
+}
+
+func searchTar(t *testing.T, r io.Reader, secret string, files *int) (hits []string) {
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			if err != io.EOF {
+				t.Errorf("container export: %v", err)
+			}
+			return hits
+		}
+		if h.Typeflag != tar.TypeReg {
+			continue
+		}
+		*files++
+		b, err := io.ReadAll(tr)
+		if err == nil && bytes.Contains(b, []byte(secret)) {
+			hits = append(hits, "file /"+h.Name)
+		}
+	}
+}
+
+// The provider key stays on the host: the gateway adds it to every call, so
+// the fake provider sees it, and nothing of the container holds it. The
+// record's dollars are the provider's usage times the pricing table's
+// prices, measured by the worker, not the agent.
+func TestGatewayKeyNeverEntersTheContainer(t *testing.T) {
+	t.Parallel()
+	dc := livetest.Docker(t)
+	var mu sync.Mutex
+	var sight containerSight
+	jobIDs := make(chan string, 1)
+	var secret string
+	first := fakeprovider.WriteFile("/workspace/hello.txt", "hello from pi\n", fakeprovider.Usage{Input: 1200, Output: 40, CacheRead: 300, CacheWrite: 100})
+	first.Before = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		sight = lookInside(t, dc, <-jobIDs, secret)
+	}
+	r := bootAgentWorker(t, nil, 1, first,
+		fakeprovider.Answer("Done: wrote hello.txt.", fakeprovider.Usage{Input: 1300, Output: 12, CacheRead: 1500}))
+	secret = r.secret
+	e := r.enqueue(t, jobs.Job{Folder: workspace(t), Flow: "fix", Task: "Write hello.txt saying hello."})
+	jobIDs <- e.JobID
+	rec := waitRecord(t, r.w.cfg.LogsDir, e.JobID, 3*time.Minute)
+	mu.Lock()
+	defer mu.Unlock()
+	if rec.Outcome != jobs.OutcomeCompleted {
+		t.Fatalf("record %+v\ntelemetry %s", rec, rec.Telemetry)
+	}
+	reqs := r.fp.Requests()
+	if len(reqs) != 2 {
+		t.Fatalf("the provider saw %d requests, want 2", len(reqs))
+	}
+	for _, req := range reqs {
+		if req.APIKey != r.secret {
+			t.Fatalf("the provider saw key %q, want the host's", req.APIKey)
+		}
+	}
+	if sight.jobJSON == "" || sight.env == "" || sight.files < 100 {
+		t.Fatalf("the running container was not searched (%d files, env %q)", sight.files, sight.env)
+	}
+	if len(sight.hits) > 0 {
+		t.Fatalf("the key is in the container: %v", sight.hits)
+	}
+	if !strings.Contains(sight.env, "PI_JOB_ID=") {
+		t.Fatalf("the container's environment was not read:\n%s", sight.env)
+	}
+
+	reported, _ := r.fp.Reported()
+	want := haikuMicros(reported)
+	s := rec.Spend
+	if s == nil || s.Basis != jobs.BasisMetered || s.Calls != 2 || s.Micros != want || s.Dollars != jobs.USD(want) ||
+		s.Tokens != (jobs.SpendTokens{Input: reported.Input, Output: reported.Output, CacheRead: reported.CacheRead, CacheWrite: reported.CacheWrite}) {
+		t.Fatalf("record spend %+v, want %d micros metered from %+v", s, want, reported)
+	}
+	r.w.stop(t)
+	raw := recordsText(t, r.w.cfg.LogsDir, e.JobID)
+	if raw == "" || strings.Contains(raw, r.secret) || strings.Contains(r.w.logs.String(), r.secret) {
+		t.Fatal("the key is in the record or the worker's log (or the record was not read)")
+	}
+}
+
+// haikuMicros prices u at claude-haiku-4-5's table prices ($1, $5, $0.10,
+// $1.25 per million tokens), rounded half up as the gateway does.
+func haikuMicros(u fakeprovider.Usage) int64 {
+	// Per million tokens in micro-dollars: the price in dollars times u.
+	num := u.Input*1_000_000 + u.Output*5_000_000 + u.CacheRead*100_000 + u.CacheWrite*1_250_000
+	return (num + 500_000) / 1_000_000
+}
+
+// recordsText is every record file of jobID, as written.
+func recordsText(t *testing.T, dir, jobID string) string {
+	t.Helper()
+	matches, _ := filepath.Glob(filepath.Join(dir, jobs.SanitizeJobID(jobID)+".attempt-*.json"))
+	var b strings.Builder
+	for _, m := range matches {
+		data, err := os.ReadFile(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Write(data)
+	}
+	return b.String()
+}
+
+// A job whose next call would pass PI_MAX_COST_USD is stopped at that
+// call: the provider never sees it, and the job ends policy / cost-cap,
+// never retried.
+func TestGatewayStopsTheCallThatWouldCrossTheCostCap(t *testing.T) {
+	t.Parallel()
+	// Each call costs $0.11 at haiku prices (100000 in, 2000 out); the
+	// gateway expects the third to cost as much, and 0.22 + 0.11 > 0.30.
+	u := fakeprovider.Usage{Input: 100_000, Output: 2_000}
+	r := bootAgentWorker(t, map[string]string{"PI_MAX_COST_USD": "0.30"}, 3,
+		fakeprovider.WriteFile("/workspace/a.txt", "a\n", u),
+		fakeprovider.WriteFile("/workspace/b.txt", "b\n", u),
+		fakeprovider.Answer("done", u))
+	e := r.enqueue(t, jobs.Job{Folder: workspace(t), Flow: "fix", Task: "write a and b"})
+	j := waitJobState(t, testQueue(t, r.db, e.Queue), e.JobID, queue.StateCompleted, 3*time.Minute)
+	rec := waitRecord(t, r.w.cfg.LogsDir, e.JobID, 5*time.Second)
+	if rec.Outcome != jobs.OutcomePolicy || rec.Reason != jobs.ReasonCostCap || j.AttemptsMade != 1 {
+		t.Fatalf("record %+v (attempts %d)\ntelemetry %s", rec, j.AttemptsMade, rec.Telemetry)
+	}
+	if n := len(r.fp.Requests()); n != 2 {
+		t.Fatalf("the provider saw %d calls, want 2: the third is refused before it is made", n)
+	}
+	if s := rec.Spend; s == nil || s.Calls != 2 || s.Refused < 1 || s.Micros != 220_000 || s.CapHit != jobs.ReasonCostCap {
+		t.Fatalf("spend %+v, want 2 calls, $0.22, cost-cap", s)
+	}
+	time.Sleep(time.Second) // a retry (200 ms backoff) would have started
+	if n := countEvents(t, r.w.logs.String(), "job_started", e.JobID); n != 1 {
+		t.Fatalf("%d starts, want 1", n)
+	}
+}
+
+// A 429 with a 20 s reset suspends the provider fleet-wide: the next job is
+// deferred, not started and not charged an attempt, until the reset, and
+// then runs.
+func TestRateLimitDefersNewJobsUntilTheReset(t *testing.T) {
+	t.Parallel()
+	r := bootAgentWorker(t, nil, 1,
+		fakeprovider.Step{Status: 429, Reset: 20 * time.Second},
+		fakeprovider.Answer("ok", fakeprovider.Usage{Input: 10, Output: 2}))
+	first := r.enqueue(t, jobs.Job{Folder: workspace(t), Flow: "fix", Task: "meet the limit"})
+	waitRecord(t, r.w.cfg.LogsDir, first.JobID, 3*time.Minute)
+	limitedAt := r.fp.Requests()[0].At
+	reset := limitedAt.Add(20 * time.Second)
+
+	second := r.enqueue(t, jobs.Job{Folder: workspace(t), Flow: "fix", Task: "after the reset"})
+	rec := waitRecord(t, r.w.cfg.LogsDir, second.JobID, 3*time.Minute)
+	if rec.Outcome != jobs.OutcomeCompleted || rec.Attempt != 1 {
+		t.Fatalf("second job's record %+v, want completed on its first attempt", rec)
+	}
+	if rec.StartedAt.Before(reset.Add(-time.Second)) {
+		t.Fatalf("the second job started at %s, before the provider's reset at %s", rec.StartedAt, reset)
+	}
+	if n := countEvents(t, r.w.logs.String(), "job_deferred", second.JobID); n < 1 {
+		t.Fatal("the second job was not deferred")
+	}
+	for _, ev := range parseLog(t, r.w.logs.String()) {
+		if ev.Msg == "job_deferred" && strings.Contains(ev.raw, second.JobID) && !strings.Contains(ev.raw, `"gate":"rate-limit"`) {
+			t.Fatalf("deferred by another gate: %s", ev.raw)
+		}
+	}
+	if n := len(r.fp.Requests()); n != 2 {
+		t.Fatalf("the provider saw %d calls, want 2 (none while suspended)", n)
+	}
+}
