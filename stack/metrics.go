@@ -42,7 +42,7 @@ func wireMetrics(cfg dispatch.Config, rc *redis.Client, queues []*queue.Queue, b
 	m := metrics.New(cfg.WorkerName, metrics.WithSources(metrics.Sources{
 		Queues:  queueCounts(queues),
 		Held:    metrics.HeldCounterFunc(func(ctx context.Context) (int, error) { return fleetstate.HeldCount(ctx, rc) }),
-		Starts:  startWindows(budget, cfg),
+		Starts:  startWindows(budget),
 		Dollars: dollarWindows(deps.Dollars),
 	}))
 	deps.Observers = append(deps.Observers, m)
@@ -68,31 +68,50 @@ func queueCounts(queues []*queue.Queue) metrics.QueueCounter {
 	})
 }
 
-// startWindows reads the fleet's container-start counts against their caps:
-// the UTC day always, the ISO week when PI_WEEKLY_CAP is set.
-func startWindows(b *fleetstate.Budget, cfg dispatch.Config) metrics.WindowReader {
+// startWindows reads the fleet's container-start windows against their
+// caps: the UTC day always, the ISO week and the month when their caps are
+// set (fleetstate.Budget.Windows).
+func startWindows(b *fleetstate.Budget) metrics.WindowReader {
 	return metrics.WindowReaderFunc(func(ctx context.Context) ([]metrics.Window, error) {
-		day, week, err := b.Counts(ctx)
+		ws, err := b.Windows(ctx)
 		if err != nil {
 			return nil, err
 		}
-		out := []metrics.Window{{Name: "day", Used: float64(day), Cap: float64(cfg.DailyCap)}}
-		if cfg.WeeklyCap > 0 {
-			out = append(out, metrics.Window{Name: "week", Used: float64(week), Cap: float64(cfg.WeeklyCap)})
+		out := make([]metrics.Window, len(ws))
+		for i, w := range ws {
+			out[i] = metrics.Window{Name: w.Name, Used: float64(w.Count), Cap: float64(w.Cap)}
 		}
 		return out, nil
 	})
 }
 
-// dollarWindows is the dollar windows' source: a DollarBudget that reads
-// its windows as metrics.Window exports them; nil (no dollar gauges)
-// otherwise.
-func dollarWindows(d dispatch.DollarBudget) metrics.WindowReader {
-	if r, ok := d.(metrics.WindowReader); ok {
-		return r
-	}
-	return nil
+// dollarReader is what the dollar gauges read: *fleetstate.Dollars.
+type dollarReader interface {
+	Windows(ctx context.Context) ([]fleetstate.DollarWindow, error)
 }
+
+// dollarWindows reads the fleet's dollar windows (settled, reserved, cap) in
+// dollars, from a DollarBudget that can report them; nil (no dollar gauges)
+// for one that cannot, such as an Option's own.
+func dollarWindows(d dispatch.DollarBudget) metrics.WindowReader {
+	r, ok := d.(dollarReader)
+	if !ok {
+		return nil
+	}
+	return metrics.WindowReaderFunc(func(ctx context.Context) ([]metrics.Window, error) {
+		ws, err := r.Windows(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]metrics.Window, len(ws))
+		for i, w := range ws {
+			out[i] = metrics.Window{Name: w.Name, Used: dollars(w.SpentMicros), Reserved: dollars(w.ReservedMicros), Cap: dollars(w.CapMicros)}
+		}
+		return out, nil
+	})
+}
+
+func dollars(micros int64) float64 { return float64(micros) / 1e6 }
 
 // Ready says whether the worker can take jobs: Valkey answers a ping and
 // the Worker's consumers run. It is what /readyz serves.
