@@ -34,8 +34,9 @@ var outcomes = []string{"completed", "policy", "failed"}
 // Metrics is one worker's metrics. It implements dispatch.Observer; it is
 // safe for concurrent use.
 type Metrics struct {
-	host string
-	reg  *prometheus.Registry
+	host    string
+	reg     *prometheus.Registry
+	timeout time.Duration // of the polled sources, per scrape
 
 	started  prometheus.Counter
 	finished *labelCache
@@ -86,7 +87,7 @@ func New(host string, opts ...Option) *Metrics {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	m := &Metrics{host: host, reg: prometheus.NewRegistry()}
+	m := &Metrics{host: host, reg: prometheus.NewRegistry(), timeout: o.timeout}
 	r := prometheus.WrapRegistererWith(prometheus.Labels{"host": host}, m.reg)
 	m.define(r)
 	r.MustRegister(newPoller(o.sources, o.timeout))

@@ -27,7 +27,7 @@ type ReadyFunc func(ctx context.Context) error
 func Handler(m *Metrics, ready ReadyFunc) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
-		Registry: m.reg, Timeout: 2 * DefaultScrapeTimeout, ErrorHandling: promhttp.ContinueOnError,
+		Registry: m.reg, Timeout: 2 * m.timeout, ErrorHandling: promhttp.ContinueOnError,
 	}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
