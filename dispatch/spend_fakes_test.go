@@ -162,8 +162,16 @@ func TestGateRateLimitDefersUntilTheReset(t *testing.T) {
 	h.start(t)
 	h.add(t, "rl-1", forgeJob, 2)
 	h.add(t, "rl-2", `{"kind":"forge","repo":"acme/widgets","flow":"fix","task":"t","provider":"openai"}`, 2)
-	deferredBefore(t, h, "rl-1")
 	h.wait(t, "rl-2", finished) // another provider's job runs
+	s := h.wait(t, "rl-1", deferred)
+	if s.AttemptsMade != 0 || s.Finished() || len(h.records(t, "rl-1")) != 0 {
+		t.Fatalf("rl-1: %+v, want deferred: not finished, not an attempt, no record", s)
+	}
+	for _, spec := range h.rt.Specs() {
+		if spec.JobID == "rl-1" {
+			t.Fatal("the rate-limited provider's job ran")
+		}
+	}
 	ev := obs.find(dispatch.EventGate, "rl-1")
 	if ev == nil || ev.Gate != "rate-limit" || ev.Decision != dispatch.DecisionDefer || ev.Delay < 19*time.Second || ev.Delay > 22*time.Second {
 		t.Fatalf("gate event %+v, want a rate-limit deferral of about 20s", ev)

@@ -180,23 +180,19 @@ func loopbackAddr(listen string) (bool, error) {
 	return ip != nil && ip.IsLoopback(), nil
 }
 
-// dashCaps reads the caps the page compares the container starts with.
+// dashCaps reads the caps the page compares the container starts with, by
+// the worker's own rules: a cap the worker would refuse refuses the page.
 func dashCaps(e env) (dash.ValkeyConfig, int) {
-	var cfg dash.ValkeyConfig
-	for _, c := range []struct {
-		name string
-		dst  *int
-	}{{"PI_DAILY_CAP", &cfg.DailyCap}, {"PI_WEEKLY_CAP", &cfg.WeeklyCap}} {
-		raw := e.getenv(c.name)
-		if raw == "" {
-			continue
+	cfg, err := operator.ConfigForDoctor(e.getenv)
+	var errs dispatch.ConfigErrors
+	if errors.As(err, &errs) {
+		for _, ce := range errs {
+			switch ce.Var {
+			case "PI_DAILY_CAP", "PI_WEEKLY_CAP", "PI_MONTHLY_CAP", "PI_DAILY_COST_USD", "PI_WEEKLY_COST_USD", "PI_MONTHLY_COST_USD":
+				fmt.Fprintf(e.stderr, "pi-dispatch dash: %v (docs/configuration.md)\n", ce)
+				return dash.ValkeyConfig{}, exitUsage
+			}
 		}
-		n, err := strconv.Atoi(raw)
-		if err != nil || n < 1 || n > dispatch.MaxCap {
-			fmt.Fprintf(e.stderr, "pi-dispatch dash: %s=%q must be a whole number between 1 and %d (docs/configuration.md)\n", c.name, raw, dispatch.MaxCap)
-			return cfg, exitUsage
-		}
-		*c.dst = n
 	}
-	return cfg, exitOK
+	return dash.ValkeyConfig{DailyCap: cfg.DailyCap, WeeklyCap: cfg.WeeklyCap}, exitOK
 }

@@ -126,7 +126,7 @@ func TestDashRefusesBadFlagsAndConfig(t *testing.T) {
 		{[]string{"--listen", "127.0.0.1:http"}, nil, "not a number"},
 		{[]string{"--frobnicate"}, nil, "flag provided but not defined"},
 		{[]string{"extra"}, nil, `unexpected argument "extra"`},
-		{nil, map[string]string{"PI_DAILY_CAP": "-3"}, `PI_DAILY_CAP="-3" must be a whole number between 1 and 1000000`},
+		{nil, map[string]string{"PI_DAILY_CAP": "-3"}, `PI_DAILY_CAP="-3": must be a whole number written in plain digits`},
 		{nil, map[string]string{"PI_WEEKLY_CAP": "many"}, `PI_WEEKLY_CAP="many"`},
 	} {
 		r := runCLI(t, tc.vars, append([]string{"dash"}, tc.args...)...)

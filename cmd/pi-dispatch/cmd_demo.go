@@ -251,6 +251,9 @@ func (d *demo) run(parent context.Context) int {
 		defer fp.Close()
 		d.say("fake model provider on %s (the job reaches it only through its model socket)", fp.URL())
 		cfg.ModelUpstream, cfg.JobMemory, cfg.JobTimeout = fp.URL(), demoAgentJobMemory, demoAgentJobTime
+		// The gateway adds this key to each model call on the host side; the
+		// fake provider takes any key, the container never sees one.
+		cfg.Gateway.ProviderKeys = map[string]string{"anthropic": demoProviderKey}
 		job.Task, job.Model = demoAgentTask, demoAgentModel
 	}
 	// The worker's own events: warnings and errors only, so a problem shows.

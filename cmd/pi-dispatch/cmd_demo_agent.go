@@ -26,6 +26,10 @@ const (
 
 // startDemoProvider starts the fake provider the demo agent talks to: one
 // tool call writing the demo file, then a final answer.
+// demoProviderKey is the stand-in key the demo's gateway holds for the fake
+// provider.
+const demoProviderKey = "sk-demo-fake-provider"
+
 func startDemoProvider() (*fakeprovider.Server, error) {
 	return fakeprovider.Listen(
 		fakeprovider.WriteFile("/workspace/"+demoFile, demoAgentContent, fakeprovider.Usage{Input: 1200, Output: 40, CacheRead: 300, CacheWrite: 100}),
@@ -81,4 +85,8 @@ func (d *demo) agentSummary(rec jobs.Record, fp *fakeprovider.Server) {
 	reported, answers := fp.Reported()
 	d.say("\npi ran %d turns on %s/%s with network %q: %d tokens, $%.6f", tel.Turns, tel.Provider, tel.Model, rec.Network, tel.Tokens.Total, tel.Cost)
 	d.say("(the fake provider reported %d tokens in %d answers; nothing was spent)", reported.Total(), answers)
+	if s := rec.Spend; s != nil {
+		d.say("the worker's gateway metered %d calls, %d tokens, $%s (%s), with the key held on this host",
+			s.Calls, s.Tokens.Total(), jobs.FormatUSD(s.Micros), s.Basis)
+	}
 }

@@ -31,11 +31,15 @@ func TestDemo_Agent(t *testing.T) {
 		Model  string
 	}
 	_ = json.Unmarshal(rec.Telemetry, &tel)
+	if rec.Spend == nil || rec.Spend.Calls != 2 || rec.Spend.Tokens.Total() != 4452 || rec.Spend.Basis != jobs.BasisMetered {
+		t.Fatalf("record spend %+v: the gateway should have metered both calls", rec.Spend)
+	}
 	// The fake provider's two answers: 1640 + 2812 tokens.
 	if rec.Outcome != jobs.OutcomeCompleted || rec.Network != "none" || tel.Turns != 2 || tel.Tokens.Total != 4452 || tel.Model != demoAgentModel {
 		t.Fatalf("record %+v telemetry %s", rec, rec.Telemetry)
 	}
-	for _, want := range []string{"agent image pidispatch-agent:dev", "the job wrote hello.txt in the workspace:\n  hello from pi", "pi ran 2 turns on anthropic/" + demoAgentModel} {
+	for _, want := range []string{"agent image pidispatch-agent:dev", "the job wrote hello.txt in the workspace:\n  hello from pi", "pi ran 2 turns on anthropic/" + demoAgentModel,
+		"the worker's gateway metered 2 calls, 4452 tokens"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, r.stdout)
 		}

@@ -34,6 +34,9 @@ func doctorHost(t *testing.T) (*livetest.ValkeyDB, map[string]string) {
 		"PI_JOB_IMAGE":   jobimage.TestTag,
 		"PI_LOGS_DIR":    t.TempDir(),
 		"TZ":             "UTC",
+		// The gateway's key for the default provider: doctor checks it is
+		// there, never prints it.
+		"ANTHROPIC_API_KEY": "sk-doctor-never-printed",
 	}
 }
 
