@@ -64,6 +64,9 @@ type Config struct {
 	// shown to an operator in a NameInUseError. Liveness never reads it: ages
 	// come from the server's TIME. Defaults to time.Now.
 	NowFunc func() time.Time
+	// OnBeat, when set, is told of every beat: nil when it landed, else why
+	// not. It is called from the beating goroutine and must not block.
+	OnBeat func(err error)
 }
 
 func (c Config) withDefaults() Config {
@@ -304,6 +307,12 @@ func (r *Registry) crashedHere(c claim) bool {
 
 // beat runs one beat script. It returns the holder's claim value when another
 // instance holds the name (nothing was written), nil when the row was written.
+func (r *Registry) onBeat(err error) {
+	if r.cfg.OnBeat != nil {
+		r.cfg.OnBeat(err)
+	}
+}
+
 func (r *Registry) beat(ctx context.Context, args []any, replace string) (*string, error) {
 	argv := make([]any, 0, 5+len(args))
 	argv = append(argv, r.name, r.cfg.TTL.Milliseconds(), r.claim, replace, r.startedAt)
@@ -316,10 +325,12 @@ func (r *Registry) beat(ctx context.Context, args []any, replace string) (*strin
 		if ctx.Err() == nil {
 			// A cancelled caller says nothing about Valkey.
 			r.health.Fail(err)
+			r.onBeat(err)
 		}
 		return nil, fmt.Errorf("%w: beat: %w", ErrUnreachable, err)
 	}
 	r.health.OK()
+	r.onBeat(nil)
 	out, ok := res.([]any)
 	if !ok || len(out) < 2 {
 		return nil, fmt.Errorf("%w: beat: unexpected reply %T", ErrUnreachable, res)

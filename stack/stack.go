@@ -175,7 +175,12 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 		TZ:          registry.Value(tz),
 		FPCron:      live.FPCron,
 		CronCount:   live.CronCount,
-	}, registry.Config{Version: tune.Version, Logger: tune.Logger})
+	}, registry.Config{Version: tune.Version, Logger: tune.Logger, OnBeat: func(err error) {
+		// Read when the Worker beats, long after the parts are wired.
+		dispatch.Observers(deps.Observers).Observe(dispatch.Event{
+			Kind: dispatch.EventBeat, At: time.Now(), Host: cfg.WorkerName, Service: "registry", Up: err == nil, Err: err,
+		})
+	}})
 	if err != nil {
 		return fail(err)
 	}

@@ -126,8 +126,12 @@ func TestMetricsLiveWorker(t *testing.T) {
 		`pidispatch_queue_jobs{` + host + `,queue="` + e.Queue + `",state="completed"} 1`,
 		`pidispatch_container_starts{` + host + `,window="day"}`,
 		`pidispatch_scrape_source_up{` + host + `,source="queues"} 1`,
+		`pidispatch_registry_beats_total{` + host + `,result="ok"} `,
 	}
 	body := waitMetrics(t, base+"/metrics", want, 10*time.Second)
+	if strings.Contains(body, `pidispatch_registry_beats_total{`+host+`,result="ok"} 0`) {
+		t.Fatal("no registry beat was counted")
+	}
 	if strings.Contains(body, e.JobID) || strings.Contains(body, junk) {
 		t.Fatalf("a job id is a label value:\n%s", body)
 	}
