@@ -109,29 +109,9 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 		return fail(err)
 	}
 
-	qcfg := queue.Config{LockTTL: tune.LockTTL, WorkerName: cfg.WorkerName, Logger: log}
-	shared, err := queue.New(rc, fleet.SharedQueue, qcfg)
+	queues, err := newQueues(ctx, rc, cfg, tune, log)
 	if err != nil {
 		return fail(err)
-	}
-	queues := []*queue.Queue{shared}
-	if cfg.WorkerNameDeclared {
-		host, err := queue.New(rc, fleet.HostQueueName(cfg.WorkerName), qcfg)
-		if err != nil {
-			return fail(err)
-		}
-		queues = append(queues, host)
-		// Declare the host queue so the kill switch finds it even before its
-		// first job; it starts paused when the fleet is paused (pi:paused).
-		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		paused, err := operator.DeclareHostQueue(dctx, host)
-		cancel()
-		switch {
-		case err != nil:
-			log.Warn("host_queue_declare_failed", "queue", host.Name(), "err", err)
-		case paused:
-			log.Warn("host_queue_starts_paused", "queue", host.Name(), "reason", "the fleet is paused (pi-dispatch resume)")
-		}
 	}
 	consumer, err := queue.NewConsumer(queues, queue.ConsumerConfig{})
 	if err != nil {
@@ -161,59 +141,17 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 	tz := operator.LocalZone(os.Getenv)
 	live := cronsync.NewLiveSet(own, tz)
 
-	// The image digest is read once at boot, bounded: the registry publishes
-	// it so doctor can tell hosts running different builds apart.
-	digestCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	digest, _ := runtime.ImageDigest(digestCtx, cfg.JobImage)
-	cancel()
-	reg, err := registry.New(rc, cfg.WorkerName, registry.Facts{
-		Image:       registry.Value(cfg.JobImage),
-		ImageDigest: registry.Value(digest),
-		Concurrency: registry.Value(cfg.Concurrency),
-		Routes:      registry.Value(cfg.WorkerNameDeclared),
-		Caps:        registry.Value(capabilities.Serialize(capabilities.Tokens(keys(cfg.SecretProfiles), keys(cfg.WaitProfiles)))),
-		TZ:          registry.Value(tz),
-		FPCron:      live.FPCron,
-		CronCount:   live.CronCount,
-	}, registry.Config{Version: tune.Version, Logger: tune.Logger, OnBeat: func(err error) {
-		// Read when the Worker beats, long after the parts are wired.
-		dispatch.Observers(deps.Observers).Observe(dispatch.Event{
-			Kind: dispatch.EventBeat, At: time.Now(), Host: cfg.WorkerName, Service: "registry", Up: err == nil, Err: err,
-		})
-	}})
+	reg, err := newRegistry(ctx, rc, cfg, tune, runtime, live, tz, &deps)
 	if err != nil {
 		return fail(err)
 	}
 	deps.Registry = Registry(reg)
 	deps.Cron = cronGate{live: live, peers: reg, host: cfg.WorkerName}
-	dir, err := queue.NewDirectory(rc, queue.Config{})
-	if err != nil {
+	if err := wireFleet(cfg, rc, tune, &deps); err != nil {
 		return fail(err)
 	}
-	fleetDir := Directory(dir)
-	deps.Directory = fleetDir
-	deps.Finder = fleetDir // held-job liveness across every queue
-	if cfg.WorkerNameDeclared {
-		deps.Leases = Leaser(lease.New(rc, cfg.WorkerName, lease.Config{Logger: tune.Logger}))
-		deps.Mirror = fleetstate.NewMirror(rc, fleetstate.MirrorConfig{RetentionDays: cfg.LogRetentionDays, Host: cfg.WorkerName, Logger: tune.Logger})
-	}
 
-	if cfg.TriggersFile != "" {
-		// Schedulers live on this host's own queue when it has one, so hosts
-		// never prune each other's; the shared queue otherwise.
-		deps.Background = append(deps.Background, &cronPart{
-			path:     cfg.TriggersFile,
-			declared: cfg.WorkerNameDeclared,
-			store:    queues[len(queues)-1],
-			peers:    reg,
-			live:     live,
-			opts:     cronsync.Options{Host: cfg.WorkerName, TZ: tz, Logger: tune.Logger},
-			log:      log,
-		})
-	} else {
-		store := queues[len(queues)-1]
-		deps.Background = append(deps.Background, &cronOff{store: store, queue: store.Name(), log: log})
-	}
+	deps.Background = append(deps.Background, cronBackground(cfg, queues[len(queues)-1], reg, live, tz, tune, log))
 
 	cancels, err := fleetstate.NewCancelWatcher(rc, cfg.WorkerName, fleetstate.CancelWatcherConfig{Logger: tune.Logger})
 	if err != nil {
@@ -221,18 +159,9 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 	}
 	deps.Cancels = cancels
 
-	dollars := fleetstate.NewDollars(rc, fleetstate.DollarsConfig{
-		DailyMicros: cfg.Spend.DailyCostMicros, WeeklyMicros: cfg.Spend.WeeklyCostMicros, MonthlyMicros: cfg.Spend.MonthlyCostMicros,
-		Host: cfg.WorkerName, Logger: tune.Logger,
-	})
-	limits := fleetstate.NewRateLimits(rc, fleetstate.RateLimitsConfig{Host: cfg.WorkerName, Logger: tune.Logger})
-	deps.Dollars, deps.RateLimits = dollars, limits
-	gw, err := newGateway(cfg, limits, tune.Logger)
+	dollars, limits, err := wireSpend(cfg, rc, tune, &deps)
 	if err != nil {
 		return fail(err)
-	}
-	if gw != nil {
-		deps.Gateway = gw
 	}
 
 	for _, o := range opts {
@@ -266,4 +195,113 @@ func keys(m map[string]string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// newRegistry builds this host's registry row: its facts, and its beats
+// reported to the observers. The image digest is read once at boot,
+// bounded: the registry publishes it so doctor can tell hosts running
+// different builds apart.
+func newRegistry(ctx context.Context, rc *redis.Client, cfg dispatch.Config, tune dispatch.Tuning, runtime *runner.Docker, live *cronsync.LiveSet, tz string, deps *dispatch.Deps) (*registry.Registry, error) {
+	digestCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	digest, _ := runtime.ImageDigest(digestCtx, cfg.JobImage)
+	cancel()
+	return registry.New(rc, cfg.WorkerName, registry.Facts{
+		Image:       registry.Value(cfg.JobImage),
+		ImageDigest: registry.Value(digest),
+		Concurrency: registry.Value(cfg.Concurrency),
+		Routes:      registry.Value(cfg.WorkerNameDeclared),
+		Caps:        registry.Value(capabilities.Serialize(capabilities.Tokens(keys(cfg.SecretProfiles), keys(cfg.WaitProfiles)))),
+		TZ:          registry.Value(tz),
+		FPCron:      live.FPCron,
+		CronCount:   live.CronCount,
+	}, registry.Config{Version: tune.Version, Logger: tune.Logger, OnBeat: func(err error) {
+		// Read when the Worker beats, long after the parts are wired.
+		dispatch.Observers(deps.Observers).Observe(dispatch.Event{
+			Kind: dispatch.EventBeat, At: time.Now(), Host: cfg.WorkerName, Service: "registry", Up: err == nil, Err: err,
+		})
+	}})
+}
+
+// cronBackground is the cron part of the worker: reconcile and watch the
+// triggers file, or, with none, keep the stored schedulers' runs off this
+// host. Schedulers live on this host's own queue when it has one (store),
+// so hosts never prune each other's; the shared queue otherwise.
+func cronBackground(cfg dispatch.Config, store *queue.Queue, reg *registry.Registry, live *cronsync.LiveSet, tz string, tune dispatch.Tuning, log *slog.Logger) dispatch.Background {
+	if cfg.TriggersFile == "" {
+		return &cronOff{store: store, queue: store.Name(), log: log}
+	}
+	return &cronPart{
+		path:     cfg.TriggersFile,
+		declared: cfg.WorkerNameDeclared,
+		store:    store,
+		peers:    reg,
+		live:     live,
+		opts:     cronsync.Options{Host: cfg.WorkerName, TZ: tz, Logger: tune.Logger},
+		log:      log,
+	}
+}
+
+// wireSpend adds the fleet's dollar windows, its rate-limit record and the
+// model gateway to deps.
+func wireSpend(cfg dispatch.Config, rc *redis.Client, tune dispatch.Tuning, deps *dispatch.Deps) (*fleetstate.Dollars, *fleetstate.RateLimits, error) {
+	dollars := fleetstate.NewDollars(rc, fleetstate.DollarsConfig{
+		DailyMicros: cfg.Spend.DailyCostMicros, WeeklyMicros: cfg.Spend.WeeklyCostMicros, MonthlyMicros: cfg.Spend.MonthlyCostMicros,
+		Host: cfg.WorkerName, Logger: tune.Logger,
+	})
+	limits := fleetstate.NewRateLimits(rc, fleetstate.RateLimitsConfig{Host: cfg.WorkerName, Logger: tune.Logger})
+	deps.Dollars, deps.RateLimits = dollars, limits
+	gw, err := newGateway(cfg, limits, tune.Logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	if gw != nil {
+		deps.Gateway = gw
+	}
+	return dollars, limits, nil
+}
+
+// newQueues builds the queues this host drains: the shared queue and, when
+// the name is declared, the host's own. The host queue is declared now so
+// the kill switch finds it even before its first job; it starts paused
+// when the fleet is paused (pi:paused).
+func newQueues(ctx context.Context, rc *redis.Client, cfg dispatch.Config, tune dispatch.Tuning, log *slog.Logger) ([]*queue.Queue, error) {
+	qcfg := queue.Config{LockTTL: tune.LockTTL, WorkerName: cfg.WorkerName, Logger: log}
+	shared, err := queue.New(rc, fleet.SharedQueue, qcfg)
+	if err != nil {
+		return nil, err
+	}
+	if !cfg.WorkerNameDeclared {
+		return []*queue.Queue{shared}, nil
+	}
+	host, err := queue.New(rc, fleet.HostQueueName(cfg.WorkerName), qcfg)
+	if err != nil {
+		return nil, err
+	}
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	paused, err := operator.DeclareHostQueue(dctx, host)
+	cancel()
+	switch {
+	case err != nil:
+		log.Warn("host_queue_declare_failed", "queue", host.Name(), "err", err)
+	case paused:
+		log.Warn("host_queue_starts_paused", "queue", host.Name(), "reason", "the fleet is paused (pi-dispatch resume)")
+	}
+	return []*queue.Queue{shared, host}, nil
+}
+
+// wireFleet adds the parts that reach across hosts: the directory of every
+// queue and, on a named host, the fleet leases and the run mirror.
+func wireFleet(cfg dispatch.Config, rc *redis.Client, tune dispatch.Tuning, deps *dispatch.Deps) error {
+	dir, err := queue.NewDirectory(rc, queue.Config{})
+	if err != nil {
+		return err
+	}
+	fleetDir := Directory(dir)
+	deps.Directory = fleetDir
+	deps.Finder = fleetDir // held-job liveness across every queue
+	if cfg.WorkerNameDeclared {
+		deps.Leases = Leaser(lease.New(rc, cfg.WorkerName, lease.Config{Logger: tune.Logger}))
+		deps.Mirror = fleetstate.NewMirror(rc, fleetstate.MirrorConfig{RetentionDays: cfg.LogRetentionDays, Host: cfg.WorkerName, Logger: tune.Logger})
+	}
+	return nil
 }
