@@ -201,7 +201,7 @@ func parseProviderURLs(s string) (map[string]string, string) {
 	out := map[string]string{}
 	for _, part := range strings.Split(s, ",") {
 		name, u, ok := strings.Cut(strings.TrimSpace(part), "=")
-		if !ok || !providerNameOK(name) {
+		if !ok || !jobs.ValidProvider(name) {
 			return nil, `must be a comma-separated list of provider=URL ("anthropic=https://api.anthropic.com")`
 		}
 		if rule := modelUpstreamRule(u); rule != "" || u == "" {
@@ -220,20 +220,6 @@ func firstNonEmpty(a, b string) string {
 		return a
 	}
 	return b
-}
-
-// providerNameOK: a provider name as pi spells it: lowercase letters,
-// digits and dashes.
-func providerNameOK(s string) bool {
-	if s == "" || len(s) > 64 {
-		return false
-	}
-	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
-			return false
-		}
-	}
-	return true
 }
 
 // parseMetricsAddr reads host:port, :port or port; no host means loopback.
@@ -283,7 +269,7 @@ func (c Config) spendProblems(p *problemList) {
 			}
 		}
 	}
-	if !providerNameOK(g.DefaultProvider) {
+	if !jobs.ValidProvider(g.DefaultProvider) {
 		p.add("PI_DEFAULT_PROVIDER", g.DefaultProvider, "must be a provider name (lowercase letters, digits, dashes)")
 	}
 	if rule := tokenRule(g.DefaultModel); rule != "" {
@@ -294,7 +280,7 @@ func (c Config) spendProblems(p *problemList) {
 	}
 	p.durRange("PI_RATE_LIMIT_WAIT_MS", g.RateLimitWait, 0, MaxRateLimitWait, true)
 	for name, u := range g.ProviderURLs {
-		if !providerNameOK(name) || modelUpstreamRule(u) != "" || u == "" {
+		if !jobs.ValidProvider(name) || modelUpstreamRule(u) != "" || u == "" {
 			p.add("PI_PROVIDER_URLS", formatProviderURLs(g.ProviderURLs), "must map provider names to http:// or https:// URLs without credentials")
 			break
 		}

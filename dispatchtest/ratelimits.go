@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/jobs"
 )
 
 // The bounds of the Valkey RateLimits (fleetstate/ratelimits.go), held by the
@@ -72,7 +73,7 @@ func (l *RateLimits) SetErr(err error) {
 
 // Suspend records provider's suspension; a later reset wins.
 func (l *RateLimits) Suspend(ctx context.Context, provider string, until time.Time, why string) error {
-	if !fakeProviderOK(provider) {
+	if !jobs.ValidProvider(provider) {
 		return fmt.Errorf("rate limits: %q: %w", provider, errBadProvider)
 	}
 	l.mu.Lock()
@@ -110,7 +111,7 @@ func (l *RateLimits) live(provider string, now time.Time) (dispatch.Suspension, 
 
 // SuspendedUntil is provider's reset, or the zero time.
 func (l *RateLimits) SuspendedUntil(ctx context.Context, provider string) (time.Time, error) {
-	if !fakeProviderOK(provider) {
+	if !jobs.ValidProvider(provider) {
 		return time.Time{}, fmt.Errorf("rate limits: %q: %w", provider, errBadProvider)
 	}
 	l.mu.Lock()
@@ -138,18 +139,6 @@ func (l *RateLimits) List(ctx context.Context) ([]dispatch.Suspension, error) {
 	}
 	slices.SortFunc(out, func(a, b dispatch.Suspension) int { return strings.Compare(a.Provider, b.Provider) })
 	return out, nil
-}
-
-func fakeProviderOK(s string) bool {
-	if s == "" || len(s) > 64 {
-		return false
-	}
-	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
-			return false
-		}
-	}
-	return true
 }
 
 func fakeCleanWhy(s string) string {

@@ -311,30 +311,32 @@ func (b *Budget) Windows(ctx context.Context) ([]CountWindow, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := []CountWindow{{dispatch.WindowDay, c.day, b.cfg.DailyCap, dayEnd(c.now)}}
+	out := []CountWindow{{dispatch.WindowDay, c.day, b.cfg.DailyCap, DayEnd(c.now)}}
 	if b.cfg.WeeklyCap != 0 {
-		out = append(out, CountWindow{dispatch.WindowWeek, c.week, b.cfg.WeeklyCap, weekEnd(c.now)})
+		out = append(out, CountWindow{dispatch.WindowWeek, c.week, b.cfg.WeeklyCap, WeekEnd(c.now)})
 	}
 	if b.cfg.MonthlyCap != 0 {
-		out = append(out, CountWindow{dispatch.WindowMonth, c.month, b.cfg.MonthlyCap, monthEnd(c.now)})
+		out = append(out, CountWindow{dispatch.WindowMonth, c.month, b.cfg.MonthlyCap, MonthEnd(c.now)})
 	}
 	return out, nil
 }
 
-// dayEnd, weekEnd and monthEnd are the ends of the windows holding t.
-func dayEnd(t time.Time) time.Time {
+// DayEnd, WeekEnd and MonthEnd are the ends of the UTC windows holding t:
+// the next midnight, the next Monday 00:00 and the next 1st 00:00, when a
+// count or dollar window of t resets.
+func DayEnd(t time.Time) time.Time {
 	y, m, d := t.UTC().Date()
 	return time.Date(y, m, d+1, 0, 0, 0, 0, time.UTC)
 }
 
-func weekEnd(t time.Time) time.Time {
+func WeekEnd(t time.Time) time.Time {
 	u := t.UTC()
 	back := (int(u.Weekday()) + 6) % 7
 	y, m, d := u.Date()
 	return time.Date(y, m, d-back+7, 0, 0, 0, 0, time.UTC)
 }
 
-func monthEnd(t time.Time) time.Time {
+func MonthEnd(t time.Time) time.Time {
 	y, m, _ := t.UTC().Date()
 	return time.Date(y, m+1, 1, 0, 0, 0, 0, time.UTC)
 }

@@ -662,11 +662,11 @@ func TestBudgetWindows(t *testing.T) {
 
 	// The ends of the windows of an instant, across a year end.
 	at := time.Date(2026, 12, 31, 23, 59, 59, 0, time.UTC) // a Thursday
-	require.Equal(t, time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC), dayEnd(at))
-	require.Equal(t, time.Date(2027, 1, 4, 0, 0, 0, 0, time.UTC), weekEnd(at))
-	require.Equal(t, time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC), monthEnd(at))
+	require.Equal(t, time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC), DayEnd(at))
+	require.Equal(t, time.Date(2027, 1, 4, 0, 0, 0, 0, time.UTC), WeekEnd(at))
+	require.Equal(t, time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC), MonthEnd(at))
 	sunday := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
-	require.Equal(t, time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC), weekEnd(sunday))
+	require.Equal(t, time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC), WeekEnd(sunday))
 	monday := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
-	require.Equal(t, time.Date(2026, 12, 14, 0, 0, 0, 0, time.UTC), weekEnd(monday))
+	require.Equal(t, time.Date(2026, 12, 14, 0, 0, 0, 0, time.UTC), WeekEnd(monday))
 }

@@ -325,11 +325,11 @@ func parseDollarRead(res any, n int) (now time.Time, settled, held []int64, ok b
 func windowEnd(kind string, t time.Time) time.Time {
 	switch kind {
 	case "w":
-		return weekEnd(t)
+		return WeekEnd(t)
 	case "m":
-		return monthEnd(t)
+		return MonthEnd(t)
 	}
-	return dayEnd(t)
+	return DayEnd(t)
 }
 
 // Close waits, until ctx ends, for Valkey calls that overran CallTimeout. It

@@ -18,6 +18,7 @@ import (
 	"github.com/pidispatch/pidispatch/internal/bounded"
 	"github.com/pidispatch/pidispatch/internal/check"
 	"github.com/pidispatch/pidispatch/internal/reach"
+	"github.com/pidispatch/pidispatch/jobs"
 )
 
 // Bounds of a rate-limit suspension.
@@ -86,7 +87,7 @@ func NewRateLimits(client redis.UniversalClient, cfg RateLimitsConfig) *RateLimi
 // reset already past does nothing. A reset beyond MaxSuspension is held to it.
 // why is stripped of control characters and cut to MaxSuspensionWhy bytes.
 func (l *RateLimits) Suspend(ctx context.Context, provider string, until time.Time, why string) error {
-	if !providerNameOK(provider) {
+	if !jobs.ValidProvider(provider) {
 		return fmt.Errorf("rate limits: %s: %w", check.Quote(provider), ErrBadProvider)
 	}
 	keys := []string{RateLimitKey(provider), RateLimitProvidersKey}
@@ -103,7 +104,7 @@ func (l *RateLimits) Suspend(ctx context.Context, provider string, until time.Ti
 // SuspendedUntil is provider's reset time, or the zero time when it is not
 // suspended (or its row does not read as a suspension).
 func (l *RateLimits) SuspendedUntil(ctx context.Context, provider string) (time.Time, error) {
-	if !providerNameOK(provider) {
+	if !jobs.ValidProvider(provider) {
 		return time.Time{}, fmt.Errorf("rate limits: %s: %w", check.Quote(provider), ErrBadProvider)
 	}
 	v, err := bounded.Call(ctx, l.cfg.CallTimeout, &l.calls, nil, func(ctx context.Context) (string, error) {
@@ -156,7 +157,7 @@ func (l *RateLimits) Close(ctx context.Context) error { return l.calls.Wait(ctx)
 // all of it: the name, an until after now and at most MaxSuspension ahead
 // (held to it), the reason cleaned again.
 func parseSuspension(provider, v string, now time.Time) (dispatch.Suspension, bool) {
-	if !providerNameOK(provider) {
+	if !jobs.ValidProvider(provider) {
 		return dispatch.Suspension{}, false
 	}
 	msText, why, _ := strings.Cut(v, " ")
@@ -169,20 +170,6 @@ func parseSuspension(provider, v string, now time.Time) (dispatch.Suspension, bo
 		until = limit.UTC()
 	}
 	return dispatch.Suspension{Provider: provider, Until: until, Why: cleanWhy(why)}, true
-}
-
-// providerNameOK reports whether s is a provider name as pi spells it: 1 to
-// 64 lowercase letters, digits and dashes.
-func providerNameOK(s string) bool {
-	if s == "" || len(s) > 64 {
-		return false
-	}
-	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
-			return false
-		}
-	}
-	return true
 }
 
 // cleanWhy is a suspension's reason as it is stored and shown: valid UTF-8,

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/jobs"
 )
 
 // knownUpstreams are the providers whose base URL the gateway knows without
@@ -112,8 +113,8 @@ func New(cfg Config) (*Gateway, error) {
 		all[p] = u
 	}
 	for p, u := range cfg.Upstreams {
-		if p == "" || strings.Contains(p, "/") {
-			return nil, fmt.Errorf("%w: Upstreams: provider %q must be a non-empty name without /", ErrConfig, p)
+		if !jobs.ValidProvider(p) {
+			return nil, fmt.Errorf("%w: Upstreams: provider %q must be 1 to %d lowercase letters, digits and dashes", ErrConfig, p, jobs.MaxProviderBytes)
 		}
 		all[p] = u
 	}

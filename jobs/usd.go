@@ -55,3 +55,22 @@ func FormatUSD(micros int64) string {
 
 // USD is micro-dollars as dollars, for display and JSON.
 func USD(micros int64) float64 { return float64(micros) / Micros }
+
+// MaxProviderBytes bounds a provider name.
+const MaxProviderBytes = 64
+
+// ValidProvider reports whether s is a provider name as pi spells it
+// ("anthropic", "openai", "openrouter"): 1 to 64 lowercase letters, digits
+// and dashes. The one rule for every place a provider is named: config,
+// the gateway's paths, the fleet's rate-limit keys.
+func ValidProvider(s string) bool {
+	if s == "" || len(s) > MaxProviderBytes {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}

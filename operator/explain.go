@@ -135,6 +135,8 @@ type ExplainOptions struct {
 	// DailyCap and WeeklyCap are PI_DAILY_CAP (0: the default) and
 	// PI_WEEKLY_CAP (0: no weekly window).
 	DailyCap, WeeklyCap int
+	// MonthlyCap is PI_MONTHLY_CAP (0: no window).
+	MonthlyCap int
 	// DefaultImage is PI_JOB_IMAGE, for a job without an image of its own.
 	DefaultImage string
 	// LogsDir is PI_LOGS_DIR: run records are read there when the mirror
@@ -150,7 +152,7 @@ type ExplainOptions struct {
 // ExplainOptionsFromConfig loads the policy files cfg names with dispatch's
 // own loaders. A file that does not load is an error naming it.
 func ExplainOptionsFromConfig(cfg dispatch.Config) (ExplainOptions, error) {
-	o := ExplainOptions{DailyCap: cfg.DailyCap, WeeklyCap: cfg.WeeklyCap, DefaultImage: cfg.JobImage, LogsDir: cfg.LogsDir}
+	o := ExplainOptions{DailyCap: cfg.DailyCap, WeeklyCap: cfg.WeeklyCap, MonthlyCap: cfg.Spend.MonthlyCap, DefaultImage: cfg.JobImage, LogsDir: cfg.LogsDir}
 	var errs []error
 	if cfg.PauseWindowsFile != "" {
 		w, err := dispatch.LoadPauseWindows(cfg.PauseWindowsFile)

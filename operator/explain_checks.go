@@ -325,14 +325,17 @@ func (x *explainer) budget(ctx context.Context) {
 		x.unread("the server clock", err)
 		return
 	}
-	day, week, err := fleetstate.NewBudget(x.client, fleetstate.BudgetConfig{}).Counts(ctx)
+	windows, err := fleetstate.NewBudget(x.client, fleetstate.BudgetConfig{
+		DailyCap: cmp.Or(x.opts.DailyCap, dispatch.DefaultDailyCap), WeeklyCap: x.opts.WeeklyCap, MonthlyCap: x.opts.MonthlyCap,
+	}).Windows(ctx)
 	if err != nil {
 		x.unread("the budget counts", err)
 		return
 	}
-	dayReset, weekReset := nextUTCDay(now), nextMonday(now)
-	x.window(dispatch.WindowDay, jobs.ReasonOverBudget, day, cmp.Or(x.opts.DailyCap, dispatch.DefaultDailyCap), dayReset)
-	x.window(dispatch.WindowWeek, jobs.ReasonOverBudget, week, x.opts.WeeklyCap, weekReset)
+	for _, w := range windows {
+		x.window(w.Name, jobs.ReasonOverBudget, w.Count, w.Cap, w.ResetsAt)
+	}
+	dayReset, weekReset := fleetstate.DayEnd(now), fleetstate.WeekEnd(now)
 	limit, ok := x.opts.ScopedLimits.Lookup(x.spec.Scope())
 	if !ok || limit.Day <= 0 && limit.Week <= 0 {
 		return
@@ -363,19 +366,6 @@ func countOf(v any) int {
 		return 0
 	}
 	return n
-}
-
-func nextUTCDay(t time.Time) time.Time {
-	y, m, d := t.UTC().Date()
-	return time.Date(y, m, d+1, 0, 0, 0, 0, time.UTC)
-}
-
-// nextMonday is the start of the ISO week after t's, UTC.
-func nextMonday(t time.Time) time.Time {
-	u := t.UTC()
-	back := (int(u.Weekday()) + 6) % 7
-	y, m, d := u.Date()
-	return time.Date(y, m, d-back+7, 0, 0, 0, 0, time.UTC)
 }
 
 // fit says which hosts that drain the job's queue cannot serve it: one
