@@ -364,7 +364,12 @@ func TestRemovedTriggerTakesItsDeferredRunAlong(t *testing.T) {
 			t.Fatalf("a run of the removed trigger is still pending: %s (all: %v)", p, pending)
 		}
 	}
-	if recs := records(t, w.cfg.LogsDir); len(recs) != 0 {
-		t.Fatalf("records of a paused trigger: %+v", recs)
+	// A run in flight when the file changed (taken between the reload and
+	// the prune) is refused as the host no longer agrees to it; nothing of
+	// the paused trigger may have run or been recorded otherwise.
+	for _, rec := range records(t, w.cfg.LogsDir) {
+		if rec.Reason != jobs.ReasonCronNotAgreed || !strings.HasPrefix(rec.JobID, "repeat:"+id+":") {
+			t.Fatalf("record of a paused trigger: %+v", rec)
+		}
 	}
 }
