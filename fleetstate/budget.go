@@ -92,14 +92,7 @@ var _ dispatch.Budgeter = (*Budget)(nil)
 // NewBudget returns a Budget over client.
 func NewBudget(client redis.UniversalClient, cfg BudgetConfig) *Budget {
 	cfg = cfg.withDefaults()
-	log := cfg.Logger
-	if cfg.Host != "" {
-		log = log.With("host", cfg.Host)
-	}
-	health := budgetHealth{reach.New(log, reach.Events{
-		Down: "budget_unreachable", DownLevel: slog.LevelWarn, ErrKey: "reason",
-		Up: "budget_restored",
-	})}
+	health := storeHealth(cfg.Logger, cfg.Host, "budget")
 	return &Budget{client: client, cfg: cfg, health: health}
 }
 
@@ -399,6 +392,22 @@ func (b *Budget) Close(ctx context.Context) error {
 
 // budgetHealth logs reachability transitions, once each, never per call.
 type budgetHealth struct{ t *reach.Tracker }
+
+// storeHealth logs a store's reachability once per transition, as
+// <name>_unreachable and <name>_restored, stamped with host (a nil logger
+// discards).
+func storeHealth(logger *slog.Logger, host, name string) budgetHealth {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if host != "" {
+		logger = logger.With("host", host)
+	}
+	return budgetHealth{reach.New(logger, reach.Events{
+		Down: name + "_unreachable", DownLevel: slog.LevelWarn, ErrKey: "reason",
+		Up: name + "_restored",
+	})}
+}
 
 func (h *budgetHealth) observe(err error) {
 	// A server error reply (a junk counter) is not an outage; only transport

@@ -12,7 +12,6 @@ import (
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/internal/bounded"
 	"github.com/pidispatch/pidispatch/internal/check"
-	"github.com/pidispatch/pidispatch/internal/reach"
 )
 
 // dollarSettleTTL is the settle guard's lifetime: it outlives every window key
@@ -62,17 +61,7 @@ func NewDollars(client redis.UniversalClient, cfg DollarsConfig) *Dollars {
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = DefaultBudgetCallTimeout
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	log := cfg.Logger
-	if cfg.Host != "" {
-		log = log.With("host", cfg.Host)
-	}
-	health := budgetHealth{reach.New(log, reach.Events{
-		Down: "dollars_unreachable", DownLevel: slog.LevelWarn, ErrKey: "reason",
-		Up: "dollars_restored",
-	})}
+	health := storeHealth(cfg.Logger, cfg.Host, "dollars")
 	return &Dollars{client: client, cfg: cfg, health: health}
 }
 

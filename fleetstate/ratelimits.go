@@ -17,7 +17,6 @@ import (
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/internal/bounded"
 	"github.com/pidispatch/pidispatch/internal/check"
-	"github.com/pidispatch/pidispatch/internal/reach"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 
@@ -68,17 +67,7 @@ func NewRateLimits(client redis.UniversalClient, cfg RateLimitsConfig) *RateLimi
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = DefaultRateLimitsCallTimeout
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	log := cfg.Logger
-	if cfg.Host != "" {
-		log = log.With("host", cfg.Host)
-	}
-	health := budgetHealth{reach.New(log, reach.Events{
-		Down: "ratelimits_unreachable", DownLevel: slog.LevelWarn, ErrKey: "reason",
-		Up: "ratelimits_restored",
-	})}
+	health := storeHealth(cfg.Logger, cfg.Host, "ratelimits")
 	return &RateLimits{client: client, cfg: cfg, health: health}
 }
 
