@@ -13,7 +13,7 @@ import (
 )
 
 func init() {
-	register(command{name: "cancel", summary: "remove a queued job, or stop a running one through its worker", help: cancelHelp, run: runCancel})
+	register(command{name: "cancel", killSwitch: true, summary: "remove a queued job, or stop a running one through its worker", help: cancelHelp, run: runCancel})
 }
 
 const cancelUsage = "usage: pi-dispatch cancel [--wait 10s] <jobId>"

@@ -20,7 +20,7 @@ import (
 )
 
 func init() {
-	register(command{name: "dash", summary: "serve a read-only web dashboard of the fleet on this machine (--allow-actions for pause, resume, cancel)", help: dashHelp, run: runDash})
+	register(command{name: "dash", killSwitch: true, summary: "serve a read-only web dashboard of the fleet on this machine (--allow-actions for pause, resume, cancel)", help: dashHelp, run: runDash})
 }
 
 const (
@@ -181,18 +181,26 @@ func loopbackAddr(listen string) (bool, error) {
 }
 
 // dashCaps reads the caps the page compares the container starts with, by
-// the worker's own rules: a cap the worker would refuse refuses the page.
+// the worker's own rules. A cap the worker would refuse is a warning and
+// shows as no cap: like the kill switch, the dashboard (and its pause
+// button) works whatever else is misconfigured.
 func dashCaps(e env) (dash.ValkeyConfig, int) {
 	cfg, err := operator.ConfigForDoctor(e.getenv)
+	caps := dash.ValkeyConfig{DailyCap: cfg.DailyCap, WeeklyCap: cfg.WeeklyCap}
 	var errs dispatch.ConfigErrors
 	if errors.As(err, &errs) {
 		for _, ce := range errs {
 			switch ce.Var {
-			case "PI_DAILY_CAP", "PI_WEEKLY_CAP", "PI_MONTHLY_CAP", "PI_DAILY_COST_USD", "PI_WEEKLY_COST_USD", "PI_MONTHLY_COST_USD":
-				fmt.Fprintf(e.stderr, "pi-dispatch dash: %v (docs/configuration.md)\n", ce)
-				return dash.ValkeyConfig{}, exitUsage
+			case "PI_DAILY_CAP":
+				caps.DailyCap = 0
+			case "PI_WEEKLY_CAP":
+				caps.WeeklyCap = 0
+			case "PI_MONTHLY_CAP", "PI_DAILY_COST_USD", "PI_WEEKLY_COST_USD", "PI_MONTHLY_COST_USD":
+			default:
+				continue
 			}
+			fmt.Fprintf(e.stderr, "pi-dispatch dash: warning: %v; the page shows that window without its cap (docs/configuration.md)\n", ce)
 		}
 	}
-	return dash.ValkeyConfig{DailyCap: cfg.DailyCap, WeeklyCap: cfg.WeeklyCap}, exitOK
+	return caps, exitOK
 }

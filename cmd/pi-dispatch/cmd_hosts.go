@@ -14,7 +14,7 @@ import (
 )
 
 func init() {
-	register(command{name: "hosts", summary: "the fleet's live hosts from the registry (--json for one JSON array)", help: hostsHelp, run: runHosts})
+	register(command{name: "hosts", killSwitch: true, summary: "the fleet's live hosts from the registry (--json for one JSON array)", help: hostsHelp, run: runHosts})
 }
 
 // hostJSON is one host of `hosts --json`: the row as read, full values.

@@ -34,9 +34,9 @@ const (
 )
 
 func init() {
-	register(command{name: "pause", summary: "pause every queue of the fleet (jobs still enqueue)", help: pauseHelp, run: runPause})
-	register(command{name: "resume", summary: "resume every queue of the fleet", help: resumeHelp, run: runResume})
-	register(command{name: "status", summary: "pause state and job counts of the fleet by outcome (--per-queue, --json)", help: statusHelp, run: runStatus})
+	register(command{name: "pause", killSwitch: true, summary: "pause every queue of the fleet (jobs still enqueue)", help: pauseHelp, run: runPause})
+	register(command{name: "resume", killSwitch: true, summary: "resume every queue of the fleet", help: resumeHelp, run: runResume})
+	register(command{name: "status", killSwitch: true, summary: "pause state and job counts of the fleet by outcome (--per-queue, --json)", help: statusHelp, run: runStatus})
 }
 
 // quietRedis silences go-redis's own logger, which otherwise prints a line

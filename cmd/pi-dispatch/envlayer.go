@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"slices"
 	"strings"
 
 	"github.com/pidispatch/pidispatch/dispatch"
@@ -19,6 +20,28 @@ func layerEnvFile(e env, shell func(string) string) (env, error) {
 	layered, err := envfile.Load(shell)
 	if err != nil {
 		return e, err
+	}
+	e.getenv, e.shell, e.vars = layered.Getenv, shell, layered
+	return e, nil
+}
+
+// killSwitchEnv are the only variables the kill-switch commands need
+// from the env file: where Valkey is and its password.
+var killSwitchEnv = []string{"VALKEY_URL", "VALKEY_PASSWORD"}
+
+// layerEnvFileLenient is layerEnvFile for the kill-switch commands: a line
+// of the file that does not parse is dropped with a warning naming it, and
+// the command goes on, unless that line sets VALKEY_URL or VALKEY_PASSWORD
+// (acting on another Valkey than the workers' would be worse than refusing).
+func layerEnvFileLenient(e env, shell func(string) string, cmd string) (env, error) {
+	layered, warnings := envfile.LoadLenient(shell)
+	for _, w := range warnings {
+		var se *envfile.SyntaxError
+		if errors.As(w, &se) && slices.Contains(killSwitchEnv, se.Key) && shell(se.Key) == "" {
+			return e, fmt.Errorf("env file %w: %s must parse for this command; fix that line", se, se.Key)
+		}
+		fmt.Fprintf(e.stderr, "pi-dispatch %s: warning: %v (line ignored: this command reads only %s)\n",
+			cmd, w, strings.Join(killSwitchEnv, " and "))
 	}
 	e.getenv, e.shell, e.vars = layered.Getenv, shell, layered
 	return e, nil

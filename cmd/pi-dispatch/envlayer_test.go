@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -70,15 +71,12 @@ func TestRunReadsTheWholeEnvFile(t *testing.T) {
 }
 
 // A malformed line is refused naming the file and line, before anything is
-// written; the kill switch refuses it too rather than act on a guess.
-func TestEveryCommandRefusesAMalformedEnvFile(t *testing.T) {
+// written, by the commands that read the whole configuration (run, doctor).
+func TestRunAndDoctorRefuseAMalformedEnvFile(t *testing.T) {
 	db := livetest.Valkey(t)
 	folder := gitRepo(t, false)
 	path := writeDotEnv(t, "VALKEY_URL="+db.URL+"\nPI_CONCURRENCY=3     # jobs at once\n")
-	for _, args := range [][]string{
-		{"run", folder, "--task", "t", "--flow", "fix"},
-		{"status"}, {"pause"}, {"hosts"}, {"doctor"},
-	} {
+	for _, args := range [][]string{{"run", folder, "--task", "t", "--flow", "fix"}, {"doctor"}} {
 		r := runCLI(t, nil, args...)
 		if r.code != exitUsage || !strings.Contains(r.stderr, "env file "+path+":2: PI_CONCURRENCY: the value holds a comment") {
 			t.Errorf("%v: %+v", args, r)
@@ -87,6 +85,63 @@ func TestEveryCommandRefusesAMalformedEnvFile(t *testing.T) {
 	dbEmpty(t, db)
 	// PI_ENV_FILE=/dev/null reads no file.
 	if r := runCLI(t, map[string]string{"PI_ENV_FILE": "/dev/null", "VALKEY_URL": db.URL}, "status"); r.code != exitOK {
+		t.Fatalf("%+v", r)
+	}
+}
+
+// Nothing blocks the kill switch: a comment after a value elsewhere in the
+// env file is a warning naming its line, and pause, resume, status, hosts,
+// cancel and dash still act on the Valkey the file names.
+func TestKillSwitchWarnsOnAMalformedEnvFileAndActs(t *testing.T) {
+	db := livetest.Valkey(t)
+	path := writeDotEnv(t, "PI_DAILY_CAP=25  # per day\nVALKEY_URL="+db.URL+"\nPI_WEEKLY_CAP='unclosed\n")
+	warn := func(t *testing.T, args []string, r result) {
+		t.Helper()
+		if !strings.Contains(r.stderr, "warning: "+path+":1: PI_DAILY_CAP: the value holds a comment") ||
+			!strings.Contains(r.stderr, path+":3: PI_WEEKLY_CAP") || !strings.Contains(r.stderr, "line ignored") {
+			t.Errorf("%v: no warning naming lines 1 and 3: %+v", args, r)
+		}
+	}
+	r := runCLI(t, nil, "pause")
+	if r.code != exitOK {
+		t.Fatalf("pause refused: %+v", r)
+	}
+	warn(t, []string{"pause"}, r)
+	if n, err := db.Client.Exists(t.Context(), fleetstate.PausedKey).Result(); err != nil || n != 1 {
+		t.Fatalf("pause did not set the flag in the file's Valkey: %d %v", n, err)
+	}
+	for _, args := range [][]string{{"status"}, {"hosts"}, {"cancel", "no-such-job"}, {"resume"}} {
+		r := runCLI(t, nil, args...)
+		if r.code == exitUsage {
+			t.Errorf("%v refused over the env file: %+v", args, r)
+		}
+		warn(t, args, r)
+	}
+	if n, _ := db.Client.Exists(t.Context(), fleetstate.PausedKey).Result(); n != 0 {
+		t.Fatal("resume did not clear the pause flag")
+	}
+	stderr := &lockedBuffer{}
+	url, stop := startDashErr(t, nil, stderr)
+	if code := httpDo(t, http.MethodGet, url+"api/state"); code != http.StatusOK {
+		t.Fatalf("dash GET api/state: %d", code)
+	}
+	stop()
+	if !strings.Contains(stderr.String(), path+":1: PI_DAILY_CAP") {
+		t.Errorf("dash did not warn about line 1: %s", stderr.String())
+	}
+}
+
+// A malformed line that sets VALKEY_URL (or VALKEY_PASSWORD) still refuses
+// the kill switch: acting on a guessed Valkey is worse than not acting.
+func TestKillSwitchRefusesAMalformedValkeyURLLine(t *testing.T) {
+	path := writeDotEnv(t, "VALKEY_URL=redis://127.0.0.1:1/0  # the fleet\n")
+	r := runCLI(t, nil, "pause")
+	if r.code != exitUsage || !strings.Contains(r.stderr, path+":1: VALKEY_URL") || !strings.Contains(r.stderr, "VALKEY_URL must parse") {
+		t.Fatalf("%+v", r)
+	}
+	// The shell's VALKEY_URL wins over the file, so the bad line no longer matters.
+	db := livetest.Valkey(t)
+	if r := runCLI(t, map[string]string{"VALKEY_URL": db.URL}, "pause"); r.code != exitOK {
 		t.Fatalf("%+v", r)
 	}
 }

@@ -6,7 +6,8 @@ package main
 
 const killSwitchVars = `
 Reads only VALKEY_URL and VALKEY_PASSWORD, so no other misconfiguration can
-stop it. Exits 1 naming the fix when Valkey cannot be reached or refuses the
+stop it: a malformed line elsewhere in the env file is a warning naming the
+line, never a refusal. Exits 1 naming the fix when Valkey cannot be reached or refuses the
 password. See docs/fleet.md.
 `
 

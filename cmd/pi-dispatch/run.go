@@ -42,6 +42,11 @@ type command struct {
 	summary string // one line, in the command list
 	help    string // the usage line, what it does and its flags (help.go)
 	run     func(ctx context.Context, e env, args []string) int
+	// killSwitch marks the commands that stop spend or show it (pause,
+	// resume, status, cancel, hosts, dash): no misconfiguration beyond
+	// VALKEY_URL and VALKEY_PASSWORD may stop them, so a malformed env file
+	// line is a warning to them.
+	killSwitch bool
 }
 
 // commands lists every subcommand; each lives in its own cmd_<name>.go.
@@ -77,6 +82,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(args) == 2 && isHelp(args[1]) {
 		fmt.Fprint(stdout, c.help)
 		return exitOK
+	}
+	if c.killSwitch {
+		e, err := layerEnvFileLenient(e, getenv, c.name)
+		if err != nil {
+			fmt.Fprintf(stderr, "pi-dispatch %s: %v\n", c.name, err)
+			return exitUsage
+		}
+		return c.run(ctx, e, args[1:])
 	}
 	e, err := layerEnvFile(e, getenv)
 	if err != nil {

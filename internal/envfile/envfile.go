@@ -37,6 +37,8 @@ var ErrSyntax = errors.New("envfile: malformed line")
 type SyntaxError struct {
 	File string
 	Line int
+	// Key is the variable the line assigns, when it could be read.
+	Key  string
 	Rule string
 }
 
@@ -64,15 +66,28 @@ var keyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // unterminated quote, and an unquoted value with a trailing " #" comment.
 // The last assignment of a key wins, as in systemd.
 func Parse(r io.Reader, name string) ([]Entry, error) {
+	entries, _, err := parse(r, name, false)
+	return entries, err
+}
+
+// ParseLenient is Parse that drops each malformed line instead of failing:
+// skipped names every line dropped and why. It is for the commands that
+// must work whatever else the file holds (the kill switch).
+func ParseLenient(r io.Reader, name string) (entries []Entry, skipped []*SyntaxError, err error) {
+	return parse(r, name, true)
+}
+
+func parse(r io.Reader, name string, lenient bool) ([]Entry, []*SyntaxError, error) {
 	data, err := io.ReadAll(io.LimitReader(r, maxBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", name, err)
+		return nil, nil, fmt.Errorf("read %s: %w", name, err)
 	}
 	if len(data) > maxBytes {
-		return nil, fmt.Errorf("read %s: larger than %d bytes", name, maxBytes)
+		return nil, nil, fmt.Errorf("read %s: larger than %d bytes", name, maxBytes)
 	}
-	p := parser{src: data, name: name, line: 1}
-	return p.all()
+	p := parser{src: data, name: name, line: 1, lenient: lenient}
+	entries, err := p.all()
+	return entries, p.skipped, err
 }
 
 // ParseFile opens path and parses it.
@@ -90,16 +105,31 @@ type parser struct {
 	pos  int
 	name string
 	line int
+	key  string // the key of the assignment being read, for SyntaxError.Key
+	// lenient skips a malformed line, noting it in skipped, instead of
+	// failing the whole file.
+	lenient bool
+	skipped []*SyntaxError
 }
 
 func (p *parser) fail(line int, format string, args ...any) error {
-	return &SyntaxError{File: p.name, Line: line, Rule: fmt.Sprintf(format, args...)}
+	return &SyntaxError{File: p.name, Line: line, Key: p.key, Rule: fmt.Sprintf(format, args...)}
 }
 
 func (p *parser) all() ([]Entry, error) {
 	var out []Entry
 	for p.pos < len(p.src) {
+		pos, line := p.pos, p.line
 		e, ok, err := p.next()
+		var se *SyntaxError
+		if err != nil && p.lenient && errors.As(err, &se) {
+			// Only the line it starts on is dropped: the next line is read
+			// afresh, so one bad quote cannot swallow the rest of the file.
+			p.skipped = append(p.skipped, se)
+			p.pos, p.line = pos, line
+			p.skipLine()
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -113,6 +143,7 @@ func (p *parser) all() ([]Entry, error) {
 // next reads one line (or one assignment, with its continuations).
 func (p *parser) next() (Entry, bool, error) {
 	start := p.line
+	p.key = ""
 	lineEnd := bytes.IndexByte(p.src[p.pos:], '\n')
 	var first []byte
 	if lineEnd < 0 {
@@ -137,6 +168,7 @@ func (p *parser) next() (Entry, bool, error) {
 		return Entry{}, false, p.fail(start, "%q is not a variable name ([A-Za-z_][A-Za-z0-9_]*)", key)
 	}
 	p.pos += eq + 1
+	p.key = key
 	value, err := p.value(start, key)
 	if err != nil {
 		return Entry{}, false, err
@@ -314,6 +346,42 @@ func LoadPath(shell func(string) string, path string, required bool) (*Env, erro
 	}
 	e.Path = path
 	return e, nil
+}
+
+// LoadLenient applies Load's rule for a command that must run whatever the
+// file holds: a malformed line is dropped and a missing or unreadable file
+// is read as none, each reported in warnings (a *SyntaxError names its line
+// and key). The caller decides whether a dropped line matters to it.
+func LoadLenient(shell func(string) string) (*Env, []error) {
+	path, required := shell(Var), true
+	if path == "" {
+		path, required = DefaultPath, false
+	}
+	e := &Env{shell: shell, file: map[string]Entry{}}
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
+	f, err := os.Open(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && !required:
+		return e, nil
+	case err != nil:
+		return e, []error{fmt.Errorf("env file %s not read: %w (named by %s)", path, err, Var)}
+	}
+	defer f.Close()
+	entries, skipped, err := ParseLenient(f, path)
+	if err != nil {
+		return e, []error{fmt.Errorf("env file %s not read: %w", path, err)}
+	}
+	var warnings []error
+	for _, se := range skipped {
+		warnings = append(warnings, se)
+	}
+	for _, en := range entries {
+		e.file[en.Key] = en
+	}
+	e.Path = path
+	return e, warnings
 }
 
 // Getenv is the layered lookup: the shell's non-empty value, else the file's.
