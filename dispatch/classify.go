@@ -1,6 +1,8 @@
 package dispatch
 
 import (
+	"time"
+
 	"errors"
 
 	"github.com/pidispatch/pidispatch/container"
@@ -12,6 +14,9 @@ import (
 type runEnd struct {
 	result container.Result
 	err    error // the runtime's error
+	// startedAt is the Worker's clock when it asked the runtime to start the
+	// container: the record's start (the runtime's own times are telemetry).
+	startedAt time.Time
 	// lockLost: the job's lock expired while it ran, so the stalled check
 	// failed the job (never re-run) and the container was stopped.
 	lockLost bool

@@ -408,3 +408,29 @@ func TestGateRun(t *testing.T) {
 		}
 	}
 }
+
+// One clock: every time the Worker writes (a record's start and end, the
+// events) comes from its injected clock, whatever the runtime's own clock
+// says. A clock 12 h behind or ahead of the wall clock still gives one
+// valid record, timed by that clock.
+func TestWorkerWritesOnlyItsOwnClock(t *testing.T) {
+	for _, skew := range []time.Duration{-12 * time.Hour, 12 * time.Hour} {
+		t.Run(skew.String(), func(t *testing.T) {
+			h := newFakeHost(t)
+			h.tune.Now = func() time.Time { return time.Now().Add(skew) }
+			h.start(t)
+			h.add(t, "clock-1", forgeJob, 1)
+			h.wait(t, "clock-1", finished)
+			rec := h.oneRecord(t, "clock-1", jobs.OutcomeCompleted, jobs.ReasonCompleted)
+			want := time.Now().Add(skew)
+			for name, at := range map[string]time.Time{"startedAt": rec.StartedAt, "endedAt": rec.EndedAt} {
+				if d := at.Sub(want); d < -time.Minute || d > time.Minute {
+					t.Errorf("%s %s is %s from the injected clock", name, at, d)
+				}
+			}
+			if rec.EndedAt.Before(rec.StartedAt) {
+				t.Errorf("ends %s before it starts %s", rec.EndedAt, rec.StartedAt)
+			}
+		})
+	}
+}

@@ -80,10 +80,8 @@ func (w *Worker) run(ctx context.Context, h *held) (started bool) {
 		remover := w.deps.Runtime.(containerRemover)
 		defer w.removeContainer(remover, result.Container) // after the record and the report
 	}
-	if !result.StartedAt.IsZero() {
-		h.rec.StartedAt = result.StartedAt.UTC()
-	}
 	if !result.NeverStarted {
+		h.rec.StartedAt = end.startedAt
 		h.started = h.rec.StartedAt
 	}
 	h.rec.Spend = spendOf(h)
@@ -163,11 +161,12 @@ func (w *Worker) runContainer(ctx context.Context, h *held, spec container.Spec)
 		w.keepLock(runCtx, h, stopRun, lost)
 	}()
 	w.observeJob(h, Event{Kind: EventStart, PickupLatency: time.Since(h.pickedUp)})
+	startedAt := w.tune.Now().UTC()
 	result, err := w.deps.Runtime.Run(runCtx, spec)
 	stopRun()
 	unwatch()
 	<-extendDone
-	end := runEnd{result: result, err: err}
+	end := runEnd{result: result, err: err, startedAt: startedAt}
 	select {
 	case <-lost:
 		end.lockLost = true
