@@ -36,6 +36,7 @@ const (
 	reportPolicy                  // completed with a policy result: never retried
 	reportCompleted               // completed
 	reportFailed                  // failed: retried within attempts
+	reportRequeued                // failed and retried without using an attempt: the worker cut it short
 )
 
 // Log events of a run's classification, written before its report.
@@ -86,7 +87,9 @@ func classifyRun(e runEnd) runClass {
 	case r.TimedOut:
 		return policy(jobs.ReasonTimeout)
 	case r.Cancelled:
-		return failed(jobs.ReasonWorkerShutdown)
+		// The worker's stop cut the run short: nothing the job did, so it
+		// runs again without losing an attempt.
+		return runClass{outcome: jobs.OutcomeFailed, reason: jobs.ReasonWorkerShutdown, report: reportRequeued}
 	case e.err != nil:
 		c := failed(jobs.ReasonExitOther)
 		c.event = eventRunFailed

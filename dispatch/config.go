@@ -30,6 +30,7 @@ const (
 	DefaultJobMemory            = int64(4) << 30 // 4g
 	DefaultJobCPUs              = 2.0
 	DefaultJobTimeout           = 30 * time.Minute
+	DefaultShutdownGrace        = 25 * time.Second
 	DefaultLogRetentionDays     = 30
 	DefaultSecretResolveTimeout = 10 * time.Second
 	DefaultWaitCheckTimeout     = 10 * time.Second
@@ -50,6 +51,8 @@ const (
 	MaxJobCPUs            = 1024.0
 	MinJobTimeout         = time.Second
 	MaxJobTimeout         = 24 * time.Hour
+	MinShutdownGrace      = time.Second
+	MaxShutdownGrace      = time.Hour
 	MaxLogRetentionDays   = 3650
 	MaxProcessTimeout     = 10 * time.Minute // resolver and wait-check timeouts
 	MaxWaitCheckSlots     = 64
@@ -73,6 +76,7 @@ var EnvVars = []string{
 	"PI_JOB_MEMORY",
 	"PI_JOB_CPUS",
 	"PI_JOB_TIMEOUT",
+	"PI_SHUTDOWN_GRACE",
 	"PI_CONTAINER_USER",
 	"PI_JOB_NETWORK",
 	"PI_MODEL_UPSTREAM",
@@ -132,6 +136,12 @@ type Config struct {
 	// Go duration syntax ("30m", "1h30m"; a bare number is refused), 1s..24h,
 	// defaults to 30m.
 	JobTimeout time.Duration
+	// ShutdownGrace is how long running jobs may finish once the worker is
+	// asked to stop; then their containers are stopped, recorded
+	// worker-shutdown and retried without using an attempt.
+	// PI_SHUTDOWN_GRACE, Go duration 1s..1h, defaults to 25s. A service
+	// manager's stop timeout must be longer (pi-dispatch service adds 35 s).
+	ShutdownGrace time.Duration
 	// ContainerUser is who a job's process runs as. PI_CONTAINER_USER:
 	// "owner" (the default, also when empty) runs a folder job as the uid:gid
 	// that owns its folder on this host, and a forge job as the image's USER;
@@ -245,6 +255,7 @@ func defaultConfig(logsDir string) Config {
 		JobMemory:            DefaultJobMemory,
 		JobCPUs:              DefaultJobCPUs,
 		JobTimeout:           DefaultJobTimeout,
+		ShutdownGrace:        DefaultShutdownGrace,
 		JobNetwork:           DefaultJobNetwork,
 		LogsDir:              logsDir,
 		LogRetentionDays:     DefaultLogRetentionDays,
@@ -406,6 +417,7 @@ func (r *envReader) readJob(c *Config) {
 	parseEnv(r, "PI_JOB_MEMORY", parseMemory, &c.JobMemory)
 	parseEnv(r, "PI_JOB_CPUS", parseCPUs, &c.JobCPUs)
 	parseEnv(r, "PI_JOB_TIMEOUT", check.Duration, &c.JobTimeout)
+	parseEnv(r, "PI_SHUTDOWN_GRACE", check.Duration, &c.ShutdownGrace)
 	r.envText("PI_CONTAINER_USER", &c.ContainerUser)
 	r.envText("PI_JOB_NETWORK", &c.JobNetwork)
 	r.envText("PI_MODEL_UPSTREAM", &c.ModelUpstream)
@@ -517,6 +529,7 @@ func (c Config) jobProblems(p *problemList) {
 		p.add("PI_JOB_CPUS", strconv.FormatFloat(c.JobCPUs, 'g', -1, 64), fmt.Sprintf("must be between %g and %g", MinJobCPUs, MaxJobCPUs))
 	}
 	p.durRange("PI_JOB_TIMEOUT", c.JobTimeout, MinJobTimeout, MaxJobTimeout, false)
+	p.durRange("PI_SHUTDOWN_GRACE", c.ShutdownGrace, MinShutdownGrace, MaxShutdownGrace, false)
 	if _, rule := parseContainerUser(c.ContainerUser); rule != "" {
 		p.add("PI_CONTAINER_USER", c.ContainerUser, rule)
 	}

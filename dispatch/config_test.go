@@ -45,6 +45,8 @@ func field(c dispatch.Config, name string) any {
 		return c.JobCPUs
 	case "PI_JOB_TIMEOUT":
 		return c.JobTimeout
+	case "PI_SHUTDOWN_GRACE":
+		return c.ShutdownGrace
 	case "PI_CONTAINER_USER":
 		return c.ContainerUser
 	case "PI_JOB_NETWORK":
@@ -94,6 +96,7 @@ func TestLoadConfig_Defaults(t *testing.T) {
 		JobMemory:            4 << 30,
 		JobCPUs:              2,
 		JobTimeout:           30 * time.Minute,
+		ShutdownGrace:        25 * time.Second,
 		JobNetwork:           "bridge",
 		LogsDir:              "/tmp/pi-dispatch/logs",
 		LogRetentionDays:     30,
@@ -158,6 +161,7 @@ func TestLoadConfig_GoodValues(t *testing.T) {
 		{"PI_JOB_TIMEOUT", "1h30m", 90 * time.Minute},
 		{"PI_JOB_TIMEOUT", "1s", time.Second},
 		{"PI_JOB_TIMEOUT", "24h", 24 * time.Hour},
+		{"PI_SHUTDOWN_GRACE", "2m", 2 * time.Minute},
 		{"PI_JOB_NETWORK", "pi-egress", "pi-egress"},
 		{"PI_MODEL_UPSTREAM", "https://api.anthropic.com", "https://api.anthropic.com"},
 		{"PI_MODEL_UPSTREAM", "http://127.0.0.1:8080/gateway", "http://127.0.0.1:8080/gateway"},
@@ -275,6 +279,9 @@ func TestLoadConfig_BadValues(t *testing.T) {
 		{"PI_JOB_TIMEOUT", "+30m", "Go duration"},
 		{"PI_JOB_TIMEOUT", "30 m", "Go duration"},
 		{"PI_JOB_TIMEOUT", "thirty", "Go duration"},
+		{"PI_SHUTDOWN_GRACE", "0s", "between"},
+		{"PI_SHUTDOWN_GRACE", "2h", "between"},
+		{"PI_SHUTDOWN_GRACE", "25", "needs a unit"},
 		{"PI_JOB_TIMEOUT", "0s", "between 1s and 24h0m0s"},
 		{"PI_JOB_TIMEOUT", "500ms", "between 1s and 24h0m0s"},
 		{"PI_JOB_TIMEOUT", "25h", "between 1s and 24h0m0s"},

@@ -65,6 +65,11 @@ var (
 type FailOptions struct {
 	// NoRetry fails the job for good even when attempts remain.
 	NoRetry bool
+	// FreeAttempt retries the job whatever its attempts, without using one
+	// of them: the attempt is counted (its record keeps its number) and one
+	// more is granted. For a run the worker itself cut short (its shutdown),
+	// which says nothing about the job.
+	FreeAttempt bool
 }
 
 // Stalled is what one stalled-job check did.

@@ -190,6 +190,23 @@ func TestShutdownStopsRunsAfterGrace(t *testing.T) {
 	h.oneRecord(t, "late", jobs.OutcomeFailed, jobs.ReasonWorkerShutdown)
 }
 
+// A stop is not the job's failure: a job cut off on its last attempt is
+// recorded worker-shutdown and still runs again, with as many attempts
+// left as before.
+func TestShutdownDoesNotUseAnAttempt(t *testing.T) {
+	h := newFakeHost(t)
+	h.tune.ShutdownGrace = 100 * time.Millisecond
+	runningJob(t, h, "last", 1)
+	if err := h.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	s, _ := h.queue.Snapshot("last")
+	if s.State != dispatchtest.StateWaiting || s.FailedReason != jobs.ReasonWorkerShutdown {
+		t.Fatalf("queue: %+v, want waiting for another run after worker-shutdown", s)
+	}
+	h.oneRecord(t, "last", jobs.OutcomeFailed, jobs.ReasonWorkerShutdown)
+}
+
 // Shutdown within the grace: the running job finishes and is recorded as it
 // ended; nothing new is taken.
 func TestShutdownLetsRunsFinish(t *testing.T) {

@@ -99,19 +99,19 @@ func (w *Worker) prepareRun(ctx context.Context, h *held) (spec container.Spec, 
 	user, err := w.containerUser(h.spec)
 	if err != nil {
 		h.log.Error("job_user_failed", "err", err)
-		w.fail(ctx, h, jobs.ReasonNeverStarted, nil, nil)
+		w.fail(ctx, h, jobs.ReasonNeverStarted, nil, nil, FailOptions{})
 		return container.Spec{}, nil, false
 	}
 	jobDir, workspace, removeDirs, err := w.prepareDirs(h)
 	if err != nil {
 		h.log.Error("job_dirs_failed", "err", err)
-		w.fail(ctx, h, jobs.ReasonNeverStarted, nil, nil)
+		w.fail(ctx, h, jobs.ReasonNeverStarted, nil, nil, FailOptions{})
 		return container.Spec{}, nil, false
 	}
 	socketDir, stopSocket, err := w.modelEndpoint(h)
 	if err != nil {
 		h.log.Error("model_socket_failed", "err", err)
-		w.fail(ctx, h, jobs.ReasonNeverStarted, nil, nil)
+		w.fail(ctx, h, jobs.ReasonNeverStarted, nil, nil, FailOptions{})
 		removeDirs()
 		return container.Spec{}, nil, false
 	}
@@ -198,7 +198,9 @@ func (w *Worker) finish(ctx context.Context, h *held, c runClass, end runEnd) {
 	case reportCompleted:
 		w.complete(ctx, h, exit, telemetry)
 	case reportFailed:
-		w.fail(ctx, h, c.reason, exit, telemetry)
+		w.fail(ctx, h, c.reason, exit, telemetry, FailOptions{})
+	case reportRequeued:
+		w.fail(ctx, h, c.reason, exit, telemetry, FailOptions{FreeAttempt: true})
 	}
 }
 
@@ -446,11 +448,11 @@ func (w *Worker) complete(ctx context.Context, h *held, exit *int, telemetry jso
 
 // fail records an infrastructure failure and fails the attempt; the queue
 // retries it while attempts remain.
-func (w *Worker) fail(ctx context.Context, h *held, reason string, exit *int, telemetry json.RawMessage) {
+func (w *Worker) fail(ctx context.Context, h *held, reason string, exit *int, telemetry json.RawMessage, opts FailOptions) {
 	w.record(h, jobs.OutcomeFailed, reason, exit, telemetry)
 	var retried bool
 	err := w.report(ctx, h, func(ctx context.Context) (err error) {
-		retried, err = h.q.Fail(ctx, h.job.ID, h.token, reason, FailOptions{})
+		retried, err = h.q.Fail(ctx, h.job.ID, h.token, reason, opts)
 		return err
 	})
 	if err != nil {

@@ -32,7 +32,8 @@ type Tuning struct {
 	// read: money fails closed. Default 30s.
 	UnreachableDeferral time.Duration
 	// ShutdownGrace is how long running jobs may finish after Run's context
-	// ends before their containers are stopped. Default 25s.
+	// ends before their containers are stopped. Default Config.ShutdownGrace
+	// (PI_SHUTDOWN_GRACE).
 	ShutdownGrace time.Duration
 	// RehomeInterval is how often stranded jobs on dead hosts' queues are
 	// re-homed. Default 60s.
@@ -150,6 +151,9 @@ func NewWorker(cfg Config, deps Deps, tune Tuning) (*Worker, error) {
 	}
 	if err := checkDeps(cfg, deps); err != nil {
 		return nil, err
+	}
+	if tune.ShutdownGrace <= 0 {
+		tune.ShutdownGrace = cfg.ShutdownGrace
 	}
 	tune = tune.withDefaults()
 	w := &Worker{

@@ -47,6 +47,7 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T) QueueHarness) {
 		{"UnknownIDIsNotFound", queueUnknownID},
 		{"FailRetriesWhileAttemptsRemain", queueFailRetries},
 		{"FailNoRetryFailsForGood", queueFailNoRetry},
+		{"FailFreeAttemptGrantsOneMore", queueFailFreeAttempt},
 		{"DeferIsNotAnAttempt", queueDefer},
 		{"ExtendLockKeepsTheJob", queueExtendLock},
 		{"ExpiredLockIsLostAndStalledFails", queueStalled},
@@ -180,6 +181,27 @@ func queueFailNoRetry(t *testing.T, h QueueHarness) {
 		t.Fatalf("Fail NoRetry = %v, %v; want false, nil", retried, err)
 	}
 	wantState(t, h, "job-n", dispatch.StateFailed, 1)
+}
+
+// A free attempt retries a job on its last attempt and grants exactly one
+// more: the run after it is the last again.
+func queueFailFreeAttempt(t *testing.T, h QueueHarness) {
+	ctx := qctx(t)
+	h.Add("job-s", []byte(`{}`), 1)
+	mustTake(t, h, "tok", "job-s")
+	retried, err := h.Queue.Fail(ctx, "job-s", "tok", "worker-shutdown", dispatch.FailOptions{FreeAttempt: true})
+	if err != nil || !retried {
+		t.Fatalf("Fail FreeAttempt = %v, %v; want true, nil", retried, err)
+	}
+	j := mustTake(t, h, "tok-2", "job-s")
+	if j.AttemptsMade != 1 {
+		t.Fatalf("retaken with attemptsMade %d, want 1 (the cut attempt is counted)", j.AttemptsMade)
+	}
+	retried, err = h.Queue.Fail(ctx, "job-s", "tok-2", "exit-1", dispatch.FailOptions{})
+	if err != nil || retried {
+		t.Fatalf("Fail after the free attempt = %v, %v; want false, nil (one attempt granted, not more)", retried, err)
+	}
+	wantState(t, h, "job-s", dispatch.StateFailed, 2)
 }
 
 func queueDefer(t *testing.T, h QueueHarness) {

@@ -295,6 +295,9 @@ func (q *Queue) Fail(ctx context.Context, id, token, reason string, opts dispatc
 	}
 	j.snap.AttemptsMade++
 	j.snap.FailedReason = reason
+	if opts.FreeAttempt && !opts.NoRetry {
+		j.job.Attempts++
+	}
 	if !opts.NoRetry && j.snap.AttemptsMade < j.job.Attempts {
 		q.seq++
 		j.seq = q.seq

@@ -167,6 +167,10 @@ type FailOptions struct {
 	// NoRetry fails the job for good even when attempts remain (BullMQ's
 	// UnrecoverableError).
 	NoRetry bool
+	// FreeAttempt retries the job at once whatever its attempts, without
+	// using one: attemptsMade grows as for any attempt and opts.attempts
+	// grows with it, so a BullMQ peer sees the same attempts left.
+	FreeAttempt bool
 }
 
 // Fail records a failed attempt of a job the caller holds. While attempts
@@ -177,8 +181,11 @@ func (q *Queue) Fail(ctx context.Context, id, token, reason string, opts FailOpt
 		return false, err
 	}
 	noRetry := "0"
-	if opts.NoRetry {
+	switch {
+	case opts.NoRetry:
 		noRetry = "1"
+	case opts.FreeAttempt:
+		noRetry = "2"
 	}
 	res, err := q.run(ctx, failScript, nil, id, token, reason, noRetry, rand.Float64())
 	if err != nil {

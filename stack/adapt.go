@@ -40,7 +40,7 @@ func (a *Queue) Complete(ctx context.Context, id, token string, result json.RawM
 }
 
 func (a *Queue) Fail(ctx context.Context, id, token, reason string, o dispatch.FailOptions) (bool, error) {
-	retried, err := a.q.Fail(ctx, id, token, reason, queue.FailOptions{NoRetry: o.NoRetry})
+	retried, err := a.q.Fail(ctx, id, token, reason, queue.FailOptions{NoRetry: o.NoRetry, FreeAttempt: o.FreeAttempt})
 	return retried, queueErr(err)
 }
 

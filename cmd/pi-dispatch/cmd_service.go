@@ -7,7 +7,12 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"time"
+
+	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/internal/check"
 )
 
 func init() {
@@ -86,25 +91,43 @@ func cmdService(_ context.Context, e env, args []string) int {
 		fmt.Fprintf(e.stderr, "pi-dispatch service render: --user %q is not a user name ([a-z_][a-z0-9_-]{0,31})\n", *user)
 		return exitUsage
 	}
-	fmt.Fprint(e.stdout, renderUnit(dir, filepath.Clean(*bin), *user))
+	fmt.Fprint(e.stdout, renderUnit(dir, filepath.Clean(*bin), *user, stopTimeout(e)))
 	return exitOK
+}
+
+// stopTimeout is the unit's TimeoutStopSec: the worker's shutdown grace
+// (PI_SHUTDOWN_GRACE, by the worker's rule) plus 35 s for stopping the
+// containers still running and leaving the registry, and never under 60 s.
+// A grace the worker would refuse is a warning here: the worker names it.
+func stopTimeout(e env) time.Duration {
+	grace := dispatch.DefaultShutdownGrace
+	if raw := e.getenv("PI_SHUTDOWN_GRACE"); raw != "" {
+		d, rule := check.Duration(raw)
+		if rule != "" || d < dispatch.MinShutdownGrace || d > dispatch.MaxShutdownGrace {
+			fmt.Fprintf(e.stderr, "pi-dispatch service render: warning: PI_SHUTDOWN_GRACE=%q is not a duration of 1s..1h; the worker will refuse it\n", raw)
+		} else {
+			grace = d
+		}
+	}
+	return max(60*time.Second, grace+35*time.Second)
 }
 
 // renderUnit is the worker's systemd unit. The choices, each for a reason:
 //   - Restart=on-failure, but never after exit 2: that is a refused boot (an
 //     invalid configuration, a worker name in use elsewhere) that a restart
 //     loop cannot fix, only hide.
-//   - KillMode=mixed with SIGTERM and 60 s: the worker alone gets SIGTERM,
-//     stops fetching, lets running jobs finish (25 s), stops their
-//     containers (5 s grace) and deletes its registry row; only then is the
-//     rest of the group (a resolver still running) killed.
+//   - KillMode=mixed with SIGTERM and PI_SHUTDOWN_GRACE + 35 s (at least
+//     60 s): the worker alone gets SIGTERM, stops fetching, lets running
+//     jobs finish (PI_SHUTDOWN_GRACE), stops their containers (5 s grace)
+//     and deletes its registry row; only then is the rest of the group (a
+//     resolver still running) killed.
 //   - The docker socket is the one privilege it needs (group docker), which
 //     is root-equivalent: the hardening keeps the worker's own process from
 //     gaining more. No PrivateTmp, because the paths the worker hands to
 //     Docker (job folders, $TMPDIR/pi-dispatch/jobs) must be the host's; no
 //     ProtectHome, because job folders often live in /home; no UMask, because
 //     the /job folder must stay readable by the container's user.
-func renderUnit(dir, bin, user string) string {
+func renderUnit(dir, bin, user string, stop time.Duration) string {
 	var b strings.Builder
 	w := func(s string) { b.WriteString(s + "\n") }
 	w("# pidispatch worker: drains this host's queues, one Docker container per job.")
@@ -134,7 +157,7 @@ func renderUnit(dir, bin, user string) string {
 	w("RestartPreventExitStatus=2")
 	w("KillMode=mixed")
 	w("KillSignal=SIGTERM")
-	w("TimeoutStopSec=60")
+	w("TimeoutStopSec=" + strconv.Itoa(int(stop.Seconds())))
 	w("NoNewPrivileges=yes")
 	w("ProtectSystem=full")
 	w("ProtectKernelTunables=yes")

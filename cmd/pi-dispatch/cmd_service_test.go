@@ -154,3 +154,16 @@ func TestDeployComposeAndDockerfile(t *testing.T) {
 		t.Error("Dockerfile copies the whole checkout")
 	}
 }
+
+// The unit's stop timeout outlasts the worker's shutdown grace, so systemd
+// never kills a worker still giving its jobs their grace.
+func TestServiceRenderStopTimeoutFollowsTheGrace(t *testing.T) {
+	r := runCLI(t, map[string]string{"PI_SHUTDOWN_GRACE": "2m"}, "service", "render", "--dir", "/opt/pi-dispatch")
+	if r.code != exitOK || !strings.Contains(r.stdout, "\nTimeoutStopSec=155\n") {
+		t.Fatalf("%+v", r)
+	}
+	r = runCLI(t, map[string]string{"PI_SHUTDOWN_GRACE": "soon"}, "service", "render", "--dir", "/opt/pi-dispatch")
+	if r.code != exitOK || !strings.Contains(r.stdout, "\nTimeoutStopSec=60\n") || !strings.Contains(r.stderr, "PI_SHUTDOWN_GRACE") {
+		t.Fatalf("%+v", r)
+	}
+}

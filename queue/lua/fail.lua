@@ -14,7 +14,9 @@
   ARGV[2]     job id
   ARGV[3]     lock token the job was taken with
   ARGV[4]     failure reason
-  ARGV[5]     "1" to fail without retrying, else "0"
+  ARGV[5]     "1" to fail without retrying, "2" to retry at once without
+              using an attempt (opts.attempts grows with attemptsMade),
+              else "0"
   ARGV[6]     random number in [0, 1) for backoff jitter
 
   Returns -1 no such job, -2 lock missing, -6 lock held by another token,
@@ -82,8 +84,15 @@ local attempts = num(opts["attempts"], 0)
 local limit = math.floor(num(opts["stackTraceLimit"], 10))
 if limit < 0 then limit = 10 end
 rcall("HSET", jobKey, "stacktrace", stacktraceWith(f[4], reason, limit))
+local free = ARGV[5] == "2"
+if free then
+  opts["attempts"] = math.max(attempts, 1) + 1
+  attempts = opts["attempts"]
+  rcall("HSET", jobKey, "opts", cjson.encode(opts))
+end
 if ARGV[5] ~= "1" and made < attempts then
   local delay = backoffMs(opts["backoff"], made, num(ARGV[6], 0))
+  if free then delay = 0 end
   incrField(jobKey, "atm")
   rcall("HSET", jobKey, "failedReason", reason)
   if delay > 0 then
