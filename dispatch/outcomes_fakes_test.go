@@ -3,7 +3,10 @@ package dispatch_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"testing"
 	"time"
 
@@ -230,5 +233,35 @@ func TestShutdownLetsRunsFinish(t *testing.T) {
 	h.oneRecord(t, "finish", jobs.OutcomeCompleted, jobs.ReasonCompleted)
 	if s, _ := h.queue.Snapshot("after"); s.Takes != 0 {
 		t.Fatalf("a job was taken during shutdown: %+v", s)
+	}
+}
+
+// PI_LOG_RETENTION_DAYS prunes the local records, not only the mirror: at
+// boot a record that ended past the retention (by the Worker's clock) is
+// removed, a recent one kept.
+func TestLocalRecordsArePrunedToTheRetention(t *testing.T) {
+	h := newFakeHost(t)
+	h.cfg.LogRetentionDays = 7
+	now := time.Now().Add(36 * time.Hour) // the Worker's clock, not the wall's
+	h.tune.Now = func() time.Time { return now }
+	rec := func(id string, ended time.Time) string {
+		p, err := jobs.WriteRecord(h.cfg.LogsDir, jobs.Record{
+			JobID: id, Kind: jobs.KindManual, Target: "-", Host: "h", Image: "img", Attempt: 1,
+			StartedAt: ended.Add(-time.Minute), EndedAt: ended, Outcome: jobs.OutcomeCompleted, Reason: jobs.ReasonCompleted,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	old := rec("old-run", now.AddDate(0, 0, -8))
+	recent := rec("recent-run", now.AddDate(0, 0, -6))
+	h.start(t)
+	eventually(t, "the old record pruned", func() bool {
+		_, err := os.Stat(old)
+		return errors.Is(err, fs.ErrNotExist)
+	})
+	if _, err := os.Stat(recent); err != nil {
+		t.Fatalf("a record within the retention was removed: %v", err)
 	}
 }
