@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -29,6 +30,10 @@ type ValkeyConfig struct {
 	// CancelWait is how long Cancel waits for a running job's worker
 	// (operator.DefaultCancelWait when 0).
 	CancelWait time.Duration
+	// LogsDir is this host's records folder (PI_LOGS_DIR): its records the
+	// mirror lacks are shown too, and counted in the runs note. "" reads
+	// the mirror alone.
+	LogsDir string
 }
 
 // Valkey is the Source and Actions over a fleet's Valkey. It reads through
@@ -121,20 +126,37 @@ func running(queueName string, j *queue.Job) Running {
 	return r
 }
 
-// Runs reads the run mirror, and validates every record again: the page
-// shows only records a worker could have written.
+// Runs reads the run mirror merged with this host's records folder, as
+// `pi-dispatch runs` does (operator.Runs), every record validated again:
+// the page shows only records a worker could have written, and says when
+// some are only on this host.
 func (v *Valkey) Runs(ctx context.Context, limit int) ([]jobs.Record, string, error) {
-	runs, degraded, err := v.mirror.Read(ctx, limit, time.Time{})
+	runs, tot, err := operator.Runs(ctx, v.client, operator.RunsFilter{Limit: limit, LogsDir: v.cfg.LogsDir})
+	if errors.Is(err, operator.ErrNoRunSource) {
+		return []jobs.Record{}, okOrOff(tot.Degraded), nil
+	}
 	if err != nil {
-		return nil, degraded, err
+		return nil, tot.Degraded, err
 	}
-	valid := runs[:0]
-	for _, r := range runs {
-		if r.Validate() == nil {
-			valid = append(valid, r)
-		}
+	var notes []string
+	if d := okOrOff(tot.Degraded); d != "" {
+		notes = append(notes, "run mirror "+d)
 	}
-	return valid, degraded, nil
+	if tot.Source == operator.RunsFromLogsDir && v.cfg.LogsDir != "" {
+		notes = append(notes, "this host's records only: no run mirror to read")
+	}
+	if tot.LocalOnly > 0 {
+		notes = append(notes, fmt.Sprintf("%d run(s) only in this host's records, not mirrored", tot.LocalOnly))
+	}
+	return runs, strings.Join(notes, "; "), nil
+}
+
+// okOrOff is a mirror state worth a note: neither ok nor merely empty.
+func okOrOff(state string) string {
+	if state == fleetstate.MirrorOK || state == fleetstate.MirrorOff {
+		return ""
+	}
+	return state
 }
 
 // Starts reads the global container-start counts.

@@ -64,15 +64,22 @@ type Totals struct {
 	// Invalid counts records skipped because they do not validate: a peer's
 	// junk or a damaged file is never shown.
 	Invalid int `json:"invalid"`
+	// LocalOnly counts the matching records read from LogsDir that the
+	// mirror does not hold (not mirrored yet, Valkey down when they were
+	// written, or older than the mirror keeps): merged in, never hidden.
+	LocalOnly int `json:"localOnly"`
+
+	localOnly map[string]bool // RunKey of each local-only record
 }
 
 // ErrNoRunSource is Runs with neither a readable mirror nor a logs dir.
 var ErrNoRunSource = errors.New("no run mirror and no logs dir to read runs from")
 
-// Runs lists the fleet's recent runs, newest first, from the run mirror,
-// or from filter.LogsDir when the mirror cannot be read or holds nothing
-// (a single host), and sums them. Every record is validated again, whoever
-// wrote it. The error is for a source that cannot be read at all.
+// Runs lists the fleet's recent runs, newest first, and sums them: the run
+// mirror merged with this host's filter.LogsDir (a record only the folder
+// holds is added and counted LocalOnly), or the folder alone when the
+// mirror cannot be read or holds nothing. Every record is validated again,
+// whoever wrote it. The error is for a source that cannot be read at all.
 func Runs(ctx context.Context, client redis.UniversalClient, filter RunsFilter) ([]jobs.Record, Totals, error) {
 	if filter.Limit <= 0 {
 		filter.Limit = DefaultRunsLimit
@@ -86,7 +93,18 @@ func Runs(ctx context.Context, client redis.UniversalClient, filter RunsFilter) 
 			return nil, Totals{}, err
 		}
 		if err == nil && state != fleetstate.MirrorOff {
-			return summarize(recs, filter, Totals{Source: RunsFromMirror, Invalid: invalid, Degraded: okOrEmpty(state)})
+			t := Totals{Source: RunsFromMirror, Invalid: invalid, Degraded: okOrEmpty(state)}
+			if filter.LogsDir != "" {
+				local, bad, err := dirRuns(filter.LogsDir)
+				if err != nil {
+					return nil, Totals{}, err
+				}
+				t.Invalid += bad
+				var localOnly map[string]bool
+				recs, localOnly = MergeLocalRuns(recs, local)
+				t.localOnly = localOnly
+			}
+			return summarize(recs, filter, t)
 		}
 		degraded = state
 	}
@@ -167,6 +185,28 @@ func dirRuns(dir string) ([]jobs.Record, int, error) {
 	return out, invalid, nil
 }
 
+// RunKey names one attempt's run: its host, job id and attempt.
+func RunKey(r jobs.Record) string {
+	return r.Host + "\x00" + r.JobID + "\x00" + strconv.Itoa(r.Attempt)
+}
+
+// MergeLocalRuns adds to mirrored the local records it does not hold (the
+// same RunKey) and returns the RunKey of each one it added.
+func MergeLocalRuns(mirrored, local []jobs.Record) (merged []jobs.Record, localOnly map[string]bool) {
+	have := make(map[string]bool, len(mirrored))
+	for _, r := range mirrored {
+		have[RunKey(r)] = true
+	}
+	merged, localOnly = slices.Clip(mirrored), map[string]bool{}
+	for _, r := range local {
+		if k := RunKey(r); !have[k] && !localOnly[k] {
+			localOnly[k] = true
+			merged = append(merged, r)
+		}
+	}
+	return merged, localOnly
+}
+
 // summarize filters recs, sorts them newest first, sums them and cuts them
 // at the limit.
 func summarize(recs []jobs.Record, f RunsFilter, t Totals) ([]jobs.Record, Totals, error) {
@@ -180,6 +220,9 @@ func summarize(recs []jobs.Record, f RunsFilter, t Totals) ([]jobs.Record, Total
 		out = append(out, r)
 		ids[r.JobID] = true
 		t.ByOutcome[r.Outcome]++
+		if t.localOnly[RunKey(r)] {
+			t.LocalOnly++
+		}
 		if r.Spend != nil && !math.IsNaN(r.Spend.Dollars) && !math.IsInf(r.Spend.Dollars, 0) {
 			t.Dollars += r.Spend.Dollars
 			t.Priced++

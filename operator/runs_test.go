@@ -111,6 +111,38 @@ func TestRunsFromTheLogsDir(t *testing.T) {
 	}
 }
 
+// runs never hides runs: once the mirror holds one record (a cancel on an
+// unnamed host writes one), the five local records still all show, the
+// four the mirror lacks counted local-only.
+func TestRunsMergeTheLogsDirWithTheMirror(t *testing.T) {
+	db := livetest.Valkey(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	recs := runRecords(time.Now())
+	for _, r := range recs {
+		if _, err := jobs.WriteRecord(dir, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := fleetstate.NewMirror(db.Client, fleetstate.MirrorConfig{})
+	if err := m.Mirror(ctx, recs[0]); err != nil {
+		t.Fatal(err)
+	}
+	other := recs[3]
+	other.JobID, other.Host = "cancelled-1", "delta"
+	if err := m.Mirror(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	got, tot, err := operator.Runs(ctx, db.Client, operator.RunsFilter{LogsDir: dir})
+	if err != nil || tot.Source != operator.RunsFromMirror || tot.Runs != 6 || tot.LocalOnly != 4 || len(got) != 6 {
+		t.Fatalf("%+v %v", tot, err)
+	}
+	// Filters apply to the local-only count too.
+	if _, tot, err := operator.Runs(ctx, db.Client, operator.RunsFilter{LogsDir: dir, Host: "alpha"}); err != nil || tot.Runs != 2 || tot.LocalOnly != 1 {
+		t.Fatalf("host alpha: %+v %v", tot, err)
+	}
+}
+
 func TestParseInstant(t *testing.T) {
 	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
 	for in, want := range map[string]time.Time{

@@ -290,7 +290,8 @@ func newQueues(ctx context.Context, rc *redis.Client, cfg dispatch.Config, tune 
 }
 
 // wireFleet adds the parts that reach across hosts: the directory of every
-// queue and, on a named host, the fleet leases and the run mirror.
+// queue, the run mirror (every host mirrors its records, so the fleet's
+// runs are seen from anywhere) and, on a named host, the fleet leases.
 func wireFleet(cfg dispatch.Config, rc *redis.Client, tune dispatch.Tuning, deps *dispatch.Deps) error {
 	dir, err := queue.NewDirectory(rc, queue.Config{})
 	if err != nil {
@@ -299,9 +300,9 @@ func wireFleet(cfg dispatch.Config, rc *redis.Client, tune dispatch.Tuning, deps
 	fleetDir := Directory(dir)
 	deps.Directory = fleetDir
 	deps.Finder = fleetDir // held-job liveness across every queue
+	deps.Mirror = fleetstate.NewMirror(rc, fleetstate.MirrorConfig{RetentionDays: cfg.LogRetentionDays, Host: cfg.WorkerName, Logger: tune.Logger})
 	if cfg.WorkerNameDeclared {
 		deps.Leases = Leaser(lease.New(rc, cfg.WorkerName, lease.Config{Logger: tune.Logger}))
-		deps.Mirror = fleetstate.NewMirror(rc, fleetstate.MirrorConfig{RetentionDays: cfg.LogRetentionDays, Host: cfg.WorkerName, Logger: tune.Logger})
 	}
 	return nil
 }

@@ -186,7 +186,7 @@ func loopbackAddr(listen string) (bool, error) {
 // button) works whatever else is misconfigured.
 func dashCaps(e env) (dash.ValkeyConfig, int) {
 	cfg, err := operator.ConfigForDoctor(e.getenv)
-	caps := dash.ValkeyConfig{DailyCap: cfg.DailyCap, WeeklyCap: cfg.WeeklyCap}
+	caps := dash.ValkeyConfig{DailyCap: cfg.DailyCap, WeeklyCap: cfg.WeeklyCap, LogsDir: cfg.LogsDir}
 	var errs dispatch.ConfigErrors
 	if errors.As(err, &errs) {
 		for _, ce := range errs {

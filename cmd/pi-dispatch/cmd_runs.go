@@ -151,7 +151,11 @@ func printRuns(w io.Writer, recs []jobs.Record, tot operator.Totals, logsDir str
 	}
 	switch tot.Source {
 	case operator.RunsFromMirror:
-		fmt.Fprintln(w, "source: the fleet's run mirror")
+		if tot.LocalOnly > 0 {
+			fmt.Fprintf(w, "source: the fleet's run mirror and this host's PI_LOGS_DIR (%s): %d run(s) only there, not mirrored\n", logsDir, tot.LocalOnly)
+		} else {
+			fmt.Fprintln(w, "source: the fleet's run mirror")
+		}
 	default:
 		fmt.Fprintf(w, "source: this host's PI_LOGS_DIR (%s): no run mirror to read\n", logsDir)
 	}

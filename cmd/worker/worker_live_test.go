@@ -162,6 +162,10 @@ func TestUnknownSecretProfileRefusedOnce(t *testing.T) {
 	if files := recordFiles(t, w.cfg.LogsDir); len(files) != 1 {
 		t.Fatalf("record files %v, want one", files)
 	}
+	// An unnamed host mirrors its records too: the fleet sees its runs.
+	if n, err := db.Client.Exists(context.Background(), fleetstate.RunRecordKey(jobID, 1)).Result(); err != nil || n != 1 {
+		t.Fatalf("the unnamed host's record is not in the run mirror: %d %v", n, err)
+	}
 }
 
 // A job whose data is JSON but not a job is refused invalid-job, once.
