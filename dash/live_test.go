@@ -125,7 +125,7 @@ func TestValkeySourceReadsALiveFleet(t *testing.T) {
 
 	runs, degraded, err := src.Runs(ctx, 10)
 	require.NoError(t, err)
-	require.Equal(t, fleetstate.MirrorOK, degraded)
+	require.Empty(t, degraded, "nothing to note")
 	require.Len(t, runs, 1)
 	require.Equal(t, hostileRun, runs[0].JobID)
 	require.InDelta(t, 0.4321, runs[0].Spend.Dollars, 1e-9)

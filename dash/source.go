@@ -21,9 +21,10 @@ type Source interface {
 	// Running is up to limit jobs a worker holds, on every queue.
 	Running(ctx context.Context, limit int) ([]Running, error)
 	// Runs is up to limit run records, newest first, each valid
-	// (jobs.Record.Validate), and the mirror's degraded state
-	// (fleetstate.MirrorOK, MirrorOff, MirrorTruncated).
-	Runs(ctx context.Context, limit int) (runs []jobs.Record, degraded string, err error)
+	// (jobs.Record.Validate), and a note for the page when they are not
+	// the whole story: the mirror truncated or unread, runs only this host
+	// holds ("" or fleetstate.MirrorOK when there is nothing to say).
+	Runs(ctx context.Context, limit int) (runs []jobs.Record, note string, err error)
 	// Starts is the container-start windows against their caps.
 	Starts(ctx context.Context) (Starts, error)
 }
