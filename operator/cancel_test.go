@@ -312,9 +312,9 @@ func TestCancelWatcherOutage(t *testing.T) {
 	go func() { done <- w.Run(ctx) }()
 	defer w.Watch(ctx, "job-x", func() {})()
 	srv.Stop()
-	time.Sleep(300 * time.Millisecond)
+	waitLog(t, &logs, "cancel_watch_unreachable")
 	srv.Start()
-	time.Sleep(300 * time.Millisecond)
+	waitLog(t, &logs, "cancel_watch_restored")
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -417,5 +417,17 @@ func TestCancelRecordsARemovedRetry(t *testing.T) {
 	runs, _, err := fleetstate.NewMirror(db.Client, fleetstate.MirrorConfig{}).Read(ctx, 10, time.Time{})
 	if err != nil || len(runs) != 1 || runs[0].Reason != jobs.ReasonOperatorCancel || runs[0].Attempt != 2 {
 		t.Fatalf("mirrored %+v %v", runs, err)
+	}
+}
+
+// waitLog waits (under load, as long as it takes up to 30 s) for event in logs.
+func waitLog(t *testing.T, logs *syncBuffer, event string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(logs.String(), event) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within 30s; logs:\n%s", event, logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
