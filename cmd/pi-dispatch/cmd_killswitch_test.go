@@ -26,6 +26,8 @@ import (
 
 var (
 	portRE      = regexp.MustCompile(`127\.0\.0\.1:\d+`)
+	resetsRE    = regexp.MustCompile(`\(resets \d{4}-\d\d-\d\d \d\d:\d\dZ\)`)
+	resetsAtRE  = regexp.MustCompile(`"resetsAt":"[^"]*"`)
 	wrongTypeRE = regexp.MustCompile(`WRONGTYPE[^\n]*`)
 )
 
@@ -36,6 +38,8 @@ func normalize(s, url string) string {
 		s = strings.ReplaceAll(s, url, "<url>")
 	}
 	s = portRE.ReplaceAllString(s, "127.0.0.1:PORT")
+	s = resetsRE.ReplaceAllString(s, "(resets <time>)")
+	s = resetsAtRE.ReplaceAllString(s, `"resetsAt":"<time>"`)
 	return wrongTypeRE.ReplaceAllString(s, "WRONGTYPE…")
 }
 
@@ -136,7 +140,7 @@ func TestKillSwitchFleetGolden(t *testing.T) {
 		t.Fatal("fleet flag not set")
 	}
 	expect(t, runCLI(t, env, "status", "--json"), db.URL, 0,
-		`{"pausedState":true,"waiting":0,"active":0,"paused":2,"delayed":1,"failed":0,"completed":0,"refused":0,"cancelled":0,"prioritized":1,"pauseFlag":true,"queues":3,"held":0}`+"\n", "")
+		`{"pausedState":true,"waiting":0,"active":0,"paused":2,"delayed":1,"failed":0,"completed":0,"refused":0,"cancelled":0,"prioritized":1,"spend":{"starts":[{"window":"day","count":0,"cap":25,"resetsAt":"<time>"}]},"pauseFlag":true,"queues":3,"held":0}`+"\n", "")
 
 	// A host that boots during the pause starts paused.
 	charlie := newQueue(t, db.Client, fleet.HostQueueName("charlie"))
@@ -163,7 +167,7 @@ func TestKillSwitchFleetGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect(t, runCLI(t, env, "status", "--json"), db.URL, 0,
-		`{"pausedState":false,"pausedPartial":true,"pausedQueues":["pi-jobs@bravo"],"waiting":1,"active":0,"paused":1,"delayed":1,"failed":0,"completed":0,"refused":0,"cancelled":0,"prioritized":1,"pauseFlag":false,"queues":5,"held":0}`+"\n", "")
+		`{"pausedState":false,"pausedPartial":true,"pausedQueues":["pi-jobs@bravo"],"waiting":1,"active":0,"paused":1,"delayed":1,"failed":0,"completed":0,"refused":0,"cancelled":0,"prioritized":1,"spend":{"starts":[{"window":"day","count":0,"cap":25,"resetsAt":"<time>"}]},"pauseFlag":false,"queues":5,"held":0}`+"\n", "")
 }
 
 // One queue (a single host): no span, as the original printed it.
@@ -172,7 +176,7 @@ func TestKillSwitchSingleQueueGolden(t *testing.T) {
 	env := vars(db.URL)
 	expect(t, runCLI(t, env, "pause"), db.URL, 0, pausedLine+"\n", "")
 	expect(t, runCLI(t, env, "status", "--json"), db.URL, 0,
-		`{"pausedState":true,"waiting":0,"active":0,"paused":0,"delayed":0,"failed":0,"completed":0,"refused":0,"cancelled":0,"prioritized":0,"pauseFlag":true,"queues":1,"held":0}`+"\n", "")
+		`{"pausedState":true,"waiting":0,"active":0,"paused":0,"delayed":0,"failed":0,"completed":0,"refused":0,"cancelled":0,"prioritized":0,"spend":{"starts":[{"window":"day","count":0,"cap":25,"resetsAt":"<time>"}]},"pauseFlag":true,"queues":1,"held":0}`+"\n", "")
 	expect(t, runCLI(t, env, "resume"), db.URL, 0, "resumed\n", "")
 	expect(t, runCLI(t, env, "pause", "now"), db.URL, 2, "",
 		"pi-dispatch pause: unexpected argument \"now\" (usage: pi-dispatch pause)\n")

@@ -61,9 +61,10 @@ func runStatus(ctx context.Context, e env, args []string) int {
 	}
 	// The caps are this host's configuration (a broken one reads as the
 	// defaults: status never refuses over it); the counts are the fleet's.
-	// Shown when there is news: dollar windows set, a provider rate-limited.
+	// Every window is shown, with its use, its cap and its reset: a full
+	// window refuses every job, and status must say so.
 	cfg, _ := operator.ConfigForDoctor(e.getenv)
-	if spend, err := operator.Spend(ctx, client, cfg); err == nil && len(spend.Dollars)+len(spend.Suspended)+len(spend.Unread) > 0 {
+	if spend, err := operator.Spend(ctx, client, cfg); err == nil {
 		rep.Spend = &spend
 	}
 	if asJSON {
@@ -126,14 +127,15 @@ func printStatus(w io.Writer, rep operator.StatusReport) error {
 
 // printSpend writes the spend windows and the rate-limited providers.
 func printSpend(w io.Writer, s operator.SpendReport) {
-	var parts []string
 	for _, x := range s.Starts {
-		if x.Cap > 0 {
-			parts = append(parts, fmt.Sprintf("%s %d/%d", x.Window, x.Count, x.Cap))
+		if x.Cap <= 0 {
+			continue
 		}
-	}
-	if len(parts) > 0 {
-		fmt.Fprintf(w, "container starts: %s\n", strings.Join(parts, ", "))
+		full := ""
+		if x.Count >= x.Cap {
+			full = " FULL: new jobs are refused over-budget until the reset"
+		}
+		fmt.Fprintf(w, "container starts %s: %d/%d (resets %s)%s\n", x.Window, x.Count, x.Cap, x.ResetsAt.UTC().Format("2006-01-02 15:04Z"), full)
 	}
 	for _, d := range s.Dollars {
 		fmt.Fprintf(w, "dollars %s: $%.2f spent + $%.2f reserved of $%.2f (resets %s)\n",

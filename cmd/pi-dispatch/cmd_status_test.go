@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -63,18 +64,20 @@ func TestStatusCountsByOutcomeGolden(t *testing.T) {
 	expect(t, runCLI(t, env, "status"), db.URL, 0, ""+
 		"fleet: PARTLY PAUSED (1 of 2 queues paused: pi-jobs@alpha); run `pi-dispatch pause` or `resume` to make it whole\n"+
 		"QUEUE  PAUSED  WAITING  DELAYED  PRIORITIZED  ACTIVE  COMPLETED  REFUSED  CANCELLED  FAILED\n"+
-		"total  partly  2        0        0            0       1          2        1          1\n", "")
+		"total  partly  2        0        0            0       1          2        1          1\n"+
+		"container starts day: 0/25 (resets <time>)\n", "")
 	expect(t, runCLI(t, env, "status", "--per-queue"), db.URL, 0, ""+
 		"fleet: PARTLY PAUSED (1 of 2 queues paused: pi-jobs@alpha); run `pi-dispatch pause` or `resume` to make it whole\n"+
 		"QUEUE          PAUSED  WAITING  DELAYED  PRIORITIZED  ACTIVE  COMPLETED  REFUSED  CANCELLED  FAILED\n"+
 		"pi-jobs        no      1        0        0            0       1          1        1          1\n"+
 		"pi-jobs@alpha  yes     1        0        0            0       0          1        0          0\n"+
-		"total          partly  2        0        0            0       1          2        1          1\n", "")
+		"total          partly  2        0        0            0       1          2        1          1\n"+
+		"container starts day: 0/25 (resets <time>)\n", "")
 	expect(t, runCLI(t, env, "status", "--json", "--per-queue"), db.URL, 0,
 		`{"pausedState":false,"pausedPartial":true,"pausedQueues":["pi-jobs@alpha"],"waiting":1,"active":0,"paused":1,"delayed":0,"failed":1,"completed":1,"refused":2,"cancelled":1,"prioritized":0,`+
 			`"perQueue":[{"queue":"pi-jobs","pausedState":false,"waiting":1,"active":0,"paused":0,"delayed":0,"failed":1,"completed":1,"refused":1,"cancelled":1,"prioritized":0},`+
 			`{"queue":"pi-jobs@alpha","pausedState":true,"waiting":0,"active":0,"paused":1,"delayed":0,"failed":0,"completed":0,"refused":1,"cancelled":0,"prioritized":0}],`+
-			`"pauseFlag":false,"queues":2,"held":0}`+"\n", "")
+			`"spend":{"starts":[{"window":"day","count":0,"cap":25,"resetsAt":"<time>"}]},"pauseFlag":false,"queues":2,"held":0}`+"\n", "")
 	expect(t, runCLI(t, env, "status", "--frobnicate"), db.URL, 2, "",
 		"pi-dispatch status: unexpected argument \"--frobnicate\" (usage: pi-dispatch status [--per-queue] [--json])\n")
 }
@@ -117,7 +120,7 @@ func TestStatusShowsSpendAndRateLimits(t *testing.T) {
 	env := map[string]string{"VALKEY_URL": db.URL, "PI_MAX_COST_USD": "2", "PI_DAILY_COST_USD": "10"}
 	r := runCLI(t, env, "status")
 	for _, want := range []string{
-		"container starts: day 0/25",
+		"container starts day: 0/25 (resets ",
 		"dollars day: $0.00 spent + $2.00 reserved of $10.00",
 		"rate-limited: anthropic until " + until.Format(time.RFC3339) + " (429 rate_limit_error)",
 	} {
@@ -141,5 +144,25 @@ func TestStatusShowsSpendAndRateLimits(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || len(rep.Spend.Dollars) != 1 || rep.Spend.Dollars[0].ReservedUsd != 2 ||
 		len(rep.Spend.Suspended) != 1 || !rep.Spend.Suspended[0].Until.Equal(until) {
 		t.Fatalf("status --json: %s (%v)", r.stdout, err)
+	}
+}
+
+// status always shows the container-start windows as used/cap with their
+// reset, dollar windows or not, and says when one is full: a full window
+// refuses every job.
+func TestStatusAlwaysShowsTheCountWindows(t *testing.T) {
+	db := livetest.Valkey(t)
+	ctx := context.Background()
+	newQueue(t, db.Client, fleet.SharedQueue)
+	b := fleetstate.NewBudget(db.Client, fleetstate.BudgetConfig{DailyCap: 2})
+	for i := range 2 {
+		if res, err := b.Reserve(ctx, fmt.Sprintf("tok-%d", i), nil); err != nil || !res.Granted {
+			t.Fatalf("reserve %d: %+v %v", i, res, err)
+		}
+	}
+	r := runCLI(t, map[string]string{"VALKEY_URL": db.URL, "PI_DAILY_CAP": "2"}, "status")
+	if r.code != exitOK || !strings.Contains(r.stdout, "container starts day: 2/2 (resets ") ||
+		!strings.Contains(r.stdout, "FULL: new jobs are refused over-budget until the reset") {
+		t.Fatalf("status (exit %d):\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
