@@ -110,6 +110,7 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 	code = reportQueued(e, got)
 	fmt.Fprintf(e.stderr, "queue %s, folder %s%s\n", got.Queue, folder, envFrom(e, "PI_WORKER_NAME", "VALKEY_URL"))
 	noteHold(qctx, e, client, got.Queue)
+	warnCannotStart(qctx, e, client, cfg, got.JobID, got.Queue)
 	return code
 }
 

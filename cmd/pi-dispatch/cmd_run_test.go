@@ -13,9 +13,11 @@ import (
 
 	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
+	"github.com/pidispatch/pidispatch/registry"
 )
 
 // gitRepo makes a git work tree with one committed file; dirty adds an
@@ -139,7 +141,8 @@ func TestRunUndeclaredGoesToTheSharedQueue(t *testing.T) {
 	db := livetest.Valkey(t)
 	folder := gitRepo(t, false)
 	r := runCLI(t, map[string]string{"VALKEY_URL": db.URL}, "run", folder, "--task", "fix the tests", "--flow", "fix", "--env-file", "")
-	if r.code != exitOK || r.stderr != "queue pi-jobs, folder "+folder+"\n" {
+	if r.code != exitOK || !strings.HasPrefix(r.stderr, "queue pi-jobs, folder "+folder+"\n") ||
+		!strings.Contains(r.stderr, "warning: no worker has a live registry row: nothing takes jobs from pi-jobs (start a worker)") {
 		t.Fatalf("%+v", r)
 	}
 	queuedJob(t, db, fleet.SharedQueue, r.stdout, folder)
@@ -512,6 +515,30 @@ func TestRunRefusesBadTaskInput(t *testing.T) {
 		r := runWithStdin(t, vars, tc.stdin, append([]string{folder, "--env-file", ""}, tc.args...)...)
 		if r.code != tc.code || r.stdout != "" || !strings.Contains(r.stderr, tc.want) {
 			t.Errorf("%v: %+v", tc.args, r)
+		}
+	}
+}
+
+// run tells the truth before money is spent: a full count window means the
+// job will be refused, and on an unnamed host in a named fleet the job sits
+// on the shared queue other hosts drain.
+func TestRunWarnsWhenTheJobCannotStart(t *testing.T) {
+	db := livetest.Valkey(t)
+	ctx := context.Background()
+	b := fleetstate.NewBudget(db.Client, fleetstate.BudgetConfig{DailyCap: 1})
+	if res, err := b.Reserve(ctx, "", nil); err != nil || !res.Granted {
+		t.Fatalf("reserve: %+v %v", res, err)
+	}
+	reg := publish(t, db.Client, "alpha", registry.Facts{Routes: registry.Value(true)})
+	defer reg.Close(ctx)
+	folder := gitRepo(t, false)
+	r := runCLI(t, map[string]string{"VALKEY_URL": db.URL, "PI_DAILY_CAP": "1"}, "run", folder, "--task", "fix the tests", "--flow", "fix", "--env-file", "")
+	if r.code != exitOK {
+		t.Fatalf("%+v", r)
+	}
+	for _, want := range []string{"warning: budget window day is full (1 of 1 starts)", "named hosts (alpha) drain too", "Set PI_WORKER_NAME"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("run's stderr lacks %q:\n%s", want, r.stderr)
 		}
 	}
 }

@@ -96,7 +96,7 @@ func TestRunSaysTheJobWaitsForAResume(t *testing.T) {
 	}
 	folder2 := gitRepo(t, false)
 	r = runCLI(t, env, "run", folder2, "--task", "fix the tests", "--flow", "fix", "--env-file", "")
-	if r.code != exitOK || !strings.HasSuffix(r.stderr, "note: the fleet is paused, so this job waits until `pi-dispatch resume`\n") {
+	if r.code != exitOK || !strings.Contains(r.stderr, "note: the fleet is paused, so this job waits until `pi-dispatch resume`\n") {
 		t.Fatalf("paused: %+v", r)
 	}
 	queuedJob(t, db, fleet.SharedQueue, r.stdout, folder2)
