@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -96,5 +97,26 @@ func TestBuildOptionReplacesAPart(t *testing.T) {
 	}
 	if got := rt.ran(); len(got) != 1 || got[0] != e.JobID {
 		t.Fatalf("the replaced runtime ran %v, want [%s]", got, e.JobID)
+	}
+}
+
+// A worker whose PI_JOB_IMAGE is not on the host says so at boot, before
+// any job is refused for it.
+func TestBuildSaysTheJobImageIsMissing(t *testing.T) {
+	livetest.Docker(t)
+	db := livetest.Valkey(t)
+	env := map[string]string{"VALKEY_URL": db.URL, "PI_WORKER_NAME": fmt.Sprintf("img-%d", db.DB), "PI_LOGS_DIR": t.TempDir(), "PI_JOB_IMAGE": "never-pulled:1"}
+	cfg, err := dispatch.LoadConfig(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	s, err := stack.Build(context.Background(), cfg, slog.New(slog.NewTextHandler(&logs, nil)), dispatch.Tuning{JobsDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if out := logs.String(); !strings.Contains(out, "msg=job_image_missing") || !strings.Contains(out, "image=never-pulled:1") {
+		t.Fatalf("boot did not say the job image is missing:\n%s", out)
 	}
 }

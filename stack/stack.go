@@ -200,11 +200,16 @@ func keys(m map[string]string) []string {
 // newRegistry builds this host's registry row: its facts, and its beats
 // reported to the observers. The image digest is read once at boot,
 // bounded: the registry publishes it so doctor can tell hosts running
-// different builds apart.
+// different builds apart, and a missing PI_JOB_IMAGE is logged.
 func newRegistry(ctx context.Context, rc *redis.Client, cfg dispatch.Config, tune dispatch.Tuning, runtime *runner.Docker, live *cronsync.LiveSet, tz string, deps *dispatch.Deps) (*registry.Registry, error) {
 	digestCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	digest, _ := runtime.ImageDigest(digestCtx, cfg.JobImage)
+	digest, err := runtime.ImageDigest(digestCtx, cfg.JobImage)
 	cancel()
+	if errors.Is(err, runner.ErrImageMissing) {
+		// Said at boot, before any job is refused for it.
+		tune.Logger.Warn("job_image_missing", "host", cfg.WorkerName, "image", cfg.JobImage,
+			"fix", "build or pull it on this host (images are never pulled; pi-dispatch doctor names the command): until then every job is refused job-image-missing")
+	}
 	return registry.New(rc, cfg.WorkerName, registry.Facts{
 		Image:       registry.Value(cfg.JobImage),
 		ImageDigest: registry.Value(digest),
