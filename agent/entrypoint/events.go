@@ -31,10 +31,8 @@ type event struct {
 	// Usage: message_update's running total of the assistant message in
 	// flight (replaced, never added, by the message_end that follows).
 	Usage *usage `json:"usage"`
-	// WillRetry: agent_end when pi will run again (a retry, or a compaction
-	// that recovers from an overflow); compaction_end likewise.
-	WillRetry bool `json:"willRetry"`
-	// Aborted: agent_settled and compaction_end.
+	// Aborted: compaction_end. (agent_end's willRetry needs no reading:
+	// the run goes on until agent_settled.)
 	Aborted bool `json:"aborted"`
 	// Reason and Result: compaction_start and compaction_end.
 	Reason string `json:"reason"`
@@ -99,9 +97,8 @@ type Tally struct {
 	// Compactions counts the context compactions pi finished.
 	Compactions int
 	// Settled: pi said agent_settled, the end of its run (nothing left to
-	// retry, compact or continue); SettledAborted: that run was aborted.
-	Settled        bool
-	SettledAborted bool
+	// retry, compact or continue).
+	Settled bool
 
 	inflight *usage // the running total of the assistant message in flight
 }
@@ -154,7 +151,7 @@ func (t *Tally) Feed(line []byte, transcript io.Writer) Step {
 	case "compaction_end":
 		t.addCompaction(ev, transcript)
 	case "agent_settled":
-		t.Settled, t.SettledAborted = true, ev.Aborted
+		t.Settled = true
 	}
 	return Step{}
 }
