@@ -45,6 +45,9 @@ func prepareAgent(o Options, job Job, dir string) (env []string, stop func(), er
 	}
 	settings := map[string]any{
 		"enableInstallTelemetry": false,
+		// No cache-warming requests: every request pi makes is an answer
+		// the run asked for or a compaction, and shows in the event stream.
+		"cacheWarming": "off",
 		// pi's own retries are the only ones: the provider SDK's silent
 		// retries are off, so every retry shows in the event stream.
 		"retry": map[string]any{"enabled": retries > 0, "maxRetries": retries, "baseDelayMs": delay,

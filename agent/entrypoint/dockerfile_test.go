@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/pidispatch/pidispatch/image"
 )
 
 // The production Dockerfile and lock file say what this package says.
@@ -17,7 +19,7 @@ func TestImageRecipeMatchesPackage(t *testing.T) {
 		LabelContract + `="` + ContractVersion + `"`,
 		LabelCapabilities + `="` + Capabilities + `"`,
 		LabelAgent + `="` + AgentPackage + `"`,
-		"FROM node:22-slim", "npm ci", "PI_TELEMETRY=0", "PI_OFFLINE=1", "USER node",
+		"FROM node:" + nodeVersion(t) + "-slim", "npm ci", "PI_TELEMETRY=0", "PI_OFFLINE=1", "USER node",
 	} {
 		if !strings.Contains(string(df), want) {
 			t.Errorf("image/Dockerfile lacks %s", want)
@@ -36,7 +38,20 @@ func TestImageRecipeMatchesPackage(t *testing.T) {
 		t.Fatal(err)
 	}
 	name, version, _ := strings.Cut(strings.TrimPrefix(AgentPackage, "@"), "@")
+	if !strings.HasPrefix(AgentPackage, "@"+name+"@") {
+		t.Fatalf("AgentPackage %q is not @scope/name@version", AgentPackage)
+	}
 	if got := l.Packages["node_modules/@"+name].Version; got != version {
 		t.Fatalf("package-lock.json pins %s at %q, want %s", name, got, version)
 	}
+}
+
+// nodeVersion is the Node.js version image/node/package-lock.json pins.
+func nodeVersion(t *testing.T) string {
+	t.Helper()
+	v, err := image.NodeVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

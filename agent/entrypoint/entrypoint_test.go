@@ -18,10 +18,12 @@ import (
 	"github.com/pidispatch/pidispatch/internal/fakeprovider"
 )
 
-// The testdata/pi-*.jsonl files are pi 0.73.1's own --mode json output,
-// recorded against internal/fakeprovider: pi-hello (a write tool call, then
-// a final answer), pi-500 and pi-429 (every request refused; pi retries
-// once), pi-loop (an agent that keeps calling tools; the first 6 turns).
+// The testdata/pi-*.jsonl files are pi 1.6.0's own --mode json output,
+// recorded by TestRecordPiRuns against internal/fakeprovider: pi-hello (a
+// write tool call, then a final answer), pi-500 and pi-429 (every request
+// refused; pi retries once), pi-retry (one 529, then pi's retry is
+// answered), pi-loop (an agent that calls a tool six times), pi-compaction
+// (a small context window: pi summarises after the first turn).
 
 func feedFile(t *testing.T, name string) (Tally, string) {
 	t.Helper()
@@ -50,7 +52,7 @@ func TestTallySumsUsageOfEveryAssistantMessage(t *testing.T) {
 	if tally.Turns != 2 || tally.Requests != 2 || tally.Provider != "anthropic" || tally.Model != "claude-haiku-4-5" || tally.LastStop != "stop" {
 		t.Fatalf("tally = %+v", tally)
 	}
-	for _, s := range []string{"tool write /tmp/agentwork/ws/hello.txt", "assistant: Done: wrote hello.txt."} {
+	for _, s := range []string{"tool write hello.txt", "assistant: Done: wrote hello.txt."} {
 		if !strings.Contains(tr, s) {
 			t.Errorf("transcript lacks %q:\n%s", s, tr)
 		}
@@ -68,6 +70,9 @@ func TestClassifyRecordedRuns(t *testing.T) {
 		{"pi-hello.jsonl", OutcomeCompleted, ReasonCompleted, ExitCompleted, 0},
 		{"pi-500.jsonl", OutcomeFailed, ReasonProviderError, ExitInfra, 1},
 		{"pi-429.jsonl", OutcomeFailed, ReasonRateLimited, ExitInfra, 1},
+		{"pi-retry.jsonl", OutcomeCompleted, ReasonCompleted, ExitCompleted, 1},
+		{"pi-compaction.jsonl", OutcomeCompleted, ReasonCompleted, ExitCompleted, 0},
+		{"pi-loop.jsonl", OutcomeCompleted, ReasonCompleted, ExitCompleted, 0},
 	} {
 		tally, _ := feedFile(t, tc.file)
 		var line ExitLine
@@ -75,6 +80,84 @@ func TestClassifyRecordedRuns(t *testing.T) {
 		if code != tc.code || line.Outcome != tc.outcome || line.Reason != tc.reason || tally.Retries != tc.retries {
 			t.Errorf("%s: code %d %s/%s retries %d, want %d %s/%s retries %d", tc.file, code, line.Outcome, line.Reason, tally.Retries, tc.code, tc.outcome, tc.reason, tc.retries)
 		}
+	}
+}
+
+// A request the provider refused and pi retried counts as a request with no
+// usage; the retry's answer is the run's only usage, and the retried error
+// turn is no turn.
+func TestTallyCountsARetriedRunOnce(t *testing.T) {
+	tally, tr := feedFile(t, "pi-retry.jsonl")
+	want := Tokens{Input: 900, Output: 7, CacheRead: 100, Total: 1007}
+	if tally.Tokens != want || tally.Requests != 2 || tally.Retries != 1 || tally.Turns != 1 || !tally.Settled || tally.LastStop != "stop" {
+		t.Fatalf("tally = %+v", tally)
+	}
+	if wantCost := (900*1 + 7*5 + 100*0.1) / 1e6; math.Abs(tally.Cost-wantCost) > 1e-12 {
+		t.Fatalf("cost = %v, want %v", tally.Cost, wantCost)
+	}
+	if !strings.Contains(tr, "[provider error, pi retries (attempt 1): 529") {
+		t.Errorf("transcript does not show the retry:\n%s", tr)
+	}
+}
+
+// pi's compaction summary is a billed request outside any assistant
+// message: its usage (compaction_end's result) counts with the turns'.
+func TestTallyCountsCompaction(t *testing.T) {
+	tally, tr := feedFile(t, "pi-compaction.jsonl")
+	// Reported by the fake provider: the turn {3500,40}, the summary
+	// {600,30}, the last turn {400,3}.
+	want := Tokens{Input: 4500, Output: 73, Total: 4573}
+	if tally.Tokens != want || tally.Requests != 3 || tally.Compactions != 1 || tally.Turns != 2 || !tally.Settled {
+		t.Fatalf("tally = %+v", tally)
+	}
+	if wantCost := (4500*1 + 73*5) / 1e6; math.Abs(tally.Cost-wantCost) > 1e-12 {
+		t.Fatalf("cost = %v, want %v", tally.Cost, wantCost)
+	}
+	if !strings.Contains(tr, "[pi compacts its context (threshold)]") || !strings.Contains(tr, "[pi compacted 3548 tokens of context]") {
+		t.Errorf("transcript does not show the compaction:\n%s", tr)
+	}
+}
+
+// message_update's usage is a running total of the message in flight: it
+// never adds to the message_end that follows, and it counts only for a
+// message whose message_end never came (pi killed mid-answer).
+func TestTallyRunningTotalsCountOnlyForACutMessage(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("testdata", "pi-hello.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(string(data), "\n")
+	updates, ends := 0, 0
+	cut := -1
+	for i, l := range lines {
+		if strings.Contains(l, `"type":"message_update"`) && strings.Contains(l, `"usage":{"input":`) {
+			updates++
+		}
+		if strings.Contains(l, `"type":"message_end"`) && strings.Contains(l, `"role":"assistant"`) {
+			if ends++; ends == 2 {
+				cut = i
+			}
+		}
+	}
+	if updates < 2 || cut < 0 {
+		t.Fatalf("the recording has %d usage updates and %d assistant ends", updates, ends)
+	}
+	var whole Tally
+	for _, l := range lines {
+		whole.Feed([]byte(l), io.Discard)
+	}
+	whole.Finish()
+	if whole.Tokens.Total != 4452 || whole.Requests != 2 {
+		t.Fatalf("whole run: %+v", whole.Tokens)
+	}
+	var part Tally
+	for _, l := range lines[:cut] {
+		part.Feed([]byte(l), io.Discard)
+	}
+	part.Finish()
+	// The first message's 1640, and the second's last running total: 2812.
+	if part.Tokens.Total != 1640+2812 || part.Requests != 2 || part.Settled {
+		t.Fatalf("cut run: requests %d, tokens %+v", part.Requests, part.Tokens)
 	}
 }
 
@@ -102,7 +185,7 @@ func TestParseJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	args := j.Args("/workspace/.pi/sessions")
-	want := []string{"--mode", "json", "--provider", "anthropic", "--model", "claude-haiku-4-5", "--thinking", "low",
+	want := []string{"--mode", "json", "--approve", "--provider", "anthropic", "--model", "claude-haiku-4-5", "--thinking", "low",
 		"--tools", "read,edit,write,grep,find,ls", "--no-session", " -rf everything"}
 	if !slices.Equal(args, want) {
 		t.Fatalf("args = %q\nwant   %q", args, want)
@@ -131,7 +214,10 @@ func fakePi(t *testing.T, events, then string) (cmd []string, argvFile string) {
 		"cat \"$PI_CODING_AGENT_DIR/models.json\" > " + argvFile + ".models 2>/dev/null\n" +
 		"echo \"pi says the key is $ANTHROPIC_API_KEY\" >&2\n"
 	if events != "" {
-		abs, _ := filepath.Abs(filepath.Join("testdata", events))
+		abs := events
+		if !filepath.IsAbs(abs) {
+			abs, _ = filepath.Abs(filepath.Join("testdata", events))
+		}
 		// Like pi, pause after each turn (a real one calls the model next).
 		script += "while IFS= read -r line; do printf '%s\\n' \"$line\"; case \"$line\" in *'\"type\":\"turn_end\"'*) sleep 0.3;; esac; done < " + abs + "\n"
 	}
@@ -227,6 +313,50 @@ func TestMainCompletesAndNeverShowsASecret(t *testing.T) {
 	}
 	if !strings.HasPrefix(r.stdout, "\n") && !strings.HasPrefix(r.stdout, "{") {
 		t.Errorf("stdout carries more than the exit line: %q", r.stdout)
+	}
+}
+
+// pi lingering after agent_settled (a child holding its output open) is
+// stopped after the settle grace, and the run ends as it settled.
+func TestMainStopsAPiThatLingersAfterSettling(t *testing.T) {
+	pi, _ := fakePi(t, "pi-hello.jsonl", "hang")
+	start := time.Now()
+	r := runMain(t, `{"jobId":"j","task":"write hello"}`, pi, nil, Options{SettleGrace: 300 * time.Millisecond, StopGrace: time.Second})
+	if r.code != ExitCompleted || r.line.Outcome != OutcomeCompleted || r.line.Turns != 2 || r.line.Tokens.Total != 4452 {
+		t.Fatalf("code %d, line %+v\n%s", r.code, r.line, r.stderr)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("took %v: pi was not stopped after settling", d)
+	}
+	if !strings.Contains(r.stderr, "after its run settled: stopping it") {
+		t.Errorf("transcript does not say why pi was stopped:\n%s", r.stderr)
+	}
+}
+
+// A pi that exits 0 without agent_settled did not finish its run (pi 1.x
+// settles every run it finishes): infrastructure, retried.
+func TestMainRefusesAnUnsettledRun(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("testdata", "pi-hello.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	for _, l := range strings.SplitAfter(string(data), "\n") {
+		if !strings.Contains(l, `"type":"agent_settled"`) {
+			kept = append(kept, l)
+		}
+	}
+	events := filepath.Join(t.TempDir(), "unsettled.jsonl")
+	if err := os.WriteFile(events, []byte(strings.Join(kept, "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pi, _ := fakePi(t, events, "exit")
+	r := runMain(t, `{"jobId":"j","task":"write hello"}`, pi, nil, Options{})
+	if r.code != ExitInfra || r.line.Reason != ReasonAgentCrashed || r.line.Tokens.Total != 4452 {
+		t.Fatalf("code %d, line %+v\n%s", r.code, r.line, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "pi ended before its run settled") {
+		t.Errorf("no clear reason:\n%s", r.stderr)
 	}
 }
 

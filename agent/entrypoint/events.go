@@ -17,14 +17,29 @@ type Tokens struct {
 	Total      int64 `json:"total"`
 }
 
-// event is the part of a pi JSON event the entrypoint reads.
+// event is the part of a pi 1.x JSON event (pi's docs/json.md) the
+// entrypoint reads.
 type event struct {
-	Type      string   `json:"type"`
-	Message   *message `json:"message"`
-	ToolName  string   `json:"toolName"`
-	IsError   bool     `json:"isError"`
-	Attempt   int      `json:"attempt"`
-	ErrorText string   `json:"errorMessage"`
+	Type     string   `json:"type"`
+	Message  *message `json:"message"`
+	ToolName string   `json:"toolName"`
+	IsError  bool     `json:"isError"`
+	// Attempt and ErrorText: auto_retry_start; ErrorText also a failed
+	// compaction_end.
+	Attempt   int    `json:"attempt"`
+	ErrorText string `json:"errorMessage"`
+	// Usage: message_update's running total of the assistant message in
+	// flight (replaced, never added, by the message_end that follows).
+	Usage *usage `json:"usage"`
+	// Aborted: compaction_end. (agent_end's willRetry needs no reading:
+	// the run goes on until agent_settled.)
+	Aborted bool `json:"aborted"`
+	// Reason and Result: compaction_start and compaction_end.
+	Reason string `json:"reason"`
+	Result *struct {
+		TokensBefore int64  `json:"tokensBefore"`
+		Usage        *usage `json:"usage"`
+	} `json:"result"`
 }
 
 type message struct {
@@ -34,16 +49,19 @@ type message struct {
 	Model        string          `json:"model"`
 	StopReason   string          `json:"stopReason"`
 	ErrorMessage string          `json:"errorMessage"`
-	Usage        *struct {
-		Input       int64 `json:"input"`
-		Output      int64 `json:"output"`
-		CacheRead   int64 `json:"cacheRead"`
-		CacheWrite  int64 `json:"cacheWrite"`
-		TotalTokens int64 `json:"totalTokens"`
-		Cost        struct {
-			Total float64 `json:"total"`
-		} `json:"cost"`
-	} `json:"usage"`
+	Usage        *usage          `json:"usage"`
+}
+
+// usage is pi's usage of one model request, its cost in USD included.
+type usage struct {
+	Input       int64 `json:"input"`
+	Output      int64 `json:"output"`
+	CacheRead   int64 `json:"cacheRead"`
+	CacheWrite  int64 `json:"cacheWrite"`
+	TotalTokens int64 `json:"totalTokens"`
+	Cost        struct {
+		Total float64 `json:"total"`
+	} `json:"cost"`
 }
 
 type contentBlock struct {
@@ -55,14 +73,20 @@ type contentBlock struct {
 
 // Tally follows a pi run's event stream: turns, tokens, cost, the provider
 // and model that answered, and how the last assistant message ended.
+//
+// Usage is summed from each assistant message_end and each compaction_end
+// (pi's summary request is billed too). message_update carries a running
+// total of the message in flight: it is kept aside and counted only when
+// the stream ends before that message's message_end (pi stopped or killed
+// mid-answer), so nothing is counted twice and a cut answer still counts.
 type Tally struct {
 	Turns    int
 	Tokens   Tokens
 	Cost     float64
 	Provider string
 	Model    string
-	// Requests counts assistant messages, errors included (one per model
-	// request pi made).
+	// Requests counts assistant messages, errors included, and compaction
+	// summaries: one per model request pi made.
 	Requests int
 	// LastStop and LastError are the stop reason and error message of the
 	// last assistant message.
@@ -70,6 +94,13 @@ type Tally struct {
 	LastError string
 	// Retries counts pi's own automatic retries.
 	Retries int
+	// Compactions counts the context compactions pi finished.
+	Compactions int
+	// Settled: pi said agent_settled, the end of its run (nothing left to
+	// retry, compact or continue).
+	Settled bool
+
+	inflight *usage // the running total of the assistant message in flight
 }
 
 // Step is what one event means for the run's limits.
@@ -89,8 +120,17 @@ func (t *Tally) Feed(line []byte, transcript io.Writer) Step {
 		return Step{}
 	}
 	switch ev.Type {
+	case "message_start":
+		if m := ev.Message; m != nil && m.Role == "assistant" {
+			t.inflight = m.Usage
+		}
+	case "message_update":
+		if ev.Usage != nil {
+			t.inflight = ev.Usage
+		}
 	case "message_end":
 		if m := ev.Message; m != nil && m.Role == "assistant" {
+			t.inflight = nil
 			t.addAssistant(m)
 			writeAssistant(transcript, m)
 		}
@@ -106,8 +146,43 @@ func (t *Tally) Feed(line []byte, transcript io.Writer) Step {
 	case "auto_retry_start":
 		t.Retries++
 		fmt.Fprintf(transcript, "[provider error, pi retries (attempt %d): %s]\n", ev.Attempt, oneLine(ev.ErrorText, 300))
+	case "compaction_start":
+		fmt.Fprintf(transcript, "[pi compacts its context (%s)]\n", oneLine(ev.Reason, 32))
+	case "compaction_end":
+		t.addCompaction(ev, transcript)
+	case "agent_settled":
+		t.Settled = true
 	}
 	return Step{}
+}
+
+// Finish counts the running total of an assistant message whose
+// message_end never came: the provider billed what it streamed.
+func (t *Tally) Finish() {
+	if t.inflight != nil {
+		t.Requests++
+		t.addUsage(t.inflight)
+		t.inflight = nil
+	}
+}
+
+func (t *Tally) addCompaction(ev event, transcript io.Writer) {
+	switch {
+	case ev.Result != nil:
+		t.Compactions++
+		if u := ev.Result.Usage; u != nil {
+			// An extension's summary may cost nothing: no request then.
+			if u.Input+u.Output+u.CacheRead+u.CacheWrite+u.TotalTokens > 0 {
+				t.Requests++
+			}
+			t.addUsage(u)
+		}
+		fmt.Fprintf(transcript, "[pi compacted %d tokens of context]\n", ev.Result.TokensBefore)
+	case ev.Aborted:
+		fmt.Fprintln(transcript, "[pi's compaction was aborted]")
+	default:
+		fmt.Fprintf(transcript, "[pi's compaction failed: %s]\n", oneLine(ev.ErrorText, 300))
+	}
 }
 
 func (t *Tally) addAssistant(m *message) {
@@ -119,19 +194,23 @@ func (t *Tally) addAssistant(m *message) {
 		t.Model = m.Model
 	}
 	t.LastStop, t.LastError = m.StopReason, m.ErrorMessage
-	if u := m.Usage; u != nil {
-		t.Tokens.Input += u.Input
-		t.Tokens.Output += u.Output
-		t.Tokens.CacheRead += u.CacheRead
-		t.Tokens.CacheWrite += u.CacheWrite
-		total := u.TotalTokens
-		if total == 0 {
-			total = u.Input + u.Output + u.CacheRead + u.CacheWrite
-		}
-		t.Tokens.Total += total
-		if c := u.Cost.Total; c > 0 && !math.IsInf(c, 0) && !math.IsNaN(c) {
-			t.Cost += c
-		}
+	if m.Usage != nil {
+		t.addUsage(m.Usage)
+	}
+}
+
+func (t *Tally) addUsage(u *usage) {
+	t.Tokens.Input += max(u.Input, 0)
+	t.Tokens.Output += max(u.Output, 0)
+	t.Tokens.CacheRead += max(u.CacheRead, 0)
+	t.Tokens.CacheWrite += max(u.CacheWrite, 0)
+	total := u.TotalTokens
+	if total <= 0 {
+		total = max(u.Input, 0) + max(u.Output, 0) + max(u.CacheRead, 0) + max(u.CacheWrite, 0)
+	}
+	t.Tokens.Total += total
+	if c := u.Cost.Total; c > 0 && !math.IsInf(c, 0) && !math.IsNaN(c) {
+		t.Cost += c
 	}
 }
 

@@ -42,7 +42,7 @@ const (
 // this allowlist.
 var BuiltinTools = []string{"read", "bash", "edit", "write", "grep", "find", "ls"}
 
-var thinkingLevels = []string{"off", "minimal", "low", "medium", "high", "xhigh"}
+var thinkingLevels = []string{"off", "minimal", "low", "medium", "high", "xhigh", "max"}
 
 // ErrBadJob marks a job.json the entrypoint cannot run: the run ends as
 // policy (exit 2) with a reason, never retried.
@@ -120,10 +120,12 @@ func (j Job) Tools() []string {
 }
 
 // Args is pi's command line for the job: JSON mode, the provider and model,
-// the tool allowlist, no session unless the job resumes, and the prompt.
-// It never carries a secret: keys reach pi through its environment.
+// the workspace's own pi resources trusted (its prompt templates are what a
+// command job names; the container, not pi, is the boundary), the tool
+// allowlist, no session unless the job resumes, and the prompt. It never
+// carries a secret: keys reach pi through its environment.
 func (j Job) Args(sessionDir string) []string {
-	args := []string{"--mode", "json", "--provider", j.Provider, "--model", j.Model}
+	args := []string{"--mode", "json", "--approve", "--provider", j.Provider, "--model", j.Model}
 	if j.Thinking != "" {
 		args = append(args, "--thinking", j.Thinking)
 	}

@@ -16,5 +16,5 @@ const (
 	// the turn and cost limits, resumed sessions.
 	Capabilities = "exit-telemetry-v2,model-socket,max-turns,max-cost,resume"
 	// AgentPackage is the pinned agent (image/package-lock.json).
-	AgentPackage = "@mariozechner/pi-coding-agent@0.73.1"
+	AgentPackage = "@earendil-works/pi-coding-agent@1.6.0"
 )

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -65,6 +67,9 @@ type Options struct {
 	// StopGrace is how long pi has to end after SIGTERM (default 3 s, so a
 	// container stopped with the worker's 5 s grace still prints its exit line).
 	StopGrace time.Duration
+	// SettleGrace is how long pi has to exit once it said agent_settled
+	// (default 10 s); then it is stopped and the run ends as it settled.
+	SettleGrace time.Duration
 	// TranscriptBytes bounds what is written to Stderr (default 256 KiB).
 	TranscriptBytes int
 }
@@ -90,6 +95,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.StopGrace <= 0 {
 		o.StopGrace = 3 * time.Second
+	}
+	if o.SettleGrace <= 0 {
+		o.SettleGrace = 10 * time.Second
 	}
 	if o.TranscriptBytes <= 0 {
 		o.TranscriptBytes = 256 << 10
@@ -189,6 +197,11 @@ func classify(t Tally, stopped string, waitErr error, tr io.Writer, line *ExitLi
 		fmt.Fprintln(tr, "pi-entrypoint: pi ended without asking the model anything")
 		line.Outcome, line.Reason = OutcomeFailed, ReasonAgentCrashed
 		return ExitInfra
+	case !t.Settled:
+		// pi 1.x ends every run it finishes with agent_settled.
+		fmt.Fprintln(tr, "pi-entrypoint: pi ended before its run settled")
+		line.Outcome, line.Reason = OutcomeFailed, ReasonAgentCrashed
+		return ExitInfra
 	case t.LastStop == "error" || t.LastStop == "aborted":
 		line.Reason = ErrorReason(t.LastError)
 		if line.Reason == ReasonRefusal {
@@ -258,8 +271,34 @@ func runPi(ctx context.Context, o Options, job Job, env []string, sessionDir str
 	}()
 	maxCost, _ := job.maxCost()
 	asked := ""
+	// Once pi's run has settled, pi only tidies up: one that does not exit
+	// (or leaves a child holding its output open) is stopped after
+	// SettleGrace, and the run ends as it settled.
+	settled := make(chan struct{})
+	var afterSettle sync.WaitGroup
+	var settleHalted atomic.Bool
+	afterSettle.Add(1)
+	go func() {
+		defer afterSettle.Done()
+		select {
+		case <-settled:
+		case <-halted:
+			return
+		}
+		select {
+		case <-time.After(o.SettleGrace):
+			settleHalted.Store(true)
+			fmt.Fprintf(tr, "pi-entrypoint: pi did not exit %v after its run settled: stopping it\n", o.SettleGrace)
+			haltGroup(cmd.Process.Pid, o.StopGrace)
+		case <-halted:
+		}
+	}()
 	readEvents(out, func(ev []byte) {
+		wasSettled := t.Settled
 		step := t.Feed(ev, tr)
+		if t.Settled && !wasSettled {
+			close(settled)
+		}
 		if asked != "" || !step.TurnEnded || !step.Continues {
 			return
 		}
@@ -273,6 +312,7 @@ func runPi(ctx context.Context, o Options, job Job, env []string, sessionDir str
 		}
 		stop <- asked
 	})
+	t.Finish()
 	err = cmd.Wait()
 	stderr.Flush()
 	if asked == "" {
@@ -282,10 +322,11 @@ func runPi(ctx context.Context, o Options, job Job, env []string, sessionDir str
 		}
 	}
 	<-halted
+	afterSettle.Wait()
 	if asked == "" && ctx.Err() != nil {
 		asked = ReasonTerminated
 	}
-	if asked != "" {
+	if asked != "" || settleHalted.Load() {
 		err = nil // pi ended because it was told to
 	}
 	return t, asked, err

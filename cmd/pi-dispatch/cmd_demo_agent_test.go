@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pidispatch/pidispatch/internal/agentimage"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
 )
@@ -38,7 +39,7 @@ func TestDemo_Agent(t *testing.T) {
 	if rec.Outcome != jobs.OutcomeCompleted || rec.Network != "none" || tel.Turns != 2 || tel.Tokens.Total != 4452 || tel.Model != demoAgentModel {
 		t.Fatalf("record %+v telemetry %s", rec, rec.Telemetry)
 	}
-	for _, want := range []string{"agent image pidispatch-agent:dev", "the job wrote hello.txt in the workspace:\n  hello from pi", "pi ran 2 turns on anthropic/" + demoAgentModel,
+	for _, want := range []string{"agent image " + agentimage.Tag, "the job wrote hello.txt in the workspace:\n  hello from pi", "pi ran 2 turns on anthropic/" + demoAgentModel,
 		"the worker's gateway metered 2 calls, 4452 tokens"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, r.stdout)

@@ -1,16 +1,19 @@
 // Package agentimage assembles the agent image without pulling anything, for
-// tests and the demo: FROM scratch, with this machine's Node.js binary and
-// the shared libraries it links, the pi coding agent installed by `npm ci`
-// from image/package-lock.json, the CA certificates, a shell for pi's bash
-// tool, and pi-entrypoint compiled from agent/entrypoint. The production
-// recipe (image/Dockerfile) lays out the same programs on an official
-// Node.js base.
+// tests and the demo: FROM scratch, with the official Node.js build pinned by
+// image/node/package-lock.json (an npm package, so a machine whose own Node.js
+// is older than pi requires still builds the image pi runs in), the pi coding
+// agent installed by `npm ci` from image/package-lock.json, the shared
+// libraries node links from this machine, the CA certificates, a shell for
+// pi's bash tool, and pi-entrypoint compiled from agent/entrypoint. The
+// production recipe (image/Dockerfile) lays out the same programs on the
+// official Node.js base image of the same version.
 //
 // Everything that goes into the image is hashed into a label; Ensure builds
 // only when the tag is missing or was built from other inputs, so a second
 // Ensure with nothing changed costs one image inspect and the hashing of the
-// local binaries. The npm install and the compiled entrypoint are cached in
-// the user's cache folder by the digest of what produced them.
+// local binaries. The npm installs and the compiled entrypoint are cached in
+// the user's cache folder by the digest of what produced them; an empty
+// cache is filled from the npm registry through the lock files.
 package agentimage
 
 import (
@@ -23,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -35,21 +39,25 @@ import (
 	"github.com/pidispatch/pidispatch/internal/jobimage"
 )
 
-// Tag is the tag of the offline-built agent image.
-const Tag = "pidispatch-agent:dev"
+// Tag is the tag of the offline-built agent image. It names the pinned pi
+// version, so machines (and checkouts) on different pins do not rebuild
+// each other's image.
+const Tag = "pidispatch-agent:1.6.0-dev"
 
 // InputsLabel holds the digest of everything the image was assembled from.
 const InputsLabel = "dev.pidispatch.agentimage-inputs"
 
 // layoutVersion changes when the image's layout (this file) changes in a
 // way the inputs do not show.
-const layoutVersion = "3"
+const layoutVersion = "4"
+
+// nodeTarget is where the pinned node goes; pi's `#!/usr/bin/env node`
+// finds it on PATH.
+const nodeTarget = "/usr/local/bin/node"
 
 // hostPrograms are copied from the machine with the libraries they link:
-// node runs pi, env runs pi's `#!/usr/bin/env node`, bash runs pi's bash
-// tool.
+// env runs pi's `#!/usr/bin/env node`, bash runs pi's bash tool.
 var hostPrograms = []struct{ name, target string }{
-	{"node", "/usr/local/bin/node"},
 	{"env", "/usr/bin/env"},
 	{"bash", "/bin/bash"},
 }
@@ -76,7 +84,7 @@ func Ensure(ctx context.Context, c *client.Client, tag string, progress Progress
 	if progress == nil {
 		progress = func(string, ...any) {}
 	}
-	in, err := Collect()
+	in, err := Collect(ctx, progress)
 	if err != nil {
 		return err
 	}
@@ -107,19 +115,33 @@ func isCurrent(ctx context.Context, c *client.Client, tag, digest string) (bool,
 	return img.Config != nil && img.Config.Labels[InputsLabel] == digest, nil
 }
 
-// Collect finds the host programs, their libraries and the CA certificates,
-// and digests them with the lock file and the entrypoint's source.
-func Collect() (Inputs, error) {
+// Collect installs the pinned Node.js (once per lock file, from the npm
+// registry), finds the host programs, the libraries they and node link and
+// the CA certificates, and digests them with the lock files and the
+// entrypoint's source.
+func Collect(ctx context.Context, progress Progress) (Inputs, error) {
+	if progress == nil {
+		progress = func(string, ...any) {}
+	}
 	in := Inputs{Files: map[string]string{caCerts: caCerts}}
 	if _, err := os.Stat(caCerts); err != nil {
 		return Inputs{}, fmt.Errorf("CA certificates: %w (install ca-certificates)", err)
 	}
+	node, err := nodeBinary(ctx, progress)
+	if err != nil {
+		return Inputs{}, err
+	}
+	in.Files[nodeTarget] = node
+	programs := []string{node}
 	for _, p := range hostPrograms {
 		path, err := exec.LookPath(p.name)
 		if err != nil {
 			return Inputs{}, fmt.Errorf("the agent image needs %s from this machine: %w", p.name, err)
 		}
 		in.Files[p.target] = path
+		programs = append(programs, path)
+	}
+	for _, path := range programs {
 		libs, err := sharedLibs(path)
 		if err != nil {
 			return Inputs{}, err
@@ -129,8 +151,8 @@ func Collect() (Inputs, error) {
 		}
 	}
 	h := sha256.New()
-	fmt.Fprintf(h, "layout %s %x %x\nlock %x\nentrypoint %s\n", layoutVersion, sha256.Sum256([]byte(dockerfile)),
-		sha256.Sum256([]byte(mainSource)), sha256.Sum256(image.PackageLock), entrypoint.SourceDigest())
+	fmt.Fprintf(h, "layout %s %x %x\nlock %x\nnode lock %x\nentrypoint %s\n", layoutVersion, sha256.Sum256([]byte(dockerfile)),
+		sha256.Sum256([]byte(mainSource)), sha256.Sum256(image.PackageLock), sha256.Sum256(image.NodePackageLock), entrypoint.SourceDigest())
 	targets := make([]string, 0, len(in.Files))
 	for t := range in.Files {
 		targets = append(targets, t)
@@ -208,7 +230,10 @@ func Build(ctx context.Context, c *client.Client, tag string, in Inputs, progres
 	if ver.Os != "" && ver.Os != "linux" {
 		return fmt.Errorf("docker daemon runs %s containers; the agent image is linux only", ver.Os)
 	}
-	modules, err := npmInstall(ctx, progress)
+	if ver.Arch != "" && ver.Arch != runtime.GOARCH {
+		return fmt.Errorf("docker daemon runs %s containers and this machine is %s: the offline agent image carries this machine's libraries, build it on a %s machine", ver.Arch, runtime.GOARCH, ver.Arch)
+	}
+	modules, err := npmInstall(ctx, "npm", image.PackageJSON, image.PackageLock, entrypoint.AgentPackage, progress)
 	if err != nil {
 		return err
 	}
@@ -217,7 +242,7 @@ func Build(ctx context.Context, c *client.Client, tag string, in Inputs, progres
 	if err != nil {
 		return err
 	}
-	progress("assembling the image from node %s and %s", in.Files["/usr/local/bin/node"], modules)
+	progress("assembling the image from node %s and %s", in.Files[nodeTarget], modules)
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(writeContext(pw, in, modules, ep)) }()
 	labels := map[string]string{

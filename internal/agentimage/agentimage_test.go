@@ -14,6 +14,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/pidispatch/pidispatch/agent/entrypoint"
+	"github.com/pidispatch/pidispatch/image"
 	"github.com/pidispatch/pidispatch/internal/agentimage"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 )
@@ -56,15 +57,35 @@ func TestEnsureAssemblesTheAgentOffline(t *testing.T) {
 	}
 	t.Logf("image size: %d MB", img.Size>>20)
 
+	_, version, _ := strings.Cut(strings.TrimPrefix(entrypoint.AgentPackage, "@"), "@")
+	if !strings.Contains(agentimage.Tag, ":"+version+"-") {
+		t.Errorf("tag %s does not name the pinned pi %s", agentimage.Tag, version)
+	}
 	out, code := run(t, c, "pi", "--version")
-	if code != 0 || strings.TrimSpace(out) != "0.73.1" {
-		t.Fatalf("pi --version: exit %d, %q", code, out)
+	if code != 0 || strings.TrimSpace(out) != version {
+		t.Fatalf("pi --version: exit %d, %q, want %s", code, out, version)
+	}
+	// The image runs the Node.js of image/node/package-lock.json, not the
+	// machine's.
+	out, code = run(t, c, "node", "--version")
+	if want := "v" + nodeVersion(t); code != 0 || strings.TrimSpace(out) != want {
+		t.Fatalf("node --version: exit %d, %q, want %s", code, out, want)
 	}
 	// With no job mounted the entrypoint refuses, speaking the contract.
 	out, code = run(t, c)
 	if code != entrypoint.ExitPolicy || !strings.Contains(out, `"reason":"invalid-job"`) {
 		t.Fatalf("no job: exit %d, %q", code, out)
 	}
+}
+
+// nodeVersion is the Node.js version image/node/package-lock.json pins.
+func nodeVersion(t *testing.T) string {
+	t.Helper()
+	v, err := image.NodeVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
 
 // run runs the image with --network none and returns its output (stdout

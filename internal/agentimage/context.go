@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 
 	"github.com/pidispatch/pidispatch/agent/entrypoint"
@@ -46,38 +47,39 @@ func cacheDir() (string, error) {
 	return dir, os.MkdirAll(dir, 0o755)
 }
 
-// npmInstall installs the lock file's packages once per lock file digest
-// and returns the node_modules folder.
-func npmInstall(ctx context.Context, progress Progress) (string, error) {
+// npmInstall installs a lock file's packages once per lock file digest
+// (cached under prefix) and returns the node_modules folder. what names the
+// install in messages.
+func npmInstall(ctx context.Context, prefix string, manifest, lock []byte, what string, progress Progress) (string, error) {
 	cache, err := cacheDir()
 	if err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256(image.PackageLock)
-	dir := filepath.Join(cache, "npm-"+hex.EncodeToString(sum[:8]))
+	sum := sha256.Sum256(lock)
+	dir := filepath.Join(cache, prefix+"-"+hex.EncodeToString(sum[:8]))
 	modules := filepath.Join(dir, "node_modules")
 	if _, err := os.Stat(filepath.Join(dir, ".complete")); err == nil {
 		return modules, nil
 	}
 	npm, err := exec.LookPath("npm")
 	if err != nil {
-		return "", fmt.Errorf("the offline agent image needs npm to install %s: %w", entrypoint.AgentPackage, err)
+		return "", fmt.Errorf("the offline agent image needs npm to install %s: %w", what, err)
 	}
-	tmp, err := os.MkdirTemp(cache, "npm-tmp-")
+	tmp, err := os.MkdirTemp(cache, prefix+"-tmp-")
 	if err != nil {
 		return "", err
 	}
 	defer os.RemoveAll(tmp)
-	for name, data := range map[string][]byte{"package.json": image.PackageJSON, "package-lock.json": image.PackageLock} {
+	for name, data := range map[string][]byte{"package.json": manifest, "package-lock.json": lock} {
 		if err := os.WriteFile(filepath.Join(tmp, name), data, 0o644); err != nil {
 			return "", err
 		}
 	}
-	progress("npm ci: installing %s from image/package-lock.json", entrypoint.AgentPackage)
+	progress("npm ci: installing %s", what)
 	cmd := exec.CommandContext(ctx, npm, "ci", "--omit=dev", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error")
 	cmd.Dir = tmp
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("npm ci: %w: %s", err, bytes.TrimSpace(out))
+		return "", fmt.Errorf("npm ci (%s): %w: %s", what, err, bytes.TrimSpace(out))
 	}
 	if err := os.WriteFile(filepath.Join(tmp, ".complete"), nil, 0o644); err != nil {
 		return "", err
@@ -87,6 +89,27 @@ func npmInstall(ctx context.Context, progress Progress) (string, error) {
 		return "", err
 	}
 	return modules, nil
+}
+
+// nodeArch maps Go's architecture names to Node.js's.
+var nodeArch = map[string]string{"amd64": "x64", "arm64": "arm64"}
+
+// nodeBinary installs image/node/package-lock.json (npm installs only the
+// package of this machine's platform) and returns its node binary.
+func nodeBinary(ctx context.Context, progress Progress) (string, error) {
+	arch, ok := nodeArch[runtime.GOARCH]
+	if runtime.GOOS != "linux" || !ok {
+		return "", fmt.Errorf("the offline agent image is built on linux/amd64 or linux/arm64, not %s/%s", runtime.GOOS, runtime.GOARCH)
+	}
+	modules, err := npmInstall(ctx, "node", image.NodePackageJSON, image.NodePackageLock, "Node.js from image/node/package-lock.json", progress)
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(modules, "node-linux-"+arch, "bin", "node")
+	if _, err := os.Stat(bin); err != nil {
+		return "", fmt.Errorf("image/node/package-lock.json installed no node for linux/%s: %w", arch, err)
+	}
+	return bin, nil
 }
 
 // mainSource is cmd/pi-entrypoint's main (a test keeps them equal), for
