@@ -159,3 +159,29 @@ func TestReadmePointsAtArchitecture(t *testing.T) {
 		t.Error("README.md does not link docs/architecture.md")
 	}
 }
+
+// keyIntoContainer are phrases that say a provider key enters a job's
+// container or environment.
+var keyIntoContainer = regexp.MustCompile(`(?i)(gets the key in|key in its environment|keys? (still )?reach(es)? (the job|pi)|become container env|enters? the container)`)
+
+// Every page says what the code does with provider keys: with the model
+// gateway (the default) none enters a container, so a sentence that says a
+// key reaches the job must name the gateway (or PI_GATEWAY=off) beside it.
+// And no recipe sends every provider's calls to one provider's URL.
+func TestDocsSayWhereProviderKeysGo(t *testing.T) {
+	oneProvider := regexp.MustCompile(`PI_MODEL_UPSTREAM=https://api\.(anthropic|openai)\.com`)
+	for _, f := range docFiles(t) {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, para := range strings.Split(string(data), "\n\n") {
+			if keyIntoContainer.MatchString(para) && !strings.Contains(strings.ToLower(para), "gateway") {
+				t.Errorf("%s, paragraph %d says a key reaches the job without naming the gateway: %q", f, i+1, keyIntoContainer.FindString(para))
+			}
+		}
+		if m := oneProvider.FindString(string(data)); m != "" {
+			t.Errorf("%s sets %s: PI_MODEL_UPSTREAM sends every provider's calls there; use PI_PROVIDER_URLS", f, m)
+		}
+	}
+}
