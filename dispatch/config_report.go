@@ -115,4 +115,3 @@ func (r Report) TranscriptMax() int {
 	}
 	return r.TranscriptMaxBytes
 }
-

@@ -129,9 +129,9 @@ type keeper struct {
 	written int      // uncompressed bytes in gz
 	tail    [][]byte // encoded entries past MaxBytes, at most tailBytes
 	tailLen int
-	dropped int      // entries left out between the head and the tail
-	pending []Entry  // for the live sink
-	liveErr bool     // the sink's last append failed (logged once)
+	dropped int     // entries left out between the head and the tail
+	pending []Entry // for the live sink
+	liveErr bool    // the sink's last append failed (logged once)
 }
 
 // Close stops following, reads the rest of the output, and stores the

@@ -126,4 +126,3 @@ func entryOf(m redis.XMessage) (Entry, error) {
 	}
 	return decodeEntry([]byte(v))
 }
-
