@@ -126,4 +126,3 @@ func (p pruneTranscripts) Run(ctx context.Context) error {
 		}
 	}
 }
-
