@@ -56,20 +56,42 @@ type piBlock struct {
 // Control characters a job printed are shown escaped, never sent to the
 // terminal.
 func Render(w io.Writer, entries []Entry) Summary {
-	var s Summary
-	edited := map[string]bool{}
-	edit := func(tool, path string) {
-		s.ToolCalls++
-		if (tool == "edit" || tool == "write") && path != "" && !edited[path] {
-			edited[path] = true
-			s.FilesEdited = append(s.FilesEdited, path)
-		}
-	}
+	r := NewRenderer(w)
 	for _, e := range entries {
-		for _, line := range renderEntry(e, &s, edit) {
-			fmt.Fprintf(w, "%s  %s\n", e.Time().UTC().Format(time.TimeOnly), Printable(line))
-		}
+		r.Entry(e)
 	}
+	return r.Summary()
+}
+
+// Renderer writes entries for a person one at a time (logs --follow), and
+// the summary at the end.
+type Renderer struct {
+	w      io.Writer
+	s      Summary
+	edited map[string]bool
+}
+
+// NewRenderer writes to w.
+func NewRenderer(w io.Writer) *Renderer { return &Renderer{w: w, edited: map[string]bool{}} }
+
+// Entry writes one entry's lines.
+func (r *Renderer) Entry(e Entry) {
+	for _, line := range renderEntry(e, &r.s, r.edit) {
+		fmt.Fprintf(r.w, "%s  %s\n", e.Time().UTC().Format(time.TimeOnly), Printable(line))
+	}
+}
+
+func (r *Renderer) edit(tool, path string) {
+	r.s.ToolCalls++
+	if (tool == "edit" || tool == "write") && path != "" && !r.edited[path] {
+		r.edited[path] = true
+		r.s.FilesEdited = append(r.s.FilesEdited, path)
+	}
+}
+
+// Summary writes and returns the summary of the entries so far.
+func (r *Renderer) Summary() Summary {
+	s, w := r.s, r.w
 	fmt.Fprintf(w, "-- %d turns, %d tool calls, %d model calls (%s USD, %d tokens)", s.Turns, s.ToolCalls, s.ModelCalls, jobs.FormatUSD(s.ModelMicros), s.Tokens)
 	if s.Outcome != "" {
 		fmt.Fprintf(w, ", %s: %s", Printable(s.Outcome), Printable(s.Reason))
