@@ -29,6 +29,11 @@ type ValkeyConfig struct {
 	// CancelWait is how long Cancel waits for a running job's worker
 	// (operator.DefaultCancelWait when 0).
 	CancelWait time.Duration
+	// LogsDir, when set, is this machine's PI_LOGS_DIR: the job page reads
+	// stored transcripts and records there (valkey_job.go).
+	LogsDir string
+	// Explain is the host's view the job page explains a job with.
+	Explain operator.ExplainOptions
 }
 
 // Valkey is the Source and Actions over a fleet's Valkey. It reads through

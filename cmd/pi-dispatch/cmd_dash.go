@@ -194,5 +194,7 @@ func dashCaps(e env) (dash.ValkeyConfig, int) {
 			}
 		}
 	}
-	return dash.ValkeyConfig{DailyCap: cfg.DailyCap, WeeklyCap: cfg.WeeklyCap}, exitOK
+	// The job page explains a job with this host's view, as explain does.
+	explain, _ := operator.ExplainOptionsFromConfig(cfg)
+	return dash.ValkeyConfig{DailyCap: cfg.DailyCap, WeeklyCap: cfg.WeeklyCap, LogsDir: cfg.LogsDir, Explain: explain}, exitOK
 }
