@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pidispatch/pidispatch/dash"
+	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/browsertest"
 	"github.com/pidispatch/pidispatch/queue"
@@ -38,6 +40,31 @@ func TestJobPageShowsLiveTranscriptAndQueuedIDs(t *testing.T) {
 	_, _, err = shared.Add(ctx, "pi", json.RawMessage(`{}`), queue.AddOptions{JobID: "delayed-job-1", Delay: time.Hour})
 	require.NoError(t, err)
 
+	// A held job: its conditions and next check, as explain says them.
+	_, _, err = shared.Add(ctx, "pi", json.RawMessage(`{"kind":"forge","repo":"acme/app","flow":"fix","task":"t","waitFor":[{"after":"1h"}]}`), queue.AddOptions{JobID: "held-page-1"})
+	require.NoError(t, err)
+	holds := fleetstate.NewHolds(db.Client, fleetstate.HoldsConfig{})
+	_, err = holds.Begin(ctx, "held-page-1", "", dispatch.HoldBounds{AfterDelay: time.Hour, AfterMax: 24 * time.Hour, WaitMax: 2 * time.Hour})
+	require.NoError(t, err)
+	_, err = holds.Checked(ctx, "held-page-1", "", dispatch.CheckOutcome{})
+	require.NoError(t, err)
+	tok := queue.NewToken()
+	j, err := shared.Fetch(ctx, tok)
+	require.NoError(t, err)
+	require.Equal(t, "waiting-job-1", j.ID) // the oldest first: put it back
+	require.NoError(t, shared.Defer(ctx, j.ID, tok, time.Millisecond))
+	for {
+		tok = queue.NewToken()
+		j, err = shared.Fetch(ctx, tok)
+		require.NoError(t, err)
+		require.NotNil(t, j)
+		if j.ID == "held-page-1" {
+			require.NoError(t, shared.Defer(ctx, j.ID, tok, 30*time.Second))
+			break
+		}
+		require.NoError(t, shared.Defer(ctx, j.ID, tok, time.Millisecond))
+	}
+
 	url := serveLive(t, db, dash.Options{}, false)
 	b := browsertest.Chromium(t, liveTimeout)
 	require.NoError(t, chromedp.Do(b.Ctx,
@@ -56,4 +83,10 @@ func TestJobPageShowsLiveTranscriptAndQueuedIDs(t *testing.T) {
 		browsertest.WaitText(30*time.Second, "waiting-job-1", "delayed-job-1", "waiting", "delayed"),
 	))
 	browsertest.Screenshot(t, b, "queued-page")
+
+	require.NoError(t, chromedp.Do(b.Ctx,
+		chromedp.Navigate(url+"/job?id=held-page-1"),
+		browsertest.WaitText(30*time.Second, "job held-page-1", "delayed", "next check about"),
+	))
+	browsertest.Screenshot(t, b, "held-job-page")
 }
