@@ -12,8 +12,8 @@ import (
 
 	"github.com/pidispatch/pidispatch/dash"
 	"github.com/pidispatch/pidispatch/dispatch"
-	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/internal/browsertest"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/transcript"
