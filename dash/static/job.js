@@ -61,7 +61,7 @@
       ['state', j.found ? j.state : 'on no queue'],
       ['queue', j.queue || ''],
       ['host', j.host || ''],
-      ['attempt', j.attempt ? j.attempt + ' of ' + j.attempts : ''],
+      ['attempt', j.attempt ? j.attempt + (j.attempts ? ' of ' + j.attempts : '') : ''],
       ['scope', j.scope || ''],
     ];
     table(document.getElementById('job'), ['', ''], facts, '');
