@@ -30,11 +30,14 @@ COPY internal ./internal
 COPY jobs ./jobs
 COPY lease ./lease
 COPY metrics ./metrics
+COPY notify ./notify
 COPY operator ./operator
 COPY queue ./queue
 COPY registry ./registry
 COPY runner ./runner
 COPY stack ./stack
+COPY tracing ./tracing
+COPY transcript ./transcript
 COPY valkey ./valkey
 ARG VERSION=dev
 ENV CGO_ENABLED=0

@@ -25,7 +25,7 @@ import (
 //go:embed static
 var static embed.FS
 
-//go:embed page.html
+//go:embed page.html job.html
 var pageFS embed.FS
 
 // Defaults of Options.
@@ -118,6 +118,7 @@ func (h *handler) routes() {
 	h.mux.HandleFunc("GET /{$}", h.servePage)
 	h.mux.Handle("GET /static/", http.FileServerFS(static))
 	h.mux.HandleFunc("GET /api/state", h.serveState)
+	h.jobRoutes() // job.go
 	if h.opts.Actions != nil {
 		h.mux.HandleFunc("POST /api/pause", h.action("pause", func(ctx context.Context, _ string) (string, error) { return h.opts.Actions.Pause(ctx) }))
 		h.mux.HandleFunc("POST /api/resume", h.action("resume", func(ctx context.Context, _ string) (string, error) { return h.opts.Actions.Resume(ctx) }))

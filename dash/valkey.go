@@ -31,9 +31,12 @@ type ValkeyConfig struct {
 	// (operator.DefaultCancelWait when 0).
 	CancelWait time.Duration
 	// LogsDir is this host's records folder (PI_LOGS_DIR): its records the
-	// mirror lacks are shown too, and counted in the runs note. "" reads
-	// the mirror alone.
+	// mirror lacks are shown too, and counted in the runs note, and the job
+	// page reads stored transcripts and records there (valkey_job.go). ""
+	// reads the mirror alone.
 	LogsDir string
+	// Explain is the host's view the job page explains a job with.
+	Explain operator.ExplainOptions
 }
 
 // Valkey is the Source and Actions over a fleet's Valkey. It reads through

@@ -202,6 +202,9 @@ type Config struct {
 	Spend Spend
 	// Gateway holds the model gateway's settings and the metrics address.
 	Gateway Gateway
+	// Report holds the transcript, notification and tracing settings
+	// (config_report.go).
+	Report Report
 }
 
 // ConfigError reports one variable that broke one rule. Value is the value as given,
@@ -313,6 +316,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	r.readFiles(&c)
 	r.readProfiles(&c)
 	r.readSpend(&c)
+	r.readReport(&c)
 
 	// An explicit 0 for the weekly cap is refused: unset is how the window is disabled,
 	// and a cap of 0 reads like "no starts allowed".
@@ -460,6 +464,7 @@ func (c Config) problems(raw map[string]string) ConfigErrors {
 	c.fileProblems(p)
 	c.waitProblems(p)
 	c.spendProblems(p)
+	c.reportProblems(p)
 	return p.errs
 }
 

@@ -161,6 +161,9 @@ type Deps struct {
 	// Observers receive every gate decision, start, finish, lock loss, stall
 	// and reachability change.
 	Observers []Observer
+	// Transcripts, when set, keeps each attempt's output beside its record
+	// (package transcript). Nil keeps none.
+	Transcripts Transcripts
 }
 
 // JobCancels is what a worker's job handler needs from the cancel watcher.

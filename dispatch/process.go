@@ -74,7 +74,9 @@ func (w *Worker) run(ctx context.Context, h *held) (started bool) {
 		return false
 	}
 	defer cleanup()
+	stopTranscript := w.keepTranscript(ctx, h, spec.OutputFile)
 	end := w.runContainer(ctx, h, spec)
+	stopTranscript() // stored before the record
 	result := end.result
 	if spec.KeepContainer && result.Container != "" && !result.NeverStarted {
 		remover := w.deps.Runtime.(containerRemover)

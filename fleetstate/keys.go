@@ -38,6 +38,7 @@ import (
 //	wait:held                           SET: ids of held jobs; readers prune the gone
 //	ratelimit:<provider>                STRING "<until ms> <why>", PX to the reset
 //	ratelimit:providers                 SET: providers that were suspended; readers prune the gone
+//	runs:live:<stem>                    STREAM: a running job's redacted transcript entries, capped, with a TTL
 const (
 	budgetDayPrefix     = "budget:"
 	budgetWeekPrefix    = "budget:w:"
@@ -61,6 +62,7 @@ const (
 	waitJobPrefix       = "wait:job:"
 	waitDedupPrefix     = "wait:key:"
 	rateLimitPrefix     = "ratelimit:"
+	runLivePrefix       = "runs:live:"
 
 	// budgetDayLayout is the date suffix of every day and week window key,
 	// budgetMonthLayout that of every month window key.
@@ -230,3 +232,9 @@ func DollarAmountsKey(window string) string { return window + dollarAmtSuffix }
 // dollarSettleKey guards one dollar reservation's settle, so a retried settle
 // never counts the spend twice.
 func dollarSettleKey(token string) string { return dollarSettlePrefix + token }
+
+// RunLiveKey is the live transcript of a job: a STREAM of its running
+// attempts' redacted transcript entries, capped in length (XADD MAXLEN ~) and
+// expiring a while after the last one, so `pi-dispatch logs --follow` on any
+// host can read what the job prints where it runs.
+func RunLiveKey(jobID string) string { return runLivePrefix + jobs.SanitizeJobID(jobID) }

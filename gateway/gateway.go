@@ -69,6 +69,9 @@ type Config struct {
 	Host string
 	// Now is the clock; nil: time.Now.
 	Now func() time.Time
+	// OnCall, when set, is called once per settled model call, from the
+	// call's goroutine: it must be safe for concurrent use and not block.
+	OnCall func(CallEvent)
 }
 
 // Gateway makes one Session per job. Safe for concurrent use.

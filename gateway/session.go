@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/jobs"
@@ -56,6 +57,7 @@ type call struct {
 	status     int
 	meter      meter
 	once       sync.Once
+	start      time.Time // when the call reached the gateway (hook.go)
 }
 
 // ServeHTTP forwards one call: /<provider>/<rest> to the provider's base
@@ -88,6 +90,7 @@ func (s *Session) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := &call{s: s, provider: provider, model: requestModel(body), key: s.job.Keys[provider], base: base, rest: rest, reqBytes: len(body)}
+	c.start = s.g.cfg.Now()
 	if s.refuseAtCap(w, c) || !s.rateGate(w, r, c) || s.admit(w, c) {
 		return
 	}
@@ -234,6 +237,7 @@ func (s *Session) settle(c *call, answered bool) {
 	s.mu.Unlock()
 	s.log.Info("model_call", "provider", c.provider, "model", model, "status", c.status, "input", u.Input, "output", u.Output,
 		"cacheRead", u.CacheRead, "cacheWrite", u.CacheWrite, "micros", micros, "priced", priced, "estimated", estimated)
+	s.callDone(c, model, u, micros, priced, estimated)
 }
 
 // Spend is what the job spent so far.

@@ -80,6 +80,9 @@ func (o *outputFile) Write(p []byte) (int, error) {
 	if o.err == nil {
 		_, o.err = o.w.Write(p)
 	}
+	if o.err == nil { // at once: a transcript follows the file while the job runs
+		o.err = o.w.Flush()
+	}
 	return len(p), nil
 }
 

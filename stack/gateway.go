@@ -11,7 +11,7 @@ import (
 // newGateway builds the model gateway of cfg: the pricing table (a
 // malformed PI_PRICING_FILE refuses boot, naming its line), the provider
 // URLs, and the fleet's rate-limit record. Nil when PI_GATEWAY=off.
-func newGateway(cfg dispatch.Config, limits gateway.RateLimits, logger *slog.Logger) (*gateway.Gateway, error) {
+func newGateway(cfg dispatch.Config, limits gateway.RateLimits, logger *slog.Logger, onCall func(gateway.CallEvent)) (*gateway.Gateway, error) {
 	if cfg.Gateway.Off {
 		return nil, nil
 	}
@@ -42,6 +42,7 @@ func newGateway(cfg dispatch.Config, limits gateway.RateLimits, logger *slog.Log
 		RateLimitWait: wait,
 		Logger:        logger,
 		Host:          cfg.WorkerName,
+		OnCall:        onCall,
 	})
 	if err != nil {
 		return nil, &dispatch.ConfigError{Var: "PI_PROVIDER_URLS", Value: "", Rule: err.Error()}

@@ -50,6 +50,7 @@ type Stack struct {
 
 	metricsAddr string
 	consumers   *consumersRunning
+	report      *report
 	closeOnce   sync.Once
 }
 
@@ -61,6 +62,7 @@ func (s *Stack) Close() {
 		_ = s.Dollars.Close(ctx)
 		_ = s.RateLimits.Close(ctx)
 		_ = s.Holds.Close(ctx)
+		_ = s.report.close(ctx)
 		_ = s.Valkey.Close()
 		_ = s.Docker.Close()
 	})
@@ -159,7 +161,14 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 	}
 	deps.Cancels = cancels
 
-	dollars, limits, err := wireSpend(cfg, rc, tune, &deps)
+	report, err := newReport(ctx, cfg, rc, tune)
+	if err != nil {
+		return fail(err)
+	}
+	failBuilt := fail
+	fail = func(err error) (*Stack, error) { _ = report.close(context.Background()); return failBuilt(err) }
+	report.wire(&deps)
+	dollars, limits, err := wireSpend(cfg, rc, tune, &deps, report)
 	if err != nil {
 		return fail(err)
 	}
@@ -173,7 +182,7 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 		return fail(err)
 	}
 	return &Stack{Worker: w, Valkey: rc, Docker: dc, Registry: reg, Budget: budget, Holds: holds, Dollars: dollars, RateLimits: limits,
-		Metrics: mx, metricsAddr: cfg.Gateway.MetricsAddr, consumers: running}, nil
+		Metrics: mx, metricsAddr: cfg.Gateway.MetricsAddr, consumers: running, report: report}, nil
 }
 
 // refusedPassword fails boot when Valkey refuses the password: unlike an
@@ -248,14 +257,14 @@ func cronBackground(cfg dispatch.Config, store *queue.Queue, reg *registry.Regis
 
 // wireSpend adds the fleet's dollar windows, its rate-limit record and the
 // model gateway to deps.
-func wireSpend(cfg dispatch.Config, rc *redis.Client, tune dispatch.Tuning, deps *dispatch.Deps) (*fleetstate.Dollars, *fleetstate.RateLimits, error) {
+func wireSpend(cfg dispatch.Config, rc *redis.Client, tune dispatch.Tuning, deps *dispatch.Deps, report *report) (*fleetstate.Dollars, *fleetstate.RateLimits, error) {
 	dollars := fleetstate.NewDollars(rc, fleetstate.DollarsConfig{
 		DailyMicros: cfg.Spend.DailyCostMicros, WeeklyMicros: cfg.Spend.WeeklyCostMicros, MonthlyMicros: cfg.Spend.MonthlyCostMicros,
 		Host: cfg.WorkerName, Logger: tune.Logger,
 	})
 	limits := fleetstate.NewRateLimits(rc, fleetstate.RateLimitsConfig{Host: cfg.WorkerName, Logger: tune.Logger})
 	deps.Dollars, deps.RateLimits = dollars, limits
-	gw, err := newGateway(cfg, limits, tune.Logger)
+	gw, err := newGateway(cfg, report.limits(limits), tune.Logger, report.onCall)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -202,5 +202,7 @@ func dashCaps(e env) (dash.ValkeyConfig, int) {
 			fmt.Fprintf(e.stderr, "pi-dispatch dash: warning: %v; the page shows that window without its cap (docs/configuration.md)\n", ce)
 		}
 	}
+	// The job page explains a job with this host's view, as explain does.
+	caps.Explain, _ = operator.ExplainOptionsFromConfig(cfg)
 	return caps, exitOK
 }

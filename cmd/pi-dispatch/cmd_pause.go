@@ -161,6 +161,7 @@ func runKill(ctx context.Context, e env, args []string, verb string) int {
 		msg = resumeMessage
 	}
 	fmt.Fprintf(e.stdout, "%s%s\n", msg, killSpan(len(res.Queues), set, res.SweepErr))
+	notifyFleet(ctx, e, verb)
 	return exitOK
 }
 

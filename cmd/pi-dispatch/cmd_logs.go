@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/operator"
+	"github.com/pidispatch/pidispatch/transcript"
+)
+
+func init() {
+	register(command{name: "logs", summary: "what a job's agent did: its transcript, or a running job's live events (--follow)", help: logsHelp, run: runLogs})
+}
+
+const logsUsage = "usage: pi-dispatch logs <jobId> [--attempt N] [--follow] [--json]"
+
+const logsHelp = logsUsage + `
+
+Shows the transcript of one attempt of a job, for a person: each line the
+job printed with its time, the agent's turns and tool calls, each model call
+with its tokens and cost, then a summary (turns, tool calls, files edited,
+model calls and their dollars). Every value of the job's secrets profile and
+every provider key was redacted before the transcript was written.
+
+A finished attempt's transcript is kept beside its run record in PI_LOGS_DIR
+of the host that ran it; a running or recent one is also read from Valkey,
+from any host. --follow prints a running attempt's events as they come, from
+whichever host runs it, until the attempt ends (or Ctrl-C).
+
+flags:
+  --attempt N       the attempt (default: the newest one kept)
+  --follow          stream the running attempt's events until it ends
+  --json            print the entries as JSON lines, for machines
+  --env-file PATH   the env file under the shell's variables, instead of
+                    $PI_ENV_FILE or ./.env ("" reads none)
+
+Reads VALKEY_URL, VALKEY_PASSWORD and PI_LOGS_DIR. See docs/logs-and-notifications.md.
+`
+
+func runLogs(ctx context.Context, e env, args []string) int {
+	fs := flag.NewFlagSet("logs", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	attempt := fs.Int("attempt", 0, "the attempt (default: the newest kept)")
+	follow := fs.Bool("follow", false, "stream the running attempt's events")
+	asJSON := fs.Bool("json", false, "JSON lines")
+	envFile := envFileFlag(fs)
+	pos, code := parseFlags(e, fs, args, logsUsage)
+	if code >= 0 {
+		return code
+	}
+	switch {
+	case len(pos) != 1:
+		fmt.Fprintf(e.stderr, "pi-dispatch logs: give one job id (%s)\n", logsUsage)
+		return exitUsage
+	case fleet.CheckJobID(pos[0]) != nil:
+		fmt.Fprintf(e.stderr, "pi-dispatch logs: %q is not a job id: %v\n", pos[0], fleet.CheckJobID(pos[0]))
+		return exitUsage
+	case *attempt < 0:
+		fmt.Fprintf(e.stderr, "pi-dispatch logs: --attempt must be 1 or more (%s)\n", logsUsage)
+		return exitUsage
+	}
+	jobID := pos[0]
+	e, err := applyEnvFileFlag(fs, e, *envFile)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "pi-dispatch logs: %v\n", err)
+		return exitUsage
+	}
+	out := entryWriter(e.stdout, *asJSON)
+	if !*follow {
+		cfg, _ := operator.ConfigForDoctor(e.getenv)
+		if entries, ok := storedTranscript(cfg.LogsDir, jobID, *attempt); ok {
+			for _, en := range entries {
+				out.entry(en)
+			}
+			out.done()
+			return exitOK
+		}
+	}
+	client, url, code := ksConnect(e, "logs")
+	if code != exitOK {
+		return code
+	}
+	defer client.Close()
+	live := transcript.NewLive(client)
+	if !*follow {
+		return printRecent(ctx, e, live, url, jobID, *attempt, out)
+	}
+	want := *attempt
+	if want == 0 {
+		if want, err = live.Latest(ctx, jobID); err != nil {
+			return logsValkeyFailed(e, url, err)
+		}
+		if want == 0 {
+			fmt.Fprintf(e.stderr, "waiting for job %s to print (Ctrl-C to stop)\n", jobID)
+		}
+	}
+	err = live.Follow(ctx, jobID, func(en transcript.Entry) bool {
+		if want == 0 {
+			want = en.Attempt
+		}
+		if en.Attempt != want {
+			return true
+		}
+		if en.Kind == transcript.KindEnd {
+			return false
+		}
+		out.entry(en)
+		return true
+	})
+	out.done()
+	switch {
+	case errors.Is(err, context.Canceled):
+		return exitOK
+	case err != nil:
+		return logsValkeyFailed(e, url, err)
+	}
+	return exitOK
+}
+
+// storedTranscript reads the attempt's transcript from this host's logs
+// folder (the newest attempt kept when attempt is 0).
+func storedTranscript(dir, jobID string, attempt int) ([]transcript.Entry, bool) {
+	if attempt == 0 {
+		all, err := transcript.Attempts(dir, jobID)
+		if err != nil || len(all) == 0 {
+			return nil, false
+		}
+		attempt = all[len(all)-1]
+	}
+	entries, err := transcript.Read(dir, jobID, attempt)
+	return entries, err == nil
+}
+
+// printRecent prints what the live stream still holds of the attempt.
+func printRecent(ctx context.Context, e env, live *transcript.Live, url, jobID string, attempt int, out *entryOut) int {
+	ctx, cancel := context.WithTimeout(ctx, ksCommandTimeout)
+	defer cancel()
+	entries, err := live.Recent(ctx, jobID)
+	if err != nil {
+		return logsValkeyFailed(e, url, err)
+	}
+	if attempt == 0 {
+		for _, en := range entries {
+			attempt = max(attempt, en.Attempt)
+		}
+	}
+	entries = slices.DeleteFunc(entries, func(en transcript.Entry) bool { return en.Attempt != attempt || en.Kind == transcript.KindEnd })
+	if len(entries) == 0 {
+		fmt.Fprintf(e.stderr, "pi-dispatch logs: no transcript of job %s here (PI_LOGS_DIR) nor in Valkey: a transcript is kept on the host that ran the job (pi-dispatch runs shows which); a running job's shows with --follow\n", jobID)
+		return exitFailure
+	}
+	for _, en := range entries {
+		out.entry(en)
+	}
+	out.done()
+	return exitOK
+}
+
+func logsValkeyFailed(e env, url string, err error) int {
+	if !ksAuthRefused(e.stderr, "read the live transcript", url, err) {
+		fmt.Fprintf(e.stderr, "pi-dispatch logs: valkey at %s: %v\n", url, err)
+	}
+	return exitFailure
+}
+
+// entryOut prints entries for a person or as JSON lines.
+type entryOut struct {
+	w    io.Writer
+	json bool
+	r    *transcript.Renderer
+}
+
+func entryWriter(w io.Writer, asJSON bool) *entryOut {
+	return &entryOut{w: w, json: asJSON, r: transcript.NewRenderer(w)}
+}
+
+func (o *entryOut) entry(en transcript.Entry) {
+	if o.json {
+		b, _ := json.Marshal(en)
+		fmt.Fprintf(o.w, "%s\n", b)
+		return
+	}
+	o.r.Entry(en)
+}
+
+func (o *entryOut) done() {
+	if !o.json {
+		o.r.Summary()
+	}
+}

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/enqueue"
+	"github.com/pidispatch/pidispatch/internal/jobimage"
+	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/jobs"
+	"github.com/pidispatch/pidispatch/stack"
+)
+
+// bootLogsWorker runs a real worker named name on db until the test ends,
+// and returns its logs folder.
+func bootLogsWorker(t *testing.T, db *livetest.ValkeyDB, name string) string {
+	t.Helper()
+	dc := livetest.Docker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	require.NoError(t, jobimage.Ensure(ctx, dc, jobimage.TestTag))
+	logs := t.TempDir()
+	env := map[string]string{
+		"VALKEY_URL": db.URL, "PI_WORKER_NAME": name, "PI_JOB_IMAGE": jobimage.TestTag,
+		"PI_LOGS_DIR": logs, "PI_JOB_MEMORY": "256m", "PI_JOB_CPUS": "0.5",
+	}
+	cfg, err := dispatch.LoadConfig(func(k string) string { return env[k] })
+	require.NoError(t, err)
+	s, err := stack.Build(context.Background(), cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), dispatch.Tuning{JobsDir: t.TempDir()})
+	require.NoError(t, err)
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Worker.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(60 * time.Second):
+			t.Error("the worker did not stop")
+		}
+		s.Close()
+	})
+	return logs
+}
+
+// `logs --follow` on another host (its own, empty logs folder) shows a
+// running job's lines while it runs and ends with its attempt; once it
+// ended, `logs` on the worker's host renders the stored transcript and
+// `logs --json` prints entries.
+func TestLogsFollowRunningJobFromAnotherHost(t *testing.T) {
+	db := livetest.Valkey(t)
+	logs := bootLogsWorker(t, db, "logs-host-a")
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{WorkerName: "logs-host-a", WorkerNameDeclared: true, Attempts: 1})
+	require.NoError(t, err)
+	e, err := p.EnqueueLocal(context.Background(), jobs.Job{Folder: t.TempDir(), Flow: "fix", Task: "JOB_SLEEP=4s\nJOB_EXIT_CODE=1"})
+	require.NoError(t, err)
+
+	other := map[string]string{"VALKEY_URL": db.URL, "PI_WORKER_NAME": "logs-host-b", "PI_LOGS_DIR": t.TempDir()}
+	out, errOut := &lockedBuffer{}, &lockedBuffer{}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	code := make(chan int, 1)
+	go func() {
+		code <- run(ctx, []string{"logs", e.JobID, "--follow", "--env-file", ""}, func(k string) string { return other[k] }, out, errOut)
+	}()
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "hello from the pidispatch test job") },
+		60*time.Second, 50*time.Millisecond, "stderr: %s", errOut.String())
+	recs, _ := jobs.ReadRecords(logs, e.JobID)
+	require.Empty(t, recs, "the job had ended before its lines showed")
+	select {
+	case c := <-code:
+		require.Equal(t, exitOK, c, errOut.String())
+	case <-ctx.Done():
+		t.Fatal("logs --follow did not end with the attempt")
+	}
+	require.Contains(t, out.String(), `exit {"event":"exit"`)
+
+	require.Eventually(t, func() bool { recs, _ := jobs.ReadRecords(logs, e.JobID); return len(recs) == 1 }, 30*time.Second, 100*time.Millisecond)
+	here := map[string]string{"VALKEY_URL": db.URL, "PI_LOGS_DIR": logs}
+	var stored, js strings.Builder
+	require.Equal(t, exitOK, run(context.Background(), []string{"logs", e.JobID, "--env-file", ""}, func(k string) string { return here[k] }, &stored, io.Discard))
+	require.Contains(t, stored.String(), "hello from the pidispatch test job")
+	require.Contains(t, stored.String(), "-- 0 turns")
+	require.Equal(t, exitOK, run(context.Background(), []string{"logs", e.JobID, "--attempt", "1", "--json", "--env-file", ""}, func(k string) string { return here[k] }, &js, io.Discard))
+	require.Contains(t, js.String(), `"k":"out"`)
+
+	var none, noneErr strings.Builder
+	require.Equal(t, exitFailure, run(context.Background(), []string{"logs", "no-such-job", "--env-file", ""}, func(k string) string { return other[k] }, &none, &noneErr))
+	require.Contains(t, noneErr.String(), "no transcript of job no-such-job")
+}

@@ -1,0 +1,114 @@
+// The job page: one job (?id=...) with its record, what holds it and its
+// transcript, refreshed while it runs; without an id, the waiting and
+// delayed jobs of every queue. Every value is set with textContent.
+'use strict';
+(function () {
+  const refreshMs = Number(document.body.dataset.refreshMs) || 3000;
+  const id = new URLSearchParams(location.search).get('id');
+
+  function el(tag, text, cls) {
+    const e = document.createElement(tag);
+    if (text !== undefined && text !== null) e.textContent = String(text);
+    if (cls) e.className = cls;
+    return e;
+  }
+
+  function jobLink(jobId) {
+    const a = el('a', jobId);
+    a.href = 'job?id=' + encodeURIComponent(jobId);
+    return a;
+  }
+
+  function table(box, headers, rows, empty) {
+    if (rows.length === 0) {
+      box.replaceChildren(el('p', empty, 'empty'));
+      return;
+    }
+    const t = el('table');
+    const head = el('tr');
+    for (const h of headers) head.appendChild(el('th', h));
+    t.appendChild(el('thead')).appendChild(head);
+    const body = t.appendChild(el('tbody'));
+    for (const row of rows) {
+      const tr = body.appendChild(el('tr'));
+      for (const cell of row) {
+        const td = tr.appendChild(el('td'));
+        if (cell instanceof Node) td.appendChild(cell);
+        else td.textContent = cell === null || cell === undefined ? '' : String(cell);
+      }
+    }
+    box.replaceChildren(t);
+  }
+
+  function message(text) {
+    document.getElementById('message').textContent = text;
+  }
+
+  function stamp() {
+    document.getElementById('updated').textContent = 'updated ' + new Date().toLocaleTimeString();
+  }
+
+  async function read(url) {
+    const r = await fetch(url, { headers: { Accept: 'application/json' } });
+    const body = await r.json();
+    if (!r.ok) throw new Error(body.message || r.status);
+    return body;
+  }
+
+  function renderJob(j) {
+    document.getElementById('title').textContent = 'job ' + j.jobId;
+    const facts = [
+      ['state', j.found ? j.state : 'on no queue'],
+      ['queue', j.queue || ''],
+      ['host', j.host || ''],
+      ['attempt', j.attempt ? j.attempt + (j.attempts ? ' of ' + j.attempts : '') : ''],
+      ['scope', j.scope || ''],
+    ];
+    table(document.getElementById('job'), ['', ''], facts, '');
+    table(document.getElementById('findings'), ['code', 'what'],
+      (j.findings || []).map(f => [f.code, f.words]), 'nothing holds it');
+    table(document.getElementById('records'), ['attempt', 'host', 'outcome', 'reason', 'ended', 'dollars'],
+      (j.records || []).map(r => [r.attempt, r.host, r.outcome, r.reason, r.endedAt,
+        r.spend ? '$' + Number(r.spend.dollars).toFixed(4) : '']), 'no run recorded');
+    let title = 'Transcript';
+    if (j.transcriptAttempt) title += ' of attempt ' + j.transcriptAttempt + (j.transcriptFrom === 'live' ? ' (live)' : '');
+    if (j.running) title += ' · running, refreshed every ' + Math.round(refreshMs / 1000) + 's';
+    document.getElementById('transcript-title').textContent = title;
+    const lines = j.lines || [];
+    const pre = document.getElementById('transcript');
+    const cut = j.linesCut ? '[' + j.linesCut + ' earlier lines not shown]\n' : '';
+    pre.textContent = lines.length ? cut + lines.join('\n') : 'no transcript here: it is kept on the host that ran the job (pi-dispatch logs ' + j.jobId + ')';
+  }
+
+  function renderQueued(lists) {
+    const rows = [];
+    for (const q of lists) {
+      for (const w of q.waiting) rows.push([q.queue, 'waiting', jobLink(w), '']);
+      for (const d of q.delayed) rows.push([q.queue, 'delayed', jobLink(d.jobId), d.until]);
+    }
+    table(document.getElementById('queued'), ['queue', 'list', 'job', 'due'], rows, 'no job is waiting or delayed');
+  }
+
+  async function tick() {
+    try {
+      if (id) {
+        const j = await read('api/job?id=' + encodeURIComponent(id));
+        renderJob(j);
+        document.getElementById('job-section').hidden = false;
+        message('');
+        stamp();
+        if (j.running || (j.findings || []).length) setTimeout(tick, refreshMs);
+      } else {
+        renderQueued(await read('api/queued'));
+        document.getElementById('queued-section').hidden = false;
+        message('');
+        stamp();
+        setTimeout(tick, refreshMs);
+      }
+    } catch (e) {
+      message('could not read: ' + e.message);
+      setTimeout(tick, refreshMs);
+    }
+  }
+  tick();
+})();
