@@ -345,7 +345,7 @@ func clientTool(typ string) bool {
 // readCount reads a JSON whole number; ok is false for anything else.
 func readCount(raw []byte) (int64, bool) {
 	var f float64
-	if json.Unmarshal(raw, &f) != nil || f != math.Trunc(f) || f < 0 {
+	if len(raw) == 0 || raw[0] < '0' || raw[0] > '9' || json.Unmarshal(raw, &f) != nil || f != math.Trunc(f) || f < 0 {
 		return 0, false
 	}
 	return int64(min(f, 1e12)), true

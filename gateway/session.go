@@ -109,7 +109,7 @@ func (s *Session) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var info reqInfo
 	if len(body) > 0 {
 		var err error
-		if info, err = parseRequest(body); err != nil && s.capped() {
+		if info, err = parseRequest(body); err != nil && (s.capped() || len(s.g.cfg.AllowedModels) > 0) {
 			s.refuseCall(w, c, "bad-request", failBadRequest, "pidispatch: "+err.Error())
 			return
 		}
