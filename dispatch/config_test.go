@@ -103,7 +103,8 @@ func TestLoadConfig_Defaults(t *testing.T) {
 		WaitInterval:         60 * time.Second,
 		WaitMax:              24 * time.Hour,
 		WaitAfterMax:         30 * 24 * time.Hour,
-		Gateway:              dispatch.Gateway{DefaultProvider: "anthropic", DefaultModel: "claude-sonnet-4-5", RateLimitWait: time.Minute},
+		Gateway: dispatch.Gateway{DefaultProvider: "anthropic", DefaultModel: "claude-sonnet-4-5", RateLimitWait: time.Minute,
+			MaxCalls: 4, MaxBodyBytes: 32 << 20, MaxConns: 32},
 	}
 	require.Equal(t, want, c)
 	require.NoError(t, c.Validate())
