@@ -40,7 +40,9 @@ func TestFloodHelper(t *testing.T) {
 	if sock == "" {
 		t.Skip("the flood's child process only")
 	}
-	dial := func(ctx context.Context, _, _ string) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "unix", sock) }
+	dial := func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}
 	switch os.Getenv(floodModeEnv) {
 	case "bodies":
 		c := &http.Client{Transport: &http.Transport{DialContext: dial, MaxConnsPerHost: 0, DisableKeepAlives: true}}
