@@ -79,7 +79,8 @@ type bigBody struct {
 }
 
 func newBigBody(n int) *bigBody {
-	return &bigBody{head: `{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":"`, tail: `"}]}`, n: n}
+	// No max_tokens: the capped gateway parses the body and adds one.
+	return &bigBody{head: `{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"`, tail: `"}]}`, n: n}
 }
 
 func (b *bigBody) Read(p []byte) (int, error) {
@@ -120,7 +121,9 @@ func floodRig(t *testing.T) (sock string, upstreamCalls *atomic.Int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sess := gw.Job(dispatch.GatewayJob{JobID: "flood", Keys: map[string]string{"anthropic": "k"}})
+	// A cap every held body fits under: each is parsed, reserved and given
+	// an output bound, the gateway's costliest path.
+	sess := gw.Job(dispatch.GatewayJob{JobID: "flood", Keys: map[string]string{"anthropic": "k"}, MaxMicros: 600_000_000})
 	sock, stop, err := dispatch.ServeModelSocketForTest(fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid()), sess, dispatch.DefaultSocketConns)
 	if err != nil {
 		t.Fatal(err)

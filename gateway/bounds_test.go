@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"net/http"
 	"strings"
 	"sync"
@@ -145,7 +146,7 @@ func TestParseRequestEvasions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := string(withBound([]byte(tc.body), info, "max_tokens", 300)); got != tc.want {
+		if got := string(bytes.Join(withBound([]byte(tc.body), info, "max_tokens", 300), nil)); got != tc.want {
 			t.Errorf("withBound(%s) = %s", tc.body, got)
 		}
 	}

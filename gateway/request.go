@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"net"
 	"strconv"
 	"strings"
 )
@@ -385,25 +386,22 @@ func boundField(provider, path string) string {
 }
 
 // withBound is body with every bound field set to n, or field added when
-// the request has none. The body is spliced, not re-encoded.
-func withBound(body []byte, r reqInfo, field string, n int64) []byte {
-	num := strconv.FormatInt(n, 10)
+// the request has none: the body's own bytes around the new number, never
+// a copy of them.
+func withBound(body []byte, r reqInfo, field string, n int64) net.Buffers {
+	num := []byte(strconv.FormatInt(n, 10))
 	if len(r.fields) == 0 {
-		add := `"` + field + `":` + num
+		add := `"` + field + `":` + string(num)
 		if !r.empty {
 			add += ","
 		}
-		out := make([]byte, 0, len(body)+len(add))
-		out = append(out, body[:r.open]...)
-		out = append(out, add...)
-		return append(out, body[r.open:]...)
+		return net.Buffers{body[:r.open], []byte(add), body[r.open:]}
 	}
-	out := make([]byte, 0, len(body)+len(r.fields)*len(num))
+	out := make(net.Buffers, 0, 2*len(r.fields)+1)
 	at := 0
 	for _, f := range r.fields {
-		out = append(out, body[at:f.start]...)
-		out = append(out, num...)
+		out = append(out, body[at:f.start], num)
 		at = f.end
 	}
-	return append(out, body[at:]...)
+	return append(out, body[at:])
 }

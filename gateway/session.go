@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -122,7 +123,8 @@ func (s *Session) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.refuseAtCap(w, c) || !s.rateGate(w, r, c) {
 		return
 	}
-	if body, ok = s.admit(w, c, body, info); !ok {
+	send, ok := s.admit(w, c, body, info)
+	if !ok {
 		return
 	}
 	defer c.finish(false) // settles a call the proxy ended without a response
@@ -148,10 +150,18 @@ func (s *Session) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 	r = r.WithContext(context.WithValue(ctx, callKey{}, c))
 	r.Body, r.ContentLength, r.TransferEncoding = http.NoBody, 0, nil
-	if len(body) > 0 {
-		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	if n := buffersLen(send); n > 0 {
+		r.Body, r.ContentLength = io.NopCloser(&send), n
 	}
 	s.g.proxy.ServeHTTP(w, r)
+}
+
+func buffersLen(b net.Buffers) int64 {
+	n := 0
+	for _, p := range b {
+		n += len(p)
+	}
+	return int64(n)
 }
 
 // readBody reads the request body whole, within MaxBodyBytes and
@@ -213,13 +223,13 @@ func (s *Session) refuseCall(w http.ResponseWriter, c *call, reason string, f fa
 // package doc): its input bound, and its output bound lowered to what the
 // caps afford. It returns the body to forward, or answers and reports
 // false when the call cannot be afforded.
-func (s *Session) admit(w http.ResponseWriter, c *call, body []byte, info reqInfo) ([]byte, bool) {
+func (s *Session) admit(w http.ResponseWriter, c *call, body []byte, info reqInfo) (net.Buffers, bool) {
 	if !s.capped() || len(body) == 0 {
 		s.mu.Lock()
 		s.calls++
 		s.open++
 		s.mu.Unlock()
-		return body, true
+		return net.Buffers{body}, true
 	}
 	if info.unbounded != "" {
 		s.refuseCall(w, c, "unbounded", failBadRequest, "pidispatch: a job with a spending cap cannot use "+info.unbounded+
@@ -295,9 +305,9 @@ func (s *Session) admit(w http.ResponseWriter, c *call, body []byte, info reqInf
 	s.mu.Unlock()
 	if out != want && !free {
 		s.log.Info("model_call_bounded", "provider", c.provider, "model", c.model, "asked", want, "bound", out)
-		body = withBound(body, info, boundField(c.provider, c.rest), out)
+		return withBound(body, info, boundField(c.provider, c.rest), out), true
 	}
-	return body, true
+	return net.Buffers{body}, true
 }
 
 // capMessage is the refusal's text; s.mu is held.
