@@ -208,3 +208,26 @@ func TestOvershootStopsTheJob(t *testing.T) {
 		t.Fatalf("logs: %s", r.logs.String())
 	}
 }
+
+// A call that fits the cap alone but not beside the reservations in flight
+// is answered 429 (retry when one ends), not refused for the job's cap.
+func TestCallsInFlightAreATransientRefusal(t *testing.T) {
+	release := make(chan struct{})
+	r := newRig(t, Config{}, dispatch.GatewayJob{MaxMicros: 40_000},
+		fakeprovider.Step{Text: "a", Usage: fakeprovider.Usage{Input: 50, Output: 10}, Before: func() { <-release }},
+		fakeprovider.Answer("b", fakeprovider.Usage{Input: 50, Output: 10}))
+	body := userBody("claude-test", `,"max_tokens":1000`)
+	first := make(chan int)
+	go func() { resp, _ := r.post(t, "/anthropic/v1/messages", body); first <- resp.StatusCode }()
+	for r.sess.inFlight() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	resp, msg := r.post(t, "/anthropic/v1/messages", body)
+	close(release)
+	if code := <-first; code != 200 || resp.StatusCode != 429 || resp.Header.Get("retry-after") != "1" {
+		t.Fatalf("first %d; second %d %s", code, resp.StatusCode, msg)
+	}
+	if resp, msg := r.post(t, "/anthropic/v1/messages", body); resp.StatusCode != 200 || r.sess.Spend().CapHit != "" {
+		t.Fatalf("after the first settled: %d %s, spend %+v", resp.StatusCode, msg, r.sess.Spend())
+	}
+}

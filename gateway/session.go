@@ -243,48 +243,19 @@ func (s *Session) admit(w http.ResponseWriter, c *call, body []byte, info reqInf
 	free := strings.HasSuffix(c.rest, "count_tokens")
 
 	s.mu.Lock()
-	afford, hit := int64(math.MaxInt64), ""
-	if s.job.MaxMicros > 0 {
-		left := s.job.MaxMicros - s.micros - s.heldMicros
-		inCost := bound.cost(Usage{Input: in}) + 1
-		switch {
-		case !priced:
-			hit = jobs.ReasonCostCap
-		case inCost > left:
-			hit = jobs.ReasonCostCap
-		case bound.Output > 0:
-			afford = (left - inCost) / bound.Output * 1_000_000
-			afford += (left - inCost) % bound.Output * 1_000_000 / bound.Output
+	out, hit := s.plan(bound, priced, in, info, free, s.heldMicros, s.heldTokens)
+	if hit != "" && (s.heldMicros > 0 || s.heldTokens > 0) {
+		if _, alone := s.plan(bound, priced, in, info, free, 0, 0); alone == "" {
+			// It fits once the calls in flight settle: not the job's cap.
+			s.refused++
+			s.mu.Unlock()
+			s.log.Info("model_call_refused", "provider", c.provider, "model", c.model, "reason", "calls-in-flight")
+			w.Header().Set("retry-after", "1")
+			writeError(w, shapeOf(c.provider), failTooMany, "pidispatch: the job's calls in flight hold what is left of its cap; retry when one ends")
+			return nil, false
 		}
 	}
-	if tokAfford := s.job.MaxTokens - s.tokens.Total() - s.heldTokens - in; s.job.MaxTokens > 0 && hit == "" {
-		if tokAfford < 0 {
-			hit = jobs.ReasonTokenCap
-		} else if tokAfford < afford {
-			afford = tokAfford
-		}
-	}
-	afford /= info.n
-	out, want := info.out, info.out
-	switch {
-	case free:
-		out = 0
-	case hit != "":
-	case want < 0:
-		out = min(afford, DefaultOutputTokens)
-	case want > afford:
-		out = afford
-	}
-	least := int64(MinOutputTokens)
-	if want >= 0 && want < least {
-		least = want
-	}
-	if hit == "" && !free && out < least {
-		hit = jobs.ReasonCostCap
-		if s.job.MaxTokens > 0 && (s.job.MaxMicros == 0 || s.job.MaxTokens-s.tokens.Total()-s.heldTokens-in < least*info.n) {
-			hit = jobs.ReasonTokenCap
-		}
-	}
+	want := info.out
 	if hit != "" {
 		s.capHit = hit
 		s.refused++
@@ -308,6 +279,50 @@ func (s *Session) admit(w http.ResponseWriter, c *call, body []byte, info reqInf
 		return withBound(body, info, boundField(c.provider, c.rest), out), true
 	}
 	return net.Buffers{body}, true
+}
+
+// plan is the output bound the caps afford the call with heldMicros and
+// heldTokens in flight, or the cap that refuses it; s.mu is held.
+func (s *Session) plan(bound Price, priced bool, in int64, info reqInfo, free bool, heldMicros, heldTokens int64) (out int64, hit string) {
+	afford := int64(math.MaxInt64)
+	if s.job.MaxMicros > 0 {
+		left := s.job.MaxMicros - s.micros - heldMicros
+		inCost := bound.cost(Usage{Input: in}) + 1
+		switch {
+		case !priced || inCost > left:
+			return 0, jobs.ReasonCostCap
+		case bound.Output > 0:
+			afford = (left-inCost)/bound.Output*1_000_000 + (left-inCost)%bound.Output*1_000_000/bound.Output
+		}
+	}
+	tokLeft := s.job.MaxTokens - s.tokens.Total() - heldTokens - in
+	if s.job.MaxTokens > 0 {
+		if tokLeft < 0 {
+			return 0, jobs.ReasonTokenCap
+		}
+		afford = min(afford, tokLeft)
+	}
+	afford /= info.n
+	want := info.out
+	switch {
+	case free:
+		return 0, ""
+	case want < 0:
+		out = min(afford, DefaultOutputTokens)
+	default:
+		out = min(want, afford)
+	}
+	least := int64(MinOutputTokens)
+	if want >= 0 {
+		least = min(least, want)
+	}
+	if out < least {
+		if s.job.MaxTokens > 0 && tokLeft/info.n < least {
+			return 0, jobs.ReasonTokenCap
+		}
+		return 0, jobs.ReasonCostCap
+	}
+	return out, ""
 }
 
 // capMessage is the refusal's text; s.mu is held.
