@@ -340,7 +340,8 @@ func (c Config) spendProblems(p *problemList) {
 	p.intRange("PI_GATEWAY_MAX_CALLS", g.MaxCalls, 1, MaxGatewayCalls)
 	p.intRange("PI_GATEWAY_MAX_BODY_BYTES", int(g.MaxBodyBytes), 4096, MaxGatewayBody)
 	p.intRange("PI_GATEWAY_MAX_CONNS", g.MaxConns, 1, MaxGatewayConns)
-	if g.MaxCalls > 0 && g.MaxBodyBytes > 0 && int64(g.MaxCalls)*g.MaxBodyBytes > MaxGatewayHeldBytes {
+	inRange := g.MaxCalls >= 1 && g.MaxCalls <= MaxGatewayCalls && g.MaxBodyBytes >= 4096 && g.MaxBodyBytes <= MaxGatewayBody
+	if inRange && int64(g.MaxCalls)*g.MaxBodyBytes > MaxGatewayHeldBytes {
 		p.add("PI_GATEWAY_MAX_CALLS", strconv.Itoa(g.MaxCalls), fmt.Sprintf("times PI_GATEWAY_MAX_BODY_BYTES (%d) must be at most %d (128 MiB): what one job can make the worker hold", g.MaxBodyBytes, MaxGatewayHeldBytes))
 	}
 	for name, u := range g.ProviderURLs {
