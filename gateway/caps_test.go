@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -229,5 +230,21 @@ func TestCallsInFlightAreATransientRefusal(t *testing.T) {
 	}
 	if resp, msg := r.post(t, "/anthropic/v1/messages", body); resp.StatusCode != 200 || r.sess.Spend().CapHit != "" {
 		t.Fatalf("after the first settled: %d %s, spend %+v", resp.StatusCode, msg, r.sess.Spend())
+	}
+}
+
+// A call the provider never received (it could not be dialled) costs
+// nothing and releases its reservation.
+func TestUndialledCallReleasesItsReservation(t *testing.T) {
+	gw, err := New(Config{Upstreams: map[string]string{"anthropic": "http://127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess := gw.Session(dispatch.GatewayJob{Keys: map[string]string{"anthropic": "k"}, MaxMicros: 1_000_000})
+	defer sess.Close()
+	rec := httptest.NewRecorder()
+	sess.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/anthropic/v1/messages", strings.NewReader(userBody("claude-sonnet-4-5", `,"max_tokens":100`))))
+	if sp := sess.Spend(); rec.Code != http.StatusBadGateway || sp.Micros != 0 || sp.Basis != jobs.BasisMetered || sess.inFlight() != 0 {
+		t.Fatalf("%d; spend %+v", rec.Code, sp)
 	}
 }
