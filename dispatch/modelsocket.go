@@ -3,7 +3,7 @@ package dispatch
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -100,9 +100,11 @@ func modelSocketDir(access socketAccess) (dir, parent string, private bool, err 
 	if access.known && (access.uid == os.Getuid() || os.Lchown(parent, access.uid, access.gid) == nil) {
 		return parent, parent, true, os.Chmod(parent, 0o700)
 	}
-	var name [16]byte
+	// 96 random bits in 16 characters: a socket's path is limited to 107
+	// bytes, and TMPDIR may be long.
+	var name [12]byte
 	_, _ = rand.Read(name[:])
-	dir = filepath.Join(parent, hex.EncodeToString(name[:]))
+	dir = filepath.Join(parent, base64.RawURLEncoding.EncodeToString(name[:]))
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return "", parent, false, err
 	}

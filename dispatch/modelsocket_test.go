@@ -120,7 +120,7 @@ func TestModelSocketClosedToOtherUsers(t *testing.T) {
 		check(filepath.Join(dir, ModelSocketName), tc.sockMode, tc.owner)
 		if !tc.private {
 			check(parent, tc.parentMode, os.Getuid())
-			if len(filepath.Base(dir)) != 32 {
+			if len(filepath.Base(dir)) != 16 {
 				t.Errorf("%q: the folder's name %q is guessable", tc.user, filepath.Base(dir))
 			}
 		}
