@@ -100,8 +100,7 @@ func modelSocketDir(access socketAccess) (dir, parent string, private bool, err 
 	if access.known && (access.uid == os.Getuid() || os.Lchown(parent, access.uid, access.gid) == nil) {
 		return parent, parent, true, os.Chmod(parent, 0o700)
 	}
-	// 96 random bits in 16 characters: a socket's path is limited to 107
-	// bytes, and TMPDIR may be long.
+	// 96 random bits in 16 characters.
 	var name [12]byte
 	_, _ = rand.Read(name[:])
 	dir = filepath.Join(parent, base64.RawURLEncoding.EncodeToString(name[:]))
@@ -120,7 +119,7 @@ func modelSocketDir(access socketAccess) (dir, parent string, private bool, err 
 // unguessable path.
 func startModelSocket(dir string, private bool, access socketAccess, handler http.Handler, conns int, log *slog.Logger) (*modelSocket, error) {
 	path := filepath.Join(dir, ModelSocketName)
-	ln, err := net.Listen("unix", path)
+	ln, err := listenUnix(dir)
 	if err != nil {
 		return nil, fmt.Errorf("model socket: %w", err)
 	}
@@ -163,6 +162,30 @@ func startModelSocket(dir string, private bool, access socketAccess, handler htt
 		}
 	}()
 	return m, nil
+}
+
+// listenUnix listens on <dir>/model.sock. A socket's path is limited to
+// 107 bytes and TMPDIR may be long, so on Linux it binds through the
+// folder's descriptor (/proc/self/fd/N/model.sock), whatever the folder's
+// path; elsewhere, or when that fails, by the path itself.
+func listenUnix(dir string) (net.Listener, error) {
+	path := filepath.Join(dir, ModelSocketName)
+	if len(path) < 100 {
+		return net.Listen("unix", path)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	ln, err := net.Listen("unix", fmt.Sprintf("/proc/self/fd/%d/%s", d.Fd(), ModelSocketName))
+	if err != nil {
+		return net.Listen("unix", path)
+	}
+	// The descriptor's number names another file once d is closed: never
+	// unlink by that name (the caller removes the folder).
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	return ln, nil
 }
 
 // limitListener accepts at most cap(slots) connections at once; the next

@@ -138,3 +138,38 @@ func TestJobNetworkIsNoneUnlessGranted(t *testing.T) {
 		t.Fatalf("granted job joins %q", got)
 	}
 }
+
+// A socket folder whose path passes the 107 bytes a socket path may hold
+// (a long TMPDIR) still serves.
+func TestModelSocketUnderALongPath(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), strings.Repeat("d", 60), strings.Repeat("e", 40))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	m, err := startModelSocket(dir, true, socketAccess{uid: os.Getuid(), gid: os.Getgid(), known: true}, http.NotFoundHandler(), 0, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	path := filepath.Join(dir, ModelSocketName)
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("%s: %v %v", path, fi, err)
+	}
+	// Connect by a short path to the same folder, as a container's mount does.
+	link := filepath.Join(t.TempDir(), "s")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", filepath.Join(link, ModelSocketName))
+	}}}
+	resp, err := c.Get("http://model/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 404 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+}
