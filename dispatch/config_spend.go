@@ -26,6 +26,18 @@ const (
 	MaxRateLimitWait = 10 * time.Minute
 	// DefaultMetricsPort is the port of PI_METRICS_ADDR when it names none.
 	DefaultMetricsPort = "9464"
+	// DefaultGatewayCalls, MaxGatewayCalls: PI_GATEWAY_MAX_CALLS.
+	DefaultGatewayCalls = 4
+	MaxGatewayCalls     = 64
+	// MaxGatewayBody bounds PI_GATEWAY_MAX_BODY_BYTES (and is its default).
+	MaxGatewayBody = 32 << 20
+	// MaxGatewayHeldBytes bounds PI_GATEWAY_MAX_CALLS × PI_GATEWAY_MAX_BODY_BYTES.
+	MaxGatewayHeldBytes = 128 << 20
+	// DefaultGatewayConns, MaxGatewayConns: PI_GATEWAY_MAX_CONNS.
+	DefaultGatewayConns = 32
+	MaxGatewayConns     = 150
+	// MaxAllowedModels bounds PI_ALLOWED_MODELS.
+	MaxAllowedModels = 16
 )
 
 // ProviderKeyVars names the worker's environment variable holding each
@@ -53,6 +65,10 @@ var spendEnvVars = []string{
 	"PI_DEFAULT_MODEL",
 	"PI_PRICING_FILE",
 	"PI_RATE_LIMIT_WAIT_MS",
+	"PI_GATEWAY_MAX_CALLS",
+	"PI_GATEWAY_MAX_BODY_BYTES",
+	"PI_GATEWAY_MAX_CONNS",
+	"PI_ALLOWED_MODELS",
 	"PI_METRICS_ADDR",
 	"ANTHROPIC_API_KEY",
 	"OPENAI_API_KEY",
@@ -120,13 +136,31 @@ type Gateway struct {
 	// RateLimitWait is how long a running job's call waits for a provider's
 	// rate limit to reset. PI_RATE_LIMIT_WAIT_MS, 0..600000, defaults to 60 s.
 	RateLimitWait time.Duration
+	// MaxCalls bounds each job's concurrent model calls; past it a call is
+	// answered 429, which the agent waits out. PI_GATEWAY_MAX_CALLS,
+	// 1..MaxGatewayCalls, defaults to 4.
+	MaxCalls int
+	// MaxBodyBytes bounds a model call's request body, which the gateway
+	// holds whole while it bounds the call. PI_GATEWAY_MAX_BODY_BYTES,
+	// 4096..33554432 (32 MiB, the default). MaxCalls × MaxBodyBytes is at
+	// most MaxGatewayHeldBytes: what one job can make the worker hold.
+	MaxBodyBytes int64
+	// MaxConns bounds the connections a job holds open on its model socket.
+	// PI_GATEWAY_MAX_CONNS, 1..MaxGatewayConns, defaults to 32.
+	MaxConns int
+	// AllowedModels, when set, are the provider/model patterns a job may
+	// call ("*" matches any run of characters); the gateway refuses any
+	// other model before forwarding. PI_ALLOWED_MODELS, comma-separated, at
+	// most 16, no spaces.
+	AllowedModels []string
 	// MetricsAddr, when set, serves Prometheus metrics, /healthz and /readyz.
 	// PI_METRICS_ADDR: host:port, :port (loopback) or a bare port (loopback).
 	MetricsAddr string
 }
 
 func defaultGateway() Gateway {
-	return Gateway{DefaultProvider: "anthropic", DefaultModel: "claude-sonnet-4-5", RateLimitWait: DefaultRateLimitWait}
+	return Gateway{DefaultProvider: "anthropic", DefaultModel: "claude-sonnet-4-5", RateLimitWait: DefaultRateLimitWait,
+		MaxCalls: DefaultGatewayCalls, MaxBodyBytes: MaxGatewayBody, MaxConns: DefaultGatewayConns}
 }
 
 func (r *envReader) readSpend(c *Config) {
@@ -143,6 +177,14 @@ func (r *envReader) readSpend(c *Config) {
 	r.envText("PI_DEFAULT_MODEL", &c.Gateway.DefaultModel)
 	r.envText("PI_PRICING_FILE", &c.Gateway.PricingFile)
 	r.envMillis("PI_RATE_LIMIT_WAIT_MS", &c.Gateway.RateLimitWait)
+	r.envInt("PI_GATEWAY_MAX_CALLS", &c.Gateway.MaxCalls)
+	var body int
+	if _, set := r.lookupEnv("PI_GATEWAY_MAX_BODY_BYTES"); set {
+		r.envInt("PI_GATEWAY_MAX_BODY_BYTES", &body)
+		c.Gateway.MaxBodyBytes = int64(body)
+	}
+	r.envInt("PI_GATEWAY_MAX_CONNS", &c.Gateway.MaxConns)
+	parseEnv(r, "PI_ALLOWED_MODELS", parseAllowedModels, &c.Gateway.AllowedModels)
 	parseEnv(r, "PI_METRICS_ADDR", parseMetricsAddr, &c.Gateway.MetricsAddr)
 	for provider, v := range map[string]string{
 		"anthropic":  r.secret("ANTHROPIC_API_KEY"),
@@ -215,6 +257,22 @@ func parseProviderURLs(s string) (map[string]string, string) {
 	return out, ""
 }
 
+// parseAllowedModels reads "provider/model,provider/model*".
+func parseAllowedModels(s string) ([]string, string) {
+	const rule = "must be a comma-separated list of at most 16 provider/model patterns without spaces (\"anthropic/claude-sonnet-4-5,openai/gpt-5*\")"
+	parts := strings.Split(s, ",")
+	if len(parts) > MaxAllowedModels {
+		return nil, rule
+	}
+	for _, p := range parts {
+		provider, model, ok := strings.Cut(p, "/")
+		if !ok || !jobs.ValidProvider(provider) || model == "" || tokenRule(model) != "" {
+			return nil, rule
+		}
+	}
+	return parts, ""
+}
+
 func firstNonEmpty(a, b string) string {
 	if a != "" {
 		return a
@@ -279,6 +337,13 @@ func (c Config) spendProblems(p *problemList) {
 		p.add("PI_PRICING_FILE", g.PricingFile, rule)
 	}
 	p.durRange("PI_RATE_LIMIT_WAIT_MS", g.RateLimitWait, 0, MaxRateLimitWait, true)
+	p.intRange("PI_GATEWAY_MAX_CALLS", g.MaxCalls, 1, MaxGatewayCalls)
+	p.intRange("PI_GATEWAY_MAX_BODY_BYTES", int(g.MaxBodyBytes), 4096, MaxGatewayBody)
+	p.intRange("PI_GATEWAY_MAX_CONNS", g.MaxConns, 1, MaxGatewayConns)
+	inRange := g.MaxCalls >= 1 && g.MaxCalls <= MaxGatewayCalls && g.MaxBodyBytes >= 4096 && g.MaxBodyBytes <= MaxGatewayBody
+	if inRange && int64(g.MaxCalls)*g.MaxBodyBytes > MaxGatewayHeldBytes {
+		p.add("PI_GATEWAY_MAX_CALLS", strconv.Itoa(g.MaxCalls), fmt.Sprintf("times PI_GATEWAY_MAX_BODY_BYTES (%d) must be at most %d (128 MiB): what one job can make the worker hold", g.MaxBodyBytes, MaxGatewayHeldBytes))
+	}
 	for name, u := range g.ProviderURLs {
 		if !jobs.ValidProvider(name) || modelUpstreamRule(u) != "" || u == "" {
 			p.add("PI_PROVIDER_URLS", formatProviderURLs(g.ProviderURLs), "must map provider names to http:// or https:// URLs without credentials")

@@ -33,6 +33,14 @@ func field(c dispatch.Config, name string) any {
 		return fmt.Sprintf("%s declared=%t", c.WorkerName, c.WorkerNameDeclared)
 	case "PI_CONCURRENCY":
 		return c.Concurrency
+	case "PI_GATEWAY_MAX_CALLS":
+		return c.Gateway.MaxCalls
+	case "PI_GATEWAY_MAX_BODY_BYTES":
+		return c.Gateway.MaxBodyBytes
+	case "PI_GATEWAY_MAX_CONNS":
+		return c.Gateway.MaxConns
+	case "PI_ALLOWED_MODELS":
+		return strings.Join(c.Gateway.AllowedModels, "|")
 	case "PI_DAILY_CAP":
 		return c.DailyCap
 	case "PI_WEEKLY_CAP":
@@ -106,7 +114,8 @@ func TestLoadConfig_Defaults(t *testing.T) {
 		WaitInterval:         60 * time.Second,
 		WaitMax:              24 * time.Hour,
 		WaitAfterMax:         30 * 24 * time.Hour,
-		Gateway:              dispatch.Gateway{DefaultProvider: "anthropic", DefaultModel: "claude-sonnet-4-5", RateLimitWait: time.Minute},
+		Gateway: dispatch.Gateway{DefaultProvider: "anthropic", DefaultModel: "claude-sonnet-4-5", RateLimitWait: time.Minute,
+			MaxCalls: 4, MaxBodyBytes: 32 << 20, MaxConns: 32},
 	}
 	require.Equal(t, want, c)
 	require.NoError(t, c.Validate())
@@ -185,6 +194,10 @@ func TestLoadConfig_GoodValues(t *testing.T) {
 		{"PI_WAIT_MAX_MS", "2592000000", 30 * 24 * time.Hour},
 		{"PI_WAIT_AFTER_MAX_MS", "1000", time.Second},
 		{"PI_WAIT_AFTER_MAX_MS", "2592000000", 30 * 24 * time.Hour},
+		{"PI_GATEWAY_MAX_CALLS", "2", 2},
+		{"PI_GATEWAY_MAX_BODY_BYTES", "4096", int64(4096)},
+		{"PI_GATEWAY_MAX_CONNS", "150", 150},
+		{"PI_ALLOWED_MODELS", "anthropic/claude-sonnet-4-5*,openrouter/anthropic/*", "anthropic/claude-sonnet-4-5*|openrouter/anthropic/*"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name+"="+tt.value, func(t *testing.T) {
@@ -328,6 +341,12 @@ func TestLoadConfig_BadValues(t *testing.T) {
 		{"PI_WAIT_AFTER_MAX_MS", "2592000001", "between 1000 and 2592000000"},
 		{"PI_WAIT_AFTER_MAX_MS", "1e6", "whole number"},
 		{"PI_WAIT_AFTER_MAX_MS", "-5", "whole number"},
+		{"PI_GATEWAY_MAX_CALLS", "0", "between 1 and 64"},
+		{"PI_GATEWAY_MAX_CALLS", "8", "at most 134217728 (128 MiB)"},
+		{"PI_GATEWAY_MAX_BODY_BYTES", "100", "between 4096 and 33554432"},
+		{"PI_GATEWAY_MAX_CONNS", "151", "between 1 and 150"},
+		{"PI_ALLOWED_MODELS", "anthropic/claude sonnet", "provider/model patterns"},
+		{"PI_ALLOWED_MODELS", "claude-sonnet-4-5", "provider/model patterns"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name+"="+tt.value, func(t *testing.T) {

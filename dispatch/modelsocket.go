@@ -2,6 +2,8 @@ package dispatch
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +13,8 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -49,24 +53,92 @@ func newUpstreamProxy(upstream string, log *slog.Logger) (http.Handler, error) {
 	}, nil
 }
 
-// startModelSocket listens on <dir>/model.sock and serves handler there.
-// The socket is world-connectable: the container's user is not the
-// worker's, and the folder is visible to that one container only.
-func startModelSocket(dir string, handler http.Handler, log *slog.Logger) (*modelSocket, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
+// Bounds of a job's model socket, beyond those of the gateway (calls in
+// flight, body size and read time).
+const (
+	// DefaultSocketConns is the default of PI_GATEWAY_MAX_CONNS: the
+	// connections a job may hold open on its socket; more wait, unaccepted,
+	// in the kernel's queue, so the worker's descriptors stay bounded.
+	DefaultSocketConns = 32
+	// socketHeaderTimeout bounds reading a request's headers, from the
+	// connection's accept or its last request.
+	socketHeaderTimeout = 30 * time.Second
+	// socketIdleTimeout closes a connection idle between requests.
+	socketIdleTimeout = 90 * time.Second
+)
+
+// socketAccess is who may connect to a job's socket besides the worker:
+// the container's user when it is known and the worker may give it the
+// folder (UID and GID), else anyone who knows the folder's unguessable name.
+type socketAccess struct {
+	uid, gid int
+	known    bool
+}
+
+// accessFor is the socket access of a container running as user (the
+// container.Spec form: "UID:GID", or "" for the image's own user).
+func accessFor(user string) socketAccess {
+	u, g, ok := strings.Cut(user, ":")
+	uid, err1 := strconv.Atoi(u)
+	gid, err2 := strconv.Atoi(g)
+	if !ok || err1 != nil || err2 != nil {
+		return socketAccess{}
+	}
+	return socketAccess{uid: uid, gid: gid, known: true}
+}
+
+// modelSocketDir makes the folder mounted at /run/pidispatch, closed to
+// every other local user: owned by the container's user, mode 0700, when
+// that user is known and the worker may give it the folder; else a folder
+// of a random name inside one only the worker may list (mode 0711). parent
+// is what the caller removes; private is true for the first kind.
+func modelSocketDir(access socketAccess) (dir, parent string, private bool, err error) {
+	parent, err = os.MkdirTemp("", "pim-")
+	if err != nil {
+		return "", "", false, err
+	}
+	if access.known && (access.uid == os.Getuid() || os.Lchown(parent, access.uid, access.gid) == nil) {
+		return parent, parent, true, os.Chmod(parent, 0o700)
+	}
+	// 96 random bits in 16 characters.
+	var name [12]byte
+	_, _ = rand.Read(name[:])
+	dir = filepath.Join(parent, base64.RawURLEncoding.EncodeToString(name[:]))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return "", parent, false, err
 	}
 	if err := os.Chmod(dir, 0o755); err != nil {
-		return nil, err
+		return "", parent, false, err
 	}
+	return dir, parent, false, os.Chmod(parent, 0o711)
+}
+
+// startModelSocket listens on <dir>/model.sock and serves handler there,
+// at most conns connections at once. In a private dir the socket is the
+// container user's (mode 0600), else world-connectable inside dir's
+// unguessable path.
+func startModelSocket(dir string, private bool, access socketAccess, handler http.Handler, conns int, log *slog.Logger) (*modelSocket, error) {
 	path := filepath.Join(dir, ModelSocketName)
-	ln, err := net.Listen("unix", path)
+	ln, err := listenUnix(dir)
 	if err != nil {
 		return nil, fmt.Errorf("model socket: %w", err)
 	}
-	if err := os.Chmod(path, 0o666); err != nil {
+	mode := os.FileMode(0o666)
+	if private {
+		mode = 0o600
+		if access.known && access.uid != os.Getuid() {
+			err = os.Lchown(path, access.uid, access.gid)
+		}
+	}
+	if err == nil {
+		err = os.Chmod(path, mode)
+	}
+	if err != nil {
 		_ = ln.Close()
 		return nil, fmt.Errorf("model socket: %w", err)
+	}
+	if conns <= 0 {
+		conns = DefaultSocketConns
 	}
 	m := &modelSocket{dir: dir, done: make(chan struct{})}
 	m.srv = &http.Server{
@@ -78,15 +150,82 @@ func startModelSocket(dir string, handler http.Handler, log *slog.Logger) (*mode
 			m.mu.Unlock()
 			handler.ServeHTTP(w, r)
 		}),
-		ReadHeaderTimeout: 30 * time.Second,
+		ReadHeaderTimeout: socketHeaderTimeout,
+		IdleTimeout:       socketIdleTimeout,
+		MaxHeaderBytes:    64 << 10,
 	}
+	lln := &limitListener{Listener: ln, slots: make(chan struct{}, conns), closed: make(chan struct{})}
 	go func() {
 		defer close(m.done)
-		if err := m.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := m.srv.Serve(lln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Warn("model_socket_failed", "err", err)
 		}
 	}()
 	return m, nil
+}
+
+// listenUnix listens on <dir>/model.sock. A socket's path is limited to
+// 107 bytes and TMPDIR may be long, so on Linux it binds through the
+// folder's descriptor (/proc/self/fd/N/model.sock), whatever the folder's
+// path; elsewhere, or when that fails, by the path itself.
+func listenUnix(dir string) (net.Listener, error) {
+	path := filepath.Join(dir, ModelSocketName)
+	if len(path) < 100 {
+		return net.Listen("unix", path)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	ln, err := net.Listen("unix", fmt.Sprintf("/proc/self/fd/%d/%s", d.Fd(), ModelSocketName))
+	if err != nil {
+		return net.Listen("unix", path)
+	}
+	// The descriptor's number names another file once d is closed: never
+	// unlink by that name (the caller removes the folder).
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	return ln, nil
+}
+
+// limitListener accepts at most cap(slots) connections at once; the next
+// waits in the kernel's queue until one closes.
+type limitListener struct {
+	net.Listener
+	slots     chan struct{}
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	select {
+	case l.slots <- struct{}{}:
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.slots
+		return nil, err
+	}
+	return &slotConn{Conn: c, release: func() { <-l.slots }}, nil
+}
+
+func (l *limitListener) Close() error {
+	l.closeOnce.Do(func() { close(l.closed) })
+	return l.Listener.Close()
+}
+
+type slotConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *slotConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
 }
 
 // FirstRequest is when the container first asked for its model (zero when

@@ -2,12 +2,15 @@ package dispatch
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/pidispatch/pidispatch/internal/fakeprovider"
@@ -22,12 +25,17 @@ func TestModelSocketForwardsToTheUpstream(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fp.Close()
-	dir := filepath.Join(t.TempDir(), "m")
+	access := socketAccess{uid: os.Getuid(), gid: os.Getgid(), known: true}
+	dir, parent, private, err := modelSocketDir(access)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(parent)
 	proxy, err := newUpstreamProxy(fp.URL(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := startModelSocket(dir, proxy, slog.New(slog.DiscardHandler))
+	m, err := startModelSocket(dir, private, access, proxy, 0, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,6 +69,66 @@ func TestModelSocketForwardsToTheUpstream(t *testing.T) {
 	}
 }
 
+// The socket and its folder are closed to every other local user: the
+// container's user owns them (0700, 0600) when it is known; else the
+// folder has an unguessable name inside one no other user may list.
+func TestModelSocketClosedToOtherUsers(t *testing.T) {
+	check := func(path string, want os.FileMode, uid int) {
+		t.Helper()
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		if fi.Mode().Perm() != want || int(st.Uid) != uid {
+			t.Errorf("%s: mode %v uid %d, want %v uid %d", path, fi.Mode().Perm(), st.Uid, want, uid)
+		}
+	}
+	cases := []struct {
+		user              string
+		dirMode, sockMode os.FileMode
+		parentMode        os.FileMode
+		owner             int
+		private           bool
+	}{
+		{user: fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid()), dirMode: 0o700, sockMode: 0o600, owner: os.Getuid(), private: true},
+		{user: "", dirMode: 0o755, sockMode: 0o666, parentMode: 0o711, owner: os.Getuid()},
+	}
+	if os.Getuid() == 0 {
+		cases = append(cases, struct {
+			user              string
+			dirMode, sockMode os.FileMode
+			parentMode        os.FileMode
+			owner             int
+			private           bool
+		}{user: "4242:4242", dirMode: 0o700, sockMode: 0o600, owner: 4242, private: true})
+	}
+	for _, tc := range cases {
+		access := accessFor(tc.user)
+		dir, parent, private, err := modelSocketDir(access)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := startModelSocket(dir, private, access, http.NotFoundHandler(), 0, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if private != tc.private {
+			t.Errorf("%q: private %v", tc.user, private)
+		}
+		check(dir, tc.dirMode, tc.owner)
+		check(filepath.Join(dir, ModelSocketName), tc.sockMode, tc.owner)
+		if !tc.private {
+			check(parent, tc.parentMode, os.Getuid())
+			if len(filepath.Base(dir)) != 16 {
+				t.Errorf("%q: the folder's name %q is guessable", tc.user, filepath.Base(dir))
+			}
+		}
+		m.Close()
+		os.RemoveAll(parent)
+	}
+}
+
 func TestJobNetworkIsNoneUnlessGranted(t *testing.T) {
 	w := &Worker{cfg: Config{JobNetwork: "pi-egress"}}
 	if got := w.jobNetwork(jobs.Job{}); got != "none" {
@@ -68,5 +136,40 @@ func TestJobNetworkIsNoneUnlessGranted(t *testing.T) {
 	}
 	if got := w.jobNetwork(jobs.Job{Network: true}); got != "pi-egress" {
 		t.Fatalf("granted job joins %q", got)
+	}
+}
+
+// A socket folder whose path passes the 107 bytes a socket path may hold
+// (a long TMPDIR) still serves.
+func TestModelSocketUnderALongPath(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), strings.Repeat("d", 60), strings.Repeat("e", 40))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	m, err := startModelSocket(dir, true, socketAccess{uid: os.Getuid(), gid: os.Getgid(), known: true}, http.NotFoundHandler(), 0, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	path := filepath.Join(dir, ModelSocketName)
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("%s: %v %v", path, fi, err)
+	}
+	// Connect by a short path to the same folder, as a container's mount does.
+	link := filepath.Join(t.TempDir(), "s")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", filepath.Join(link, ModelSocketName))
+	}}}
+	resp, err := c.Get("http://model/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 404 {
+		t.Fatalf("status %d", resp.StatusCode)
 	}
 }

@@ -110,7 +110,7 @@ func (w *Worker) prepareRun(ctx context.Context, h *held) (spec container.Spec, 
 		w.fail(ctx, h, jobs.ReasonNeverStarted, nil, nil, FailOptions{})
 		return container.Spec{}, nil, false
 	}
-	socketDir, stopSocket, err := w.modelEndpoint(h)
+	socketDir, stopSocket, err := w.modelEndpoint(h, user)
 	if err != nil {
 		h.log.Error("model_socket_failed", "err", err)
 		w.fail(ctx, h, jobs.ReasonNeverStarted, nil, nil, FailOptions{})
@@ -373,7 +373,7 @@ func (w *Worker) jobNetwork(spec jobs.Job) string {
 // a gateway, else a plain forwarder to PI_MODEL_UPSTREAM, else no socket.
 // The folder is a fresh one in TMPDIR, not in the job's folder: a socket's
 // path is limited to 107 bytes, and a job folder's name holds the job id.
-func (w *Worker) modelEndpoint(h *held) (dir string, stop func(), err error) {
+func (w *Worker) modelEndpoint(h *held, user string) (dir string, stop func(), err error) {
 	var handler http.Handler
 	switch {
 	case w.gatewayOn():
@@ -386,22 +386,25 @@ func (w *Worker) modelEndpoint(h *held) (dir string, stop func(), err error) {
 	default:
 		return "", func() {}, nil
 	}
-	dir, err = os.MkdirTemp("", "pim-")
+	access := accessFor(user)
+	dir, parent, private, err := modelSocketDir(access)
 	if err == nil {
 		var m *modelSocket
-		if m, err = startModelSocket(dir, handler, h.log); err == nil {
+		if m, err = startModelSocket(dir, private, access, handler, w.cfg.Gateway.MaxConns, h.log); err == nil {
 			return dir, func() {
 				m.Close()
 				if h.gw != nil {
 					h.gw.Close()
 				}
-				_ = os.RemoveAll(dir)
+				_ = os.RemoveAll(parent)
 				if first := m.FirstRequest(); !first.IsZero() {
 					h.log.Info("model_first_request", "afterPickupMs", first.Sub(h.pickedUp).Milliseconds())
 				}
 			}, nil
 		}
-		_ = os.RemoveAll(dir)
+	}
+	if parent != "" {
+		_ = os.RemoveAll(parent)
 	}
 	if h.gw != nil {
 		h.gw.Close()

@@ -36,7 +36,8 @@ func newBenchRig(b *testing.B, step fakeprovider.Step) *benchRig {
 	if err != nil {
 		b.Fatal(err)
 	}
-	sess := gw.Job(dispatch.GatewayJob{JobID: "bench", Keys: map[string]string{"anthropic": "k"}})
+	// A capped job: every call is parsed and reserved, as under PI_MAX_COST_USD.
+	sess := gw.Job(dispatch.GatewayJob{JobID: "bench", Keys: map[string]string{"anthropic": "k"}, MaxMicros: 1_000_000_000})
 	sock := filepath.Join(b.TempDir(), "model.sock")
 	ln, err := net.Listen("unix", sock)
 	if err != nil {

@@ -3,12 +3,16 @@
 // its model calls goes through a Session, which
 //
 //   - forwards /<provider>/<rest> to the provider's base URL + /<rest> (the
-//     query kept), with the job's key for that provider in place of any key
-//     the container sent (x-api-key for anthropic, Authorization: Bearer for
+//     query kept), with only the headers the provider needs (an allow-list:
+//     no header the container sent can carry a credential) and the job's key
+//     for that provider (x-api-key for anthropic, Authorization: Bearer for
 //     every other provider). A provider the job holds no key for is answered
-//     401; a provider without an upstream 404. Neither is forwarded.
-//   - passes the request and the response through unchanged and unbuffered:
-//     server-sent events are flushed to the container as they arrive.
+//     401; a provider without an upstream 404; a model outside AllowedModels
+//     403. None is forwarded.
+//   - runs at most MaxCalls calls of a job at once (more are answered 429)
+//     and reads a body of at most MaxBodyBytes within BodyTimeout.
+//   - passes the response through unchanged and unbuffered: server-sent
+//     events are flushed to the container as they arrive.
 //   - meters each response as it streams through: the usage of Anthropic
 //     Messages (the JSON body's usage; message_start and the cumulative
 //     message_delta of a stream), OpenAI chat completions (usage with
@@ -22,31 +26,39 @@
 // # Spend
 //
 // A Session's Spend counts the calls forwarded and refused, the tokens and
-// the micro-dollars. Its basis is metered while every successful call
-// reported its usage; a successful call that reported none is estimated at
-// input = request bytes/4 and output = response body bytes/4 tokens, and the
-// basis becomes estimated. A model the pricing table does not know is listed
-// in Unpriced: its tokens are counted, its dollars are not, so the dollars
-// are then a lower bound.
+// the micro-dollars. Its basis is metered while every call's cost came
+// from the provider's closing usage report. A call whose answer ended
+// without it (cut by Close, or by a hang-up past DrainTimeout), or that was
+// sent and never answered, is charged its whole reservation (see Caps), or
+// without a cap the estimate of its bytes (input = request bytes/4, output
+// = response bytes/4), and the basis becomes estimated. When the container
+// hangs up mid-answer, the call goes on reading the provider's answer for
+// at most DrainTimeout to meter it. A call in flight counts at its
+// reservation until it settles. A model the pricing table does not know is
+// listed in Unpriced: its tokens are counted, its dollars are not.
 //
 // # Caps
 //
-// Before it forwards a call the session estimates the call's cost:
+// Before it forwards a call of a job with a cap, the session reserves the
+// call's worst case, from the request alone:
 //
-//	input  = max(request bytes / 4, the previous call's input + cacheRead + cacheWrite tokens)
-//	output = the previous call's output tokens (0 for the first call)
-//	cost   = input at the model's input price + output at its output price
+//	input  = request bytes + InputOverheadTokens
+//	         + ImageTokens per image block + DocumentTokens per document
+//	         block not sent as text, at the model's dearest input price
+//	output = the request's bound (max_tokens, max_completion_tokens,
+//	         max_output_tokens; the largest; times n), at its output price
 //
-// (an agent's next request holds at least the whole previous conversation;
-// the input is priced as uncached, so the estimate errs high). The call is
-// refused when spent + the estimates of the calls in flight + this estimate
-// exceed MaxMicros (reason cost-cap), or when the tokens so far, in flight
-// and estimated exceed MaxTokens (token-cap). With a dollar cap set, a call
-// to a model the table does not price is refused at once (cost-cap): its
-// cost could not be checked. A refusal is an HTTP 400 in the provider's
-// shape, an invalid request the agent does not retry, naming the cap and
-// the spend; it sets Spend().CapHit, and every later call of the job is
-// refused the same way.
+// The spend plus the reservations in flight never pass MaxMicros or
+// MaxTokens: an output bound the caps cannot afford, or a missing one, is
+// lowered (set) to what they afford (at most DefaultOutputTokens when
+// missing), splicing the body; when not even MinOutputTokens fit, the call
+// is refused (reason cost-cap or token-cap): an HTTP 400 in the provider's
+// shape, which sets Spend().CapHit, and every later call of the job is
+// refused the same way. A request whose input cannot be bounded (server
+// tools, stored conversations) is refused alone. With a dollar cap, a
+// model the table does not price is refused (cost-cap). A call the
+// provider bills past its reservation is recorded whole, its excess added
+// to Spend().OvershootMicros, and the job's later calls are refused.
 //
 // # Rate limits
 //

@@ -22,6 +22,11 @@ var (
 	failRateLimited = failure{http.StatusTooManyRequests, "rate_limit_error", "requests", "rate_limit_exceeded"}
 	failClosed      = failure{http.StatusServiceUnavailable, "api_error", "server_error", "session_closed"}
 	failUpstream    = failure{http.StatusBadGateway, "api_error", "server_error", "upstream_unreachable"}
+	// failTooMany is a job past its concurrent calls: a 429 the agent waits
+	// out and retries.
+	failTooMany         = failure{http.StatusTooManyRequests, "rate_limit_error", "requests", "too_many_concurrent_calls"}
+	failBadRequest      = failure{http.StatusBadRequest, "invalid_request_error", "invalid_request_error", "invalid_request"}
+	failModelNotAllowed = failure{http.StatusForbidden, "permission_error", "invalid_request_error", "model_not_allowed"}
 )
 
 // Shapes of the providers' APIs.

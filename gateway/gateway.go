@@ -1,13 +1,16 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -27,9 +30,20 @@ var knownUpstreams = map[string]string{
 // DefaultRateLimitWait is Config.RateLimitWait's default.
 const DefaultRateLimitWait = 60 * time.Second
 
-// MaxRequestBytes bounds a model call's request body, which the gateway
-// reads whole to learn the model and estimate the call.
-const MaxRequestBytes = 32 << 20
+// Defaults of Config's bounds on a job.
+const (
+	// DefaultMaxBodyBytes bounds a model call's request body, which the
+	// gateway reads whole to learn the model and bound the call.
+	DefaultMaxBodyBytes = 32 << 20
+	// DefaultMaxCalls bounds a job's concurrent calls: with the body limit,
+	// what one job can make the gateway hold at once (4 × 32 MiB).
+	DefaultMaxCalls = 4
+	// DefaultBodyTimeout bounds the reading of a request body.
+	DefaultBodyTimeout = 60 * time.Second
+	// DefaultDrainTimeout bounds how long the gateway goes on reading an
+	// answer the container hung up on, to learn its usage.
+	DefaultDrainTimeout = 2 * time.Minute
+)
 
 // copyBuffer is the proxy's copy buffer: large, so a fast stream moves in
 // few reads and writes.
@@ -72,6 +86,22 @@ type Config struct {
 	// OnCall, when set, is called once per settled model call, from the
 	// call's goroutine: it must be safe for concurrent use and not block.
 	OnCall func(CallEvent)
+	// MaxCalls bounds a job's concurrent calls; beyond it a call is
+	// answered 429. 0: DefaultMaxCalls.
+	MaxCalls int
+	// MaxBodyBytes bounds a request body; a larger one is answered 413.
+	// 0: DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// BodyTimeout bounds reading a request body; 0: DefaultBodyTimeout.
+	BodyTimeout time.Duration
+	// DrainTimeout bounds how long an answer the container hung up on is
+	// still read for its usage; past it the call is charged its
+	// reservation. 0: DefaultDrainTimeout.
+	DrainTimeout time.Duration
+	// AllowedModels, when not empty, are the provider/model patterns a job
+	// may call ("*" matches any run of characters, "/" included); a call
+	// for any other model is refused before it is forwarded.
+	AllowedModels []string
 }
 
 // Gateway makes one Session per job. Safe for concurrent use.
@@ -95,6 +125,18 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	if cfg.RateLimitWait == 0 {
 		cfg.RateLimitWait = DefaultRateLimitWait
+	}
+	if cfg.MaxCalls < 0 || cfg.MaxBodyBytes < 0 || cfg.BodyTimeout < 0 || cfg.DrainTimeout < 0 {
+		return nil, fmt.Errorf("%w: MaxCalls, MaxBodyBytes, BodyTimeout and DrainTimeout must not be negative", ErrConfig)
+	}
+	cfg.MaxCalls = cmp.Or(cfg.MaxCalls, DefaultMaxCalls)
+	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes)
+	cfg.BodyTimeout = cmp.Or(cfg.BodyTimeout, DefaultBodyTimeout)
+	cfg.DrainTimeout = cmp.Or(cfg.DrainTimeout, DefaultDrainTimeout)
+	for _, p := range cfg.AllowedModels {
+		if provider, model, ok := strings.Cut(p, "/"); !ok || provider == "" || model == "" {
+			return nil, fmt.Errorf("%w: AllowedModels: %q must be provider/model", ErrConfig, p)
+		}
 	}
 	if cfg.Pricing == nil {
 		cfg.Pricing = DefaultPricing()
@@ -174,7 +216,7 @@ func (g *Gateway) Session(j dispatch.GatewayJob) *Session {
 	}
 	j.Keys = keys
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Session{g: g, job: j, ctx: ctx, cancel: cancel, unpriced: map[string]bool{},
+	return &Session{g: g, job: j, ctx: ctx, cancel: cancel, unpriced: map[string]bool{}, slots: make(chan struct{}, g.cfg.MaxCalls),
 		log: g.log.With("job", j.JobID, "attempt", j.Attempt)}
 }
 
@@ -196,8 +238,50 @@ func callOf(ctx context.Context) *call {
 	return c
 }
 
-// rewrite points the request at the provider and puts the job's key in
-// place of whatever the container sent.
+// modelAllowed reports whether AllowedModels lets a job call model.
+func (g *Gateway) modelAllowed(provider, model string) bool {
+	if len(g.cfg.AllowedModels) == 0 {
+		return true
+	}
+	for _, p := range g.cfg.AllowedModels {
+		if glob(p, provider+"/"+model) {
+			return true
+		}
+	}
+	return false
+}
+
+// glob matches s against pattern, whose "*" matches any run of characters.
+func glob(pattern, s string) bool {
+	first, rest, star := strings.Cut(pattern, "*")
+	if !star {
+		return pattern == s
+	}
+	if !strings.HasPrefix(s, first) {
+		return false
+	}
+	s = s[len(first):]
+	for i := 0; i <= len(s); i++ {
+		if glob(rest, s[i:]) {
+			return true
+		}
+	}
+	return false
+}
+
+// forwardHeaders are the only request headers a job's call carries to its
+// provider: what the APIs need to read the request, by provider ("" for
+// every provider). Every other header (a credential of any name or case
+// among them) stays behind.
+var forwardHeaders = map[string][]string{
+	"":           {"Content-Type", "Accept", "User-Agent"},
+	"anthropic":  {"Anthropic-Version", "Anthropic-Beta"},
+	"openai":     {"Openai-Beta"},
+	"openrouter": {"Http-Referer", "X-Title"},
+}
+
+// rewrite points the request at the provider, forwards only the headers
+// the provider needs, and adds the job's key.
 func rewrite(r *httputil.ProxyRequest) {
 	c := callOf(r.In.Context())
 	out := *c.base
@@ -206,17 +290,22 @@ func rewrite(r *httputil.ProxyRequest) {
 	out.RawQuery = r.In.URL.RawQuery
 	r.Out.URL = &out
 	r.Out.Host = ""
-	h := r.Out.Header
-	h.Del("x-api-key")
-	h.Del("Authorization")
-	// The meter reads the body: let the transport ask for (and undo) the
-	// compression, rather than pass an encoded body it cannot read.
-	h.Del("Accept-Encoding")
+	// The meter reads the body: no Accept-Encoding, so the transport asks
+	// for (and undoes) the compression rather than pass an encoded body.
+	h := make(http.Header, 4)
+	for _, p := range []string{"", c.provider} {
+		for _, name := range forwardHeaders[p] {
+			if v := r.In.Header.Values(name); len(v) > 0 {
+				h[name] = slices.Clone(v)
+			}
+		}
+	}
 	if c.provider == "anthropic" {
 		h.Set("x-api-key", c.key)
 	} else {
 		h.Set("Authorization", "Bearer "+c.key)
 	}
+	r.Out.Header = h
 }
 
 func (g *Gateway) modifyResponse(resp *http.Response) error {
@@ -232,6 +321,8 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 
 func (g *Gateway) upstreamFailed(w http.ResponseWriter, r *http.Request, err error) {
 	c := callOf(r.Context())
+	var op *net.OpError
+	c.notSent = errors.As(err, &op) && op.Op == "dial"
 	c.finish(false)
 	switch {
 	case c.s.ctx.Err() != nil:

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -340,63 +341,78 @@ func TestUnpricedModelIsListed(t *testing.T) {
 	}
 }
 
-// Three calls of known usage under a dollar cap between call 2's spend and
-// call 2's spend + call 3's estimate: exactly two reach the provider, and
-// every later call is refused.
+// Each call reserves its worst case: its input bound (request bytes plus
+// InputOverheadTokens) at the dearest input price and its max_tokens. A
+// call the cap cannot afford whole gets a lower max_tokens; one that cannot
+// afford even MinOutputTokens is refused, and so is every later call.
 func TestCostCap(t *testing.T) {
-	// A call costs 10000×3 + 1000×15 + 10000×0.3 = 48000 micros; the next
-	// is estimated at (10000+10000)×3 + 1000×15 = 75000. Call 2 passes at
-	// 48000+75000; call 3 is refused at 96000+75000 > 160000, which it
-	// would not be if the estimate left out the output (156000) or the
-	// cached input (141000).
-	u := fakeprovider.Usage{Input: 10000, Output: 1000, CacheRead: 10000}
-	r := newRig(t, Config{}, dispatch.GatewayJob{MaxMicros: 160_000}, fakeprovider.Answer("a", u), fakeprovider.Answer("b", u), fakeprovider.Answer("c", u))
-	for i := range 2 {
-		if resp, body := r.post(t, "/anthropic/v1/messages", antStream); resp.StatusCode != 200 {
+	body := `{"model":"claude-test","stream":true,"max_tokens":1000,"messages":[]}`
+	in := int64(len(body) + InputOverheadTokens)
+	inCost := in*375/100 + 1 // cache writes are the dearest input
+	// Each call costs 2000×3 + 500×15 = 13500 micros. Calls 1 and 2 afford
+	// their whole bound; call 3 is lowered; call 4 cannot pay its input.
+	u := fakeprovider.Usage{Input: 2000, Output: 500}
+	const capMicros = 50_000
+	r := newRig(t, Config{}, dispatch.GatewayJob{MaxMicros: capMicros}, fakeprovider.Answer("a", u))
+	for i := range 3 {
+		if resp, body := r.post(t, "/anthropic/v1/messages", body); resp.StatusCode != 200 {
 			t.Fatalf("call %d: %d %s", i+1, resp.StatusCode, body)
 		}
 	}
-	resp, body := r.post(t, "/anthropic/v1/messages", antStream)
+	var sent struct {
+		MaxTokens int64 `json:"max_tokens"`
+	}
+	_ = json.Unmarshal(r.fp.Requests()[2].Body, &sent)
+	if want := (capMicros - 27_000 - inCost) / 15; sent.MaxTokens != want {
+		t.Fatalf("call 3 was sent max_tokens %d, want %d", sent.MaxTokens, want)
+	}
+	spent := 27_000 + 6000 + min(500, sent.MaxTokens)*15
+	resp, respBody := r.post(t, "/anthropic/v1/messages", body)
 	var e struct {
 		Type  string `json:"type"`
 		Error struct{ Type, Message string }
 	}
-	_ = json.Unmarshal([]byte(body), &e)
+	_ = json.Unmarshal([]byte(respBody), &e)
 	if resp.StatusCode != 400 || e.Type != "error" || e.Error.Type != "invalid_request_error" ||
-		e.Error.Message != "pidispatch: job cost cap of $0.16 reached (spent $0.096)" {
-		t.Fatalf("call 3: %d %s", resp.StatusCode, body)
+		e.Error.Message != "pidispatch: job cost cap of $0.05 reached (spent $"+jobs.FormatUSD(spent)+")" {
+		t.Fatalf("call 4: %d %s", resp.StatusCode, respBody)
 	}
-	if resp, _ := r.post(t, "/anthropic/v1/messages", antStream); resp.StatusCode != 400 {
-		t.Fatalf("call 4 after the cap: %d", resp.StatusCode)
+	if resp, _ := r.post(t, "/anthropic/v1/messages", body); resp.StatusCode != 400 {
+		t.Fatalf("call 5 after the cap: %d", resp.StatusCode)
 	}
 	sp := r.sess.Spend()
-	if n := len(r.fp.Requests()); n != 2 || sp.CapHit != jobs.ReasonCostCap || sp.Refused != 2 || sp.Calls != 2 || sp.Micros != 96_000 {
+	if n := len(r.fp.Requests()); n != 3 || sp.CapHit != jobs.ReasonCostCap || sp.Refused != 2 || sp.Calls != 3 || sp.Micros != spent {
 		t.Fatalf("upstream saw %d calls; spend %+v", n, sp)
 	}
 }
 
 // The token cap likewise, in OpenAI's shape.
 func TestTokenCap(t *testing.T) {
-	// 1100 tokens a call, the next estimated at 1100: call 3 is refused at
-	// 2200+1100 > 3250, which it would not be without the output (3200).
+	body := `{"model":"gpt-test","stream":true,"stream_options":{"include_usage":true},"max_tokens":1000}`
+	in := int64(len(body) + InputOverheadTokens)
+	// 1100 tokens a call: calls 1 and 2 afford 1000 output tokens, call 3
+	// fewer, call 4 not its input.
 	u := fakeprovider.Usage{Input: 1000, Output: 100}
-	r := newRig(t, Config{}, dispatch.GatewayJob{MaxTokens: 3250}, fakeprovider.Answer("a", u))
-	for i := range 2 {
-		if resp, body := r.post(t, "/openai/chat/completions", oaiStream); resp.StatusCode != 200 {
+	r := newRig(t, Config{}, dispatch.GatewayJob{MaxTokens: 7000}, fakeprovider.Answer("a", u))
+	for i := range 3 {
+		if resp, body := r.post(t, "/openai/chat/completions", body); resp.StatusCode != 200 {
 			t.Fatalf("call %d: %d %s", i+1, resp.StatusCode, body)
 		}
 	}
-	resp, body := r.post(t, "/openai/chat/completions", oaiStream)
+	if want := fmt.Sprintf(`"max_tokens":%d`, 7000-2200-in); !strings.Contains(string(r.fp.Requests()[2].Body), want) {
+		t.Fatalf("call 3 sent %s, want %s", r.fp.Requests()[2].Body, want)
+	}
+	resp, respBody := r.post(t, "/openai/chat/completions", body)
 	var e struct {
 		Error struct{ Message, Type, Code string }
 	}
-	_ = json.Unmarshal([]byte(body), &e)
+	_ = json.Unmarshal([]byte(respBody), &e)
 	if resp.StatusCode != 400 || e.Error.Type != "insufficient_quota" || e.Error.Code != "token_cap" ||
-		e.Error.Message != "pidispatch: job token cap of 3250 tokens reached (used 2200)" {
-		t.Fatalf("call 3: %d %s", resp.StatusCode, body)
+		e.Error.Message != "pidispatch: job token cap of 7000 tokens reached (used 3300)" {
+		t.Fatalf("call 4: %d %s", resp.StatusCode, respBody)
 	}
 	sp := r.sess.Spend()
-	if n := len(r.fp.Requests()); n != 2 || sp.CapHit != jobs.ReasonTokenCap || sp.Refused != 1 || sp.Tokens.Input != 2000 {
+	if n := len(r.fp.Requests()); n != 3 || sp.CapHit != jobs.ReasonTokenCap || sp.Refused != 1 || sp.Tokens.Input != 3000 {
 		t.Fatalf("upstream saw %d calls; spend %+v", n, sp)
 	}
 }
@@ -518,7 +534,7 @@ func TestCloseEndsWaitAndFailingRateLimitsForward(t *testing.T) {
 
 // Spend is safe to read while calls run.
 func TestConcurrentCalls(t *testing.T) {
-	r := newRig(t, Config{}, dispatch.GatewayJob{}, fakeprovider.Answer("hi", fakeprovider.Usage{Input: 10, Output: 1}))
+	r := newRig(t, Config{MaxCalls: 8}, dispatch.GatewayJob{}, fakeprovider.Answer("hi", fakeprovider.Usage{Input: 10, Output: 1}))
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {

@@ -81,6 +81,9 @@ type meter struct {
 	bytes int64
 	usage Usage
 	saw   bool
+	// final is true once the answer's closing usage was read: a JSON
+	// body's, a stream's message_delta, last chunk or response.completed.
+	final bool
 	model string
 }
 
@@ -135,6 +138,9 @@ func (m *meter) sseLine(l []byte) {
 }
 
 func (m *meter) event(ev wireEvent) {
+	if ev.Usage != nil || ev.Response != nil && ev.Response.Usage != nil {
+		m.final = true
+	}
 	for _, in := range []*wireInner{{ev.Model, ev.Usage}, ev.Message, ev.Response} {
 		if in == nil {
 			continue
@@ -186,6 +192,7 @@ func (m *meter) finish() {
 	var u wireUsage
 	if json.NewDecoder(bytes.NewReader(m.tail[i+len(usageKeyC):])).Decode(&u) == nil {
 		m.add(u.norm())
+		m.final = true
 	}
 }
 
@@ -198,6 +205,7 @@ type meterBody struct {
 	rc     io.ReadCloser
 	c      *call
 	length int64 // -1: unknown
+	done   bool  // the body was read to its end
 }
 
 func (b *meterBody) Read(p []byte) (int, error) {
@@ -206,12 +214,27 @@ func (b *meterBody) Read(p []byte) (int, error) {
 		b.c.meter.write(p[:n])
 	}
 	if err == io.EOF || b.length >= 0 && b.c.meter.bytes >= b.length {
+		b.done = true
 		b.c.finish(true)
 	}
 	return n, err
 }
 
+// Close reads what is left of an answer the container hung up on, to meter
+// it: the call's context ends that when the session closes or DrainTimeout
+// passes.
 func (b *meterBody) Close() error {
+	if !b.done && !b.c.meter.final {
+		buf := buffers.Get().(*[]byte)
+		for {
+			n, err := b.rc.Read(*buf)
+			b.c.meter.write((*buf)[:n])
+			if err != nil || b.c.meter.final && b.c.meter.sse {
+				break
+			}
+		}
+		buffers.Put(buf)
+	}
 	err := b.rc.Close()
 	b.c.finish(true)
 	return err

@@ -136,6 +136,10 @@ type Spend struct {
 	// CapHit is ReasonCostCap or ReasonTokenCap when the gateway stopped the
 	// job at a cap.
 	CapHit string `json:"capHit,omitempty"`
+	// OvershootMicros is what the provider billed past the bounds the
+	// gateway reserved (a call it could not bound exactly); the gateway
+	// stops the job's calls at the first.
+	OvershootMicros int64 `json:"overshootMicros,omitempty"`
 }
 
 // SpendTokens are the tokens of a run's model calls.

@@ -43,6 +43,9 @@ func newGateway(cfg dispatch.Config, limits gateway.RateLimits, logger *slog.Log
 		Logger:        logger,
 		Host:          cfg.WorkerName,
 		OnCall:        onCall,
+		MaxCalls:      cfg.Gateway.MaxCalls,
+		MaxBodyBytes:  cfg.Gateway.MaxBodyBytes,
+		AllowedModels: cfg.Gateway.AllowedModels,
 	})
 	if err != nil {
 		return nil, &dispatch.ConfigError{Var: "PI_PROVIDER_URLS", Value: "", Rule: err.Error()}

@@ -67,6 +67,21 @@ type Step struct {
 	// Before, when set, runs before the step answers (in the request's
 	// goroutine): a test looks at the running job while its agent waits.
 	Before func()
+	// FillOutput bills (and reports) as many output tokens as the request
+	// allows (max_tokens, max_completion_tokens or max_output_tokens, times
+	// n), or Usage.Output when the request sets no bound: a model that
+	// writes until it is stopped.
+	FillOutput bool
+	// InputPerBlock adds this many input tokens per image or document block
+	// of the request, as a provider bills a document's pages or a fetched
+	// page: a small request billed large.
+	InputPerBlock int64
+	// Overbill adds this many output tokens past the request's bound: a
+	// provider that beats the bound it was given.
+	Overbill int64
+	// ChunkDelay pauses between the events of a Big stream. The stream
+	// goes on to its end (and is billed whole) when the client hangs up.
+	ChunkDelay time.Duration
 }
 
 // ToolCall names a tool and its input.
@@ -96,6 +111,9 @@ type Request struct {
 	Stream bool
 	Header http.Header
 	Body   []byte
+	// Billed is the usage the provider billed for this request (zero for an
+	// error or a hang), whether or not the client read the answer.
+	Billed Usage
 }
 
 // BigChunk is the text of one delta event of a Big step.
@@ -165,11 +183,75 @@ func (s *Server) Reported() (u Usage, answers int) {
 	for _, r := range s.requests {
 		st := s.steps[r.Step]
 		if isAnswer(st) && !st.NoUsage {
-			u = u.Add(st.Usage)
+			u = u.Add(r.Billed)
 			answers++
 		}
 	}
 	return u, answers
+}
+
+// Billed sums what the provider billed: the usage of every answer it
+// began, reported or not, read by the client or not.
+func (s *Server) Billed() Usage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var u Usage
+	for _, r := range s.requests {
+		u = u.Add(r.Billed)
+	}
+	return u
+}
+
+// bill is what a step bills for a request: the step's usage, its output
+// held to the request's bound as a provider holds it (unless Overbill),
+// input added for each image or document block.
+func (st Step) bill(body reqBody, raw []byte) Usage {
+	if !isAnswer(st) {
+		return Usage{}
+	}
+	u := st.Usage
+	bound := int64(-1)
+	for _, b := range []*int64{body.MaxTokens, body.MaxCompletionTokens, body.MaxOutputTokens} {
+		if b != nil && (bound < 0 || *b < bound) {
+			bound = *b
+		}
+	}
+	if bound >= 0 && body.N > 1 {
+		bound *= body.N
+	}
+	switch {
+	case st.FillOutput && bound >= 0:
+		u.Output = bound
+	case bound >= 0 && u.Output > bound:
+		u.Output = bound
+	}
+	u.Output += st.Overbill
+	if st.InputPerBlock > 0 {
+		var v any
+		_ = json.Unmarshal(raw, &v)
+		u.Input += st.InputPerBlock * countBlocks(v)
+	}
+	return u
+}
+
+// countBlocks counts the image and document blocks anywhere in v.
+func countBlocks(v any) int64 {
+	n := int64(0)
+	switch v := v.(type) {
+	case map[string]any:
+		switch v["type"] {
+		case "image", "document", "image_url", "input_image", "input_file", "file":
+			n++
+		}
+		for _, e := range v {
+			n += countBlocks(e)
+		}
+	case []any:
+		for _, e := range v {
+			n += countBlocks(e)
+		}
+	}
+	return n
 }
 
 func isAnswer(st Step) bool { return !st.Hang && (st.Status == 0 || st.Status == http.StatusOK) }
@@ -181,6 +263,10 @@ type reqBody struct {
 	StreamOptions struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
+	MaxTokens           *int64 `json:"max_tokens"`
+	MaxCompletionTokens *int64 `json:"max_completion_tokens"`
+	MaxOutputTokens     *int64 `json:"max_output_tokens"`
+	N                   int64  `json:"n"`
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -202,9 +288,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	i := min(len(s.requests), len(s.steps)-1)
-	s.requests = append(s.requests, Request{At: time.Now(), Path: r.URL.Path, Query: r.URL.RawQuery, Model: body.Model, APIKey: key, Step: i,
-		API: api, Stream: body.Stream, Header: r.Header.Clone(), Body: raw})
 	st := s.steps[i]
+	st.Usage = st.bill(body, raw)
+	s.requests = append(s.requests, Request{At: time.Now(), Path: r.URL.Path, Query: r.URL.RawQuery, Model: body.Model, APIKey: key, Step: i,
+		API: api, Stream: body.Stream, Header: r.Header.Clone(), Body: raw, Billed: st.Usage})
 	s.mu.Unlock()
 	if st.Before != nil {
 		st.Before()
@@ -351,12 +438,16 @@ func (s *sender) send(event string, data any) {
 	s.raw(fmt.Appendf(nil, "data: %s\n\n", b))
 }
 
-// big streams st.Big bytes of text in BigChunk events built once.
-func (s *sender) big(total int64, event func(text string) []byte) {
+// big streams total bytes of text in BigChunk events built once, delay
+// apart.
+func (s *sender) big(total int64, delay time.Duration, event func(text string) []byte) {
 	chunk := event(strings.Repeat("x", BigChunk))
 	for sent := int64(0); sent < total; sent += BigChunk {
 		if left := total - sent; left < BigChunk {
 			chunk = event(strings.Repeat("x", int(left)))
+		}
+		if delay > 0 && sent > 0 {
+			time.Sleep(delay)
 		}
 		s.raw(chunk)
 	}
@@ -373,7 +464,7 @@ func streamChat(w http.ResponseWriter, body reqBody, n int, st Step) {
 	}
 	s.send("", chunk(map[string]any{"role": "assistant", "content": ""}, nil))
 	if st.Big > 0 {
-		s.big(st.Big, func(text string) []byte {
+		s.big(st.Big, st.ChunkDelay, func(text string) []byte {
 			b, _ := json.Marshal(chunk(map[string]any{"content": text}, nil))
 			return fmt.Appendf(nil, "data: %s\n\n", b)
 		})
@@ -409,7 +500,7 @@ func stream(w http.ResponseWriter, model string, n int, st Step) {
 	if st.Big > 0 || st.Text != "" {
 		s.send("content_block_start", map[string]any{"type": "content_block_start", "index": index, "content_block": map[string]any{"type": "text", "text": ""}})
 		if st.Big > 0 {
-			s.big(st.Big, func(text string) []byte {
+			s.big(st.Big, st.ChunkDelay, func(text string) []byte {
 				b, _ := json.Marshal(map[string]any{"type": "content_block_delta", "index": index, "delta": map[string]any{"type": "text_delta", "text": text}})
 				return fmt.Appendf(nil, "event: content_block_delta\ndata: %s\n\n", b)
 			})

@@ -1,0 +1,7 @@
+//go:build race
+
+package dispatch_test
+
+// raceEnabled: the race detector multiplies memory, so memory bounds are
+// checked without it.
+const raceEnabled = true
