@@ -104,6 +104,7 @@ func TestLoadConfig_Defaults(t *testing.T) {
 		WaitMax:              24 * time.Hour,
 		WaitAfterMax:         30 * 24 * time.Hour,
 		Gateway:              dispatch.Gateway{DefaultProvider: "anthropic", DefaultModel: "claude-sonnet-4-5", RateLimitWait: time.Minute},
+		JobOutputMax:         16 << 20,
 	}
 	require.Equal(t, want, c)
 	require.NoError(t, c.Validate())
