@@ -148,3 +148,46 @@ func TestLiveUnsignedJobsAreRefused(t *testing.T) {
 
 // redisZ is the wake-up marker BullMQ's producers add.
 func redisZ() redis.Z { return redis.Z{Score: 0, Member: "0"} }
+
+// A host that re-homes a signed job (a dead host's waiting work) signs it
+// for its new queue; an unsigned job it moves stays unsigned there.
+func TestLiveRehomedJobIsResigned(t *testing.T) {
+	db := livetest.Valkey(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	keyFile := filepath.Join(t.TempDir(), "fleet.key")
+	if err := os.WriteFile(keyFile, []byte(strings.Repeat("k3y-", 10)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := dispatch.LoadConfig(func(k string) string { return map[string]string{"PI_FLEET_KEY_FILE": keyFile}[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := fleet.HostQueueName("gone-host")
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{WorkerName: "gone-host", WorkerNameDeclared: true, FleetKey: cfg.FleetKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := p.EnqueueLocal(ctx, jobs.Job{Folder: t.TempDir(), Flow: "fix", Task: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := queue.NewDirectory(db.Client, queue.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stack.SigningDirectory(dir, cfg.FleetKey).Move(ctx, gone, fleet.SharedQueue, e.JobID); err != nil {
+		t.Fatal(err)
+	}
+	shared, _ := dir.Queue(fleet.SharedQueue)
+	j, err := shared.Get(ctx, e.JobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.FleetKey.VerifyJob(fleet.SharedQueue, j.ID, j.Data, j.Signature) {
+		t.Fatalf("re-homed job not signed for %s", fleet.SharedQueue)
+	}
+	if cfg.FleetKey.VerifyJob(gone, j.ID, j.Data, j.Signature) {
+		t.Fatal("the old queue's signature still verifies")
+	}
+}
