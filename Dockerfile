@@ -23,6 +23,7 @@ COPY dispatch ./dispatch
 COPY enqueue ./enqueue
 COPY fingerprint ./fingerprint
 COPY fleet ./fleet
+COPY fleetkey ./fleetkey
 COPY fleetstate ./fleetstate
 COPY gateway ./gateway
 COPY image ./image

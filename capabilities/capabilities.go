@@ -151,6 +151,9 @@ type Host struct {
 	Routes   bool          // the peer declared a name and drains a queue of its own
 	Age      time.Duration // how long since its last beat
 	AgeKnown bool          // false: undatable row, never evidence of life
+	// Untrusted: the row lacks the fleet key's signature, so anyone who can
+	// write Valkey may have written it. Route ignores the host entirely.
+	Untrusted bool
 }
 
 // routableBuf is how many routable names Route collects without a heap allocation; a fleet
@@ -234,7 +237,7 @@ func Route(hosts []Host, needs []string, jobID string, fresh time.Duration) stri
 // classify says whether h is live, capable (live and serves every need) and routing (capable
 // with a queue of its own). needs must all be valid tokens.
 func classify(h *Host, needs []string, fresh time.Duration) (live, capable, routing bool) {
-	if !h.AgeKnown || h.Age > fresh {
+	if h.Untrusted || !h.AgeKnown || h.Age > fresh {
 		return false, false, false
 	}
 	for _, need := range needs {

@@ -57,8 +57,8 @@ type Spec struct {
 	// root process cannot write a folder another uid owns.
 	User string
 	// OutputFile, when set, receives the job's whole output (stdout and
-	// stderr as they interleaved), created with mode 0600. Its size is not
-	// bounded by the runner.
+	// stderr as they interleaved), created with mode 0600. The runtime
+	// bounds its size and keeps the tail, which ends with the exit line.
 	OutputFile string
 	// KeepContainer leaves the container in place once it exited, so a
 	// caller that crashes before recording the outcome leaves the exit code

@@ -14,13 +14,14 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/pidispatch/pidispatch/fleet"
 )
 
-// static holds the page's script and style; page.html is the page itself,
-// a template that receives the token.
+// static holds the page's script and style; page.html is the page itself.
 //
 //go:embed static
 var static embed.FS
@@ -37,9 +38,12 @@ const (
 	DefaultActionTimeout = 20 * time.Second
 )
 
-// TokenHeader carries the page's token on every POST. A form on another
-// site cannot set it, and a page of another origin cannot read the token.
-const TokenHeader = "X-Dash-Token"
+// SessionCookie names the browser's session. It is HttpOnly (no script
+// reads it) and SameSite=Strict (no other site's page sends it).
+const SessionCookie = "pidispatch_dash"
+
+// LoginPath is the path of the one-time login; Handler.LoginURL adds its token.
+const LoginPath = "/login"
 
 // ContentSecurityPolicy is sent with every answer: the page's own script,
 // style and endpoint, nothing else; no inline script, no frames, no forms.
@@ -68,20 +72,29 @@ type Options struct {
 	Host string
 }
 
-type handler struct {
-	src   Source
-	opts  Options
-	token string
-	page  []byte
-	log   *slog.Logger
-	mux   *http.ServeMux
+// Handler is the dashboard. Only a browser holding its session sees the
+// fleet or acts: the session is given once, to whoever first opens the
+// one-time address (LoginURL) the serving program shows its operator. No
+// page and no answer carries the login token or the session.
+type Handler struct {
+	src  Source
+	opts Options
+	page []byte
+	log  *slog.Logger
+	mux  *http.ServeMux
+
+	// loginToken opens the one session; session is its cookie's value once
+	// a browser has it.
+	loginToken string
+	mu         sync.Mutex
+	loginUsed  bool
+	session    string
 }
 
 var pageTemplate = template.Must(template.ParseFS(pageFS, "page.html"))
 
-// New returns the dashboard over src. Its token, embedded in the page and
-// required on every POST, is random per call.
-func New(src Source, opts Options) (http.Handler, error) {
+// New returns the dashboard over src, with a fresh random login token.
+func New(src Source, opts Options) (*Handler, error) {
 	if src == nil {
 		return nil, errors.New("dash: nil source")
 	}
@@ -98,12 +111,10 @@ func New(src Source, opts Options) (http.Handler, error) {
 	if opts.Host != "" {
 		log = log.With("host", opts.Host)
 	}
-	var raw [32]byte
-	_, _ = rand.Read(raw[:]) // crypto/rand.Read never fails
-	h := &handler{src: src, opts: opts, token: hex.EncodeToString(raw[:]), log: log}
+	h := &Handler{src: src, opts: opts, loginToken: randomHex(), log: log}
 	var page bytes.Buffer
 	err := pageTemplate.Execute(&page, map[string]any{
-		"Actions": opts.Actions != nil, "Token": h.token, "RefreshMs": opts.Refresh.Milliseconds(),
+		"Actions": opts.Actions != nil, "RefreshMs": opts.Refresh.Milliseconds(),
 	})
 	if err != nil {
 		return nil, err
@@ -113,22 +124,75 @@ func New(src Source, opts Options) (http.Handler, error) {
 	return h, nil
 }
 
-func (h *handler) routes() {
+func randomHex() string {
+	var raw [32]byte
+	_, _ = rand.Read(raw[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(raw[:])
+}
+
+// LoginURL is the one-time address that gives a browser the session: base
+// (such as "http://127.0.0.1:8477") with the login path and token. Show it
+// only to the operator (a terminal), never in a page or a log.
+func (h *Handler) LoginURL(base string) string {
+	return strings.TrimSuffix(base, "/") + LoginPath + "?token=" + h.loginToken
+}
+
+func (h *Handler) routes() {
 	h.mux = http.NewServeMux()
-	h.mux.HandleFunc("GET /{$}", h.servePage)
+	h.mux.HandleFunc("GET "+LoginPath, h.login)
 	h.mux.Handle("GET /static/", http.FileServerFS(static))
-	h.mux.HandleFunc("GET /api/state", h.serveState)
+	h.mux.HandleFunc("GET /{$}", h.authed(h.servePage))
+	h.mux.HandleFunc("GET /api/state", h.authed(h.serveState))
 	h.jobRoutes() // job.go
 	if h.opts.Actions != nil {
-		h.mux.HandleFunc("POST /api/pause", h.action("pause", func(ctx context.Context, _ string) (string, error) { return h.opts.Actions.Pause(ctx) }))
-		h.mux.HandleFunc("POST /api/resume", h.action("resume", func(ctx context.Context, _ string) (string, error) { return h.opts.Actions.Resume(ctx) }))
-		h.mux.HandleFunc("POST /api/cancel", h.action("cancel", h.opts.Actions.Cancel))
+		h.mux.HandleFunc("POST /api/pause", h.authed(h.action("pause", func(ctx context.Context, _ string) (string, error) { return h.opts.Actions.Pause(ctx) })))
+		h.mux.HandleFunc("POST /api/resume", h.authed(h.action("resume", func(ctx context.Context, _ string) (string, error) { return h.opts.Actions.Resume(ctx) })))
+		h.mux.HandleFunc("POST /api/cancel", h.authed(h.action("cancel", h.opts.Actions.Cancel)))
+	}
+}
+
+// login exchanges the one-time token for the session, once, and sends the
+// browser on to the page at an address without the token.
+func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
+	got := r.URL.Query().Get("token")
+	h.mu.Lock()
+	ok := !h.loginUsed && subtle.ConstantTimeCompare([]byte(got), []byte(h.loginToken)) == 1
+	if ok {
+		h.loginUsed, h.session = true, randomHex()
+	}
+	session := h.session
+	h.mu.Unlock()
+	if !ok {
+		h.log.Warn("dash_login_refused", "peer", r.RemoteAddr)
+		http.Error(w, "dash: this login address is wrong or was already used; stop pi-dispatch dash and start it again for a new one", http.StatusForbidden)
+		return
+	}
+	h.log.Info("dash_login", "peer", r.RemoteAddr)
+	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: session, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+// authed lets through only a request carrying the session.
+func (h *Handler) authed(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		c, err := r.Cookie(SessionCookie)
+		h.mu.Lock()
+		session := h.session
+		h.mu.Unlock()
+		if err != nil || session == "" || subtle.ConstantTimeCompare([]byte(c.Value), []byte(session)) != 1 {
+			if r.Method == http.MethodPost {
+				h.log.Warn("dash_action_refused", "peer", r.RemoteAddr, "path", r.URL.Path)
+			}
+			http.Error(w, "dash: no session: open the one-time address pi-dispatch dash printed", http.StatusUnauthorized)
+			return
+		}
+		next(w, r)
 	}
 }
 
 // ServeHTTP sets the headers every answer carries and refuses a Host not in
 // Options.Hosts.
-func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hdr := w.Header()
 	hdr.Set("Content-Security-Policy", ContentSecurityPolicy)
 	hdr.Set("X-Content-Type-Options", "nosniff")
@@ -142,12 +206,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mux.ServeHTTP(w, r)
 }
 
-func (h *handler) servePage(w http.ResponseWriter, _ *http.Request) {
+func (h *Handler) servePage(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	_, _ = w.Write(h.page)
 }
 
-func (h *handler) serveState(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) serveState(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), DefaultReadTimeout)
 	defer cancel()
 	st := h.read(ctx)
@@ -163,12 +227,15 @@ type actionReply struct {
 	Message string `json:"message"`
 }
 
-// action checks the token (and, for cancel, the job id) and runs do.
-func (h *handler) action(verb string, do func(context.Context, string) (string, error)) http.HandlerFunc {
+// action checks the request comes from the page (and, for cancel, the job
+// id) and runs do, logging the peer that asked. The session cookie is
+// SameSite=Strict; a JSON body and the fetch metadata keep out, besides, a
+// form or a request of another site.
+func (h *Handler) action(verb string, do func(context.Context, string) (string, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		got := r.Header.Get(TokenHeader)
-		if subtle.ConstantTimeCompare([]byte(got), []byte(h.token)) != 1 || r.Header.Get("Sec-Fetch-Site") == "cross-site" {
-			writeJSON(w, http.StatusForbidden, actionReply{Message: "missing or wrong " + TokenHeader + ": reload the page"})
+		if !strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") || r.Header.Get("Sec-Fetch-Site") == "cross-site" {
+			h.log.Warn("dash_action_refused", "action", verb, "peer", r.RemoteAddr)
+			writeJSON(w, http.StatusForbidden, actionReply{Message: "actions are sent by the dashboard's page only: reload it"})
 			return
 		}
 		var body struct {
@@ -184,7 +251,7 @@ func (h *handler) action(verb string, do func(context.Context, string) (string, 
 		ctx, cancel := context.WithTimeout(r.Context(), DefaultActionTimeout)
 		defer cancel()
 		msg, err := do(ctx, body.JobID)
-		log := h.log.With("action", verb)
+		log := h.log.With("action", verb, "peer", r.RemoteAddr)
 		if body.JobID != "" {
 			log = log.With("jobId", body.JobID)
 		}

@@ -1,13 +1,16 @@
 package dash
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,18 +47,81 @@ func sampleFake() *fake {
 	}
 }
 
+// sessions holds the session cookie of each test server, by its URL.
+var sessions sync.Map
+
+// serve starts the handler and logs in through its one-time address; get
+// then carries the session.
 func serve(t *testing.T, src Source, opts Options) *httptest.Server {
 	t.Helper()
 	h, err := New(src, opts)
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
+	host := ""
+	if len(opts.Hosts) > 0 {
+		host = opts.Hosts[0]
+	}
+	sessions.Store(srv.URL, loginAs(t, h.LoginURL(srv.URL), host))
 	return srv
+}
+
+// login opens a one-time address and returns the session cookie it set.
+func login(t *testing.T, loginURL string) string {
+	t.Helper()
+	return loginAs(t, loginURL, "")
+}
+
+// loginAs is login with a Host header other than the URL's when host is set.
+func loginAs(t *testing.T, loginURL, host string) string {
+	t.Helper()
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	req, err := http.NewRequest(http.MethodGet, loginURL, nil)
+	require.NoError(t, err)
+	if host != "" {
+		req.Host = host
+	}
+	resp, err := c.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Equal(t, "/", resp.Header.Get("Location"))
+	for _, ck := range resp.Cookies() {
+		if ck.Name == SessionCookie {
+			require.True(t, ck.HttpOnly)
+			require.Equal(t, http.SameSiteStrictMode, ck.SameSite)
+			return ck.Value
+		}
+	}
+	t.Fatal("login set no session cookie")
+	return ""
+}
+
+func sessionOf(url string) string {
+	var out string
+	sessions.Range(func(k, v any) bool {
+		if strings.HasPrefix(url, k.(string)+"/") {
+			out = v.(string)
+			return false
+		}
+		return true
+	})
+	return out
 }
 
 func get(t *testing.T, url string) (*http.Response, string) {
 	t.Helper()
-	resp, err := http.Get(url)
+	return getWith(t, url, sessionOf(url))
+}
+
+func getWith(t *testing.T, url, session string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	require.NoError(t, err)
+	if session != "" {
+		req.AddCookie(&http.Cookie{Name: SessionCookie, Value: session})
+	}
+	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
@@ -63,13 +129,13 @@ func get(t *testing.T, url string) (*http.Response, string) {
 	return resp, string(body)
 }
 
-func post(t *testing.T, url, token, body string) (int, actionReply) {
+func post(t *testing.T, url, session, body string) (int, actionReply) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
-	if token != "" {
-		req.Header.Set(TokenHeader, token)
+	if session != "" {
+		req.AddCookie(&http.Cookie{Name: SessionCookie, Value: session})
 	}
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
@@ -105,7 +171,7 @@ func TestPageForbidsExternalSourcesAndHasNoButtonsReadOnly(t *testing.T) {
 	require.NotContains(t, page, "dash-token")
 
 	for _, path := range []string{"/api/pause", "/api/resume", "/api/cancel"} {
-		code, _ := post(t, srv.URL+path, "", `{"jobId":"run-1"}`)
+		code, _ := post(t, srv.URL+path, sessionOf(srv.URL+"/"), `{"jobId":"run-1"}`)
 		require.Equal(t, http.StatusNotFound, code, path)
 	}
 	require.Empty(t, f.actions())
@@ -209,53 +275,96 @@ func TestStateEscapesHostileStrings(t *testing.T) {
 	require.Equal(t, hostileJobID, st.Held[0].JobID)
 }
 
-func TestActionsNeedTheToken(t *testing.T) {
+// Only the browser that opened the one-time address acts: the page carries
+// no token, a request without the session (a second local user) is refused
+// and logged with its peer, the address works once, and each action's log
+// line names the peer.
+func TestActionsNeedTheSession(t *testing.T) {
 	f := sampleFake()
-	srv := serve(t, f, Options{Actions: f})
-	_, page := get(t, srv.URL+"/")
+	var logs bytes.Buffer
+	h, err := New(f, Options{Actions: f, Logger: slog.New(slog.NewJSONHandler(&logs, nil)), Host: "alpha"})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+
+	// Before the login, nothing is served but the login and the static files.
+	resp, page := getWith(t, srv.URL+"/", "")
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	require.NotContains(t, page, h.loginToken)
+	resp, _ = getWith(t, srv.URL+"/api/state", "")
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	resp, _ = getWith(t, srv.URL+LoginPath+"?token="+strings.Repeat("0", 64), "")
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+
+	session := login(t, h.LoginURL(srv.URL))
+	require.Len(t, session, 64)
+	require.NotEqual(t, h.loginToken, session)
+	// The address works once.
+	resp, _ = getWith(t, h.LoginURL(srv.URL), "")
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+	require.Empty(t, resp.Cookies())
+
+	resp, page = getWith(t, srv.URL+"/", session)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Contains(t, page, `<button type="button" id="pause">`)
 	require.Contains(t, page, `<button type="button" id="resume">`)
-	token := pageToken(t, page)
-	require.Len(t, token, 64)
-	st, _ := readState(t, srv.URL)
-	require.True(t, st.Actions)
+	require.NotContains(t, page, h.loginToken)
+	require.NotContains(t, page, session)
+	_, body := getWith(t, srv.URL+"/api/state", session)
+	require.NotContains(t, body, session)
+	require.NotContains(t, body, h.loginToken)
 
-	for _, bad := range []string{"", "wrong", strings.Repeat("0", 64)} {
-		code, r := post(t, srv.URL+"/api/pause", bad, "{}")
-		require.Equal(t, http.StatusForbidden, code)
-		require.Contains(t, r.Message, TokenHeader)
+	for _, bad := range []string{"", "wrong", strings.Repeat("0", 64), h.loginToken} {
+		code, _ := post(t, srv.URL+"/api/pause", bad, "{}")
+		require.Equal(t, http.StatusUnauthorized, code)
 	}
+	// A form (no JSON) or another site's request is refused even with the cookie.
+	req, err := http.NewRequest(http.MethodPost, srv.URL+"/api/pause", strings.NewReader("{}"))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "text/plain")
+	req.AddCookie(&http.Cookie{Name: SessionCookie, Value: session})
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
 	require.Empty(t, f.actions())
 
-	code, r := post(t, srv.URL+"/api/pause", token, "{}")
+	code, r := post(t, srv.URL+"/api/pause", session, "{}")
 	require.Equal(t, http.StatusOK, code)
 	require.Equal(t, actionReply{OK: true, Message: "pause done"}, r)
-	code, _ = post(t, srv.URL+"/api/resume", token, "{}")
+	code, _ = post(t, srv.URL+"/api/resume", session, "{}")
 	require.Equal(t, http.StatusOK, code)
-	code, _ = post(t, srv.URL+"/api/cancel", token, `{"jobId":"`+strings.ReplaceAll(hostileJobID, `"`, `\"`)+`"}`)
+	code, _ = post(t, srv.URL+"/api/cancel", session, `{"jobId":"`+strings.ReplaceAll(hostileJobID, `"`, `\"`)+`"}`)
 	require.Equal(t, http.StatusOK, code)
 	for _, body := range []string{"", "{}", `{"jobId":""}`, `{"jobId":"a\nb"}`, "not json"} {
-		code, _ = post(t, srv.URL+"/api/cancel", token, body)
+		code, _ = post(t, srv.URL+"/api/cancel", session, body)
 		require.Equal(t, http.StatusBadRequest, code, body)
 	}
 	require.Equal(t, []string{"pause", "resume", "cancel " + hostileJobID}, f.actions())
 
 	// A GET never acts.
-	resp, _ := get(t, srv.URL+"/api/pause")
+	resp, _ = getWith(t, srv.URL+"/api/pause", session)
 	require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
 
-	// Another handler has another token.
-	_, other := get(t, serve(t, f, Options{Actions: f}).URL+"/")
-	require.NotEqual(t, token, pageToken(t, other))
-}
-
-func pageToken(t *testing.T, page string) string {
-	t.Helper()
-	const marker = `<meta name="dash-token" content="`
-	i := strings.Index(page, marker)
-	require.GreaterOrEqual(t, i, 0, "no token in the page")
-	rest := page[i+len(marker):]
-	return rest[:strings.IndexByte(rest, '"')]
+	// Each action and each refusal is logged with the peer; no line holds a secret.
+	var acted, refused int
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var ev map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &ev), line)
+		require.NotContains(t, line, session)
+		require.NotContains(t, line, h.loginToken)
+		switch ev["msg"] {
+		case "dash_action":
+			acted++
+			require.Contains(t, ev["peer"], "127.0.0.1:", line)
+			require.Equal(t, "alpha", ev["host"], line)
+		case "dash_action_refused":
+			refused++
+			require.Contains(t, ev["peer"], "127.0.0.1:", line)
+		}
+	}
+	require.Equal(t, 3, acted)
+	require.Equal(t, 5, refused)
 }
 
 // With Options.Hosts, a request for another Host (a rebound DNS name) is
@@ -267,6 +376,7 @@ func TestUnknownHostHeaderIsRefused(t *testing.T) {
 	req, err := http.NewRequest(http.MethodGet, srv.URL+"/api/state", nil)
 	require.NoError(t, err)
 	req.Host = "127.0.0.1:1"
+	req.AddCookie(&http.Cookie{Name: SessionCookie, Value: sessionOf(srv.URL + "/")})
 	resp, err = http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	resp.Body.Close()

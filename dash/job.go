@@ -66,17 +66,17 @@ type delayedView struct {
 }
 
 // jobRoutes adds the job page when the source can read jobs.
-func (h *handler) jobRoutes() {
+func (h *Handler) jobRoutes() {
 	jr, ok := h.src.(JobReader)
 	if !ok {
 		return
 	}
-	h.mux.HandleFunc("GET /job", h.serveJobPage)
-	h.mux.HandleFunc("GET /api/job", func(w http.ResponseWriter, r *http.Request) { h.serveJob(w, r, jr) })
-	h.mux.HandleFunc("GET /api/queued", func(w http.ResponseWriter, r *http.Request) { h.serveQueued(w, r, jr) })
+	h.mux.HandleFunc("GET /job", h.authed(h.serveJobPage))
+	h.mux.HandleFunc("GET /api/job", h.authed(func(w http.ResponseWriter, r *http.Request) { h.serveJob(w, r, jr) }))
+	h.mux.HandleFunc("GET /api/queued", h.authed(func(w http.ResponseWriter, r *http.Request) { h.serveQueued(w, r, jr) }))
 }
 
-func (h *handler) serveJobPage(w http.ResponseWriter, _ *http.Request) {
+func (h *Handler) serveJobPage(w http.ResponseWriter, _ *http.Request) {
 	b, err := pageFS.ReadFile("job.html")
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -86,7 +86,7 @@ func (h *handler) serveJobPage(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write(bytes.ReplaceAll(b, []byte("{{RefreshMs}}"), []byte(itoa(h.opts.Refresh.Milliseconds()))))
 }
 
-func (h *handler) serveJob(w http.ResponseWriter, r *http.Request, jr JobReader) {
+func (h *Handler) serveJob(w http.ResponseWriter, r *http.Request, jr JobReader) {
 	id := r.URL.Query().Get("id")
 	if fleet.CheckJobID(id) != nil {
 		writeJSON(w, http.StatusBadRequest, actionReply{Message: "job needs ?id=<a valid job id>"})
@@ -116,7 +116,7 @@ func (h *handler) serveJob(w http.ResponseWriter, r *http.Request, jr JobReader)
 	writeJSON(w, http.StatusOK, v)
 }
 
-func (h *handler) serveQueued(w http.ResponseWriter, r *http.Request, jr JobReader) {
+func (h *Handler) serveQueued(w http.ResponseWriter, r *http.Request, jr JobReader) {
 	ctx, cancel := context.WithTimeout(r.Context(), DefaultReadTimeout)
 	defer cancel()
 	lists, err := jr.Queued(ctx, h.opts.Limit)

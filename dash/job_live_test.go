@@ -3,6 +3,7 @@ package dash_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"time"
 
 	"testing"
@@ -65,9 +66,11 @@ func TestJobPageShowsLiveTranscriptAndQueuedIDs(t *testing.T) {
 		require.NoError(t, shared.Defer(ctx, j.ID, tok, time.Millisecond))
 	}
 
-	url := serveLive(t, db, dash.Options{}, false)
+	login := serveLive(t, db, dash.Options{}, false)
+	url := login[:strings.Index(login, dash.LoginPath)] // the session first, then the pages
 	b := browsertest.Chromium(t, liveTimeout)
 	require.NoError(t, chromedp.Do(b.Ctx,
+		chromedp.Navigate(login),
 		chromedp.Navigate(url+"/job?id="+runningJob),
 		browsertest.WaitText(30*time.Second, "job "+runningJob, "active", "agent says hello", `<img src=x onerror="window.__pwned=1">`, "model anthropic/claude-x 200", "running"),
 	))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -71,7 +72,8 @@ func liveFleet(t *testing.T) *livetest.ValkeyDB {
 	return db
 }
 
-// serveLive serves the dashboard over db on a free loopback port, with the
+// serveLive serves the dashboard over db on a free loopback port and returns
+// its one-time login address, with the
 // Valkey source's actions when actions is set.
 func serveLive(t *testing.T, db *livetest.ValkeyDB, opts dash.Options, actions bool) string {
 	t.Helper()
@@ -88,7 +90,7 @@ func serveLive(t *testing.T, db *livetest.ValkeyDB, opts dash.Options, actions b
 	require.NoError(t, err)
 	srv := httptest.NewServer(h) // a free loopback port
 	t.Cleanup(srv.Close)
-	return srv.URL
+	return h.LoginURL(srv.URL)
 }
 
 // The Valkey source reads every section of a live fleet.
@@ -170,4 +172,41 @@ func TestDashboardInChromium(t *testing.T) {
 	require.Equal(t, float64(0), check(`document.querySelectorAll("button").length`))
 	// The running job shows under its host.
 	require.Equal(t, true, check(`[...document.querySelectorAll("#hosts td")].some((td) => td.textContent === "`+runningJob+`")`))
+}
+
+// The one-time address, in a real Chromium, gives that browser a session it
+// cannot read from script, and lands on an address without the token; the
+// page holds no token. A second browser (another local user) that opens the
+// dashboard's address, or the used login address, gets neither the fleet
+// nor the buttons.
+func TestLoginInChromium(t *testing.T) {
+	db := liveFleet(t)
+	loginURL := serveLive(t, db, dash.Options{}, true)
+	b := browsertest.Chromium(t, liveTimeout)
+	require.NoError(t, chromedp.Do(b.Ctx,
+		chromedp.Navigate(loginURL),
+		browsertest.WaitText(30*time.Second, liveHost, "Pause fleet"),
+	))
+	token := loginURL[strings.Index(loginURL, "token=")+len("token="):]
+	eval := func(b *browsertest.Browser, expr string) any {
+		t.Helper()
+		v, err := chromedp.Run(b.Ctx, chromedp.Evaluate[any](expr))
+		require.NoError(t, err, expr)
+		return v
+	}
+	href := eval(b, `location.href`).(string)
+	require.NotContains(t, href, token)
+	require.True(t, strings.HasSuffix(href, "/"), href)
+	require.Equal(t, "", eval(b, `document.cookie`))
+	require.NotContains(t, eval(b, `document.documentElement.outerHTML`).(string), token)
+
+	other := browsertest.Chromium(t, liveTimeout)
+	base := strings.TrimSuffix(href, "/")
+	for _, u := range []string{base + "/", loginURL} {
+		require.NoError(t, chromedp.Do(other.Ctx, chromedp.Navigate(u)))
+		text := eval(other, `document.body.innerText`).(string)
+		require.NotContains(t, text, liveHost, u)
+		require.Contains(t, text, "pi-dispatch dash", u)
+		require.Equal(t, float64(0), eval(other, `document.querySelectorAll("button").length`), u)
+	}
 }

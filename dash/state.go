@@ -95,7 +95,7 @@ const (
 )
 
 // read gathers every section; a failed one is named in Errors.
-func (h *handler) read(ctx context.Context) state {
+func (h *Handler) read(ctx context.Context) state {
 	now := time.Now()
 	st := state{Now: now.UTC(), Actions: h.opts.Actions != nil, Errors: map[string]string{},
 		Hosts: []hostView{}, Queues: []operator.QueueStatus{}, Held: []heldView{},
@@ -142,7 +142,7 @@ func (h *handler) read(ctx context.Context) state {
 	return st
 }
 
-func (h *handler) readDollars(ctx context.Context, st *state) {
+func (h *Handler) readDollars(ctx context.Context, st *state) {
 	if h.opts.Dollars == nil {
 		st.DollarsOff = true
 		return

@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/fleetkey"
 	"github.com/pidispatch/pidispatch/internal/check"
 	"github.com/pidispatch/pidispatch/jobs"
 )
@@ -93,6 +94,9 @@ var EnvVars = []string{
 	"PI_WAIT_INTERVAL_MS",
 	"PI_WAIT_MAX_MS",
 	"PI_WAIT_AFTER_MAX_MS",
+	"PI_FLEET_KEY_FILE",
+	"PI_UNSIGNED_QUEUES",
+	"PI_JOB_OUTPUT_MAX",
 	// Only for the default of PI_LOGS_DIR, in this order.
 	"XDG_STATE_HOME",
 	"HOME",
@@ -165,6 +169,22 @@ type Config struct {
 	// LogRetentionDays is the age at which records are pruned.
 	// PI_LOG_RETENTION_DAYS, 1..3650, defaults to 30.
 	LogRetentionDays int
+	// FleetKeyFile is the fleet's signing key (package fleetkey), never
+	// stored in Valkey: with it, this host signs its registry row and the
+	// jobs it enqueues, ignores unsigned rows when routing and refuses
+	// unsigned jobs (job-unsigned). PI_FLEET_KEY_FILE; unset: no signing.
+	FleetKeyFile string
+	// FleetKey is the key FleetKeyFile holds, read by LoadConfig; an
+	// embedding program may set it directly instead.
+	FleetKey fleetkey.Key
+	// UnsignedQueues are the queues whose unsigned jobs this host still
+	// runs when it holds a key: the explicit allowance for a producer that
+	// cannot sign (a Node BullMQ client). PI_UNSIGNED_QUEUES, comma-separated;
+	// none by default.
+	UnsignedQueues []string
+	// JobOutputMax bounds the job output a host keeps on disk (its tail is
+	// kept). PI_JOB_OUTPUT_MAX, 64k..1g, defaults to 16m.
+	JobOutputMax int64
 	// TriggersFile holds the cron triggers; empty disables cron and the host abstains
 	// from cron agreement. PI_TRIGGERS_FILE.
 	TriggersFile string
@@ -269,6 +289,7 @@ func defaultConfig(logsDir string) Config {
 		WaitMax:              DefaultWaitMax,
 		WaitAfterMax:         DefaultWaitAfterMax,
 		Gateway:              defaultGateway(),
+		JobOutputMax:         DefaultJobOutputMax,
 	}
 }
 
@@ -317,6 +338,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	r.readProfiles(&c)
 	r.readSpend(&c)
 	r.readReport(&c)
+	r.readTrust(&c)
 
 	// An explicit 0 for the weekly cap is refused: unset is how the window is disabled,
 	// and a cap of 0 reads like "no starts allowed".
@@ -332,6 +354,9 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	if len(errs) > 0 {
 		errs.Sort()
 		return Config{}, errs
+	}
+	if err := c.loadFleetKey(); err != nil {
+		return Config{}, err
 	}
 	return c, nil
 }
@@ -465,6 +490,7 @@ func (c Config) problems(raw map[string]string) ConfigErrors {
 	c.waitProblems(p)
 	c.spendProblems(p)
 	c.reportProblems(p)
+	c.trustProblems(p)
 	return p.errs
 }
 

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/pidispatch/pidispatch/fleet"
@@ -29,6 +30,7 @@ type gate struct {
 var gates = []gate{
 	{"job-id", (*Worker).gateJobID},
 	{"job-data", (*Worker).gateJobData},
+	{"job-signed", (*Worker).gateJobSigned},
 	{"cron", (*Worker).gateCron},
 	{"pause-window", (*Worker).gatePauseWindow},
 	{"secret-profile", (*Worker).gateSecretProfile},
@@ -143,6 +145,33 @@ func (w *Worker) gateJobData(_ context.Context, h *held) verdict {
 		h.rec.Image = spec.Image
 	}
 	return goOn
+}
+
+// gateJobSigned lets a job through when this host holds no fleet key, when
+// the fleet key signed it for this queue and id, or when its queue is
+// allowed unsigned jobs (PI_UNSIGNED_QUEUES). A job scheduler's run is made
+// inside Valkey, where no key is: it goes on to the cron gate, which runs it
+// only when this host's own triggers file names exactly that run. Anything
+// else is refused job-unsigned: a Valkey writer without the key cannot have
+// this host run a job of its choosing.
+func (w *Worker) gateJobSigned(_ context.Context, h *held) verdict {
+	key := w.cfg.FleetKey
+	if !key.IsSet() || h.job.SchedulerID != "" || h.spec.Kind == jobs.KindCron {
+		return goOn
+	}
+	queue := h.q.Name()
+	if slices.Contains(w.cfg.UnsignedQueues, queue) {
+		return goOn
+	}
+	if key.VerifyJob(queue, h.job.ID, h.job.Data, h.job.Signature) {
+		return goOn
+	}
+	why := "bad signature"
+	if h.job.Signature == "" {
+		why = "no signature"
+	}
+	h.log.Warn("job_unsigned", "why", why)
+	return refuseFor(jobs.ReasonJobUnsigned)
 }
 
 // gateCron lets a job through unless a job scheduler made it (its queue

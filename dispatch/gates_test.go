@@ -16,6 +16,7 @@ func TestGateOrder(t *testing.T) {
 	want := []string{
 		"job-id (*Worker).gateJobID",
 		"job-data (*Worker).gateJobData",
+		"job-signed (*Worker).gateJobSigned",
 		"cron (*Worker).gateCron",
 		"pause-window (*Worker).gatePauseWindow",
 		"secret-profile (*Worker).gateSecretProfile",

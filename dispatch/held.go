@@ -34,6 +34,9 @@ type HeldJob struct {
 	// Corrupt is non-empty when a field could not be read; such a job is
 	// failed with this reason.
 	Corrupt string
+	// Signature is the job's fleet signature, as its producer wrote it
+	// (package fleetkey); empty when it has none.
+	Signature string
 }
 
 // JobState is where a job is on its queue.

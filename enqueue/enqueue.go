@@ -15,6 +15,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/capabilities"
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/fleetkey"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
@@ -53,6 +54,11 @@ type ProducerConfig struct {
 	Now func() time.Time
 	// Logger receives forge_job_routed and the router's faults.
 	Logger *slog.Logger
+	// FleetKey, when set, signs every job added (over its queue, id and
+	// data), so workers that hold the key run it, and makes the Router
+	// ignore registry rows the key did not sign. Workers of a fleet with a
+	// key refuse unsigned jobs (job-unsigned).
+	FleetKey fleetkey.Key
 }
 
 // Producer adds jobs through the enqueue paths of docs/fleet.md:
@@ -137,6 +143,11 @@ func (p *Producer) add(ctx context.Context, queueName, id string, job jobs.Job, 
 		return Enqueued{}, err
 	}
 	opts.JobID = id
+	if p.cfg.FleetKey.IsSet() {
+		if opts.Signature, err = p.cfg.FleetKey.SignJob(queueName, id, data); err != nil {
+			return Enqueued{}, fmt.Errorf("sign %s: %w", id, err)
+		}
+	}
 	got, added, err := q.Add(ctx, JobName, data, opts)
 	if err != nil {
 		return Enqueued{}, fmt.Errorf("enqueue %s on %s: %w", id, queueName, err)
@@ -353,19 +364,20 @@ func (r *Router) hostsCached(ctx context.Context) ([]capabilities.Host, error) {
 		rctx, cancel := context.WithTimeout(ctx, r.cfg.ReadTimeout)
 		live, err := registry.ReadLive(rctx, r.p.client, r.cfg.ReadTimeout)
 		cancel()
+		var hosts []capabilities.Host
+		if err == nil {
+			hosts = registry.CapabilityHosts(registry.Trust(live, r.p.cfg.FleetKey))
+		}
 		r.mu.Lock()
 		r.readAt = time.Now()
-		r.hosts = nil
-		if err == nil {
-			r.hosts = registry.CapabilityHosts(live)
-		}
+		r.hosts = hosts
 		r.inFlight = nil
 		close(done)
 		r.mu.Unlock()
 		if err != nil {
 			return nil, err
 		}
-		return registry.CapabilityHosts(live), nil
+		return hosts, nil
 	}
 }
 

@@ -55,6 +55,7 @@ const (
 	ReasonTokenCap             = "token-cap"       // the gateway refused a model call past the job's token cap
 	ReasonDollarCap            = "dollar-cap"      // a fleet dollar window could not hold the job's cap: never started
 	ReasonSoftHold             = "soft-hold"       // a count window is past PI_SOFT_HOLD_PCT of its cap
+	ReasonJobUnsigned          = "job-unsigned"    // the host holds the fleet key and the job carries no valid signature
 )
 
 // Reasons lists every valid Record.Reason.
@@ -65,6 +66,7 @@ var Reasons = []string{
 	ReasonOperatorCancel, ReasonWaitTimeout, ReasonWaitMaxChecks, ReasonWaitFaults,
 	ReasonWaitSuperseded, ReasonInvalidJob, ReasonExitOther, ReasonWorkerShutdown,
 	ReasonCronNotAgreed, ReasonCostCap, ReasonTokenCap, ReasonDollarCap, ReasonSoftHold,
+	ReasonJobUnsigned,
 }
 
 // MaxTelemetryBytes bounds Record.Telemetry (the container's exit line is read from an

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,6 +40,7 @@ func (x *explainer) pending(ctx context.Context) error {
 		return err
 	}
 	hosts := x.hosts(ctx)
+	x.signed()
 	if x.spec == nil {
 		x.add(FindInvalidJob, "its data does not parse: the first worker to take it refuses it invalid-job", nil)
 	} else {
@@ -60,6 +62,24 @@ func (x *explainer) pending(ctx context.Context) error {
 		x.add(FindReady, fmt.Sprintf("nothing holds it: it waits on %s for a free worker slot", x.ex.Queue), nil)
 	}
 	return nil
+}
+
+// signed says, with the fleet key, when the worker's signature gate will
+// refuse the job: by the gate's own rule (a scheduler's run and a queue
+// allowed unsigned jobs pass).
+func (x *explainer) signed() {
+	key, j := x.opts.FleetKey, x.job
+	if !key.IsSet() || j.SchedulerID != "" || (x.spec != nil && x.spec.Kind == jobs.KindCron) || slices.Contains(x.opts.UnsignedQueues, x.ex.Queue) {
+		return
+	}
+	if key.VerifyJob(x.ex.Queue, j.ID, j.Data, j.Signature) {
+		return
+	}
+	why := "a signature that does not verify for this queue and id"
+	if j.Signature == "" {
+		why = "no signature"
+	}
+	x.add(FindJobUnsigned, fmt.Sprintf("it carries %s of the fleet key: the first worker to take it refuses it job-unsigned (a party without the key wrote it, or moved it)", why), nil)
 }
 
 // paused: the fleet pause flag and the queue's own pause, which the kill
@@ -94,6 +114,7 @@ func (x *explainer) hosts(ctx context.Context) []registry.Host {
 		x.unread("the registry", err)
 		return nil
 	}
+	hosts = registry.Trust(hosts, x.opts.FleetKey)
 	name, onHost := strings.CutPrefix(x.ex.Queue, fleet.HostQueuePrefix)
 	if !onHost {
 		if len(hosts) == 0 {
@@ -104,6 +125,10 @@ func (x *explainer) hosts(ctx context.Context) []registry.Host {
 	for _, h := range hosts {
 		if h.Name != name {
 			continue
+		}
+		if h.Untrusted {
+			x.add(FindHostUntrusted, fmt.Sprintf("routed to host %s, whose registry row carries no valid signature of the fleet key: anyone who can write Valkey may have written it, and routing ignores it", name),
+				map[string]any{"host": name})
 		}
 		if !h.AgeKnown || h.Age > capabilities.RouteFresh {
 			age := "an undatable beat"

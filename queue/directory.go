@@ -80,6 +80,12 @@ func (d *Directory) Pending(ctx context.Context, name string, limit int) ([]*Job
 
 // Move moves a pending job from one queue to another (see Queue.MoveTo).
 func (d *Directory) Move(ctx context.Context, from, to, id string) error {
+	return d.MoveSigned(ctx, from, to, id, "")
+}
+
+// MoveSigned moves a pending job and replaces its fleet signature by sig
+// (see Queue.MoveToSigned).
+func (d *Directory) MoveSigned(ctx context.Context, from, to, id, sig string) error {
 	src, err := d.Queue(from)
 	if err != nil {
 		return err
@@ -88,7 +94,7 @@ func (d *Directory) Move(ctx context.Context, from, to, id string) error {
 	if err != nil {
 		return err
 	}
-	return src.MoveTo(ctx, id, dst)
+	return src.MoveToSigned(ctx, id, dst, sig)
 }
 
 // Find looks the job id up on the shared queue and every host queue and

@@ -40,6 +40,9 @@ type Job struct {
 	RemoveOnComplete Keep
 	RemoveOnFail     Keep
 	DedupID          string
+	// Signature is the fleet signature its producer put in its opts
+	// (AddOptions.Signature); empty when none.
+	Signature string
 
 	// AttemptsMade counts finished attempts (failures and the completion);
 	// deferrals do not count. AttemptsStarted counts takes.
@@ -182,6 +185,7 @@ func (f *hashFields) job(id string) *Job {
 	j.Priority = opts.Priority
 	j.RemoveOnComplete = opts.RemoveOnComplete
 	j.RemoveOnFail = opts.RemoveOnFail
+	j.Signature = opts.Signature
 	j.DedupID = f.deid
 	if j.DedupID == "" {
 		j.DedupID = opts.DedupID

@@ -25,6 +25,14 @@ var moveScript = buildScript("move.lua")
 // target already has (ErrTargetHasJob) stay where they are. Both queues must
 // share a client (and, on a cluster, a slot).
 func (q *Queue) MoveTo(ctx context.Context, id string, to *Queue) error {
+	return q.MoveToSigned(ctx, id, to, "")
+}
+
+// MoveToSigned is MoveTo that also replaces the job's fleet signature (the
+// SignatureOpt member of its opts) by sig, in the same script, when the job
+// has one: a signature binds the job to its queue, so the host that moves
+// it signs it for the target. An empty sig changes nothing.
+func (q *Queue) MoveToSigned(ctx context.Context, id string, to *Queue, sig string) error {
 	if err := ValidateJobID(id); err != nil {
 		return err
 	}
@@ -34,7 +42,7 @@ func (q *Queue) MoveTo(ctx context.Context, id string, to *Queue) error {
 	if to.cfg.Prefix != q.cfg.Prefix {
 		return optErr("to", "prefix %q differs from %q", to.cfg.Prefix, q.cfg.Prefix)
 	}
-	res, err := q.run(ctx, moveScript, to.keys.queue, id, to.keys.jobPrefix())
+	res, err := q.run(ctx, moveScript, to.keys.queue, id, to.keys.jobPrefix(), sig)
 	if err != nil {
 		return fmt.Errorf("move %q from %s to %s: %w", id, q.name, to.name, err)
 	}

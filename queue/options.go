@@ -53,7 +53,14 @@ type AddOptions struct {
 	// Dedup, when set, refuses jobs with the same dedup id while the first
 	// one is unfinished (TTL 0) or for TTL (BullMQ's deduplication).
 	Dedup *Dedup
+	// Signature is the job's fleet signature (package fleetkey), kept in
+	// its opts as SignatureOpt: BullMQ clients keep opts as they are through
+	// retries, and ignore a key they do not know.
+	Signature string
 }
+
+// SignatureOpt is the opts member that holds a job's fleet signature.
+const SignatureOpt = "pisig"
 
 // Backoff says how long to wait before retrying a failed job.
 type Backoff struct {
@@ -118,6 +125,7 @@ type wireOpts struct {
 	RemoveOnComplete any          `json:"removeOnComplete,omitempty"`
 	RemoveOnFail     any          `json:"removeOnFail,omitempty"`
 	De               *wireDedup   `json:"de,omitempty"`
+	Sig              string       `json:"pisig,omitempty"`
 }
 
 type wireBackoff struct {
@@ -318,6 +326,12 @@ func (o AddOptions) validate() ([]byte, error) {
 	w := t.wire()
 	w.Delay = durationMs(o.Delay)
 	w.JobID = o.JobID
+	if o.Signature != "" {
+		if err := checkString("Signature", o.Signature, 256); err != nil {
+			return nil, err
+		}
+		w.Sig = o.Signature
+	}
 	if o.Dedup != nil {
 		if o.Dedup.ID == "" {
 			return nil, optErr("Dedup.ID", "empty")
@@ -357,8 +371,9 @@ func checkJobName(field, name string) error {
 // any BullMQ client, leniently: a field of the wrong type reads as absent.
 type parsedOpts struct {
 	jobTemplate
-	DedupID string
-	Repeat  map[string]json.RawMessage
+	DedupID   string
+	Signature string
+	Repeat    map[string]json.RawMessage
 }
 
 func parseOpts(raw string) (parsedOpts, error) {
@@ -420,6 +435,9 @@ func (p *parsedOpts) apply(key, value string) {
 		if json.Unmarshal([]byte(value), &de) == nil {
 			p.DedupID = de.ID
 		}
+	case SignatureOpt:
+		p.Signature = ""
+		_ = json.Unmarshal([]byte(value), &p.Signature)
 	case "repeat":
 		p.Repeat = nil
 		_ = json.Unmarshal([]byte(value), &p.Repeat)

@@ -24,6 +24,9 @@ const (
 	FieldTZ          = "tz"
 	FieldFPCron      = "fpCron" // empty: the host abstains from cron agreement
 	FieldCronCount   = "cronCount"
+	// FieldSig is the row's fleet signature (package fleetkey) over every
+	// other field but beatAt and startedAt, which the server's clock writes.
+	FieldSig = "sig"
 )
 
 // rowFields is every field a reader asks for, in the order the read script
@@ -31,7 +34,19 @@ const (
 var rowFields = [...]string{
 	FieldName, FieldBeatAt, FieldStartedAt, FieldVersion, FieldImage, FieldImageDigest,
 	FieldConcurrency, FieldPid, FieldInstance, FieldRoutes, FieldCaps, FieldTZ,
-	FieldFPCron, FieldCronCount,
+	FieldFPCron, FieldCronCount, FieldSig,
+}
+
+// signedFields is the document a row's signature covers: every row field
+// but the server-written times and the signature, a missing one as "".
+func signedFields(get func(field string) string) map[string]string {
+	m := make(map[string]string, len(rowFields))
+	for _, f := range rowFields {
+		if f != FieldBeatAt && f != FieldStartedAt && f != FieldSig {
+			m[f] = get(f)
+		}
+	}
+	return m
 }
 
 // MaxValueLen is the longest row value a writer publishes or a reader accepts,

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/capabilities"
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/fleetkey"
 	"github.com/pidispatch/pidispatch/internal/bounded"
 )
 
@@ -41,6 +42,31 @@ type Host struct {
 	// Problems lists what was refused in this row ("caps: junk tokens dropped"),
 	// for doctor and the hosts view. A row with problems is still returned.
 	Problems []string
+	// Untrusted is set by Trust when the row does not carry the fleet key's
+	// signature: anyone who can write Valkey may have written it. Routing
+	// ignores such a row; the hosts view shows it.
+	Untrusted bool
+
+	// signed is the row as published, for the signature's check.
+	signed map[string]string
+	sig    string
+}
+
+// SignedBy reports whether the row carries k's signature of what it holds.
+func (h Host) SignedBy(k fleetkey.Key) bool {
+	return h.signed != nil && k.VerifyRow(h.signed, h.sig)
+}
+
+// Trust marks every row that k did not sign Untrusted, in place, and
+// returns hosts. With no key (a fleet that does not sign) it marks none.
+func Trust(hosts []Host, k fleetkey.Key) []Host {
+	if !k.IsSet() {
+		return hosts
+	}
+	for i := range hosts {
+		hosts[i].Untrusted = !hosts[i].SignedBy(k)
+	}
+	return hosts
 }
 
 // InvalidFingerprint stands in for a peer's fpCron that is not a fingerprint.
@@ -53,7 +79,7 @@ const futureSlack = time.Second
 
 // Capability is the host as the router consumes it.
 func (h Host) Capability() capabilities.Host {
-	return capabilities.Host{Name: h.Name, Caps: h.Caps, Routes: h.Routes, Age: h.Age, AgeKnown: h.AgeKnown}
+	return capabilities.Host{Name: h.Name, Caps: h.Caps, Routes: h.Routes, Age: h.Age, AgeKnown: h.AgeKnown, Untrusted: h.Untrusted}
 }
 
 // CapabilityHosts converts rows for capabilities.Route.
@@ -148,7 +174,11 @@ func readLive(ctx context.Context, client redis.UniversalClient, timeout time.Du
 		for j := range rowFields {
 			vals[j], _ = raw[j].(string)
 		}
-		hosts = append(hosts, parseRow(member, &vals, now))
+		signed := signedFields(vals.get)
+		sig := vals.get(FieldSig)
+		h := parseRow(member, &vals, now)
+		h.signed, h.sig = signed, sig
+		hosts = append(hosts, h)
 	}
 	slices.SortFunc(hosts, func(a, b Host) int { return cmp.Compare(a.Name, b.Name) })
 	return hosts, refused, nil

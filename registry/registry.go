@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/pidispatch/pidispatch/fleetkey"
 	"log/slog"
 	"os"
 	"strconv"
@@ -67,6 +68,9 @@ type Config struct {
 	// OnBeat, when set, is told of every beat: nil when it landed, else why
 	// not. It is called from the beating goroutine and must not block.
 	OnBeat func(err error)
+	// FleetKey, when set, signs every row this host publishes (FieldSig), so
+	// readers holding the key tell it from a row anyone could write.
+	FleetKey fleetkey.Key
 }
 
 func (c Config) withDefaults() Config {
@@ -369,6 +373,15 @@ func (r *Registry) rowArgs() []any {
 			r.log.Info("host_registry_fact_restored", "field", f.field)
 		}
 		pairs = append(pairs, f.field, r.publishable(f.field, f.value))
+	}
+	if r.cfg.FleetKey.IsSet() {
+		written := make(map[string]string, len(pairs)/2)
+		for i := 0; i+1 < len(pairs); i += 2 {
+			written[pairs[i].(string)] = pairs[i+1].(string)
+		}
+		if sig, err := r.cfg.FleetKey.SignRow(signedFields(func(f string) string { return written[f] })); err == nil {
+			pairs = append(pairs, FieldSig, sig)
+		}
 	}
 	return pairs
 }

@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"errors"
+	"github.com/pidispatch/pidispatch/fleetkey"
 	"os"
 	"os/exec"
 	"strconv"
@@ -166,6 +167,9 @@ func TestRegistry_RowFields(t *testing.T) {
 	logs := &logCapture{}
 	cfg := fastConfig(logs)
 	cfg.Pid = 4242
+	key, err := fleetkey.New([]byte("a fleet key of at least 32 bytes, for the test"))
+	require.NoError(t, err)
+	cfg.FleetKey = key
 	r := newRegistry(t, db.Client, "mini1", staticFacts(), cfg)
 	require.NoError(t, r.Publish(ctx))
 
@@ -174,11 +178,22 @@ func TestRegistry_RowFields(t *testing.T) {
 		require.Contains(t, raw, f)
 	}
 	require.Len(t, raw, len(rowFields))
+	hosts, err := ReadLive(ctx, db.Client, 0)
+	require.NoError(t, err)
+	require.Len(t, hosts, 1)
+	require.True(t, hosts[0].SignedBy(key), "the row carries the key's signature")
+	require.False(t, Trust(hosts, key)[0].Untrusted)
+	defer func() {
+		require.NoError(t, db.Client.HSet(ctx, HostKey("mini1"), FieldCaps, "s:stolen").Err())
+		hosts, err = ReadLive(ctx, db.Client, 0)
+		require.NoError(t, err)
+		require.True(t, Trust(hosts, key)[0].Untrusted, "a row changed by a party without the key")
+	}()
 	require.Equal(t, "true", raw[FieldRoutes])
 	require.Equal(t, "4242", raw[FieldPid])
 	require.Equal(t, raw[FieldBeatAt], raw[FieldStartedAt], "first beat: startedAt is its beatAt")
 
-	hosts, err := r.ReadLive(ctx)
+	hosts, err = r.ReadLive(ctx)
 	require.NoError(t, err)
 	require.Len(t, hosts, 1)
 	h := hosts[0]

@@ -65,6 +65,12 @@ type containerSpec struct {
 	PidsLimit       int64
 	Init            bool
 	ShmSize         int64
+	ReadOnlyRoot    bool
+	Tmpfs           map[string]string // mount point to mount options
+	MemorySwap      int64             // memory plus swap
+	Nofile          int64             // soft and hard open-files limit
+	PrivateCgroupNS bool
+	LogMax          int64 // bytes of the engine's own log of the container, all files together
 }
 
 type bindMount struct {

@@ -83,6 +83,15 @@ func (e mobyEngine) create(ctx context.Context, cs containerSpec) (string, error
 	for _, m := range cs.Mounts {
 		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
 	}
+	cgroupns := container.CgroupnsModeHost
+	if cs.PrivateCgroupNS {
+		cgroupns = container.CgroupnsModePrivate
+	}
+	// json-file whatever the daemon's default driver: a driver the daemon
+	// chose (journald, a remote one) could keep all of a job's output.
+	logConfig := container.LogConfig{Type: "json-file", Config: map[string]string{
+		"max-size": strconv.FormatInt(cs.LogMax/2, 10), "max-file": "2",
+	}}
 	res, err := e.api.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: cs.Name,
 		Config: &container.Config{
@@ -94,18 +103,24 @@ func (e mobyEngine) create(ctx context.Context, cs containerSpec) (string, error
 			AttachStderr: true,
 		},
 		HostConfig: &container.HostConfig{
-			NetworkMode: container.NetworkMode(cs.Network),
-			AutoRemove:  false,
-			Privileged:  false,
-			CapDrop:     cs.CapDrop,
-			SecurityOpt: securityOpt,
-			ShmSize:     cs.ShmSize,
-			Init:        &initProcess,
-			Mounts:      mounts,
+			NetworkMode:    container.NetworkMode(cs.Network),
+			AutoRemove:     false,
+			Privileged:     false,
+			CapDrop:        cs.CapDrop,
+			SecurityOpt:    securityOpt,
+			ShmSize:        cs.ShmSize,
+			Init:           &initProcess,
+			Mounts:         mounts,
+			ReadonlyRootfs: cs.ReadOnlyRoot,
+			Tmpfs:          cs.Tmpfs,
+			CgroupnsMode:   cgroupns,
+			LogConfig:      logConfig,
 			Resources: container.Resources{
-				Memory:    cs.Memory,
-				NanoCPUs:  cs.NanoCPUs,
-				PidsLimit: &pids,
+				Memory:     cs.Memory,
+				MemorySwap: cs.MemorySwap,
+				NanoCPUs:   cs.NanoCPUs,
+				PidsLimit:  &pids,
+				Ulimits:    []*container.Ulimit{{Name: "nofile", Soft: cs.Nofile, Hard: cs.Nofile}},
 			},
 		},
 	})

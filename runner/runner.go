@@ -53,6 +53,17 @@ const (
 	// ShmSize is the size of /dev/shm (browsers and test runners need more
 	// than the engine's 64 MiB default).
 	ShmSize = 1 << 30
+	// NofileLimit is the soft and hard limit of a job's open files: a job
+	// that leaks descriptors fails alone instead of starving the host.
+	NofileLimit = 8192
+	// EngineLogMax bounds the engine's own log of a job: two files of
+	// half this size (the runner keeps its own copy of the output, and the
+	// reaper reads only the last 8 KiB of stdout from this one).
+	EngineLogMax = 64 << 20
+	// TmpfsPath is the one writable folder of a job's read-only root file
+	// system besides its mounts; its size is the job's memory limit, which
+	// its pages count against.
+	TmpfsPath = "/tmp"
 )
 
 // Config defaults.
@@ -62,6 +73,10 @@ const (
 	TimeoutDefault         = 30 * time.Minute
 	StopGraceDefault       = 5 * time.Second
 	TailBytesDefault       = 16 << 10
+	OutputMaxDefault int64 = 16 << 20
+	// OutputMaxMin keeps the exit line's scan window (and some context
+	// before it) inside the capped output file.
+	OutputMaxMin int64 = 64 << 10
 )
 
 // Bounds of the cleanup after a job, which runs even when the caller's
@@ -95,6 +110,11 @@ type Config struct {
 	// TailBytes is how much of a job's combined output Result.Tail keeps.
 	// Defaults to TailBytesDefault (16 KiB).
 	TailBytes int
+	// OutputMax bounds a job's output file (Spec.OutputFile): once it would
+	// grow past this many bytes, the oldest output is dropped and the tail
+	// kept, so the exit line, printed last, is always in it. Defaults to
+	// OutputMaxDefault (16 MiB); at least OutputMaxMin.
+	OutputMax int64
 	// Logger receives the runner's events, each with a host attribute (the
 	// worker name). Defaults to discarding them.
 	Logger *slog.Logger
@@ -115,12 +135,15 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("runner config: StopGrace %v is negative", c.StopGrace)
 	case c.TailBytes < 0:
 		return c, fmt.Errorf("runner config: TailBytes %d is negative", c.TailBytes)
+	case c.OutputMax < 0 || c.OutputMax != 0 && c.OutputMax < OutputMaxMin:
+		return c, fmt.Errorf("runner config: OutputMax %d must be 0 (the default) or at least %d", c.OutputMax, OutputMaxMin)
 	}
 	c.Memory = cmpOr(c.Memory, MemoryDefault)
 	c.CPUs = cmpOr(c.CPUs, CPUsDefault)
 	c.Timeout = cmpOr(c.Timeout, TimeoutDefault)
 	c.StopGrace = cmpOr(c.StopGrace, StopGraceDefault)
 	c.TailBytes = cmpOr(c.TailBytes, TailBytesDefault)
+	c.OutputMax = cmpOr(c.OutputMax, OutputMaxDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -211,7 +234,7 @@ func (d *Docker) Run(ctx context.Context, spec Spec) (Result, error) {
 	log := d.log.With("host", spec.Worker, "job", spec.JobID, "container", cs.Name)
 	var out *outputFile
 	if spec.OutputFile != "" {
-		if out, err = createOutputFile(spec.OutputFile); err != nil {
+		if out, err = createOutputFile(spec.OutputFile, d.cfg.OutputMax); err != nil {
 			return res, fmt.Errorf("job output file: %w", err)
 		}
 		defer func() {
@@ -357,6 +380,12 @@ func (d *Docker) prepare(spec Spec) (containerSpec, time.Duration, error) {
 		PidsLimit:       PidsLimit,
 		Init:            true,
 		ShmSize:         ShmSize,
+		ReadOnlyRoot:    true,
+		Tmpfs:           map[string]string{TmpfsPath: fmt.Sprintf("rw,nosuid,nodev,exec,mode=1777,size=%d", memory)},
+		MemorySwap:      memory, // memory plus swap equals memory: no swap
+		Nofile:          NofileLimit,
+		PrivateCgroupNS: true,
+		LogMax:          EngineLogMax,
 	}, timeout, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/pidispatch/pidispatch/fleetkey"
 	"time"
 
 	"github.com/pidispatch/pidispatch/capabilities"
@@ -78,6 +79,7 @@ func heldJob(j *queue.Job) *dispatch.HeldJob {
 		ID: j.ID, Data: j.Data, DedupID: j.DedupID, AttemptsMade: j.AttemptsMade,
 		ProcessedOn: j.ProcessedOn, SchedulerID: j.SchedulerID, ProcessedBy: j.ProcessedBy,
 		DeferredFailure: j.DeferredFailure, State: dispatch.JobState(j.State), Corrupt: j.Corrupt,
+		Signature: j.Signature,
 	}
 }
 
@@ -117,14 +119,29 @@ func (s source) Next(ctx context.Context, token string) (dispatch.JobQueue, *dis
 func (s source) Close() error { return s.c.Close() }
 
 // directory reaches every queue of the fleet for the Worker.
-type directory struct{ d *queue.Directory }
+type directory struct {
+	d   *queue.Directory
+	key fleetkey.Key
+}
 
 // Directory adapts d to the Worker's Directory and Finder.
 func Directory(d *queue.Directory) interface {
 	dispatch.Directory
 	dispatch.Finder
 } {
-	return directory{d}
+	return directory{d: d}
+}
+
+// SigningDirectory is Directory for a host that holds the fleet key: a job
+// it moves to another queue (re-homing a dead host's work) and that the key
+// signed for its old queue is signed again for the new one, since a
+// signature binds the queue. A job that was not validly signed moves as it
+// is, and its new host refuses it as it would have been refused before.
+func SigningDirectory(d *queue.Directory, key fleetkey.Key) interface {
+	dispatch.Directory
+	dispatch.Finder
+} {
+	return directory{d: d, key: key}
 }
 
 func (a directory) HostQueues(ctx context.Context) ([]string, error) {
@@ -142,7 +159,15 @@ func (a directory) Pending(ctx context.Context, name string, limit int) ([]*disp
 }
 
 func (a directory) Move(ctx context.Context, from, to, id string) error {
-	return queueErr(a.d.Move(ctx, from, to, id))
+	sig := ""
+	if a.key.IsSet() {
+		if src, err := a.d.Queue(from); err == nil {
+			if j, err := src.Get(ctx, id); err == nil && a.key.VerifyJob(from, id, j.Data, j.Signature) {
+				sig, _ = a.key.SignJob(to, id, j.Data)
+			}
+		}
+	}
+	return queueErr(a.d.MoveSigned(ctx, from, to, id, sig))
 }
 
 func (a directory) Queue(name string) (dispatch.JobQueue, error) {

@@ -105,7 +105,7 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 
 	// Components that stamp the host themselves get the bare logger.
 	runtime, err := runner.NewDocker(dc, runner.Config{
-		Memory: cfg.JobMemory, CPUs: cfg.JobCPUs, Timeout: cfg.JobTimeout, Logger: tune.Logger,
+		Memory: cfg.JobMemory, CPUs: cfg.JobCPUs, Timeout: cfg.JobTimeout, OutputMax: cfg.JobOutputMax, Logger: tune.Logger,
 	})
 	if err != nil {
 		return fail(err)
@@ -228,7 +228,7 @@ func newRegistry(ctx context.Context, rc *redis.Client, cfg dispatch.Config, tun
 		TZ:          registry.Value(tz),
 		FPCron:      live.FPCron,
 		CronCount:   live.CronCount,
-	}, registry.Config{Version: tune.Version, Logger: tune.Logger, OnBeat: func(err error) {
+	}, registry.Config{Version: tune.Version, Logger: tune.Logger, FleetKey: cfg.FleetKey, OnBeat: func(err error) {
 		// Read when the Worker beats, long after the parts are wired.
 		dispatch.Observers(deps.Observers).Observe(dispatch.Event{
 			Kind: dispatch.EventBeat, At: time.Now(), Host: cfg.WorkerName, Service: "registry", Up: err == nil, Err: err,
@@ -311,7 +311,7 @@ func wireFleet(cfg dispatch.Config, rc *redis.Client, tune dispatch.Tuning, deps
 	if err != nil {
 		return err
 	}
-	fleetDir := Directory(dir)
+	fleetDir := SigningDirectory(dir, cfg.FleetKey)
 	deps.Directory = fleetDir
 	deps.Finder = fleetDir // held-job liveness across every queue
 	deps.Mirror = fleetstate.NewMirror(rc, fleetstate.MirrorConfig{RetentionDays: cfg.LogRetentionDays, Host: cfg.WorkerName, Logger: tune.Logger})

@@ -183,6 +183,7 @@ func (k *keeper) follow(ctx context.Context) {
 					break
 				}
 			}
+			k.followCut(f, &lines)
 		}
 		if stopping {
 			k.addLines(lines.flush())
@@ -195,6 +196,23 @@ func (k *keeper) follow(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// followCut starts over from the file's beginning when the runtime cut it
+// to its tail (PI_JOB_OUTPUT_MAX): the file is then shorter than what was
+// read of it, and what it holds is the newest output.
+func (k *keeper) followCut(f *os.File, lines *lineSplitter) {
+	at, err := f.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return
+	}
+	st, err := f.Stat()
+	if err != nil || st.Size() >= at {
+		return
+	}
+	k.addLines(lines.flush())
+	k.addLines([]string{"[pidispatch: the output was cut to its tail here (PI_JOB_OUTPUT_MAX); some lines may repeat]"})
+	_, _ = f.Seek(0, io.SeekStart)
 }
 
 func (k *keeper) addLines(lines []string) {

@@ -81,9 +81,12 @@ func prepareAgent(o Options, job Job, dir string) (env []string, stop func(), er
 }
 
 // piEnv is pi's environment: the container's, with pi's agent folder and
-// every startup network call (update checks, telemetry) turned off.
+// every startup network call (update checks, telemetry) turned off. HOME is
+// the agent folder too: the container's root file system is read-only, so
+// the image's home cannot be written, and the folder lies on the /tmp tmpfs.
 func piEnv(environ []string, dir string) []string {
 	fixed := map[string]string{
+		"HOME":                  dir,
 		"PI_CODING_AGENT_DIR":   dir,
 		"PI_OFFLINE":            "1",
 		"PI_TELEMETRY":          "0",

@@ -70,8 +70,8 @@ func runDash(ctx context.Context, e env, args []string) int {
 		return exitUsage
 	}
 	if !loopback && !flags.remote {
-		fmt.Fprintf(e.stderr, "pi-dispatch dash: --listen %s is not a loopback address. The dashboard has no login: "+
-			"anyone who reaches it reads the fleet%s. Serve it on 127.0.0.1 and reach it through an SSH tunnel, "+
+		fmt.Fprintf(e.stderr, "pi-dispatch dash: --listen %s is not a loopback address. Its one-time address is "+
+			"its only login: anyone who sees it, or sniffs the plain HTTP session, reads the fleet%s. Serve it on 127.0.0.1 and reach it through an SSH tunnel, "+
 			"or add --allow-remote (docs/dashboard.md)\n", flags.listen, actionsRisk(flags.actions))
 		return exitUsage
 	}
@@ -108,8 +108,8 @@ func runDash(ctx context.Context, e env, args []string) int {
 		opts.Actions = src
 	}
 	if !loopback {
-		fmt.Fprintf(e.stderr, "WARNING: serving the dashboard on %s, which is not loopback. It has no login: "+
-			"anyone who reaches it reads the fleet%s.\n", flags.listen, actionsRisk(flags.actions))
+		fmt.Fprintf(e.stderr, "WARNING: serving the dashboard on %s, which is not loopback. Its one-time address is its "+
+			"only login, sent over plain HTTP: anyone who sees it, or the session, reads the fleet%s.\n", flags.listen, actionsRisk(flags.actions))
 	}
 	return serveDash(ctx, e, flags.listen, loopback, src, opts)
 }
@@ -146,7 +146,9 @@ func serveDash(ctx context.Context, e env, listen string, loopback bool, src das
 	if opts.Actions != nil {
 		mode = "actions enabled: pause, resume, cancel"
 	}
-	fmt.Fprintf(e.stdout, "dashboard: http://%s/ (%s; Ctrl-C stops it)\n", addr, mode)
+	// The one-time address goes to the operator's terminal only: the first
+	// browser to open it gets the session, and nothing else does.
+	fmt.Fprintf(e.stdout, "dashboard: %s (%s; open it once, in one browser; Ctrl-C stops it)\n", h.LoginURL("http://"+addr.String()), mode)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {

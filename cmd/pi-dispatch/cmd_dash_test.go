@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
 	neturl "net/url"
 	"regexp"
 	"strings"
@@ -40,11 +41,11 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-var dashURLRE = regexp.MustCompile(`dashboard: (http://\S+:\d+/) `)
+var dashURLRE = regexp.MustCompile(`dashboard: (http://\S+:\d+/)login\?token=([0-9a-f]{64}) `)
 
 // startDash runs `pi-dispatch dash args...` until the test ends and returns
-// the URL it printed, and a func that stops it (as SIGINT does) and returns
-// its exit code.
+// the one-time URL it printed, and a func that stops it (as SIGINT does) and
+// returns its exit code.
 func startDash(t *testing.T, env map[string]string, args ...string) (string, func() int) {
 	t.Helper()
 	return startDashErr(t, env, &lockedBuffer{}, args...)
@@ -90,7 +91,7 @@ func startDashErr(t *testing.T, env map[string]string, stderr *lockedBuffer, arg
 		if m == nil {
 			t.Fatalf("dash printed %q, want its URL; stderr: %s", line, stderr.String())
 		}
-		return m[1], stop
+		return m[1] + "login?token=" + m[2], stop
 	case code := <-done:
 		t.Fatalf("dash exited %d before serving: %s", code, stderr.String())
 	case <-time.After(20 * time.Second):
@@ -99,13 +100,36 @@ func startDashErr(t *testing.T, env map[string]string, stderr *lockedBuffer, arg
 	return "", nil
 }
 
-func httpDo(t *testing.T, method, url string) int {
+// dashBase is the dashboard's address, the one-time URL without its login.
+func dashBase(loginURL string) string { return loginURL[:strings.Index(loginURL, "login?")] }
+
+// dashSession opens the one-time URL and returns a client holding the session.
+func dashSession(t *testing.T, loginURL string) *http.Client {
+	t.Helper()
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &http.Client{Jar: jar}
+	resp, err := c.Get(loginURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Request.URL.String() != dashBase(loginURL) {
+		t.Fatalf("login: %d at %s", resp.StatusCode, resp.Request.URL)
+	}
+	return c
+}
+
+func httpDo(t *testing.T, c *http.Client, method, url string) int {
 	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader("{}"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,19 +167,24 @@ func TestDashRefusesBadFlags(t *testing.T) {
 // POST is 404. It stops when its context ends (SIGINT in main).
 func TestDashServesReadOnlyAndStopsOnInterrupt(t *testing.T) {
 	db := livetest.Valkey(t)
-	url, stop := startDash(t, map[string]string{"VALKEY_URL": db.URL})
-	if code := httpDo(t, http.MethodGet, url+"api/state"); code != http.StatusOK {
+	login, stop := startDash(t, map[string]string{"VALKEY_URL": db.URL})
+	url := dashBase(login)
+	if code := httpDo(t, http.DefaultClient, http.MethodGet, url+"api/state"); code != http.StatusUnauthorized {
+		t.Fatalf("GET api/state without the session: %d", code)
+	}
+	c := dashSession(t, login)
+	if code := httpDo(t, c, http.MethodGet, url+"api/state"); code != http.StatusOK {
 		t.Fatalf("GET api/state: %d", code)
 	}
 	for _, p := range []string{"api/pause", "api/resume", "api/cancel"} {
-		if code := httpDo(t, http.MethodPost, url+p); code != http.StatusNotFound {
+		if code := httpDo(t, c, http.MethodPost, url+p); code != http.StatusNotFound {
 			t.Errorf("POST %s: %d, want 404", p, code)
 		}
 	}
 	// A Host header other than the address served (DNS rebinding) is refused.
 	req, _ := http.NewRequest(http.MethodGet, url+"api/state", nil)
 	req.Host = "rebound.example:80"
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +204,8 @@ func TestDashServesReadOnlyAndStopsOnInterrupt(t *testing.T) {
 func TestDashAllowRemoteWarns(t *testing.T) {
 	db := livetest.Valkey(t)
 	var stderr lockedBuffer
-	url, stop := startDashErr(t, map[string]string{"VALKEY_URL": db.URL}, &stderr, "--listen", "0.0.0.0:0", "--allow-remote", "--allow-actions")
+	login, stop := startDashErr(t, map[string]string{"VALKEY_URL": db.URL}, &stderr, "--listen", "0.0.0.0:0", "--allow-remote", "--allow-actions")
+	url := dashBase(login)
 	if !strings.Contains(stderr.String(), "WARNING: serving the dashboard on 0.0.0.0:0, which is not loopback") ||
 		!strings.Contains(stderr.String(), "can pause it and cancel its jobs") {
 		t.Fatalf("no warning: %q", stderr.String())
@@ -185,7 +215,8 @@ func TestDashAllowRemoteWarns(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, port, _ := net.SplitHostPort(u.Host)
-	if code := httpDo(t, http.MethodGet, "http://127.0.0.1:"+port+"/api/state"); code != http.StatusOK {
+	c := dashSession(t, "http://127.0.0.1:"+port+"/"+login[len(url):])
+	if code := httpDo(t, c, http.MethodGet, "http://127.0.0.1:"+port+"/api/state"); code != http.StatusOK {
 		t.Fatalf("GET via 127.0.0.1 of %s: %d", url, code)
 	}
 	if code := stop(); code != exitOK {

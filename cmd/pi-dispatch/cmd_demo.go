@@ -285,7 +285,7 @@ func (d *demo) run(parent context.Context) int {
 
 	// 5. One local job on the workspace.
 	producer, err := enqueue.NewProducer(s.Valkey, enqueue.ProducerConfig{
-		WorkerName: cfg.WorkerName, WorkerNameDeclared: true, Attempts: 1,
+		WorkerName: cfg.WorkerName, WorkerNameDeclared: true, Attempts: 1, FleetKey: cfg.FleetKey,
 	})
 	if err != nil {
 		return d.fail("producer: %v", err)

@@ -58,6 +58,10 @@ func runExplain(ctx context.Context, e env, args []string) int {
 		return exitUsage
 	}
 	opts, cfg := explainOptions(e)
+	if opts.FleetKey, code = fleetKeyFromEnv(e, "explain"); code != exitOK {
+		return code
+	}
+	opts.UnsignedQueues = cfg.UnsignedQueues
 	client, url, code := ksConnect(e, "explain")
 	if code != exitOK {
 		return code

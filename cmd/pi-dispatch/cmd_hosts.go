@@ -34,6 +34,9 @@ type hostJSON struct {
 	StartedAt   string   `json:"startedAt"`
 	Pid         int      `json:"pid"`
 	Problems    []string `json:"problems,omitempty"`
+	// Untrusted: the fleet key (PI_FLEET_KEY_FILE) is set here and the
+	// row does not carry its signature; routing ignores the host.
+	Untrusted bool `json:"untrusted,omitempty"`
 }
 
 func runHosts(ctx context.Context, e env, args []string) int {
@@ -50,6 +53,10 @@ func runHosts(ctx context.Context, e env, args []string) int {
 			return exitUsage
 		}
 	}
+	key, code := fleetKeyFromEnv(e, "hosts")
+	if code != exitOK {
+		return code
+	}
 	client, url, code := ksConnect(e, "hosts")
 	if code != exitOK {
 		return code
@@ -61,6 +68,7 @@ func runHosts(ctx context.Context, e env, args []string) int {
 	if err != nil {
 		return ksUnreachable(e.stderr, url, err)
 	}
+	hosts = registry.Trust(hosts, key)
 	if asJSON {
 		out := make([]hostJSON, len(hosts))
 		for i, h := range hosts {
@@ -75,8 +83,12 @@ func runHosts(ctx context.Context, e env, args []string) int {
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tAGE\tROUTES\tCAPS\tCONCURRENCY\tDIGEST\tTZ\tCRON")
 	for _, h := range hosts {
+		name := h.Name
+		if h.Untrusted {
+			name += " (untrusted)"
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
-			h.Name, hostAge(h), yesNo(h.Routes), orDash(h.Caps), concurrency(h.Concurrency),
+			name, hostAge(h), yesNo(h.Routes), orDash(h.Caps), concurrency(h.Concurrency),
 			shortDigest(h.ImageDigest), orDash(h.TZ), shortFingerprint(h.FPCron))
 	}
 	if err := tw.Flush(); err != nil {
@@ -86,6 +98,9 @@ func runHosts(ctx context.Context, e env, args []string) int {
 		fmt.Fprintf(e.stdout, "held: %d job(s) waiting on their wait-for conditions (any capable host continues them)\n", held)
 	}
 	for _, h := range hosts {
+		if h.Untrusted {
+			fmt.Fprintf(e.stdout, "untrusted: %s: the row carries no valid signature of the fleet key, so anyone who can write Valkey may have written it; routing ignores it\n", h.Name)
+		}
 		if len(h.Problems) > 0 {
 			fmt.Fprintf(e.stdout, "note: %s published values that were refused: %s\n", h.Name, strings.Join(h.Problems, "; "))
 		}
@@ -97,7 +112,7 @@ func toHostJSON(h registry.Host) hostJSON {
 	j := hostJSON{
 		Name: h.Name, Routes: h.Routes, Caps: h.Caps, Concurrency: h.Concurrency,
 		Image: h.Image, ImageDigest: h.ImageDigest, Version: h.Version, TZ: h.TZ,
-		FPCron: h.FPCron, CronCount: h.CronCount, Pid: h.Pid, Problems: h.Problems,
+		FPCron: h.FPCron, CronCount: h.CronCount, Pid: h.Pid, Problems: h.Problems, Untrusted: h.Untrusted,
 		BeatAt: timeOrEmpty(h.BeatAt), StartedAt: timeOrEmpty(h.StartedAt),
 	}
 	if h.AgeKnown {

@@ -121,8 +121,8 @@ func TestKillSwitchWarnsOnAMalformedEnvFileAndActs(t *testing.T) {
 		t.Fatal("resume did not clear the pause flag")
 	}
 	stderr := &lockedBuffer{}
-	url, stop := startDashErr(t, nil, stderr)
-	if code := httpDo(t, http.MethodGet, url+"api/state"); code != http.StatusOK {
+	login, stop := startDashErr(t, nil, stderr)
+	if code := httpDo(t, dashSession(t, login), http.MethodGet, dashBase(login)+"api/state"); code != http.StatusOK {
 		t.Fatalf("dash GET api/state: %d", code)
 	}
 	stop()

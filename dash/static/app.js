@@ -2,8 +2,6 @@
 // Every value is data and is set with textContent, never parsed as markup.
 'use strict';
 (function () {
-  const tokenMeta = document.querySelector('meta[name="dash-token"]');
-  const token = tokenMeta ? tokenMeta.content : '';
   const refreshMs = Number(document.body.dataset.refreshMs) || 3000;
   let timer = null;
 
@@ -128,7 +126,7 @@
     try {
       const r = await fetch(path, {
         method: 'POST', cache: 'no-store',
-        headers: { 'Content-Type': 'application/json', 'X-Dash-Token': token },
+        headers: { 'Content-Type': 'application/json' },
         body: JSON.stringify(body),
       });
       const reply = await r.json().catch(() => ({ message: 'HTTP ' + r.status }));

@@ -8,6 +8,9 @@
   ARGV[1]      source job key prefix ("bull:<from>:")
   ARGV[2]      job id
   ARGV[3]      target job key prefix ("bull:<to>:")
+  ARGV[4]      the job's new fleet signature, or "": replaces the value of
+               the "pisig" member of its opts (a signature binds the queue,
+               so the host that moves a signed job signs it again)
 
   Returns 1 moved, 0 no such job, -4 locked by a consumer (active), -8 a
   scheduler's pending run, -9 the target already has a job with this id,
@@ -21,7 +24,7 @@ local dst = {
   events = KEYS[23], marker = KEYS[24], pc = KEYS[25], stalled = KEYS[26],
   repeatKey = KEYS[27], id = KEYS[28],
 }
-local srcPrefix, id, dstPrefix = ARGV[1], ARGV[2], ARGV[3]
+local srcPrefix, id, dstPrefix, newSig = ARGV[1], ARGV[2], ARGV[3], ARGV[4] or ""
 local jobKey, dstKey = srcPrefix .. id, dstPrefix .. id
 
 if rcall("EXISTS", jobKey) == 0 then return 0 end
@@ -54,6 +57,13 @@ rcall("SREM", src.stalled, id)
 -- The job hash (and its logs, when a BullMQ client wrote some) move whole.
 rcall("RENAME", jobKey, dstKey)
 if rcall("EXISTS", jobKey .. ":logs") == 1 then rcall("RENAME", jobKey .. ":logs", dstKey .. ":logs") end
+if newSig ~= "" and string.match(newSig, "^%x+$") then
+  local o = rcall("HGET", dstKey, "opts")
+  if o then
+    local n, c = string.gsub(o, '"pisig"%s*:%s*"%x*"', '"pisig":"' .. newSig .. '"', 1)
+    if c == 1 then rcall("HSET", dstKey, "opts", n) end
+  end
+end
 
 -- A dedup key that still points at the job follows it, with its TTL.
 if f[2] then

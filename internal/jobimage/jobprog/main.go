@@ -11,6 +11,10 @@
 //	JOB_CHECK_ENV=NAME     print "env NAME present" or "env NAME absent" (never the value),
 //	                       and add "checkedEnv":{"NAME":"present"|"absent"} to the exit line
 //	JOB_WRITE_FILE=NAME    write /workspace/NAME (base name only)
+//	JOB_WRITE_ROOT=1       try to write /jobprog-root and /tmp/jobprog-tmp; print
+//	                       "write / ok|failed" and "write /tmp ok|failed"
+//	JOB_OPEN_FILES=N       open /dev/null N times; print "opened K of N files"
+//	JOB_SHOW_FILE=PATH     print "file PATH: <first 4 KiB>" (or the error)
 //	JOB_IGNORE_TERM=1      ignore SIGTERM, so only a kill ends the job
 //	JOB_SLEEP=DURATION     sleep (Go duration syntax) before the exit line
 //	JOB_PRINT_EXIT_LINE=1  exit line {"event":"exit","turns":3,"tokens":1234,"cost":0.05};
@@ -112,6 +116,47 @@ func run(envLookup func(string) (string, bool), stdout, stderr io.Writer, p path
 			return 1
 		}
 		fmt.Fprintf(stdout, "wrote %s\n", target)
+	}
+
+	if getenv("JOB_WRITE_ROOT") == "1" {
+		for _, target := range []string{"/jobprog-root", "/tmp/jobprog-tmp"} {
+			state := "ok"
+			if err := os.WriteFile(target, []byte("hostile\n"), 0o644); err != nil {
+				state = "failed: " + err.Error()
+			}
+			fmt.Fprintf(stdout, "write %s %s\n", filepath.Dir(target), state)
+		}
+	}
+
+	if raw := getenv("JOB_OPEN_FILES"); raw != "" {
+		n, err := strconv.Atoi(raw)
+		if err != nil || n < 0 {
+			fmt.Fprintf(stderr, "jobprog: bad JOB_OPEN_FILES %q\n", raw)
+			return 1
+		}
+		var open []*os.File
+		var openErr error
+		for len(open) < n {
+			f, err := os.Open(os.DevNull)
+			if err != nil {
+				openErr = err
+				break
+			}
+			open = append(open, f)
+		}
+		fmt.Fprintf(stdout, "opened %d of %d files (%v)\n", len(open), n, openErr)
+		for _, f := range open {
+			f.Close()
+		}
+	}
+
+	if name := getenv("JOB_SHOW_FILE"); name != "" {
+		data, err := readBounded(name, jobFileLimit)
+		if err != nil {
+			fmt.Fprintf(stdout, "file %s: %v\n", name, err)
+		} else {
+			fmt.Fprintf(stdout, "file %s: %s\n", name, bytes.TrimSpace(data))
+		}
 	}
 
 	if getenv("JOB_IGNORE_TERM") == "1" && ignoreTERM != nil {

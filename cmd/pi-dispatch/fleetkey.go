@@ -1,0 +1,37 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/fleetkey"
+)
+
+// fleetKeyFromEnv reads the fleet key PI_FLEET_KEY_FILE names, by the
+// worker's rules; none when unset. A key file the worker would refuse
+// refuses the command (exit 2), naming the variable and the rule.
+func fleetKeyFromEnv(e env, cmd string) (fleetkey.Key, int) {
+	path := e.getenv("PI_FLEET_KEY_FILE")
+	if path == "" {
+		return fleetkey.Key{}, exitOK
+	}
+	cfg := dispatch.DefaultConfig()
+	cfg.FleetKeyFile = path
+	err := cfg.Validate()
+	var errs dispatch.ConfigErrors
+	if errors.As(err, &errs) {
+		for _, ce := range errs {
+			if ce.Var == "PI_FLEET_KEY_FILE" {
+				fmt.Fprintf(e.stderr, "pi-dispatch %s: %v (docs/configuration.md)\n", cmd, ce)
+				return fleetkey.Key{}, exitUsage
+			}
+		}
+	}
+	k, err := fleetkey.Load(path)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "pi-dispatch %s: PI_FLEET_KEY_FILE=%s: %v (docs/configuration.md)\n", cmd, path, err)
+		return fleetkey.Key{}, exitUsage
+	}
+	return k, exitOK
+}
