@@ -48,13 +48,16 @@ const (
 	ReasonWaitFaults           = "wait-faults"
 	ReasonWaitSuperseded       = "wait-superseded" // a newer delivery of the same intent took over the hold
 	ReasonInvalidJob           = "invalid-job"
-	ReasonExitOther            = "exit-other"      // container exited with another code (137 killed, 3...): retried
-	ReasonWorkerShutdown       = "worker-shutdown" // stopped when the worker's shutdown grace ran out: retried
-	ReasonCronNotAgreed        = "cron-not-agreed" // a scheduler's run this host's triggers file does not name
-	ReasonCostCap              = "cost-cap"        // the gateway refused a model call past the job's dollar cap
-	ReasonTokenCap             = "token-cap"       // the gateway refused a model call past the job's token cap
-	ReasonDollarCap            = "dollar-cap"      // a fleet dollar window could not hold the job's cap: never started
-	ReasonSoftHold             = "soft-hold"       // a count window is past PI_SOFT_HOLD_PCT of its cap
+	ReasonExitOther            = "exit-other"         // container exited with another code (137 killed, 3...): retried
+	ReasonWorkerShutdown       = "worker-shutdown"    // stopped when the worker's shutdown grace ran out: retried
+	ReasonCronNotAgreed        = "cron-not-agreed"    // a scheduler's run this host's triggers file does not name
+	ReasonCostCap              = "cost-cap"           // the gateway refused a model call past the job's dollar cap
+	ReasonTokenCap             = "token-cap"          // the gateway refused a model call past the job's token cap
+	ReasonDollarCap            = "dollar-cap"         // a fleet dollar window could not hold the job's cap: never started
+	ReasonSoftHold             = "soft-hold"          // a count window is past PI_SOFT_HOLD_PCT of its cap
+	ReasonFolderNotAllowed     = "folder-not-allowed" // the job's folder is outside PI_FOLDER_ROOTS (or owned by root)
+	ReasonImageNotAllowed      = "image-not-allowed"  // the job names an image outside PI_JOB_IMAGE and PI_JOB_IMAGES
+	ReasonBudgetCorrupt        = "budget-corrupt"     // a budget counter holds a negative, non-numeric or absurd value
 )
 
 // Reasons lists every valid Record.Reason.
@@ -65,6 +68,7 @@ var Reasons = []string{
 	ReasonOperatorCancel, ReasonWaitTimeout, ReasonWaitMaxChecks, ReasonWaitFaults,
 	ReasonWaitSuperseded, ReasonInvalidJob, ReasonExitOther, ReasonWorkerShutdown,
 	ReasonCronNotAgreed, ReasonCostCap, ReasonTokenCap, ReasonDollarCap, ReasonSoftHold,
+	ReasonFolderNotAllowed, ReasonImageNotAllowed, ReasonBudgetCorrupt,
 }
 
 // MaxTelemetryBytes bounds Record.Telemetry (the container's exit line is read from an

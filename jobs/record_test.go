@@ -295,7 +295,8 @@ func TestReasons(t *testing.T) {
 	want := []string{"completed", "exit-1", "policy", "stalled", "timeout", "secret-profile-unknown",
 		"secret-resolve-failed", "wait-profile-unknown", "scope-cap", "over-budget", "job-image-missing",
 		"never-started", "operator-cancel", "wait-timeout", "wait-max-checks", "wait-faults", "wait-superseded", "invalid-job",
-		"exit-other", "worker-shutdown", "cron-not-agreed", "cost-cap", "token-cap", "dollar-cap", "soft-hold"}
+		"exit-other", "worker-shutdown", "cron-not-agreed", "cost-cap", "token-cap", "dollar-cap", "soft-hold",
+		"folder-not-allowed", "image-not-allowed", "budget-corrupt"}
 	require.ElementsMatch(t, want, jobs.Reasons)
 	for _, reason := range jobs.Reasons {
 		r := goodRecord()
