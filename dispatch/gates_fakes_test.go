@@ -373,6 +373,7 @@ func TestGateSecretsResolveFailed(t *testing.T) {
 func TestGateRun(t *testing.T) {
 	h := newFakeHost(t)
 	h.cfg.SecretProfiles = map[string]string{"ci": writeFile(t, "resolver", "#!/bin/sh\necho TOKEN=s3cret\n", 0o755)}
+	h.cfg.JobImages = []string{"pi-agent:other"}
 	h.start(t)
 	h.add(t, "run-1", `{"kind":"forge","repo":"acme/widgets","flow":"fix","task":"t","secretsProfile":"ci","image":"pi-agent:other"}`, 1)
 	h.wait(t, "run-1", finished)

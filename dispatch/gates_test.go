@@ -15,7 +15,10 @@ import (
 func TestGateOrder(t *testing.T) {
 	want := []string{
 		"job-id (*Worker).gateJobID",
+		"attempts (*Worker).gateAttempts",
 		"job-data (*Worker).gateJobData",
+		"image-allowed (*Worker).gateImageAllowed",
+		"folder (*Worker).gateFolder",
 		"cron (*Worker).gateCron",
 		"pause-window (*Worker).gatePauseWindow",
 		"secret-profile (*Worker).gateSecretProfile",

@@ -264,10 +264,12 @@ func (w *Worker) exitedOutcome(rec *jobs.Record, jobDir string) {
 	}
 	// The engine's log first: the copy beside the job folder ends where the
 	// dead worker stopped copying, before an exit line printed later.
+	// The values of the job's secrets died with the worker that resolved
+	// them: the record keeps no free text of the exit line.
 	if t, ok := container.ParseExitLine(e.Stdout); ok {
-		rec.Telemetry = t.Raw
+		rec.Telemetry = cleanTelemetry(t.Raw, nil, true)
 	} else if t, ok := container.ParseExitLine(readTail(filepath.Join(jobDir, outputFileName), container.TelemetryScanBytes)); ok {
-		rec.Telemetry = t.Raw
+		rec.Telemetry = cleanTelemetry(t.Raw, nil, true)
 	}
 }
 

@@ -83,6 +83,7 @@ func newFakeOrphanFixture(t *testing.T) *orphanFixture {
 	cfg := DefaultConfig()
 	cfg.WorkerName, cfg.WorkerNameDeclared = "orph", true
 	cfg.LogsDir = t.TempDir()
+	cfg.FolderRoots, cfg.ContainerUserExplicit = []string{os.TempDir()}, true
 	fq := TestFakes.Queue(fleet.SharedQueue, cfg.WorkerName)
 	m, read := TestFakes.Mirror()
 	return &orphanFixture{cfg: cfg, tune: Tuning{JobsDir: t.TempDir()}, shared: fakeShared{fq}, fake: fq, fakeMirror: m, mirrored: read}

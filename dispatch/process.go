@@ -29,7 +29,10 @@ type held struct {
 	job   *HeldJob
 	token string
 	spec  jobs.Job // parsed job data; zero when it did not parse
-	rec   jobs.Record
+	// folder is the job's folder with every symlink resolved (folder
+	// gate): the one path mounted and whose owner the job runs as.
+	folder string
+	rec    jobs.Record
 
 	log      *slog.Logger      // the worker's, with the job's id and queue
 	pickedUp time.Time         // when the worker took the job
@@ -98,7 +101,7 @@ func (w *Worker) run(ctx context.Context, h *held) (started bool) {
 // folders and its model socket. A failure here fails the attempt as
 // never-started; cleanup removes what was made.
 func (w *Worker) prepareRun(ctx context.Context, h *held) (spec container.Spec, cleanup func(), ok bool) {
-	user, err := w.containerUser(h.spec)
+	user, err := w.containerUser(h.folder)
 	if err != nil {
 		h.log.Error("job_user_failed", "err", err)
 		w.fail(ctx, h, jobs.ReasonNeverStarted, nil, nil)
@@ -117,7 +120,7 @@ func (w *Worker) prepareRun(ctx context.Context, h *held) (spec container.Spec, 
 		removeDirs()
 		return container.Spec{}, nil, false
 	}
-	h.rec.Network = w.jobNetwork(h.spec)
+	h.rec.Network = w.jobNetwork(h)
 	env := make(map[string]string, len(h.secrets)+2)
 	for k, v := range h.secrets {
 		if !(w.gatewayOn() && isProviderKeyVar(k)) { // the gateway holds keys: none enters the container
@@ -179,7 +182,10 @@ func (w *Worker) runContainer(ctx context.Context, h *held, spec container.Spec)
 
 // finish records a classified run and reports it to the job's queue.
 func (w *Worker) finish(ctx context.Context, h *held, c runClass, end runEnd) {
-	exit, telemetry := exitPtr(end.result), telemetryOf(end.result)
+	// The exit line is the job's, which may print its secrets: only its
+	// documented fields, none holding a secret, reach the record, the
+	// mirror and the queue's return value.
+	exit, telemetry := exitPtr(end.result), cleanTelemetry(telemetryOf(end.result), h.secrets, false)
 	switch c.event {
 	case eventNeverStarted:
 		h.log.Warn(c.event, "exitCode", end.result.ExitCode, "err", errString(end.err))
@@ -345,7 +351,7 @@ func (w *Worker) prepareDirs(h *held) (jobDir, workspace string, cleanup func(),
 		cleanup()
 		return "", "", nil, err
 	}
-	workspace = h.spec.Folder
+	workspace = h.folder
 	if workspace == "" {
 		workspace = filepath.Join(base, "workspace")
 		if err := os.Mkdir(workspace, 0o777); err != nil {
@@ -357,12 +363,17 @@ func (w *Worker) prepareDirs(h *held) (jobDir, workspace string, cleanup func(),
 }
 
 // jobNetwork is the network a job's container joins: none, unless the job
-// asks for the configured one.
-func (w *Worker) jobNetwork(spec jobs.Job) string {
-	if spec.Network && w.cfg.JobNetwork != "" {
-		return w.cfg.JobNetwork
+// asks for the configured one and, when it holds a secrets profile's values,
+// that profile may have a network (PI_SECRET_NETWORK_PROFILES).
+func (w *Worker) jobNetwork(h *held) string {
+	if !h.spec.Network || w.cfg.JobNetwork == "" {
+		return "none"
 	}
-	return "none"
+	if !w.cfg.SecretNetworkAllowed(h.spec.SecretsProfile) {
+		h.log.Info("job_network_withheld", "profile", h.spec.SecretsProfile, "fix", "add the profile to PI_SECRET_NETWORK_PROFILES to let its jobs join PI_JOB_NETWORK")
+		return "none"
+	}
+	return w.cfg.JobNetwork
 }
 
 // modelEndpoint starts the job's model socket, and returns the folder to
