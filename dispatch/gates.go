@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/pidispatch/pidispatch/fleet"
@@ -292,6 +293,10 @@ func (w *Worker) gateBudget(ctx context.Context, h *held) verdict {
 		limit = &l
 	}
 	res, err := w.deps.Budget.Reserve(ctx, h.spec.Scope(), limit)
+	if errors.Is(err, ErrBudgetCorrupt) {
+		h.log.Error("budget_corrupt", "err", err, "fix", "repair or delete the named budget key; no job starts while it holds a value no fleet wrote")
+		return refuseFor(jobs.ReasonBudgetCorrupt)
+	}
 	if err != nil {
 		h.log.Warn("budget_unreachable_deferred", "err", err)
 		return deferFor(w.tune.UnreachableDeferral, "budget-unreachable")
