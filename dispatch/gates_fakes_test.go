@@ -396,7 +396,7 @@ func TestGateRun(t *testing.T) {
 	if got := h.mirror.Records(); len(got) != 1 || got[0].JobID != "run-1" {
 		t.Fatalf("mirrored %+v, want the run's record", got)
 	}
-	if h.mirror.ClaimOwner("run-1", 1) != "host-a" {
+	if h.mirror.ClaimOwner(fleet.SharedQueue, "run-1", 1) != "host-a" {
 		t.Fatal("the attempt was recorded without its claim")
 	}
 	eventually(t, "the kept container is removed", func() bool { return len(h.rt.Removed()) == 1 })

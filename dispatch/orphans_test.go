@@ -281,7 +281,7 @@ func TestRestartFailsOwnOrphansAtBoot(t *testing.T) {
 	if time.Since(began) > 5*time.Second {
 		t.Fatalf("the orphan took %s to fail", time.Since(began))
 	}
-	data, err := os.ReadFile(filepath.Join(f.cfg.LogsDir, jobs.RecordName("orphan-1", 1)))
+	data, err := os.ReadFile(filepath.Join(f.cfg.LogsDir, jobs.RecordName(fleet.SharedQueue, "orphan-1", 1)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +295,7 @@ func TestRestartFailsOwnOrphansAtBoot(t *testing.T) {
 	if j, err := f.shared.Get(ctx, "held-elsewhere"); err != nil || j.State != StateActive {
 		t.Fatalf("a job whose lock the note's token does not hold must be left alone: %+v %v", j, err)
 	}
-	if _, err := os.Stat(filepath.Join(f.cfg.LogsDir, jobs.RecordName("held-elsewhere", 1))); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(f.cfg.LogsDir, jobs.RecordName(fleet.SharedQueue, "held-elsewhere", 1))); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a record for a job not failed: %v", err)
 	}
 	if left, _ := os.ReadDir(jobsDir); len(left) != 0 {

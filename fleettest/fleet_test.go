@@ -795,3 +795,13 @@ func (s *scenario) trail(id string) string {
 	}
 	return b.String()
 }
+
+// runRecordKey is the run mirror key of attempt 1 of job id on whichever
+// queue ran it ("" when there is none yet): the key names the queue.
+func runRecordKey(ctx context.Context, c *redis.Client, id string) (string, error) {
+	keys, err := c.Keys(ctx, "runs:rec:*+"+jobs.SanitizeJobID(id)+".attempt-1").Result()
+	if err != nil || len(keys) == 0 {
+		return "", err
+	}
+	return keys[0], nil
+}

@@ -99,7 +99,7 @@ func TestSecretJobRoutesToCapableHostAndStaysSecret(t *testing.T) {
 			}
 		}
 	}
-	mirrored, err := db.Client.Get(context.Background(), fleetstate.RunRecordKey(jobID, 1)).Result()
+	mirrored, err := db.Client.Get(context.Background(), fleetstate.RunRecordKey(fleet.HostQueueName(nameB), jobID, 1)).Result()
 	if err != nil {
 		t.Fatalf("mirrored record of a named host: %v", err)
 	}

@@ -79,7 +79,7 @@ func TestRun_BootsRunsAJobAndStops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	recPath := filepath.Join(logs, jobs.RecordName(got.JobID, 1))
+	recPath := filepath.Join(logs, jobs.RecordName(got.Queue, got.JobID, 1))
 	var rec jobs.Record
 	for deadline := time.Now().Add(45 * time.Second); ; {
 		if raw, err := os.ReadFile(recPath); err == nil {
