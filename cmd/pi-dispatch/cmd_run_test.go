@@ -98,7 +98,7 @@ func dbEmpty(t *testing.T, db *livetest.ValkeyDB) {
 func TestRunQueuesACleanFolderOnThisHostsQueue(t *testing.T) {
 	db := livetest.Valkey(t)
 	folder := gitRepo(t, false)
-	vars := map[string]string{"VALKEY_URL": db.URL, "PI_WORKER_NAME": "web"}
+	vars := map[string]string{"VALKEY_URL": db.URL, "PI_WORKER_NAME": "web", "PI_FOLDER_ROOTS": os.TempDir()}
 	// Flags after the folder, and a relative spelling of it.
 	rel, err := filepath.Rel(mustGetwd(t), folder)
 	if err != nil {
@@ -167,7 +167,7 @@ func TestRunRefusesADirtyFolderUnlessForced(t *testing.T) {
 func TestRunValkeyDownFailsFast(t *testing.T) {
 	folder := gitRepo(t, false)
 	start := time.Now()
-	r := runCLI(t, map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0"}, "run", folder, "--task", "t", "--flow", "fix", "--env-file", "")
+	r := runCLI(t, map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0", "PI_FOLDER_ROOTS": os.TempDir()}, "run", folder, "--task", "t", "--flow", "fix", "--env-file", "")
 	if elapsed := time.Since(start); elapsed > 6*time.Second {
 		t.Fatalf("took %s", elapsed)
 	}
@@ -513,5 +513,20 @@ func TestRunRefusesBadTaskInput(t *testing.T) {
 		if r.code != tc.code || r.stdout != "" || !strings.Contains(r.stderr, tc.want) {
 			t.Errorf("%v: %+v", tc.args, r)
 		}
+	}
+}
+
+// run warns, before anything is queued, of a folder no worker of this
+// configuration would run, and says how to set PI_FOLDER_ROOTS.
+func TestRunRefusesFolderOutsideRoots(t *testing.T) {
+	folder := gitRepo(t, false)
+	r := runCLI(t, map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0"}, "run", folder, "--task", "t", "--flow", "fix", "--env-file", "")
+	if !strings.Contains(r.stderr, "warning: a worker of this configuration refuses this job (folder-not-allowed)") ||
+		!strings.Contains(r.stderr, "PI_FOLDER_ROOTS is not set") || !strings.Contains(r.stderr, "pi-dispatch init") {
+		t.Fatalf("unset: %+v", r)
+	}
+	r = runCLI(t, map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0", "PI_FOLDER_ROOTS": t.TempDir()}, "run", folder, "--task", "t", "--flow", "fix", "--env-file", "")
+	if !strings.Contains(r.stderr, "outside every PI_FOLDER_ROOTS folder") {
+		t.Fatalf("outside: %+v", r)
 	}
 }
