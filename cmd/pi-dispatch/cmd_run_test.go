@@ -138,7 +138,7 @@ func TestRunQueuesACleanFolderOnThisHostsQueue(t *testing.T) {
 func TestRunUndeclaredGoesToTheSharedQueue(t *testing.T) {
 	db := livetest.Valkey(t)
 	folder := gitRepo(t, false)
-	r := runCLI(t, map[string]string{"VALKEY_URL": db.URL}, "run", folder, "--task", "fix the tests", "--flow", "fix", "--env-file", "")
+	r := runCLI(t, map[string]string{"VALKEY_URL": db.URL, "PI_FOLDER_ROOTS": os.TempDir()}, "run", folder, "--task", "fix the tests", "--flow", "fix", "--env-file", "")
 	if r.code != exitOK || r.stderr != "queue pi-jobs, folder "+folder+"\n" {
 		t.Fatalf("%+v", r)
 	}

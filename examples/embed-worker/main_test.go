@@ -58,6 +58,10 @@ func TestRun_BootsRunsAJobAndStops(t *testing.T) {
 		"PI_JOB_IMAGE":   jobimage.TestTag,
 		"PI_LOGS_DIR":    logs,
 		"PI_JOB_TIMEOUT": "1m",
+		// The one folder its job may work in; the tests run as whoever
+		// owns it (root in a container), so the user is said explicitly.
+		"PI_FOLDER_ROOTS":   workspace,
+		"PI_CONTAINER_USER": "owner",
 	}
 	before := runtime.NumGoroutine()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
