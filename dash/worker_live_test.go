@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
 	"testing"
 	"time"
 
@@ -31,6 +32,9 @@ func bootWorker(t *testing.T, db *livetest.ValkeyDB, name string) {
 	env := map[string]string{
 		"VALKEY_URL": db.URL, "PI_WORKER_NAME": name, "PI_JOB_IMAGE": jobimage.TestTag,
 		"PI_LOGS_DIR": t.TempDir(), "PI_JOB_MEMORY": "256m", "PI_JOB_CPUS": "0.5",
+		// Folder jobs work in the tests' temporary folders, owned by whoever
+		// runs the tests (root in a container).
+		"PI_FOLDER_ROOTS": os.TempDir(), "PI_CONTAINER_USER": "owner",
 	}
 	cfg, err := dispatch.LoadConfig(func(k string) string { return env[k] })
 	require.NoError(t, err)

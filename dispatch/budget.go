@@ -21,6 +21,13 @@ const (
 // returns it must not start; the worker defers it rather than spend blind.
 var ErrBudgetUnavailable = errors.New("budget unavailable")
 
+// ErrBudgetCorrupt is a budget counter or dollar window that holds what no
+// fleet wrote: a negative count (which would lift the cap), text, a number
+// too large to be a count, a key of another type. Errors that wrap it wrap
+// ErrBudgetUnavailable too. Money fails closed: the worker refuses the job
+// (budget-corrupt) and logs budget_corrupt until an operator repairs the key.
+var ErrBudgetCorrupt = errors.New("budget counter corrupt")
+
 // Reservation is a Budgeter's answer to Reserve.
 type Reservation struct {
 	// Granted is true when the start was counted in every active window.

@@ -152,6 +152,23 @@ type Config struct {
 	// "image" runs every job as the image's USER; "root" (0:0) or "UID:GID"
 	// runs every job as that user. See docs/container-contract.md.
 	ContainerUser string
+	// ContainerUserExplicit is true when PI_CONTAINER_USER was set. Only then
+	// may a folder owned by root run (as the user it names): under the owner
+	// rule such a folder would run its job as root.
+	ContainerUserExplicit bool
+	// FolderRoots are the folders a folder job may work in: its folder, all
+	// symlinks resolved, must be a directory inside one of them. Empty
+	// refuses every folder job (folder-not-allowed). PI_FOLDER_ROOTS,
+	// colon-separated absolute paths.
+	FolderRoots []string
+	// JobImages are the images job data may name besides JobImage; any other
+	// is refused image-not-allowed. PI_JOB_IMAGES, comma-separated.
+	JobImages []string
+	// SecretNetworkProfiles names the secrets profiles whose jobs may join
+	// JobNetwork; a job of any other profile runs with no network, whatever
+	// its data asks. PI_SECRET_NETWORK_PROFILES, comma-separated names
+	// declared in PI_SECRET_PROFILES.
+	SecretNetworkProfiles []string
 	// JobNetwork is the network a job that asks for one ("network": true) joins;
 	// every other job runs with no network (Docker's "none"). PI_JOB_NETWORK, a
 	// Docker network name, defaults to bridge; "host" and "container:..." are refused.
@@ -339,6 +356,7 @@ func LoadConfig(getenv func(string) string) (Config, error) {
 	r.readSpend(&c)
 	r.readReport(&c)
 	r.readTrust(&c)
+	r.readFolders(&c)
 
 	// An explicit 0 for the weekly cap is refused: unset is how the window is disabled,
 	// and a cap of 0 reads like "no starts allowed".
@@ -491,6 +509,7 @@ func (c Config) problems(raw map[string]string) ConfigErrors {
 	c.spendProblems(p)
 	c.reportProblems(p)
 	c.trustProblems(p)
+	c.folderProblems(p)
 	return p.errs
 }
 

@@ -116,7 +116,7 @@ func TestLoadConfig_Defaults(t *testing.T) {
 		WaitAfterMax:         30 * 24 * time.Hour,
 		Gateway: dispatch.Gateway{DefaultProvider: "anthropic", DefaultModel: "claude-sonnet-4-5", RateLimitWait: time.Minute,
 			MaxCalls: 4, MaxBodyBytes: 32 << 20, MaxConns: 32},
-		JobOutputMax:         16 << 20,
+		JobOutputMax: 16 << 20,
 	}
 	require.Equal(t, want, c)
 	require.NoError(t, c.Validate())

@@ -85,7 +85,7 @@ func TestCronGateDecidesSchedulerRuns(t *testing.T) {
 			if got := len(rt.ran()) > 0; got != tt.ran {
 				t.Fatalf("ran = %v, want %v", got, tt.ran)
 			}
-			data, err := os.ReadFile(filepath.Join(f.cfg.LogsDir, jobs.RecordName("j1", 1)))
+			data, err := os.ReadFile(filepath.Join(f.cfg.LogsDir, jobs.RecordName(fleet.SharedQueue, "j1", 1)))
 			switch {
 			case tt.refused && err != nil:
 				t.Fatalf("no record of the refusal: %v", err)

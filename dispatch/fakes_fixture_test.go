@@ -41,6 +41,10 @@ func newFakeHost(t *testing.T) *fakeHost {
 	cfg.LogsDir = filepath.Join(t.TempDir(), "runs")
 	cfg.Concurrency = 2
 	cfg.JobImage = "pi-agent:test"
+	// Folder jobs work in the tests' temporary folders, owned by whoever
+	// runs the tests (root in a container).
+	cfg.FolderRoots = []string{os.TempDir()}
+	cfg.ContainerUserExplicit = true
 	h := &fakeHost{
 		cfg: cfg,
 		tune: dispatch.Tuning{

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
 
@@ -29,8 +30,11 @@ type gate struct {
 // fetches the job.
 var gates = []gate{
 	{"job-id", (*Worker).gateJobID},
+	{"attempts", (*Worker).gateAttempts},
 	{"job-data", (*Worker).gateJobData},
 	{"job-signed", (*Worker).gateJobSigned},
+	{"image-allowed", (*Worker).gateImageAllowed},
+	{"folder", (*Worker).gateFolder},
 	{"cron", (*Worker).gateCron},
 	{"pause-window", (*Worker).gatePauseWindow},
 	{"secret-profile", (*Worker).gateSecretProfile},
@@ -126,6 +130,24 @@ func (w *Worker) gateJobID(_ context.Context, h *held) verdict {
 	return goOn
 }
 
+// MaxAttempts is the most attempts a job may have; a queue entry naming more
+// (a peer wrote it) is failed invalid-job.
+const MaxAttempts = 1000
+
+// gateAttempts fails, before anything is spent, a job already at or past its
+// attempts: a peer may write any attemptsMade and attempts into a job hash,
+// and a job the queue should have failed must not run once more. Counts a
+// queue could not have written (negative, or attempts past MaxAttempts) fail
+// it too.
+func (w *Worker) gateAttempts(_ context.Context, h *held) verdict {
+	made, allowed := h.job.AttemptsMade, max(h.job.Attempts, 1)
+	if made < 0 || h.job.Attempts < 0 || h.job.Attempts > MaxAttempts || made >= allowed {
+		h.log.Warn("job_attempts_spent", "attemptsMade", made, "attempts", h.job.Attempts)
+		return verdict{act: actFail, reason: jobs.ReasonInvalidJob}
+	}
+	return goOn
+}
+
 // gateJobData refuses a job whose queue entry or data does not parse, and
 // fills the record from the data of one that does.
 func (w *Worker) gateJobData(_ context.Context, h *held) verdict {
@@ -172,6 +194,41 @@ func (w *Worker) gateJobSigned(_ context.Context, h *held) verdict {
 	}
 	h.log.Warn("job_unsigned", "why", why)
 	return refuseFor(jobs.ReasonJobUnsigned)
+}
+
+// gateImageAllowed refuses a job whose data names an image this host did
+// not allow (PI_JOB_IMAGE, PI_JOB_IMAGES): whoever writes job data must not
+// choose what runs.
+func (w *Worker) gateImageAllowed(_ context.Context, h *held) verdict {
+	if !w.cfg.ImageAllowed(h.spec.Image) {
+		h.log.Warn("job_image_not_allowed", "image", h.spec.Image, "fix", "add the image to PI_JOB_IMAGES to allow it")
+		return refuseFor(jobs.ReasonImageNotAllowed)
+	}
+	return goOn
+}
+
+// gateFolder lets a folder job on only when its folder, every symlink
+// resolved, is a directory inside PI_FOLDER_ROOTS, and not owned by root
+// unless PI_CONTAINER_USER was set explicitly (under the owner rule it would
+// run as root). The resolved path is what the container mounts, so a folder
+// replaced by a symlink after this check is not followed.
+func (w *Worker) gateFolder(_ context.Context, h *held) verdict {
+	if h.spec.Folder == "" {
+		return goOn
+	}
+	resolved, err := ResolveFolder(h.spec.Folder, w.cfg.FolderRoots)
+	if err != nil {
+		h.log.Warn("job_folder_not_allowed", "err", err)
+		return refuseFor(jobs.ReasonFolderNotAllowed)
+	}
+	if !w.cfg.ContainerUserExplicit {
+		if uid, ok := folderUID(resolved); !ok || uid == 0 {
+			h.log.Warn("job_folder_not_allowed", "err", "the folder is owned by root (or its owner cannot be read); set PI_CONTAINER_USER to run such a folder's jobs as a chosen user")
+			return refuseFor(jobs.ReasonFolderNotAllowed)
+		}
+	}
+	h.folder = resolved
+	return goOn
 }
 
 // gateCron lets a job through unless a job scheduler made it (its queue
@@ -265,6 +322,10 @@ func (w *Worker) gateBudget(ctx context.Context, h *held) verdict {
 		limit = &l
 	}
 	res, err := w.deps.Budget.Reserve(ctx, h.spec.Scope(), limit)
+	if errors.Is(err, ErrBudgetCorrupt) {
+		h.log.Error("budget_corrupt", "err", err, "fix", "repair or delete the named budget key; no job starts while it holds a value no fleet wrote")
+		return refuseFor(jobs.ReasonBudgetCorrupt)
+	}
 	if err != nil {
 		h.log.Warn("budget_unreachable_deferred", "err", err)
 		return deferFor(w.tune.UnreachableDeferral, "budget-unreachable")

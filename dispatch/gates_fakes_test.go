@@ -373,6 +373,7 @@ func TestGateSecretsResolveFailed(t *testing.T) {
 func TestGateRun(t *testing.T) {
 	h := newFakeHost(t)
 	h.cfg.SecretProfiles = map[string]string{"ci": writeFile(t, "resolver", "#!/bin/sh\necho TOKEN=s3cret\n", 0o755)}
+	h.cfg.JobImages = []string{"pi-agent:other"}
 	h.start(t)
 	h.add(t, "run-1", `{"kind":"forge","repo":"acme/widgets","flow":"fix","task":"t","secretsProfile":"ci","image":"pi-agent:other"}`, 1)
 	h.wait(t, "run-1", finished)
@@ -395,7 +396,7 @@ func TestGateRun(t *testing.T) {
 	if got := h.mirror.Records(); len(got) != 1 || got[0].JobID != "run-1" {
 		t.Fatalf("mirrored %+v, want the run's record", got)
 	}
-	if h.mirror.ClaimOwner("run-1", 1) != "host-a" {
+	if h.mirror.ClaimOwner(fleet.SharedQueue, "run-1", 1) != "host-a" {
 		t.Fatal("the attempt was recorded without its claim")
 	}
 	eventually(t, "the kept container is removed", func() bool { return len(h.rt.Removed()) == 1 })

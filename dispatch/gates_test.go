@@ -15,8 +15,11 @@ import (
 func TestGateOrder(t *testing.T) {
 	want := []string{
 		"job-id (*Worker).gateJobID",
+		"attempts (*Worker).gateAttempts",
 		"job-data (*Worker).gateJobData",
 		"job-signed (*Worker).gateJobSigned",
+		"image-allowed (*Worker).gateImageAllowed",
+		"folder (*Worker).gateFolder",
 		"cron (*Worker).gateCron",
 		"pause-window (*Worker).gatePauseWindow",
 		"secret-profile (*Worker).gateSecretProfile",

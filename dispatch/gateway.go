@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"time"
 
@@ -109,6 +110,10 @@ func (w *Worker) gateDollars(ctx context.Context, h *held) verdict {
 	}
 	micros := w.jobCapMicros(h.spec)
 	res, err := w.deps.Dollars.ReserveDollars(ctx, h.job.ID, h.spec.Scope(), limit, micros, w.cfg.JobTimeout)
+	if errors.Is(err, ErrBudgetCorrupt) {
+		h.log.Error("budget_corrupt", "err", err, "fix", "repair or delete the named dollar window key; no job starts while it holds a value no fleet wrote")
+		return refuseFor(jobs.ReasonBudgetCorrupt)
+	}
 	if err != nil {
 		h.log.Warn("dollars_unreachable_deferred", "err", err)
 		return deferFor(w.tune.UnreachableDeferral, "dollars-unreachable")

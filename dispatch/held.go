@@ -20,6 +20,10 @@ type HeldJob struct {
 	DedupID string
 	// AttemptsMade counts finished attempts; deferrals do not count.
 	AttemptsMade int
+	// Attempts is how many times the job may run (its attempts option; 0
+	// when it set none, which is one). A job taken with AttemptsMade at or
+	// past it is failed before it runs.
+	Attempts int
 	// ProcessedOn is when the job was last taken (zero when never).
 	ProcessedOn time.Time
 	// SchedulerID is set on a job scheduler's runs.

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 
@@ -112,7 +113,7 @@ func TestLadderReleasesWhatEarlierGatesTook(t *testing.T) {
 				t.Errorf("scope slots still held: %v", w.inFlight)
 			}
 			w.mu.Unlock()
-			rec, ok := w.ownRecord("j1", 1)
+			rec, ok := w.ownRecord(jobs.Record{Queue: fleet.SharedQueue, JobID: "j1", Attempt: 1})
 			switch {
 			case tt.reason == "" && ok:
 				t.Errorf("a deferral was recorded: %+v", rec)

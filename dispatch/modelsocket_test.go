@@ -130,12 +130,21 @@ func TestModelSocketClosedToOtherUsers(t *testing.T) {
 }
 
 func TestJobNetworkIsNoneUnlessGranted(t *testing.T) {
-	w := &Worker{cfg: Config{JobNetwork: "pi-egress"}}
-	if got := w.jobNetwork(jobs.Job{}); got != "none" {
+	w := &Worker{cfg: Config{JobNetwork: "pi-egress", SecretNetworkProfiles: []string{"open"}}, log: slog.New(slog.DiscardHandler)}
+	net := func(j jobs.Job) string { return w.jobNetwork(&held{spec: j, log: w.log}) }
+	if got := net(jobs.Job{}); got != "none" {
 		t.Fatalf("ungranted job joins %q", got)
 	}
-	if got := w.jobNetwork(jobs.Job{Network: true}); got != "pi-egress" {
+	if got := net(jobs.Job{Network: true}); got != "pi-egress" {
 		t.Fatalf("granted job joins %q", got)
+	}
+	// A job holding a secrets profile's values gets a network only when
+	// the profile opted in.
+	if got := net(jobs.Job{Network: true, SecretsProfile: "prod"}); got != "none" {
+		t.Fatalf("a job of profile prod joins %q", got)
+	}
+	if got := net(jobs.Job{Network: true, SecretsProfile: "open"}); got != "pi-egress" {
+		t.Fatalf("a job of opted-in profile open joins %q", got)
 	}
 }
 

@@ -170,11 +170,11 @@ func (w *Worker) failOrphan(ctx context.Context, jobDir string) orphanOutcome {
 	if attempt == 0 {
 		attempt = job.AttemptsMade + 1
 	}
-	rec, waitFor := w.stalledRecord(n.JobID, job, attempt)
+	rec, waitFor := w.stalledRecord(n.Queue, n.JobID, job, attempt)
 	w.exitedOutcome(&rec, jobDir)
 	rec, had := w.ownRecordOr(rec)
 	if !had {
-		if _, mine := w.claim(rec.JobID, rec.Attempt); !mine {
+		if _, mine := w.claim(rec); !mine {
 			had = true // another host's stalled check records this attempt
 		} else if !w.writeRecord(rec) {
 			return orphanUndecided // no record, no state change
@@ -186,7 +186,7 @@ func (w *Worker) failOrphan(ctx context.Context, jobDir string) orphanOutcome {
 			// Someone else holds the job now (it was requeued and taken): its
 			// holder records the attempt, not this boot.
 			if j, gerr := q.Get(ctx, n.JobID); gerr == nil && j.State == StateActive {
-				_ = os.Remove(filepath.Join(w.cfg.LogsDir, jobs.RecordName(rec.JobID, rec.Attempt)))
+				_ = os.Remove(filepath.Join(w.cfg.LogsDir, jobs.RecordName(rec.Queue, rec.JobID, rec.Attempt)))
 			}
 		}
 		if !errors.Is(err, ErrLockLost) && !errors.Is(err, ErrNotActive) && !errors.Is(err, ErrJobNotFound) {
@@ -213,7 +213,7 @@ const (
 // ownRecordOr returns this host's record of rec's attempt when there is one
 // (had), else rec.
 func (w *Worker) ownRecordOr(rec jobs.Record) (jobs.Record, bool) {
-	if have, ok := w.ownRecord(rec.JobID, rec.Attempt); ok {
+	if have, ok := w.ownRecord(rec); ok {
 		return have, true
 	}
 	return rec, false
@@ -264,10 +264,12 @@ func (w *Worker) exitedOutcome(rec *jobs.Record, jobDir string) {
 	}
 	// The engine's log first: the copy beside the job folder ends where the
 	// dead worker stopped copying, before an exit line printed later.
+	// The values of the job's secrets died with the worker that resolved
+	// them: the record keeps no free text of the exit line.
 	if t, ok := container.ParseExitLine(e.Stdout); ok {
-		rec.Telemetry = t.Raw
+		rec.Telemetry = cleanTelemetry(t.Raw, nil, true)
 	} else if t, ok := container.ParseExitLine(readTail(filepath.Join(jobDir, outputFileName), container.TelemetryScanBytes)); ok {
-		rec.Telemetry = t.Raw
+		rec.Telemetry = cleanTelemetry(t.Raw, nil, true)
 	}
 }
 

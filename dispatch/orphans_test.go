@@ -83,6 +83,7 @@ func newFakeOrphanFixture(t *testing.T) *orphanFixture {
 	cfg := DefaultConfig()
 	cfg.WorkerName, cfg.WorkerNameDeclared = "orph", true
 	cfg.LogsDir = t.TempDir()
+	cfg.FolderRoots, cfg.ContainerUserExplicit = []string{os.TempDir()}, true
 	fq := TestFakes.Queue(fleet.SharedQueue, cfg.WorkerName)
 	m, read := TestFakes.Mirror()
 	return &orphanFixture{cfg: cfg, tune: Tuning{JobsDir: t.TempDir()}, shared: fakeShared{fq}, fake: fq, fakeMirror: m, mirrored: read}
@@ -280,7 +281,7 @@ func TestRestartFailsOwnOrphansAtBoot(t *testing.T) {
 	if time.Since(began) > 5*time.Second {
 		t.Fatalf("the orphan took %s to fail", time.Since(began))
 	}
-	data, err := os.ReadFile(filepath.Join(f.cfg.LogsDir, jobs.RecordName("orphan-1", 1)))
+	data, err := os.ReadFile(filepath.Join(f.cfg.LogsDir, jobs.RecordName(fleet.SharedQueue, "orphan-1", 1)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +295,7 @@ func TestRestartFailsOwnOrphansAtBoot(t *testing.T) {
 	if j, err := f.shared.Get(ctx, "held-elsewhere"); err != nil || j.State != StateActive {
 		t.Fatalf("a job whose lock the note's token does not hold must be left alone: %+v %v", j, err)
 	}
-	if _, err := os.Stat(filepath.Join(f.cfg.LogsDir, jobs.RecordName("held-elsewhere", 1))); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(f.cfg.LogsDir, jobs.RecordName(fleet.SharedQueue, "held-elsewhere", 1))); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a record for a job not failed: %v", err)
 	}
 	if left, _ := os.ReadDir(jobsDir); len(left) != 0 {

@@ -103,7 +103,7 @@ func TestClassifyRetriesWithinAttempts(t *testing.T) {
 // record's.
 func TestClassifyTelemetry(t *testing.T) {
 	h := newFakeHost(t)
-	raw := json.RawMessage(`{"outcome":"completed","turns":3}`)
+	raw := json.RawMessage(`{"event":"exit","outcome":"completed","turns":3}`)
 	h.rt.Script("tele", container.Result{ExitCode: 0, Telemetry: &container.Telemetry{Raw: raw}}, nil)
 	h.start(t)
 	h.add(t, "tele", forgeJob, 1)

@@ -10,3 +10,9 @@ func folderOwner(path string) (string, error) {
 	_, err := os.Stat(path)
 	return "", err
 }
+
+// folderUID has no owner to read where files have none: no folder is root's.
+func folderUID(path string) (uid uint32, ok bool) {
+	_, err := os.Lstat(path)
+	return ^uint32(0), err == nil
+}

@@ -20,3 +20,17 @@ func folderOwner(path string) (string, error) {
 	}
 	return fmt.Sprintf("%d:%d", st.Uid, st.Gid), nil
 }
+
+// folderUID is the uid owning the folder at path (not following a final
+// symlink); ok is false when it cannot be read.
+func folderUID(path string) (uid uint32, ok bool) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return 0, false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, false
+	}
+	return st.Uid, true
+}

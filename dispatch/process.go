@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/pidispatch/pidispatch/container"
@@ -29,7 +30,10 @@ type held struct {
 	job   *HeldJob
 	token string
 	spec  jobs.Job // parsed job data; zero when it did not parse
-	rec   jobs.Record
+	// folder is the job's folder with every symlink resolved (folder
+	// gate): the one path mounted and whose owner the job runs as.
+	folder string
+	rec    jobs.Record
 
 	log      *slog.Logger      // the worker's, with the job's id and queue
 	pickedUp time.Time         // when the worker took the job
@@ -47,9 +51,10 @@ type held struct {
 func (w *Worker) handle(ctx context.Context, q JobQueue, job *HeldJob, token string) {
 	h := &held{q: q, job: job, token: token}
 	h.rec = jobs.Record{
+		Queue:     q.Name(),
 		JobID:     job.ID,
 		Kind:      jobs.KindManual,
-		Attempt:   job.AttemptsMade + 1,
+		Attempt:   recordAttempt(job.AttemptsMade),
 		Host:      w.cfg.WorkerName,
 		Image:     w.cfg.JobImage,
 		StartedAt: w.tune.Now().UTC(),
@@ -63,6 +68,17 @@ func (w *Worker) handle(ctx context.Context, q JobQueue, job *HeldJob, token str
 	if passed {
 		started = w.run(ctx, h)
 	}
+}
+
+// recordAttempt is the attempt a record of a job taken with made finished
+// attempts names: made+1, or MaxAttempts+1 for a count no queue wrote (a
+// peer's negative or absurd attemptsMade, which gateAttempts fails), so the
+// record is still written.
+func recordAttempt(made int) int {
+	if made < 0 || made > MaxAttempts {
+		return MaxAttempts + 1
+	}
+	return made + 1
 }
 
 // run starts the job's container, holds the lock for as long as it runs,
@@ -98,7 +114,7 @@ func (w *Worker) run(ctx context.Context, h *held) (started bool) {
 // folders and its model socket. A failure here fails the attempt as
 // never-started; cleanup removes what was made.
 func (w *Worker) prepareRun(ctx context.Context, h *held) (spec container.Spec, cleanup func(), ok bool) {
-	user, err := w.containerUser(h.spec)
+	user, err := w.containerUser(h.folder)
 	if err != nil {
 		h.log.Error("job_user_failed", "err", err)
 		w.fail(ctx, h, jobs.ReasonNeverStarted, nil, nil, FailOptions{})
@@ -117,7 +133,7 @@ func (w *Worker) prepareRun(ctx context.Context, h *held) (spec container.Spec, 
 		removeDirs()
 		return container.Spec{}, nil, false
 	}
-	h.rec.Network = w.jobNetwork(h.spec)
+	h.rec.Network = w.jobNetwork(h)
 	env := make(map[string]string, len(h.secrets)+2)
 	for k, v := range h.secrets {
 		if !(w.gatewayOn() && isProviderKeyVar(k)) { // the gateway holds keys: none enters the container
@@ -180,7 +196,10 @@ func (w *Worker) runContainer(ctx context.Context, h *held, spec container.Spec)
 
 // finish records a classified run and reports it to the job's queue.
 func (w *Worker) finish(ctx context.Context, h *held, c runClass, end runEnd) {
-	exit, telemetry := exitPtr(end.result), telemetryOf(end.result)
+	// The exit line is the job's, which may print its secrets: only its
+	// documented fields, none holding a secret, reach the record, the
+	// mirror and the queue's return value.
+	exit, telemetry := exitPtr(end.result), cleanTelemetry(telemetryOf(end.result), h.secrets, false)
 	switch c.event {
 	case eventNeverStarted:
 		h.log.Warn(c.event, "exitCode", end.result.ExitCode, "err", errString(end.err))
@@ -348,7 +367,7 @@ func (w *Worker) prepareDirs(h *held) (jobDir, workspace string, cleanup func(),
 		cleanup()
 		return "", "", nil, err
 	}
-	workspace = h.spec.Folder
+	workspace = h.folder
 	if workspace == "" {
 		workspace = filepath.Join(base, "workspace")
 		if err := os.Mkdir(workspace, 0o777); err != nil {
@@ -360,12 +379,17 @@ func (w *Worker) prepareDirs(h *held) (jobDir, workspace string, cleanup func(),
 }
 
 // jobNetwork is the network a job's container joins: none, unless the job
-// asks for the configured one.
-func (w *Worker) jobNetwork(spec jobs.Job) string {
-	if spec.Network && w.cfg.JobNetwork != "" {
-		return w.cfg.JobNetwork
+// asks for the configured one and, when it holds a secrets profile's values,
+// that profile may have a network (PI_SECRET_NETWORK_PROFILES).
+func (w *Worker) jobNetwork(h *held) string {
+	if !h.spec.Network || w.cfg.JobNetwork == "" {
+		return "none"
 	}
-	return "none"
+	if !w.cfg.SecretNetworkAllowed(h.spec.SecretsProfile) {
+		h.log.Info("job_network_withheld", "profile", h.spec.SecretsProfile, "fix", "add the profile to PI_SECRET_NETWORK_PROFILES to let its jobs join PI_JOB_NETWORK")
+		return "none"
+	}
+	return w.cfg.JobNetwork
 }
 
 // modelEndpoint starts the job's model socket, and returns the folder to
@@ -528,7 +552,7 @@ func (w *Worker) record(h *held, outcome, reason string, exit *int, telemetry js
 		h.rec.Target = "-"
 	}
 	w.observeFinish(h)
-	if owner, mine := w.claim(h.rec.JobID, h.rec.Attempt); !mine {
+	if owner, mine := w.claim(h.rec); !mine {
 		// Another host recorded this attempt first (its stalled check failed
 		// the job while this worker was frozen): its file stays the one
 		// record, and the mirror gets this run's facts, the better ones (the
@@ -563,14 +587,14 @@ const claimCallTimeout = 2 * time.Second
 // claim takes the fleet-wide claim of recording one attempt.
 // Without a mirror, or with Valkey unreachable, this host records: a
 // duplicate record is better than none.
-func (w *Worker) claim(jobID string, attempt int) (owner string, mine bool) {
+func (w *Worker) claim(rec jobs.Record) (owner string, mine bool) {
 	c := w.claims()
 	if c == nil {
 		return w.cfg.WorkerName, true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), claimCallTimeout)
 	defer cancel()
-	owner, err := c.Claim(ctx, jobID, attempt, w.cfg.WorkerName)
+	owner, err := c.Claim(ctx, rec.Queue, rec.JobID, rec.Attempt, w.cfg.WorkerName)
 	if err != nil {
 		return w.cfg.WorkerName, true
 	}
@@ -578,19 +602,19 @@ func (w *Worker) claim(jobID string, attempt int) (owner string, mine bool) {
 }
 
 // releaseClaim drops this host's claim of an attempt it no longer records.
-func (w *Worker) releaseClaim(jobID string, attempt int) {
+func (w *Worker) releaseClaim(rec jobs.Record) {
 	if c := w.claims(); c != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), claimCallTimeout)
 		defer cancel()
-		_ = c.ReleaseClaim(ctx, jobID, attempt, w.cfg.WorkerName)
+		_ = c.ReleaseClaim(ctx, rec.Queue, rec.JobID, rec.Attempt, w.cfg.WorkerName)
 	}
 }
 
 // recordClaimer decides fleet-wide which host records an attempt (*Mirror
 // does).
 type recordClaimer interface {
-	Claim(ctx context.Context, jobID string, attempt int, host string) (string, error)
-	ReleaseClaim(ctx context.Context, jobID string, attempt int, host string) error
+	Claim(ctx context.Context, queue, jobID string, attempt int, host string) (string, error)
+	ReleaseClaim(ctx context.Context, queue, jobID string, attempt int, host string) error
 }
 
 // claims is the mirror's claimer, or nil.
@@ -615,10 +639,12 @@ func (w *Worker) mirror(rec jobs.Record) {
 	}
 }
 
-// ownRecord reads this host's record of one attempt of jobID, if it has one.
-func (w *Worker) ownRecord(jobID string, attempt int) (jobs.Record, bool) {
-	rec, err := jobs.ReadRecordFile(filepath.Join(w.cfg.LogsDir, jobs.RecordName(jobID, attempt)))
-	return rec, err == nil
+// ownRecord reads this host's record of the attempt rec names (its queue,
+// job and attempt), if it has one of its own name.
+func (w *Worker) ownRecord(rec jobs.Record) (jobs.Record, bool) {
+	name := jobs.RecordName(rec.Queue, rec.JobID, rec.Attempt)
+	have, err := jobs.ReadRecordFile(filepath.Join(w.cfg.LogsDir, name))
+	return have, err == nil && jobs.OwnName(strings.TrimSuffix(name, ".json"), have)
 }
 
 // stalledLoop fails jobs whose lock expired (a crashed host's) and records
@@ -694,9 +720,9 @@ func (w *Worker) settlePrerecord(ctx context.Context, q JobQueue, id string, p p
 	case err == nil && j.State == StateActive:
 		return
 	}
-	_ = os.Remove(filepath.Join(w.cfg.LogsDir, jobs.RecordName(p.rec.JobID, p.rec.Attempt)))
+	_ = os.Remove(filepath.Join(w.cfg.LogsDir, jobs.RecordName(p.rec.Queue, p.rec.JobID, p.rec.Attempt)))
 	if p.claimed {
-		w.releaseClaim(p.rec.JobID, p.rec.Attempt)
+		w.releaseClaim(p.rec)
 	}
 }
 
@@ -733,12 +759,12 @@ func (w *Worker) prerecordStalled(ctx context.Context, q JobQueue) map[string]pr
 		if err != nil || job == nil || job.State != StateActive {
 			continue
 		}
-		rec, waitFor := w.stalledRecord(id, job, job.AttemptsMade+1)
-		if have, ok := w.ownRecord(rec.JobID, rec.Attempt); ok {
+		rec, waitFor := w.stalledRecord(q.Name(), id, job, job.AttemptsMade+1)
+		if have, ok := w.ownRecord(rec); ok {
 			pre[id] = prerecorded{rec: have, waitFor: waitFor}
 			continue
 		}
-		if _, mine := w.claim(rec.JobID, rec.Attempt); !mine {
+		if _, mine := w.claim(rec); !mine {
 			continue // another host records this attempt
 		}
 		if w.writeRecord(rec) {
@@ -751,10 +777,10 @@ func (w *Worker) prerecordStalled(ctx context.Context, q JobQueue) map[string]pr
 // stalledRecord is the record of attempt of job id failed as stalled, with
 // what the queue knows of it (job may be nil: removed on failure), and the
 // job's wait conditions.
-func (w *Worker) stalledRecord(id string, job *HeldJob, attempt int) (jobs.Record, []jobs.WaitCondition) {
+func (w *Worker) stalledRecord(queue, id string, job *HeldJob, attempt int) (jobs.Record, []jobs.WaitCondition) {
 	now := w.tune.Now().UTC()
 	rec := jobs.Record{
-		JobID: id, Kind: jobs.KindManual, Target: "-", Host: w.cfg.WorkerName,
+		Queue: queue, JobID: id, Kind: jobs.KindManual, Target: "-", Host: w.cfg.WorkerName,
 		Image: w.cfg.JobImage, StartedAt: now, EndedAt: now, Attempt: max(attempt, 1),
 		Outcome: jobs.OutcomeFailed, Reason: jobs.ReasonStalled,
 	}
@@ -786,12 +812,12 @@ func (w *Worker) recordStalled(ctx context.Context, q JobQueue, id, event string
 	var rec jobs.Record
 	var waitFor []jobs.WaitCondition
 	if job, err := q.Get(ctx, id); err == nil && job != nil {
-		rec, waitFor = w.stalledRecord(id, job, job.AttemptsMade) // the failure counted the attempt
+		rec, waitFor = w.stalledRecord(q.Name(), id, job, job.AttemptsMade) // the failure counted the attempt
 	} else {
-		rec, _ = w.stalledRecord(id, nil, 1)
+		rec, _ = w.stalledRecord(q.Name(), id, nil, 1)
 	}
-	if _, ok := w.ownRecord(rec.JobID, rec.Attempt); !ok {
-		if _, mine := w.claim(rec.JobID, rec.Attempt); mine {
+	if _, ok := w.ownRecord(rec); !ok {
+		if _, mine := w.claim(rec); mine {
 			w.writeRecord(rec)
 			w.mirror(rec)
 		}

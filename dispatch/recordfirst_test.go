@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/container"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 
@@ -121,7 +122,7 @@ func TestOrphanWithItsRecordReportsIt(t *testing.T) {
 	f.leaveOrphan(t, "orphan-done", "")
 	code := 0
 	now := time.Now()
-	rec := jobs.Record{JobID: "orphan-done", Kind: jobs.KindForge, Target: "acme/orphan", Flow: "fix", StartedAt: now.Add(-time.Minute),
+	rec := jobs.Record{Queue: fleet.SharedQueue, JobID: "orphan-done", Kind: jobs.KindForge, Target: "acme/orphan", Flow: "fix", StartedAt: now.Add(-time.Minute),
 		EndedAt: now, Outcome: jobs.OutcomeCompleted, Reason: jobs.ReasonCompleted, ExitCode: &code, Attempt: 1, Host: "orph", Image: "img",
 		Telemetry: json.RawMessage(`{"event":"exit","cost":1.5}`)}
 	if _, err := jobs.WriteRecord(f.cfg.LogsDir, rec); err != nil {
@@ -186,7 +187,7 @@ func TestStalledJobIsRecordedBeforeItFails(t *testing.T) {
 	if recs[0].Reason != jobs.ReasonExit1 || recs[1].Reason != jobs.ReasonStalled || recs[1].Attempt != 2 || recs[1].Host != "gone" {
 		t.Fatalf("records %+v", recs)
 	}
-	if _, err := os.Stat(filepath.Join(f.cfg.LogsDir, jobs.RecordName("stall-1", 3))); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(f.cfg.LogsDir, jobs.RecordName(fleet.SharedQueue, "stall-1", 3))); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a record of an attempt that never ran: %v", err)
 	}
 }

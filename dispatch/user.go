@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-
-	"github.com/pidispatch/pidispatch/jobs"
 )
 
 // The keywords of PI_CONTAINER_USER.
@@ -52,18 +50,19 @@ func validID(s string) bool {
 // a job with a folder runs as the folder's owner, read here at run time: the
 // folder is this host's, mounted from this host, so only this host can say
 // who owns it. A job without a folder works in a fresh folder anyone may
-// write, and keeps the image's user.
-func (w *Worker) containerUser(job jobs.Job) (string, error) {
+// write, and keeps the image's user. folder is the job's resolved folder
+// ("" for none).
+func (w *Worker) containerUser(folder string) (string, error) {
 	user, _ := parseContainerUser(w.cfg.ContainerUser)
 	switch {
 	case user == ContainerUserImage:
 		return "", nil
 	case user != ContainerUserOwner:
 		return user, nil
-	case job.Folder == "":
+	case folder == "":
 		return "", nil
 	}
-	owner, err := folderOwner(job.Folder)
+	owner, err := folderOwner(folder)
 	if err != nil {
 		return "", fmt.Errorf("read the owner of the job's folder: %w", err)
 	}

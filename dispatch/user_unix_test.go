@@ -42,7 +42,7 @@ func TestContainerUser(t *testing.T) {
 		{"1000:1001", forge, "1000:1001"},
 	} {
 		w := &Worker{cfg: Config{ContainerUser: tc.setting}}
-		got, err := w.containerUser(tc.job)
+		got, err := w.containerUser(tc.job.Folder)
 		if err != nil || got != tc.want {
 			t.Errorf("%q, %s job: %q %v, want %q", tc.setting, tc.job.Kind, got, err, tc.want)
 		}
@@ -51,7 +51,7 @@ func TestContainerUser(t *testing.T) {
 	w := &Worker{cfg: Config{}}
 	gone := local
 	gone.Folder = filepath.Join(folder, "absent")
-	if _, err := w.containerUser(gone); err == nil || !strings.Contains(err.Error(), "owner of the job's folder") {
+	if _, err := w.containerUser(gone.Folder); err == nil || !strings.Contains(err.Error(), "owner of the job's folder") {
 		t.Fatalf("missing folder: %v", err)
 	}
 }

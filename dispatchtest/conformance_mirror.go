@@ -6,14 +6,15 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 
 // RecordClaimer decides fleet-wide which host writes the record of an
 // attempt; the Worker uses it when its RunMirror has it.
 type RecordClaimer interface {
-	Claim(ctx context.Context, jobID string, attempt int, host string) (string, error)
-	ReleaseClaim(ctx context.Context, jobID string, attempt int, host string) error
+	Claim(ctx context.Context, queue, jobID string, attempt int, host string) (string, error)
+	ReleaseClaim(ctx context.Context, queue, jobID string, attempt int, host string) error
 }
 
 // MirrorHarness is one RunMirror under test and a reading of what it holds.
@@ -83,7 +84,7 @@ func mirrorClosed(t *testing.T, h MirrorHarness) {
 
 func claim(t *testing.T, c RecordClaimer, id string, attempt int, host string) string {
 	t.Helper()
-	owner, err := c.Claim(qctx(t), id, attempt, host)
+	owner, err := c.Claim(qctx(t), fleet.SharedQueue, id, attempt, host)
 	if err != nil {
 		t.Fatalf("Claim(%s, %d, %s): %v", id, attempt, host, err)
 	}
@@ -107,13 +108,13 @@ func mirrorClaim(t *testing.T, h MirrorHarness) {
 
 func mirrorRelease(t *testing.T, h MirrorHarness) {
 	claim(t, h.Mirror, "job-r", 1, "host-a")
-	if err := h.Mirror.ReleaseClaim(qctx(t), "job-r", 1, "host-b"); err != nil {
+	if err := h.Mirror.ReleaseClaim(qctx(t), fleet.SharedQueue, "job-r", 1, "host-b"); err != nil {
 		t.Fatal(err)
 	}
 	if o := claim(t, h.Mirror, "job-r", 1, "host-b"); o != "host-a" {
 		t.Fatalf("after another host's release the owner = %q, want host-a", o)
 	}
-	if err := h.Mirror.ReleaseClaim(qctx(t), "job-r", 1, "host-a"); err != nil {
+	if err := h.Mirror.ReleaseClaim(qctx(t), fleet.SharedQueue, "job-r", 1, "host-a"); err != nil {
 		t.Fatal(err)
 	}
 	if o := claim(t, h.Mirror, "job-r", 1, "host-b"); o != "host-b" {

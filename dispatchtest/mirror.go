@@ -24,8 +24,8 @@ type Mirror struct {
 var (
 	_ dispatch.RunMirror = (*Mirror)(nil)
 	_ interface {
-		Claim(ctx context.Context, jobID string, attempt int, host string) (string, error)
-		ReleaseClaim(ctx context.Context, jobID string, attempt int, host string) error
+		Claim(ctx context.Context, queue, jobID string, attempt int, host string) (string, error)
+		ReleaseClaim(ctx context.Context, queue, jobID string, attempt int, host string) error
 	} = (*Mirror)(nil)
 )
 
@@ -58,13 +58,13 @@ func (m *Mirror) Records() []jobs.Record {
 
 // Claim returns the owner of the attempt's record: host when it took it now
 // or before, else the first host that did.
-func (m *Mirror) Claim(ctx context.Context, jobID string, attempt int, host string) (string, error) {
+func (m *Mirror) Claim(ctx context.Context, queue, jobID string, attempt int, host string) (string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.ClaimErr != nil {
 		return "", m.ClaimErr
 	}
-	k := jobs.RecordMember(jobID, attempt)
+	k := jobs.RecordMember(queue, jobID, attempt)
 	if owner, ok := m.claims[k]; ok {
 		return owner, nil
 	}
@@ -73,22 +73,22 @@ func (m *Mirror) Claim(ctx context.Context, jobID string, attempt int, host stri
 }
 
 // ReleaseClaim drops host's claim of the attempt; another's stays.
-func (m *Mirror) ReleaseClaim(ctx context.Context, jobID string, attempt int, host string) error {
+func (m *Mirror) ReleaseClaim(ctx context.Context, queue, jobID string, attempt int, host string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.ClaimErr != nil {
 		return m.ClaimErr
 	}
-	k := jobs.RecordMember(jobID, attempt)
+	k := jobs.RecordMember(queue, jobID, attempt)
 	if m.claims[k] == host {
 		delete(m.claims, k)
 	}
 	return nil
 }
 
-// ClaimOwner returns who claimed the attempt, "" when nobody.
-func (m *Mirror) ClaimOwner(jobID string, attempt int) string {
+// ClaimOwner returns who claimed the attempt on queue, "" when nobody.
+func (m *Mirror) ClaimOwner(queue, jobID string, attempt int) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.claims[jobs.RecordMember(jobID, attempt)]
+	return m.claims[jobs.RecordMember(queue, jobID, attempt)]
 }

@@ -185,7 +185,7 @@ func (q *Queue) takeLocked(token, worker string) (*dispatch.HeldJob, time.Time) 
 func (j *queuedJob) held() *dispatch.HeldJob {
 	return &dispatch.HeldJob{
 		ID: j.job.ID, Data: slices.Clone(j.job.Data), DedupID: j.job.DedupID,
-		AttemptsMade: j.snap.AttemptsMade, ProcessedOn: j.processed, SchedulerID: j.job.SchedulerID,
+		AttemptsMade: j.snap.AttemptsMade, Attempts: j.job.Attempts, ProcessedOn: j.processed, SchedulerID: j.job.SchedulerID,
 		ProcessedBy: j.by, DeferredFailure: j.job.DeferredFailure, State: j.snap.State, Corrupt: j.job.Corrupt,
 	}
 }

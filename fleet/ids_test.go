@@ -16,7 +16,8 @@ func TestCheckJobID(t *testing.T) {
 			t.Errorf("fleet.CheckJobID(%q) = %v", ok, err)
 		}
 	}
-	for _, bad := range []string{"", strings.Repeat("x", fleet.MaxJobIDBytes+1), "a\nb", "a\x00", "a\x7f", "a\u0085", "\xff"} {
+	for _, bad := range []string{"", strings.Repeat("x", fleet.MaxJobIDBytes+1), "a\nb", "a\x00", "a\x7f", "a\u0085", "\xff",
+		"rtl-\u202e-x", "zw\u200bj", "bom\ufeff", "sep\u2028x", "para\u2029x", "tag\U000e0041"} {
 		if err := fleet.CheckJobID(bad); err == nil {
 			t.Errorf("fleet.CheckJobID(%q) accepted", bad)
 		}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -172,7 +173,7 @@ func (b *Budget) reserve(ctx context.Context, scope string, scopeLimit *dispatch
 		return dispatch.Reservation{}, fmt.Errorf("budget: the limits of scope %s were given for scope %s", check.Quote(scopeLimit.Scope), check.Quote(scope))
 	}
 	windows := b.windows(scope, scopeLimit)
-	args := []any{nowMs, budgetDayTTL.Milliseconds(), budgetWeekTTL.Milliseconds(), budgetMonthTTL.Milliseconds()}
+	args := []any{nowMs, budgetDayTTL.Milliseconds(), budgetWeekTTL.Milliseconds(), budgetMonthTTL.Milliseconds(), maxSaneCount}
 	for _, w := range windows {
 		args = append(args, w.prefix, w.kind, w.cap, w.name, w.soft(b.cfg.SoftHoldPct))
 	}
@@ -180,6 +181,9 @@ func (b *Budget) reserve(ctx context.Context, scope string, scopeLimit *dispatch
 	res, err := bounded.Call(ctx, b.cfg.CallTimeout, &b.calls, nil, func(ctx context.Context) (any, error) {
 		return reserveScript.Run(ctx, b.client, nil, args...).Result()
 	})
+	if err != nil && isCorrupt(err) {
+		return dispatch.Reservation{}, fmt.Errorf("%w: %w: reserve: %w", dispatch.ErrBudgetUnavailable, dispatch.ErrBudgetCorrupt, err)
+	}
 	b.health.observe(err)
 	if err != nil {
 		return dispatch.Reservation{}, fmt.Errorf("%w: reserve: %w", dispatch.ErrBudgetUnavailable, err)
@@ -201,6 +205,22 @@ func (b *Budget) reserve(ctx context.Context, scope string, scopeLimit *dispatch
 		Cap:     b.cfg.DailyCap,
 		Ticket:  &ticket{keys: keys, token: newReleaseToken(), released: &releaseRecord{}},
 	}, nil
+}
+
+// The largest values a budget counter and a dollar window may hold. A
+// count past ten times the largest cap, or a spend past a thousand times the
+// largest dollar cap, is no count a fleet made: the window is corrupt.
+const (
+	maxSaneCount     = 10 * dispatch.MaxCap
+	maxSaneMicros    = int64(1000 * dispatch.MaxUSD * 1_000_000)
+	maxSaneMicrosLua = "1000000000000000" // maxSaneMicros, in the dollar scripts
+	corruptReply     = "BUDGETCORRUPT"    // the reply of a script that found a corrupt window
+)
+
+// isCorrupt reports whether err is a script's report of a corrupt window.
+func isCorrupt(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), corruptReply)
 }
 
 // reserveReply is the reserve script's answer.

@@ -147,6 +147,9 @@ func (d *Dollars) reserve(ctx context.Context, jobID, scope string, limit *dispa
 	res, err := bounded.Call(ctx, d.cfg.CallTimeout, &d.calls, nil, func(ctx context.Context) (any, error) {
 		return dollarReserveScript.Run(ctx, d.client, nil, args...).Result()
 	})
+	if err != nil && isCorrupt(err) {
+		return dispatch.DollarReservation{}, fmt.Errorf("%w: %w: reserve dollars: %w", dispatch.ErrBudgetUnavailable, dispatch.ErrBudgetCorrupt, err)
+	}
 	d.health.observe(err)
 	if err != nil {
 		return dispatch.DollarReservation{}, fmt.Errorf("%w: reserve dollars: %w", dispatch.ErrBudgetUnavailable, err)

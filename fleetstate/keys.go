@@ -28,7 +28,7 @@ import (
 //	<dollar window>:res                 ZSET: the window's live reservations, member -> expiry ms
 //	<dollar window>:amt                 HASH: the window's live reservations, member -> micro-dollars
 //	budget:usd:settle:<token>           a dollar reservation's settle guard (settled once)
-//	runs:rec:<stem>.attempt-<n>         one attempt's mirrored run record (stem = SanitizeJobID)
+//	runs:rec:<queue>+<stem>.attempt-<n> one attempt's mirrored run record (stem = SanitizeJobID)
 //	runs:claim:<stem>.attempt-<n>       the host that records that attempt (one fleet-wide)
 //	runs:index                          ZSET of those members (<stem>.attempt-<n>) scored by endedAt ms
 //	cancel:req:<jobId>, cancel:ack:<jobId>  operator cancel of a running job
@@ -141,16 +141,16 @@ func budgetMonday(t time.Time) string {
 // RunRecordKey is the mirrored body of the run record of one attempt of a job.
 // It is the record file's name without .json (RecordName), so the mirror and
 // the file name one attempt alike.
-func RunRecordKey(jobID string, attempt int) string {
-	return runRecordPrefix + jobs.RecordMember(jobID, attempt)
+func RunRecordKey(queue, jobID string, attempt int) string {
+	return runRecordPrefix + jobs.RecordMember(queue, jobID, attempt)
 }
 
 // RunClaimKey names the host that writes the record of one attempt of a job:
 // the first to claim it. Two hosts that both saw the attempt end (a frozen
 // worker waking after another host's stalled check failed its job) write one
 // record between them.
-func RunClaimKey(jobID string, attempt int) string {
-	return runClaimPrefix + jobs.RecordMember(jobID, attempt)
+func RunClaimKey(queue, jobID string, attempt int) string {
+	return runClaimPrefix + jobs.RecordMember(queue, jobID, attempt)
 }
 
 // CancelRequestKey is an operator's request to stop a running job.

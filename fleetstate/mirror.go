@@ -135,7 +135,7 @@ func (m *Mirror) Mirror(ctx context.Context, rec jobs.Record) error {
 	if err != nil {
 		return err
 	}
-	member := jobs.RecordMember(rec.JobID, rec.Attempt)
+	member := jobs.RecordMember(rec.Queue, rec.JobID, rec.Attempt)
 	score := rec.EndedAt.UnixMilli()
 	keys := []string{runRecordPrefix + member, RunIndexKey}
 	_, err = bounded.Call(ctx, m.cfg.CallTimeout, &m.inflight, nil, func(ctx context.Context) (any, error) {
@@ -155,12 +155,12 @@ func (m *Mirror) Mirror(ctx context.Context, rec jobs.Record) error {
 const recordClaimTTL = 7 * 24 * time.Hour
 
 // Claim takes, fleet-wide, the right to write the record of one attempt of
-// jobID for host, and returns the claim's owner: host when it is host's
+// jobID taken from queue for host, and returns the claim's owner: host when it is host's
 // (taken now or before), else the host that took it first. The error wraps
 // ErrMirrorUnreachable; a caller that cannot claim writes its record all the
 // same (a duplicate is better than none).
-func (m *Mirror) Claim(ctx context.Context, jobID string, attempt int, host string) (string, error) {
-	key := RunClaimKey(jobID, attempt)
+func (m *Mirror) Claim(ctx context.Context, queue, jobID string, attempt int, host string) (string, error) {
+	key := RunClaimKey(queue, jobID, attempt)
 	owner, err := bounded.Call(ctx, m.cfg.CallTimeout, &m.inflight, nil, func(ctx context.Context) (string, error) {
 		return claimScript.Run(ctx, m.client, []string{key}, host, recordClaimTTL.Milliseconds()).Text()
 	})
@@ -172,9 +172,9 @@ func (m *Mirror) Claim(ctx context.Context, jobID string, attempt int, host stri
 
 // ReleaseClaim drops host's claim of one attempt (a record it wrote for an
 // attempt that then ran again); another host's claim is left alone.
-func (m *Mirror) ReleaseClaim(ctx context.Context, jobID string, attempt int, host string) error {
+func (m *Mirror) ReleaseClaim(ctx context.Context, queue, jobID string, attempt int, host string) error {
 	_, err := bounded.Call(ctx, m.cfg.CallTimeout, &m.inflight, nil, func(ctx context.Context) (any, error) {
-		return releaseClaimScript.Run(ctx, m.client, []string{RunClaimKey(jobID, attempt)}, host).Result()
+		return releaseClaimScript.Run(ctx, m.client, []string{RunClaimKey(queue, jobID, attempt)}, host).Result()
 	})
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrMirrorUnreachable, err)
@@ -308,7 +308,10 @@ func (m *Mirror) Read(ctx context.Context, limit int, since time.Time) (runs []j
 	var junk []any
 	for i, member := range members {
 		rec, ok := parseMirrored(bodies, i)
-		if !ok {
+		if !ok || !jobs.OwnName(member, rec) {
+			// Junk, or a record under a name not its own (another queue's,
+			// another job's): a Valkey writer must not make one run pass
+			// for another.
 			junk = append(junk, member)
 			continue
 		}

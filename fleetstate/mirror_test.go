@@ -78,7 +78,7 @@ func TestMirrorWritesTheRecordWithItsWindow(t *testing.T) {
 		m := NewMirror(db.Client, MirrorConfig{RetentionDays: days})
 		id := "w" + strconv.Itoa(i)
 		require.NoError(t, m.Mirror(ctx, mirrorRec(id, time.Now())))
-		pttl := mirrorPTTL(t, db.Client, RunRecordKey(id, 1))
+		pttl := mirrorPTTL(t, db.Client, RunRecordKey("", id, 1))
 		require.Greater(t, pttl, 92*24*time.Hour-time.Minute, "days %d", days)
 		require.LessOrEqual(t, pttl, 92*24*time.Hour, "days %d", days)
 	}
@@ -140,7 +140,7 @@ func TestMirrorTrimsTheIndexByAge(t *testing.T) {
 
 	// A record that ended before the window is not mirrored at all.
 	require.NoError(t, m.Mirror(ctx, mirrorRec("old", now.Add(-25*time.Hour))))
-	n, err := db.Client.Exists(ctx, RunRecordKey("old", 1)).Result()
+	n, err := db.Client.Exists(ctx, RunRecordKey("", "old", 1)).Result()
 	require.NoError(t, err)
 	require.Zero(t, n)
 	_, err = db.Client.ZScore(ctx, RunIndexKey, "old.attempt-1").Result()

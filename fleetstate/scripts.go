@@ -85,10 +85,15 @@ end
 // ARGV[2]             -> TTL in ms of a day key (2 d)
 // ARGV[3]             -> TTL in ms of a week key (9 d)
 // ARGV[4]             -> TTL in ms of a month key (40 d)
-// ARGV[5+5i .. 9+5i]  -> window i, narrowest first: prefix, kind ("d"|"w"|"m"),
+// ARGV[5]             -> the largest count a window may hold (maxSaneCount)
+// ARGV[6+5i .. 10+5i] -> window i, narrowest first: prefix, kind ("d"|"w"|"m"),
 // cap, name (for error text), soft hold ("" for none, else the most starts the
 // soft hold lets the window reach)
 //
+// Every window is read first: a key of another type, or holding anything but
+// a decimal count from 0 to ARGV[5] (a negative count would lift the cap, a
+// huge one is no count a fleet made), stops the script before anything is
+// counted with an error reply starting "BUDGETCORRUPT" and naming the window.
 // Every window is INCRed, and a key without expiry gets its TTL in the same
 // script. Then the windows are checked in order; the first whose count exceeds
 // its cap, or else its soft hold, refuses, and every INCR is undone (a refusal
@@ -106,7 +111,18 @@ end
 local day, monday, month = budget_dates(now)
 local ttls = {d = ARGV[2], w = ARGV[3], m = ARGV[4]}
 local keys, caps, names, softs, counts = {}, {}, {}, {}, {}
-for i = 5, #ARGV, 5 do
+local sane = tonumber(ARGV[5])
+for i = 6, #ARGV, 5 do
+  local key = window_key(ARGV[i], ARGV[i + 1], day, monday, month)
+  local ty = redis.call('TYPE', key).ok
+  if ty ~= 'none' then
+    local v = ty == 'string' and redis.call('GET', key) or nil
+    if v == nil or not string.match(v, '^%d+$') or #v > 15 or tonumber(v) > sane then
+      return redis.error_reply('BUDGETCORRUPT window ' .. ARGV[i + 3] .. ' (' .. key .. ') holds ' .. (v and string.sub(v, 1, 32) or 'a ' .. ty))
+    end
+  end
+end
+for i = 6, #ARGV, 5 do
   local key = window_key(ARGV[i], ARGV[i + 1], day, monday, month)
   keys[#keys + 1] = key
   caps[#caps + 1] = tonumber(ARGV[i + 2])
@@ -326,7 +342,12 @@ return out
 // members scored by expiry ms at key .. res_suffix, and a HASH of their
 // micro-dollars at key .. amt_suffix). A member is live while its expiry is
 // after now.
+//
+// A settled spend or a reservation that is not a decimal count of
+// micro-dollars from 0 to DOLLAR_SANE (maxSaneMicros) makes the window
+// corrupt: a negative spend would lift the cap.
 const dollarWindowsLua = `
+local DOLLAR_SANE = ` + maxSaneMicrosLua + `
 local function dollar_type_ok(key, want)
   local ty = redis.call('TYPE', key).ok
   return ty == 'none' or ty == want
@@ -341,16 +362,16 @@ local function dollar_read(key, res, amt, now)
   local v = redis.call('GET', key)
   if v then
     settled = tonumber(v)
-    if settled == nil or settled ~= math.floor(settled) then
-      return nil, key .. ' holds ' .. v .. ', not micro-dollars'
+    if not string.match(v, '^%d+$') or #v > 16 or settled > DOLLAR_SANE then
+      return nil, key .. ' holds ' .. string.sub(v, 1, 32) .. ', not micro-dollars'
     end
   end
   local held = 0
   for _, m in ipairs(redis.call('ZRANGEBYSCORE', res, '(' .. string.format('%.0f', now), '+inf')) do
     local a = redis.call('HGET', amt, m)
     local n = tonumber(a)
-    if a and (n == nil or n ~= math.floor(n) or n < 0) then
-      return nil, amt .. ' holds ' .. a .. ' for ' .. m .. ', not micro-dollars'
+    if a and (not string.match(a, '^%d+$') or #a > 16 or n > DOLLAR_SANE) then
+      return nil, amt .. ' holds ' .. string.sub(a, 1, 32) .. ' for ' .. m .. ', not micro-dollars'
     end
     held = held + (n or 0)
   end
@@ -392,7 +413,8 @@ end
 // {used}}: keys are the windows' settled-spend keys, used is each window's use
 // including this reservation when granted, before it when refused (up to the
 // refusing window). A window of the wrong type or holding junk stops the
-// script with an error before anything is held.
+// script before anything is held, with an error reply starting
+// "BUDGETCORRUPT" (see dollarWindowsLua).
 var dollarReserveScript = redis.NewScript(budgetDatesLua + dollarWindowsLua + `
 local now = now_ms(ARGV[1])
 if now == nil then
@@ -407,7 +429,7 @@ for i = 10, #ARGV, 4 do
   local key = window_key(ARGV[i], ARGV[i + 1], day, monday, month)
   local settled, held = dollar_read(key, key .. rs, key .. as, now)
   if settled == nil then
-    return redis.error_reply('ERR dollars: window ' .. ARGV[i + 3] .. ': ' .. held)
+    return redis.error_reply('BUDGETCORRUPT dollar window ' .. ARGV[i + 3] .. ': ' .. held)
   end
   dollar_prune(key .. rs, key .. as, now)
   keys[#keys + 1] = key

@@ -15,7 +15,6 @@ import (
 
 	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"
-	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/internal/faultpoint"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
@@ -347,7 +346,11 @@ func TestFleetFrozenWorkerWakes(t *testing.T) {
 	}
 	var mirrored jobs.Record
 	s.eventually(20*time.Second, func(ctx context.Context) error {
-		body, err := s.client.Get(ctx, fleetstate.RunRecordKey(id, 1)).Bytes()
+		key, err := runRecordKey(ctx, s.client, id)
+		if err != nil {
+			return err
+		}
+		body, err := s.client.Get(ctx, key).Bytes()
 		if err != nil {
 			return err
 		}
@@ -356,7 +359,7 @@ func TestFleetFrozenWorkerWakes(t *testing.T) {
 		}
 		if mirrored.ExitCode == nil || *mirrored.ExitCode != 3 || !strings.Contains(string(mirrored.Telemetry), `"turns":3`) {
 			return fmt.Errorf("mirror entry %s: %s/%s exit %s telemetry %s by %s, want exit code 3 and the exit line",
-				fleetstate.RunRecordKey(id, 1), mirrored.Outcome, mirrored.Reason, exitText(mirrored.ExitCode), mirrored.Telemetry, mirrored.Host)
+				key, mirrored.Outcome, mirrored.Reason, exitText(mirrored.ExitCode), mirrored.Telemetry, mirrored.Host)
 		}
 		return nil
 	})

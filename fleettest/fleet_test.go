@@ -146,6 +146,10 @@ func (s *scenario) worker(role string, extra map[string]string) *worker {
 		"PI_CONCURRENCY": "2",
 		// The default cap (25 starts a day) is below what one scenario runs.
 		"PI_DAILY_CAP": "1000",
+		// Folder jobs work in the tests' temporary folders, owned by
+		// whoever runs the tests (root in a container).
+		"PI_FOLDER_ROOTS":   os.TempDir(),
+		"PI_CONTAINER_USER": "owner",
 		// The jobs dir (a restart must find its predecessor's) is under it.
 		"TMPDIR": filepath.Join(home, "tmp"),
 		"TZ":     "UTC",
@@ -794,4 +798,14 @@ func (s *scenario) trail(id string) string {
 		}
 	}
 	return b.String()
+}
+
+// runRecordKey is the run mirror key of attempt 1 of job id on whichever
+// queue ran it ("" when there is none yet): the key names the queue.
+func runRecordKey(ctx context.Context, c *redis.Client, id string) (string, error) {
+	keys, err := c.Keys(ctx, "runs:rec:*+"+jobs.SanitizeJobID(id)+".attempt-1").Result()
+	if err != nil || len(keys) == 0 {
+		return "", err
+	}
+	return keys[0], nil
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"
-	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 )
@@ -108,9 +107,9 @@ func TestFleetCapabilityRouting(t *testing.T) {
 	// mirror writes in the background, shortly after the record).
 	for _, id := range append(profiled, shared...) {
 		s.eventually(10*time.Second, func(ctx context.Context) error {
-			n, err := s.client.Exists(ctx, fleetstate.RunRecordKey(id, 1)).Result()
-			if err == nil && n != 1 {
-				err = fmt.Errorf("no run mirror %s", fleetstate.RunRecordKey(id, 1))
+			key, err := runRecordKey(ctx, s.client, id)
+			if err == nil && key == "" {
+				err = fmt.Errorf("no run mirror of %s", id)
 			}
 			return err
 		})

@@ -27,9 +27,13 @@ func FuzzJobIDNames(f *testing.F) {
 		if a != b && sa == SanitizeJobID(b) {
 			t.Fatalf("%q and %q share the stem %q", a, b, sa)
 		}
-		stem, n, ok := parseRecordName(RecordName(a, 7))
-		if !ok || stem != sa || n != 7 {
-			t.Fatalf("RecordName(%q, 7) splits into %q %d %v", a, stem, n, ok)
+		q, stem, n, ok := parseRecordName(RecordName("pi-jobs@w-1", a, 7))
+		if !ok || q != "pi-jobs@w-1" || stem != sa || n != 7 {
+			t.Fatalf("RecordName(pi-jobs@w-1, %q, 7) splits into %q %q %d %v", a, q, stem, n, ok)
+		}
+		q, stem, n, ok = parseRecordName(RecordName("", a, 7))
+		if !ok || q != "" || stem != sa || n != 7 {
+			t.Fatalf("RecordName(\"\", %q, 7) splits into %q %q %d %v", a, q, stem, n, ok)
 		}
 		id, quoted := RefusedJobID(a)
 		now := time.Now()

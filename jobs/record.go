@@ -48,14 +48,17 @@ const (
 	ReasonWaitFaults           = "wait-faults"
 	ReasonWaitSuperseded       = "wait-superseded" // a newer delivery of the same intent took over the hold
 	ReasonInvalidJob           = "invalid-job"
-	ReasonExitOther            = "exit-other"      // container exited with another code (137 killed, 3...): retried
-	ReasonWorkerShutdown       = "worker-shutdown" // stopped when the worker's shutdown grace ran out: retried
-	ReasonCronNotAgreed        = "cron-not-agreed" // a scheduler's run this host's triggers file does not name
-	ReasonCostCap              = "cost-cap"        // the gateway refused a model call past the job's dollar cap
-	ReasonTokenCap             = "token-cap"       // the gateway refused a model call past the job's token cap
-	ReasonDollarCap            = "dollar-cap"      // a fleet dollar window could not hold the job's cap: never started
-	ReasonSoftHold             = "soft-hold"       // a count window is past PI_SOFT_HOLD_PCT of its cap
-	ReasonJobUnsigned          = "job-unsigned"    // the host holds the fleet key and the job carries no valid signature
+	ReasonExitOther            = "exit-other"         // container exited with another code (137 killed, 3...): retried
+	ReasonWorkerShutdown       = "worker-shutdown"    // stopped when the worker's shutdown grace ran out: retried
+	ReasonCronNotAgreed        = "cron-not-agreed"    // a scheduler's run this host's triggers file does not name
+	ReasonCostCap              = "cost-cap"           // the gateway refused a model call past the job's dollar cap
+	ReasonTokenCap             = "token-cap"          // the gateway refused a model call past the job's token cap
+	ReasonDollarCap            = "dollar-cap"         // a fleet dollar window could not hold the job's cap: never started
+	ReasonSoftHold             = "soft-hold"          // a count window is past PI_SOFT_HOLD_PCT of its cap
+	ReasonFolderNotAllowed     = "folder-not-allowed" // the job's folder is outside PI_FOLDER_ROOTS (or owned by root)
+	ReasonImageNotAllowed      = "image-not-allowed"  // the job names an image outside PI_JOB_IMAGE and PI_JOB_IMAGES
+	ReasonBudgetCorrupt        = "budget-corrupt"     // a budget counter holds a negative, non-numeric or absurd value
+	ReasonJobUnsigned          = "job-unsigned"       // the host holds the fleet key and the job carries no valid signature
 )
 
 // Reasons lists every valid Record.Reason.
@@ -66,7 +69,7 @@ var Reasons = []string{
 	ReasonOperatorCancel, ReasonWaitTimeout, ReasonWaitMaxChecks, ReasonWaitFaults,
 	ReasonWaitSuperseded, ReasonInvalidJob, ReasonExitOther, ReasonWorkerShutdown,
 	ReasonCronNotAgreed, ReasonCostCap, ReasonTokenCap, ReasonDollarCap, ReasonSoftHold,
-	ReasonJobUnsigned,
+	ReasonJobUnsigned, ReasonFolderNotAllowed, ReasonImageNotAllowed, ReasonBudgetCorrupt,
 }
 
 // MaxTelemetryBytes bounds Record.Telemetry (the container's exit line is read from an
@@ -108,6 +111,10 @@ type Record struct {
 	// Spend is what the run's model calls spent through the worker's gateway;
 	// omitted when no call went through it.
 	Spend *Spend `json:"spend,omitempty"`
+	// Queue is the queue the job was taken from. It is part of the record's
+	// name (RecordName), so equal job ids on two queues keep two records;
+	// empty in records written before queues named them.
+	Queue string `json:"queue,omitempty"`
 }
 
 // Spend basis: how Spend.Dollars was found.
@@ -188,6 +195,9 @@ func (r Record) Validate() error {
 	if err := fleet.ValidateName(r.Host); err != nil {
 		return check.Field("host", "not a valid worker name")
 	}
+	if r.Queue != "" && !ValidQueueName(r.Queue) {
+		return check.Field("queue", "must be 1 to %d bytes of [A-Za-z0-9._@-], not starting with '.'", maxQueueName)
+	}
 	for _, f := range []struct{ name, v string }{{"target", r.Target}, {"flow", r.Flow}, {"image", r.Image}, {"network", r.Network}} {
 		if check.Text(f.v, 1024) != "" || strings.ContainsFunc(f.v, isControl) {
 			return check.Field(f.name, "must be at most 1024 bytes of text without control characters")
@@ -235,16 +245,36 @@ func (s Spend) validate() error {
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
 // Record names. A job id maps to a stem (SanitizeJobID), and each attempt of
-// the job to its own file, <stem>.attempt-<n>.json, and its own mirror key: a
-// retry never overwrites the record of an earlier attempt, and the same
-// attempt written twice is one record.
+// the job on a queue to its own file, <queue>+<stem>.attempt-<n>.json, and
+// its own mirror key: a retry never overwrites the record of an earlier
+// attempt, the same attempt written twice is one record, and the same id on
+// two queues (two producers picked it) keeps two records. Records written
+// before the queue was part of the name, <stem>.attempt-<n>.json, are still
+// read.
 const (
 	maxPlainStem  = 200 // an id used as its own stem is at most this long
 	maxStemPrefix = 160 // the readable part of a stem that carries a digest
 	stemDigestSep = '~' // outside the plain stem's charset
+	queueSep      = "+" // outside the stem's charset and a queue name's
 	attemptSep    = ".attempt-"
 	recordExt     = ".json"
+	maxQueueName  = 100
 )
+
+// ValidQueueName reports whether a queue may name a record: 1 to 100 bytes
+// of [A-Za-z0-9._@-], not starting with '.' ("pi-jobs", "pi-jobs@web-1").
+func ValidQueueName(q string) bool {
+	if q == "" || len(q) > maxQueueName || q[0] == '.' {
+		return false
+	}
+	for i := 0; i < len(q); i++ {
+		c := q[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("._@-", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
 
 // SanitizeJobID maps a job id to a file name stem, injectively: an id of at
 // most 200 bytes of [A-Za-z0-9._-] that does not start with '.' is its own
@@ -275,34 +305,53 @@ func SanitizeJobID(id string) string {
 	return string(b) + string(stemDigestSep) + hex.EncodeToString(sum[:8])
 }
 
-// RecordName is the name of the run record of one attempt of a job, in its
-// logs dir and, without ".json", in the run mirror:
-// <SanitizeJobID(jobID)>.attempt-<attempt>.json.
-func RecordName(jobID string, attempt int) string {
-	return SanitizeJobID(jobID) + attemptSep + strconv.Itoa(attempt) + recordExt
+// RecordName is the name of the run record of one attempt of a job taken
+// from queue, in its logs dir and, without ".json", in the run mirror:
+// <queue>+<SanitizeJobID(jobID)>.attempt-<attempt>.json. An empty queue
+// gives the name records had before queues named them.
+func RecordName(queue, jobID string, attempt int) string {
+	return RecordMember(queue, jobID, attempt) + recordExt
 }
 
 // RecordMember is a record's run mirror member and key suffix: its file name
 // without .json.
-func RecordMember(jobID string, attempt int) string {
-	return strings.TrimSuffix(RecordName(jobID, attempt), recordExt)
+func RecordMember(queue, jobID string, attempt int) string {
+	name := SanitizeJobID(jobID) + attemptSep + strconv.Itoa(attempt)
+	if queue != "" {
+		name = queue + queueSep + name
+	}
+	return name
 }
 
-// parseRecordName splits a record file name into its stem and attempt.
-func parseRecordName(name string) (stem string, attempt int, ok bool) {
+// OwnName reports whether member (a file name without .json, or a mirror
+// member) is rec's own name: a record stored under another queue's or
+// another job's name is refused by its readers.
+func OwnName(member string, rec Record) bool {
+	return member == RecordMember(rec.Queue, rec.JobID, rec.Attempt)
+}
+
+// parseRecordName splits a record file name into its queue ("" in the
+// older form), stem and attempt.
+func parseRecordName(name string) (queue, stem string, attempt int, ok bool) {
 	base, found := strings.CutSuffix(name, recordExt)
 	if !found {
-		return "", 0, false
+		return "", "", 0, false
+	}
+	if q, rest, cut := strings.Cut(base, queueSep); cut {
+		if !ValidQueueName(q) {
+			return "", "", 0, false
+		}
+		queue, base = q, rest
 	}
 	i := strings.LastIndex(base, attemptSep)
 	if i <= 0 {
-		return "", 0, false
+		return "", "", 0, false
 	}
 	n, err := strconv.Atoi(base[i+len(attemptSep):])
 	if err != nil || n < 0 || strconv.Itoa(n) != base[i+len(attemptSep):] {
-		return "", 0, false
+		return "", "", 0, false
 	}
-	return base[:i], n, true
+	return queue, base[:i], n, true
 }
 
 // RefusedJobID is the record of a job whose id breaks the job id rule
@@ -326,9 +375,11 @@ func RefusedJobID(id string) (jobID, quoted string) {
 	return "refused-id~" + hex.EncodeToString(sum[:8]), quoted
 }
 
-// ReadRecords reads every record of jobID in dir, one per attempt, in
-// attempt order. A missing dir holds none. An unreadable or invalid file of
-// the job is an error naming it.
+// ReadRecords reads every record of jobID in dir, one per attempt and
+// queue, in attempt order, in both the current and the older name form. A
+// missing dir holds none. An unreadable or invalid file of the job, or one
+// whose content names another queue, job or attempt than its file name, is
+// an error naming it.
 func ReadRecords(dir, jobID string) ([]Record, error) {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -340,13 +391,16 @@ func ReadRecords(dir, jobID string) ([]Record, error) {
 	want := SanitizeJobID(jobID)
 	var out []Record
 	for _, e := range entries {
-		stem, _, ok := parseRecordName(e.Name())
+		_, stem, _, ok := parseRecordName(e.Name())
 		if !ok || stem != want || !e.Type().IsRegular() {
 			continue
 		}
 		rec, err := ReadRecordFile(filepath.Join(dir, e.Name()))
 		if err != nil {
 			return nil, err
+		}
+		if !OwnName(strings.TrimSuffix(e.Name(), recordExt), rec) {
+			return nil, fmt.Errorf("read record %s: its content names another queue, job or attempt", e.Name())
 		}
 		out = append(out, rec)
 	}
@@ -405,7 +459,7 @@ func WriteRecord(dir string, r Record) (path string, err error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return "", fmt.Errorf("run record: %w", err)
 	}
-	name := RecordName(r.JobID, r.Attempt)
+	name := RecordName(r.Queue, r.JobID, r.Attempt)
 	final := filepath.Join(dir, name)
 	tmp, err := os.CreateTemp(dir, "."+name+tmpInfix+"*")
 	if err != nil {
@@ -532,7 +586,7 @@ func RecoverRecordTemps(dir string, olderThan time.Time) (completed, removed int
 		}
 		p := filepath.Join(dir, e.Name())
 		final := filepath.Join(dir, name)
-		if rec, rerr := ReadRecordFile(p); rerr == nil && RecordName(rec.JobID, rec.Attempt) == name {
+		if rec, rerr := ReadRecordFile(p); rerr == nil && RecordName(rec.Queue, rec.JobID, rec.Attempt) == name {
 			if _, serr := os.Lstat(final); errors.Is(serr, fs.ErrNotExist) {
 				if err := os.Rename(p, final); err != nil {
 					errs = append(errs, err)
@@ -565,7 +619,7 @@ func tempRecordName(tmp string) (string, bool) {
 		return "", false
 	}
 	name := rest[:i]
-	if _, _, ok := parseRecordName(name); !ok && !strings.HasSuffix(name, recordExt) {
+	if _, _, _, ok := parseRecordName(name); !ok && !strings.HasSuffix(name, recordExt) {
 		return "", false
 	}
 	return name, true

@@ -191,11 +191,11 @@ func TestRecoverRecordTemps(t *testing.T) {
 	// A whole record never renamed: its final file is missing.
 	whole := goodRecord()
 	whole.Attempt = 2
-	wholeName := jobs.RecordName(whole.JobID, 2)
+	wholeName := jobs.RecordName(whole.Queue, whole.JobID, 2)
 	wholeData := strings.Replace(string(data), `"attempt":1`, `"attempt":2`, 1)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "."+wholeName+".tmp-123"), []byte(wholeData), 0o640))
 	// A cut-short write, and a temp file of a record already in place.
-	cut := filepath.Join(dir, "."+jobs.RecordName("cut", 1)+".tmp-456")
+	cut := filepath.Join(dir, "."+jobs.RecordName("", "cut", 1)+".tmp-456")
 	require.NoError(t, os.WriteFile(cut, data[:20], 0o640))
 	stale := filepath.Join(dir, "."+filepath.Base(p)+".tmp-789")
 	require.NoError(t, os.WriteFile(stale, []byte(strings.Replace(string(data), "mini1", "other", 1)), 0o640))
@@ -295,7 +295,8 @@ func TestReasons(t *testing.T) {
 	want := []string{"completed", "exit-1", "policy", "stalled", "timeout", "secret-profile-unknown",
 		"secret-resolve-failed", "wait-profile-unknown", "scope-cap", "over-budget", "job-image-missing",
 		"never-started", "operator-cancel", "wait-timeout", "wait-max-checks", "wait-faults", "wait-superseded", "invalid-job",
-		"exit-other", "worker-shutdown", "cron-not-agreed", "cost-cap", "token-cap", "dollar-cap", "soft-hold", "job-unsigned"}
+		"exit-other", "worker-shutdown", "cron-not-agreed", "cost-cap", "token-cap", "dollar-cap", "soft-hold",
+		"folder-not-allowed", "image-not-allowed", "budget-corrupt", "job-unsigned"}
 	require.ElementsMatch(t, want, jobs.Reasons)
 	for _, reason := range jobs.Reasons {
 		r := goodRecord()
@@ -360,4 +361,55 @@ func TestPruneRecords(t *testing.T) {
 	n, err = jobs.PruneRecords(filepath.Join(dir, "absent"), cutoff)
 	require.NoError(t, err)
 	require.Zero(t, n)
+}
+
+// The same job id on two queues keeps two records; a record of the older
+// name form is still read; a file whose content names another queue is
+// refused.
+func TestRecordsNameTheirQueue(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	a, b, old := goodRecord(), goodRecord(), goodRecord()
+	a.Queue, b.Queue = "pi-jobs", "pi-jobs@web-1"
+	b.Reason, b.Outcome = jobs.ReasonExit1, jobs.OutcomeFailed
+	old.Attempt = 2
+	for _, r := range []jobs.Record{a, b} {
+		if _, err := jobs.WriteRecord(dir, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, err := json.Marshal(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, old.JobID+".attempt-2.json"), data, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := jobs.ReadRecords(dir, a.JobID)
+	if err != nil || len(recs) != 3 {
+		t.Fatalf("records %+v, %v; want the two queues' and the older one", recs, err)
+	}
+	queues := map[string]string{}
+	for _, r := range recs {
+		queues[r.Queue] = r.Reason
+	}
+	if queues["pi-jobs"] != jobs.ReasonCompleted || queues["pi-jobs@web-1"] != jobs.ReasonExit1 || queues[""] != jobs.ReasonCompleted {
+		t.Fatalf("records by queue %v", queues)
+	}
+	if got := jobs.RecordName("pi-jobs@web-1", "x:y", 3); got != "pi-jobs@web-1+x-y~"+got[len("pi-jobs@web-1+x-y~"):len("pi-jobs@web-1+x-y~")+16]+".attempt-3.json" {
+		t.Fatalf("RecordName %s", got)
+	}
+	// A record stored under another queue's name is not that queue's record.
+	forged := a
+	forged.Queue = "pi-jobs@web-1"
+	data, _ = json.Marshal(forged)
+	if err := os.WriteFile(filepath.Join(dir, jobs.RecordName("pi-jobs", a.JobID, 5)), data, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := jobs.ReadRecords(dir, a.JobID); err == nil || !strings.Contains(err.Error(), "names another queue") {
+		t.Fatalf("forged record: %v", err)
+	}
+	if (jobs.Record{Queue: "bad+queue"}).Validate() == nil || jobs.ValidQueueName("../x") || !jobs.ValidQueueName("pi-jobs@a.b_c-1") {
+		t.Fatal("queue name rule")
+	}
 }

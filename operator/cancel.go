@@ -178,7 +178,7 @@ func recordCancel(ctx context.Context, client redis.UniversalClient, job *queue.
 	rec := jobs.Record{
 		Kind: jobs.KindManual, Target: "-", StartedAt: now, EndedAt: now,
 		Outcome: jobs.OutcomePolicy, Reason: jobs.ReasonOperatorCancel,
-		Attempt: job.AttemptsMade + 1, Host: host,
+		Attempt: job.AttemptsMade + 1, Host: host, Queue: res.Queue,
 	}
 	rec.JobID, rec.JobIDQuoted = jobs.RefusedJobID(job.ID)
 	if spec, err := jobs.ParseJob(job.Data); err == nil {

@@ -200,7 +200,7 @@ func Explain(ctx context.Context, client redis.UniversalClient, jobID string, op
 	ex := Explanation{JobID: jobID, Findings: []Finding{}}
 	name, job, err := dir.Find(ctx, jobID)
 	if errors.Is(err, queue.ErrNotFound) {
-		ex.Records, ex.RecordsFrom = jobRecords(ctx, client, jobID, 0, opts.LogsDir)
+		ex.Records, ex.RecordsFrom = jobRecords(ctx, client, "", jobID, 0, opts.LogsDir)
 		return ex, fmt.Errorf("explain %q: %w", jobID, ErrJobNotFound)
 	}
 	if err != nil {
@@ -256,7 +256,7 @@ func (x *explainer) locate(name string) {
 func (x *explainer) explain(ctx context.Context) error {
 	j := x.job
 	attempts := max(j.AttemptsMade, j.AttemptsStarted)
-	x.ex.Records, x.ex.RecordsFrom = jobRecords(ctx, x.client, j.ID, attempts, x.opts.LogsDir)
+	x.ex.Records, x.ex.RecordsFrom = jobRecords(ctx, x.client, x.ex.Queue, j.ID, attempts, x.opts.LogsDir)
 	switch j.State {
 	case queue.StateActive:
 		return x.running(ctx)

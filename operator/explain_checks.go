@@ -466,27 +466,38 @@ func (x *explainer) sources(ctx context.Context) {
 // maxRecordProbe bounds the attempts whose mirrored records one Explain reads.
 const maxRecordProbe = 64
 
-// jobRecords reads the job's run records: from the run mirror, one key per
-// attempt (1..attempts+1, or up to 25 when attempts is unknown), each
-// re-validated; else from logsDir. It says where it found them.
-func jobRecords(ctx context.Context, client redis.UniversalClient, jobID string, attempts int, logsDir string) ([]jobs.Record, string) {
+// jobRecords reads the job's run records on queue: from the run mirror,
+// one key per attempt (1..attempts+1, or up to 25 when attempts is
+// unknown), in the current name and the older one without the queue, each
+// re-validated and kept only when the key is its own name (a record under
+// another queue's key is another job's); else from logsDir. An empty queue
+// (the job is gone) reads the shared queue's and the older keys. It says
+// where it found them.
+func jobRecords(ctx context.Context, client redis.UniversalClient, queueName, jobID string, attempts int, logsDir string) ([]jobs.Record, string) {
 	n := min(attempts+1, maxRecordProbe)
 	if attempts <= 0 {
 		n = 25
 	}
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = fleetstate.RunRecordKey(jobID, i+1)
+	if queueName == "" {
+		queueName = fleet.SharedQueue
+	}
+	keys := make([]string, 0, 2*n)
+	members := make([]string, 0, 2*n)
+	for i := range n {
+		for _, q := range []string{queueName, ""} {
+			keys = append(keys, fleetstate.RunRecordKey(q, jobID, i+1))
+			members = append(members, jobs.RecordMember(q, jobID, i+1))
+		}
 	}
 	var out []jobs.Record
 	if vals, err := client.MGet(ctx, keys...).Result(); err == nil {
-		for _, v := range vals {
+		for i, v := range vals {
 			s, ok := v.(string)
 			if !ok {
 				continue
 			}
 			var rec jobs.Record
-			if json.Unmarshal([]byte(s), &rec) == nil && rec.Validate() == nil && rec.JobID == jobID {
+			if json.Unmarshal([]byte(s), &rec) == nil && rec.Validate() == nil && jobs.OwnName(members[i], rec) {
 				out = append(out, rec)
 			}
 		}
@@ -498,7 +509,11 @@ func jobRecords(ctx context.Context, client redis.UniversalClient, jobID string,
 		return nil, ""
 	}
 	recs, err := jobs.ReadRecords(logsDir, jobID)
-	if err != nil || len(recs) == 0 {
+	if err != nil {
+		return nil, ""
+	}
+	recs = slices.DeleteFunc(recs, func(r jobs.Record) bool { return r.Queue != "" && r.Queue != queueName })
+	if len(recs) == 0 {
 		return nil, ""
 	}
 	return recs, RunsFromLogsDir

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"github.com/pidispatch/pidispatch/fleet"
 	"os"
 	"path/filepath"
 	"testing"
@@ -49,10 +50,10 @@ func TestRunsFromTheMirror(t *testing.T) {
 		}
 	}
 	// A hostile peer's row: indexed, but not a valid record.
-	if err := db.Client.Set(ctx, fleetstate.RunRecordKey("evil", 1), `{"jobId":"evil","outcome":"completed","reason":"nope"}`, 0).Err(); err != nil {
+	if err := db.Client.Set(ctx, fleetstate.RunRecordKey(fleet.SharedQueue, "evil", 1), `{"jobId":"evil","outcome":"completed","reason":"nope"}`, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Client.ZAdd(ctx, fleetstate.RunIndexKey, redisZ(now.UnixMilli(), jobs.RecordMember("evil", 1))).Err(); err != nil {
+	if err := db.Client.ZAdd(ctx, fleetstate.RunIndexKey, redisZ(now.UnixMilli(), jobs.RecordMember(fleet.SharedQueue, "evil", 1))).Err(); err != nil {
 		t.Fatal(err)
 	}
 	recs, tot, err := operator.Runs(ctx, db.Client, operator.RunsFilter{})

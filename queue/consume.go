@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -45,15 +46,17 @@ func (q *Queue) fetch(ctx context.Context, token string) (fetched, error) {
 // takeReplyLen is the length of a take's reply, lib.lua's fetchReply:
 // job id or "", ms until the next delayed job is due or nil, the job's
 // fields numbered by takeFieldOrder or nil, a scheduler request or nil,
-// and the new attempts-started count or nil. fetch.lua and complete.lua
-// put the server time in ms before it.
-const takeReplyLen = 5
+// the new attempts-started count or nil, and the queue entries dropped on
+// the way (id, why, ...) or nil. fetch.lua and complete.lua put the server
+// time in ms before it.
+const takeReplyLen = 6
 
 // takeReply reads a take's reply (see takeReplyLen) made at nowMs, server
 // time, and, when the job taken was a scheduler's run, records the
 // scheduler's next cron time.
 func (q *Queue) takeReply(ctx context.Context, nowMs int64, reply []any, token string) fetched {
 	out := fetched{nextDelay: -1}
+	q.logDropped(reply[5])
 	if waitMs, ok := reply[1].(int64); ok && waitMs >= 0 {
 		out.nextDelay = time.Duration(waitMs) * time.Millisecond
 	}
@@ -434,4 +437,17 @@ func (b *completionBatcher) started(n int) {
 	b.inflight++
 	b.inflightJobs += n
 	b.work = max(b.inflightJobs+len(b.pending), b.work-max(1, b.work/16))
+}
+
+// logDropped logs each queue entry a take dropped: an id in the wait list
+// with no job hash (a peer pushed it, or removed the job and not the entry)
+// or an old BullMQ marker. Nothing runs for it, and an entry that vanished
+// without a word would hide a peer's mistake or an attack.
+func (q *Queue) logDropped(v any) {
+	flat, _ := v.([]any)
+	for i := 0; i+1 < len(flat); i += 2 {
+		id, _ := flat[i].(string)
+		why, _ := flat[i+1].(string)
+		q.log.Warn("job_entry_dropped", "jobId", strconv.QuoteToASCII(id), "why", why)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -50,7 +51,8 @@ func (r *scriptedRuntime) ran() []string {
 func TestBuildOptionReplacesAPart(t *testing.T) {
 	db := livetest.Valkey(t)
 	name := fmt.Sprintf("opt-%d", db.DB)
-	env := map[string]string{"VALKEY_URL": db.URL, "PI_WORKER_NAME": name, "PI_LOGS_DIR": t.TempDir(), "PI_JOB_IMAGE": "never-pulled:1"}
+	env := map[string]string{"VALKEY_URL": db.URL, "PI_WORKER_NAME": name, "PI_LOGS_DIR": t.TempDir(), "PI_JOB_IMAGE": "never-pulled:1",
+		"PI_FOLDER_ROOTS": os.TempDir(), "PI_CONTAINER_USER": "owner"}
 	cfg, err := dispatch.LoadConfig(func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)

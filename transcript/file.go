@@ -26,7 +26,7 @@ const maxReadBytes = 64 << 20
 
 // FileName is the transcript file of one attempt, beside its record.
 func FileName(jobID string, attempt int) string {
-	return jobs.RecordMember(jobID, attempt) + fileExt
+	return jobs.RecordMember("", jobID, attempt) + fileExt
 }
 
 // ErrNone: no transcript of that attempt is kept here.

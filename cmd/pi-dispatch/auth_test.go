@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -34,7 +35,7 @@ func TestCommandsAuthRefused(t *testing.T) {
 		{"wrong password in the URL", "redis://:wrong@" + srv.Addr() + "/0", "pw1", "WRONGPASS"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			env := map[string]string{"VALKEY_URL": tc.url, "VALKEY_PASSWORD": tc.pw}
+			env := map[string]string{"VALKEY_URL": tc.url, "VALKEY_PASSWORD": tc.pw, "PI_FOLDER_ROOTS": os.TempDir()}
 			shown := dispatch.RedactURL(tc.url)
 			for _, args := range commands {
 				start := time.Now()

@@ -31,7 +31,7 @@ func TestCancelQueuedGolden(t *testing.T) {
 	env["PI_LOGS_DIR"], env["PI_WORKER_NAME"] = logs, "ops-1"
 	expect(t, runCLI(t, env, "cancel", "d1"), db.URL, 0,
 		"cancelled d1: removed from pi-jobs@alpha (it was delayed)\n  recorded as attempt 1, policy/operator-cancel, in "+
-			filepath.Join(logs, jobs.RecordName("d1", 1))+" and the run mirror\n", "")
+			filepath.Join(logs, jobs.RecordName("pi-jobs@alpha", "d1", 1))+" and the run mirror\n", "")
 	if _, err := host.Get(ctx, "d1"); err == nil {
 		t.Fatal("d1 still there")
 	}

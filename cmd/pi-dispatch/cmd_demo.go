@@ -242,6 +242,11 @@ func (d *demo) run(parent context.Context) int {
 	cfg.Concurrency = 1
 	cfg.JobTimeout = demoJobTimeout
 	cfg.JobMemory, cfg.JobCPUs = demoJobMemory, demoJobCPUs
+	// The demo's job works in its own temporary folder and nowhere else.
+	// Run as root, that folder is root's: the demo says so explicitly, as
+	// an operator would with PI_CONTAINER_USER.
+	cfg.FolderRoots = []string{workspace}
+	cfg.ContainerUserExplicit = os.Geteuid() == 0
 	job := jobs.Job{Kind: jobs.KindLocal, Folder: workspace, Flow: demoFlow, Task: d.task}
 	var fp *fakeprovider.Server
 	if d.agent {
@@ -299,7 +304,7 @@ func (d *demo) run(parent context.Context) int {
 	d.say("queued job %s on %s", got.JobID, got.Queue)
 
 	// 6. Wait for its run record.
-	rec, raw, err := d.waitRecord(ctx, logs, got.JobID, workerDone)
+	rec, raw, err := d.waitRecord(ctx, logs, got.Queue, got.JobID, workerDone)
 	if err != nil {
 		return d.fail("%v", err)
 	}
@@ -308,7 +313,7 @@ func (d *demo) run(parent context.Context) int {
 		pretty.Reset()
 		pretty.Write(raw)
 	}
-	d.say("\nrun record (%s):\n%s", filepath.Join(logs, jobs.RecordName(got.JobID, 1)), pretty.String())
+	d.say("\nrun record (%s):\n%s", filepath.Join(logs, jobs.RecordName(got.Queue, got.JobID, 1)), pretty.String())
 
 	code := exitOK
 	if rec.Outcome != jobs.OutcomeCompleted {
@@ -450,8 +455,8 @@ func pidispatchKeys(ctx context.Context, rc *redis.Client, limit int) ([]string,
 
 // waitRecord polls the logs folder for the job's run record, printing
 // progress every second. It returns early when the worker stops.
-func (d *demo) waitRecord(ctx context.Context, logs, jobID string, workerDone <-chan error) (jobs.Record, []byte, error) {
-	path := filepath.Join(logs, jobs.RecordName(jobID, 1)) // the demo job runs once
+func (d *demo) waitRecord(ctx context.Context, logs, queue, jobID string, workerDone <-chan error) (jobs.Record, []byte, error) {
+	path := filepath.Join(logs, jobs.RecordName(queue, jobID, 1)) // the demo job runs once
 	start := time.Now()
 	poll := time.NewTicker(200 * time.Millisecond)
 	defer poll.Stop()

@@ -166,7 +166,7 @@ func TestDemo_KeepLeavesTheFolders(t *testing.T) {
 		t.Fatalf("stdout does not say where the folders are:\n%s", r.stdout)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(m[1]) })
-	records, _ := filepath.Glob(filepath.Join(m[1], "logs", "local-*.json"))
+	records, _ := filepath.Glob(filepath.Join(m[1], "logs", "*+local-*.json"))
 	if len(records) != 1 {
 		t.Fatalf("run records kept: %v", records)
 	}

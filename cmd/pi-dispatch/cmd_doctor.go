@@ -5,7 +5,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/pidispatch/pidispatch/dispatch"
 	"io"
+	"os"
+	"strings"
 
 	"github.com/moby/moby/client"
 
@@ -58,6 +61,9 @@ func cmdDoctor(ctx context.Context, e env, args []string) int {
 	deps.Docker = probe
 
 	checks := append(envSources(e), operator.Doctor(ctx, cfg, deps)...)
+	if cfgErr == nil {
+		checks = append(checks, folderRootsCheck(cfg))
+	}
 	printChecks(e.stdout, checks)
 	if operator.Failed(checks) {
 		return exitFailure
@@ -147,4 +153,26 @@ func newDockerProbe() (operator.DoctorDocker, func()) {
 		return brokenDocker{err}, func() {}
 	}
 	return dockerProbe{c: dc, rt: rt}, func() { _ = dc.Close() }
+}
+
+// folderRootsCheck says which folders folder jobs may work in, and how to
+// let them run at all when none is set.
+func folderRootsCheck(cfg dispatch.Config) operator.Check {
+	if len(cfg.FolderRoots) == 0 {
+		return operator.Check{Status: operator.CheckWarn, Name: "folder-roots",
+			Detail: "PI_FOLDER_ROOTS is not set: every folder job (run, cron, chain) is refused folder-not-allowed",
+			Fix:    dispatch.FolderRootsHint}
+	}
+	var missing []string
+	for _, r := range cfg.FolderRoots {
+		if fi, err := os.Stat(r); err != nil || !fi.IsDir() {
+			missing = append(missing, r)
+		}
+	}
+	if len(missing) > 0 {
+		return operator.Check{Status: operator.CheckWarn, Name: "folder-roots",
+			Detail: "PI_FOLDER_ROOTS names folders that are not directories here: " + strings.Join(missing, ", "),
+			Fix:    "create them or remove them from PI_FOLDER_ROOTS"}
+	}
+	return operator.Check{Status: operator.CheckOK, Name: "folder-roots", Detail: "folder jobs may work in " + strings.Join(cfg.FolderRoots, ", ")}
 }

@@ -12,8 +12,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/internal/jobimage"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/operator"
 	"github.com/pidispatch/pidispatch/registry"
 )
 
@@ -34,6 +36,9 @@ func doctorHost(t *testing.T) (*livetest.ValkeyDB, map[string]string) {
 		"PI_JOB_IMAGE":   jobimage.TestTag,
 		"PI_LOGS_DIR":    t.TempDir(),
 		"TZ":             "UTC",
+		// Present on every Linux host, so the golden output is the same
+		// everywhere.
+		"PI_FOLDER_ROOTS": "/usr",
 		// The gateway's key for the default provider: doctor checks it is
 		// there, never prints it.
 		"ANTHROPIC_API_KEY": "sk-doctor-never-printed",
@@ -180,5 +185,21 @@ func TestDoctorRefusesArguments(t *testing.T) {
 	}
 	if r := runCLI(t, nil, "doctor", "extra"); r.code != exitUsage || !strings.Contains(r.stderr, "unexpected argument") {
 		t.Fatalf("%+v", r)
+	}
+}
+
+// doctor warns, with the fix, when no folder root is set, and when a root
+// is not a folder here.
+func TestDoctorFolderRootsCheck(t *testing.T) {
+	c := folderRootsCheck(dispatch.Config{})
+	if c.Status != operator.CheckWarn || !strings.Contains(c.Detail, "PI_FOLDER_ROOTS is not set") || !strings.Contains(c.Fix, "pi-dispatch init") {
+		t.Fatalf("unset: %+v", c)
+	}
+	c = folderRootsCheck(dispatch.Config{FolderRoots: []string{filepath.Join(t.TempDir(), "gone")}})
+	if c.Status != operator.CheckWarn || !strings.Contains(c.Detail, "not directories") {
+		t.Fatalf("missing: %+v", c)
+	}
+	if c = folderRootsCheck(dispatch.Config{FolderRoots: []string{t.TempDir()}}); c.Status != operator.CheckOK {
+		t.Fatalf("set: %+v", c)
 	}
 }

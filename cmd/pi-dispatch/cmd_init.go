@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"unicode"
 )
 
 func init() {
@@ -86,7 +87,7 @@ func cmdInit(ctx context.Context, e env, args []string) int {
 		mode    fs.FileMode
 		content string
 	}{
-		{initEnvFile, 0o600, scaffoldEnv(envExample)},
+		{initEnvFile, 0o600, scaffoldEnv(envExample, dir)},
 		{initTriggersFile, 0o644, initTriggers},
 		{initScopedLimitsFile, 0o644, initScopedLimits},
 		{initPauseWindowsFile, 0o644, initPauseWindows},
@@ -212,8 +213,11 @@ func createNew(path string, mode fs.FileMode, content string) (created bool, err
 // (left commented, it is the original's documented trap: an edited limits
 // file that nothing reads); PI_TRIGGERS_FILE stays commented, since an empty
 // cron set is an opinion that would stop a fleet's cron reconcile until every
-// host agrees.
-func scaffoldEnv(example string) string {
+// host agrees. PI_FOLDER_ROOTS is set to folderRoot (the folder init runs
+// in): without it no folder job runs, and the folder an operator scaffolds a
+// deployment in is the one they mean jobs to work in; "" or a path the env
+// file cannot hold plainly leaves it commented.
+func scaffoldEnv(example, folderRoot string) string {
 	var b strings.Builder
 	b.WriteString("# Written by pi-dispatch init from .env.example. Read by the worker's\n")
 	b.WriteString("# EnvironmentFile (systemd) or env_file (docker compose): no comment may\n")
@@ -227,7 +231,7 @@ func scaffoldEnv(example string) string {
 			b.WriteString("\n")
 			continue
 		case strings.HasPrefix(line, "#"):
-			b.WriteString(scaffoldComment(line) + "\n")
+			b.WriteString(scaffoldComment(line, folderRoot) + "\n")
 			continue
 		case strings.HasPrefix(trimmed, "#"):
 			// A continuation of the comment above, indented under it.
@@ -254,8 +258,11 @@ func scaffoldEnv(example string) string {
 // scaffoldComment uncomments PI_SCOPED_LIMITS_FILE, whose relative path
 // resolves against the worker's working directory: the unit's
 // WorkingDirectory, the compose file's working_dir.
-func scaffoldComment(line string) string {
+func scaffoldComment(line, folderRoot string) string {
 	body := strings.TrimSpace(strings.TrimPrefix(line, "#"))
+	if strings.HasPrefix(body, "PI_FOLDER_ROOTS=") && plainEnvPath(folderRoot) {
+		return "PI_FOLDER_ROOTS=" + folderRoot
+	}
 	if assign, comment := splitTrailingComment(body); assign == "PI_SCOPED_LIMITS_FILE=./"+initScopedLimitsFile {
 		if comment != "" {
 			return "# " + comment + "\n" + assign
@@ -263,6 +270,13 @@ func scaffoldComment(line string) string {
 		return assign
 	}
 	return line
+}
+
+// plainEnvPath reports whether p is an absolute path an env file holds
+// unquoted and PI_FOLDER_ROOTS can name: no space, quote, '#', '$', '\\'
+// or ':', and not "/".
+func plainEnvPath(p string) bool {
+	return filepath.IsAbs(p) && p != "/" && !strings.ContainsAny(p, " \t\"'#$\\:") && !strings.ContainsFunc(p, unicode.IsControl)
 }
 
 // splitTrailingComment splits "KEY=value   # comment" at the first " #".

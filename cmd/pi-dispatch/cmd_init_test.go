@@ -210,12 +210,29 @@ func TestInitRefusesBadDir(t *testing.T) {
 }
 
 func TestScaffoldEnvMovesTrailingComments(t *testing.T) {
-	got := scaffoldEnv("# head\nA=1   # one\n   # more on A\n# B=2   # two\n\n# PI_SCOPED_LIMITS_FILE=./scoped-limits.json  # limits\n# PI_PAUSE_WINDOWS_FILE=./p.json\n")
+	got := scaffoldEnv("# head\nA=1   # one\n   # more on A\n# B=2   # two\n\n# PI_SCOPED_LIMITS_FILE=./scoped-limits.json  # limits\n# PI_PAUSE_WINDOWS_FILE=./p.json\n", "")
 	want := "# Written by pi-dispatch init from .env.example. Read by the worker's\n" +
 		"# EnvironmentFile (systemd) or env_file (docker compose): no comment may\n" +
 		"# follow a value on its line.\n" +
 		"# head\n# one\n#   more on A\nA=1\n# B=2   # two\n\n# limits\nPI_SCOPED_LIMITS_FILE=./scoped-limits.json\n# PI_PAUSE_WINDOWS_FILE=./p.json\n"
 	if got != want {
 		t.Fatalf("got\n%s\nwant\n%s", got, want)
+	}
+}
+
+// init sets PI_FOLDER_ROOTS to the folder it runs in (without it no folder
+// job runs); a folder the env file cannot hold plainly stays commented.
+func TestScaffoldEnvSetsFolderRoots(t *testing.T) {
+	example := "# PI_FOLDER_ROOTS=/home/me/projects:/srv/checkouts\n"
+	if got := scaffoldEnv(example, "/srv/deploy"); !strings.Contains(got, "\nPI_FOLDER_ROOTS=/srv/deploy\n") {
+		t.Fatalf("got\n%s", got)
+	}
+	for _, bad := range []string{"", "/", "/a b", "/a:b", "rel"} {
+		if got := scaffoldEnv(example, bad); !strings.Contains(got, "# PI_FOLDER_ROOTS=/home/me/projects") {
+			t.Fatalf("%q: got\n%s", bad, got)
+		}
+	}
+	if !strings.Contains(envExample, "# PI_FOLDER_ROOTS=") {
+		t.Fatal("env.example lost PI_FOLDER_ROOTS")
 	}
 }

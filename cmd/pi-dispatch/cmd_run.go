@@ -76,6 +76,15 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 		return code
 	}
 	ra.job.Folder = folder
+	// Said before anything is queued: a worker of this configuration would
+	// refuse the job folder-not-allowed. Only a warning: the worker that
+	// runs the job reads its own environment.
+	if _, err := dispatch.ResolveFolder(folder, cfg.FolderRoots); err != nil {
+		fmt.Fprintf(e.stderr, "pi-dispatch run: warning: a worker of this configuration refuses this job (folder-not-allowed): %v\n", err)
+		if len(cfg.FolderRoots) > 0 {
+			fmt.Fprintf(e.stderr, "  PI_FOLDER_ROOTS=%s; add a folder that holds %s to it\n", strings.Join(cfg.FolderRoots, ":"), folder)
+		}
+	}
 
 	client, err := dialConfigValkey(cfg)
 	if err != nil {

@@ -100,7 +100,7 @@ func dbEmpty(t *testing.T, db *livetest.ValkeyDB) {
 func TestRunQueuesACleanFolderOnThisHostsQueue(t *testing.T) {
 	db := livetest.Valkey(t)
 	folder := gitRepo(t, false)
-	vars := map[string]string{"VALKEY_URL": db.URL, "PI_WORKER_NAME": "web"}
+	vars := map[string]string{"VALKEY_URL": db.URL, "PI_WORKER_NAME": "web", "PI_FOLDER_ROOTS": os.TempDir()}
 	// Flags after the folder, and a relative spelling of it.
 	rel, err := filepath.Rel(mustGetwd(t), folder)
 	if err != nil {
@@ -140,7 +140,7 @@ func TestRunQueuesACleanFolderOnThisHostsQueue(t *testing.T) {
 func TestRunUndeclaredGoesToTheSharedQueue(t *testing.T) {
 	db := livetest.Valkey(t)
 	folder := gitRepo(t, false)
-	r := runCLI(t, map[string]string{"VALKEY_URL": db.URL}, "run", folder, "--task", "fix the tests", "--flow", "fix", "--env-file", "")
+	r := runCLI(t, map[string]string{"VALKEY_URL": db.URL, "PI_FOLDER_ROOTS": os.TempDir()}, "run", folder, "--task", "fix the tests", "--flow", "fix", "--env-file", "")
 	if r.code != exitOK || !strings.HasPrefix(r.stderr, "queue pi-jobs, folder "+folder+"\n") ||
 		!strings.Contains(r.stderr, "warning: no worker has a live registry row: nothing takes jobs from pi-jobs (start a worker)") {
 		t.Fatalf("%+v", r)
@@ -170,7 +170,7 @@ func TestRunRefusesADirtyFolderUnlessForced(t *testing.T) {
 func TestRunValkeyDownFailsFast(t *testing.T) {
 	folder := gitRepo(t, false)
 	start := time.Now()
-	r := runCLI(t, map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0"}, "run", folder, "--task", "t", "--flow", "fix", "--env-file", "")
+	r := runCLI(t, map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0", "PI_FOLDER_ROOTS": os.TempDir()}, "run", folder, "--task", "t", "--flow", "fix", "--env-file", "")
 	if elapsed := time.Since(start); elapsed > 6*time.Second {
 		t.Fatalf("took %s", elapsed)
 	}
@@ -540,5 +540,20 @@ func TestRunWarnsWhenTheJobCannotStart(t *testing.T) {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("run's stderr lacks %q:\n%s", want, r.stderr)
 		}
+	}
+}
+
+// run warns, before anything is queued, of a folder no worker of this
+// configuration would run, and says how to set PI_FOLDER_ROOTS.
+func TestRunRefusesFolderOutsideRoots(t *testing.T) {
+	folder := gitRepo(t, false)
+	r := runCLI(t, map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0"}, "run", folder, "--task", "t", "--flow", "fix", "--env-file", "")
+	if !strings.Contains(r.stderr, "warning: a worker of this configuration refuses this job (folder-not-allowed)") ||
+		!strings.Contains(r.stderr, "PI_FOLDER_ROOTS is not set") || !strings.Contains(r.stderr, "pi-dispatch init") {
+		t.Fatalf("unset: %+v", r)
+	}
+	r = runCLI(t, map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0", "PI_FOLDER_ROOTS": t.TempDir()}, "run", folder, "--task", "t", "--flow", "fix", "--env-file", "")
+	if !strings.Contains(r.stderr, "outside every PI_FOLDER_ROOTS folder") {
+		t.Fatalf("outside: %+v", r)
 	}
 }

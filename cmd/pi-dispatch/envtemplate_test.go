@@ -41,9 +41,9 @@ func TestEnvTemplatesParseAsSystemdReadsThem(t *testing.T) {
 	for name, text := range map[string]string{
 		".env.example":         string(repo),
 		"env.example":          envExample,
-		"init's .env":          scaffoldEnv(envExample),
+		"init's .env":          scaffoldEnv(envExample, "/srv/projects"),
 		".env.example enabled": enableAll(string(repo)),
-		"init's .env enabled":  enableAll(scaffoldEnv(envExample)),
+		"init's .env enabled":  enableAll(scaffoldEnv(envExample, "/srv/projects")),
 	} {
 		entries, err := envfile.Parse(strings.NewReader(text), name)
 		if err != nil {

@@ -182,7 +182,7 @@ func haikuMicros(u fakeprovider.Usage) int64 {
 // recordsText is every record file of jobID, as written.
 func recordsText(t *testing.T, dir, jobID string) string {
 	t.Helper()
-	matches, _ := filepath.Glob(filepath.Join(dir, jobs.SanitizeJobID(jobID)+".attempt-*.json"))
+	matches, _ := filepath.Glob(filepath.Join(dir, "*"+jobs.SanitizeJobID(jobID)+".attempt-*.json"))
 	var b strings.Builder
 	for _, m := range matches {
 		data, err := os.ReadFile(m)

@@ -46,6 +46,10 @@ func testEnv(t *testing.T, valkeyURL string, extra map[string]string) func(strin
 		"PI_LOGS_DIR":   t.TempDir(),
 		"PI_JOB_MEMORY": "256m",
 		"PI_JOB_CPUS":   "0.5",
+		// Folder jobs work in the tests' temporary folders, owned by
+		// whoever runs the tests (root in a container).
+		"PI_FOLDER_ROOTS":   os.TempDir(),
+		"PI_CONTAINER_USER": "owner",
 	}
 	for k, v := range extra {
 		env[k] = v

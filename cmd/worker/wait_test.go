@@ -167,7 +167,7 @@ func TestWaitCheckPassesOnThirdTry(t *testing.T) {
 
 	id := uniqueName("gh-wait3", db)
 	addWaitJob(t, db, fleet.SharedQueue, id, nil, fx.condition("j", 3, 1, ""))
-	path := filepath.Join(w.cfg.LogsDir, jobs.RecordName(id, 1))
+	path := filepath.Join(w.cfg.LogsDir, jobs.RecordName(fleet.SharedQueue, id, 1))
 	sawHeld := false
 	deadline := time.Now().Add(60 * time.Second)
 	for {

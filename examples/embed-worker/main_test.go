@@ -58,6 +58,10 @@ func TestRun_BootsRunsAJobAndStops(t *testing.T) {
 		"PI_JOB_IMAGE":   jobimage.TestTag,
 		"PI_LOGS_DIR":    logs,
 		"PI_JOB_TIMEOUT": "1m",
+		// The one folder its job may work in; the tests run as whoever
+		// owns it (root in a container), so the user is said explicitly.
+		"PI_FOLDER_ROOTS":   workspace,
+		"PI_CONTAINER_USER": "owner",
 	}
 	before := runtime.NumGoroutine()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -79,7 +83,7 @@ func TestRun_BootsRunsAJobAndStops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	recPath := filepath.Join(logs, jobs.RecordName(got.JobID, 1))
+	recPath := filepath.Join(logs, jobs.RecordName(got.Queue, got.JobID, 1))
 	var rec jobs.Record
 	for deadline := time.Now().Add(45 * time.Second); ; {
 		if raw, err := os.ReadFile(recPath); err == nil {

@@ -23,12 +23,12 @@
               with; return value, JSON text; lock token for the next job,
               "" to take none
 
-  Returns the server time in milliseconds, then five values per
+  Returns the server time in milliseconds, then six values per
   completion, in order, flat (one table per completion would cost the
   server a table's worth of reply probes per job). The first of the five
   is -1 no such job, -2 lock missing, -6 lock held by another token, -3 job
   not active, or an error reply when the completion raised one, and the
-  other four are then nil. Otherwise the five are lib.lua's fetchReply
+  other five are then nil. Otherwise the six are lib.lua's fetchReply
   (jobId "" when no next job was taken or none was asked for).
 ]]
 local k = K()
@@ -53,21 +53,21 @@ local function completeOne(jobId, token, value, nextToken)
     -- No marker re-arm (takeNext's rearm): this call consumed no wake-up.
     return fetchReply(k, prefix, now, false, nextToken, lockMs, worker, false, nowS, delayedHead)
   end
-  return "", false, false, false, false
+  return "", false, false, false, false, false
 end
 
 -- An error (a command refused, junk a peer wrote) ends only its own
 -- completion, as it would end a call of its own: its reply is the error.
 local out, n = { now }, 1
 for i = 4, #ARGV - 3, 4 do
-  local ok, id, wait, vals, sched, ats = pcall(completeOne, ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3])
+  local ok, id, wait, vals, sched, ats, dropped = pcall(completeOne, ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3])
   if not ok then
     if type(id) ~= "table" or not id.err then id = { err = tostring(id) } end
     delayedHead.known = false -- it may have stopped halfway through a change
   end
   out[n + 1], out[n + 2], out[n + 3] = id, wait or false, vals or false
-  out[n + 4], out[n + 5] = sched or false, ats or false
-  n = n + 5
+  out[n + 4], out[n + 5], out[n + 6] = sched or false, ats or false, dropped or false
+  n = n + 6
 end
 rcall("XTRIM", k.events, "MAXLEN", "~", maxEvents(k))
 return out

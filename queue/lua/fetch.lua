@@ -13,7 +13,7 @@
   Returns { nowMs, then lib.lua's fetchReply: jobId or "",
   msUntilNextDelayed or nil, {job hash fields as read before the take,
   names numbered by lib.lua's jobFieldIndex} or nil, {scheduler request} or
-  nil, attempts started or nil }.
+  nil, attempts started or nil, {dropped id, why, ...} or nil }.
 ]]
 local k = K()
 local now, nowS = nowMs()

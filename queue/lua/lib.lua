@@ -500,12 +500,14 @@ local jobFieldIndex = { name = 1, data = 2, opts = 3, deid = 4, priority = 5, at
 -- numbered by jobFieldIndex), scheduler id ("rjk") and new attempts-started
 -- count ("ats"), or nil. The caller knows the rest of what the take wrote
 -- (processedOn is now, pb the worker name it passed). Ghost ids (no job
--- hash) and BullMQ v4 "0:" markers are dropped on the way. With rearm it
+-- hash) and BullMQ v4 "0:" markers are dropped on the way; when dropped is
+-- a table, each drop adds its id (cut to 300 bytes) and why
+-- ("no-job-hash", "bullmq-marker"), at most 10 drops, for the caller to log. With rearm it
 -- wakes a peer when more jobs are ready: a consumer woken by the marker
 -- must pass the wake-up on. A consumer that completes a job and takes the
 -- next in the same call consumed no wake-up, so it has none to pass on (an
 -- add re-arms anyway).
-local function takeNext(k, prefix, now, maxLen, token, lockMs, worker, rearm, nowS)
+local function takeNext(k, prefix, now, maxLen, token, lockMs, worker, rearm, nowS, dropped)
   local paused, maxed = blocked(k)
   if paused or maxed then return nil end
   nowS = nowS or now
@@ -546,16 +548,23 @@ local function takeNext(k, prefix, now, maxLen, token, lockMs, worker, rearm, no
       return id, jobKey, fields, rjk, ats
     end
     rcall("LREM", k.active, "-1", id)
+    if dropped and #dropped < 20 then
+      local why = "no-job-hash"
+      if string.sub(id, 1, 2) == "0:" then why = "bullmq-marker" end
+      dropped[#dropped + 1] = string.sub(id, 1, 300)
+      dropped[#dropped + 1] = why
+    end
   end
   return nil
 end
 
--- fetchReply promotes due jobs, takes the next one and returns the five
+-- fetchReply promotes due jobs, takes the next one and returns the six
 -- values of a take's reply, shared by fetch.lua and complete.lua (multiple
 -- values, not a table: complete.lua lays them out flat, after the server
 -- time they share):
 --   jobId or "", msUntilNextDelayed or false, {numbered fields} or false,
---   {scheduler request} or false, attempts started or false
+--   {scheduler request} or false, attempts started or false,
+--   {dropped id, why, ...} or false
 -- Each table of a script's reply costs the server seven probes for the
 -- special reply fields (err, ok, double, ...), and each value the client an
 -- allocation or two: what is absent is false (a nil reply).
@@ -574,7 +583,8 @@ local function fetchReply(k, prefix, now, maxLen, token, lockMs, worker, rearm, 
     promoteDue(k, prefix, now, maxLen)
     head.due = nextDueMs(k)
   end
-  local id, _, fields, rjk, ats = takeNext(k, prefix, now, maxLen, token, lockMs, worker, rearm, nowS)
+  local dropped = {}
+  local id, _, fields, rjk, ats = takeNext(k, prefix, now, maxLen, token, lockMs, worker, rearm, nowS, dropped)
   local sched = false
   if rjk then
     sched = schedulerOnTake(k, prefix, now, maxLen, id, rjk)
@@ -589,5 +599,6 @@ local function fetchReply(k, prefix, now, maxLen, token, lockMs, worker, rearm, 
     -- the one that just got busy.
     if id then rcall("ZADD", k.marker, due, "1") end
   end
-  return id or "", wait, fields or false, sched, ats or false
+  if #dropped == 0 then dropped = false end
+  return id or "", wait, fields or false, sched, ats or false, dropped
 end

@@ -19,6 +19,9 @@
 //	JOB_SLEEP=DURATION     sleep (Go duration syntax) before the exit line
 //	JOB_PRINT_EXIT_LINE=1  exit line {"event":"exit","turns":3,"tokens":1234,"cost":0.05};
 //	                       0 prints none; unset prints the zero-telemetry line
+//	JOB_REQUIRE_ENV=NAME   exit 3 before the exit line when NAME is not in the environment
+//	JOB_EXIT_LINE=TEXT     print TEXT as the exit line instead, ${NAME} replaced by the
+//	                       value of the environment variable NAME (a hostile job)
 //	JOB_GLUE=1             print text without a newline right before the exit line
 //	JOB_EXIT_CODE=N        exit with N (default 0)
 //
@@ -181,6 +184,17 @@ func run(envLookup func(string) (string, bool), stdout, stderr io.Writer, p path
 	}
 	if line != "" && checked != nil {
 		line = withCheckedEnv(line, checked)
+	}
+	if name := getenv("JOB_REQUIRE_ENV"); name != "" {
+		if _, ok := envLookup(name); !ok {
+			fmt.Fprintf(stderr, "env %s absent\n", name)
+			return 3
+		}
+	}
+	if raw := getenv("JOB_EXIT_LINE"); raw != "" {
+		// A hostile job's own exit line: ${NAME} takes the value of the
+		// environment variable NAME (a secret, say).
+		line = os.Expand(raw, func(name string) string { v, _ := envLookup(name); return v })
 	}
 	if line != "" {
 		if getenv("JOB_GLUE") == "1" {
