@@ -22,8 +22,8 @@ const (
 	Layout5 Layout = 5
 )
 
-// DefaultLayout is the layout of new queues unless Config.Layout says
-// otherwise.
+// DefaultLayout is the layout a worker or producer records on new queues
+// unless configured otherwise (Config.Layout).
 const DefaultLayout = Layout6
 
 // ParseLayout reads a layout as configured: "6" or "5".
@@ -45,7 +45,8 @@ func (l Layout) version() string { return "pidispatch:bullmq" + l.String() }
 var layoutLuaScript = buildScript("layout.lua")
 
 // Layout reports the layout the queue follows now: the one its meta's
-// version names, else Config.Layout (which this call then writes there).
+// version names, else Config.Layout (which this call then records there),
+// else 6.
 func (q *Queue) Layout(ctx context.Context) (Layout, error) {
 	return q.layout(ctx, "")
 }

@@ -36,10 +36,14 @@ type Config struct {
 	WorkerName string
 	// Layout is the BullMQ key layout of a queue whose meta hash names no
 	// BullMQ version yet (no BullMQ Queue was ever constructed on it): the
-	// first script or Declare writes it there ("pidispatch:bullmq6"), so
+	// first call or Declare records it there ("pidispatch:bullmq6"), so
 	// every host agrees from then on. A queue whose meta names a version
 	// follows it: BullMQ writes "bullmq:<version>" each time a Queue is
-	// constructed. Defaults to Layout6.
+	// constructed. Unset (zero), a queue nobody recorded is handled in 6's
+	// layout and nothing is recorded: for tools that inspect or pause
+	// queues (the operator commands, the dashboard) and must not choose a
+	// layout for the fleet. Workers and producers set it (DefaultLayout,
+	// unless their fleet's Node clients run BullMQ 5).
 	Layout Layout
 	// Logger receives the few events the queue logs rather than returns
 	// (a scheduler whose next run could not be recorded). The queue adds
@@ -55,11 +59,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.LockTTL == 0 {
 		c.LockTTL = DefaultLockTTL
 	}
-	if c.Layout == 0 {
-		c.Layout = DefaultLayout
-	}
-	if c.Layout != Layout6 && c.Layout != Layout5 {
-		return c, optErr("Config.Layout", "must be 6 or 5 (BullMQ's major version)")
+	if c.Layout != 0 && c.Layout != Layout6 && c.Layout != Layout5 {
+		return c, optErr("Config.Layout", "must be 6 or 5 (BullMQ's major version), or unset")
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -130,7 +131,9 @@ func (q *Queue) run(ctx context.Context, s layoutScript, extra []string, args ..
 func (q *Queue) Declare(ctx context.Context) error {
 	_, err := q.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HSetNX(ctx, q.keys.meta(), "opts.maxLenEvents", 10000)
-		p.HSetNX(ctx, q.keys.meta(), "version", q.cfg.Layout.version())
+		if q.cfg.Layout != 0 {
+			p.HSetNX(ctx, q.keys.meta(), "version", q.cfg.Layout.version())
+		}
 		return nil
 	})
 	if err != nil {
@@ -283,8 +286,11 @@ func SetPaused(ctx context.Context, paused bool, queues ...*Queue) error {
 // Counts are the number of jobs in each state, as BullMQ's getJobCounts
 // reports them.
 type Counts struct {
-	Waiting     int64
-	Active      int64
+	Waiting int64
+	Active  int64
+	// Paused counts the paused list: a paused queue's ready jobs in BullMQ
+	// 5's layout (in 6's they stay in Waiting), or ones a BullMQ 5 client
+	// left there until the next resume.
 	Paused      int64
 	Delayed     int64
 	Prioritized int64

@@ -83,7 +83,8 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 		return exitUsage
 	}
 	defer client.Close()
-	producer, err := enqueue.NewProducer(client, enqueue.ProducerConfig{WorkerName: cfg.WorkerName, WorkerNameDeclared: cfg.WorkerNameDeclared})
+	producer, err := enqueue.NewProducer(client, enqueue.ProducerConfig{WorkerName: cfg.WorkerName, WorkerNameDeclared: cfg.WorkerNameDeclared,
+		Queue: queue.Config{Layout: queue.Layout(cfg.BullMQLayout)}})
 	if err != nil {
 		fmt.Fprintf(e.stderr, "pi-dispatch run: %v\n", err)
 		return exitUsage

@@ -92,8 +92,9 @@ local function incrField(key, field)
 end
 
 -- layoutDefault is the BullMQ layout (6 or 5) of a queue whose meta hash
--- names no BullMQ version: Config.Layout. scripts.go builds every script
--- once per layout by rewriting this line.
+-- names no BullMQ version: Config.Layout, which the first call records
+-- there; 0 (Config.Layout unset) follows 6 and records nothing. scripts.go
+-- builds every script once per value by rewriting this line.
 local layoutDefault = 6
 
 -- layoutOf maps a meta "version" field to the layout it speaks: BullMQ
@@ -131,7 +132,11 @@ local function meta(k)
     local layout = layoutOf(m[4])
     if not layout then
       layout = layoutDefault
-      if not m[4] then rcall("HSET", k.meta, "version", "pidispatch:bullmq" .. layout) end
+      if layout == 0 then
+        layout = 6
+      elseif not m[4] then
+        rcall("HSET", k.meta, "version", "pidispatch:bullmq" .. layout)
+      end
     end
     metaCache = { paused = m[1] ~= false and m[1] ~= nil, concurrency = tonumber(m[2]), maxLen = maxLen,
       legacy = layout == 5 }
