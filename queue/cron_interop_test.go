@@ -46,6 +46,13 @@ func transitions(loc *time.Location, year int) []time.Time {
 	return out
 }
 
+// repeatedHalfHour reports whether the local time at ms was shown half an
+// hour earlier too (the second pass of a half-hour fall-back).
+func repeatedHalfHour(loc *time.Location, ms int64) bool {
+	t := time.UnixMilli(ms).In(loc)
+	return t.Add(-30*time.Minute).Format("15:04:05") == t.Format("15:04:05")
+}
+
 // Our next run agrees with cron-parser's (BullMQ's: 4.9.0 under BullMQ 5,
 // 5.10.4 under BullMQ 6) around every clock change of 2026 in each zone:
 // from 3 hours before to 3 hours after, every 30 minutes, a second past the
@@ -60,7 +67,7 @@ func TestInterop_CronNextRunMatchesCronParserOnDSTDays(t *testing.T) {
 			Pattern string `json:"pattern"`
 			TZ      string `json:"tz"`
 		}
-		total := 0
+		total, failed, repeats := 0, 0, 0
 		for _, zone := range dstZones {
 			loc, err := time.LoadLocation(zone)
 			require.NoError(t, err)
@@ -87,8 +94,22 @@ func TestInterop_CronNextRunMatchesCronParserOnDSTDays(t *testing.T) {
 				for j, ms := range after {
 					got, err := queue.NextRun(c.Pattern, c.TZ, time.UnixMilli(ms))
 					require.NoError(t, err)
-					require.NotNil(t, want[i][j])
+					if want[i][j] == nil {
+						// cron-parser 5 throws "loop limit exceeded" on a few points
+						// of Lord Howe's half-hour changes (a BullMQ 6 scheduler
+						// stops there); we give the next run.
+						require.Equal(t, 6, bm.major, "%s %q after %d: cron-parser 4 finds a run", zone, c.Pattern, ms)
+						require.Equal(t, "Australia/Lord_Howe", zone, "%q after %d", c.Pattern, ms)
+						failed++
+						continue
+					}
 					total++
+					if bm.major == 5 && got.UnixMilli() > *want[i][j] && repeatedHalfHour(loc, *want[i][j]) {
+						// cron-parser 4 runs a time of a half-hour fall-back
+						// (Lord Howe) again in its repeat; 5, and we, run it once.
+						repeats++
+						continue
+					}
 					if got.UnixMilli() != *want[i][j] && mismatches < 10 {
 						mismatches++
 						t.Errorf("%s %q after %s: ours %s, cron-parser %s", zone, c.Pattern,
@@ -98,7 +119,8 @@ func TestInterop_CronNextRunMatchesCronParserOnDSTDays(t *testing.T) {
 				}
 			}
 		}
-		t.Logf("%d next runs compared with cron-parser", total)
+		t.Logf("%d next runs compared with cron-parser, %d it found none for, %d it ran again in a repeated half hour", total, failed, repeats)
+		require.LessOrEqual(t, repeats, 2, "cron-parser 4's repeats of Lord Howe's half hour")
 		require.Greater(t, total, 1000, fmt.Sprint("too few cases"))
 	})
 }

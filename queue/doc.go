@@ -50,8 +50,8 @@
 // Scripts read the clock with TIME; no caller's clock reaches a timestamp,
 // a delayed promotion, a lock or a scheduler run, so hosts with skewed
 // clocks agree (BullMQ uses each client's Date.now() instead). Cron run
-// times are computed in Go (cron.go) by the rules of cron-parser 4.9.0,
-// BullMQ's, also on the days clocks change, from the server time a script
+// times are computed in Go (cron.go) by the rules of cron-parser 5.10.4,
+// BullMQ 6's, also on the days clocks change, from the server time a script
 // or one TIME read reported. A Consumer measures only durations locally.
 //
 // # Mixed fleets
