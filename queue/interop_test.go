@@ -107,7 +107,8 @@ func (bm bullmq) bull(t *testing.T, db *livetest.ValkeyDB, scenario string, args
 	bin := bm.nodeBin(t)
 	raw, err := json.Marshal(args)
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	// Long enough for cronNext's thousands of cron-parser calls on a loaded machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, filepath.Join("testdata", "interop.js"), scenario, db.URL, string(raw))
 	cmd.Env = nodeEnv(t, bm.dir)
