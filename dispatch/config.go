@@ -39,6 +39,7 @@ const (
 	DefaultWaitInterval         = 60 * time.Second
 	DefaultWaitMax              = 24 * time.Hour
 	DefaultWaitAfterMax         = jobs.MaxWaitAfter // 30 days
+	DefaultBullMQLayout         = 6
 )
 
 // Bounds of the configuration. A value outside them is a config error, never clamped:
@@ -70,6 +71,7 @@ var EnvVars = []string{
 	"VALKEY_URL",
 	"VALKEY_PASSWORD",
 	"PI_WORKER_NAME",
+	"PI_BULLMQ_LAYOUT",
 	"PI_CONCURRENCY",
 	"PI_DAILY_CAP",
 	"PI_WEEKLY_CAP",
@@ -118,6 +120,11 @@ type Config struct {
 	// WorkerNameDeclared is true when PI_WORKER_NAME was set (non-empty): it turns
 	// on the host queue, fleet leases, the run mirror and routing.
 	WorkerNameDeclared bool
+	// BullMQLayout is the BullMQ major (6 or 5) whose key layout this host
+	// records on a queue nobody has declared yet; a queue whose meta names a
+	// BullMQ version keeps following that one (docs/queue.md). Set 5 while
+	// the fleet's Node clients run BullMQ 5. PI_BULLMQ_LAYOUT, defaults to 6.
+	BullMQLayout int
 	// Concurrency is how many jobs run at once on this machine across its queues.
 	// PI_CONCURRENCY, 1..256, defaults to 3.
 	Concurrency int
@@ -289,6 +296,7 @@ func defaultConfig(logsDir string) Config {
 	return Config{
 		ValkeyURL:            DefaultValkeyURL,
 		WorkerName:           fleet.DefaultName(),
+		BullMQLayout:         DefaultBullMQLayout,
 		Concurrency:          DefaultConcurrency,
 		DailyCap:             DefaultDailyCap,
 		JobImage:             DefaultJobImage,
@@ -454,6 +462,20 @@ func (r *envReader) readValkey(c *Config) {
 		c.WorkerName = v
 		c.WorkerNameDeclared = true
 	}
+	parseEnv(r, "PI_BULLMQ_LAYOUT", parseBullMQLayout, &c.BullMQLayout)
+}
+
+// bullMQLayoutRule is PI_BULLMQ_LAYOUT's rule.
+const bullMQLayoutRule = "must be 6 or 5: the BullMQ major version the fleet's Node clients run (6 when there are none)"
+
+func parseBullMQLayout(s string) (int, string) {
+	switch s {
+	case "6":
+		return 6, ""
+	case "5":
+		return 5, ""
+	}
+	return 0, bullMQLayoutRule
 }
 
 func (r *envReader) readJob(c *Config) {
@@ -560,6 +582,9 @@ func (c Config) valkeyProblems(p *problemList) {
 			rule = ne.Rule.Error() + " (^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$, not ending in .json or .log)"
 		}
 		p.add("PI_WORKER_NAME", c.WorkerName, rule)
+	}
+	if c.BullMQLayout != 6 && c.BullMQLayout != 5 {
+		p.add("PI_BULLMQ_LAYOUT", strconv.Itoa(c.BullMQLayout), bullMQLayoutRule)
 	}
 }
 

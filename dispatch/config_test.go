@@ -31,6 +31,8 @@ func field(c dispatch.Config, name string) any {
 		return c.ValkeyPassword
 	case "PI_WORKER_NAME":
 		return fmt.Sprintf("%s declared=%t", c.WorkerName, c.WorkerNameDeclared)
+	case "PI_BULLMQ_LAYOUT":
+		return c.BullMQLayout
 	case "PI_CONCURRENCY":
 		return c.Concurrency
 	case "PI_GATEWAY_MAX_CALLS":
@@ -98,6 +100,7 @@ func TestLoadConfig_Defaults(t *testing.T) {
 	want := dispatch.Config{
 		ValkeyURL:            "redis://127.0.0.1:6379",
 		WorkerName:           fleet.DefaultName(),
+		BullMQLayout:         6,
 		Concurrency:          3,
 		DailyCap:             25,
 		JobImage:             "pi-job:latest",
@@ -143,6 +146,9 @@ func TestLoadConfig_GoodValues(t *testing.T) {
 		{"PI_WORKER_NAME", "mini-1", "mini-1 declared=true"},
 		{"PI_WORKER_NAME", "Mac.Studio_2", "Mac.Studio_2 declared=true"}, // verbatim, never lowercased
 		{"PI_WORKER_NAME", strings.Repeat("a", 64), strings.Repeat("a", 64) + " declared=true"},
+		{"PI_BULLMQ_LAYOUT", "5", 5},
+		{"PI_BULLMQ_LAYOUT", "6", 6},
+		{"PI_BULLMQ_LAYOUT", "", 6},
 		{"PI_CONCURRENCY", "8", 8},
 		{"PI_CONCURRENCY", "256", 256},
 		{"PI_CONCURRENCY", "", 3},
@@ -235,6 +241,9 @@ func TestLoadConfig_BadValues(t *testing.T) {
 		{"PI_WORKER_NAME", "prod.json", "must not end in .json or .log"},
 		{"PI_WORKER_NAME", "x.LOG", "must not end in .json or .log"},
 		{"PI_WORKER_NAME", strings.Repeat("a", 65), "longer than 64"},
+		{"PI_BULLMQ_LAYOUT", "7", "must be 6 or 5"},
+		{"PI_BULLMQ_LAYOUT", "v6", "must be 6 or 5"},
+		{"PI_BULLMQ_LAYOUT", "6.7.6", "must be 6 or 5"},
 		{"PI_CONCURRENCY", "0", "between 1 and 256"},
 		{"PI_CONCURRENCY", "257", "between 1 and 256"},
 		{"PI_CONCURRENCY", "-1", "plain digits"},

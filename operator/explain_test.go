@@ -155,7 +155,7 @@ func TestExplainFleetPaused(t *testing.T) {
 		t.Fatal(err)
 	}
 	ex := explain(t, db.Client, "p-1", operator.ExplainOptions{})
-	if f := ex.Primary(); f.Code != operator.FindFleetPaused || f.Words != "not running: the fleet is paused (pi-dispatch resume)" || ex.State != "paused" {
+	if f := ex.Primary(); f.Code != operator.FindFleetPaused || f.Words != "not running: the fleet is paused (pi-dispatch resume)" || ex.State != "waiting" {
 		t.Fatalf("%+v", ex)
 	}
 	if _, err := operator.Resume(ctx, db.Client, set); err != nil {

@@ -299,8 +299,8 @@ type StatusReport struct {
 	PausedQueues []string `json:"pausedQueues,omitempty"`
 	Waiting      int64    `json:"waiting"`
 	Active       int64    `json:"active"`
-	// Paused counts jobs that arrived while their queue was paused (they
-	// sit in the paused list, not wait): the backlog a pause creates.
+	// Paused counts ready jobs in the paused list: a paused queue's backlog
+	// in BullMQ 5's layout. In 6's (the default) it stays in Waiting.
 	Paused  int64 `json:"paused"`
 	Delayed int64 `json:"delayed"`
 	Failed  int64 `json:"failed"`

@@ -185,7 +185,8 @@ func TestKillSwitchFleet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := operator.StatusReport{PausedState: true, Paused: 3, Delayed: 1, PauseFlag: true, Queues: 3}
+	// BullMQ 6's layout (the default): a paused queue's jobs stay waiting.
+	want := operator.StatusReport{PausedState: true, Waiting: 3, Delayed: 1, PauseFlag: true, Queues: 3}
 	if !statusEqual(st, want) {
 		t.Fatalf("status = %+v, want %+v", st, want)
 	}

@@ -9,15 +9,21 @@ import (
 	"time"
 )
 
-// Cron run times are computed by the rules of cron-parser 4.9.0, the
-// library BullMQ 5.80.4 computes them with, so that a Node peer and we
-// agree on every run, also on the days clocks change:
+// Cron run times are computed by the rules of cron-parser 5.10.4, the
+// library BullMQ 6.7.6 computes them with (BullMQ 5.80.4's, 4.9.0, agrees
+// but for one case below), so that a Node peer and we agree on every run,
+// also on the days clocks change:
 //
 //   - a local time that does not exist (spring forward) runs at the same
 //     wall-clock distance past the gap: a daily 02:30 runs at 03:30;
 //   - a local time that exists twice (fall back) runs once, at its first
 //     occurrence, for patterns naming hours; patterns matching every hour
-//     run in both;
+//     run in both (cron-parser 4 also runs a time of a half-hour fall-back,
+//     Lord Howe's, again in the repeat: it steps minute by minute where 5
+//     moves on to the next hour when no minute of the hour is left);
+//   - where cron-parser 5 gives up ("loop limit exceeded", a few points of
+//     Lord Howe's changes, where a BullMQ 6 scheduler stops) we give the
+//     next run;
 //
 // and the rest of cron-parser's stepping, which moves a local date-time
 // field by field. cronTime below is the date-time arithmetic it relies on
@@ -313,11 +319,22 @@ func (s *cronSearch) next(c cronTime) (cronTime, error) {
 			continue
 		}
 		if !slices.Contains(spec.minute, w.Minute()) {
-			c = s.shift(c, time.Minute)
+			// cron-parser 5 sets the next matching minute of the hour on
+			// the wall clock, or moves on an hour when none is left (so a
+			// half-hour fall-back's repeated minutes are not met again).
+			if m, ok := nextValue(spec.minute, w.Minute()); ok {
+				c = c.resolve(time.Date(w.Year(), w.Month(), w.Day(), hour, m, spec.second[0], 0, time.UTC))
+			} else {
+				c = s.shift(c, time.Hour)
+			}
 			continue
 		}
 		if !slices.Contains(spec.second, w.Second()) {
-			c = s.shift(c, time.Second)
+			if sec, ok := nextValue(spec.second, w.Second()); ok {
+				c = c.resolve(time.Date(w.Year(), w.Month(), w.Day(), hour, w.Minute(), sec, 0, time.UTC))
+			} else {
+				c = s.shift(c, time.Minute)
+			}
 			continue
 		}
 		if c.ms == start {
@@ -327,6 +344,16 @@ func (s *cronSearch) next(c cronTime) (cronTime, error) {
 		return c, nil
 	}
 	return c, errors.New("no matching time found (loop limit)")
+}
+
+// nextValue is the first of the sorted values above v.
+func nextValue(values []int, v int) (int, bool) {
+	for _, x := range values {
+		if x > v {
+			return x, true
+		}
+	}
+	return 0, false
 }
 
 // cronNext is the first run of spec in loc strictly after after (second

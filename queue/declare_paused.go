@@ -16,7 +16,7 @@ import (
 // declarePausedScript declares a queue and pauses it when the fleet pause
 // flag is set. It reuses pause.lua's body unchanged, as a local function, so
 // what "paused" means stays in one script.
-var declarePausedScript = func() *redis.Script {
+var declarePausedScript = func() layoutScript {
 	lib, err := luaFiles.ReadFile("lua/lib.lua")
 	if err != nil {
 		panic(err) // embedded at build time; cannot happen
@@ -25,7 +25,7 @@ var declarePausedScript = func() *redis.Script {
 	if err != nil {
 		panic(err)
 	}
-	return redis.NewScript(string(lib) + "\n" + declarePausedHead +
+	return layoutScripts(string(lib) + "\n" + declarePausedHead +
 		"local function pauseQueue()\n" + string(pause) + "\nend\n" + declarePausedBody)
 }()
 
@@ -66,7 +66,7 @@ func (q *Queue) DeclarePausedIf(ctx context.Context, flagKey string) (bool, erro
 	if err := checkString("flagKey", flagKey, 512); err != nil {
 		return false, err
 	}
-	res, err := declarePausedScript.Run(ctx, q.client, q.keys.scriptKeys(flagKey), q.keys.jobPrefix(), "pause").Result()
+	res, err := declarePausedScript.of(q.cfg.Layout).Run(ctx, q.client, q.keys.scriptKeys(flagKey), q.keys.jobPrefix(), "pause").Result()
 	if err != nil {
 		return false, fmt.Errorf("declare %s: %w", q.name, err)
 	}
@@ -122,9 +122,9 @@ func SetPausedWithFlag(ctx context.Context, paused bool, flagKey string, queues 
 			for i, q := range queues {
 				keys := q.keys.scriptKeys()
 				if eval {
-					cmds[i] = pauseScript.Eval(ctx, p, keys, q.keys.jobPrefix(), verb)
+					cmds[i] = pauseScript.of(q.cfg.Layout).Eval(ctx, p, keys, q.keys.jobPrefix(), verb)
 				} else {
-					cmds[i] = pauseScript.EvalSha(ctx, p, keys, q.keys.jobPrefix(), verb)
+					cmds[i] = pauseScript.of(q.cfg.Layout).EvalSha(ctx, p, keys, q.keys.jobPrefix(), verb)
 				}
 			}
 			if !paused {

@@ -5,15 +5,19 @@
 //
 // # Layout
 //
-// Keys are BullMQ 5.80.4's, under the prefix "bull" and the queue name
-// (fleet.SharedQueue "pi-jobs", or fleet.HostQueueName(worker) "pi-jobs@<worker>"):
+// Keys are BullMQ's (6.7.6, and 5.80.4's), under the prefix "bull" and the
+// queue name (fleet.SharedQueue "pi-jobs", or fleet.HostQueueName(worker)
+// "pi-jobs@<worker>"). The majors differ in pause alone: 6 leaves a paused
+// queue's ready jobs in wait, 5 moves them to the paused list. Each queue
+// follows the major its meta "version" names, else Config.Layout, which
+// the first call records there (layout.go):
 //
-//	<p>:<q>:wait, :paused, :active       LISTs of ready, paused-ready, held job ids
+//	<p>:<q>:wait, :paused, :active       LISTs of ready, paused-ready (5's layout), held job ids
 //	<p>:<q>:delayed                      ZSET, score dueMs*4096+seq
 //	<p>:<q>:prioritized, :pc             ZSET priority*2^32+counter, and its counter
 //	<p>:<q>:completed, :failed           ZSETs scored by finishedOn
 //	<p>:<q>:marker                       ZSET consumers BZPOPMIN on: "0" = ready, "1" = next due time
-//	<p>:<q>:meta                         HASH: paused, concurrency, opts.maxLenEvents
+//	<p>:<q>:meta                         HASH: paused, concurrency, opts.maxLenEvents, version
 //	<p>:<q>:events                       STREAM of BullMQ events
 //	<p>:<q>:id                           job id counter
 //	<p>:<q>:stalled                      SET BullMQ's stalled check uses (we only remove from it)
@@ -38,7 +42,7 @@
 //
 // Every state change is one Lua script call (lua/*.lua, each documenting its
 // KEYS and ARGV): add, fetch, complete (optionally taking the next job in
-// the same call), fail, defer, extend_lock, stalled, pause, remove,
+// the same call), fail, defer, extend_lock, stalled, pause, layout, remove,
 // scheduler_upsert, scheduler_advance, scheduler_remove; get and schedulers
 // read. They are our own, written from the layout, use cjson only and no
 // exotic commands. Completions made at the same time through one Queue
@@ -50,8 +54,8 @@
 // Scripts read the clock with TIME; no caller's clock reaches a timestamp,
 // a delayed promotion, a lock or a scheduler run, so hosts with skewed
 // clocks agree (BullMQ uses each client's Date.now() instead). Cron run
-// times are computed in Go (cron.go) by the rules of cron-parser 4.9.0,
-// BullMQ's, also on the days clocks change, from the server time a script
+// times are computed in Go (cron.go) by the rules of cron-parser 5.10.4,
+// BullMQ 6's, also on the days clocks change, from the server time a script
 // or one TIME read reported. A Consumer measures only durations locally.
 //
 // # Mixed fleets

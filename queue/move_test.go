@@ -101,7 +101,8 @@ func TestMoveToRefusals(t *testing.T) {
 	if err := from.MoveTo(ctx, "dup", from); !errors.Is(err, queue.ErrInvalidOption) {
 		t.Fatalf("same queue: %v", err)
 	}
-	// Into a paused target, a ready job lands paused and nobody takes it.
+	// Into a paused target, a ready job waits (BullMQ 6's layout, the
+	// default) and nobody takes it.
 	if err := to.Pause(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -114,8 +115,11 @@ func TestMoveToRefusals(t *testing.T) {
 			t.Fatal(err)
 		}
 		j, _ := to.Get(ctx, id)
-		if j.State != queue.StatePaused {
+		if j.State != queue.StateWaiting {
 			t.Fatalf("%s in a paused target is %s", id, j.State)
+		}
+		if got, err := to.Fetch(ctx, "t"); err != nil || got != nil {
+			t.Fatalf("a paused target gave %v, %v", got, err)
 		}
 	}
 }

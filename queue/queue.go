@@ -34,6 +34,17 @@ type Config struct {
 	// WorkerName, when set, is recorded on fetched jobs as processedBy
 	// (BullMQ's "pb"). Defaults to none.
 	WorkerName string
+	// Layout is the BullMQ key layout of a queue whose meta hash names no
+	// BullMQ version yet (no BullMQ Queue was ever constructed on it): the
+	// first call or Declare records it there ("pidispatch:bullmq6"), so
+	// every host agrees from then on. A queue whose meta names a version
+	// follows it: BullMQ writes "bullmq:<version>" each time a Queue is
+	// constructed. Unset (zero), a queue nobody recorded is handled in 6's
+	// layout and nothing is recorded: for tools that inspect or pause
+	// queues (the operator commands, the dashboard) and must not choose a
+	// layout for the fleet. Workers and producers set it (DefaultLayout,
+	// unless their fleet's Node clients run BullMQ 5).
+	Layout Layout
 	// Logger receives the few events the queue logs rather than returns
 	// (a scheduler whose next run could not be recorded). The queue adds
 	// queue=<name> and nothing else: give it a logger that already carries
@@ -47,6 +58,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.LockTTL == 0 {
 		c.LockTTL = DefaultLockTTL
+	}
+	if c.Layout != 0 && c.Layout != Layout6 && c.Layout != Layout5 {
+		return c, optErr("Config.Layout", "must be 6 or 5 (BullMQ's major version), or unset")
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -104,18 +118,25 @@ func (q *Queue) Name() string { return q.name }
 
 // run executes a job-state script with the queue keys plus extra keys, and
 // the job key prefix as ARGV[1].
-func (q *Queue) run(ctx context.Context, s *redis.Script, extra []string, args ...any) (any, error) {
+func (q *Queue) run(ctx context.Context, s layoutScript, extra []string, args ...any) (any, error) {
 	argv := make([]any, 0, len(args)+1)
 	argv = append(argv, q.keys.jobPrefix())
 	argv = append(argv, args...)
-	return s.Run(ctx, q.client, q.keys.scriptKeys(extra...), argv...).Result()
+	return s.of(q.cfg.Layout).Run(ctx, q.client, q.keys.scriptKeys(extra...), argv...).Result()
 }
 
 // Declare records the queue in Valkey the way a BullMQ Queue does when it
 // is constructed (its meta hash), so that Discover and dashboards see a
 // host queue before its first job.
 func (q *Queue) Declare(ctx context.Context) error {
-	if err := q.client.HSetNX(ctx, q.keys.meta(), "opts.maxLenEvents", 10000).Err(); err != nil {
+	_, err := q.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSetNX(ctx, q.keys.meta(), "opts.maxLenEvents", 10000)
+		if q.cfg.Layout != 0 {
+			p.HSetNX(ctx, q.keys.meta(), "version", q.cfg.Layout.version())
+		}
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("declare %s: %w", q.name, err)
 	}
 	return nil
@@ -234,9 +255,9 @@ func SetPaused(ctx context.Context, paused bool, queues ...*Queue) error {
 		for _, q := range queues {
 			keys := q.keys.scriptKeys()
 			if eval {
-				pauseScript.Eval(ctx, pipe, keys, q.keys.jobPrefix(), verb)
+				pauseScript.of(q.cfg.Layout).Eval(ctx, pipe, keys, q.keys.jobPrefix(), verb)
 			} else {
-				pauseScript.EvalSha(ctx, pipe, keys, q.keys.jobPrefix(), verb)
+				pauseScript.of(q.cfg.Layout).EvalSha(ctx, pipe, keys, q.keys.jobPrefix(), verb)
 			}
 		}
 		return pipe.Exec(ctx)
@@ -265,8 +286,11 @@ func SetPaused(ctx context.Context, paused bool, queues ...*Queue) error {
 // Counts are the number of jobs in each state, as BullMQ's getJobCounts
 // reports them.
 type Counts struct {
-	Waiting     int64
-	Active      int64
+	Waiting int64
+	Active  int64
+	// Paused counts the paused list: a paused queue's ready jobs in BullMQ
+	// 5's layout (in 6's they stay in Waiting), or ones a BullMQ 5 client
+	// left there until the next resume.
 	Paused      int64
 	Delayed     int64
 	Prioritized int64

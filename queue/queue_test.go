@@ -3,6 +3,7 @@ package queue_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -158,28 +159,41 @@ func TestQueue_DedupUntilFinished(t *testing.T) {
 
 func TestQueue_PauseBlocksFetch(t *testing.T) {
 	t.Parallel()
-	_, q := setup(t, queue.Config{})
-	ctx := testCtx(t)
-	a := add(t, q, queue.AddOptions{})
-	b := add(t, q, queue.AddOptions{})
+	for _, tc := range []struct {
+		layout queue.Layout
+		held   queue.Counts
+		state  queue.State
+	}{
+		// BullMQ 6 keeps a paused queue's ready jobs in wait; 5 moves them.
+		{queue.Layout6, queue.Counts{Waiting: 3}, queue.StateWaiting},
+		{queue.Layout5, queue.Counts{Paused: 3}, queue.StatePaused},
+	} {
+		t.Run(fmt.Sprintf("layout%d", tc.layout), func(t *testing.T) {
+			t.Parallel()
+			_, q := setup(t, queue.Config{Layout: tc.layout})
+			ctx := testCtx(t)
+			a := add(t, q, queue.AddOptions{})
+			b := add(t, q, queue.AddOptions{})
 
-	require.NoError(t, q.Pause(ctx))
-	paused, err := q.IsPaused(ctx)
-	require.NoError(t, err)
-	require.True(t, paused)
-	job, err := q.Fetch(ctx, "t")
-	require.NoError(t, err)
-	require.Nil(t, job, "a paused queue gives nothing")
-	c := add(t, q, queue.AddOptions{})
-	require.Equal(t, queue.Counts{Paused: 3}, counts(t, q), "BullMQ keeps ready jobs of a paused queue in the paused list")
-	require.Equal(t, queue.StatePaused, state(t, q, c))
+			require.NoError(t, q.Pause(ctx))
+			paused, err := q.IsPaused(ctx)
+			require.NoError(t, err)
+			require.True(t, paused)
+			job, err := q.Fetch(ctx, "t")
+			require.NoError(t, err)
+			require.Nil(t, job, "a paused queue gives nothing")
+			c := add(t, q, queue.AddOptions{})
+			require.Equal(t, tc.held, counts(t, q))
+			require.Equal(t, tc.state, state(t, q, c))
 
-	require.NoError(t, q.Resume(ctx))
-	paused, err = q.IsPaused(ctx)
-	require.NoError(t, err)
-	require.False(t, paused)
-	for _, want := range []string{a, b, c} {
-		require.Equal(t, want, fetch(t, q, "t").ID, "FIFO survives a pause")
+			require.NoError(t, q.Resume(ctx))
+			paused, err = q.IsPaused(ctx)
+			require.NoError(t, err)
+			require.False(t, paused)
+			for _, want := range []string{a, b, c} {
+				require.Equal(t, want, fetch(t, q, "t").ID, "FIFO survives a pause")
+			}
+		})
 	}
 }
 

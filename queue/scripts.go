@@ -32,11 +32,38 @@ var (
 	schedulersScript       = buildScript("schedulers.lua")
 )
 
+// layoutScript is one script built once per Config.Layout value (6, 5 and
+// unset): lib.lua's layoutDefault, what a queue whose meta names no BullMQ
+// version follows, is a constant of the script text, so no call passes it.
+type layoutScript struct{ v6, v5, unset *redis.Script }
+
+// of returns the script built for layout l.
+func (s layoutScript) of(l Layout) *redis.Script {
+	switch l {
+	case Layout6:
+		return s.v6
+	case Layout5:
+		return s.v5
+	}
+	return s.unset
+}
+
+// layoutDefaultLine is the lib.lua line each build rewrites.
+const layoutDefaultLine = "local layoutDefault = 6\n"
+
 // buildScript joins the lib.lua helpers the named script uses and the
-// script. redis.Script runs it with EVALSHA and falls back to EVAL when the
-// server does not have it yet.
-func buildScript(name string) *redis.Script {
-	return redis.NewScript(scriptSource(name))
+// script, once per layout. redis.Script runs it with EVALSHA and falls back
+// to EVAL when the server does not have it yet.
+func buildScript(name string) layoutScript {
+	return layoutScripts(scriptSource(name))
+}
+
+func layoutScripts(src string) layoutScript {
+	return layoutScript{
+		v6:    redis.NewScript(src),
+		v5:    redis.NewScript(strings.Replace(src, layoutDefaultLine, "local layoutDefault = 5\n", 1)),
+		unset: redis.NewScript(strings.Replace(src, layoutDefaultLine, "local layoutDefault = 0\n", 1)),
+	}
 }
 
 func scriptSource(name string) string {

@@ -279,7 +279,7 @@ func wireSpend(cfg dispatch.Config, rc *redis.Client, tune dispatch.Tuning, deps
 // the kill switch finds it even before its first job; it starts paused
 // when the fleet is paused (pi:paused).
 func newQueues(ctx context.Context, rc *redis.Client, cfg dispatch.Config, tune dispatch.Tuning, log *slog.Logger) ([]*queue.Queue, error) {
-	qcfg := queue.Config{LockTTL: tune.LockTTL, WorkerName: cfg.WorkerName, Logger: log}
+	qcfg := queue.Config{LockTTL: tune.LockTTL, WorkerName: cfg.WorkerName, Logger: log, Layout: queue.Layout(cfg.BullMQLayout)}
 	shared, err := queue.New(rc, fleet.SharedQueue, qcfg)
 	if err != nil {
 		return nil, err

@@ -13,7 +13,7 @@ import (
 )
 
 // ErrNoBullMQ means node or the bench's node_modules are missing.
-var ErrNoBullMQ = errors.New("queuebench: node or bench/bullmq/node_modules missing (run npm ci in bench/bullmq)")
+var ErrNoBullMQ = errors.New("queuebench: node or bench/bullmq/node_modules or bench/bullmq6/node_modules missing (run npm ci in each)")
 
 // checkBullMQ verifies node is on PATH and bullmq is installed in dir.
 func checkBullMQ(dir string) error {
@@ -26,15 +26,21 @@ func checkBullMQ(dir string) error {
 	return nil
 }
 
-// runNode runs bench.js in mode and decodes its JSON output into out.
-func runNode(ctx context.Context, cfg Config, mode, url string, args map[string]any, out any) error {
+// runNode runs bench.js over the node_modules of dir in mode and decodes
+// its JSON output into out.
+func runNode(ctx context.Context, cfg Config, dir, mode, url string, args map[string]any, out any) error {
 	raw, err := json.Marshal(args)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.PhaseTimeout+30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", filepath.Join(cfg.NodeDir, "bench.js"), mode, url, string(raw))
+	modules, err := filepath.Abs(filepath.Join(dir, "node_modules"))
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, "node", cfg.Script, mode, url, string(raw))
+	cmd.Env = append(os.Environ(), "NODE_PATH="+modules)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -49,7 +55,7 @@ func runNode(ctx context.Context, cfg Config, mode, url string, args map[string]
 // bullmqThroughput has the Node program add cfg.Jobs jobs with addBulk and
 // process them with a Worker of concurrency cfg.Concurrency; the timing is
 // the program's own (Worker.run() to the last "completed" event).
-func bullmqThroughput(ctx context.Context, url string, cfg Config) (Throughput, error) {
+func bullmqThroughput(ctx context.Context, url string, cfg Config, dir string) (Throughput, error) {
 	var out struct {
 		Jobs      int     `json:"jobs"`
 		EnqueueMs float64 `json:"enqueueMs"`
@@ -58,7 +64,7 @@ func bullmqThroughput(ctx context.Context, url string, cfg Config) (Throughput, 
 		InfoBefore string `json:"infoBefore"`
 		InfoAfter  string `json:"infoAfter"`
 	}
-	err := runNode(ctx, cfg, "throughput", url, map[string]any{
+	err := runNode(ctx, cfg, dir, "throughput", url, map[string]any{
 		"queue": bullmqQueue, "jobs": cfg.Jobs, "concurrency": cfg.Concurrency,
 		"timeoutMs": cfg.PhaseTimeout.Milliseconds(),
 	}, &out)
@@ -78,11 +84,11 @@ func bullmqThroughput(ctx context.Context, url string, cfg Config) (Throughput, 
 
 // bullmqLatency has the Node program measure pickup latency with an idle
 // Worker and a producer thread.
-func bullmqLatency(ctx context.Context, url string, cfg Config) ([]time.Duration, error) {
+func bullmqLatency(ctx context.Context, url string, cfg Config, dir string) ([]time.Duration, error) {
 	var out struct {
 		LatenciesUs []float64 `json:"latenciesUs"`
 	}
-	err := runNode(ctx, cfg, "latency", url, map[string]any{
+	err := runNode(ctx, cfg, dir, "latency", url, map[string]any{
 		"queue": bullmqQueue, "jobs": cfg.LatencyJobs, "concurrency": cfg.Concurrency,
 		"spacingMs": float64(cfg.Spacing) / float64(time.Millisecond),
 		"timeoutMs": cfg.PhaseTimeout.Milliseconds(),

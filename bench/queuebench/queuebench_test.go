@@ -17,8 +17,8 @@ import (
 	"github.com/pidispatch/pidispatch/bench/queuebench"
 )
 
-// requireTools skips the test when redis-server, node or bench/bullmq's
-// node_modules are missing, or fails it when PIDISPATCH_REQUIRE_LIVE=1 (CI).
+// requireTools skips the test when redis-server, node or the node_modules
+// of bench/bullmq (BullMQ 5) or bench/bullmq6 (BullMQ 6) are missing, or fails it when PIDISPATCH_REQUIRE_LIVE=1 (CI).
 func requireTools(t *testing.T, bullmq bool) {
 	t.Helper()
 	var missing []string
@@ -29,8 +29,10 @@ func requireTools(t *testing.T, bullmq bool) {
 		if _, err := exec.LookPath("node"); err != nil {
 			missing = append(missing, "node")
 		}
-		if _, err := os.Stat("../bullmq/node_modules/bullmq/package.json"); err != nil {
-			missing = append(missing, "bench/bullmq/node_modules (npm ci)")
+		for _, dir := range []string{"bullmq", "bullmq6"} {
+			if _, err := os.Stat("../" + dir + "/node_modules/bullmq/package.json"); err != nil {
+				missing = append(missing, "bench/"+dir+"/node_modules (npm ci)")
+			}
 		}
 	}
 	if len(missing) == 0 {
@@ -53,6 +55,8 @@ func TestRun_SmokeAllSystemsOnPrivateServer(t *testing.T) {
 		LatencyJobs:     probes,
 		CeilingDuration: 200 * time.Millisecond,
 		NodeDir:         "../bullmq",
+		Node6Dir:        "../bullmq6",
+		Script:          "../bench.js",
 		PhaseTimeout:    time.Minute,
 		Rounds:          rounds,
 	})
@@ -68,7 +72,7 @@ func TestRun_SmokeAllSystemsOnPrivateServer(t *testing.T) {
 	if !rep.Private || !strings.HasPrefix(rep.ServerVersion, "redis ") && !strings.HasPrefix(rep.ServerVersion, "valkey ") {
 		t.Errorf("server: private %v, version %q", rep.Private, rep.ServerVersion)
 	}
-	for _, system := range []string{queuebench.SystemOurs, queuebench.SystemBullMQ, queuebench.SystemAsynq} {
+	for _, system := range []string{queuebench.SystemOurs, queuebench.SystemBullMQ, queuebench.SystemBullMQ6, queuebench.SystemAsynq} {
 		res := rep.Result(system)
 		if res == nil {
 			t.Fatalf("no result for %s", system)
@@ -99,10 +103,12 @@ func TestRun_SmokeAllSystemsOnPrivateServer(t *testing.T) {
 	if c.EvalshaPerSec <= 0 || c.Before <= 0 || c.After <= 0 || c.JobsPerSec <= 0 || c.Fraction <= 0 || c.PerCallFraction <= 0 || len(c.Rounds) != rounds {
 		t.Errorf("ceiling: %+v", c)
 	}
-	if r, each, ok := rep.Ratio(queuebench.SystemBullMQ); !ok || r <= 0 || len(each) != rounds {
-		t.Errorf("ours/bullmq ratio: %v %v %v", r, each, ok)
+	for _, peer := range []string{queuebench.SystemBullMQ, queuebench.SystemBullMQ6} {
+		if r, each, ok := rep.Ratio(peer); !ok || r <= 0 || len(each) != rounds {
+			t.Errorf("ours/%s ratio: %v %v %v", peer, r, each, ok)
+		}
 	}
-	for _, want := range []string{"ours / bullmq throughput", "ours / asynq throughput", "ceiling: EVALSHA", "at one script call per job", "median of 2 rounds", "ours pickup p99"} {
+	for _, want := range []string{"ours / bullmq throughput", "ours / bullmq6 throughput", "ours / asynq throughput", "ceiling: EVALSHA", "at one script call per job", "median of 2 rounds", "ours pickup p99"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q", want)
 		}

@@ -19,9 +19,10 @@ import (
 
 // Systems compared, in report order.
 const (
-	SystemOurs   = "ours"
-	SystemBullMQ = "bullmq"
-	SystemAsynq  = "asynq"
+	SystemOurs    = "ours"
+	SystemBullMQ  = "bullmq"  // BullMQ 5
+	SystemBullMQ6 = "bullmq6" // BullMQ 6
+	SystemAsynq   = "asynq"
 )
 
 // Defaults of Config.
@@ -32,6 +33,8 @@ const (
 	DefaultSpacing         = 2 * time.Millisecond
 	DefaultCeilingDuration = time.Second
 	DefaultNodeDir         = "bullmq"
+	DefaultNode6Dir        = "bullmq6"
+	DefaultScript          = "bench.js"
 	DefaultPhaseTimeout    = 2 * time.Minute
 	DefaultRounds          = 1
 )
@@ -55,9 +58,13 @@ type Config struct {
 	// rate lasts (two per round: right before and right after ours).
 	// Default 1s.
 	CeilingDuration time.Duration
-	// NodeDir holds bench.js and its node_modules. Default "bullmq" (run
-	// from bench/).
+	// NodeDir holds BullMQ 5's node_modules. Default "bullmq" (run from
+	// bench/).
 	NodeDir string
+	// Node6Dir holds BullMQ 6's node_modules. Default "bullmq6".
+	Node6Dir string
+	// Script is bench.js, run over either. Default "bench.js".
+	Script string
 	// Systems to measure; default all three. The ceiling is measured when
 	// ours is.
 	Systems []string
@@ -100,8 +107,14 @@ func (c Config) withDefaults() (Config, error) {
 	if c.NodeDir == "" {
 		c.NodeDir = DefaultNodeDir
 	}
+	if c.Node6Dir == "" {
+		c.Node6Dir = DefaultNode6Dir
+	}
+	if c.Script == "" {
+		c.Script = DefaultScript
+	}
 	if len(c.Systems) == 0 {
-		c.Systems = []string{SystemOurs, SystemBullMQ, SystemAsynq}
+		c.Systems = []string{SystemOurs, SystemBullMQ, SystemBullMQ6, SystemAsynq}
 	}
 	if c.PhaseTimeout == 0 {
 		c.PhaseTimeout = DefaultPhaseTimeout
@@ -125,8 +138,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, errors.New("queuebench: Rounds must be within 1..100")
 	}
 	for _, s := range c.Systems {
-		if s != SystemOurs && s != SystemBullMQ && s != SystemAsynq {
-			return c, fmt.Errorf("queuebench: unknown system %q (use %s, %s, %s)", s, SystemOurs, SystemBullMQ, SystemAsynq)
+		if s != SystemOurs && s != SystemBullMQ && s != SystemBullMQ6 && s != SystemAsynq {
+			return c, fmt.Errorf("queuebench: unknown system %q (use %s, %s, %s, %s)", s, SystemOurs, SystemBullMQ, SystemBullMQ6, SystemAsynq)
 		}
 	}
 	return c, nil
@@ -266,9 +279,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	if slices.Contains(cfg.Systems, SystemBullMQ) {
-		if err := checkBullMQ(cfg.NodeDir); err != nil {
-			return nil, err
+	for system, dir := range map[string]string{SystemBullMQ: cfg.NodeDir, SystemBullMQ6: cfg.Node6Dir} {
+		if slices.Contains(cfg.Systems, system) {
+			if err := checkBullMQ(dir); err != nil {
+				return nil, err
+			}
 		}
 	}
 	rep := &Report{Jobs: cfg.Jobs, Concurrency: cfg.Concurrency, LatencyJobs: cfg.LatencyJobs, Spacing: cfg.Spacing, Rounds: cfg.Rounds}
@@ -344,7 +359,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 					return err
 				}
 			case SystemBullMQ:
-				fn = func() (err error) { tp, err = bullmqThroughput(ctx, url, cfg); return err }
+				fn = func() (err error) { tp, err = bullmqThroughput(ctx, url, cfg, cfg.NodeDir); return err }
+			case SystemBullMQ6:
+				fn = func() (err error) { tp, err = bullmqThroughput(ctx, url, cfg, cfg.Node6Dir); return err }
 			case SystemAsynq:
 				fn = func() (err error) { tp, err = asynqThroughput(ctx, url, cfg); return err }
 			}
@@ -375,7 +392,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			case SystemOurs:
 				lat = func() ([]time.Duration, error) { return oursLatency(ctx, url, cfg) }
 			case SystemBullMQ:
-				lat = func() ([]time.Duration, error) { return bullmqLatency(ctx, url, cfg) }
+				lat = func() ([]time.Duration, error) { return bullmqLatency(ctx, url, cfg, cfg.NodeDir) }
+			case SystemBullMQ6:
+				lat = func() ([]time.Duration, error) { return bullmqLatency(ctx, url, cfg, cfg.Node6Dir) }
 			case SystemAsynq:
 				lat = func() ([]time.Duration, error) { return asynqLatency(ctx, url, cfg) }
 			}

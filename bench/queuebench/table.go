@@ -67,7 +67,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	for _, peer := range []struct {
 		system string
 		target float64
-	}{{SystemBullMQ, TargetVsBullMQ}, {SystemAsynq, TargetVsAsynq}} {
+	}{{SystemBullMQ, TargetVsBullMQ}, {SystemBullMQ6, TargetVsBullMQ}, {SystemAsynq, TargetVsAsynq}} {
 		ratio, rounds, ok := r.Ratio(peer.system)
 		if !ok {
 			continue

@@ -38,7 +38,7 @@ func TestExplainGolden(t *testing.T) {
 		t.Fatalf("%+v", r)
 	}
 	expect(t, runCLI(t, env, "explain", "p-1"), db.URL, 0, ""+
-		"job p-1 on pi-jobs: paused, attempt 1\n"+
+		"job p-1 on pi-jobs: waiting, attempt 1\n"+
 		"not running: the fleet is paused (pi-dispatch resume)\n"+
 		"no worker has a live registry row: nothing takes jobs from pi-jobs (start a worker)\n", "")
 
@@ -59,7 +59,7 @@ func TestExplainGolden(t *testing.T) {
 	if r.code != exitOK || strings.Count(r.stdout, "\n") != 1 || json.Unmarshal([]byte(r.stdout), &got) != nil {
 		t.Fatalf("%+v", r)
 	}
-	if got.JobID != "p-1" || !got.Found || got.Queue != fleet.SharedQueue || got.State != "paused" || got.Attempt != 1 || got.Scope != "acme/app" ||
+	if got.JobID != "p-1" || !got.Found || got.Queue != fleet.SharedQueue || got.State != "waiting" || got.Attempt != 1 || got.Scope != "acme/app" ||
 		len(got.Findings) != 2 || got.Findings[0].Code != "fleet-paused" || got.Findings[0].Data["queuePaused"] != true || got.Findings[1].Code != "no-hosts" {
 		t.Fatalf("%s", r.stdout)
 	}

@@ -140,7 +140,7 @@ func TestKillSwitchFleetGolden(t *testing.T) {
 		t.Fatal("fleet flag not set")
 	}
 	expect(t, runCLI(t, env, "status", "--json"), db.URL, 0,
-		`{"pausedState":true,"waiting":0,"active":0,"paused":2,"delayed":1,"failed":0,"completed":0,"refused":0,"cancelled":0,"prioritized":1,"spend":{"starts":[{"window":"day","count":0,"cap":25,"resetsAt":"<time>"}]},"pauseFlag":true,"queues":3,"held":0}`+"\n", "")
+		`{"pausedState":true,"waiting":2,"active":0,"paused":0,"delayed":1,"failed":0,"completed":0,"refused":0,"cancelled":0,"prioritized":1,"spend":{"starts":[{"window":"day","count":0,"cap":25,"resetsAt":"<time>"}]},"pauseFlag":true,"queues":3,"held":0}`+"\n", "")
 
 	// A host that boots during the pause starts paused.
 	charlie := newQueue(t, db.Client, fleet.HostQueueName("charlie"))
@@ -167,7 +167,7 @@ func TestKillSwitchFleetGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect(t, runCLI(t, env, "status", "--json"), db.URL, 0,
-		`{"pausedState":false,"pausedPartial":true,"pausedQueues":["pi-jobs@bravo"],"waiting":1,"active":0,"paused":1,"delayed":1,"failed":0,"completed":0,"refused":0,"cancelled":0,"prioritized":1,"spend":{"starts":[{"window":"day","count":0,"cap":25,"resetsAt":"<time>"}]},"pauseFlag":false,"queues":5,"held":0}`+"\n", "")
+		`{"pausedState":false,"pausedPartial":true,"pausedQueues":["pi-jobs@bravo"],"waiting":2,"active":0,"paused":0,"delayed":1,"failed":0,"completed":0,"refused":0,"cancelled":0,"prioritized":1,"spend":{"starts":[{"window":"day","count":0,"cap":25,"resetsAt":"<time>"}]},"pauseFlag":false,"queues":5,"held":0}`+"\n", "")
 }
 
 // One queue (a single host): no span, as the original printed it.

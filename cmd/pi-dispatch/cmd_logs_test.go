@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +30,7 @@ func bootLogsWorker(t *testing.T, db *livetest.ValkeyDB, name string) string {
 	logs := t.TempDir()
 	env := map[string]string{
 		"VALKEY_URL": db.URL, "PI_WORKER_NAME": name, "PI_JOB_IMAGE": jobimage.TestTag,
-		"PI_LOGS_DIR": logs, "PI_JOB_MEMORY": "256m", "PI_JOB_CPUS": "0.5",
+		"PI_LOGS_DIR": logs, "PI_JOB_MEMORY": "256m", "PI_JOB_CPUS": "0.5", "PI_FOLDER_ROOTS": os.TempDir(), "PI_CONTAINER_USER": "root",
 	}
 	cfg, err := dispatch.LoadConfig(func(k string) string { return env[k] })
 	require.NoError(t, err)

@@ -92,7 +92,8 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 		return exitUsage
 	}
 	defer client.Close()
-	producer, err := enqueue.NewProducer(client, enqueue.ProducerConfig{WorkerName: cfg.WorkerName, WorkerNameDeclared: cfg.WorkerNameDeclared, FleetKey: cfg.FleetKey})
+	producer, err := enqueue.NewProducer(client, enqueue.ProducerConfig{WorkerName: cfg.WorkerName, WorkerNameDeclared: cfg.WorkerNameDeclared, FleetKey: cfg.FleetKey,
+		Queue: queue.Config{Layout: queue.Layout(cfg.BullMQLayout)}})
 	if err != nil {
 		fmt.Fprintf(e.stderr, "pi-dispatch run: %v\n", err)
 		return exitUsage

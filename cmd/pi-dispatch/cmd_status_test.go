@@ -74,9 +74,9 @@ func TestStatusCountsByOutcomeGolden(t *testing.T) {
 		"total          partly  2        0        0            0       1          2        1          1\n"+
 		"container starts day: 0/25 (resets <time>)\n", "")
 	expect(t, runCLI(t, env, "status", "--json", "--per-queue"), db.URL, 0,
-		`{"pausedState":false,"pausedPartial":true,"pausedQueues":["pi-jobs@alpha"],"waiting":1,"active":0,"paused":1,"delayed":0,"failed":1,"completed":1,"refused":2,"cancelled":1,"prioritized":0,`+
+		`{"pausedState":false,"pausedPartial":true,"pausedQueues":["pi-jobs@alpha"],"waiting":2,"active":0,"paused":0,"delayed":0,"failed":1,"completed":1,"refused":2,"cancelled":1,"prioritized":0,`+
 			`"perQueue":[{"queue":"pi-jobs","pausedState":false,"waiting":1,"active":0,"paused":0,"delayed":0,"failed":1,"completed":1,"refused":1,"cancelled":1,"prioritized":0},`+
-			`{"queue":"pi-jobs@alpha","pausedState":true,"waiting":0,"active":0,"paused":1,"delayed":0,"failed":0,"completed":0,"refused":1,"cancelled":0,"prioritized":0}],`+
+			`{"queue":"pi-jobs@alpha","pausedState":true,"waiting":1,"active":0,"paused":0,"delayed":0,"failed":0,"completed":0,"refused":1,"cancelled":0,"prioritized":0}],`+
 			`"spend":{"starts":[{"window":"day","count":0,"cap":25,"resetsAt":"<time>"}]},"pauseFlag":false,"queues":2,"held":0}`+"\n", "")
 	expect(t, runCLI(t, env, "status", "--frobnicate"), db.URL, 2, "",
 		"pi-dispatch status: unexpected argument \"--frobnicate\" (usage: pi-dispatch status [--per-queue] [--json])\n")

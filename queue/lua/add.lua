@@ -1,7 +1,7 @@
 --[[
-  add.lua: add a job: ready (wait, or paused while paused), prioritized, or
-  delayed. A custom id that already exists is not added again; a dedup id
-  whose key is live is not added again either.
+  add.lua: add a job: ready (wait; the paused list while paused in BullMQ
+  5's layout), prioritized, or delayed. A custom id that already exists is
+  not added again; a dedup id whose key is live is not added again either.
 
   KEYS[1..14] the queue keys, see lib.lua
   KEYS[15]    dedup key ("<prefix>de:<dedupId>"), present only with ARGV[8]

@@ -9,12 +9,13 @@
 
     KEYS[1]  wait          LIST   ready jobs (LPUSH in, RPOPLPUSH out)
     KEYS[2]  active        LIST   jobs held by a consumer
-    KEYS[3]  paused        LIST   ready jobs while the queue is paused
+    KEYS[3]  paused        LIST   ready jobs while the queue is paused (BullMQ 5's
+                                  layout; 6 keeps them in wait and reads only the flag)
     KEYS[4]  delayed       ZSET   score = dueMs * 4096 + sequence
     KEYS[5]  prioritized   ZSET   score = priority * 2^32 + counter
     KEYS[6]  completed     ZSET   score = finishedOn
     KEYS[7]  failed        ZSET   score = finishedOn
-    KEYS[8]  meta          HASH   paused, concurrency, opts.maxLenEvents
+    KEYS[8]  meta          HASH   paused, concurrency, opts.maxLenEvents, version
     KEYS[9]  events        STREAM BullMQ events
     KEYS[10] marker        ZSET   wake-up marker consumers BZPOPMIN on
     KEYS[11] pc            STRING priority counter
@@ -90,14 +91,34 @@ local function incrField(key, field)
   return v
 end
 
+-- layoutDefault is the BullMQ layout (6 or 5) of a queue whose meta hash
+-- names no BullMQ version: Config.Layout, which the first call records
+-- there; 0 (Config.Layout unset) follows 6 and records nothing. scripts.go
+-- builds every script once per value by rewriting this line.
+local layoutDefault = 6
+
+-- layoutOf maps a meta "version" field to the layout it speaks: BullMQ
+-- writes "bullmq:<semver>" whenever a Queue is constructed, we write
+-- "pidispatch:bullmq<major>" on a queue nobody has declared. 6 and later
+-- keep ready jobs in wait while paused (the meta flag alone pauses); 5 and
+-- earlier move them to the paused list. nil for absent or unknown.
+local function layoutOf(v)
+  if type(v) ~= "string" then return nil end
+  local major = tonumber(string.match(v, "^bullmq:(%d+)%.") or string.match(v, "^pidispatch:bullmq(%d+)$"))
+  if not major then return nil end
+  if major >= 6 then return 6 end
+  return 5
+end
+
 -- meta reads the queue's meta hash once per script call: the paused flag,
--- BullMQ's global concurrency, and the events stream cap, writing BullMQ's
--- default cap the first time (which also makes the meta hash exist for
+-- BullMQ's global concurrency, the events stream cap and the layout
+-- (legacy: BullMQ 5's paused list), writing BullMQ's default cap and our
+-- layout the first time (which also makes the meta hash exist for
 -- discovery). Only pause.lua changes meta, after reading it.
 local metaCache = nil
 local function meta(k)
   if not metaCache then
-    local m = rcall("HMGET", k.meta, "paused", "concurrency", "opts.maxLenEvents")
+    local m = rcall("HMGET", k.meta, "paused", "concurrency", "opts.maxLenEvents", "version")
     -- Kept as the stored string when it is a plain integer (no formatting
     -- on each XADD).
     local maxLen = m[3]
@@ -108,7 +129,17 @@ local function meta(k)
         rcall("HSET", k.meta, "opts.maxLenEvents", maxLen)
       end
     end
-    metaCache = { paused = m[1] ~= false and m[1] ~= nil, concurrency = tonumber(m[2]), maxLen = maxLen }
+    local layout = layoutOf(m[4])
+    if not layout then
+      layout = layoutDefault
+      if layout == 0 then
+        layout = 6
+      elseif not m[4] then
+        rcall("HSET", k.meta, "version", "pidispatch:bullmq" .. layout)
+      end
+    end
+    metaCache = { paused = m[1] ~= false and m[1] ~= nil, concurrency = tonumber(m[2]), maxLen = maxLen,
+      legacy = layout == 5 }
   end
   return metaCache
 end
@@ -170,16 +201,37 @@ local function priorityScore(k, priority)
   return priority * 4294967296 + c
 end
 
+-- moveAll appends list from to the consumption end of list to (its older
+-- end: the jobs moved were ready first), renaming it when to is empty.
+local function moveAll(from, to)
+  if rcall("EXISTS", from) == 0 then return end
+  if rcall("EXISTS", to) == 0 then
+    rcall("RENAME", from, to)
+    return
+  end
+  local ids = rcall("LRANGE", from, 0, -1)
+  for i = 1, #ids, 5000 do
+    rcall("RPUSH", to, unpack(ids, i, math.min(i + 4999, #ids)))
+  end
+  rcall("DEL", from)
+end
+
+-- readyList is the list a ready job goes to: wait, or in BullMQ 5's layout
+-- the paused list while the queue is paused.
+local function readyList(k, paused)
+  if paused and meta(k).legacy then return k.paused end
+  return k.wait
+end
+
 -- enqueue makes a job ready: prioritized ZSET, or wait list (paused list
--- while paused), and wakes a consumer unless the queue is paused or maxed.
+-- while paused, in BullMQ 5's layout), and wakes a consumer unless the
+-- queue is paused or maxed.
 local function enqueue(k, jobId, priority, pushCmd)
   local paused, maxed = blocked(k)
   if priority > 0 then
     rcall("ZADD", k.prioritized, priorityScore(k, priority), jobId)
-  elseif paused then
-    rcall(pushCmd, k.paused, jobId)
   else
-    rcall(pushCmd, k.wait, jobId)
+    rcall(pushCmd, readyList(k, paused), jobId)
   end
   if not paused and not maxed then rcall("ZADD", k.marker, "0", "0") end
 end
@@ -198,6 +250,7 @@ local function promoteDue(k, prefix, now, maxLen)
   if #due == 0 then return 0 end
   rcall("ZREM", k.delayed, unpack(due))
   local paused, maxed = blocked(k)
+  local target = readyList(k, paused)
   local moved = 0
   for _, id in ipairs(due) do
     local jobKey = prefix .. id
@@ -206,10 +259,8 @@ local function promoteDue(k, prefix, now, maxLen)
       local p = math.floor(num(prio, 0))
       if p > 0 then
         rcall("ZADD", k.prioritized, priorityScore(k, p), id)
-      elseif paused then
-        rcall("LPUSH", k.paused, id)
       else
-        rcall("LPUSH", k.wait, id)
+        rcall("LPUSH", target, id)
       end
       rcall("HSET", jobKey, "delay", 0)
       emit(k, maxLen, "waiting", "jobId", id, "prev", "delayed")

@@ -81,8 +81,11 @@ if f[2] then
 end
 
 -- Into the target, in the same state. The target's meta is read here, not
--- through lib.lua's cached meta (which is the source's).
-local dpaused = rcall("HEXISTS", dst.meta, "paused") == 1
+-- through lib.lua's cached meta (which is the source's): paused in BullMQ
+-- 5's layout means the paused list, in 6's the wait list.
+local dm = rcall("HMGET", dst.meta, "paused", "version")
+local dpaused = dm[1] ~= false and dm[1] ~= nil
+local dlegacy = (layoutOf(dm[2]) or layoutDefault) == 5
 local maxLen = maxEvents(src)
 if state == "delayed" then
   rcall("ZADD", dst.delayed, score, id)
@@ -91,11 +94,11 @@ if state == "delayed" then
 elseif state == "prioritized" then
   rcall("ZADD", dst.prioritized, score, id)
   if not dpaused then rcall("ZADD", dst.marker, 0, "0") end
-elseif dpaused then
+elseif dpaused and dlegacy then
   rcall("LPUSH", dst.paused, id)
 else
   rcall("LPUSH", dst.wait, id)
-  rcall("ZADD", dst.marker, 0, "0")
+  if not dpaused then rcall("ZADD", dst.marker, 0, "0") end
 end
 emit(src, maxLen, "removed", "jobId", id, "prev", state)
 rcall("XADD", dst.events, "MAXLEN", "~", 10000, "*", "event", state == "delayed" and "delayed" or "waiting", "jobId", id)

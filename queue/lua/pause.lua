@@ -1,8 +1,14 @@
 --[[
-  pause.lua: pause or resume the queue as BullMQ does: the meta "paused"
-  field is the flag BullMQ's isPaused() reads; ready jobs move between the
-  wait and paused lists; the marker is dropped on pause (nobody wakes) and
-  re-armed on resume.
+  pause.lua: pause or resume the queue as the BullMQ version of its layout
+  does (lib.lua's meta: the meta "version" field, or Config.Layout). The
+  meta "paused" field is the flag BullMQ's isPaused() and every consumer
+  read; the marker is dropped on pause (nobody wakes) and re-armed on
+  resume when jobs are ready.
+
+  BullMQ 6: ready jobs stay in wait, in order. A resume moves what a BullMQ
+  5 client or an older pidispatch left in the paused list back to wait,
+  ahead of the jobs there (they are older), as BullMQ 6's resume does.
+  BullMQ 5: ready jobs move between the wait and paused lists.
 
   KEYS[1..14] the queue keys, see lib.lua
   ARGV[1]     job key prefix (unused; kept for the common layout)
@@ -11,33 +17,27 @@
   Returns 1.
 ]]
 local k = K()
-local from, to = k.wait, k.paused
-if ARGV[2] ~= "pause" then from, to = k.paused, k.wait end
-local hasJobs = rcall("EXISTS", from) == 1
-if hasJobs then
-  if rcall("EXISTS", to) == 0 then
-    rcall("RENAME", from, to)
-  else
-    -- Both lists hold jobs (a peer raced us): append ours on the old side.
-    local ids = rcall("LRANGE", from, 0, -1)
-    for i = 1, #ids, 5000 do
-      rcall("RPUSH", to, unpack(ids, i, math.min(i + 4999, #ids)))
-    end
-    rcall("DEL", from)
-  end
+local m = meta(k)
+local pausing = ARGV[2] == "pause"
+
+if m.legacy then
+  if pausing then moveAll(k.wait, k.paused) else moveAll(k.paused, k.wait) end
+elseif not pausing then
+  moveAll(k.paused, k.wait)
 end
-local maxLen = maxEvents(k)
-if ARGV[2] == "pause" then
+if pausing then
   rcall("HSET", k.meta, "paused", 1)
   rcall("DEL", k.marker)
-  emit(k, maxLen, "paused")
+  emit(k, m.maxLen, "paused")
 else
   rcall("HDEL", k.meta, "paused")
-  if hasJobs or rcall("ZCARD", k.prioritized) > 0 then
+  -- wait, not only what moved: jobs added while paused wait there in
+  -- BullMQ 6's layout, and consumers sleep until the marker says so.
+  if rcall("LLEN", k.wait) > 0 or rcall("ZCARD", k.prioritized) > 0 then
     rcall("ZADD", k.marker, 0, "0")
   else
     delayMarker(k)
   end
-  emit(k, maxLen, "resumed")
+  emit(k, m.maxLen, "resumed")
 end
 return 1

@@ -34,12 +34,8 @@ for _, id in ipairs(active) do
         wakeIfFreed(k)
       else
         local paused, maxed = blocked(k)
-        if paused then
-          rcall("RPUSH", k.paused, id)
-        else
-          rcall("RPUSH", k.wait, id)
-          if not maxed then rcall("ZADD", k.marker, 0, "0") end
-        end
+        rcall("RPUSH", readyList(k, paused), id)
+        if not paused and not maxed then rcall("ZADD", k.marker, 0, "0") end
         emit(k, maxLen, "waiting", "jobId", id, "prev", "active")
         requeued[#requeued + 1] = id
       end

@@ -1,13 +1,35 @@
-// Drives the real bullmq package (the version pinned in package-lock.json)
-// against a Valkey database, for the Go interop tests in queue/.
+// Drives the real bullmq package against a Valkey database, for the Go
+// interop tests in queue/. The same script serves every BullMQ major: the
+// Go tests run it with NODE_PATH set to the node_modules of bullmq/ (BullMQ
+// 5, cron-parser 4) or bullmq6/ (BullMQ 6, cron-parser 5), each pinned by
+// its package-lock.json.
 //
-//   node interop.js <scenario> <redis://host:port/db> '<json args>'
+//   NODE_PATH=bullmq6/node_modules node interop.js <scenario> <redis://host:port/db> '<json args>'
 //
 // Prints one JSON document on stdout; exits 1 with the error on stderr.
 'use strict';
 
 const { Queue, Worker } = require('bullmq');
 const cronParser = require('cron-parser');
+
+// cronNextAfter is cron-parser's next run after ms: parseExpression in
+// cron-parser 4, CronExpressionParser.parse in 5.
+function cronNextAfter(pattern, tz, ms) {
+  const opts = { currentDate: new Date(ms), tz };
+  if (cronParser.CronExpressionParser) return cronParser.CronExpressionParser.parse(pattern, opts).next().getTime();
+  return cronParser.parseExpression(pattern, opts).next().getTime();
+}
+
+// rawClient is the queue's ioredis client: Queue.client in BullMQ 5, the
+// backend's in 6.
+function rawClient(q) {
+  return q.getBackend ? q.getBackend().client : q.client;
+}
+
+// moveStalled runs a Worker's stalled check script once.
+function moveStalled(worker) {
+  return worker.getBackend ? worker.getBackend().moveStalledJobsToWait() : worker.scripts.moveStalledJobsToWait();
+}
 
 function connection(rawURL) {
   const u = new URL(rawURL);
@@ -81,6 +103,13 @@ async function waitingView(q) {
   }));
 }
 
+// queueView is what BullMQ reports of a queue: its counts and its waiting
+// jobs' ids in order (what Bull Board shows).
+async function queueView(q) {
+  const counts = await q.getJobCounts('waiting', 'active', 'paused', 'delayed', 'prioritized', 'completed', 'failed');
+  return { counts, waiting: (await q.getWaiting()).map((j) => j.id) };
+}
+
 const scenarios = {
   async add(q, conn, args) {
     const job = await q.add(args.name || 'node-job', args.data === undefined ? {} : args.data, args.opts || {});
@@ -116,7 +145,7 @@ const scenarios = {
     });
     try {
       await worker.waitUntilReady();
-      return { stalled: await worker.scripts.moveStalledJobsToWait() };
+      return { stalled: await moveStalled(worker) };
     } finally {
       await worker.close();
     }
@@ -159,14 +188,79 @@ const scenarios = {
   async cronNext(q, conn, args) {
     return args.cases.map((c) => args.after.map((ms) => {
       try {
-        return cronParser.parseExpression(c.pattern, { currentDate: new Date(ms), tz: c.tz }).next().getTime();
+        return cronNextAfter(c.pattern, c.tz, ms);
       } catch (e) {
         return null;
       }
     }));
   },
+  // wake starts a BullMQ Worker (BullMQ's default drainDelay, so a worker
+  // nobody wakes sleeps 5 s) on a paused queue, prints "ready" once it
+  // waits, and resumes the queue itself when args.resumeBy is "node" (else
+  // the Go test resumes it on reading "ready"). It returns the milliseconds
+  // from "ready" to the first job going active and the jobs in the order
+  // they ran, once args.count finished or args.timeoutMs passed.
+  async wake(q, conn, args) {
+    const done = [];
+    let firstMs = null;
+    let start = 0;
+    let worker;
+    await new Promise((resolve, reject) => {
+      const timer = setTimeout(resolve, args.timeoutMs || 10000);
+      worker = new Worker(args.queue, async () => ({ by: 'node' }), {
+        connection: conn, prefix: args.prefix || 'bull', maxStalledCount: 0,
+      });
+      worker.on('active', () => {
+        if (firstMs === null) firstMs = Date.now() - start;
+      });
+      worker.on('completed', (job) => {
+        done.push(job.id);
+        if (done.length >= args.count) {
+          clearTimeout(timer);
+          resolve();
+        }
+      });
+      worker.on('error', () => {});
+      worker.waitUntilReady()
+        .then(() => new Promise((r) => setTimeout(r, 300)))
+        .then(async () => {
+          start = Date.now();
+          process.stdout.write('ready\n');
+          if (args.resumeBy === 'node') await q.resume();
+        })
+        .catch(reject);
+    });
+    await worker.close();
+    return { firstMs, processed: done };
+  },
   async waiting(q) {
     return waitingView(q);
+  },
+  // steps runs args.steps on the queue in order, in one process: {op:
+  // "add", id, delay}, {op: "pause"}, {op: "resume"}, {op: "promote"} (a
+  // worker's fetch, which promotes due delayed jobs, on a paused queue) and
+  // {op: "view"}, whose counts and waiting ids are returned, one per view.
+  async steps(q, conn, args) {
+    const views = [];
+    for (const s of args.steps) {
+      if (s.op === 'add') await q.add('pi', {}, { jobId: s.id, delay: s.delay || 0 });
+      else if (s.op === 'pause') await q.pause();
+      else if (s.op === 'resume') await q.resume();
+      else if (s.op === 'sleep') await new Promise((r) => setTimeout(r, s.ms));
+      else if (s.op === 'promote') {
+        const worker = new Worker(args.queue, null, { connection: conn, prefix: args.prefix || 'bull', autorun: false });
+        try {
+          await worker.getNextJob('tok', { block: false });
+        } finally {
+          await worker.close();
+        }
+      } else if (s.op === 'view') views.push(await queueView(q));
+      else throw new Error(`steps: unknown op ${s.op}`);
+    }
+    return views;
+  },
+  async view(q) {
+    return queueView(q);
   },
   // keepLastControl is the BullMQ-only control of deduplication's
   // keepLastIfActive mode: add, take, add twice more while active, then
@@ -182,7 +276,7 @@ const scenarios = {
       const before = await waitingView(q);
       if (args.finish === 'fail') await job.moveToFailed(new Error('boom'), 'tok', false);
       else await job.moveToCompleted({ ok: true }, 'tok', false);
-      const client = await q.client;
+      const client = await rawClient(q);
       const holder = await client.get(`${prefix}:${args.queue}:de:${args.dedupId}`);
       return { before, after: await waitingView(q), holder };
     } finally {

@@ -1,8 +1,10 @@
-// The BullMQ side of bench/cmd/queuebench, with the bullmq version pinned in
-// package-lock.json and BullMQ's default options (jobs are kept once
-// completed, as ours are).
+// The BullMQ side of bench/cmd/queuebench, with BullMQ's default options
+// (jobs are kept once completed, as ours are). One script for each BullMQ
+// major: queuebench runs it with NODE_PATH set to the node_modules of
+// bullmq/ (BullMQ 5) or bullmq6/ (BullMQ 6), each pinned by its
+// package-lock.json.
 //
-//   node bench.js throughput <redis://host:port/db> '{"queue":"bench","jobs":20000,"concurrency":16}'
+//   NODE_PATH=bullmq6/node_modules node bench.js throughput <redis://host:port/db> '{"queue":"bench","jobs":20000,"concurrency":16}'
 //     addBulk()s `jobs` no-op jobs (in chunks of 1000), then times a Worker
 //     of `concurrency` from run() to its last "completed" event.
 //     Prints {"jobs", "enqueueMs", "drainMs", "infoBefore", "infoAfter"}, the
@@ -95,7 +97,8 @@ async function throughput(url, args) {
   worker.on('failed', (job, err) => finished.fail(new Error(`job ${job && job.id} failed: ${err && err.message}`)));
   worker.on('error', (err) => finished.fail(err));
   await worker.waitUntilReady();
-  const admin = await queue.client;
+  // The raw client: Queue.client in BullMQ 5, the backend's in 6.
+  const admin = await (queue.getBackend ? queue.getBackend().client : queue.client);
   const infoBefore = await admin.info('commandstats');
   const cpuBefore = await admin.info('cpu');
   const start = performance.now();

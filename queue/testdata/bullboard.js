@@ -1,11 +1,14 @@
-// Points Bull Board (@bull-board/api, pinned by package-lock.json) at a
-// fleet's queues, read-only, and prints what its /api/queues route lists:
-// for each queue, its counts, whether it is paused, and the ids of its jobs
+// Points Bull Board (@bull-board/api) at a fleet's queues, read-only, and
+// prints what its /api/queues route lists: for each queue, its counts, whether it is paused, and the ids of its jobs
 // in each state. No UI server runs: a small server adapter keeps the routes
 // createBullBoard hands it, and the script calls the route's handler as the
 // UI's HTTP request would.
 //
-//   node list.js <redis://host:port/db> <queue>...
+// The same script serves every BullMQ major: the Go tests run it with
+// NODE_PATH set to the node_modules of bullboard/ (over BullMQ 5) or
+// bullboard6/ (over BullMQ 6), each pinned by its package-lock.json.
+//
+//   NODE_PATH=bullboard6/node_modules node bullboard.js <redis://host:port/db> <queue>...
 //
 // Prints one JSON document on stdout; exits 1 with the error on stderr.
 'use strict';
@@ -51,7 +54,7 @@ function route(adapter, method, path) {
 
 async function main() {
   const [rawURL, ...names] = process.argv.slice(2);
-  if (!rawURL || names.length === 0) throw new Error('usage: node list.js <redis-url> <queue>...');
+  if (!rawURL || names.length === 0) throw new Error('usage: node bullboard.js <redis-url> <queue>...');
   const conn = connection(rawURL);
   const queues = names.map((n) => new Queue(n, { connection: conn, prefix: 'bull' }));
   const adapter = captureAdapter();
