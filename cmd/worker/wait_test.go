@@ -518,12 +518,16 @@ func TestHeldJobInStatusAndCancel(t *testing.T) {
 	db := livetest.Valkey(t)
 	fx := newWaitFixture(t)
 	name := uniqueName("heldcancel", db)
-	bootWorker(t, testEnv(t, db.URL, map[string]string{"PI_WORKER_NAME": name, "PI_WAIT_PROFILES": fx.profile}), fastWait())
+	// Checks 3 s apart: the job sits delayed between them for far longer
+	// than a check runs, even on a loaded machine, so a cancel finds it there.
+	tune := fastWait()
+	tune.WaitIntervalOverride = 3 * time.Second
+	bootWorker(t, testEnv(t, db.URL, map[string]string{"PI_WORKER_NAME": name, "PI_WAIT_PROFILES": fx.profile}), tune)
 	// A check that never passes (it would pass at run 1000).
 	addWaitJob(t, db, fleet.SharedQueue, "gh-held-1", nil, fx.condition("never", 1000, 1000, ""))
 
 	ctx := context.Background()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for fx.runs(t, "never") < 1 {
 		if time.Now().After(deadline) {
 			t.Fatal("the check never ran")
