@@ -82,7 +82,7 @@ func TestFailedJobTranscriptRedactedAndNotified(t *testing.T) {
 	logs, name := t.TempDir(), "report-worker-1"
 	env := map[string]string{
 		"VALKEY_URL": db.URL, "PI_WORKER_NAME": name, "PI_JOB_IMAGE": jobimage.TestTag,
-		"PI_LOGS_DIR": logs, "PI_JOB_MEMORY": "256m", "PI_JOB_CPUS": "0.5",
+		"PI_LOGS_DIR": logs, "PI_JOB_MEMORY": "256m", "PI_JOB_CPUS": "0.5", "PI_FOLDER_ROOTS": os.TempDir(), "PI_CONTAINER_USER": "root",
 		"PI_SECRET_PROFILES": "deploy:" + resolver, "ANTHROPIC_API_KEY": hostKey,
 		"PI_ON_FAILURE": hook, "PI_NOTIFY_URL": srv.URL + "/notify",
 	}

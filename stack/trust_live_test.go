@@ -43,7 +43,7 @@ func TestLiveUnsignedJobsAreRefused(t *testing.T) {
 	name, logs := "trust-worker-1", t.TempDir()
 	env := map[string]string{
 		"VALKEY_URL": db.URL, "PI_WORKER_NAME": name, "PI_JOB_IMAGE": jobimage.TestTag,
-		"PI_LOGS_DIR": logs, "PI_JOB_MEMORY": "256m", "PI_JOB_CPUS": "0.5", "PI_FLEET_KEY_FILE": keyFile,
+		"PI_LOGS_DIR": logs, "PI_JOB_MEMORY": "256m", "PI_JOB_CPUS": "0.5", "PI_FLEET_KEY_FILE": keyFile, "PI_FOLDER_ROOTS": os.TempDir(), "PI_CONTAINER_USER": "root",
 	}
 	cfg, err := dispatch.LoadConfig(func(k string) string { return env[k] })
 	if err != nil {
