@@ -46,7 +46,7 @@ func BenchmarkReadLive1000(b *testing.B) {
 }
 
 // The benchmarks below named Original* re-implement the command pattern of the
-// original's registry (docs/benchmarks.md, "Fleet round trips"): the same
+// original's registry (docs/benchmarks-history.md, "Registry read, heartbeat and lease acquire"): the same
 // commands, sent from Go against the same server. They are not the original
 // (Node, ioredis) itself; they exist to give our figures a ratio.
 
