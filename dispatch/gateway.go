@@ -59,11 +59,14 @@ func (w *Worker) jobProvider(j jobs.Job) string {
 }
 
 // spendOf is the spend the job's gateway session metered, for its record;
-// nil when no call went through it.
+// nil when no call went through it. The run is over when it is asked, so it
+// ends the session first: a call still in flight (the container stopped
+// mid-answer) settles at its reservation rather than being read as nothing.
 func spendOf(h *held) *jobs.Spend {
 	if h.gw == nil {
 		return nil
 	}
+	h.gw.Close()
 	s := h.gw.Spend()
 	if s.Calls == 0 && s.Refused == 0 {
 		return nil

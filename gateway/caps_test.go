@@ -248,3 +248,24 @@ func TestUndialledCallReleasesItsReservation(t *testing.T) {
 		t.Fatalf("%d; spend %+v", rec.Code, sp)
 	}
 }
+
+// A job without caps still records a call cut by Close at the call's worst
+// case: nothing is enforced, but the record never states less than the bill.
+func TestUncappedCloseMidStreamChargesTheWorstCase(t *testing.T) {
+	r := newRig(t, Config{}, dispatch.GatewayJob{},
+		fakeprovider.Step{Text: "end", Big: 1 << 20, ChunkDelay: 20 * time.Millisecond, Usage: fakeprovider.Usage{Input: 1000, Output: 20000}})
+	resp, err := http.Post(r.srv.URL+"/anthropic/v1/messages", "application/json", strings.NewReader(hangBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = bufio.NewReader(resp.Body).Peek(512)
+	if sp := r.sess.Spend(); sp.Micros == 0 {
+		t.Errorf("a call in flight counts at nothing: %+v", sp)
+	}
+	r.sess.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if sp := r.holds(t, "anthropic", "claude-test"); sp.Basis != jobs.BasisEstimated {
+		t.Errorf("a worst case charged is an estimate: %+v", sp)
+	}
+}

@@ -227,10 +227,7 @@ func (s *Session) refuseCall(w http.ResponseWriter, c *call, reason string, f fa
 // false when the call cannot be afforded.
 func (s *Session) admit(w http.ResponseWriter, c *call, body []byte, info reqInfo) (net.Buffers, bool) {
 	if !s.capped() || len(body) == 0 {
-		s.mu.Lock()
-		s.calls++
-		s.open++
-		s.mu.Unlock()
+		s.admitUncapped(c, body, info)
 		return net.Buffers{body}, true
 	}
 	if info.unbounded != "" {
@@ -281,6 +278,31 @@ func (s *Session) admit(w http.ResponseWriter, c *call, body []byte, info reqInf
 		return withBound(body, info, boundField(c.provider, c.rest), out), true
 	}
 	return net.Buffers{body}, true
+}
+
+// admitUncapped admits a call of a job without caps. Nothing is enforced,
+// but a call whose worst case the request bounds still holds it: a call cut
+// mid-answer (the job stopped, its worker stopping) then settles at that
+// worst case, never at less than the provider billed.
+func (s *Session) admitUncapped(c *call, body []byte, info reqInfo) {
+	var in, out, micros int64
+	if len(body) > 0 && info.unbounded == "" {
+		info.readBound(body)
+		if price, priced := s.g.cfg.Pricing.lookup(c.provider, c.model); priced && info.out >= 0 {
+			bound := Price{Input: max(price.Input, price.CacheRead, price.CacheWrite), Output: price.Output}
+			in, out = info.inputBound(len(body)), info.out*info.n
+			micros = bound.cost(Usage{Input: in, Output: out})
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	s.open++
+	if micros > 0 {
+		c.reserved, c.inBound, c.outBound, c.heldMicros, c.heldTokens = true, in, out, micros, in+out
+		s.heldMicros += micros
+		s.heldTokens += c.heldTokens
+	}
 }
 
 // plan is the output bound the caps afford the call with heldMicros and

@@ -258,3 +258,30 @@ func TestRateLimitDefersNewJobsUntilTheReset(t *testing.T) {
 		t.Fatalf("the provider saw %d calls, want 2 (none while suspended)", n)
 	}
 }
+
+// A job stopped mid-stream by its timeout (the container killed while the
+// provider is still writing an answer it bills whole): the gateway cannot
+// learn the answer's usage, so the record charges the call's whole
+// reservation, never less than the provider billed, and the run is not
+// recorded completed.
+func TestJobStoppedMidStreamRecordsAtLeastTheBill(t *testing.T) {
+	t.Parallel()
+	r := bootAgentWorker(t, map[string]string{"PI_JOB_TIMEOUT": "20s"}, 1,
+		fakeprovider.Step{Text: "never read", Big: 1 << 30, ChunkDelay: 50 * time.Millisecond,
+			FillOutput: true, Usage: fakeprovider.Usage{Input: 2000, Output: 8000}})
+	e := r.enqueue(t, jobs.Job{Folder: workspace(t), Flow: "fix", Task: "write at length"})
+	rec := waitRecord(t, r.w.cfg.LogsDir, e.JobID, 3*time.Minute)
+	if rec.Outcome == jobs.OutcomeCompleted || rec.Reason != jobs.ReasonTimeout {
+		t.Fatalf("record %+v, want the timeout", rec)
+	}
+	if n := len(r.fp.Requests()); n != 1 {
+		t.Fatalf("the provider saw %d calls, want the one cut off", n)
+	}
+	billed, ok := gateway.DefaultPricing().Price("anthropic", "claude-haiku-4-5", gateway.Usage(r.fp.Billed()))
+	if !ok || billed == 0 {
+		t.Fatalf("the provider billed nothing (priced %v): the stream was not begun", ok)
+	}
+	if s := rec.Spend; s == nil || s.Micros < billed || s.Calls != 1 {
+		t.Fatalf("spend %+v, want at least the provider's bill ($%s) for the one call", s, jobs.FormatUSD(billed))
+	}
+}
