@@ -114,6 +114,10 @@ type Job struct {
 	// through the worker's model socket (PI_MODEL_UPSTREAM).
 	Network bool `json:"network,omitempty"`
 
+	// ForgeEvent holds a forge delivery's fields (forge jobs and manual runs of a
+	// forge trigger); inlined in the job data.
+	ForgeEvent
+
 	// Attempt is the delivery's attempt number (1 for the first). It is a fact of the
 	// queue, not of the job description, so it is never read from or written to the
 	// job data: the worker sets it from the queue when it picks the job up.
@@ -244,6 +248,9 @@ func (j Job) validate() error {
 		}
 	}
 	if err := j.validateAgent(); err != nil {
+		return err
+	}
+	if err := j.validateForge(); err != nil {
 		return err
 	}
 	if j.Kind == KindChain {
