@@ -52,11 +52,11 @@ var gates = []gate{
 type action int
 
 const (
-	actGoOn     action = iota // on to the next gate
-	actRefuse                 // recorded policy, returned as the job's result, never retried
-	actDefer                  // back to delayed for delay: not an attempt
-	actFail                   // recorded failed, failed for good: no retry can cure it
-	actAnswered               // the gate answered the queue itself (the hold gate)
+	actGoOn   action = iota // on to the next gate
+	actRefuse               // recorded policy, returned as the job's result, never retried
+	actDefer                // back to delayed for delay: not an attempt
+	actFail                 // recorded failed, failed for good: no retry can cure it
+	actDrop                 // the job's lock was lost: the stalled check fails it, nothing is reported
 )
 
 // verdict is a gate's answer.
@@ -77,12 +77,12 @@ func deferFor(d time.Duration, why string) verdict {
 	return verdict{act: actDefer, reason: why, delay: d}
 }
 
-// climb walks ladder (gates) in order until one stops the job, and carries out
-// that gate's verdict. It reports whether every gate let the job go on, and
-// returns the release of everything the gates took, last taken first, for
+// climb walks ladder (gates) in order until one stops the job. It returns
+// that gate's verdict (goOn when every gate let the job go on) without acting
+// on it, and the release of everything the gates took, last taken first, for
 // the caller to run when the job's handling ends (after its outcome is
-// reported, as a refusal's is here).
-func (w *Worker) climb(ctx context.Context, h *held, ladder []gate) (passed bool, release func(started bool)) {
+// reported).
+func (w *Worker) climb(ctx context.Context, h *held, ladder []gate) (stop verdict, release func(started bool)) {
 	var taken []func(bool)
 	release = func(started bool) {
 		for i := len(taken) - 1; i >= 0; i-- {
@@ -96,27 +96,10 @@ func (w *Worker) climb(ctx context.Context, h *held, ladder []gate) (passed bool
 			taken = append(taken, v.release)
 		}
 		if v.act != actGoOn {
-			w.carryOut(ctx, h, v)
-			return false, release
+			return v, release
 		}
 	}
-	return true, release
-}
-
-// carryOut reports a stopping verdict to the job's queue.
-func (w *Worker) carryOut(ctx context.Context, h *held, v verdict) {
-	switch v.act {
-	case actRefuse:
-		w.observeJob(h, Event{Kind: EventGate, Gate: h.gate, Decision: DecisionRefuse, Reason: v.reason})
-		w.refuse(ctx, h, v.reason)
-	case actDefer:
-		w.deferJob(ctx, h, v.delay, v.reason)
-	case actFail:
-		w.observeJob(h, Event{Kind: EventGate, Gate: h.gate, Decision: DecisionFail, Reason: v.reason})
-		w.failNoRetry(ctx, h, v.reason)
-	case actAnswered:
-		// Already reported by the gate.
-	}
+	return goOn, release
 }
 
 // gateJobID: a peer may write any id BullMQ allows; one that breaks the job
@@ -289,15 +272,6 @@ func (w *Worker) gateWaitProfiles(_ context.Context, h *held) verdict {
 		if _, ok := w.cfg.WaitProfiles[name]; !ok {
 			return refuseFor(jobs.ReasonWaitProfileUnknown)
 		}
-	}
-	return goOn
-}
-
-// gateHold holds a job until every one of its wait conditions is met: hold
-// defers or refuses it itself meanwhile.
-func (w *Worker) gateHold(ctx context.Context, h *held) verdict {
-	if w.hold(ctx, h) {
-		return verdict{act: actAnswered}
 	}
 	return goOn
 }

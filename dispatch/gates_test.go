@@ -63,11 +63,11 @@ func TestClimbStopsAndReleases(t *testing.T) {
 	}
 	w, h := &Worker{}, &held{}
 
-	passed, release := w.climb(context.Background(), h, []gate{
-		taking("slot"), stopping("plain", actGoOn), taking("money"), stopping("hold", actAnswered), taking("never"),
+	stop, release := w.climb(context.Background(), h, []gate{
+		taking("slot"), stopping("plain", actGoOn), taking("money"), stopping("hold", actDefer), taking("never"),
 	})
-	if passed {
-		t.Error("passed a ladder whose fourth gate answered")
+	if stop.act != actDefer || h.gate != "hold" {
+		t.Errorf("stopped with %v at %q, want the fourth gate's deferral", stop.act, h.gate)
 	}
 	if !slices.Equal(calls, []string{"slot", "plain", "money", "hold"}) {
 		t.Errorf("gates asked: %q", calls)
@@ -81,9 +81,9 @@ func TestClimbStopsAndReleases(t *testing.T) {
 	}
 
 	calls, released = nil, nil
-	passed, release = w.climb(context.Background(), h, []gate{taking("slot"), taking("money")})
-	if !passed || !slices.Equal(calls, []string{"slot", "money"}) {
-		t.Errorf("passed=%v after %q, want every gate passed", passed, calls)
+	stop, release = w.climb(context.Background(), h, []gate{taking("slot"), taking("money")})
+	if stop.act != actGoOn || !slices.Equal(calls, []string{"slot", "money"}) {
+		t.Errorf("stopped with %v after %q, want every gate passed", stop.act, calls)
 	}
 	release(true)
 	if !slices.Equal(released, []string{"money+started", "slot+started"}) {

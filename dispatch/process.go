@@ -44,11 +44,28 @@ type held struct {
 	started  time.Time         // when the container started (zero: it did not)
 }
 
-// handle runs the gate ladder and, when every gate passes, the container.
-// Every path ends in exactly one of: deferred (back to delayed, not an
-// attempt), refused (recorded, returned as the job's result, never
-// retried), completed, or failed (recorded, retried within attempts).
+// handle walks one job from pickup to record: the gates in order, each
+// answering with a verdict; the first verdict that stops the job is carried
+// out here, else the container runs and its end is recorded. Every path ends
+// in exactly one of: deferred (back to delayed, not an attempt), refused
+// (recorded, returned as the job's result, never retried), completed, failed
+// (recorded, retried within attempts), or dropped (the lock was lost: the
+// stalled check fails the job).
 func (w *Worker) handle(ctx context.Context, q JobQueue, job *HeldJob, token string) {
+	h := w.pickup(q, job, token)
+	v, release := w.climb(ctx, h, gates)
+	started := false
+	defer func() { release(started) }() // after the outcome is recorded and reported
+	if v.act != actGoOn {
+		w.answer(ctx, h, v)
+		return
+	}
+	started = w.run(ctx, h)
+}
+
+// pickup starts the handling of a job just taken: its record so far and its
+// log.
+func (w *Worker) pickup(q JobQueue, job *HeldJob, token string) *held {
 	h := &held{q: q, job: job, token: token}
 	h.rec = jobs.Record{
 		Queue:     q.Name(),
@@ -61,12 +78,23 @@ func (w *Worker) handle(ctx context.Context, q JobQueue, job *HeldJob, token str
 	}
 	h.log = w.log.With("jobId", job.ID, "queue", q.Name())
 	h.pickedUp = time.Now()
+	return h
+}
 
-	passed, release := w.climb(ctx, h, gates)
-	started := false
-	defer func() { release(started) }() // after the outcome is recorded and reported
-	if passed {
-		started = w.run(ctx, h)
+// answer carries out the verdict of the gate that stopped the job: the one
+// place a gate's decision reaches the job's queue.
+func (w *Worker) answer(ctx context.Context, h *held, v verdict) {
+	switch v.act {
+	case actRefuse:
+		w.observeJob(h, Event{Kind: EventGate, Gate: h.gate, Decision: DecisionRefuse, Reason: v.reason})
+		w.refuse(ctx, h, v.reason)
+	case actDefer:
+		w.deferJob(ctx, h, v.delay, v.reason)
+	case actFail:
+		w.observeJob(h, Event{Kind: EventGate, Gate: h.gate, Decision: DecisionFail, Reason: v.reason})
+		w.failNoRetry(ctx, h, v.reason)
+	case actDrop:
+		// Not ours any more: the stalled check fails the job, never re-run.
 	}
 }
 

@@ -272,26 +272,25 @@ func afterThrottle(st HoldState, deadline time.Time, pol waitPolicy, r float64) 
 	return deferHold(min(d, left), "wait-throttled")
 }
 
-// hold runs the wait gate: it reports true when it dealt with the job
-// (deferred or refused it) and false when the job may go on to the next gate
-// (no conditions, or every one met).
-func (w *Worker) hold(ctx context.Context, h *held) bool {
+// gateHold holds a job until every one of its wait conditions is met. Its
+// verdict goes on (no conditions, or every one met), defers the job to its
+// next round, refuses it, or drops it (its lock was lost during a check).
+func (w *Worker) gateHold(ctx context.Context, h *held) verdict {
 	if len(h.spec.WaitFor) == 0 {
-		return false
+		return goOn
 	}
 	log := w.log.With("jobId", h.job.ID)
 	if w.deps.Holds == nil {
 		// Never run a job whose conditions nobody can establish.
 		log.Error("wait_state_unavailable", "err", "no hold store")
-		w.deferJob(ctx, h, w.tune.UnreachableDeferral, "wait-state-unavailable")
-		return true
+		return deferFor(w.tune.UnreachableDeferral, "wait-state-unavailable")
 	}
 	plan := planWait(h.spec.WaitFor)
 	st, err := w.deps.Holds.Begin(ctx, h.job.ID, h.job.DedupID, HoldBounds{
 		AfterDelay: plan.afterDelay, AfterAt: plan.afterAt, AfterMax: w.wait.afterMax, WaitMax: w.wait.max,
 	})
 	if err != nil {
-		return w.holdUnreachable(ctx, h, err)
+		return w.holdUnreachable(h, err)
 	}
 	if st.Fresh {
 		log.Info("wait_hold_started", "conditions", len(h.spec.WaitFor), "profiles", len(plan.profiles))
@@ -302,37 +301,36 @@ func (w *Worker) hold(ctx context.Context, h *held) bool {
 	deadline := holdDeadline(st, w.wait)
 	v := beforeCheck(st, plan, w.wait)
 	if v.action != holdCheck {
-		return w.applyHold(ctx, h, st, v)
+		return w.holdVerdictOf(ctx, h, st, v)
 	}
 
 	where, release := w.takeCheckSlot(ctx, h, len(plan.profiles))
 	if where != "" {
 		st, err := w.deps.Holds.Throttled(ctx, h.job.ID, h.job.DedupID)
 		if err != nil {
-			return w.holdUnreachable(ctx, h, err)
+			return w.holdUnreachable(h, err)
 		}
 		v := afterThrottle(st, deadline, w.wait, rand.Float64())
 		log.Info("wait_check_throttled", "where", where, "throttles", st.Throttles, "delay", v.delay.String())
 		if st.Throttles >= waitCapacityEvery && st.Throttles%waitCapacityEvery == 0 {
 			log.Warn("wait_capacity_exceeded", "where", where, "throttles", st.Throttles)
 		}
-		return w.applyHold(ctx, h, st, v)
+		return w.holdVerdictOf(ctx, h, st, v)
 	}
 	o, lost, err := w.checkRound(ctx, h, plan, st.Met)
 	release()
 	if lost {
 		// The stalled check fails the job (never re-run); nothing to report.
 		log.Warn("job_lock_lost", "during", "wait-check")
-		return true
+		return verdict{act: actDrop}
 	}
 	if err != nil {
 		// The worker is stopping: this round established nothing.
-		w.deferJob(ctx, h, withJitter(w.wait.interval, rand.Float64()), "worker-shutdown")
-		return true
+		return deferFor(withJitter(w.wait.interval, rand.Float64()), "worker-shutdown")
 	}
 	st, err = w.deps.Holds.Checked(ctx, h.job.ID, h.job.DedupID, o)
 	if err != nil {
-		return w.holdUnreachable(ctx, h, err)
+		return w.holdUnreachable(h, err)
 	}
 	v = afterCheck(st, deadline, w.wait, rand.Float64())
 	log.Info("wait_checked", "outcome", roundOutcome(o), "checks", st.Checks, "faults", st.Faults,
@@ -340,7 +338,7 @@ func (w *Worker) hold(ctx context.Context, h *held) bool {
 	if st.Lost {
 		log.Warn("wait_state_lost")
 	}
-	return w.applyHold(ctx, h, st, v)
+	return w.holdVerdictOf(ctx, h, st, v)
 }
 
 func roundOutcome(o CheckOutcome) string {
@@ -361,38 +359,36 @@ func countBits(b uint8) int {
 	return n
 }
 
-// applyHold carries a verdict out; see hold for the result.
-func (w *Worker) applyHold(ctx context.Context, h *held, st HoldState, v holdVerdict) bool {
+// holdVerdictOf turns a hold's decision into the gate's verdict; a release
+// is written to the hold state first, and a release the state refuses (a
+// newer holder superseded this one meanwhile) refuses the job.
+func (w *Worker) holdVerdictOf(ctx context.Context, h *held, st HoldState, v holdVerdict) verdict {
 	switch v.action {
 	case holdDefer:
-		w.deferJob(ctx, h, v.delay, v.why)
-		return true
+		return deferFor(v.delay, v.why)
 	case holdRefuse:
-		w.refuse(ctx, h, v.reason) // the record ends the hold
-		return true
-	case holdRelease:
-		if !st.Released {
-			st2, err := w.deps.Holds.Release(ctx, h.job.ID, h.job.DedupID)
-			if err != nil {
-				return w.holdUnreachable(ctx, h, err)
-			}
-			if st2.Superseded {
-				w.refuse(ctx, h, jobs.ReasonWaitSuperseded)
-				return true
-			}
-		}
-		w.log.Info("wait_released", "jobId", h.job.ID, "checks", st.Checks)
-		return false
+		return refuseFor(v.reason) // the record ends the hold
+	case holdCheck:
+		return goOn // never asked: a check round is the gate's own step
 	}
-	return false
+	if !st.Released {
+		st2, err := w.deps.Holds.Release(ctx, h.job.ID, h.job.DedupID)
+		if err != nil {
+			return w.holdUnreachable(h, err)
+		}
+		if st2.Superseded {
+			return refuseFor(jobs.ReasonWaitSuperseded)
+		}
+	}
+	w.log.Info("wait_released", "jobId", h.job.ID, "checks", st.Checks)
+	return goOn
 }
 
 // holdUnreachable defers a job whose hold state could not be read or written:
 // a job whose conditions are not established never runs.
-func (w *Worker) holdUnreachable(ctx context.Context, h *held, err error) bool {
+func (w *Worker) holdUnreachable(h *held, err error) verdict {
 	w.log.Warn("wait_state_unreachable", "jobId", h.job.ID, "err", err)
-	w.deferJob(ctx, h, w.tune.UnreachableDeferral, "wait-state-unreachable")
-	return true
+	return deferFor(w.tune.UnreachableDeferral, "wait-state-unreachable")
 }
 
 // takeOver deals with the older holder of this job's dedup id: still live on
