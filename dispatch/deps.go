@@ -158,6 +158,14 @@ type Deps struct {
 	// metering and the per-job caps. Without it (and with
 	// Config.ModelUpstream set) the socket forwards calls unmetered.
 	Gateway ModelGateway
+	// Secrets runs the resolver of a job's secrets profile
+	// (secretprofile.Resolver). NewWorker refuses a nil Secrets when
+	// Config.SecretProfiles declares any.
+	Secrets SecretResolver
+	// ModelSockets opens each job's model socket (modelsocket.Open).
+	// NewWorker refuses a nil ModelSockets when jobs get a model endpoint
+	// (Gateway or Config.ModelUpstream set).
+	ModelSockets ModelSockets
 	// Observers receive every gate decision, start, finish, lock loss, stall
 	// and reachability change.
 	Observers []Observer

@@ -18,8 +18,10 @@
 //   - [PauseWindows] and [ScopedLimits] are the two optional policy files.
 //     Both parsers are strict: a misspelled key is an error naming the row and
 //     the field, never a silently ignored limit.
-//   - [ResolveSecrets] runs a secret profile's resolver. Secret values never appear
-//     in an error, a log line or a record.
+//   - A job's secrets come from its profile's resolver through
+//     [SecretResolver] (package secretprofile), and its model socket from
+//     [ModelSockets] (package modelsocket); package stack wires both. Secret
+//     values never appear in an error, a log line or a record.
 //
 // The job model, its ids and the run records are package jobs; the enqueue
 // side is package enqueue; the operator's commands are package operator.
@@ -28,7 +30,7 @@
 //
 // Configuration errors are [*ConfigError] (one variable); document errors are
 // jobs.FieldError (one field of a job or policy file, as a path such as
-// "windows[2].from"); resolver failures are [*SecretError]. All of them are
+// "windows[2].from"); resolver failures are secretprofile.Error. All of them are
 // errors.As-able and carry no secret.
 //
 // docs/architecture.md shows how the packages fit together and the order of

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -15,7 +16,20 @@ import (
 	"github.com/pidispatch/pidispatch/dispatchtest"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/jobs"
+	"github.com/pidispatch/pidispatch/modelsocket"
+	"github.com/pidispatch/pidispatch/secretprofile"
 )
+
+// modelSockets opens the real model sockets, as the stack wires them.
+type modelSockets struct{}
+
+func (modelSockets) Open(h http.Handler, user string, conns int, log *slog.Logger) (dispatch.ModelSocket, error) {
+	s, err := modelsocket.Open(h, user, conns, log)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
 
 // fakeHost is a Worker booted on the fakes of package dispatchtest: no
 // Valkey, no Docker. Tests change cfg, tune and deps before start.
@@ -72,6 +86,9 @@ func newFakeHost(t *testing.T) *fakeHost {
 		Holds:   h.holds,
 		Cancels: h.cancels,
 		Leases:  h.leases.Leaser(cfg.WorkerName),
+
+		Secrets:      secretprofile.Resolver{},
+		ModelSockets: modelSockets{},
 	}
 	return h
 }

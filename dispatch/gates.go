@@ -337,7 +337,7 @@ func (w *Worker) gateSecrets(ctx context.Context, h *held) verdict {
 	if h.resolver == "" {
 		return goOn
 	}
-	vals, err := ResolveSecrets(ctx, h.resolver, h.spec.SecretsProfile, w.cfg.SecretResolveTimeout)
+	vals, err := w.deps.Secrets.Resolve(ctx, h.resolver, h.spec.SecretsProfile, w.cfg.SecretResolveTimeout)
 	if err != nil {
 		h.log.Warn("secret_resolve_failed", "profile", h.spec.SecretsProfile, "err", err)
 		return refuseFor(jobs.ReasonSecretResolveFailed)

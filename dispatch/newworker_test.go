@@ -14,6 +14,8 @@ type (
 	stubBudget  struct{ Budgeter }
 	stubHolds   struct{ HoldStore }
 	stubCron    struct{ CronGate }
+	stubSecrets struct{ SecretResolver }
+	stubSockets struct{ ModelSockets }
 )
 
 // NewWorker refuses Deps that would leave every job of a kind deferred or
@@ -21,8 +23,12 @@ type (
 func TestNewWorkerRefusesWhatCannotWork(t *testing.T) {
 	full := func() Deps {
 		return Deps{Queues: []JobQueue{stubQueue{}}, Source: stubSource{}, Runtime: stubRuntime{},
-			Budget: stubBudget{}, Holds: stubHolds{}, Cron: stubCron{}}
+			Budget: stubBudget{}, Holds: stubHolds{}, Cron: stubCron{}, Secrets: stubSecrets{}, ModelSockets: stubSockets{}}
 	}
+	secrets := DefaultConfig()
+	secrets.SecretProfiles = map[string]string{"ci": "/usr/local/bin/ci-secrets"}
+	upstream := DefaultConfig()
+	upstream.ModelUpstream = "http://127.0.0.1:8080"
 	waiting := DefaultConfig()
 	waiting.WaitProfiles = map[string]string{"ticket": "/usr/local/bin/ticket-done"}
 	cron := DefaultConfig()
@@ -42,6 +48,10 @@ func TestNewWorkerRefusesWhatCannotWork(t *testing.T) {
 		{"no wait profiles, no holds", DefaultConfig(), func(d *Deps) { d.Holds = nil }, nil},
 		{"triggers without a cron gate", cron, func(d *Deps) { d.Cron = nil }, []string{"Deps.Cron", "PI_TRIGGERS_FILE", "cron-not-agreed"}},
 		{"no triggers, no cron gate", DefaultConfig(), func(d *Deps) { d.Cron = nil }, nil},
+		{"secrets profiles without a resolver", secrets, func(d *Deps) { d.Secrets = nil }, []string{"Deps.Secrets", "PI_SECRET_PROFILES", "secretprofile"}},
+		{"no secrets profiles, no resolver", DefaultConfig(), func(d *Deps) { d.Secrets = nil }, nil},
+		{"an upstream without model sockets", upstream, func(d *Deps) { d.ModelSockets = nil }, []string{"Deps.ModelSockets", "PI_MODEL_UPSTREAM", "modelsocket"}},
+		{"no model endpoint, no model sockets", DefaultConfig(), func(d *Deps) { d.ModelSockets = nil }, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

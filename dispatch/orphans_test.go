@@ -17,6 +17,7 @@ import (
 	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/jobs"
+	"github.com/pidispatch/pidispatch/secretprofile"
 )
 
 // orphanRuntime reaps as told and counts runs (it never runs a container).
@@ -143,6 +144,7 @@ func (f *orphanFixture) worker(t *testing.T, rt Runtime, reg Registry, logs *byt
 		Queues:   []JobQueue{f.jobQueue()},
 		Runtime:  rt,
 		Registry: reg,
+		Secrets:  secretprofile.Resolver{},
 	}
 	deps.Source = f.fake.Source()
 	deps.Budget = TestFakes.Budget(f.cap)

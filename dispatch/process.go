@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -418,51 +417,6 @@ func (w *Worker) jobNetwork(h *held) string {
 		return "none"
 	}
 	return w.cfg.JobNetwork
-}
-
-// modelEndpoint starts the job's model socket, and returns the folder to
-// mount at /run/pidispatch: the gateway's session for the job when there is
-// a gateway, else a plain forwarder to PI_MODEL_UPSTREAM, else no socket.
-// The folder is a fresh one in TMPDIR, not in the job's folder: a socket's
-// path is limited to 107 bytes, and a job folder's name holds the job id.
-func (w *Worker) modelEndpoint(h *held, user string) (dir string, stop func(), err error) {
-	var handler http.Handler
-	switch {
-	case w.gatewayOn():
-		h.gw = w.deps.Gateway.Job(w.gatewayJob(h))
-		handler = h.gw
-	case w.cfg.ModelUpstream != "":
-		if handler, err = newUpstreamProxy(w.cfg.ModelUpstream, h.log); err != nil {
-			return "", nil, err
-		}
-	default:
-		return "", func() {}, nil
-	}
-	access := accessFor(user)
-	dir, parent, private, err := modelSocketDir(access)
-	if err == nil {
-		var m *modelSocket
-		if m, err = startModelSocket(dir, private, access, handler, w.cfg.Gateway.MaxConns, h.log); err == nil {
-			return dir, func() {
-				m.Close()
-				if h.gw != nil {
-					h.gw.Close()
-				}
-				_ = os.RemoveAll(parent)
-				if first := m.FirstRequest(); !first.IsZero() {
-					h.log.Info("model_first_request", "afterPickupMs", first.Sub(h.pickedUp).Milliseconds())
-				}
-			}, nil
-		}
-	}
-	if parent != "" {
-		_ = os.RemoveAll(parent)
-	}
-	if h.gw != nil {
-		h.gw.Close()
-		h.gw = nil
-	}
-	return "", nil, err
 }
 
 // deferJob puts the job back in delayed for d. It is not an attempt.

@@ -15,6 +15,7 @@ import (
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/dispatchtest"
 	"github.com/pidispatch/pidispatch/jobs"
+	"github.com/pidispatch/pidispatch/modelsocket"
 )
 
 // The gateway, rate-limit and dollar wiring of the Worker, on the fakes:
@@ -58,7 +59,7 @@ var _ dispatch.ModelGateway = (*stubGateway)(nil)
 // callModel is a container's model call through its socket.
 func callModel(ctx context.Context, spec container.Spec) error {
 	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", filepath.Join(spec.ModelSocketDir, dispatch.ModelSocketName))
+		return (&net.Dialer{}).DialContext(ctx, "unix", filepath.Join(spec.ModelSocketDir, modelsocket.Name))
 	}}}
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://model/anthropic/v1/messages", nil)
 	resp, err := c.Do(req)

@@ -242,6 +242,12 @@ func checkDeps(cfg Config, deps Deps) error {
 	case cfg.Spend.DollarWindows() && deps.Dollars == nil:
 		return missing("Deps.Dollars", "PI_DAILY_COST_USD, PI_WEEKLY_COST_USD or PI_MONTHLY_COST_USD sets a dollar window, "+
 			"and without a dollar budget no job's cap can be held against it (wire fleetstate.NewDollars)")
+	case len(cfg.SecretProfiles) > 0 && deps.Secrets == nil:
+		return missing("Deps.Secrets", "PI_SECRET_PROFILES declares secrets profiles, and without a resolver "+
+			"no job of theirs can run (wire secretprofile.Resolver)")
+	case ((deps.Gateway != nil && !cfg.Gateway.Off) || cfg.ModelUpstream != "") && deps.ModelSockets == nil:
+		return missing("Deps.ModelSockets", "jobs get a model endpoint (a gateway or PI_MODEL_UPSTREAM), "+
+			"and without model sockets none can be served (wire modelsocket.Open)")
 	case cfg.TriggersFile != "" && deps.Cron == nil:
 		// Without a gate the host agreed to no cron set: every run of the
 		// triggers it installs would be refused as cron-not-agreed.

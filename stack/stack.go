@@ -28,6 +28,7 @@ import (
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
 	"github.com/pidispatch/pidispatch/runner"
+	"github.com/pidispatch/pidispatch/secretprofile"
 	"github.com/pidispatch/pidispatch/valkey"
 )
 
@@ -129,6 +130,9 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 		Runtime: runtime,
 		Budget:  budget,
 		Holds:   holds,
+
+		Secrets:      secretprofile.Resolver{},
+		ModelSockets: modelSockets{},
 	}
 	for _, q := range queues {
 		deps.Queues = append(deps.Queues, JobQueue(q))

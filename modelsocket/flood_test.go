@@ -1,14 +1,16 @@
-package dispatch_test
+package modelsocket_test
 
 import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/gateway"
+	"github.com/pidispatch/pidispatch/modelsocket"
 )
 
 // The bounds one job's model socket puts on the worker, checked against a
@@ -124,12 +127,12 @@ func floodRig(t *testing.T) (sock string, upstreamCalls *atomic.Int64) {
 	// A cap every held body fits under: each is parsed, reserved and given
 	// an output bound, the gateway's costliest path.
 	sess := gw.Job(dispatch.GatewayJob{JobID: "flood", Keys: map[string]string{"anthropic": "k"}, MaxMicros: 600_000_000})
-	sock, stop, err := dispatch.ServeModelSocketForTest(fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid()), sess, dispatch.DefaultSocketConns)
+	m, err := modelsocket.Open(sess, fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid()), modelsocket.DefaultConns, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { stop(); sess.Close() })
-	return sock, upstreamCalls
+	t.Cleanup(func() { m.Close(); sess.Close() })
+	return filepath.Join(m.Dir(), modelsocket.Name), upstreamCalls
 }
 
 // flood runs the child process in mode against sock while sample runs

@@ -1,4 +1,4 @@
-package dispatch
+package secretprofile
 
 import (
 	"context"
@@ -46,7 +46,7 @@ func requireNoSecret(t *testing.T, err error) {
 }
 
 // Not parallel: it sets an env var to prove the resolver does not inherit it.
-func TestResolveSecrets_Good(t *testing.T) {
+func TestResolve_Good(t *testing.T) {
 	p := writeResolver(t, `
 # comment line
 printf 'API_KEY=`+secretA+`\n'
@@ -63,7 +63,7 @@ echo "STDIN=$(cat)"
 echo "noise on stderr: `+secretA+`" >&2
 `)
 	t.Setenv("VALKEY_PASSWORD", "must-not-reach-the-resolver")
-	got, err := ResolveSecrets(context.Background(), p, "prod", 5*time.Second)
+	got, err := Resolve(context.Background(), p, "prod", 5*time.Second)
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{
 		"API_KEY":       secretA,
@@ -78,7 +78,7 @@ echo "noise on stderr: `+secretA+`" >&2
 	}, got)
 }
 
-func TestResolveSecrets_Failures(t *testing.T) {
+func TestResolve_Failures(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name   string
@@ -103,10 +103,10 @@ func TestResolveSecrets_Failures(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			p := writeResolver(t, tt.script)
-			got, err := ResolveSecrets(context.Background(), p, "prod", 5*time.Second)
+			got, err := Resolve(context.Background(), p, "prod", 5*time.Second)
 			require.Nil(t, got)
 			requireNoSecret(t, err)
-			var se *SecretError
+			var se *Error
 			require.ErrorAs(t, err, &se)
 			require.Equal(t, "prod", se.Profile)
 			require.Equal(t, tt.code, se.ExitCode)
@@ -116,17 +116,17 @@ func TestResolveSecrets_Failures(t *testing.T) {
 	}
 }
 
-func TestResolveSecrets_TimeoutKillsTheGroup(t *testing.T) {
+func TestResolve_TimeoutKillsTheGroup(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	pidFile := filepath.Join(dir, "sleep.pid")
 	p := writeResolver(t, "echo 'A="+secretA+"'\nsleep 5 &\necho $! > '"+pidFile+"'\nwait\n")
 	start := time.Now()
-	_, err := ResolveSecrets(context.Background(), p, "slow", 200*time.Millisecond)
+	_, err := Resolve(context.Background(), p, "slow", 200*time.Millisecond)
 	elapsed := time.Since(start)
 	requireNoSecret(t, err)
 	require.Less(t, elapsed, time.Second, "a timed-out resolver must not hold the job")
-	var se *SecretError
+	var se *Error
 	require.ErrorAs(t, err, &se)
 	require.Contains(t, se.Reason, "timed out after 200ms")
 
@@ -140,12 +140,12 @@ func TestResolveSecrets_TimeoutKillsTheGroup(t *testing.T) {
 
 // A resolver whose background child keeps stdout open cannot finish: it times out, and
 // the child dies with it.
-func TestResolveSecrets_ChildHoldingStdout(t *testing.T) {
+func TestResolve_ChildHoldingStdout(t *testing.T) {
 	t.Parallel()
 	pidFile := filepath.Join(t.TempDir(), "bg.pid")
 	p := writeResolver(t, "sleep 5 &\necho $! > '"+pidFile+"'\necho 'A="+secretA+"'\nexit 0\n")
 	start := time.Now()
-	_, err := ResolveSecrets(context.Background(), p, "bg", 300*time.Millisecond)
+	_, err := Resolve(context.Background(), p, "bg", 300*time.Millisecond)
 	requireNoSecret(t, err)
 	require.Contains(t, err.Error(), "timed out")
 	require.Less(t, time.Since(start), 1500*time.Millisecond)
@@ -158,12 +158,12 @@ func TestResolveSecrets_ChildHoldingStdout(t *testing.T) {
 
 // A resolver that exits cleanly but leaves a background child holding nothing open
 // still leaves no process behind.
-func TestResolveSecrets_NoStragglerAfterCleanExit(t *testing.T) {
+func TestResolve_NoStragglerAfterCleanExit(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	pidFile := filepath.Join(dir, "bg.pid")
 	p := writeResolver(t, "sleep 5 >/dev/null 2>&1 &\necho $! > '"+pidFile+"'\necho 'A=1'\n")
-	got, err := ResolveSecrets(context.Background(), p, "bg", 2*time.Second)
+	got, err := Resolve(context.Background(), p, "bg", 2*time.Second)
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{"A": "1"}, got)
 	data, err := os.ReadFile(pidFile)
@@ -191,21 +191,21 @@ func processGone(pid int) bool {
 	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
 }
 
-func TestResolveSecrets_ContextCancel(t *testing.T) {
+func TestResolve_ContextCancel(t *testing.T) {
 	t.Parallel()
 	p := writeResolver(t, "sleep 5\n")
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(100*time.Millisecond, cancel)
 	start := time.Now()
-	_, err := ResolveSecrets(ctx, p, "prod", 10*time.Second)
+	_, err := Resolve(ctx, p, "prod", 10*time.Second)
 	require.ErrorIs(t, err, context.Canceled)
 	require.Less(t, time.Since(start), time.Second)
 
-	_, err = ResolveSecrets(ctx, p, "prod", time.Second) // already cancelled: never started
+	_, err = Resolve(ctx, p, "prod", time.Second) // already cancelled: never started
 	require.ErrorIs(t, err, context.Canceled)
 }
 
-func TestResolveSecrets_RefusesBadInput(t *testing.T) {
+func TestResolve_RefusesBadInput(t *testing.T) {
 	t.Parallel()
 	good := writeResolver(t, "echo A=1\n")
 	notExec := filepath.Join(t.TempDir(), "plain")
@@ -225,8 +225,8 @@ func TestResolveSecrets_RefusesBadInput(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := ResolveSecrets(context.Background(), tt.path, tt.profile, tt.timeout)
-			var se *SecretError
+			_, err := Resolve(context.Background(), tt.path, tt.profile, tt.timeout)
+			var se *Error
 			require.ErrorAs(t, err, &se)
 			require.Contains(t, se.Reason, tt.want)
 		})
@@ -273,20 +273,20 @@ func FuzzParseSecretLines(f *testing.F) {
 }
 
 // Not parallel, so the goroutine count is this test's own: every path of
-// ResolveSecrets returns with the exec machinery finished.
-func TestResolveSecrets_NoGoroutineLeak(t *testing.T) {
+// Resolve returns with the exec machinery finished.
+func TestResolve_NoGoroutineLeak(t *testing.T) {
 	before := runtime.NumGoroutine()
 	ok := writeResolver(t, "echo A=1\n")
 	slow := writeResolver(t, "sleep 5\n")
 	held := writeResolver(t, "sleep 5 &\necho A=1\n")
 	loud := writeResolver(t, "while :; do echo A=1; done\n")
 	for _, p := range []string{ok, slow, held, loud} {
-		_, _ = ResolveSecrets(context.Background(), p, "prod", 150*time.Millisecond)
+		_, _ = Resolve(context.Background(), p, "prod", 150*time.Millisecond)
 	}
 	// Polled by hand: require.Eventually runs its condition on a goroutine of its own.
 	deadline := time.Now().Add(2 * time.Second)
 	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	require.LessOrEqual(t, runtime.NumGoroutine(), before, "a goroutine outlived ResolveSecrets")
+	require.LessOrEqual(t, runtime.NumGoroutine(), before, "a goroutine outlived Resolve")
 }

@@ -1,6 +1,6 @@
 //go:build race
 
-package dispatch_test
+package modelsocket_test
 
 // raceEnabled: the race detector multiplies memory, so memory bounds are
 // checked without it.

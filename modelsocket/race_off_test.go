@@ -1,5 +1,5 @@
 //go:build !race
 
-package dispatch_test
+package modelsocket_test
 
 const raceEnabled = false
