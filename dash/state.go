@@ -198,7 +198,7 @@ func toHostView(h registry.Host, running []Running) hostView {
 
 func toRunView(r jobs.Record) runView {
 	v := runView{JobID: r.JobID, Host: r.Host, Kind: string(r.Kind), Target: r.Target, Flow: r.Flow,
-		Outcome: r.Outcome, Reason: r.Reason, Attempt: r.Attempt, EndedAt: r.EndedAt.UTC(),
+		Outcome: r.Outcome, Reason: string(r.Reason), Attempt: r.Attempt, EndedAt: r.EndedAt.UTC(),
 		DurationMs: max(r.EndedAt.Sub(r.StartedAt).Milliseconds(), 0)}
 	if r.JobIDQuoted != "" {
 		v.JobID = r.JobIDQuoted

@@ -101,7 +101,7 @@ func TestCancelButtonStopsARealWorkersJob(t *testing.T) {
 		chromedp.Navigate(url),
 		browsertest.WaitText(60*time.Second, "running for"),
 		chromedp.Click(chromedp.CSS("button.cancel")),
-		browsertest.WaitText(30*time.Second, "stopped by "+name, jobs.ReasonOperatorCancel),
+		browsertest.WaitText(30*time.Second, "stopped by "+name, string(jobs.ReasonOperatorCancel)),
 	))
 	require.Len(t, b.Dialogs(), 1)
 	require.Contains(t, b.Dialogs()[0], e.JobID)

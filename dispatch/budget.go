@@ -54,7 +54,7 @@ type Reservation struct {
 // Reason is the record reason of a refusal: ReasonSoftHold for a soft hold,
 // ReasonScopeCap for a scope window, ReasonOverBudget for a global one, ""
 // for a grant.
-func (r Reservation) Reason() string {
+func (r Reservation) Reason() jobs.Reason {
 	switch {
 	case r.Granted:
 		return ""

@@ -13,7 +13,7 @@ func TestReservationReason(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		r    dispatch.Reservation
-		want string
+		want jobs.Reason
 	}{
 		{dispatch.Reservation{Granted: true, Window: dispatch.WindowDay}, ""},
 		{dispatch.Reservation{Window: dispatch.WindowDay}, jobs.ReasonOverBudget},

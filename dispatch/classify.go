@@ -24,7 +24,7 @@ type runEnd struct {
 	operatorCancel bool
 	// capHit is the cap the gateway stopped the job's model calls at
 	// (jobs.ReasonCostCap, jobs.ReasonTokenCap), or "".
-	capHit string
+	capHit jobs.Reason
 }
 
 // report is how the queue hears of a classified run.
@@ -48,7 +48,7 @@ const (
 // runClass is a finished run's classification.
 type runClass struct {
 	outcome string // jobs.Outcome*
-	reason  string // jobs.Reason*
+	reason  jobs.Reason
 	report  report
 	event   string // the log event written before the report, or ""
 }
@@ -63,10 +63,10 @@ type runClass struct {
 // failed.
 func classifyRun(e runEnd) runClass {
 	r := e.result
-	failed := func(reason string) runClass {
+	failed := func(reason jobs.Reason) runClass {
 		return runClass{outcome: jobs.OutcomeFailed, reason: reason, report: reportFailed}
 	}
-	policy := func(reason string) runClass {
+	policy := func(reason jobs.Reason) runClass {
 		return runClass{outcome: jobs.OutcomePolicy, reason: reason, report: reportPolicy}
 	}
 	switch {

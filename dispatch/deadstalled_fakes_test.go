@@ -47,7 +47,7 @@ func TestHungHostsQueueIsCheckedByOthers(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the hung host's job is still %+v (%v), want failed as stalled by another host", s, err)
 	}
-	if s.State != dispatch.StateFailed || s.FailedReason != jobs.ReasonStalled {
+	if s.State != dispatch.StateFailed || s.FailedReason != string(jobs.ReasonStalled) {
 		t.Fatalf("hung job %+v, want failed as stalled", s)
 	}
 	time.Sleep(3 * hosts[0].tune.RehomeInterval) // both hosts pass over it again

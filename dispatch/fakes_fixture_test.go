@@ -161,7 +161,7 @@ func (h *fakeHost) records(t *testing.T, id string) []jobs.Record {
 }
 
 // oneRecord asserts job id has exactly one record, with outcome and reason.
-func (h *fakeHost) oneRecord(t *testing.T, id, outcome, reason string) jobs.Record {
+func (h *fakeHost) oneRecord(t *testing.T, id, outcome string, reason jobs.Reason) jobs.Record {
 	t.Helper()
 	recs := h.records(t, id)
 	if len(recs) != 1 || recs[0].Outcome != outcome || recs[0].Reason != reason {
@@ -171,9 +171,12 @@ func (h *fakeHost) oneRecord(t *testing.T, id, outcome, reason string) jobs.Reco
 }
 
 // resultReason is the reason in a policy result the queue got.
-func resultReason(t *testing.T, s dispatchtest.Snapshot) string {
+func resultReason(t *testing.T, s dispatchtest.Snapshot) jobs.Reason {
 	t.Helper()
-	var r struct{ Outcome, Reason string }
+	var r struct {
+		Outcome string
+		Reason  jobs.Reason
+	}
 	if err := json.Unmarshal(s.Result, &r); err != nil {
 		t.Fatalf("result %s: %v", s.Result, err)
 	}

@@ -62,7 +62,7 @@ const (
 // verdict is a gate's answer.
 type verdict struct {
 	act    action
-	reason string        // actRefuse, actFail: the record's reason; actDefer: the log's
+	reason jobs.Reason   // actRefuse, actFail: the record's reason; actDefer: the deferral's
 	delay  time.Duration // actDefer
 	// release undoes what the gate took, once the job's handling ends; nil
 	// when it took nothing. started says whether the container started.
@@ -71,9 +71,9 @@ type verdict struct {
 
 var goOn = verdict{act: actGoOn}
 
-func refuseFor(reason string) verdict { return verdict{act: actRefuse, reason: reason} }
+func refuseFor(reason jobs.Reason) verdict { return verdict{act: actRefuse, reason: reason} }
 
-func deferFor(d time.Duration, why string) verdict {
+func deferFor(d time.Duration, why jobs.Reason) verdict {
 	return verdict{act: actDefer, reason: why, delay: d}
 }
 
@@ -245,7 +245,7 @@ func (w *Worker) gateCron(ctx context.Context, h *held) verdict {
 func (w *Worker) gatePauseWindow(_ context.Context, h *held) verdict {
 	if until, ok := w.pauses.Match(h.spec.Scope(), w.tune.Now()); ok {
 		if d := until.Sub(w.tune.Now()); d > time.Second {
-			return deferFor(d, "pause-window")
+			return deferFor(d, jobs.ReasonPauseWindow)
 		}
 	}
 	return goOn
@@ -282,7 +282,7 @@ func (w *Worker) gateWaitProfiles(_ context.Context, h *held) verdict {
 func (w *Worker) gateScopeSlot(ctx context.Context, h *held) verdict {
 	release, ok := w.takeScope(ctx, h)
 	if !ok {
-		return deferFor(w.tune.BusyDeferral, "scope-busy")
+		return deferFor(w.tune.BusyDeferral, jobs.ReasonScopeBusy)
 	}
 	return verdict{act: actGoOn, release: func(bool) { release() }}
 }
@@ -302,7 +302,7 @@ func (w *Worker) gateBudget(ctx context.Context, h *held) verdict {
 	}
 	if err != nil {
 		h.log.Warn("budget_unreachable_deferred", "err", err)
-		return deferFor(w.tune.UnreachableDeferral, "budget-unreachable")
+		return deferFor(w.tune.UnreachableDeferral, jobs.ReasonBudgetUnreachable)
 	}
 	if !res.Granted {
 		h.log.Info("budget_refused", "window", res.Window, "count", res.Count, "cap", res.Cap)
@@ -323,7 +323,7 @@ func (w *Worker) gateImage(ctx context.Context, h *held) verdict {
 	present, err := w.deps.Runtime.ImagePresent(ctx, h.rec.Image)
 	if err != nil {
 		h.log.Warn("image_check_failed_deferred", "err", err)
-		return deferFor(w.tune.UnreachableDeferral, "docker-unreachable")
+		return deferFor(w.tune.UnreachableDeferral, jobs.ReasonDockerUnreachable)
 	}
 	if !present {
 		return refuseFor(jobs.ReasonJobImageMissing)

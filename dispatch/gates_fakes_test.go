@@ -21,7 +21,7 @@ import (
 // refusedBefore asserts a pre-spend refusal: one policy record with reason,
 // the job completed with the refusal as its result, no container, nothing
 // counted against the budget.
-func refusedBefore(t *testing.T, h *fakeHost, id, reason string) {
+func refusedBefore(t *testing.T, h *fakeHost, id string, reason jobs.Reason) {
 	t.Helper()
 	s := h.wait(t, id, finished)
 	if s.State != dispatch.StateCompleted || resultReason(t, s) != reason {
@@ -96,7 +96,7 @@ func TestGateJobIDRule(t *testing.T) {
 	}
 	h.add(t, id, forgeJob, 3)
 	s := h.wait(t, id, finished)
-	if s.State != dispatch.StateFailed || s.FailedReason != jobs.ReasonInvalidJob || s.AttemptsMade != 1 {
+	if s.State != dispatch.StateFailed || s.FailedReason != string(jobs.ReasonInvalidJob) || s.AttemptsMade != 1 {
 		t.Fatalf("queue: %+v, want failed for good as invalid-job", s)
 	}
 	recID, _ := jobs.RefusedJobID(id)

@@ -96,7 +96,7 @@ func (w *Worker) gateRateLimit(ctx context.Context, h *held) verdict {
 	// A little jitter, so the deferred jobs of a fleet do not all start in
 	// the same millisecond the limit resets.
 	wait += time.Duration(rand.Int64N(int64(time.Second)))
-	return deferFor(wait, "rate-limited:"+provider)
+	return deferFor(wait, jobs.RateLimitedOn(provider))
 }
 
 // gateDollars holds the job's dollar cap in the fleet's dollar windows
@@ -119,7 +119,7 @@ func (w *Worker) gateDollars(ctx context.Context, h *held) verdict {
 	}
 	if err != nil {
 		h.log.Warn("dollars_unreachable_deferred", "err", err)
-		return deferFor(w.tune.UnreachableDeferral, "dollars-unreachable")
+		return deferFor(w.tune.UnreachableDeferral, jobs.ReasonDollarsUnreachable)
 	}
 	if !res.Granted {
 		h.log.Info("dollars_refused", "window", res.Window, "usedUsd", jobs.FormatUSD(res.UsedMicros), "capUsd", jobs.FormatUSD(res.CapMicros), "reserveUsd", jobs.FormatUSD(micros))

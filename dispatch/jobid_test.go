@@ -50,7 +50,7 @@ func TestPeerWrittenIDsAreRefusedAtPickup(t *testing.T) {
 			j, err := f.shared.Get(ctx, id)
 			if err == nil && (j.State == StateFailed || j.State == StateCompleted) {
 				valid := fleet.CheckJobID(id) == nil
-				if !valid && (j.State != StateFailed || j.FailedReason != jobs.ReasonInvalidJob || j.AttemptsMade != 1) {
+				if !valid && (j.State != StateFailed || j.FailedReason != string(jobs.ReasonInvalidJob) || j.AttemptsMade != 1) {
 					t.Errorf("%q: %s (%s), want failed as invalid-job", id, j.State, j.FailedReason)
 				}
 				if valid && j.State != StateCompleted {

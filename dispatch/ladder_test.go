@@ -64,7 +64,7 @@ func TestLadderReleasesWhatEarlierGatesTook(t *testing.T) {
 		missing           bool
 		secrets           bool
 		state             JobState
-		reason            string // the record's; "" for none
+		reason            jobs.Reason // the record's; "" for none
 		ran               bool
 		reserves, release int
 	}{

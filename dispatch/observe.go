@@ -1,6 +1,10 @@
 package dispatch
 
-import "time"
+import (
+	"time"
+
+	"github.com/pidispatch/pidispatch/jobs"
+)
 
 // Observer receives every decision the Worker makes about a job and every
 // change it sees in its services: gate deferrals and refusals, starts and
@@ -57,8 +61,8 @@ type Event struct {
 	// Gate and Decision: which gate stopped the job, and how.
 	Gate, Decision string
 	// Reason is the record reason (refusals, failures, finishes) or the
-	// log's reason of a deferral.
-	Reason string
+	// reason of a deferral.
+	Reason jobs.Reason
 	// Delay and Until: how long a deferral holds the job, and until when.
 	Delay time.Duration
 	Until time.Time

@@ -232,10 +232,10 @@ func (w *Worker) reportOrphan(ctx context.Context, q JobQueue, n heldNote, rec j
 		}
 		return q.Complete(ctx, n.JobID, n.Token, result)
 	case jobs.OutcomePolicy:
-		result, _ := json.Marshal(map[string]string{"outcome": jobs.OutcomePolicy, "reason": rec.Reason})
+		result, _ := json.Marshal(map[string]string{"outcome": jobs.OutcomePolicy, "reason": string(rec.Reason)})
 		return q.Complete(ctx, n.JobID, n.Token, result)
 	}
-	_, err := q.Fail(ctx, n.JobID, n.Token, rec.Reason, FailOptions{NoRetry: rec.Reason == jobs.ReasonStalled})
+	_, err := q.Fail(ctx, n.JobID, n.Token, string(rec.Reason), FailOptions{NoRetry: rec.Reason == jobs.ReasonStalled})
 	return err
 }
 

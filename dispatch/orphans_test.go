@@ -277,7 +277,7 @@ func TestRestartFailsOwnOrphansAtBoot(t *testing.T) {
 
 	ctx := context.Background()
 	j, err := f.shared.Get(ctx, "orphan-1")
-	if err != nil || j.State != StateFailed || j.FailedReason != jobs.ReasonStalled || j.AttemptsMade != 1 {
+	if err != nil || j.State != StateFailed || j.FailedReason != string(jobs.ReasonStalled) || j.AttemptsMade != 1 {
 		t.Fatalf("orphan after boot: %+v %v; want failed as stalled, one attempt, no retry", j, err)
 	}
 	if time.Since(began) > 5*time.Second {

@@ -25,7 +25,7 @@ func TestClassifyExit(t *testing.T) {
 		name    string
 		res     container.Result
 		outcome string
-		reason  string
+		reason  jobs.Reason
 		// the final state of a job with 2 attempts: completed after one,
 		// or failed after both
 		state    dispatch.JobState
@@ -85,7 +85,7 @@ func TestClassifyRetriesWithinAttempts(t *testing.T) {
 	h.start(t)
 	h.add(t, "retry", forgeJob, 3)
 	s := h.wait(t, "retry", finished)
-	if s.State != dispatch.StateFailed || s.AttemptsMade != 3 || s.FailedReason != jobs.ReasonExit1 {
+	if s.State != dispatch.StateFailed || s.AttemptsMade != 3 || s.FailedReason != string(jobs.ReasonExit1) {
 		t.Fatalf("queue: %+v, want failed after 3 attempts", s)
 	}
 	recs := h.records(t, "retry")
@@ -187,7 +187,7 @@ func TestShutdownStopsRunsAfterGrace(t *testing.T) {
 		t.Fatalf("shutdown took %s", d)
 	}
 	s, _ := h.queue.Snapshot("late")
-	if s.State != dispatchtest.StateWaiting || s.AttemptsMade != 1 || s.FailedReason != jobs.ReasonWorkerShutdown {
+	if s.State != dispatchtest.StateWaiting || s.AttemptsMade != 1 || s.FailedReason != string(jobs.ReasonWorkerShutdown) {
 		t.Fatalf("queue: %+v, want failed worker-shutdown and waiting for a retry", s)
 	}
 	h.oneRecord(t, "late", jobs.OutcomeFailed, jobs.ReasonWorkerShutdown)
@@ -204,7 +204,7 @@ func TestShutdownDoesNotUseAnAttempt(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 	s, _ := h.queue.Snapshot("last")
-	if s.State != dispatchtest.StateWaiting || s.FailedReason != jobs.ReasonWorkerShutdown {
+	if s.State != dispatchtest.StateWaiting || s.FailedReason != string(jobs.ReasonWorkerShutdown) {
 		t.Fatalf("queue: %+v, want waiting for another run after worker-shutdown", s)
 	}
 	h.oneRecord(t, "last", jobs.OutcomeFailed, jobs.ReasonWorkerShutdown)

@@ -420,7 +420,7 @@ func (w *Worker) jobNetwork(h *held) string {
 }
 
 // deferJob puts the job back in delayed for d. It is not an attempt.
-func (w *Worker) deferJob(ctx context.Context, h *held, d time.Duration, why string) {
+func (w *Worker) deferJob(ctx context.Context, h *held, d time.Duration, why jobs.Reason) {
 	w.observeJob(h, Event{Kind: EventGate, Gate: h.gate, Decision: DecisionDefer, Reason: why, Delay: d, Until: w.tune.Now().Add(d)})
 	if err := w.report(ctx, h, func(ctx context.Context) error { return h.q.Defer(ctx, h.job.ID, h.token, d) }); err != nil {
 		// The lock expires and the stalled check decides; nothing ran.
@@ -430,15 +430,15 @@ func (w *Worker) deferJob(ctx context.Context, h *held, d time.Duration, why str
 
 // refuse records a pre-spend refusal and returns it as the job's result: a
 // refusal is an answer, not an error, so it is never retried.
-func (w *Worker) refuse(ctx context.Context, h *held, reason string) {
+func (w *Worker) refuse(ctx context.Context, h *held, reason jobs.Reason) {
 	w.finishPolicy(ctx, h, reason, nil, nil)
 }
 
 // finishPolicy records a policy outcome (a refusal, exit 2, a timeout) and
 // completes the job with it as the result: never retried.
-func (w *Worker) finishPolicy(ctx context.Context, h *held, reason string, exit *int, telemetry json.RawMessage) {
+func (w *Worker) finishPolicy(ctx context.Context, h *held, reason jobs.Reason, exit *int, telemetry json.RawMessage) {
 	w.record(h, jobs.OutcomePolicy, reason, exit, telemetry)
-	result, _ := json.Marshal(map[string]string{"outcome": jobs.OutcomePolicy, "reason": reason})
+	result, _ := json.Marshal(map[string]string{"outcome": jobs.OutcomePolicy, "reason": string(reason)})
 	if err := w.report(ctx, h, func(ctx context.Context) error { return h.q.Complete(ctx, h.job.ID, h.token, result) }); err != nil {
 		w.log.Error("job_report_failed", "jobId", h.job.ID, "err", err)
 	}
@@ -459,11 +459,11 @@ func (w *Worker) complete(ctx context.Context, h *held, exit *int, telemetry jso
 
 // fail records an infrastructure failure and fails the attempt; the queue
 // retries it while attempts remain.
-func (w *Worker) fail(ctx context.Context, h *held, reason string, exit *int, telemetry json.RawMessage, opts FailOptions) {
+func (w *Worker) fail(ctx context.Context, h *held, reason jobs.Reason, exit *int, telemetry json.RawMessage, opts FailOptions) {
 	w.record(h, jobs.OutcomeFailed, reason, exit, telemetry)
 	var retried bool
 	err := w.report(ctx, h, func(ctx context.Context) (err error) {
-		retried, err = h.q.Fail(ctx, h.job.ID, h.token, reason, opts)
+		retried, err = h.q.Fail(ctx, h.job.ID, h.token, string(reason), opts)
 		return err
 	})
 	if err != nil {
@@ -474,10 +474,10 @@ func (w *Worker) fail(ctx context.Context, h *held, reason string, exit *int, te
 
 // failNoRetry records a failure that no retry can cure and fails the job
 // for good.
-func (w *Worker) failNoRetry(ctx context.Context, h *held, reason string) {
+func (w *Worker) failNoRetry(ctx context.Context, h *held, reason jobs.Reason) {
 	w.record(h, jobs.OutcomeFailed, reason, nil, nil)
 	err := w.report(ctx, h, func(ctx context.Context) error {
-		_, err := h.q.Fail(ctx, h.job.ID, h.token, reason, FailOptions{NoRetry: true})
+		_, err := h.q.Fail(ctx, h.job.ID, h.token, string(reason), FailOptions{NoRetry: true})
 		return err
 	})
 	if err != nil {
@@ -524,7 +524,7 @@ func (w *Worker) report(ctx context.Context, h *held, op func(context.Context) e
 
 // record writes the run record before anything reports the outcome, then
 // mirrors it fleet-wide without waiting.
-func (w *Worker) record(h *held, outcome, reason string, exit *int, telemetry json.RawMessage) {
+func (w *Worker) record(h *held, outcome string, reason jobs.Reason, exit *int, telemetry json.RawMessage) {
 	h.rec.Outcome = outcome
 	h.rec.Reason = reason
 	h.rec.ExitCode = exit

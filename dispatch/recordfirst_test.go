@@ -103,7 +103,7 @@ func TestOrphanIsRecordedBeforeItFails(t *testing.T) {
 	kq.killed = false
 	w.failOrphans(ctx, true)
 	j, err := f.shared.Get(ctx, "orphan-rf")
-	if err != nil || j.State != StateFailed || j.FailedReason != jobs.ReasonStalled {
+	if err != nil || j.State != StateFailed || j.FailedReason != string(jobs.ReasonStalled) {
 		t.Fatalf("after the second boot: %+v %v", j, err)
 	}
 	recs, err := jobs.ReadRecords(f.cfg.LogsDir, "orphan-rf")
@@ -160,7 +160,7 @@ func TestStalledJobIsRecordedBeforeItFails(t *testing.T) {
 	if _, err := jobs.WriteRecord(f.cfg.LogsDir, first); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.fake.Fail(ctx, "stall-1", "t1", jobs.ReasonExit1, FailOptions{}); err != nil {
+	if _, err := f.fake.Fail(ctx, "stall-1", "t1", string(jobs.ReasonExit1), FailOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if j := f.fake.TakeAs("t2", "gone"); j == nil {
@@ -177,7 +177,7 @@ func TestStalledJobIsRecordedBeforeItFails(t *testing.T) {
 	}
 	kq.killed = false
 	w.checkStalled(ctx)
-	if j, err := f.shared.Get(ctx, "stall-1"); err != nil || j.State != StateFailed || j.FailedReason != jobs.ReasonStalled {
+	if j, err := f.shared.Get(ctx, "stall-1"); err != nil || j.State != StateFailed || j.FailedReason != string(jobs.ReasonStalled) {
 		t.Fatalf("job %+v %v, want failed as stalled", j, err)
 	}
 	recs, err := jobs.ReadRecords(f.cfg.LogsDir, "stall-1")
@@ -235,7 +235,7 @@ func TestFrozenWorkerWakingWritesNoSecondRecord(t *testing.T) {
 	frozen.fake.ExpireLock("frozen-1")
 	cw := checker.worker(t, &orphanRuntime{}, &orphanRegistry{}, nil)
 	cw.checkStalled(ctx)
-	if j, err := frozen.shared.Get(ctx, "frozen-1"); err != nil || j.State != StateFailed || j.FailedReason != jobs.ReasonStalled {
+	if j, err := frozen.shared.Get(ctx, "frozen-1"); err != nil || j.State != StateFailed || j.FailedReason != string(jobs.ReasonStalled) {
 		t.Fatalf("job %+v %v, want failed as stalled by the checker", j, err)
 	}
 	// The holder wakes, finds its lock gone and stops its run.

@@ -120,8 +120,8 @@ func TestGatewayOffGivesNoSocket(t *testing.T) {
 }
 
 func TestCapHitIsPolicyNeverRetried(t *testing.T) {
-	for _, reason := range []string{jobs.ReasonCostCap, jobs.ReasonTokenCap} {
-		t.Run(reason, func(t *testing.T) {
+	for _, reason := range []jobs.Reason{jobs.ReasonCostCap, jobs.ReasonTokenCap} {
+		t.Run(string(reason), func(t *testing.T) {
 			h := newFakeHost(t)
 			h.deps.Gateway = &stubGateway{spend: jobs.Spend{Calls: 2, Refused: 1, Micros: 900, CapHit: reason, Basis: jobs.BasisMetered}}
 			h.rt.Script("cap-1", container.Result{ExitCode: 1}, nil) // the agent gave up on the refused call

@@ -187,13 +187,15 @@ const (
 type holdVerdict struct {
 	action holdAction
 	delay  time.Duration
-	why    string // a deferral's reason, for the log
-	reason string // a refusal's record reason
+	why    jobs.Reason // a deferral's reason
+	reason jobs.Reason // a refusal's record reason
 }
 
-func refuseHold(reason string) holdVerdict { return holdVerdict{action: holdRefuse, reason: reason} }
+func refuseHold(reason jobs.Reason) holdVerdict {
+	return holdVerdict{action: holdRefuse, reason: reason}
+}
 
-func deferHold(d time.Duration, why string) holdVerdict {
+func deferHold(d time.Duration, why jobs.Reason) holdVerdict {
 	// Millisecond resolution on the queue: round up so the job never wakes a
 	// moment early and defers again for nothing.
 	d = (max(d, time.Millisecond) + time.Millisecond - 1).Truncate(time.Millisecond)
@@ -222,7 +224,7 @@ func beforeCheck(st HoldState, plan waitPlan, pol waitPolicy) holdVerdict {
 	case !st.AfterAt.IsZero() && st.AfterAt.Sub(st.Since) > pol.afterMax:
 		return refuseHold(jobs.ReasonWaitTimeout) // it could only end past the cap
 	case st.Now.Before(st.AfterAt):
-		return deferHold(st.AfterAt.Sub(st.Now), "wait-after")
+		return deferHold(st.AfterAt.Sub(st.Now), jobs.ReasonWaitAfter)
 	case plan.mask&^st.Met == 0:
 		return holdVerdict{action: holdRelease}
 	case !st.Now.Before(holdDeadline(st, pol)):
@@ -241,7 +243,7 @@ func afterCheck(st HoldState, deadline time.Time, pol waitPolicy, r float64) hol
 	case st.Lost:
 		// Deleted meanwhile (an operator's cancel, a newer holder that judged
 		// this one dead): the next pickup starts over, or finds the job gone.
-		return deferHold(withJitter(pol.interval, r), "wait-state-lost")
+		return deferHold(withJitter(pol.interval, r), jobs.ReasonWaitStateLost)
 	case st.Superseded:
 		return refuseHold(jobs.ReasonWaitSuperseded)
 	case st.Released:
@@ -256,7 +258,7 @@ func afterCheck(st HoldState, deadline time.Time, pol waitPolicy, r float64) hol
 		return refuseHold(jobs.ReasonWaitTimeout)
 	}
 	// Never past the deadline: the refusal then comes on time.
-	return deferHold(min(withJitter(waitBackoff(pol.interval, st.Checks), r), left), "wait-check")
+	return deferHold(min(withJitter(waitBackoff(pol.interval, st.Checks), r), left), jobs.ReasonWaitCheck)
 }
 
 // afterThrottle decides after a round was denied a check slot.
@@ -269,7 +271,7 @@ func afterThrottle(st HoldState, deadline time.Time, pol waitPolicy, r float64) 
 		return refuseHold(jobs.ReasonWaitTimeout)
 	}
 	d := withJitter(throttleDelay(pol.throttleFloor, pol.interval, st.Checks), r)
-	return deferHold(min(d, left), "wait-throttled")
+	return deferHold(min(d, left), jobs.ReasonWaitThrottled)
 }
 
 // gateHold holds a job until every one of its wait conditions is met. Its
@@ -283,7 +285,7 @@ func (w *Worker) gateHold(ctx context.Context, h *held) verdict {
 	if w.deps.Holds == nil {
 		// Never run a job whose conditions nobody can establish.
 		log.Error("wait_state_unavailable", "err", "no hold store")
-		return deferFor(w.tune.UnreachableDeferral, "wait-state-unavailable")
+		return deferFor(w.tune.UnreachableDeferral, jobs.ReasonWaitStateUnavailable)
 	}
 	plan := planWait(h.spec.WaitFor)
 	st, err := w.deps.Holds.Begin(ctx, h.job.ID, h.job.DedupID, HoldBounds{
@@ -321,12 +323,12 @@ func (w *Worker) gateHold(ctx context.Context, h *held) verdict {
 	release()
 	if lost {
 		// The stalled check fails the job (never re-run); nothing to report.
-		log.Warn("job_lock_lost", "during", "wait-check")
+		log.Warn("job_lock_lost", "during", jobs.ReasonWaitCheck)
 		return verdict{act: actDrop}
 	}
 	if err != nil {
 		// The worker is stopping: this round established nothing.
-		return deferFor(withJitter(w.wait.interval, rand.Float64()), "worker-shutdown")
+		return deferFor(withJitter(w.wait.interval, rand.Float64()), jobs.ReasonWorkerShutdown)
 	}
 	st, err = w.deps.Holds.Checked(ctx, h.job.ID, h.job.DedupID, o)
 	if err != nil {
@@ -388,7 +390,7 @@ func (w *Worker) holdVerdictOf(ctx context.Context, h *held, st HoldState, v hol
 // a job whose conditions are not established never runs.
 func (w *Worker) holdUnreachable(h *held, err error) verdict {
 	w.log.Warn("wait_state_unreachable", "jobId", h.job.ID, "err", err)
-	return deferFor(w.tune.UnreachableDeferral, "wait-state-unreachable")
+	return deferFor(w.tune.UnreachableDeferral, jobs.ReasonWaitStateUnreachable)
 }
 
 // takeOver deals with the older holder of this job's dedup id: still live on

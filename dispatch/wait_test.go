@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -327,4 +328,20 @@ func isZombie(pid int) bool {
 	}
 	f := strings.Fields(string(b))
 	return len(f) > 2 && f[2] == "Z"
+}
+
+// The hold gate answers with a verdict and reports nothing itself: here,
+// with no hold store, a deferral for handle to carry out. The job's queue is
+// nil, so any report from the gate would panic.
+func TestGateHoldReturnsAVerdict(t *testing.T) {
+	t.Parallel()
+	w := &Worker{log: slog.New(slog.DiscardHandler), tune: Tuning{UnreachableDeferral: 30 * time.Second}}
+	h := &held{job: &HeldJob{ID: "w-1"}, spec: jobs.Job{WaitFor: []jobs.WaitCondition{{After: "1m"}}}}
+	v := w.gateHold(context.Background(), h)
+	require.Equal(t, verdict{act: actDefer, reason: jobs.ReasonWaitStateUnavailable, delay: 30 * time.Second}, v)
+
+	h.spec.WaitFor = nil
+	require.Equal(t, actGoOn, w.gateHold(context.Background(), h).act, "a job without conditions goes on")
+
+	w.answer(context.Background(), h, verdict{act: actDrop}) // a dropped job: nothing reported
 }

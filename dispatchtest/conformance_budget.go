@@ -74,7 +74,7 @@ func wantGrant(t *testing.T, r dispatch.Reservation, count, cap int) {
 	}
 }
 
-func wantRefusal(t *testing.T, r dispatch.Reservation, window string, count, cap int, reason string) {
+func wantRefusal(t *testing.T, r dispatch.Reservation, window string, count, cap int, reason jobs.Reason) {
 	t.Helper()
 	if r.Granted || r.Window != window || r.Count != count || r.Cap != cap || r.Reason() != reason {
 		t.Fatalf("reservation = %+v (reason %q), want refused by %s at %d/%d, %s", r, r.Reason(), window, count, cap, reason)

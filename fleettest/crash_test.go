@@ -110,7 +110,7 @@ func TestFleetKilledHostMidJob(t *testing.T) {
 	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
 	j, err = hostQ.Get(ctx, jobID)
 	cancel()
-	if err != nil || j.State != queue.StateFailed || j.FailedReason != jobs.ReasonStalled {
+	if err != nil || j.State != queue.StateFailed || j.FailedReason != string(jobs.ReasonStalled) {
 		t.Fatalf("killed job on %s: %+v %v, want failed with reason stalled", k1.hostQueue(), j, err)
 	}
 	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)

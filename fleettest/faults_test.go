@@ -132,7 +132,7 @@ func (s *scenario) figuresOf(ids []string) figures {
 			f.records += len(recs)
 		}
 		r := by[last][0]
-		f.outcomes[r.Outcome+"/"+r.Reason]++
+		f.outcomes[r.Outcome+"/"+string(r.Reason)]++
 	}
 	return f
 }
@@ -383,9 +383,10 @@ func TestFleetRealOutcomeAfterCrash(t *testing.T) {
 	first.waitEvent("worker_started", 60*time.Second, nil)
 	s.waitLive(o)
 	want := []struct {
-		code            int
-		outcome, reason string
-		final           queue.State
+		code    int
+		outcome string
+		reason  jobs.Reason
+		final   queue.State
 	}{
 		{0, jobs.OutcomeCompleted, jobs.ReasonCompleted, queue.StateCompleted},
 		{2, jobs.OutcomePolicy, jobs.ReasonPolicy, queue.StateCompleted},

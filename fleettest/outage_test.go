@@ -83,7 +83,7 @@ func TestFleetRedisRestartUnderLoad(t *testing.T) {
 			continue
 		}
 		r := recs[0]
-		outcomes[r.Outcome+"/"+r.Reason]++
+		outcomes[r.Outcome+"/"+string(r.Reason)]++
 		if r.Outcome != jobs.OutcomeCompleted {
 			t.Logf("job %s ended %s/%s; its trail:\n%s", id, r.Outcome, r.Reason, s.trail(id))
 		}

@@ -37,7 +37,7 @@ type Session struct {
 	micros     int64
 	estimated  bool
 	unpriced   map[string]bool
-	capHit     string
+	capHit     jobs.Reason
 	overshoot  int64
 	heldMicros int64 // reservations of the calls in flight
 	heldTokens int64
@@ -307,7 +307,7 @@ func (s *Session) admitUncapped(c *call, body []byte, info reqInfo) {
 
 // plan is the output bound the caps afford the call with heldMicros and
 // heldTokens in flight, or the cap that refuses it; s.mu is held.
-func (s *Session) plan(bound Price, priced bool, in int64, info reqInfo, free bool, heldMicros, heldTokens int64) (out int64, hit string) {
+func (s *Session) plan(bound Price, priced bool, in int64, info reqInfo, free bool, heldMicros, heldTokens int64) (out int64, hit jobs.Reason) {
 	afford := int64(math.MaxInt64)
 	if s.job.MaxMicros > 0 {
 		left := s.job.MaxMicros - s.micros - heldMicros
@@ -350,7 +350,7 @@ func (s *Session) plan(bound Price, priced bool, in int64, info reqInfo, free bo
 }
 
 // capMessage is the refusal's text; s.mu is held.
-func (s *Session) capMessage(hit string, c *call) string {
+func (s *Session) capMessage(hit jobs.Reason, c *call) string {
 	switch {
 	case hit == jobs.ReasonTokenCap:
 		return "pidispatch: job token cap of " + itoa(s.job.MaxTokens) + " tokens reached (used " + itoa(s.tokens.Total()) + ")"
@@ -362,7 +362,7 @@ func (s *Session) capMessage(hit string, c *call) string {
 	}
 }
 
-func (s *Session) refuse(w http.ResponseWriter, c *call, hit, msg string) {
+func (s *Session) refuse(w http.ResponseWriter, c *call, hit jobs.Reason, msg string) {
 	s.log.Info("model_call_refused", "provider", c.provider, "model", c.model, "reason", hit)
 	f := failCostCap
 	if hit == jobs.ReasonTokenCap {

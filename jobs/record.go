@@ -27,42 +27,68 @@ const (
 	OutcomeFailed    = "failed"    // infrastructure failure; retried within attempts
 )
 
-// Reasons: the fixed vocabulary of Record.Reason. A record never carries free text, so
-// it can be mirrored fleet-wide and aggregated without leaking anything.
+// Reason is why a job ended as it did, or why a gate deferred it: a token of a fixed
+// vocabulary, never free text, so it can be mirrored fleet-wide, used as a metric label
+// and aggregated without leaking anything. Its string is the wire value: in a record's
+// JSON, in a policy outcome's result and in a failed job's failedReason.
+type Reason string
+
+// Reasons: the fixed vocabulary of Record.Reason.
 const (
-	ReasonCompleted            = "completed"
-	ReasonExit1                = "exit-1"  // container exited 1: infrastructure failure
-	ReasonPolicy               = "policy"  // container exited 2: the agent refused
-	ReasonStalled              = "stalled" // the job's lock was lost; never silently re-run
-	ReasonTimeout              = "timeout" // PI_JOB_TIMEOUT passed; the container was stopped
-	ReasonSecretProfileUnknown = "secret-profile-unknown"
-	ReasonSecretResolveFailed  = "secret-resolve-failed"
-	ReasonWaitProfileUnknown   = "wait-profile-unknown"
-	ReasonScopeCap             = "scope-cap"
-	ReasonOverBudget           = "over-budget"
-	ReasonJobImageMissing      = "job-image-missing"
-	ReasonNeverStarted         = "never-started" // exit 125-127: the budget slot is given back
-	ReasonOperatorCancel       = "operator-cancel"
-	ReasonWaitTimeout          = "wait-timeout"
-	ReasonWaitMaxChecks        = "wait-max-checks"
-	ReasonWaitFaults           = "wait-faults"
-	ReasonWaitSuperseded       = "wait-superseded" // a newer delivery of the same intent took over the hold
-	ReasonInvalidJob           = "invalid-job"
-	ReasonExitOther            = "exit-other"         // container exited with another code (137 killed, 3...): retried
-	ReasonWorkerShutdown       = "worker-shutdown"    // stopped when the worker's shutdown grace ran out: retried
-	ReasonCronNotAgreed        = "cron-not-agreed"    // a scheduler's run this host's triggers file does not name
-	ReasonCostCap              = "cost-cap"           // the gateway refused a model call past the job's dollar cap
-	ReasonTokenCap             = "token-cap"          // the gateway refused a model call past the job's token cap
-	ReasonDollarCap            = "dollar-cap"         // a fleet dollar window could not hold the job's cap: never started
-	ReasonSoftHold             = "soft-hold"          // a count window is past PI_SOFT_HOLD_PCT of its cap
-	ReasonFolderNotAllowed     = "folder-not-allowed" // the job's folder is outside PI_FOLDER_ROOTS (or owned by root)
-	ReasonImageNotAllowed      = "image-not-allowed"  // the job names an image outside PI_JOB_IMAGE and PI_JOB_IMAGES
-	ReasonBudgetCorrupt        = "budget-corrupt"     // a budget counter holds a negative, non-numeric or absurd value
-	ReasonJobUnsigned          = "job-unsigned"       // the host holds the fleet key and the job carries no valid signature
+	ReasonCompleted            Reason = "completed"
+	ReasonExit1                Reason = "exit-1"  // container exited 1: infrastructure failure
+	ReasonPolicy               Reason = "policy"  // container exited 2: the agent refused
+	ReasonStalled              Reason = "stalled" // the job's lock was lost; never silently re-run
+	ReasonTimeout              Reason = "timeout" // PI_JOB_TIMEOUT passed; the container was stopped
+	ReasonSecretProfileUnknown Reason = "secret-profile-unknown"
+	ReasonSecretResolveFailed  Reason = "secret-resolve-failed"
+	ReasonWaitProfileUnknown   Reason = "wait-profile-unknown"
+	ReasonScopeCap             Reason = "scope-cap"
+	ReasonOverBudget           Reason = "over-budget"
+	ReasonJobImageMissing      Reason = "job-image-missing"
+	ReasonNeverStarted         Reason = "never-started" // exit 125-127: the budget slot is given back
+	ReasonOperatorCancel       Reason = "operator-cancel"
+	ReasonWaitTimeout          Reason = "wait-timeout"
+	ReasonWaitMaxChecks        Reason = "wait-max-checks"
+	ReasonWaitFaults           Reason = "wait-faults"
+	ReasonWaitSuperseded       Reason = "wait-superseded" // a newer delivery of the same intent took over the hold
+	ReasonInvalidJob           Reason = "invalid-job"
+	ReasonExitOther            Reason = "exit-other"         // container exited with another code (137 killed, 3...): retried
+	ReasonWorkerShutdown       Reason = "worker-shutdown"    // stopped when the worker's shutdown grace ran out: retried
+	ReasonCronNotAgreed        Reason = "cron-not-agreed"    // a scheduler's run this host's triggers file does not name
+	ReasonCostCap              Reason = "cost-cap"           // the gateway refused a model call past the job's dollar cap
+	ReasonTokenCap             Reason = "token-cap"          // the gateway refused a model call past the job's token cap
+	ReasonDollarCap            Reason = "dollar-cap"         // a fleet dollar window could not hold the job's cap: never started
+	ReasonSoftHold             Reason = "soft-hold"          // a count window is past PI_SOFT_HOLD_PCT of its cap
+	ReasonFolderNotAllowed     Reason = "folder-not-allowed" // the job's folder is outside PI_FOLDER_ROOTS (or owned by root)
+	ReasonImageNotAllowed      Reason = "image-not-allowed"  // the job names an image outside PI_JOB_IMAGE and PI_JOB_IMAGES
+	ReasonBudgetCorrupt        Reason = "budget-corrupt"     // a budget counter holds a negative, non-numeric or absurd value
+	ReasonJobUnsigned          Reason = "job-unsigned"       // the host holds the fleet key and the job carries no valid signature
 )
 
+// Deferral reasons: why a gate put a job back in delayed (not an attempt, never
+// recorded). They name the deferral in the log and to observers.
+const (
+	ReasonPauseWindow          Reason = "pause-window"           // a pause window matches the job's scope
+	ReasonScopeBusy            Reason = "scope-busy"             // the job's scope slot is taken
+	ReasonBudgetUnreachable    Reason = "budget-unreachable"     // the spend caps could not be read
+	ReasonDollarsUnreachable   Reason = "dollars-unreachable"    // the dollar windows could not be read
+	ReasonDockerUnreachable    Reason = "docker-unreachable"     // the runtime could not say whether the image is present
+	ReasonRateLimited          Reason = "rate-limited"           // the job's provider is rate limited: RateLimitedOn names it
+	ReasonWaitAfter            Reason = "wait-after"             // a waitFor `after` has not passed
+	ReasonWaitCheck            Reason = "wait-check"             // a wait round left a condition unmet
+	ReasonWaitThrottled        Reason = "wait-throttled"         // a wait round was denied a check slot
+	ReasonWaitStateLost        Reason = "wait-state-lost"        // the hold state was deleted during the round
+	ReasonWaitStateUnavailable Reason = "wait-state-unavailable" // the worker has no hold store
+	ReasonWaitStateUnreachable Reason = "wait-state-unreachable" // the hold state could not be read or written
+)
+
+// RateLimitedOn is the deferral reason of a job whose provider is rate limited:
+// "rate-limited:<provider>".
+func RateLimitedOn(provider string) Reason { return ReasonRateLimited + ":" + Reason(provider) }
+
 // Reasons lists every valid Record.Reason.
-var Reasons = []string{
+var Reasons = []Reason{
 	ReasonCompleted, ReasonExit1, ReasonPolicy, ReasonStalled, ReasonTimeout,
 	ReasonSecretProfileUnknown, ReasonSecretResolveFailed, ReasonWaitProfileUnknown,
 	ReasonScopeCap, ReasonOverBudget, ReasonJobImageMissing, ReasonNeverStarted,
@@ -91,7 +117,7 @@ type Record struct {
 	StartedAt time.Time `json:"startedAt"`
 	EndedAt   time.Time `json:"endedAt"`
 	Outcome   string    `json:"outcome"`
-	Reason    string    `json:"reason"`
+	Reason    Reason    `json:"reason"`
 	// ExitCode is the container's exit code; null when no container ran.
 	ExitCode *int   `json:"exitCode"`
 	Attempt  int    `json:"attempt"`
@@ -144,7 +170,7 @@ type Spend struct {
 	Unpriced []string `json:"unpriced,omitempty"`
 	// CapHit is ReasonCostCap or ReasonTokenCap when the gateway stopped the
 	// job at a cap.
-	CapHit string `json:"capHit,omitempty"`
+	CapHit Reason `json:"capHit,omitempty"`
 	// OvershootMicros is what the provider billed past the bounds the
 	// gateway reserved (a call it could not bound exactly); the gateway
 	// stops the job's calls at the first.

@@ -292,7 +292,7 @@ func TestRecord_Validate(t *testing.T) {
 
 func TestReasons(t *testing.T) {
 	t.Parallel()
-	want := []string{"completed", "exit-1", "policy", "stalled", "timeout", "secret-profile-unknown",
+	want := []jobs.Reason{"completed", "exit-1", "policy", "stalled", "timeout", "secret-profile-unknown",
 		"secret-resolve-failed", "wait-profile-unknown", "scope-cap", "over-budget", "job-image-missing",
 		"never-started", "operator-cancel", "wait-timeout", "wait-max-checks", "wait-faults", "wait-superseded", "invalid-job",
 		"exit-other", "worker-shutdown", "cron-not-agreed", "cost-cap", "token-cap", "dollar-cap", "soft-hold",
@@ -389,7 +389,7 @@ func TestRecordsNameTheirQueue(t *testing.T) {
 	if err != nil || len(recs) != 3 {
 		t.Fatalf("records %+v, %v; want the two queues' and the older one", recs, err)
 	}
-	queues := map[string]string{}
+	queues := map[string]jobs.Reason{}
 	for _, r := range recs {
 		queues[r.Queue] = r.Reason
 	}
@@ -411,5 +411,22 @@ func TestRecordsNameTheirQueue(t *testing.T) {
 	}
 	if (jobs.Record{Queue: "bad+queue"}).Validate() == nil || jobs.ValidQueueName("../x") || !jobs.ValidQueueName("pi-jobs@a.b_c-1") {
 		t.Fatal("queue name rule")
+	}
+}
+
+// The deferral reasons' wire values are pinned: logs, observers and metrics
+// carry them as they are.
+func TestDeferralReasons(t *testing.T) {
+	t.Parallel()
+	got := []jobs.Reason{jobs.ReasonPauseWindow, jobs.ReasonScopeBusy, jobs.ReasonBudgetUnreachable,
+		jobs.ReasonDollarsUnreachable, jobs.ReasonDockerUnreachable, jobs.ReasonWaitAfter, jobs.ReasonWaitCheck,
+		jobs.ReasonWaitThrottled, jobs.ReasonWaitStateLost, jobs.ReasonWaitStateUnavailable,
+		jobs.ReasonWaitStateUnreachable, jobs.RateLimitedOn("anthropic")}
+	want := []jobs.Reason{"pause-window", "scope-busy", "budget-unreachable", "dollars-unreachable",
+		"docker-unreachable", "wait-after", "wait-check", "wait-throttled", "wait-state-lost",
+		"wait-state-unavailable", "wait-state-unreachable", "rate-limited:anthropic"}
+	require.Equal(t, want, got)
+	for _, r := range got {
+		require.NotContains(t, jobs.Reasons, r, "a deferral is never a record's reason")
 	}
 }

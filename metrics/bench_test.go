@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/jobs"
 )
 
 // BenchmarkObserve is the cost of one event of each hot kind, from several
@@ -40,7 +41,7 @@ func BenchmarkScrape(b *testing.B) {
 		}),
 		Starts: w, Dollars: w,
 	}))
-	for _, r := range []string{"completed", "exit-1", "invalid-job", "secret-profile-unknown"} {
+	for _, r := range []jobs.Reason{"completed", "exit-1", "invalid-job", "secret-profile-unknown"} {
 		m.Observe(dispatch.Event{Kind: dispatch.EventFinish, Outcome: "completed", Reason: r, Duration: time.Second})
 	}
 	h := Handler(m, nil)

@@ -184,7 +184,7 @@ func (m *Metrics) Observe(ev dispatch.Event) {
 }
 
 func (m *Metrics) finish(ev dispatch.Event) {
-	m.finished.counter(ev.Outcome, ev.Reason).Inc()
+	m.finished.counter(ev.Outcome, string(ev.Reason)).Inc()
 	if ev.Duration > 0 {
 		h, ok := m.duration[ev.Outcome]
 		if !ok {

@@ -53,7 +53,7 @@ type Event struct {
 }
 
 // capReasons are the record reasons that mean a cap was hit.
-var capReasons = map[string]bool{
+var capReasons = map[jobs.Reason]bool{
 	jobs.ReasonCostCap: true, jobs.ReasonTokenCap: true, jobs.ReasonDollarCap: true,
 	jobs.ReasonOverBudget: true, jobs.ReasonScopeCap: true, jobs.ReasonSoftHold: true,
 }
@@ -173,7 +173,7 @@ func (n *Notifier) Observe(ev dispatch.Event) {
 	default:
 		return
 	}
-	n.Notify(Event{Kind: kind, At: ev.At, Host: ev.Host, JobID: ev.JobID, Attempt: ev.Attempt, Outcome: ev.Outcome, Reason: ev.Reason})
+	n.Notify(Event{Kind: kind, At: ev.At, Host: ev.Host, JobID: ev.JobID, Attempt: ev.Attempt, Outcome: ev.Outcome, Reason: string(ev.Reason)})
 }
 
 // ProviderSuspended queues a provider-suspended event, once per suspension:

@@ -114,7 +114,7 @@ func TestFailureReachesHookAndWebhookOnceEach(t *testing.T) {
 	for _, ev := range evs {
 		ids[ev.JobID] = true
 		require.Equal(t, notify.KindJobFailed, ev.Kind)
-		require.Equal(t, jobs.ReasonExit1, ev.Reason)
+		require.Equal(t, string(jobs.ReasonExit1), ev.Reason)
 		require.Contains(t, ev.Text, ev.JobID)
 		require.NotEmpty(t, ev.ID)
 	}

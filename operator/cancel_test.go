@@ -397,7 +397,7 @@ func TestCancelRecordsARemovedRetry(t *testing.T) {
 	if _, err := jobs.WriteRecord(logs, first); err != nil {
 		t.Fatal(err)
 	}
-	if retried, err := shared.Fail(ctx, "retry-1", tok, jobs.ReasonExit1, queue.FailOptions{}); err != nil || !retried {
+	if retried, err := shared.Fail(ctx, "retry-1", tok, string(jobs.ReasonExit1), queue.FailOptions{}); err != nil || !retried {
 		t.Fatalf("fail: %v %v", retried, err)
 	}
 

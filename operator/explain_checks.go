@@ -376,7 +376,7 @@ func (x *explainer) budget(ctx context.Context) {
 }
 
 // window adds a budget-full finding when count is at cap (0: no window).
-func (x *explainer) window(name, reason string, count, cap int, resets time.Time) {
+func (x *explainer) window(name string, reason jobs.Reason, count, cap int, resets time.Time) {
 	if cap <= 0 || count < cap {
 		return
 	}
@@ -408,9 +408,9 @@ func (x *explainer) fit(hosts []registry.Host) {
 		}
 	}
 	if len(lacking) > 0 {
-		reason := jobs.ReasonWaitProfileUnknown
+		reason := string(jobs.ReasonWaitProfileUnknown)
 		if x.spec.SecretsProfile != "" {
-			reason = jobs.ReasonSecretProfileUnknown + " or " + reason
+			reason = string(jobs.ReasonSecretProfileUnknown) + " or " + reason
 		}
 		x.add(FindNotCapable, fmt.Sprintf("%d of %d live host(s) draining %s do not declare what it needs (%s): %s; one that takes it refuses it %s",
 			len(lacking), len(hosts), x.ex.Queue, strings.Join(needs, ", "), strings.Join(lacking, ", "), reason),

@@ -244,7 +244,7 @@ func (f RunsFilter) match(r jobs.Record) bool {
 	switch {
 	case f.Host != "" && r.Host != f.Host,
 		f.Outcome != "" && r.Outcome != f.Outcome,
-		f.Reason != "" && r.Reason != f.Reason,
+		f.Reason != "" && r.Reason != jobs.Reason(f.Reason),
 		f.Target != "" && r.Target != f.Target,
 		!f.Since.IsZero() && !r.EndedAt.After(f.Since),
 		!f.Until.IsZero() && r.EndedAt.After(f.Until):

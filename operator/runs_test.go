@@ -21,7 +21,7 @@ import (
 // runRecords are five runs over three hosts, ended 1..5 hours ago.
 func runRecords(now time.Time) []jobs.Record {
 	at := func(h int) time.Time { return now.Add(-time.Duration(h) * time.Hour).Truncate(time.Millisecond) }
-	rec := func(id, host, outcome, reason string, attempt, h int, dollars float64) jobs.Record {
+	rec := func(id, host, outcome string, reason jobs.Reason, attempt, h int, dollars float64) jobs.Record {
 		r := jobs.Record{JobID: id, Kind: jobs.KindForge, Target: "acme/app", Flow: "fix", StartedAt: at(h).Add(-time.Minute), EndedAt: at(h),
 			Outcome: outcome, Reason: reason, Attempt: attempt, Host: host}
 		if dollars > 0 {
@@ -70,7 +70,7 @@ func TestRunsFromTheMirror(t *testing.T) {
 	}{
 		{operator.RunsFilter{Host: "beta"}, 2},
 		{operator.RunsFilter{Outcome: jobs.OutcomeCompleted}, 3},
-		{operator.RunsFilter{Reason: jobs.ReasonOverBudget}, 1},
+		{operator.RunsFilter{Reason: string(jobs.ReasonOverBudget)}, 1},
 		{operator.RunsFilter{Target: "acme/app"}, 5},
 		{operator.RunsFilter{Target: "other/repo"}, 0},
 		{operator.RunsFilter{Since: now.Add(-3 * time.Hour)}, 3},

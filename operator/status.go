@@ -22,9 +22,9 @@ const (
 // a result a producer's own consumer stored included, counts as completed.
 func FinishedOutcome(result json.RawMessage) string {
 	var r struct {
-		Event   string `json:"event"`
-		Outcome string `json:"outcome"`
-		Reason  string `json:"reason"`
+		Event   string      `json:"event"`
+		Outcome string      `json:"outcome"`
+		Reason  jobs.Reason `json:"reason"`
 	}
 	if json.Unmarshal(result, &r) != nil || r.Event != "" || r.Outcome != jobs.OutcomePolicy {
 		return FinishedCompleted

@@ -110,7 +110,7 @@ func TestBullBoardListsTheFleetsJobsAndStates(t *testing.T) {
 		tok := takeNext(t, shared, "done-1")
 		require.NoError(t, shared.Complete(ctx, "done-1", tok, json.RawMessage(`{"outcome":"completed"}`)))
 		tok = takeNext(t, shared, "failed-1")
-		_, err = shared.Fail(ctx, "failed-1", tok, jobs.ReasonExit1, queue.FailOptions{NoRetry: true})
+		_, err = shared.Fail(ctx, "failed-1", tok, string(jobs.ReasonExit1), queue.FailOptions{NoRetry: true})
 		require.NoError(t, err)
 		takeNext(t, shared, "running-1")
 
@@ -137,7 +137,7 @@ func TestBullBoardListsTheFleetsJobsAndStates(t *testing.T) {
 		require.Equal(t, []string{"running-1"}, boardIDs(s.Jobs["active"]))
 		require.Equal(t, []string{"done-1"}, boardIDs(s.Jobs["completed"]))
 		require.Equal(t, []string{"failed-1"}, boardIDs(s.Jobs["failed"]))
-		require.Equal(t, jobs.ReasonExit1, s.Jobs["failed"][0].FailedReason)
+		require.Equal(t, string(jobs.ReasonExit1), s.Jobs["failed"][0].FailedReason)
 		require.Equal(t, "pi", s.Jobs["waiting"][0].Name)
 
 		c, err := shared.Counts(ctx)

@@ -134,7 +134,7 @@ func TestLiveUnsignedJobsAreRefused(t *testing.T) {
 	for {
 		j, err := shared.Get(ctx, signed.JobID)
 		if err == nil && j.State == queue.StateCompleted {
-			if !strings.Contains(string(j.ReturnValue), jobs.ReasonJobUnsigned) {
+			if !strings.Contains(string(j.ReturnValue), string(jobs.ReasonJobUnsigned)) {
 				t.Fatalf("the copy on %s finished with %s, want refused job-unsigned", fleet.SharedQueue, j.ReturnValue)
 			}
 			break

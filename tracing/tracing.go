@@ -151,13 +151,13 @@ func (t *Tracer) gateSpan(ev dispatch.Event) {
 	attrs := append(jobAttrs(ev),
 		attribute.String("pidispatch.gate", ev.Gate),
 		attribute.String("pidispatch.gate.decision", ev.Decision),
-		attribute.String("pidispatch.reason", ev.Reason))
+		attribute.String("pidispatch.reason", string(ev.Reason)))
 	if ev.Delay > 0 {
 		attrs = append(attrs, attribute.Int64("pidispatch.gate.delay_ms", ev.Delay.Milliseconds()))
 	}
 	_, s := t.tr.Start(context.Background(), "gate", trace.WithTimestamp(ev.At), trace.WithAttributes(attrs...))
 	if ev.Decision == dispatch.DecisionFail {
-		s.SetStatus(codes.Error, ev.Reason)
+		s.SetStatus(codes.Error, string(ev.Reason))
 	}
 	s.End(trace.WithTimestamp(ev.At))
 }
@@ -173,7 +173,7 @@ func (t *Tracer) finish(ev dispatch.Event) {
 	}
 	attrs := []attribute.KeyValue{
 		attribute.String("pidispatch.outcome", ev.Outcome),
-		attribute.String("pidispatch.reason", ev.Reason),
+		attribute.String("pidispatch.reason", string(ev.Reason)),
 		attribute.Int64("pidispatch.spend.micros", ev.SpendMicros),
 		attribute.Int64("pidispatch.spend.tokens", ev.Tokens),
 		attribute.Int("pidispatch.spend.calls", ev.Calls),
@@ -181,8 +181,8 @@ func (t *Tracer) finish(ev dispatch.Event) {
 	s.job.SetAttributes(attrs...)
 	s.container.SetAttributes(attrs[:2]...)
 	if ev.Outcome == jobs.OutcomeFailed {
-		s.job.SetStatus(codes.Error, ev.Reason)
-		s.container.SetStatus(codes.Error, ev.Reason)
+		s.job.SetStatus(codes.Error, string(ev.Reason))
+		s.container.SetStatus(codes.Error, string(ev.Reason))
 	}
 	s.end(ev.At)
 }

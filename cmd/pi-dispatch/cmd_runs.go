@@ -116,7 +116,7 @@ func checkRunsFilter(f *operator.RunsFilter, since, until string, now time.Time)
 		return fmt.Sprintf("--host %q is not a worker name", f.Host)
 	case f.Outcome != "" && !slices.Contains([]string{jobs.OutcomeCompleted, jobs.OutcomePolicy, jobs.OutcomeFailed}, f.Outcome):
 		return fmt.Sprintf("--outcome must be completed, policy or failed, not %q", f.Outcome)
-	case f.Reason != "" && !slices.Contains(jobs.Reasons, f.Reason):
+	case f.Reason != "" && !slices.Contains(jobs.Reasons, jobs.Reason(f.Reason)):
 		return fmt.Sprintf("--reason %q is not a run record reason (docs/records.md)", f.Reason)
 	case f.Limit < 1 || f.Limit > fleetstate.MaxMirrorReadLimit:
 		return fmt.Sprintf("--limit must be between 1 and %d", fleetstate.MaxMirrorReadLimit)

@@ -15,7 +15,7 @@ import (
 // cliRuns are three runs ended 1, 2 and 3 hours before now.
 func cliRuns(now time.Time) []jobs.Record {
 	at := func(h int) time.Time { return now.Add(-time.Duration(h) * time.Hour) }
-	mk := func(id, host, outcome, reason string, h int, spend *jobs.Spend) jobs.Record {
+	mk := func(id, host, outcome string, reason jobs.Reason, h int, spend *jobs.Spend) jobs.Record {
 		return jobs.Record{JobID: id, Kind: jobs.KindForge, Target: "acme/app", Flow: "fix", StartedAt: at(h).Add(-90 * time.Second), EndedAt: at(h),
 			Outcome: outcome, Reason: reason, Attempt: 1, Host: host, Spend: spend}
 	}

@@ -26,7 +26,7 @@ func finishNext(t *testing.T, q *queue.Queue, result string) {
 		t.Fatalf("fetch: %v %v", j, err)
 	}
 	if result == "" {
-		if _, err := q.Fail(ctx, j.ID, tok, jobs.ReasonExit1, queue.FailOptions{NoRetry: true}); err != nil {
+		if _, err := q.Fail(ctx, j.ID, tok, string(jobs.ReasonExit1), queue.FailOptions{NoRetry: true}); err != nil {
 			t.Fatal(err)
 		}
 		return

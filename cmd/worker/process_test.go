@@ -252,7 +252,7 @@ func TestKilledWorkerProcessRestarts(t *testing.T) {
 	second := startProcess(t, bin, env)
 	j := waitJobState(t, testQueue(t, db, fleet.SharedQueue), jobID, queue.StateFailed, 90*time.Second)
 	t.Logf("the restarted worker failed the orphaned job after %s", time.Since(began).Round(time.Millisecond))
-	if j.FailedReason != jobs.ReasonStalled {
+	if j.FailedReason != string(jobs.ReasonStalled) {
 		t.Fatalf("failed reason %q, want stalled", j.FailedReason)
 	}
 	rec := waitRecord(t, logsDir, jobID, 10*time.Second)

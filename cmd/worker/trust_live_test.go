@@ -59,7 +59,7 @@ func jobData(t *testing.T, j jobs.Job) string {
 
 // refusedOnce waits for jobID's one record on queue q and checks it says
 // outcome/reason and that no container started for it.
-func refusedOnce(t *testing.T, w *bootedWorker, jobID, outcome, reason string) jobs.Record {
+func refusedOnce(t *testing.T, w *bootedWorker, jobID, outcome string, reason jobs.Reason) jobs.Record {
 	t.Helper()
 	rec := waitRecord(t, w.cfg.LogsDir, jobID, 30*time.Second)
 	if rec.Outcome != outcome || rec.Reason != reason || rec.ExitCode != nil {
@@ -278,7 +278,7 @@ func TestKeylessQueueWritesCannotConfuseRecords(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	byQueue := map[string]string{}
+	byQueue := map[string]jobs.Reason{}
 	for _, r := range recs {
 		byQueue[r.Queue] = r.Reason
 	}

@@ -299,7 +299,7 @@ func TestWaitRefusals(t *testing.T) {
 		name   string
 		tune   func(*dispatch.Tuning)
 		notYet int
-		reason string
+		reason jobs.Reason
 		runs   func(n int) bool
 	}{
 		{"Timeout", func(tu *dispatch.Tuning) { tu.WaitMaxOverride = 1500 * time.Millisecond }, 1, jobs.ReasonWaitTimeout, func(n int) bool { return n >= 2 && n <= 6 }},
@@ -321,7 +321,7 @@ func TestWaitRefusals(t *testing.T) {
 			if rec.Outcome != jobs.OutcomePolicy || rec.Reason != tt.reason || rec.ExitCode != nil || rec.Attempt != 1 {
 				t.Fatalf("record %+v, want policy/%s", rec, tt.reason)
 			}
-			if !strings.Contains(string(j.ReturnValue), `"reason":"`+tt.reason+`"`) || j.AttemptsMade != 1 {
+			if !strings.Contains(string(j.ReturnValue), `"reason":"`+string(tt.reason)+`"`) || j.AttemptsMade != 1 {
 				t.Fatalf("job result %s after %d attempts", j.ReturnValue, j.AttemptsMade)
 			}
 			if n := fx.runs(t, "j"); !tt.runs(n) {

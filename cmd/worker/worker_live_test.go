@@ -209,7 +209,7 @@ func TestExit1RetriedThenFailed(t *testing.T) {
 		t.Fatal(err)
 	}
 	j := waitJobState(t, testQueue(t, db, e.Queue), e.JobID, queue.StateFailed, 60*time.Second)
-	if j.FailedReason != jobs.ReasonExit1 || j.AttemptsMade != 2 {
+	if j.FailedReason != string(jobs.ReasonExit1) || j.AttemptsMade != 2 {
 		t.Fatalf("failed job: reason %q, attempts made %d", j.FailedReason, j.AttemptsMade)
 	}
 	rec := waitRecord(t, w.cfg.LogsDir, e.JobID, 5*time.Second)
@@ -450,7 +450,7 @@ func TestDailyCapRefusesOverBudget(t *testing.T) {
 	outcomes := map[string]int{}
 	for _, id := range ids {
 		rec := waitRecord(t, w.cfg.LogsDir, id, 60*time.Second)
-		outcomes[rec.Outcome+"/"+rec.Reason]++
+		outcomes[rec.Outcome+"/"+string(rec.Reason)]++
 		if rec.Reason == jobs.ReasonOverBudget && rec.ExitCode != nil {
 			t.Fatalf("an over-budget job ran: %+v", rec)
 		}
