@@ -31,11 +31,13 @@ COPY internal ./internal
 COPY jobs ./jobs
 COPY lease ./lease
 COPY metrics ./metrics
+COPY modelsocket ./modelsocket
 COPY notify ./notify
 COPY operator ./operator
 COPY queue ./queue
 COPY registry ./registry
 COPY runner ./runner
+COPY secretprofile ./secretprofile
 COPY stack ./stack
 COPY tracing ./tracing
 COPY transcript ./transcript
