@@ -20,8 +20,8 @@ type (
 // refused for ever, naming the missing part and what asked for it.
 func TestNewWorkerRefusesWhatCannotWork(t *testing.T) {
 	full := func() Deps {
-		return Deps{Queues: []JobQueue{stubQueue{}}, Source: stubSource{}, Runtime: stubRuntime{},
-			Budget: stubBudget{}, Holds: stubHolds{}, Cron: stubCron{}}
+		return Deps{Stores: Stores{Queues: []JobQueue{stubQueue{}}, Source: stubSource{}, Budget: stubBudget{}, Holds: stubHolds{}},
+			Runtime: stubRuntime{}, Cron: stubCron{}}
 	}
 	waiting := DefaultConfig()
 	waiting.WaitProfiles = map[string]string{"ticket": "/usr/local/bin/ticket-done"}

@@ -139,11 +139,7 @@ func (f *orphanFixture) worker(t *testing.T, rt Runtime, reg Registry, logs *byt
 	if logs != nil {
 		tune.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 	}
-	deps := Deps{
-		Queues:   []JobQueue{f.jobQueue()},
-		Runtime:  rt,
-		Registry: reg,
-	}
+	deps := Deps{Stores: Stores{Queues: []JobQueue{f.jobQueue()}, Registry: reg}, Runtime: rt}
 	deps.Source = f.fake.Source()
 	deps.Budget = TestFakes.Budget(f.cap)
 	if f.mirror {

@@ -124,12 +124,8 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 		Host: cfg.WorkerName, Logger: tune.Logger,
 	})
 	holds := fleetstate.NewHolds(rc, fleetstate.HoldsConfig{})
-	deps := dispatch.Deps{
-		Source:  Source(consumer),
-		Runtime: runtime,
-		Budget:  budget,
-		Holds:   holds,
-	}
+	deps := dispatch.Deps{Runtime: runtime}
+	deps.Source, deps.Budget, deps.Holds = Source(consumer), budget, holds
 	for _, q := range queues {
 		deps.Queues = append(deps.Queues, JobQueue(q))
 	}
