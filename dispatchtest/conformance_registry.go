@@ -40,7 +40,8 @@ type fakeFleet struct {
 // started, unclosed rows.
 type fleetRegistry struct {
 	*Registry
-	fleet *fakeFleet
+	fleet  *fakeFleet
+	routes bool // the host drains a queue of its own
 }
 
 func (r *fleetRegistry) others() []capabilities.Host {
@@ -49,7 +50,7 @@ func (r *fleetRegistry) others() []capabilities.Host {
 	var hosts []capabilities.Host
 	for _, m := range r.fleet.members {
 		if started, closed := m.State(); m != r && started && !closed {
-			hosts = append(hosts, capabilities.Host{Name: m.Name})
+			hosts = append(hosts, capabilities.Host{Name: m.Name, Routes: m.routes})
 		}
 	}
 	return hosts
