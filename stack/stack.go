@@ -20,9 +20,7 @@ import (
 	"github.com/pidispatch/pidispatch/capabilities"
 	"github.com/pidispatch/pidispatch/cronsync"
 	"github.com/pidispatch/pidispatch/dispatch"
-	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/fleetstate"
-	"github.com/pidispatch/pidispatch/lease"
 	"github.com/pidispatch/pidispatch/metrics"
 	"github.com/pidispatch/pidispatch/operator"
 	"github.com/pidispatch/pidispatch/queue"
@@ -51,6 +49,7 @@ type Stack struct {
 	metricsAddr string
 	consumers   *consumersRunning
 	report      *report
+	fleet       *Fleet
 	closeOnce   sync.Once
 }
 
@@ -58,10 +57,7 @@ func (s *Stack) Close() {
 	s.closeOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = s.Budget.Close(ctx)
-		_ = s.Dollars.Close(ctx)
-		_ = s.RateLimits.Close(ctx)
-		_ = s.Holds.Close(ctx)
+		_ = s.fleet.Close(ctx)
 		_ = s.report.close(ctx)
 		_ = s.Valkey.Close()
 		_ = s.Docker.Close()
@@ -111,25 +107,6 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 		return fail(err)
 	}
 
-	queues, err := newQueues(ctx, rc, cfg, tune, log)
-	if err != nil {
-		return fail(err)
-	}
-	consumer, err := queue.NewConsumer(queues, queue.ConsumerConfig{})
-	if err != nil {
-		return fail(err)
-	}
-	budget := fleetstate.NewBudget(rc, fleetstate.BudgetConfig{
-		DailyCap: cfg.DailyCap, WeeklyCap: cfg.WeeklyCap, MonthlyCap: cfg.Spend.MonthlyCap, SoftHoldPct: cfg.Spend.SoftHoldPct,
-		Host: cfg.WorkerName, Logger: tune.Logger,
-	})
-	holds := fleetstate.NewHolds(rc, fleetstate.HoldsConfig{})
-	deps := dispatch.Deps{Runtime: runtime}
-	deps.Source, deps.Budget, deps.Holds = Source(consumer), budget, holds
-	for _, q := range queues {
-		deps.Queues = append(deps.Queues, JobQueue(q))
-	}
-
 	// Cron: the triggers file is read before anything reaches Valkey; a file
 	// that does not parse refuses boot.
 	own, err := readTriggers(cfg)
@@ -139,23 +116,17 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 	tz := operator.LocalZone(os.Getenv)
 	live := cronsync.NewLiveSet(own, tz)
 
-	reg, err := newRegistry(ctx, rc, cfg, tune, runtime, live, tz, &deps)
+	deps := dispatch.Deps{Runtime: runtime}
+	fl := NewFleet(rc, FleetOptions{FleetKey: cfg.FleetKey, Layout: queue.Layout(cfg.BullMQLayout), RetentionDays: cfg.LogRetentionDays})
+	st, err := openStores(ctx, fl, cfg, tune, runtime, live, tz, &deps)
 	if err != nil {
 		return fail(err)
 	}
-	deps.Registry = Registry(reg)
-	deps.Cron = cronGate{live: live, peers: reg, host: cfg.WorkerName}
-	if err := wireFleet(cfg, rc, tune, &deps); err != nil {
-		return fail(err)
-	}
-
-	deps.Background = append(deps.Background, cronBackground(cfg, queues[len(queues)-1], reg, live, tz, tune, log))
-
-	cancels, err := fleetstate.NewCancelWatcher(rc, cfg.WorkerName, fleetstate.CancelWatcherConfig{Logger: tune.Logger})
-	if err != nil {
-		return fail(err)
-	}
-	deps.Cancels = cancels
+	failOpen := fail
+	fail = func(err error) (*Stack, error) { _ = fl.Close(context.WithoutCancel(ctx)); return failOpen(err) }
+	deps.Stores = st.stores
+	deps.Cron = cronGate{live: live, peers: st.registry, host: cfg.WorkerName}
+	deps.Background = append(deps.Background, cronBackground(cfg, st.queues[len(st.queues)-1], st.registry, live, tz, tune, log))
 
 	report, err := newReport(ctx, cfg, rc, tune)
 	if err != nil {
@@ -164,21 +135,20 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 	failBuilt := fail
 	fail = func(err error) (*Stack, error) { _ = report.close(context.Background()); return failBuilt(err) }
 	report.wire(&deps)
-	dollars, limits, err := wireSpend(cfg, rc, tune, &deps, report)
-	if err != nil {
+	if err := wireGateway(cfg, st.limits, tune, &deps, report); err != nil {
 		return fail(err)
 	}
 
 	for _, o := range opts {
 		o(&deps)
 	}
-	mx, running := wireMetrics(cfg, rc, queues, budget, &deps)
+	mx, running := wireMetrics(cfg, rc, st.queues, st.budget, &deps)
 	w, err := dispatch.NewWorker(cfg, deps, tune)
 	if err != nil {
 		return fail(err)
 	}
-	return &Stack{Worker: w, Valkey: rc, Docker: dc, Registry: reg, Budget: budget, Holds: holds, Dollars: dollars, RateLimits: limits,
-		Metrics: mx, metricsAddr: cfg.Gateway.MetricsAddr, consumers: running, report: report}, nil
+	return &Stack{Worker: w, Valkey: rc, Docker: dc, Registry: st.registry, Budget: st.budget, Holds: st.holds, Dollars: st.dollars,
+		RateLimits: st.limits, Metrics: mx, metricsAddr: cfg.Gateway.MetricsAddr, consumers: running, report: report, fleet: fl}, nil
 }
 
 // refusedPassword fails boot when Valkey refuses the password: unlike an
@@ -202,11 +172,13 @@ func keys(m map[string]string) []string {
 	return out
 }
 
-// newRegistry builds this host's registry row: its facts, and its beats
-// reported to the observers. The image digest is read once at boot,
-// bounded: the registry publishes it so doctor can tell hosts running
-// different builds apart, and a missing PI_JOB_IMAGE is logged.
-func newRegistry(ctx context.Context, rc *redis.Client, cfg dispatch.Config, tune dispatch.Tuning, runtime *runner.Docker, live *cronsync.LiveSet, tz string, deps *dispatch.Deps) (*registry.Registry, error) {
+// openStores opens this host's stores through fl: its queues, budgets,
+// holds, leases, run mirror, cancels, rate limits and registry row, with the
+// row's facts and its beats reported to the observers. The image digest is
+// read once at boot, bounded: the registry publishes it so doctor can tell
+// hosts running different builds apart, and a missing PI_JOB_IMAGE is
+// logged.
+func openStores(ctx context.Context, fl *Fleet, cfg dispatch.Config, tune dispatch.Tuning, runtime *runner.Docker, live *cronsync.LiveSet, tz string, deps *dispatch.Deps) (*valkeyStores, error) {
 	digestCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	digest, err := runtime.ImageDigest(digestCtx, cfg.JobImage)
 	cancel()
@@ -215,21 +187,30 @@ func newRegistry(ctx context.Context, rc *redis.Client, cfg dispatch.Config, tun
 		tune.Logger.Warn("job_image_missing", "host", cfg.WorkerName, "image", cfg.JobImage,
 			"fix", "build or pull it on this host (images are never pulled; pi-dispatch doctor names the command): until then every job is refused job-image-missing")
 	}
-	return registry.New(rc, cfg.WorkerName, registry.Facts{
-		Image:       registry.Value(cfg.JobImage),
-		ImageDigest: registry.Value(digest),
-		Concurrency: registry.Value(cfg.Concurrency),
-		Routes:      registry.Value(cfg.WorkerNameDeclared),
-		Caps:        registry.Value(capabilities.Serialize(capabilities.Tokens(keys(cfg.SecretProfiles), keys(cfg.WaitProfiles)))),
-		TZ:          registry.Value(tz),
-		FPCron:      live.FPCron,
-		CronCount:   live.CronCount,
-	}, registry.Config{Version: tune.Version, Logger: tune.Logger, FleetKey: cfg.FleetKey, OnBeat: func(err error) {
-		// Read when the Worker beats, long after the parts are wired.
-		dispatch.Observers(deps.Observers).Observe(dispatch.Event{
-			Kind: dispatch.EventBeat, At: time.Now(), Host: cfg.WorkerName, Service: "registry", Up: err == nil, Err: err,
-		})
-	}})
+	return fl.open(ctx, dispatch.FleetHost{
+		Name:     cfg.WorkerName,
+		Declared: cfg.WorkerNameDeclared,
+		Starts:   dispatch.StartCaps{Daily: cfg.DailyCap, Weekly: cfg.WeeklyCap, Monthly: cfg.Spend.MonthlyCap, SoftHoldPct: cfg.Spend.SoftHoldPct},
+		Dollars:  dispatch.DollarCaps{Daily: cfg.Spend.DailyCostMicros, Weekly: cfg.Spend.WeeklyCostMicros, Monthly: cfg.Spend.MonthlyCostMicros},
+		LockTTL:  tune.LockTTL,
+		Logger:   tune.Logger,
+		Row: dispatch.HostRow{
+			Version:     tune.Version,
+			Image:       cfg.JobImage,
+			ImageDigest: digest,
+			Concurrency: cfg.Concurrency,
+			Caps:        capabilities.Serialize(capabilities.Tokens(keys(cfg.SecretProfiles), keys(cfg.WaitProfiles))),
+			TZ:          tz,
+			FPCron:      live.FPCron,
+			CronCount:   live.CronCount,
+			OnBeat: func(err error) {
+				// Read when the Worker beats, long after the parts are wired.
+				dispatch.Observers(deps.Observers).Observe(dispatch.Event{
+					Kind: dispatch.EventBeat, At: time.Now(), Host: cfg.WorkerName, Service: "registry", Up: err == nil, Err: err,
+				})
+			},
+		},
+	})
 }
 
 // cronBackground is the cron part of the worker: reconcile and watch the
@@ -251,68 +232,15 @@ func cronBackground(cfg dispatch.Config, store *queue.Queue, reg *registry.Regis
 	}
 }
 
-// wireSpend adds the fleet's dollar windows, its rate-limit record and the
-// model gateway to deps.
-func wireSpend(cfg dispatch.Config, rc *redis.Client, tune dispatch.Tuning, deps *dispatch.Deps, report *report) (*fleetstate.Dollars, *fleetstate.RateLimits, error) {
-	dollars := fleetstate.NewDollars(rc, fleetstate.DollarsConfig{
-		DailyMicros: cfg.Spend.DailyCostMicros, WeeklyMicros: cfg.Spend.WeeklyCostMicros, MonthlyMicros: cfg.Spend.MonthlyCostMicros,
-		Host: cfg.WorkerName, Logger: tune.Logger,
-	})
-	limits := fleetstate.NewRateLimits(rc, fleetstate.RateLimitsConfig{Host: cfg.WorkerName, Logger: tune.Logger})
-	deps.Dollars, deps.RateLimits = dollars, limits
+// wireGateway adds the model gateway to deps, reporting to limits (the
+// fleet's rate-limit record) and report.
+func wireGateway(cfg dispatch.Config, limits *fleetstate.RateLimits, tune dispatch.Tuning, deps *dispatch.Deps, report *report) error {
 	gw, err := newGateway(cfg, report.limits(limits), tune.Logger, report.onCall)
-	if err != nil {
-		return nil, nil, err
-	}
-	if gw != nil {
-		deps.Gateway = gw
-	}
-	return dollars, limits, nil
-}
-
-// newQueues builds the queues this host drains: the shared queue and, when
-// the name is declared, the host's own. The host queue is declared now so
-// the kill switch finds it even before its first job; it starts paused
-// when the fleet is paused (pi:paused).
-func newQueues(ctx context.Context, rc *redis.Client, cfg dispatch.Config, tune dispatch.Tuning, log *slog.Logger) ([]*queue.Queue, error) {
-	qcfg := queue.Config{LockTTL: tune.LockTTL, WorkerName: cfg.WorkerName, Logger: log, Layout: queue.Layout(cfg.BullMQLayout)}
-	shared, err := queue.New(rc, fleet.SharedQueue, qcfg)
-	if err != nil {
-		return nil, err
-	}
-	if !cfg.WorkerNameDeclared {
-		return []*queue.Queue{shared}, nil
-	}
-	host, err := queue.New(rc, fleet.HostQueueName(cfg.WorkerName), qcfg)
-	if err != nil {
-		return nil, err
-	}
-	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	paused, err := operator.DeclareHostQueue(dctx, host)
-	cancel()
-	switch {
-	case err != nil:
-		log.Warn("host_queue_declare_failed", "queue", host.Name(), "err", err)
-	case paused:
-		log.Warn("host_queue_starts_paused", "queue", host.Name(), "reason", "the fleet is paused (pi-dispatch resume)")
-	}
-	return []*queue.Queue{shared, host}, nil
-}
-
-// wireFleet adds the parts that reach across hosts: the directory of every
-// queue, the run mirror (every host mirrors its records, so the fleet's
-// runs are seen from anywhere) and, on a named host, the fleet leases.
-func wireFleet(cfg dispatch.Config, rc *redis.Client, tune dispatch.Tuning, deps *dispatch.Deps) error {
-	dir, err := queue.NewDirectory(rc, queue.Config{})
 	if err != nil {
 		return err
 	}
-	fleetDir := SigningDirectory(dir, cfg.FleetKey)
-	deps.Directory = fleetDir
-	deps.Finder = fleetDir // held-job liveness across every queue
-	deps.Mirror = fleetstate.NewMirror(rc, fleetstate.MirrorConfig{RetentionDays: cfg.LogRetentionDays, Host: cfg.WorkerName, Logger: tune.Logger})
-	if cfg.WorkerNameDeclared {
-		deps.Leases = Leaser(lease.New(rc, cfg.WorkerName, lease.Config{Logger: tune.Logger}))
+	if gw != nil {
+		deps.Gateway = gw
 	}
 	return nil
 }
