@@ -18,19 +18,6 @@ type RegistryHarness struct {
 	New func(name, machine string) dispatch.Registry
 }
 
-// FakeRegistryHarness is a fleet of fake registries that see each other:
-// each one's Start checks the rows the others hold.
-func FakeRegistryHarness(t *testing.T) RegistryHarness {
-	f := &fakeFleet{}
-	return RegistryHarness{New: func(name, machine string) dispatch.Registry {
-		r := &fleetRegistry{Registry: NewRegistry(name), fleet: f}
-		f.mu.Lock()
-		f.members = append(f.members, r)
-		f.mu.Unlock()
-		return r
-	}}
-}
-
 type fakeFleet struct {
 	mu      sync.Mutex
 	members []*fleetRegistry
