@@ -26,7 +26,7 @@ func TestNewWorkerRefusesWhatCannotWork(t *testing.T) {
 	waiting := DefaultConfig()
 	waiting.WaitProfiles = map[string]string{"ticket": "/usr/local/bin/ticket-done"}
 	cron := DefaultConfig()
-	cron.TriggersFile = "/etc/pi/triggers.json"
+	cron.Cron = true
 	tests := []struct {
 		name   string
 		cfg    Config

@@ -6,6 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/gateway"
 	"github.com/pidispatch/pidispatch/notify"
@@ -26,7 +27,7 @@ type report struct {
 
 // newReport builds the parts cfg.Report asks for. A hook that is not an
 // executable file refuses boot.
-func newReport(ctx context.Context, cfg dispatch.Config, rc redis.UniversalClient, tune dispatch.Tuning) (*report, error) {
+func newReport(ctx context.Context, cfg config.Config, rc redis.UniversalClient, tune dispatch.Tuning) (*report, error) {
 	r := &report{dir: cfg.LogsDir, retention: time.Duration(cfg.LogRetentionDays) * 24 * time.Hour}
 	var err error
 	r.transcripts, err = transcript.NewStore(transcript.Config{
@@ -42,13 +43,13 @@ func newReport(ctx context.Context, cfg dispatch.Config, rc redis.UniversalClien
 			Host: cfg.WorkerName, Logger: tune.Logger,
 		})
 		if err != nil {
-			return nil, &dispatch.ConfigError{Var: "PI_ON_FAILURE", Value: cfg.Report.OnFailure, Rule: err.Error()}
+			return nil, &config.ConfigError{Var: "PI_ON_FAILURE", Value: cfg.Report.OnFailure, Rule: err.Error()}
 		}
 	}
 	if cfg.Report.OTLPEndpoint != "" {
 		r.tracer, err = tracing.NewOTLP(ctx, cfg.WorkerName, tune.Version)
 		if err != nil {
-			return nil, &dispatch.ConfigError{Var: "OTEL_EXPORTER_OTLP_ENDPOINT", Value: cfg.Report.OTLPEndpoint, Rule: err.Error()}
+			return nil, &config.ConfigError{Var: "OTEL_EXPORTER_OTLP_ENDPOINT", Value: cfg.Report.OTLPEndpoint, Rule: err.Error()}
 		}
 	}
 	return r, nil

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/capabilities"
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/cronsync"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
@@ -77,10 +78,16 @@ type Option func(*dispatch.Deps)
 // dispatch.Worker. It is the only place that does: cmd/worker, the demo and
 // the tests all boot workers through it. logger receives every event unless
 // tune.Logger is set; opts apply in order.
-func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune dispatch.Tuning, opts ...Option) (*Stack, error) {
+func Build(ctx context.Context, cfg config.Config, logger *slog.Logger, tune dispatch.Tuning, opts ...Option) (*Stack, error) {
+	// The policy files are read and the whole configuration checked before
+	// anything reaches Valkey or Docker.
+	wcfg, err := cfg.Worker()
+	if err != nil {
+		return nil, err
+	}
 	rc, err := valkey.NewClient(cfg.ValkeyURL, valkey.Options{Password: cfg.ValkeyPassword})
 	if err != nil {
-		return nil, &dispatch.ConfigError{Var: "VALKEY_URL", Value: dispatch.RedactURL(cfg.ValkeyURL), Rule: err.Error()}
+		return nil, &config.ConfigError{Var: "VALKEY_URL", Value: config.RedactURL(cfg.ValkeyURL), Rule: err.Error()}
 	}
 	if err := refusedPassword(ctx, rc, cfg.ValkeyURL); err != nil {
 		_ = rc.Close()
@@ -177,7 +184,7 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 		o(&deps)
 	}
 	mx, running := wireMetrics(cfg, rc, queues, budget, &deps)
-	w, err := dispatch.NewWorker(cfg, deps, tune)
+	w, err := dispatch.NewWorker(wcfg, deps, tune)
 	if err != nil {
 		return fail(err)
 	}
@@ -192,7 +199,7 @@ func refusedPassword(ctx context.Context, rc *redis.Client, rawURL string) error
 	pctx, cancel := context.WithTimeout(ctx, valkey.DialTimeout)
 	defer cancel()
 	if err := rc.Ping(pctx).Err(); errors.Is(err, valkey.ErrAuthRefused) {
-		return fmt.Errorf("valkey at %s: %w", dispatch.RedactURL(rawURL), err)
+		return fmt.Errorf("valkey at %s: %w", config.RedactURL(rawURL), err)
 	}
 	return nil
 }
@@ -210,7 +217,7 @@ func keys(m map[string]string) []string {
 // reported to the observers. The image digest is read once at boot,
 // bounded: the registry publishes it so doctor can tell hosts running
 // different builds apart, and a missing PI_JOB_IMAGE is logged.
-func newRegistry(ctx context.Context, rc *redis.Client, cfg dispatch.Config, tune dispatch.Tuning, runtime *runner.Docker, live *cronsync.LiveSet, tz string, deps *dispatch.Deps) (*registry.Registry, error) {
+func newRegistry(ctx context.Context, rc *redis.Client, cfg config.Config, tune dispatch.Tuning, runtime *runner.Docker, live *cronsync.LiveSet, tz string, deps *dispatch.Deps) (*registry.Registry, error) {
 	digestCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	digest, err := runtime.ImageDigest(digestCtx, cfg.JobImage)
 	cancel()
@@ -240,7 +247,7 @@ func newRegistry(ctx context.Context, rc *redis.Client, cfg dispatch.Config, tun
 // triggers file, or, with none, keep the stored schedulers' runs off this
 // host. Schedulers live on this host's own queue when it has one (store),
 // so hosts never prune each other's; the shared queue otherwise.
-func cronBackground(cfg dispatch.Config, store *queue.Queue, reg *registry.Registry, live *cronsync.LiveSet, tz string, tune dispatch.Tuning, log *slog.Logger) dispatch.Background {
+func cronBackground(cfg config.Config, store *queue.Queue, reg *registry.Registry, live *cronsync.LiveSet, tz string, tune dispatch.Tuning, log *slog.Logger) dispatch.Background {
 	if cfg.TriggersFile == "" {
 		return &cronOff{store: store, queue: store.Name(), log: log}
 	}
@@ -257,7 +264,7 @@ func cronBackground(cfg dispatch.Config, store *queue.Queue, reg *registry.Regis
 
 // wireSpend adds the fleet's dollar windows, its rate-limit record and the
 // model gateway to deps.
-func wireSpend(cfg dispatch.Config, rc *redis.Client, tune dispatch.Tuning, deps *dispatch.Deps, report *report) (*fleetstate.Dollars, *fleetstate.RateLimits, error) {
+func wireSpend(cfg config.Config, rc *redis.Client, tune dispatch.Tuning, deps *dispatch.Deps, report *report) (*fleetstate.Dollars, *fleetstate.RateLimits, error) {
 	dollars := fleetstate.NewDollars(rc, fleetstate.DollarsConfig{
 		DailyMicros: cfg.Spend.DailyCostMicros, WeeklyMicros: cfg.Spend.WeeklyCostMicros, MonthlyMicros: cfg.Spend.MonthlyCostMicros,
 		Host: cfg.WorkerName, Logger: tune.Logger,
@@ -278,7 +285,7 @@ func wireSpend(cfg dispatch.Config, rc *redis.Client, tune dispatch.Tuning, deps
 // the name is declared, the host's own. The host queue is declared now so
 // the kill switch finds it even before its first job; it starts paused
 // when the fleet is paused (pi:paused).
-func newQueues(ctx context.Context, rc *redis.Client, cfg dispatch.Config, tune dispatch.Tuning, log *slog.Logger) ([]*queue.Queue, error) {
+func newQueues(ctx context.Context, rc *redis.Client, cfg config.Config, tune dispatch.Tuning, log *slog.Logger) ([]*queue.Queue, error) {
 	qcfg := queue.Config{LockTTL: tune.LockTTL, WorkerName: cfg.WorkerName, Logger: log, Layout: queue.Layout(cfg.BullMQLayout)}
 	shared, err := queue.New(rc, fleet.SharedQueue, qcfg)
 	if err != nil {
@@ -306,7 +313,7 @@ func newQueues(ctx context.Context, rc *redis.Client, cfg dispatch.Config, tune 
 // wireFleet adds the parts that reach across hosts: the directory of every
 // queue, the run mirror (every host mirrors its records, so the fleet's
 // runs are seen from anywhere) and, on a named host, the fleet leases.
-func wireFleet(cfg dispatch.Config, rc *redis.Client, tune dispatch.Tuning, deps *dispatch.Deps) error {
+func wireFleet(cfg config.Config, rc *redis.Client, tune dispatch.Tuning, deps *dispatch.Deps) error {
 	dir, err := queue.NewDirectory(rc, queue.Config{})
 	if err != nil {
 		return err
