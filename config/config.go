@@ -252,7 +252,7 @@ type Config struct {
 	// Gateway holds the model gateway's settings and the metrics address.
 	Gateway Gateway
 	// Report holds the transcript, notification and tracing settings
-	// (config_report.go).
+	// (report.go).
 	Report Report
 }
 
