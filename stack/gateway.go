@@ -11,7 +11,7 @@ import (
 // newGateway builds the model gateway of cfg: the pricing table (a
 // malformed PI_PRICING_FILE refuses boot, naming its line), the provider
 // URLs, and the fleet's rate-limit record. Nil when PI_GATEWAY=off.
-func newGateway(cfg config.Config, limits gateway.RateLimits, logger *slog.Logger, onCall func(gateway.CallEvent)) (*gateway.Gateway, error) {
+func newGateway(cfg config.Config, limits gateway.RateLimits, logger *slog.Logger, now func() time.Time, onCall func(gateway.CallEvent)) (*gateway.Gateway, error) {
 	if cfg.Gateway.Off {
 		return nil, nil
 	}
@@ -42,6 +42,7 @@ func newGateway(cfg config.Config, limits gateway.RateLimits, logger *slog.Logge
 		RateLimitWait: wait,
 		Logger:        logger,
 		Host:          cfg.WorkerName,
+		Now:           now,
 		OnCall:        onCall,
 		MaxCalls:      cfg.Gateway.MaxCalls,
 		MaxBodyBytes:  cfg.Gateway.MaxBodyBytes,

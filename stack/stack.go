@@ -108,6 +108,11 @@ func Build(ctx context.Context, cfg config.Config, logger *slog.Logger, tune dis
 	if tune.Logger == nil {
 		tune.Logger = logger
 	}
+	// One clock: the Worker's (Tuning.Now) stamps the registry's beats and
+	// dates the gateway's calls and the transcript pruning too.
+	if tune.Now == nil {
+		tune.Now = time.Now
+	}
 	log := tune.Logger.With("host", cfg.WorkerName)
 
 	// Components that stamp the host themselves get the bare logger.
@@ -238,7 +243,7 @@ func newRegistry(ctx context.Context, rc *redis.Client, cfg config.Config, tune 
 	}, registry.Config{Version: tune.Version, Logger: tune.Logger, FleetKey: cfg.FleetKey, OnBeat: func(err error) {
 		// Read when the Worker beats, long after the parts are wired.
 		dispatch.Observers(deps.Observers).Observe(dispatch.Event{
-			Kind: dispatch.EventBeat, At: time.Now(), Host: cfg.WorkerName, Service: "registry", Up: err == nil, Err: err,
+			Kind: dispatch.EventBeat, At: tune.Now(), Host: cfg.WorkerName, Service: "registry", Up: err == nil, Err: err,
 		})
 	}})
 }
@@ -271,7 +276,7 @@ func wireSpend(cfg config.Config, rc *redis.Client, tune dispatch.Tuning, deps *
 	})
 	limits := fleetstate.NewRateLimits(rc, fleetstate.RateLimitsConfig{Host: cfg.WorkerName, Logger: tune.Logger})
 	deps.Dollars, deps.RateLimits = dollars, limits
-	gw, err := newGateway(cfg, report.limits(limits), tune.Logger, report.onCall)
+	gw, err := newGateway(cfg, report.limits(limits), tune.Logger, tune.Now, report.onCall)
 	if err != nil {
 		return nil, nil, err
 	}
