@@ -76,8 +76,11 @@ type Option func(*dispatch.Deps)
 
 // Build wires the concrete implementations (Valkey, Docker) into a
 // dispatch.Worker. It is the only place that does: cmd/worker, the demo and
-// the tests all boot workers through it. logger receives every event unless
-// tune.Logger is set; opts apply in order.
+// the tests all boot workers through it. It first reads the policy files
+// cfg names (cfg.Worker): a bad one is a *config.ConfigError, and nothing
+// has been dialled. logger receives every event unless tune.Logger is set;
+// tune.Now (default time.Now) is also the clock of the registry's beat
+// events, the gateway and the transcript pruning; opts apply in order.
 func Build(ctx context.Context, cfg config.Config, logger *slog.Logger, tune dispatch.Tuning, opts ...Option) (*Stack, error) {
 	// The policy files are read and the whole configuration checked before
 	// anything reaches Valkey or Docker.
