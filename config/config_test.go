@@ -93,7 +93,7 @@ func field(c config.Config, name string) any {
 	panic("no field for " + name)
 }
 
-func TestLoadConfig_Defaults(t *testing.T) {
+func TestLoad_Defaults(t *testing.T) {
 	t.Parallel()
 	c, err := config.Load(envOf(nil))
 	require.NoError(t, err)
@@ -126,7 +126,7 @@ func TestLoadConfig_Defaults(t *testing.T) {
 	require.NoError(t, config.Default().Validate())
 }
 
-func TestLoadConfig_GoodValues(t *testing.T) {
+func TestLoad_GoodValues(t *testing.T) {
 	t.Parallel()
 	digest := "sha256:" + strings.Repeat("ab", 32)
 	tests := []struct {
@@ -217,7 +217,7 @@ func TestLoadConfig_GoodValues(t *testing.T) {
 	}
 }
 
-func TestLoadConfig_BadValues(t *testing.T) {
+func TestLoad_BadValues(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name  string
@@ -378,7 +378,7 @@ func TestLoadConfig_BadValues(t *testing.T) {
 	}
 }
 
-func TestLoadConfig_CollectsEveryError(t *testing.T) {
+func TestLoad_CollectsEveryError(t *testing.T) {
 	t.Parallel()
 	_, err := config.Load(envOf(map[string]string{
 		"PI_WAIT_INTERVAL_MS": "1000",
@@ -399,7 +399,7 @@ func TestLoadConfig_CollectsEveryError(t *testing.T) {
 	require.Contains(t, err.Error(), `PI_CONCURRENCY="many": must be a whole number`)
 }
 
-func TestLoadConfig_DeclaredNameIsNeverAltered(t *testing.T) {
+func TestLoad_DeclaredNameIsNeverAltered(t *testing.T) {
 	t.Parallel()
 	// A sanitizable name is still refused when declared: the operator typed it.
 	_, err := config.Load(envOf(map[string]string{"PI_WORKER_NAME": "Robs Mac"}))
@@ -408,7 +408,7 @@ func TestLoadConfig_DeclaredNameIsNeverAltered(t *testing.T) {
 	require.Equal(t, `PI_WORKER_NAME="Robs Mac": name may contain only letters, digits, '.', '_' and '-' (^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$, not ending in .json or .log)`, ce.Error())
 }
 
-func TestLoadConfig_LogsDirDefaultFollowsTMPDIR(t *testing.T) {
+func TestLoad_LogsDirDefaultFollowsTMPDIR(t *testing.T) {
 	t.Parallel()
 	tests := []struct{ tmpdir, want string }{
 		{"", "/tmp/pi-dispatch/logs"},
@@ -425,7 +425,7 @@ func TestLoadConfig_LogsDirDefaultFollowsTMPDIR(t *testing.T) {
 
 // Records default to a per-user state folder, which a reboot does not empty;
 // the temporary folder only when no home is known.
-func TestLoadConfig_LogsDirDefaultSurvivesReboot(t *testing.T) {
+func TestLoad_LogsDirDefaultSurvivesReboot(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		env  map[string]string
@@ -444,7 +444,7 @@ func TestLoadConfig_LogsDirDefaultSurvivesReboot(t *testing.T) {
 	}
 }
 
-func TestLoadConfig_SecretsAreRedacted(t *testing.T) {
+func TestLoad_SecretsAreRedacted(t *testing.T) {
 	t.Parallel()
 	const secret = "hunter2-very-secret"
 	tests := []map[string]string{
@@ -492,7 +492,7 @@ func TestRedactURL(t *testing.T) {
 	}
 }
 
-func TestLoadConfig_ReadsOnlyEnvVars(t *testing.T) {
+func TestLoad_ReadsOnlyEnvVars(t *testing.T) {
 	t.Parallel()
 	var read []string
 	_, err := config.Load(func(k string) string {

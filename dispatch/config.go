@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -202,6 +203,19 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// String summarizes the configuration for logs; the provider keys are
+// never shown, so printing a Config (%v, %+v) never leaks them.
+func (c Config) String() string {
+	return fmt.Sprintf("worker=%s declared=%t concurrency=%d image=%s memory=%d cpus=%g timeout=%s logsDir=%s providerKeys=%d",
+		c.WorkerName, c.WorkerNameDeclared, c.Concurrency, c.JobImage, c.JobMemory, c.JobCPUs, c.JobTimeout, c.LogsDir, len(c.Gateway.ProviderKeys))
+}
+
+// GoString is String, for %#v.
+func (c Config) GoString() string { return "dispatch.Config{" + c.String() + "}" }
+
+// LogValue renders the configuration for slog as String does.
+func (c Config) LogValue() slog.Value { return slog.StringValue(c.String()) }
 
 // ImageAllowed reports whether job data may name image on this host: the
 // default image and the ones JobImages lists.
