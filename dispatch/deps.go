@@ -144,7 +144,7 @@ type Deps struct {
 	// for it. Without it the host agreed to no cron set: every such job is
 	// refused (cron-not-agreed), so a schedule left in Valkey never spends on
 	// a host that did not ask for it. NewWorker refuses a nil Cron when
-	// Config.TriggersFile is set.
+	// Config.Cron is set (the host serves a triggers file).
 	Cron CronGate
 	// Dollars holds each job's dollar cap against the fleet-wide dollar
 	// windows. NewWorker refuses a nil Dollars when Config.Spend sets a
