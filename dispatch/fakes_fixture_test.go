@@ -15,7 +15,6 @@ import (
 	"github.com/pidispatch/pidispatch/dispatchtest"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/jobs"
-	"github.com/pidispatch/pidispatch/policy"
 )
 
 // fakeHost is a Worker booted on the fakes of package dispatchtest: no
@@ -192,24 +191,4 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // todayAt is today (UTC) at hh:00, so records stay within retention.
 func todayAt(hh int) time.Time {
 	return time.Now().UTC().Truncate(24 * time.Hour).Add(time.Duration(hh) * time.Hour)
-}
-
-// mustPauseWindows parses a pause-windows document.
-func mustPauseWindows(t *testing.T, doc string) policy.PauseWindows {
-	t.Helper()
-	w, err := policy.ParsePauseWindows([]byte(doc))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return w
-}
-
-// mustScopedLimits parses a scoped-limits document.
-func mustScopedLimits(t *testing.T, doc string) policy.ScopedLimits {
-	t.Helper()
-	l, err := policy.ParseScopedLimits([]byte(doc))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
 }
