@@ -11,7 +11,7 @@ import (
 
 // A fleet key file the worker cannot trust refuses boot, naming the
 // variable and the rule; a good one is read, and never printed.
-func TestLoadConfig_FleetKeyFile(t *testing.T) {
+func TestLoad_FleetKeyFile(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, body string, mode os.FileMode) string {
 		p := filepath.Join(dir, name)

@@ -457,8 +457,8 @@ func LocalZone(getenv func(string) string) string {
 	return "UTC"
 }
 
-// ConfigForDoctor loads the configuration like LoadConfig. When it is
-// invalid, it returns LoadConfig's error together with a usable
+// ConfigForDoctor loads the configuration like config.Load. When it is
+// invalid, it returns config.Load's error together with a usable
 // configuration in which each invalid variable has its default, so doctor
 // can still check everything the valid variables name.
 func ConfigForDoctor(getenv func(string) string) (config.Config, error) {

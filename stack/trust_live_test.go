@@ -51,7 +51,7 @@ func TestLiveUnsignedJobsAreRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !cfg.FleetKey.IsSet() {
-		t.Fatal("LoadConfig did not read the key")
+		t.Fatal("config.Load did not read the key")
 	}
 	s, err := stack.Build(ctx, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), dispatch.Tuning{JobsDir: t.TempDir()})
 	if err != nil {
