@@ -501,10 +501,10 @@ func TestLoad_ReadsOnlyEnvVars(t *testing.T) {
 	})
 	require.NoError(t, err)
 	for _, k := range read {
-		require.Contains(t, config.EnvVars, k, "LoadConfig read %s, which EnvVars does not list", k)
+		require.Contains(t, config.EnvVars, k, "Load read %s, which EnvVars does not list", k)
 	}
 	for _, k := range config.EnvVars {
-		require.Contains(t, read, k, "EnvVars lists %s, which LoadConfig never reads", k)
+		require.Contains(t, read, k, "EnvVars lists %s, which Load never reads", k)
 	}
 }
 
