@@ -16,6 +16,7 @@ RUN go mod download
 COPY agent ./agent
 COPY capabilities ./capabilities
 COPY cmd ./cmd
+COPY config ./config
 COPY container ./container
 COPY cronsync ./cronsync
 COPY dash ./dash
@@ -33,6 +34,7 @@ COPY lease ./lease
 COPY metrics ./metrics
 COPY notify ./notify
 COPY operator ./operator
+COPY policy ./policy
 COPY queue ./queue
 COPY registry ./registry
 COPY runner ./runner

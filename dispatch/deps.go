@@ -121,7 +121,7 @@ type Deps struct {
 	// for it. Without it the host agreed to no cron set: every such job is
 	// refused (cron-not-agreed), so a schedule left in Valkey never spends on
 	// a host that did not ask for it. NewWorker refuses a nil Cron when
-	// Config.TriggersFile is set.
+	// Config.Cron is set (the host serves a triggers file).
 	Cron CronGate
 	// Gateway, when set, serves each job's model socket: key injection,
 	// metering and the per-job caps. Without it (and with

@@ -2,6 +2,8 @@ package dispatch
 
 import (
 	"errors"
+	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 )
@@ -26,7 +28,7 @@ func TestNewWorkerRefusesWhatCannotWork(t *testing.T) {
 	waiting := DefaultConfig()
 	waiting.WaitProfiles = map[string]string{"ticket": "/usr/local/bin/ticket-done"}
 	cron := DefaultConfig()
-	cron.TriggersFile = "/etc/pi/triggers.json"
+	cron.Cron = true
 	tests := []struct {
 		name   string
 		cfg    Config
@@ -66,5 +68,19 @@ func TestNewWorkerRefusesWhatCannotWork(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Printing or logging a Config never shows a provider key.
+func TestConfigNeverPrintsProviderKeys(t *testing.T) {
+	t.Parallel()
+	c := DefaultConfig()
+	c.Gateway.ProviderKeys = map[string]string{"anthropic": "sk-secret-1"}
+	var sb strings.Builder
+	slog.New(slog.NewTextHandler(&sb, nil)).Info("boot", "config", c)
+	for _, out := range []string{fmt.Sprint(c), fmt.Sprintf("%+v", c), fmt.Sprintf("%#v", c), sb.String()} {
+		if strings.Contains(out, "sk-secret-1") || !strings.Contains(out, "providerKeys=1") {
+			t.Errorf("%q shows the key or hides that there is one", out)
+		}
 	}
 }

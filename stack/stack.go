@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/capabilities"
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/cronsync"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleetstate"
@@ -71,12 +72,21 @@ type Option func(*dispatch.Deps)
 
 // Build wires the concrete implementations (Valkey, Docker) into a
 // dispatch.Worker. It is the only place that does: cmd/worker, the demo and
-// the tests all boot workers through it. logger receives every event unless
-// tune.Logger is set; opts apply in order.
-func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune dispatch.Tuning, opts ...Option) (*Stack, error) {
+// the tests all boot workers through it. It first reads the policy files
+// cfg names (cfg.Worker): a bad one is a *config.ConfigError, and nothing
+// has been dialled. logger receives every event unless tune.Logger is set;
+// tune.Now (default time.Now) is also the clock of the registry's beat
+// events, the gateway and the transcript pruning; opts apply in order.
+func Build(ctx context.Context, cfg config.Config, logger *slog.Logger, tune dispatch.Tuning, opts ...Option) (*Stack, error) {
+	// The policy files are read and the whole configuration checked before
+	// anything reaches Valkey or Docker.
+	wcfg, err := cfg.Worker()
+	if err != nil {
+		return nil, err
+	}
 	rc, err := valkey.NewClient(cfg.ValkeyURL, valkey.Options{Password: cfg.ValkeyPassword})
 	if err != nil {
-		return nil, &dispatch.ConfigError{Var: "VALKEY_URL", Value: dispatch.RedactURL(cfg.ValkeyURL), Rule: err.Error()}
+		return nil, &config.ConfigError{Var: "VALKEY_URL", Value: config.RedactURL(cfg.ValkeyURL), Rule: err.Error()}
 	}
 	if err := refusedPassword(ctx, rc, cfg.ValkeyURL); err != nil {
 		_ = rc.Close()
@@ -96,6 +106,11 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 
 	if tune.Logger == nil {
 		tune.Logger = logger
+	}
+	// One clock: the Worker's (Tuning.Now) stamps the registry's beats and
+	// dates the gateway's calls and the transcript pruning too.
+	if tune.Now == nil {
+		tune.Now = time.Now
 	}
 	log := tune.Logger.With("host", cfg.WorkerName)
 
@@ -143,7 +158,7 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 		o(&deps)
 	}
 	mx, running := wireMetrics(cfg, rc, st.queues, st.budget, &deps)
-	w, err := dispatch.NewWorker(cfg, deps, tune)
+	w, err := dispatch.NewWorker(wcfg, deps, tune)
 	if err != nil {
 		return fail(err)
 	}
@@ -158,7 +173,7 @@ func refusedPassword(ctx context.Context, rc *redis.Client, rawURL string) error
 	pctx, cancel := context.WithTimeout(ctx, valkey.DialTimeout)
 	defer cancel()
 	if err := rc.Ping(pctx).Err(); errors.Is(err, valkey.ErrAuthRefused) {
-		return fmt.Errorf("valkey at %s: %w", dispatch.RedactURL(rawURL), err)
+		return fmt.Errorf("valkey at %s: %w", config.RedactURL(rawURL), err)
 	}
 	return nil
 }
@@ -178,7 +193,7 @@ func keys(m map[string]string) []string {
 // read once at boot, bounded: the registry publishes it so doctor can tell
 // hosts running different builds apart, and a missing PI_JOB_IMAGE is
 // logged.
-func openStores(ctx context.Context, fl *Fleet, cfg dispatch.Config, tune dispatch.Tuning, runtime *runner.Docker, live *cronsync.LiveSet, tz string, deps *dispatch.Deps) (*valkeyStores, error) {
+func openStores(ctx context.Context, fl *Fleet, cfg config.Config, tune dispatch.Tuning, runtime *runner.Docker, live *cronsync.LiveSet, tz string, deps *dispatch.Deps) (*valkeyStores, error) {
 	digestCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	digest, err := runtime.ImageDigest(digestCtx, cfg.JobImage)
 	cancel()
@@ -206,7 +221,7 @@ func openStores(ctx context.Context, fl *Fleet, cfg dispatch.Config, tune dispat
 			OnBeat: func(err error) {
 				// Read when the Worker beats, long after the parts are wired.
 				dispatch.Observers(deps.Observers).Observe(dispatch.Event{
-					Kind: dispatch.EventBeat, At: time.Now(), Host: cfg.WorkerName, Service: "registry", Up: err == nil, Err: err,
+					Kind: dispatch.EventBeat, At: tune.Now(), Host: cfg.WorkerName, Service: "registry", Up: err == nil, Err: err,
 				})
 			},
 		},
@@ -217,7 +232,7 @@ func openStores(ctx context.Context, fl *Fleet, cfg dispatch.Config, tune dispat
 // triggers file, or, with none, keep the stored schedulers' runs off this
 // host. Schedulers live on this host's own queue when it has one (store),
 // so hosts never prune each other's; the shared queue otherwise.
-func cronBackground(cfg dispatch.Config, store *queue.Queue, reg *registry.Registry, live *cronsync.LiveSet, tz string, tune dispatch.Tuning, log *slog.Logger) dispatch.Background {
+func cronBackground(cfg config.Config, store *queue.Queue, reg *registry.Registry, live *cronsync.LiveSet, tz string, tune dispatch.Tuning, log *slog.Logger) dispatch.Background {
 	if cfg.TriggersFile == "" {
 		return &cronOff{store: store, queue: store.Name(), log: log}
 	}
@@ -234,8 +249,8 @@ func cronBackground(cfg dispatch.Config, store *queue.Queue, reg *registry.Regis
 
 // wireGateway adds the model gateway to deps, reporting to limits (the
 // fleet's rate-limit record) and report.
-func wireGateway(cfg dispatch.Config, limits *fleetstate.RateLimits, tune dispatch.Tuning, deps *dispatch.Deps, report *report) error {
-	gw, err := newGateway(cfg, report.limits(limits), tune.Logger, report.onCall)
+func wireGateway(cfg config.Config, limits *fleetstate.RateLimits, tune dispatch.Tuning, deps *dispatch.Deps, report *report) error {
+	gw, err := newGateway(cfg, report.limits(limits), tune.Logger, tune.Now, report.onCall)
 	if err != nil {
 		return err
 	}

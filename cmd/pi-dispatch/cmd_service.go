@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/internal/check"
 )
 
@@ -100,10 +100,10 @@ func cmdService(_ context.Context, e env, args []string) int {
 // containers still running and leaving the registry, and never under 60 s.
 // A grace the worker would refuse is a warning here: the worker names it.
 func stopTimeout(e env) time.Duration {
-	grace := dispatch.DefaultShutdownGrace
+	grace := config.DefaultShutdownGrace
 	if raw := e.getenv("PI_SHUTDOWN_GRACE"); raw != "" {
 		d, rule := check.Duration(raw)
-		if rule != "" || d < dispatch.MinShutdownGrace || d > dispatch.MaxShutdownGrace {
+		if rule != "" || d < config.MinShutdownGrace || d > config.MaxShutdownGrace {
 			fmt.Fprintf(e.stderr, "pi-dispatch service render: warning: PI_SHUTDOWN_GRACE=%q is not a duration of 1s..1h; the worker will refuse it\n", raw)
 		} else {
 			grace = d

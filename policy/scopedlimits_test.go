@@ -1,4 +1,4 @@
-package dispatch_test
+package policy_test
 
 import (
 	"fmt"
@@ -9,20 +9,20 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/jobs"
+	"github.com/pidispatch/pidispatch/policy"
 )
 
 func TestParseScopedLimits_Valid(t *testing.T) {
 	t.Parallel()
-	l, err := dispatch.ParseScopedLimits([]byte(`{"version":1,"limits":[
+	l, err := policy.ParseScopedLimits([]byte(`{"version":1,"limits":[
 		{"scope":"acme/web","concurrent":2,"day":10},
 		{"scope":"/srv/proj","week":50},
 		{"scope":"group/sub/api","concurrent":64,"day":1000000,"week":1}
 	]}`))
 	require.NoError(t, err)
 	require.Equal(t, 3, l.Len())
-	require.Equal(t, []dispatch.ScopeLimit{
+	require.Equal(t, []policy.ScopeLimit{
 		{Scope: "/srv/proj", Week: 50},
 		{Scope: "acme/web", Concurrent: 2, Day: 10},
 		{Scope: "group/sub/api", Concurrent: 64, Day: 1000000, Week: 1},
@@ -30,7 +30,7 @@ func TestParseScopedLimits_Valid(t *testing.T) {
 
 	got, ok := l.Lookup("acme/web")
 	require.True(t, ok)
-	require.Equal(t, dispatch.ScopeLimit{Scope: "acme/web", Concurrent: 2, Day: 10}, got)
+	require.Equal(t, policy.ScopeLimit{Scope: "acme/web", Concurrent: 2, Day: 10}, got)
 	for _, miss := range []string{"acme/web2", "acme", "/srv/proj/", "/srv", "ACME/WEB", ""} {
 		_, ok := l.Lookup(miss)
 		require.False(t, ok, "matching is exact: %q", miss)
@@ -41,10 +41,10 @@ func TestParseScopedLimits_Valid(t *testing.T) {
 	again, _ := l.Lookup("/srv/proj")
 	require.Equal(t, 50, again.Week)
 
-	empty, err := dispatch.ParseScopedLimits([]byte(`{"version":1,"limits":[]}`))
+	empty, err := policy.ParseScopedLimits([]byte(`{"version":1,"limits":[]}`))
 	require.NoError(t, err)
 	require.Equal(t, 0, empty.Len())
-	var zero dispatch.ScopedLimits
+	var zero policy.ScopedLimits
 	_, ok = zero.Lookup("acme/web")
 	require.False(t, ok)
 	require.Empty(t, zero.Rows())
@@ -97,7 +97,7 @@ func TestParseScopedLimits_Invalid(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := dispatch.ParseScopedLimits([]byte(tt.give))
+			_, err := policy.ParseScopedLimits([]byte(tt.give))
 			require.Error(t, err)
 			require.Contains(t, err.Error(), tt.rule)
 			require.True(t, strings.HasPrefix(err.Error(), "scoped limits: "), err.Error())
@@ -114,22 +114,22 @@ func TestParseScopedLimits_Invalid(t *testing.T) {
 // the rows carry them to the budgets.
 func TestParseScopedLimits_MonthAndDollars(t *testing.T) {
 	t.Parallel()
-	l, err := dispatch.ParseScopedLimits([]byte(`{"version":1,"limits":[
+	l, err := policy.ParseScopedLimits([]byte(`{"version":1,"limits":[
 		{"scope":"acme/web","month":300},
 		{"scope":"acme/api","dailyCostUsd":"2.50","weeklyCostUsd":10,"monthlyCostUsd":"0.000001"},
 		{"scope":"/srv/p","day":3,"monthlyCostUsd":"1000000"}
 	]}`))
 	require.NoError(t, err)
 	web, _ := l.Lookup("acme/web")
-	require.Equal(t, dispatch.ScopeLimit{Scope: "acme/web", Month: 300}, web)
+	require.Equal(t, policy.ScopeLimit{Scope: "acme/web", Month: 300}, web)
 	require.False(t, web.HasDollars())
 	api, _ := l.Lookup("acme/api")
-	require.Equal(t, dispatch.ScopeLimit{Scope: "acme/api", DailyCostMicros: 2_500_000, WeeklyCostMicros: 10_000_000, MonthlyCostMicros: 1}, api)
+	require.Equal(t, policy.ScopeLimit{Scope: "acme/api", DailyCostMicros: 2_500_000, WeeklyCostMicros: 10_000_000, MonthlyCostMicros: 1}, api)
 	require.True(t, api.HasDollars())
 	p, _ := l.Lookup("/srv/p")
-	require.Equal(t, dispatch.ScopeLimit{Scope: "/srv/p", Day: 3, MonthlyCostMicros: 1_000_000 * jobs.Micros}, p)
+	require.Equal(t, policy.ScopeLimit{Scope: "/srv/p", Day: 3, MonthlyCostMicros: 1_000_000 * jobs.Micros}, p)
 	require.True(t, p.HasDollars())
-	for _, one := range []dispatch.ScopeLimit{{DailyCostMicros: 1}, {WeeklyCostMicros: 1}, {MonthlyCostMicros: 1}} {
+	for _, one := range []policy.ScopeLimit{{DailyCostMicros: 1}, {WeeklyCostMicros: 1}, {MonthlyCostMicros: 1}} {
 		require.True(t, one.HasDollars(), "%+v", one)
 	}
 }
@@ -145,24 +145,6 @@ func TestScopedLimitsDocNamesDollarFields(t *testing.T) {
 	require.NotContains(t, string(data), "A `month` field is refused")
 }
 
-func TestLoadScopedLimits(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	p := filepath.Join(dir, "scoped-limits.json")
-	require.NoError(t, os.WriteFile(p, []byte(`{"version":1,"limits":[{"scope":"acme/web","concurrent":1}]}`), 0o600))
-	l, err := dispatch.LoadScopedLimits(p)
-	require.NoError(t, err)
-	require.Equal(t, 1, l.Len())
-
-	require.NoError(t, os.WriteFile(p, []byte(`{"version":1,"limits":[{"scope":"acme/web"}]}`), 0o600))
-	_, err = dispatch.LoadScopedLimits(p)
-	require.ErrorContains(t, err, p)
-	require.ErrorContains(t, err, "limits[0]")
-
-	_, err = dispatch.LoadScopedLimits(filepath.Join(dir, "absent.json"))
-	require.ErrorIs(t, err, os.ErrNotExist)
-}
-
 func FuzzParseScopedLimits(f *testing.F) {
 	f.Add([]byte(`{"version":1,"limits":[{"scope":"acme/web","concurrent":2,"day":10,"week":50}]}`))
 	f.Add([]byte(`{"version":1,"limits":[{"scope":"/srv/p","day":1},{"scope":"/srv/p","day":2}]}`))
@@ -170,7 +152,7 @@ func FuzzParseScopedLimits(f *testing.F) {
 	f.Add([]byte(`{"version":2}`))
 	f.Add([]byte(`{"version":1e999,"limits":[]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		l, err := dispatch.ParseScopedLimits(data)
+		l, err := policy.ParseScopedLimits(data)
 		if err != nil {
 			return
 		}
@@ -179,7 +161,7 @@ func FuzzParseScopedLimits(f *testing.F) {
 			if !ok || got != r {
 				t.Fatalf("row %+v not found by its scope", r)
 			}
-			if r.Concurrent < 0 || r.Concurrent > dispatch.MaxScopeConcurrent || r.Day < 0 || r.Week < 0 || r.Month < 0 ||
+			if r.Concurrent < 0 || r.Concurrent > policy.MaxScopeConcurrent || r.Day < 0 || r.Week < 0 || r.Month < 0 ||
 				r.DailyCostMicros < 0 || r.WeeklyCostMicros < 0 || r.MonthlyCostMicros < 0 ||
 				r.Concurrent == 0 && r.Day == 0 && r.Week == 0 && r.Month == 0 && !r.HasDollars() {
 				t.Fatalf("accepted an impossible row %+v", r)
@@ -189,13 +171,13 @@ func FuzzParseScopedLimits(f *testing.F) {
 }
 
 func ExampleScopedLimits_Lookup() {
-	l, err := dispatch.ParseScopedLimits([]byte(`{"version":1,"limits":[{"scope":"acme/web","concurrent":1,"day":20}]}`))
+	l, err := policy.ParseScopedLimits([]byte(`{"version":1,"limits":[{"scope":"acme/web","concurrent":1,"day":20}]}`))
 	if err != nil {
 		panic(err)
 	}
 	fmt.Println(l.Lookup("acme/web"))
 	fmt.Println(l.Lookup("acme/api"))
-	_, err = dispatch.ParseScopedLimits([]byte(`{"version":1,"limits":[{"scope":"acme/web","concurent":1}]}`))
+	_, err = policy.ParseScopedLimits([]byte(`{"version":1,"limits":[{"scope":"acme/web","concurent":1}]}`))
 	fmt.Println(err)
 	// Output:
 	// {acme/web 1 20 0 0 0 0 0} true

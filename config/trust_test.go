@@ -1,4 +1,4 @@
-package dispatch_test
+package config_test
 
 import (
 	"os"
@@ -6,12 +6,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/config"
 )
 
 // A fleet key file the worker cannot trust refuses boot, naming the
 // variable and the rule; a good one is read, and never printed.
-func TestLoadConfig_FleetKeyFile(t *testing.T) {
+func TestLoad_FleetKeyFile(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, body string, mode os.FileMode) string {
 		p := filepath.Join(dir, name)
@@ -36,7 +36,7 @@ func TestLoadConfig_FleetKeyFile(t *testing.T) {
 		"bad queue":                     {map[string]string{"PI_FLEET_KEY_FILE": write("ok1", long, 0o600), "PI_UNSIGNED_QUEUES": "pi-jobs,bull:x"}, "queue names"},
 		"output too small":              {map[string]string{"PI_JOB_OUTPUT_MAX": "1k"}, "between 64k and 1g"},
 	} {
-		_, err := dispatch.LoadConfig(func(k string) string { return tc.env[k] })
+		_, err := config.Load(func(k string) string { return tc.env[k] })
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want a refusal naming %q", name, err, tc.want)
 		}
@@ -45,7 +45,7 @@ func TestLoadConfig_FleetKeyFile(t *testing.T) {
 		}
 	}
 	good := write("good", long, 0o600)
-	c, err := dispatch.LoadConfig(func(k string) string {
+	c, err := config.Load(func(k string) string {
 		return map[string]string{"PI_FLEET_KEY_FILE": good, "PI_UNSIGNED_QUEUES": "pi-jobs, pi-jobs@node-1", "PI_JOB_OUTPUT_MAX": "1m"}[k]
 	})
 	if err != nil || !c.FleetKey.IsSet() || len(c.UnsignedQueues) != 2 || c.JobOutputMax != 1<<20 {

@@ -1,4 +1,4 @@
-package dispatch
+package policy
 
 import (
 	"encoding/json"
@@ -12,6 +12,11 @@ import (
 
 // Limits of a scoped-limits file.
 const (
+	// MaxCap bounds a count cap: PI_DAILY_CAP and a row's day, week, month.
+	MaxCap = 1_000_000
+	// MaxUSD is the largest dollar amount a cap may hold.
+	MaxUSD = 1_000_000
+
 	ScopedLimitsVersion = 1    // the version this build reads
 	MaxScopedLimits     = 1024 // rows
 	MaxScopeConcurrent  = 64   // each slot is a lease key probed at every pickup
@@ -69,7 +74,7 @@ func ParseScopedLimits(data []byte) (ScopedLimits, error) {
 }
 
 func parseScopedLimits(data []byte) (ScopedLimits, error) {
-	if err := check.JSON(data, MaxPolicyFileBytes); err != nil {
+	if err := check.JSON(data, MaxFileBytes); err != nil {
 		return ScopedLimits{}, err
 	}
 	if err := scopedLimitsVersion(data); err != nil {
@@ -226,19 +231,6 @@ func parseRowUSD(raw json.RawMessage) (int64, bool) {
 		return 0, false
 	}
 	return m, true
-}
-
-// LoadScopedLimits reads and parses a scoped-limits file (at most 1 MiB).
-func LoadScopedLimits(path string) (ScopedLimits, error) {
-	data, err := readPolicyFile(path)
-	if err != nil {
-		return ScopedLimits{}, err
-	}
-	l, err := ParseScopedLimits(data)
-	if err != nil {
-		return ScopedLimits{}, fmt.Errorf("%s: %w", path, err)
-	}
-	return l, nil
 }
 
 // Lookup returns the limits of exactly this scope.

@@ -1,10 +1,8 @@
-package dispatch
+package policy
 
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"os"
 	"slices"
 	"time"
 
@@ -14,8 +12,9 @@ import (
 
 // Limits of a pause-windows file.
 const (
-	MaxPolicyFileBytes = 1 << 20
-	MaxPauseWindows    = 256
+	// MaxFileBytes bounds a policy file (pause windows, scoped limits).
+	MaxFileBytes    = 1 << 20
+	MaxPauseWindows = 256
 )
 
 // PauseWindow is one entry of pause-windows.json. A job whose scope matches is deferred
@@ -74,7 +73,7 @@ var weekdays = map[string]time.Weekday{
 // bad values are errors naming the window index and field ("windows[2].from: ...").
 // There is no version field, as in the original.
 func ParsePauseWindows(data []byte) (PauseWindows, error) {
-	if err := check.JSON(data, MaxPolicyFileBytes); err != nil {
+	if err := check.JSON(data, MaxFileBytes); err != nil {
 		return PauseWindows{}, fmt.Errorf("pause windows: %w", err)
 	}
 	var doc struct {
@@ -103,37 +102,6 @@ func ParsePauseWindows(data []byte) (PauseWindows, error) {
 		out.windows = append(out.windows, win)
 	}
 	return out, nil
-}
-
-// LoadPauseWindows reads and parses a pause-windows file (at most 1 MiB).
-func LoadPauseWindows(path string) (PauseWindows, error) {
-	data, err := readPolicyFile(path)
-	if err != nil {
-		return PauseWindows{}, err
-	}
-	w, err := ParsePauseWindows(data)
-	if err != nil {
-		return PauseWindows{}, fmt.Errorf("%s: %w", path, err)
-	}
-	return w, nil
-}
-
-// readPolicyFile reads at most MaxPolicyFileBytes of a policy file; a larger file is
-// an error rather than a truncated read.
-func readPolicyFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxPolicyFileBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if len(data) > MaxPolicyFileBytes {
-		return nil, fmt.Errorf("%s: larger than %d bytes", path, MaxPolicyFileBytes)
-	}
-	return data, nil
 }
 
 func (w *PauseWindow) compile(at string) error {

@@ -1,4 +1,4 @@
-package dispatch_test
+package config_test
 
 import (
 	"errors"
@@ -14,7 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/fleet"
 )
 
@@ -23,7 +23,7 @@ func envOf(m map[string]string) func(string) string {
 }
 
 // field reads the Config field a variable sets, so the tables stay free of funcs.
-func field(c dispatch.Config, name string) any {
+func field(c config.Config, name string) any {
 	switch name {
 	case "VALKEY_URL":
 		return c.ValkeyURL
@@ -93,11 +93,11 @@ func field(c dispatch.Config, name string) any {
 	panic("no field for " + name)
 }
 
-func TestLoadConfig_Defaults(t *testing.T) {
+func TestLoad_Defaults(t *testing.T) {
 	t.Parallel()
-	c, err := dispatch.LoadConfig(envOf(nil))
+	c, err := config.Load(envOf(nil))
 	require.NoError(t, err)
-	want := dispatch.Config{
+	want := config.Config{
 		ValkeyURL:            "redis://127.0.0.1:6379",
 		WorkerName:           fleet.DefaultName(),
 		BullMQLayout:         6,
@@ -117,16 +117,16 @@ func TestLoadConfig_Defaults(t *testing.T) {
 		WaitInterval:         60 * time.Second,
 		WaitMax:              24 * time.Hour,
 		WaitAfterMax:         30 * 24 * time.Hour,
-		Gateway: dispatch.Gateway{DefaultProvider: "anthropic", DefaultModel: "claude-sonnet-4-5", RateLimitWait: time.Minute,
+		Gateway: config.Gateway{DefaultProvider: "anthropic", DefaultModel: "claude-sonnet-4-5", RateLimitWait: time.Minute,
 			MaxCalls: 4, MaxBodyBytes: 32 << 20, MaxConns: 32},
 		JobOutputMax: 16 << 20,
 	}
 	require.Equal(t, want, c)
 	require.NoError(t, c.Validate())
-	require.NoError(t, dispatch.DefaultConfig().Validate())
+	require.NoError(t, config.Default().Validate())
 }
 
-func TestLoadConfig_GoodValues(t *testing.T) {
+func TestLoad_GoodValues(t *testing.T) {
 	t.Parallel()
 	digest := "sha256:" + strings.Repeat("ab", 32)
 	tests := []struct {
@@ -209,7 +209,7 @@ func TestLoadConfig_GoodValues(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name+"="+tt.value, func(t *testing.T) {
 			t.Parallel()
-			c, err := dispatch.LoadConfig(envOf(map[string]string{tt.name: tt.value}))
+			c, err := config.Load(envOf(map[string]string{tt.name: tt.value}))
 			require.NoError(t, err)
 			require.Equal(t, tt.want, field(c, tt.name))
 			require.NoError(t, c.Validate())
@@ -217,7 +217,7 @@ func TestLoadConfig_GoodValues(t *testing.T) {
 	}
 }
 
-func TestLoadConfig_BadValues(t *testing.T) {
+func TestLoad_BadValues(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name  string
@@ -361,12 +361,12 @@ func TestLoadConfig_BadValues(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name+"="+tt.value, func(t *testing.T) {
 			t.Parallel()
-			_, err := dispatch.LoadConfig(envOf(map[string]string{tt.name: tt.value}))
+			_, err := config.Load(envOf(map[string]string{tt.name: tt.value}))
 			require.Error(t, err)
-			var errs dispatch.ConfigErrors
+			var errs config.ConfigErrors
 			require.ErrorAs(t, err, &errs)
 			require.Len(t, errs, 1, "one bad variable, one error: %v", err)
-			var ce *dispatch.ConfigError
+			var ce *config.ConfigError
 			require.ErrorAs(t, err, &ce)
 			require.Equal(t, tt.name, ce.Var)
 			require.Contains(t, ce.Rule, tt.rule)
@@ -378,37 +378,37 @@ func TestLoadConfig_BadValues(t *testing.T) {
 	}
 }
 
-func TestLoadConfig_CollectsEveryError(t *testing.T) {
+func TestLoad_CollectsEveryError(t *testing.T) {
 	t.Parallel()
-	_, err := dispatch.LoadConfig(envOf(map[string]string{
+	_, err := config.Load(envOf(map[string]string{
 		"PI_WAIT_INTERVAL_MS": "1000",
 		"PI_CONCURRENCY":      "many",
 		"VALKEY_URL":          "http://x",
 		"PI_JOB_TIMEOUT":      "30",
 	}))
-	var errs dispatch.ConfigErrors
+	var errs config.ConfigErrors
 	require.ErrorAs(t, err, &errs)
 	var vars []string
 	for _, e := range errs {
 		vars = append(vars, e.Var)
 	}
 	require.Equal(t, []string{"VALKEY_URL", "PI_CONCURRENCY", "PI_JOB_TIMEOUT", "PI_WAIT_INTERVAL_MS"}, vars, "all of them, in EnvVars order")
-	var first *dispatch.ConfigError
+	var first *config.ConfigError
 	require.ErrorAs(t, err, &first)
 	require.Equal(t, "VALKEY_URL", first.Var)
 	require.Contains(t, err.Error(), `PI_CONCURRENCY="many": must be a whole number`)
 }
 
-func TestLoadConfig_DeclaredNameIsNeverAltered(t *testing.T) {
+func TestLoad_DeclaredNameIsNeverAltered(t *testing.T) {
 	t.Parallel()
 	// A sanitizable name is still refused when declared: the operator typed it.
-	_, err := dispatch.LoadConfig(envOf(map[string]string{"PI_WORKER_NAME": "Robs Mac"}))
-	var ce *dispatch.ConfigError
+	_, err := config.Load(envOf(map[string]string{"PI_WORKER_NAME": "Robs Mac"}))
+	var ce *config.ConfigError
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, `PI_WORKER_NAME="Robs Mac": name may contain only letters, digits, '.', '_' and '-' (^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$, not ending in .json or .log)`, ce.Error())
 }
 
-func TestLoadConfig_LogsDirDefaultFollowsTMPDIR(t *testing.T) {
+func TestLoad_LogsDirDefaultFollowsTMPDIR(t *testing.T) {
 	t.Parallel()
 	tests := []struct{ tmpdir, want string }{
 		{"", "/tmp/pi-dispatch/logs"},
@@ -417,7 +417,7 @@ func TestLoadConfig_LogsDirDefaultFollowsTMPDIR(t *testing.T) {
 		{"relative/tmp", "/tmp/pi-dispatch/logs"},
 	}
 	for _, tt := range tests {
-		c, err := dispatch.LoadConfig(envOf(map[string]string{"TMPDIR": tt.tmpdir}))
+		c, err := config.Load(envOf(map[string]string{"TMPDIR": tt.tmpdir}))
 		require.NoError(t, err)
 		require.Equal(t, tt.want, c.LogsDir, "TMPDIR=%q", tt.tmpdir)
 	}
@@ -425,7 +425,7 @@ func TestLoadConfig_LogsDirDefaultFollowsTMPDIR(t *testing.T) {
 
 // Records default to a per-user state folder, which a reboot does not empty;
 // the temporary folder only when no home is known.
-func TestLoadConfig_LogsDirDefaultSurvivesReboot(t *testing.T) {
+func TestLoad_LogsDirDefaultSurvivesReboot(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		env  map[string]string
@@ -438,13 +438,13 @@ func TestLoadConfig_LogsDirDefaultSurvivesReboot(t *testing.T) {
 		{map[string]string{"HOME": "/home/op", "PI_LOGS_DIR": "/data/runs"}, "/data/runs"},
 	}
 	for _, tt := range tests {
-		c, err := dispatch.LoadConfig(envOf(tt.env))
+		c, err := config.Load(envOf(tt.env))
 		require.NoError(t, err)
 		require.Equal(t, tt.want, c.LogsDir, "%v", tt.env)
 	}
 }
 
-func TestLoadConfig_SecretsAreRedacted(t *testing.T) {
+func TestLoad_SecretsAreRedacted(t *testing.T) {
 	t.Parallel()
 	const secret = "hunter2-very-secret"
 	tests := []map[string]string{
@@ -457,16 +457,16 @@ func TestLoadConfig_SecretsAreRedacted(t *testing.T) {
 		{"PI_MODEL_UPSTREAM": "https://u:" + secret + "@gateway"},
 	}
 	for _, env := range tests {
-		_, err := dispatch.LoadConfig(envOf(env))
+		_, err := config.Load(envOf(env))
 		require.Error(t, err)
 		require.NotContains(t, err.Error(), secret)
 		require.NotContains(t, err.Error(), "hunter2")
-		var ce *dispatch.ConfigError
+		var ce *config.ConfigError
 		require.ErrorAs(t, err, &ce)
 		require.NotContains(t, ce.Value, "hunter2", "the struct holds the redacted value too")
 	}
 
-	c, err := dispatch.LoadConfig(envOf(map[string]string{"VALKEY_URL": "rediss://admin:" + secret + "@v:6380/1", "VALKEY_PASSWORD": secret}))
+	c, err := config.Load(envOf(map[string]string{"VALKEY_URL": "rediss://admin:" + secret + "@v:6380/1", "VALKEY_PASSWORD": secret}))
 	require.NoError(t, err)
 	require.NotContains(t, c.String(), "hunter2")
 	require.NotContains(t, fmt.Sprint(c), "hunter2")
@@ -488,23 +488,23 @@ func TestRedactURL(t *testing.T) {
 		{"", ""},
 	}
 	for _, tt := range tests {
-		require.Equal(t, tt.want, dispatch.RedactURL(tt.give), tt.give)
+		require.Equal(t, tt.want, config.RedactURL(tt.give), tt.give)
 	}
 }
 
-func TestLoadConfig_ReadsOnlyEnvVars(t *testing.T) {
+func TestLoad_ReadsOnlyEnvVars(t *testing.T) {
 	t.Parallel()
 	var read []string
-	_, err := dispatch.LoadConfig(func(k string) string {
+	_, err := config.Load(func(k string) string {
 		read = append(read, k)
 		return ""
 	})
 	require.NoError(t, err)
 	for _, k := range read {
-		require.Contains(t, dispatch.EnvVars, k, "LoadConfig read %s, which EnvVars does not list", k)
+		require.Contains(t, config.EnvVars, k, "Load read %s, which EnvVars does not list", k)
 	}
-	for _, k := range dispatch.EnvVars {
-		require.Contains(t, read, k, "EnvVars lists %s, which LoadConfig never reads", k)
+	for _, k := range config.EnvVars {
+		require.Contains(t, read, k, "EnvVars lists %s, which Load never reads", k)
 	}
 }
 
@@ -514,7 +514,7 @@ func TestEnvVars_Documented(t *testing.T) {
 	for _, doc := range []string{"../docs/configuration.md", "../.env.example"} {
 		data, err := os.ReadFile(doc)
 		require.NoError(t, err)
-		for _, name := range dispatch.EnvVars {
+		for _, name := range config.EnvVars {
 			re := regexp.MustCompile(`(^|[^A-Z0-9_])` + name + `([^A-Z0-9_]|$)`)
 			require.True(t, re.Match(data), "%s is not documented in %s", name, doc)
 		}
@@ -523,11 +523,11 @@ func TestEnvVars_Documented(t *testing.T) {
 
 func TestConfig_Validate(t *testing.T) {
 	t.Parallel()
-	base := dispatch.DefaultConfig()
+	base := config.Default()
 	require.NoError(t, base.Validate())
 	tests := []struct {
 		name string
-		edit dispatch.Config
+		edit config.Config
 		want string
 	}{
 		{"Concurrency", withField(base, "Concurrency", 0), "PI_CONCURRENCY"},
@@ -556,7 +556,7 @@ func TestConfig_Validate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			err := tt.edit.Validate()
-			var ce *dispatch.ConfigError
+			var ce *config.ConfigError
 			require.ErrorAs(t, err, &ce)
 			require.Equal(t, tt.want, ce.Var)
 		})
@@ -564,7 +564,7 @@ func TestConfig_Validate(t *testing.T) {
 }
 
 // withField returns c with one field replaced (by name), so the table holds data only.
-func withField(c dispatch.Config, name string, v any) dispatch.Config {
+func withField(c config.Config, name string, v any) config.Config {
 	switch name {
 	case "Concurrency":
 		c.Concurrency = v.(int)
@@ -616,21 +616,21 @@ func withField(c dispatch.Config, name string, v any) dispatch.Config {
 
 func TestConfigErrors_Unwrap(t *testing.T) {
 	t.Parallel()
-	_, err := dispatch.LoadConfig(envOf(map[string]string{"PI_CONCURRENCY": "x", "PI_DAILY_CAP": "y"}))
-	var errs dispatch.ConfigErrors
+	_, err := config.Load(envOf(map[string]string{"PI_CONCURRENCY": "x", "PI_DAILY_CAP": "y"}))
+	var errs config.ConfigErrors
 	require.True(t, errors.As(err, &errs))
 	require.Len(t, errs, 2)
 	require.True(t, slices.ContainsFunc(errs.Unwrap(), func(e error) bool { return errors.Is(err, e) }))
 }
 
-func ExampleLoadConfig() {
+func ExampleLoad() {
 	env := map[string]string{"PI_WORKER_NAME": "mini1", "PI_CONCURRENCY": "2", "PI_JOB_MEMORY": "512m"}
-	cfg, err := dispatch.LoadConfig(func(k string) string { return env[k] })
+	cfg, err := config.Load(func(k string) string { return env[k] })
 	fmt.Println(err, cfg.WorkerName, cfg.WorkerNameDeclared, cfg.Concurrency, cfg.JobMemory)
 
 	bad := map[string]string{"PI_CONCURRENCY": "3.0", "PI_WAIT_INTERVAL_MS": "10000"}
-	_, err = dispatch.LoadConfig(func(k string) string { return bad[k] })
-	var errs dispatch.ConfigErrors
+	_, err = config.Load(func(k string) string { return bad[k] })
+	var errs config.ConfigErrors
 	if errors.As(err, &errs) {
 		for _, e := range errs {
 			fmt.Println(e)

@@ -1,4 +1,4 @@
-package dispatch_test
+package policy_test
 
 import (
 	"os"
@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/pidispatch/pidispatch/cronsync"
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/policy"
 )
 
 // fencedJSON returns the ```json blocks of a markdown file.
@@ -60,20 +60,20 @@ func documentsFields(t *testing.T, page string, fields ...string) {
 func TestFormatDocs_ExamplesParse(t *testing.T) {
 	t.Parallel()
 	for _, block := range fencedJSON(t, "pause-windows.md") {
-		w, err := dispatch.ParsePauseWindows([]byte(block))
+		w, err := policy.ParsePauseWindows([]byte(block))
 		if err != nil || w.Len() == 0 {
 			t.Errorf("pause-windows.md example: %d windows, %v", w.Len(), err)
 		}
 	}
-	documentsFields(t, "pause-windows.md", append(jsonFields(dispatch.PauseWindow{}), "windows")...)
+	documentsFields(t, "pause-windows.md", append(jsonFields(policy.PauseWindow{}), "windows")...)
 
 	for _, block := range fencedJSON(t, "scoped-limits.md") {
-		l, err := dispatch.ParseScopedLimits([]byte(block))
+		l, err := policy.ParseScopedLimits([]byte(block))
 		if err != nil || l.Len() == 0 {
 			t.Errorf("scoped-limits.md example: %d rows, %v", l.Len(), err)
 		}
 	}
-	documentsFields(t, "scoped-limits.md", append(jsonFields(dispatch.ScopeLimit{}), "version", "limits")...)
+	documentsFields(t, "scoped-limits.md", append(jsonFields(policy.ScopeLimit{}), "version", "limits")...)
 
 	for _, block := range fencedJSON(t, "triggers.md") {
 		tr, err := cronsync.ParseTriggers([]byte(block))

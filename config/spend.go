@@ -1,4 +1,4 @@
-package dispatch
+package config
 
 import (
 	"fmt"
@@ -9,14 +9,17 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/internal/check"
 	"github.com/pidispatch/pidispatch/jobs"
+	"github.com/pidispatch/pidispatch/policy"
 )
 
 // Spend, gateway and metrics settings. Money amounts are held in
 // micro-dollars (jobs.ParseUSD), so sums are exact.
 const (
 	// MaxUSD is the largest dollar amount a cap may hold.
-	MaxUSD = 1_000_000
+	MaxUSD = policy.MaxUSD
 	// MaxJobTokens bounds PI_MAX_TOKENS.
 	MaxJobTokens = 1_000_000_000
 	// DefaultRateLimitWait is how long a running job's model call waits for a
@@ -44,11 +47,7 @@ const (
 // provider's API key. The gateway injects the key into the job's model calls;
 // it never enters a container. A secrets profile may print the same names
 // to give one job its own key.
-var ProviderKeyVars = map[string]string{
-	"anthropic":  "ANTHROPIC_API_KEY",
-	"openai":     "OPENAI_API_KEY",
-	"openrouter": "OPENROUTER_API_KEY",
-}
+var ProviderKeyVars = dispatch.ProviderKeyVars
 
 // spendEnvVars are the variables of this file, in EnvVars order.
 var spendEnvVars = []string{
@@ -221,7 +220,7 @@ func parseUSDVar(s string) (int64, string) {
 }
 
 func parseTokens(s string) (int64, string) {
-	n, rule := parseStrictInt(s)
+	n, rule := check.PlainInt(s)
 	if rule == "" && (n < 1 || n > MaxJobTokens) {
 		rule = fmt.Sprintf("must be between 1 and %d", MaxJobTokens)
 	}

@@ -1,12 +1,11 @@
-package dispatch
+package config
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
+	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/internal/check"
 	"github.com/pidispatch/pidispatch/jobs"
 )
@@ -36,7 +35,7 @@ const (
 
 // FolderRootsHint is what a refusal, `run` and `doctor` say when no folder
 // root is set.
-const FolderRootsHint = "set PI_FOLDER_ROOTS to the colon-separated absolute folders jobs may work in (for example PI_FOLDER_ROOTS=$HOME/projects); `pi-dispatch init` writes it for the folder it runs in"
+const FolderRootsHint = dispatch.FolderRootsHint
 
 // readTrust reads the variables of this file.
 func (r *envReader) readFolders(c *Config) {
@@ -129,68 +128,4 @@ func (c Config) folderProblems(p *problemList) {
 			break
 		}
 	}
-}
-
-// ImageAllowed reports whether job data may name image on this host: the
-// default image and the ones PI_JOB_IMAGES lists.
-func (c Config) ImageAllowed(image string) bool {
-	return image == "" || image == c.JobImage || slices.Contains(c.JobImages, image)
-}
-
-// SecretNetworkAllowed reports whether a job of secrets profile may join a
-// network: only a profile PI_SECRET_NETWORK_PROFILES names may, since a job
-// holding secrets and a network can send them anywhere.
-func (c Config) SecretNetworkAllowed(profile string) bool {
-	return profile == "" || slices.Contains(c.SecretNetworkProfiles, profile)
-}
-
-// FolderRefusal is why ResolveFolder refused a folder. It never repeats the
-// folder (the job wrote it); Rule says what broke.
-type FolderRefusal struct{ Rule string }
-
-func (e *FolderRefusal) Error() string { return "folder not allowed: " + e.Rule }
-
-// ResolveFolder decides whether a job may work in folder on this host and
-// returns the folder with every symlink resolved: the path to mount, so a
-// folder swapped for a symlink after this check is not followed. The folder
-// must be a directory inside one of roots (each resolved too, so a root
-// that is itself a symlink works); a relative path, "..", a file or a
-// symlink that leads out of every root is refused. No roots refuse every
-// folder.
-func ResolveFolder(folder string, roots []string) (string, error) {
-	if len(roots) == 0 {
-		return "", &FolderRefusal{Rule: "PI_FOLDER_ROOTS is not set: " + FolderRootsHint}
-	}
-	if rule := check.AbsClean(folder); rule != "" {
-		return "", &FolderRefusal{Rule: "the folder " + rule}
-	}
-	resolved, err := filepath.EvalSymlinks(folder)
-	if err != nil {
-		return "", &FolderRefusal{Rule: "the folder cannot be resolved on this host"}
-	}
-	fi, err := os.Lstat(resolved)
-	if err != nil || !fi.IsDir() {
-		return "", &FolderRefusal{Rule: "the folder is not a directory"}
-	}
-	for _, root := range roots {
-		r, err := filepath.EvalSymlinks(root)
-		if err != nil {
-			continue
-		}
-		if within(resolved, r) {
-			return resolved, nil
-		}
-	}
-	return "", &FolderRefusal{Rule: "the folder is outside every PI_FOLDER_ROOTS folder"}
-}
-
-// within reports whether p is root or below it (both clean and absolute).
-func within(p, root string) bool {
-	if p == root {
-		return true
-	}
-	if root == "/" {
-		return true
-	}
-	return strings.HasPrefix(p, root+string(filepath.Separator))
 }

@@ -1,17 +1,15 @@
-package dispatch_test
+package policy_test
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/jobs"
+	"github.com/pidispatch/pidispatch/policy"
 )
 
 func mustZone(t testing.TB, name string) *time.Location {
@@ -21,9 +19,9 @@ func mustZone(t testing.TB, name string) *time.Location {
 	return loc
 }
 
-func mustWindows(t testing.TB, doc string) dispatch.PauseWindows {
+func mustWindows(t testing.TB, doc string) policy.PauseWindows {
 	t.Helper()
-	w, err := dispatch.ParsePauseWindows([]byte(doc))
+	w, err := policy.ParsePauseWindows([]byte(doc))
 	require.NoError(t, err)
 	return w
 }
@@ -46,7 +44,7 @@ func TestParsePauseWindows_Valid(t *testing.T) {
 	require.Equal(t, 0, empty.Len())
 	_, ok := empty.Match("acme/web", time.Now())
 	require.False(t, ok)
-	var zero dispatch.PauseWindows
+	var zero policy.PauseWindows
 	_, ok = zero.Match("acme/web", time.Now())
 	require.False(t, ok)
 }
@@ -86,12 +84,12 @@ func TestParsePauseWindows_Invalid(t *testing.T) {
 		{"ShortDate", `{"windows":[{"scope":"*","from":"01:00","to":"02:00","dateTo":"2026-2-3"}]}`, "windows[0].dateTo", "YYYY-MM-DD"},
 		{"DatesReversed", `{"windows":[{"scope":"*","from":"01:00","to":"02:00","dateFrom":"2026-03-02","dateTo":"2026-03-01"}]}`, "windows[0].dateTo", "before dateFrom"},
 		{"Trailing", `{"windows":[]}x`, "", "after the top-level value"},
-		{"TooMany", `{"windows":[` + strings.TrimSuffix(strings.Repeat(`{"scope":"*","from":"01:00","to":"02:00"},`, dispatch.MaxPauseWindows+1), ",") + `]}`, "windows", "at most 256"},
+		{"TooMany", `{"windows":[` + strings.TrimSuffix(strings.Repeat(`{"scope":"*","from":"01:00","to":"02:00"},`, policy.MaxPauseWindows+1), ",") + `]}`, "windows", "at most 256"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := dispatch.ParsePauseWindows([]byte(tt.give))
+			_, err := policy.ParsePauseWindows([]byte(tt.give))
 			require.Error(t, err)
 			require.Contains(t, err.Error(), tt.rule)
 			require.True(t, strings.HasPrefix(err.Error(), "pause windows: "), err.Error())
@@ -233,30 +231,6 @@ func TestPauseWindows_DaysInZone(t *testing.T) {
 	require.False(t, ok)
 }
 
-func TestLoadPauseWindows(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	p := filepath.Join(dir, "pause-windows.json")
-	require.NoError(t, os.WriteFile(p, []byte(`{"windows":[{"scope":"*","from":"01:00","to":"02:00"}]}`), 0o600))
-	w, err := dispatch.LoadPauseWindows(p)
-	require.NoError(t, err)
-	require.Equal(t, 1, w.Len())
-
-	bad := filepath.Join(dir, "bad.json")
-	require.NoError(t, os.WriteFile(bad, []byte(`{"windows":[{"scope":"*","from":"01:00","to":"01:00"}]}`), 0o600))
-	_, err = dispatch.LoadPauseWindows(bad)
-	require.ErrorContains(t, err, bad)
-	require.ErrorContains(t, err, "windows[0].to")
-
-	_, err = dispatch.LoadPauseWindows(filepath.Join(dir, "missing.json"))
-	require.ErrorIs(t, err, os.ErrNotExist)
-
-	huge := filepath.Join(dir, "huge.json")
-	require.NoError(t, os.WriteFile(huge, []byte(`{"windows":[]}`+strings.Repeat(" ", dispatch.MaxPolicyFileBytes)), 0o600))
-	_, err = dispatch.LoadPauseWindows(huge)
-	require.ErrorContains(t, err, "larger than")
-}
-
 func FuzzParsePauseWindows(f *testing.F) {
 	f.Add([]byte(`{"windows":[{"scope":"*","from":"22:00","to":"06:00","tz":"Europe/Amsterdam","days":["mon"],"dateFrom":"2026-01-01","dateTo":"2026-12-31"}]}`))
 	f.Add([]byte(`{"windows":[{"scope":"a/b","from":"02:30","to":"03:30","tz":"America/New_York"}]}`))
@@ -264,7 +238,7 @@ func FuzzParsePauseWindows(f *testing.F) {
 	f.Add([]byte(`{"windows":[{"scope":"*","from":"00:00","to":"23:59","tz":"Pacific/Chatham"}]}`))
 	f.Add([]byte(`{"windows":[{"scope":"*","from":"01:00","to":"02:00","tz":"Australia/Lord_Howe"}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		w, err := dispatch.ParsePauseWindows(data)
+		w, err := policy.ParsePauseWindows(data)
 		if err != nil {
 			return
 		}
@@ -283,7 +257,7 @@ func FuzzParsePauseWindows(f *testing.F) {
 }
 
 func ExamplePauseWindows_Match() {
-	w, err := dispatch.ParsePauseWindows([]byte(`{"windows":[
+	w, err := policy.ParsePauseWindows([]byte(`{"windows":[
 		{"scope":"*","from":"22:00","to":"06:00","tz":"Europe/Amsterdam","days":["fri"]}
 	]}`))
 	if err != nil {
