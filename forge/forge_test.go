@@ -22,7 +22,7 @@ import (
 	"github.com/pidispatch/pidispatch/cronsync"
 	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/forge"
-	"github.com/pidispatch/pidispatch/forge/internal/fixtures"
+	fixtures "github.com/pidispatch/pidispatch/internal/forgefixtures"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 

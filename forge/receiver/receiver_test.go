@@ -22,8 +22,8 @@ import (
 	"github.com/pidispatch/pidispatch/cronsync"
 	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/forge"
-	"github.com/pidispatch/pidispatch/forge/internal/fixtures"
 	"github.com/pidispatch/pidispatch/forge/receiver"
+	fixtures "github.com/pidispatch/pidispatch/internal/forgefixtures"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
 )
