@@ -507,3 +507,22 @@ func TestDeliveryJobIsValid(t *testing.T) {
 	assert.Equal(t, "Be brief.", d.Job.Instructions)
 	assert.Equal(t, "answer", d.Job.Command)
 }
+
+func TestSelfIDs(t *testing.T) {
+	ctx := context.Background()
+	gh := apiDouble(t, "/user", "Bearer tok", 200, `{"id":4242,"login":"pi-bot"}`)
+	id, err := forge.GitHubSelfID(ctx, gh.URL, "tok", nil)
+	require.NoError(t, err)
+	assert.Equal(t, int64(4242), id)
+	gl := apiDouble(t, "/api/v4/user", "tok", 200, `{"id":77,"username":"project_5_bot"}`)
+	id, err = forge.GitLabSelfID(ctx, gl.URL, "tok", nil)
+	require.NoError(t, err)
+	assert.Equal(t, int64(77), id)
+	fj := apiDouble(t, "/api/v1/user", "token tok", 200, `{"id":9,"login":"pi"}`)
+	id, err = forge.ForgejoSelfID(ctx, fj.URL, "tok", nil)
+	require.NoError(t, err)
+	assert.Equal(t, int64(9), id)
+	bad := apiDouble(t, "/user", "Bearer other", 200, `{}`)
+	_, err = forge.GitHubSelfID(ctx, bad.URL, "tok", nil)
+	assert.ErrorIs(t, err, forge.ErrSelfUnknown)
+}

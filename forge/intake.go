@@ -77,7 +77,8 @@ type Intake struct {
 	cfg      IntakeConfig
 	log      *slog.Logger
 	triggers atomic.Pointer[[]cronsync.ForgeTrigger]
-	disarmMu sync.Mutex
+	setMu    sync.Mutex // orders SetTriggers and markDisarmed
+	disarmMu sync.Mutex // one write of the triggers file at a time
 }
 
 // NewIntake returns an Intake with no triggers: call SetTriggers.
@@ -100,7 +101,9 @@ func NewIntake(cfg IntakeConfig) (*Intake, error) {
 // SetTriggers replaces the forge triggers (a live reload).
 func (in *Intake) SetTriggers(t []cronsync.ForgeTrigger) {
 	t = append([]cronsync.ForgeTrigger(nil), t...)
+	in.setMu.Lock()
 	in.triggers.Store(&t)
+	in.setMu.Unlock()
 }
 
 // Serves reports whether some trigger serves repo on forge f.
@@ -183,6 +186,8 @@ func (in *Intake) Handle(ctx context.Context, ev Event) (Outcome, error) {
 // markDisarmed disarms the trigger in the live set at once, before the file
 // watcher reloads it.
 func (in *Intake) markDisarmed(index int) {
+	in.setMu.Lock()
+	defer in.setMu.Unlock()
 	cur := *in.triggers.Load()
 	next := append([]cronsync.ForgeTrigger(nil), cur...)
 	for i := range next {

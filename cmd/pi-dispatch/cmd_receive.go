@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/cronsync"
@@ -125,6 +126,38 @@ func runReceive(ctx context.Context, e env, args []string) int {
 
 	log := slog.New(slog.NewJSONHandler(e.stderr, nil))
 	host := cfg.WorkerName
+	// The service's own user ids: its own comments and labels never start a
+	// job. Boot fails without them, or a bot could answer itself forever.
+	self := map[jobs.Forge]int64{}
+	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+	for _, r := range []struct {
+		forge jobs.Forge
+		on    bool
+		get   func() (int64, error)
+	}{
+		{jobs.ForgeGitHub, fc.GitHubAuthSource == "pat", func() (int64, error) {
+			return forge.GitHubSelfID(sctx, fc.GitHubAPIURL, fc.GitHubPAT, nil)
+		}},
+		{jobs.ForgeGitLab, fc.GitLabToken != "", func() (int64, error) {
+			return forge.GitLabSelfID(sctx, fc.GitLabURL, fc.GitLabToken, nil)
+		}},
+		{jobs.ForgeForgejo, fc.ForgejoToken != "" && fc.ForgejoURL != "", func() (int64, error) {
+			return forge.ForgejoSelfID(sctx, fc.ForgejoURL, fc.ForgejoToken, nil)
+		}},
+	} {
+		if !r.on {
+			continue
+		}
+		id, err := r.get()
+		if err != nil {
+			scancel()
+			fmt.Fprintf(e.stderr, "pi-dispatch receive: %s: the token's own user: %v\n", r.forge, err)
+			return exitFailure
+		}
+		self[r.forge] = id
+		log.Info("self_identity", "host", host, "forge", r.forge, "id", id)
+	}
+	scancel()
 	client, err := valkey.NewClient(cfg.ValkeyURL, valkey.Options{Password: cfg.ValkeyPassword})
 	if err != nil {
 		fmt.Fprintf(e.stderr, "pi-dispatch receive: VALKEY_URL: %v\n", err)
@@ -141,7 +174,7 @@ func runReceive(ctx context.Context, e env, args []string) int {
 	}
 	intake, err := forge.NewIntake(forge.IntakeConfig{
 		Enqueuer: enqueue.NewRouter(producer, enqueue.RouterConfig{}), Permissions: perms,
-		Disarm: forge.FileDisarmer(cfg.TriggersFile), Logger: log, Host: host,
+		SelfIDs: self, Disarm: forge.FileDisarmer(cfg.TriggersFile), Logger: log, Host: host,
 	})
 	if err != nil {
 		fmt.Fprintf(e.stderr, "pi-dispatch receive: %v\n", err)
