@@ -3,7 +3,8 @@
 // the receiver uses: the same trigger matching, permission checks and dedup.
 //
 // Per repository it reads the issue events (labels added, issues and pull
-// requests closed) and the new issue and pull request comments. Every list is
+// requests closed), the new issue and pull request comments, and the open
+// pull requests (new ones and new heads). Every list is
 // a conditional request (If-None-Match with the stored ETag), so a cycle in
 // which nothing changed costs no rate limit. The cursors and ETags live in
 // Valkey, so a restart neither replays nor misses events; on first contact
@@ -186,8 +187,11 @@ func (p *Poller) pollRepo(ctx context.Context, repo string) error {
 	if err := p.pollComments(ctx, c, repo); err != nil {
 		return fmt.Errorf("comments: %w", err)
 	}
+	if err := p.pollPulls(ctx, c, repo); err != nil {
+		return fmt.Errorf("pull requests: %w", err)
+	}
 	// Keep every key of a repository polled successfully alive together.
-	for _, k := range []string{"events", "comments", "etag:events", "etag:comments"} {
+	for _, k := range []string{"events", "comments", "prs", "etag:events", "etag:comments", "etag:pulls"} {
 		p.cfg.Valkey.Expire(ctx, p.key(repo, k), StateTTL)
 	}
 	return nil
@@ -351,4 +355,64 @@ func issueNumber(u string) int {
 		return 0
 	}
 	return n
+}
+
+// pollPulls lists the open pull requests (one conditional request) and
+// compares each head with the one last seen (a Valkey hash, number to head
+// SHA): a pull request not seen before is "opened", a new head is
+// "synchronize". Its sender is the pull request's author, the only person
+// the list names. On first contact the heads are stored and nothing is
+// handed over. Closes come from the issue events.
+func (p *Poller) pollPulls(ctx context.Context, c *github.Client, repo string) error {
+	key := p.key(repo, "prs")
+	known, err := p.cfg.Valkey.HGetAll(ctx, key).Result()
+	if err != nil {
+		return err
+	}
+	armed, err := p.cfg.Valkey.Exists(ctx, key).Result()
+	if err != nil {
+		return err
+	}
+	var list []*github.PullRequest
+	nm, err := p.get(ctx, c, repo, "pulls", fmt.Sprintf("repos/%s/pulls?state=open&sort=updated&direction=asc&per_page=100", repo), &list)
+	if err != nil || nm {
+		return err
+	}
+	if armed == 0 {
+		fields := []any{"armed", "1"}
+		for _, pr := range list {
+			fields = append(fields, strconv.Itoa(pr.GetNumber()), pr.GetHead().GetSHA())
+		}
+		p.log.Info("poll_armed", "repo", repo, "source", "pulls")
+		if err := p.cfg.Valkey.HSet(ctx, key, fields...).Err(); err != nil {
+			return err
+		}
+		return p.cfg.Valkey.Expire(ctx, key, StateTTL).Err()
+	}
+	for _, pr := range list {
+		n, sha := strconv.Itoa(pr.GetNumber()), pr.GetHead().GetSHA()
+		prev, seen := known[n]
+		if prev == sha || sha == "" {
+			continue
+		}
+		action := "opened"
+		if seen {
+			action = "synchronize"
+		}
+		ev := forge.Event{
+			Forge: jobs.ForgeGitHub, DeliveryID: "poll-pr" + n + "-" + sha[:min(7, len(sha))],
+			Kind: forge.KindPullRequest, Action: action, Repo: repo, Number: pr.GetNumber(), PullRequest: true,
+			SenderID: pr.GetUser().GetID(), SenderLogin: pr.GetUser().GetLogin(),
+		}
+		for _, l := range pr.Labels {
+			ev.Labels = append(ev.Labels, l.GetName())
+		}
+		if _, err := p.cfg.Handler.Handle(ctx, ev); err != nil {
+			return err
+		}
+		if err := p.cfg.Valkey.HSet(ctx, key, n, sha).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -23,6 +23,7 @@ import (
 type fakeGitHub struct {
 	mu       sync.Mutex
 	events   []string // JSON objects, newest first
+	pulls    []string
 	comments []string // oldest first
 	full     int      // 200 answers
 	sinces   []string
@@ -44,6 +45,8 @@ func (f *fakeGitHub) handler(t *testing.T) http.Handler {
 				break
 			}
 			body = "[" + strings.Join(f.events, ",") + "]"
+		case "/repos/acme/api/pulls":
+			body = "[" + strings.Join(f.pulls, ",") + "]"
 		case "/repos/acme/api/issues/comments":
 			f.sinces = append(f.sinces, r.URL.Query().Get("since"))
 			body = "[" + strings.Join(f.comments, ",") + "]"
@@ -80,6 +83,10 @@ func labeled(id int64, number int, label string) string {
 	 "issue":{"number":%d,"labels":[{"name":%q}]}}`, id, label, number, label)
 }
 
+func pull(number int, sha string) string {
+	return fmt.Sprintf(`{"number":%d,"head":{"sha":%q},"user":{"id":11,"login":"author"},"labels":[{"name":"review"}]}`, number, sha)
+}
+
 func comment(id int64, number int, at time.Time, body string) string {
 	return fmt.Sprintf(`{"id":%d,"body":%q,"created_at":%q,"user":{"id":8,"login":"dev"},
 	 "issue_url":"https://api.github.com/repos/acme/api/issues/%d","html_url":"https://github.com/acme/api/pull/%d#issuecomment-%d"}`,
@@ -107,6 +114,7 @@ func TestPollerArmsThenHandsOverNewEventsOnceAcrossRestarts(t *testing.T) {
 	// History before first contact is never replayed.
 	gh.events = []string{labeled(100, 1, "pi")}
 	gh.comments = []string{comment(500, 2, now.Add(-time.Hour), "/pi old")}
+	gh.pulls = []string{pull(9, "aaaaaaaaaaaa")}
 	p := newPoller()
 	p.Cycle(ctx)
 	assert.Empty(t, rec.got, "arming enqueues nothing")
@@ -145,6 +153,22 @@ func TestPollerArmsThenHandsOverNewEventsOnceAcrossRestarts(t *testing.T) {
 	require.Len(t, rec.got, 4)
 	assert.Equal(t, "poll-e103", rec.got[3].DeliveryID)
 	assert.Equal(t, "2026-12-07T04:01:00Z", gh.sinces[len(gh.sinces)-1], "the comment cursor moved to the newest comment")
+
+	// Pull requests: a new head and a new pull request.
+	gh.mu.Lock()
+	gh.pulls = []string{pull(9, "bbbbbbbbbbbb"), pull(10, "cccccccccccc")}
+	gh.mu.Unlock()
+	p2.Cycle(ctx)
+	require.Len(t, rec.got, 6)
+	assert.Equal(t, "poll-pr9-bbbbbbb", rec.got[4].DeliveryID)
+	assert.Equal(t, "synchronize", rec.got[4].Action)
+	assert.Equal(t, "poll-pr10-ccccccc", rec.got[5].DeliveryID)
+	assert.Equal(t, "opened", rec.got[5].Action)
+	assert.Equal(t, forge.KindPullRequest, rec.got[5].Kind)
+	assert.Equal(t, int64(11), rec.got[5].SenderID)
+	assert.Equal(t, []string{"review"}, rec.got[5].Labels)
+	p2.Cycle(ctx)
+	assert.Len(t, rec.got, 6, "an unchanged list hands nothing over")
 }
 
 func TestPollerConfig(t *testing.T) {
