@@ -526,3 +526,29 @@ func TestSelfIDs(t *testing.T) {
 	_, err = forge.GitHubSelfID(ctx, bad.URL, "tok", nil)
 	assert.ErrorIs(t, err, forge.ErrSelfUnknown)
 }
+
+func TestCachedPermissions(t *testing.T) {
+	inner := &fakePerms{allow: true}
+	now := time.Date(2026, 12, 7, 4, 0, 0, 0, time.UTC)
+	c := &forge.CachedPermissions{Inner: inner, TTL: 30 * time.Second, Now: func() time.Time { return now }}
+	ev := forge.Event{Forge: jobs.ForgeGitHub, Repo: "a/b", SenderID: 1, SenderLogin: "x"}
+	for range 3 {
+		ok, err := c.Allowed(context.Background(), ev, forge.NeedWrite)
+		require.NoError(t, err)
+		assert.True(t, ok)
+	}
+	assert.Len(t, inner.asked, 1, "one lookup within the TTL")
+	_, _ = c.Allowed(context.Background(), ev, forge.NeedTriage)
+	assert.Len(t, inner.asked, 2, "another need is another question")
+	now = now.Add(31 * time.Second)
+	_, _ = c.Allowed(context.Background(), ev, forge.NeedWrite)
+	assert.Len(t, inner.asked, 3, "expired")
+	inner.err = errors.New("boom")
+	now = now.Add(31 * time.Second)
+	_, err := c.Allowed(context.Background(), ev, forge.NeedWrite)
+	assert.Error(t, err)
+	inner.err = nil
+	_, err = c.Allowed(context.Background(), ev, forge.NeedWrite)
+	require.NoError(t, err)
+	assert.Len(t, inner.asked, 5, "a failure is not cached")
+}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"code.gitea.io/sdk/gitea"
@@ -214,4 +215,59 @@ func (f ForgejoPermissions) Allowed(ctx context.Context, ev Event, _ Need) (bool
 		return true, nil
 	}
 	return false, nil
+}
+
+// CachedPermissions remembers determinate answers of Inner for TTL, per
+// forge, repository, actor and need, so a burst of events by one person costs
+// one lookup. Failures are never cached.
+type CachedPermissions struct {
+	Inner Permissions
+	TTL   time.Duration
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+
+	mu      sync.Mutex
+	answers map[permKey]permAnswer
+}
+
+type permKey struct {
+	forge  string
+	repo   string
+	sender int64
+	login  string
+	need   Need
+}
+
+type permAnswer struct {
+	ok  bool
+	exp time.Time
+}
+
+// Allowed implements Permissions.
+func (c *CachedPermissions) Allowed(ctx context.Context, ev Event, need Need) (bool, error) {
+	now := time.Now
+	if c.Now != nil {
+		now = c.Now
+	}
+	k := permKey{string(ev.Forge), ev.Repo, ev.SenderID, ev.SenderLogin, need}
+	c.mu.Lock()
+	if a, hit := c.answers[k]; hit && now().Before(a.exp) {
+		c.mu.Unlock()
+		return a.ok, nil
+	}
+	c.mu.Unlock()
+	ok, err := c.Inner.Allowed(ctx, ev, need)
+	if err != nil {
+		return false, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.answers == nil {
+		c.answers = map[permKey]permAnswer{}
+	}
+	if len(c.answers) > 10000 {
+		clear(c.answers) // bounded: a flood of distinct actors cannot grow it
+	}
+	c.answers[k] = permAnswer{ok, now().Add(c.TTL)}
+	return ok, nil
 }

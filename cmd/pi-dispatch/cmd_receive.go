@@ -43,6 +43,11 @@ Exit codes: 0 stopped by SIGTERM/SIGINT (or --check passed), 1 a runtime
 failure, 2 an invalid configuration or triggers file. docs/forges.md.
 `
 
+// permissionCacheTTL is how long a forge's answer about one person's
+// permission is reused: a burst of events costs one lookup, and a revoked
+// permission stops counting within it.
+const permissionCacheTTL = 60 * time.Second
+
 // githubAppTokens mints GitHub App installation tokens for
 // GITHUB_AUTH_SOURCE=app. Nil: this build has no App token minter, and the
 // receiver refuses the setting at boot.
@@ -118,6 +123,9 @@ func runReceive(ctx context.Context, e env, args []string) int {
 	}
 	if fc.ForgejoToken != "" {
 		perms[jobs.ForgeForgejo] = forge.ForgejoPermissions{BaseURL: fc.ForgejoURL, Tokens: forge.StaticToken(fc.ForgejoToken)}
+	}
+	for f, p := range perms {
+		perms[f] = &forge.CachedPermissions{Inner: p, TTL: permissionCacheTTL}
 	}
 	if *checkOnly {
 		fmt.Fprintf(e.stdout, "ok: %d forge triggers; %s\n", len(fts), fc)
