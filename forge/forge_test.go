@@ -216,7 +216,7 @@ func TestMatch(t *testing.T) {
 	tr, _, reason = forge.Match(fts, pr)
 	assert.Empty(t, reason)
 	assert.Equal(t, "pull-request-2", tr.Name)
-	pr.Action = "closed"
+	pr.Action, pr.Number = "closed", 5
 	_, _, reason = forge.Match(fts, pr)
 	assert.Equal(t, forge.ReasonNoPRTrigger, reason)
 
@@ -228,6 +228,13 @@ func TestMatch(t *testing.T) {
 	cl.Number = 2
 	_, _, reason = forge.Match(fts, cl)
 	assert.Equal(t, forge.ReasonCloseNumber, reason)
+
+	// A pull request closed (or merged) fires close triggers too.
+	prClose := ev
+	prClose.Kind, prClose.Action, prClose.PullRequest = forge.KindPullRequest, "closed", true
+	tr, _, reason = forge.Match(fts, prClose)
+	assert.Empty(t, reason)
+	assert.Equal(t, "close-one", tr.Name)
 
 	un := ev
 	_, _, reason = forge.Match(fts, un)

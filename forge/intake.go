@@ -106,12 +106,6 @@ func (in *Intake) SetTriggers(t []cronsync.ForgeTrigger) {
 	in.setMu.Unlock()
 }
 
-// Serves reports whether some trigger serves repo on forge f.
-func (in *Intake) Serves(f jobs.Forge, repo string) bool {
-	_, _, r := Match(*in.triggers.Load(), Event{Forge: f, Repo: repo})
-	return r != ReasonUnknownRepository
-}
-
 // Refuse logs a refusal the caller decided (a receiver's bad signature):
 // forge_refused with the reason, one line, nothing enqueued.
 func (in *Intake) Refuse(f jobs.Forge, delivery, reason string, attrs ...any) {

@@ -113,7 +113,7 @@ func Match(triggers []cronsync.ForgeTrigger, ev Event) (cronsync.ForgeTrigger, N
 				}
 			}
 			return t, need, ""
-		case ev.Kind == KindClose && t.Type == cronsync.TypeIssue:
+		case (ev.Kind == KindClose || ev.Kind == KindPullRequest && isCloseAction(ev.Action)) && t.Type == cronsync.TypeIssue:
 			if !slices.Contains(t.Actions, ev.Action) {
 				note(ReasonNoCloseTrigger)
 				continue
@@ -131,6 +131,10 @@ func Match(triggers []cronsync.ForgeTrigger, ev Event) (cronsync.ForgeTrigger, N
 	}
 	return cronsync.ForgeTrigger{}, 0, reason
 }
+
+// isCloseAction: a pull request closed (merged included) also fires issue
+// (close) triggers.
+func isCloseAction(a string) bool { return a == "closed" || a == "close" }
 
 func isLabelAction(a string) bool { return a == "labeled" || a == "label_updated" }
 

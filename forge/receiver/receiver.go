@@ -189,10 +189,9 @@ type verifier func(h http.Header, body []byte) (verified, string, int)
 func (r *Receiver) route(f jobs.Forge, armed bool, verify verifier) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		start := time.Now()
-		status, outcome := r.serve(f, armed, verify, w, req)
+		outcome := r.serve(f, armed, verify, w, req)
 		r.received.WithLabelValues(string(f), outcome).Inc()
 		r.duration.WithLabelValues(string(f)).Observe(time.Since(start).Seconds())
-		_ = status
 	})
 }
 
@@ -202,24 +201,26 @@ func answer(w http.ResponseWriter, status int, msg string) {
 	fmt.Fprintf(w, "{\"status\":%q}\n", msg)
 }
 
-func (r *Receiver) serve(f jobs.Forge, armed bool, verify verifier, w http.ResponseWriter, req *http.Request) (int, string) {
-	refuse := func(status int, reason, delivery string, attrs ...any) (int, string) {
+// serve answers one delivery and returns its outcome: a refusal reason, or
+// enqueued, dropped, error.
+func (r *Receiver) serve(f jobs.Forge, armed bool, verify verifier, w http.ResponseWriter, req *http.Request) string {
+	refuse := func(status int, reason, delivery string, attrs ...any) string {
 		r.cfg.Intake.Refuse(f, delivery, reason, attrs...)
 		answer(w, status, reason)
-		return status, reason
+		return reason
 	}
 	if !armed {
 		answer(w, http.StatusNotFound, string(f)+" webhooks are not configured")
-		return http.StatusNotFound, "not-configured"
+		return "not-configured"
 	}
 	if req.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		answer(w, http.StatusMethodNotAllowed, "method-not-allowed")
-		return http.StatusMethodNotAllowed, "method-not-allowed"
+		return "method-not-allowed"
 	}
 	if mt, _, err := mime.ParseMediaType(req.Header.Get("Content-Type")); err != nil || mt != "application/json" {
 		answer(w, http.StatusUnsupportedMediaType, "content-type-not-json")
-		return http.StatusUnsupportedMediaType, "content-type-not-json"
+		return "content-type-not-json"
 	}
 	if req.ContentLength > r.cfg.MaxBody {
 		return refuse(http.StatusRequestEntityTooLarge, forge.ReasonTooLarge, "", "bytes", req.ContentLength)
@@ -231,7 +232,7 @@ func (r *Receiver) serve(f jobs.Forge, armed bool, verify verifier, w http.Respo
 			return refuse(http.StatusRequestEntityTooLarge, forge.ReasonTooLarge, "", "limit", r.cfg.MaxBody)
 		}
 		answer(w, http.StatusBadRequest, "unreadable-body")
-		return http.StatusBadRequest, "unreadable-body"
+		return "unreadable-body"
 	}
 	v, reason, status := verify(req.Header, body)
 	if reason != "" {
@@ -258,7 +259,7 @@ func (r *Receiver) serve(f jobs.Forge, armed bool, verify verifier, w http.Respo
 	if err != nil {
 		r.log.Error("receiver_replay_store_failed", "forge", f, "delivery", v.delivery, "err", err.Error())
 		answer(w, http.StatusServiceUnavailable, "unavailable")
-		return http.StatusServiceUnavailable, "error"
+		return "error"
 	}
 	if !fresh {
 		return refuse(http.StatusConflict, forge.ReasonReplayed, v.delivery)
@@ -270,18 +271,18 @@ func (r *Receiver) serve(f jobs.Forge, armed bool, verify verifier, w http.Respo
 			r.log.Error("receiver_replay_store_failed", "forge", f, "delivery", v.delivery, "err", rerr.Error())
 		}
 		answer(w, http.StatusServiceUnavailable, "retry-later")
-		return http.StatusServiceUnavailable, "error"
+		return "error"
 	}
 	switch out.Status {
 	case forge.StatusEnqueued:
 		answer(w, http.StatusAccepted, "queued")
-		return http.StatusAccepted, out.Status
+		return out.Status
 	case forge.StatusRefused:
 		answer(w, http.StatusForbidden, out.Reason)
-		return http.StatusForbidden, out.Reason
+		return out.Reason
 	}
 	answer(w, http.StatusOK, "ignored: "+out.Reason)
-	return http.StatusOK, out.Status
+	return out.Status
 }
 
 var deliveryRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,100}$`)
