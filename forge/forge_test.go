@@ -559,3 +559,26 @@ func TestCachedPermissions(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, inner.asked, 5, "a failure is not cached")
 }
+
+func TestIntakeOnceStaysDisarmedWhenTheFileCannotBeWritten(t *testing.T) {
+	r, logs := &fakeRouter{}, &bytes.Buffer{}
+	in, err := forge.NewIntake(forge.IntakeConfig{
+		Enqueuer:    r,
+		Permissions: map[jobs.Forge]forge.Permissions{jobs.ForgeGitHub: &fakePerms{allow: true}},
+		Disarm:      forge.FileDisarmer(filepath.Join(t.TempDir(), "gone", "triggers.json")),
+		Logger:      slog.New(slog.NewJSONHandler(logs, nil)),
+	})
+	require.NoError(t, err)
+	in.SetTriggers(triggers(t, triggersFile))
+	ev := forge.Event{Forge: jobs.ForgeGitHub, DeliveryID: "d-8", Kind: forge.KindClose, Action: "closed",
+		Repo: "Codertocat/Hello-World", Number: 1, SenderID: 9, SenderLogin: "x"}
+	out, err := in.Handle(context.Background(), ev)
+	require.NoError(t, err)
+	assert.Equal(t, forge.StatusEnqueued, out.Status)
+	assert.Contains(t, logs.String(), `"msg":"forge_disarm_failed"`)
+	ev.DeliveryID = "d-9"
+	out, err = in.Handle(context.Background(), ev)
+	require.NoError(t, err)
+	assert.Equal(t, forge.ReasonDisarmed, out.Reason)
+	assert.Len(t, r.got, 1)
+}

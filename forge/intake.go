@@ -167,11 +167,13 @@ func (in *Intake) Handle(ctx context.Context, ev Event) (Outcome, error) {
 		in.disarmMu.Lock()
 		err := in.cfg.Disarm(t.Index, t.Name, in.cfg.Now(), out.JobIDs[0])
 		in.disarmMu.Unlock()
+		// Disarmed in memory either way: a one-shot trigger fires once per
+		// process even when the file could not be written.
+		in.markDisarmed(t.Index)
 		if err != nil {
 			in.log.Error("forge_disarm_failed", append(attrs, "err", err.Error())...)
 		} else {
 			in.log.Info("forge_trigger_disarmed", attrs...)
-			in.markDisarmed(t.Index)
 		}
 	}
 	return out, nil
