@@ -205,6 +205,9 @@ func answer(w http.ResponseWriter, status int, msg string) {
 // enqueued, dropped, error.
 func (r *Receiver) serve(f jobs.Forge, armed bool, verify verifier, w http.ResponseWriter, req *http.Request) string {
 	refuse := func(status int, reason, delivery string, attrs ...any) string {
+		if !validDelivery(delivery) {
+			delivery = "" // a header of an unverified sender is not logged as it came
+		}
 		r.cfg.Intake.Refuse(f, delivery, reason, attrs...)
 		answer(w, status, reason)
 		return reason

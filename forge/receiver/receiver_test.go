@@ -309,7 +309,7 @@ func TestRefusals(t *testing.T) {
 			return githubHeaders("issue_comment", "d1", b)
 		}, nil, 400, "malformed"},
 		{"bad delivery id", "/github", comment, func(b []byte) map[string]string {
-			return githubHeaders("issue_comment", "../../x", b)
+			return githubHeaders("issue_comment", "../../x\u2028"+strings.Repeat("y", 200), b)
 		}, nil, 400, "missing-delivery-id"},
 		{"unknown repository", "/github", fixtures.Edit(t, comment, func(m map[string]any) {
 			m["repository"].(map[string]any)["full_name"] = "mallory/elsewhere"
@@ -337,6 +337,7 @@ func TestRefusals(t *testing.T) {
 			assert.Contains(t, logs, `"reason":"`+c.reason+`"`)
 			assert.Contains(t, logs, `"host":"h1"`)
 			assert.NotContains(t, logs, ghSecret)
+			assert.NotContains(t, logs, "yyyy", "an unverified header is not logged")
 		})
 	}
 }
