@@ -26,6 +26,7 @@ COPY fingerprint ./fingerprint
 COPY fleet ./fleet
 COPY fleetkey ./fleetkey
 COPY fleetstate ./fleetstate
+COPY forge ./forge
 COPY gateway ./gateway
 COPY image ./image
 COPY internal ./internal
