@@ -16,6 +16,7 @@ RUN go mod download
 COPY agent ./agent
 COPY capabilities ./capabilities
 COPY cmd ./cmd
+COPY config ./config
 COPY container ./container
 COPY cronsync ./cronsync
 COPY dash ./dash
@@ -25,6 +26,7 @@ COPY fingerprint ./fingerprint
 COPY fleet ./fleet
 COPY fleetkey ./fleetkey
 COPY fleetstate ./fleetstate
+COPY forge ./forge
 COPY gateway ./gateway
 COPY image ./image
 COPY internal ./internal
@@ -34,6 +36,7 @@ COPY metrics ./metrics
 COPY modelsocket ./modelsocket
 COPY notify ./notify
 COPY operator ./operator
+COPY policy ./policy
 COPY queue ./queue
 COPY registry ./registry
 COPY runner ./runner

@@ -11,6 +11,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/dash"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
@@ -134,7 +135,7 @@ func TestValkeySourceReadsALiveFleet(t *testing.T) {
 
 	starts, err := src.Starts(ctx)
 	require.NoError(t, err)
-	require.Equal(t, dash.Starts{Day: 1, Week: 1, DailyCap: dispatch.DefaultDailyCap, WeeklyCap: 40}, starts)
+	require.Equal(t, dash.Starts{Day: 1, Week: 1, DailyCap: config.DefaultDailyCap, WeeklyCap: 40}, starts)
 
 	// A held id whose hold state is gone is left out, and not pruned: the
 	// dashboard only reads.

@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/jobs"
@@ -60,7 +60,7 @@ func NewValkey(client redis.UniversalClient, cfg ValkeyConfig) (*Valkey, error) 
 		return nil, errors.New("dash: nil client")
 	}
 	if cfg.DailyCap == 0 {
-		cfg.DailyCap = dispatch.DefaultDailyCap // as fleetstate.Budget counts it
+		cfg.DailyCap = config.DefaultDailyCap // as fleetstate.Budget counts it
 	}
 	return &Valkey{
 		client: client, cfg: cfg,

@@ -11,6 +11,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/dash"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/enqueue"
@@ -36,7 +37,7 @@ func bootWorker(t *testing.T, db *livetest.ValkeyDB, name string) {
 		// runs the tests (root in a container).
 		"PI_FOLDER_ROOTS": os.TempDir(), "PI_CONTAINER_USER": "owner",
 	}
-	cfg, err := dispatch.LoadConfig(func(k string) string { return env[k] })
+	cfg, err := config.Load(func(k string) string { return env[k] })
 	require.NoError(t, err)
 	s, err := stack.Build(context.Background(), cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), dispatch.Tuning{JobsDir: t.TempDir()})
 	require.NoError(t, err)

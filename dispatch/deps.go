@@ -108,52 +108,21 @@ type CronVerdict struct {
 	Reason string
 }
 
-// Deps are the Worker's required collaborators. Registry, Leases and Mirror
+// Deps are the Worker's collaborators: the fleet's stores (Stores, which a
+// Fleet driver opens) and the host's own parts. Registry, Leases and Mirror
 // may be nil: an undeclared single host runs without fleet leases or a run
 // mirror, and without a registry when Valkey has none to offer.
 type Deps struct {
-	// Queues are the queues this host drains: the shared queue first, then
-	// the host queue when the name is declared. The stalled-job check runs on
-	// each.
-	Queues []JobQueue
-	// Source takes jobs from Queues.
-	Source   JobSource
-	Runtime  Runtime
-	Budget   Budgeter
-	Registry Registry
-	Leases   Leaser
-	Mirror   RunMirror
-	// Directory, when set with Registry, lets the worker re-home jobs
-	// stranded on the queue of a host whose row expired.
-	Directory Directory
-	// Holds keeps the state of jobs waiting on their waitFor conditions. Without
-	// it such a job cannot be held safely and is deferred, never run; so
-	// NewWorker refuses a nil Holds when Config.WaitProfiles declares any.
-	Holds HoldStore
-	// Finder looks a job up on every queue, to tell whether the older holder
-	// of a dedup id is still live when a newer delivery takes its wait over.
-	// Without it the older hold is always marked superseded.
-	Finder Finder
-	// Cancels, when set, stops a running job on an operator's request
-	// (pi-dispatch cancel); the job is recorded operator-cancel. A Cancels
-	// that also has Run(ctx) is run for as long as jobs may run.
-	Cancels JobCancels
+	Stores
+	Runtime Runtime
 	// Background parts start after the consumers (cron reconcile, watches).
 	Background []Background
 	// Cron judges every job a job scheduler made before anything else runs
 	// for it. Without it the host agreed to no cron set: every such job is
 	// refused (cron-not-agreed), so a schedule left in Valkey never spends on
 	// a host that did not ask for it. NewWorker refuses a nil Cron when
-	// Config.TriggersFile is set.
+	// Config.Cron is set (the host serves a triggers file).
 	Cron CronGate
-	// Dollars holds each job's dollar cap against the fleet-wide dollar
-	// windows. NewWorker refuses a nil Dollars when Config.Spend sets a
-	// dollar window or a scope row has dollar limits.
-	Dollars DollarBudget
-	// RateLimits is the fleet's record of rate-limited providers: the
-	// gateway writes it, the rate-limit gate reads it. Nil: no suspension is
-	// shared, each call meets the provider's limit itself.
-	RateLimits RateLimits
 	// Gateway, when set, serves each job's model socket: key injection,
 	// metering and the per-job caps. Without it (and with
 	// Config.ModelUpstream set) the socket forwards calls unmetered.

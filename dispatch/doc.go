@@ -1,5 +1,5 @@
-// Package dispatch runs queued, money-spending agent jobs: configuration from
-// the environment, the gates a job passes before anything is spent, and the
+// Package dispatch runs queued, money-spending agent jobs: the gates a job
+// passes before anything is spent, and the
 // Worker that composes queues, registry, leases, spend caps, holds, the run
 // mirror and the container runtime through interfaces written in this
 // package's own terms (deps.go, held.go). It links no Valkey and no Docker
@@ -8,16 +8,13 @@
 //
 // # Building blocks
 //
-//   - [LoadConfig] parses every PI_* variable strictly. A bad value is a
-//     [*ConfigError] naming the variable and the rule; all of them are reported
-//     at once as [ConfigErrors], so an operator fixes a broken .env in one pass.
-//     Passwords never appear in an error.
+//   - [Config] is what the Worker needs to know, typed and file-free. Package
+//     config builds it from the environment (config.Load, then
+//     config.Config.Worker, which also parses the policy files of package
+//     policy); a program may build it in code from [DefaultConfig].
 //   - [NewWorker] checks that the collaborators fit the configuration (a
 //     configuration that lets waitFor jobs in needs a HoldStore) and
-//     [Worker.Run] runs until its context ends.
-//   - [PauseWindows] and [ScopedLimits] are the two optional policy files.
-//     Both parsers are strict: a misspelled key is an error naming the row and
-//     the field, never a silently ignored limit.
+//     [Worker.Run] runs until its context ends. It opens no file.
 //   - A job's secrets come from its profile's resolver through
 //     [SecretResolver] (package secretprofile), and its model socket from
 //     [ModelSockets] (package modelsocket); package stack wires both. Secret
@@ -28,7 +25,7 @@
 //
 // # Errors
 //
-// Configuration errors are [*ConfigError] (one variable); document errors are
+// Configuration errors are [*ConfigError] (one setting); document errors are
 // jobs.FieldError (one field of a job or policy file, as a path such as
 // "windows[2].from"); resolver failures are secretprofile.Error. All of them are
 // errors.As-able and carry no secret.

@@ -77,19 +77,15 @@ func newFakeHost(t *testing.T) *fakeHost {
 		leases:  dispatchtest.NewLeaseStore(),
 	}
 	h.queue.WorkerName = cfg.WorkerName
-	h.deps = dispatch.Deps{
+	h.deps = dispatch.Deps{Stores: dispatch.Stores{
 		Queues:  []dispatch.JobQueue{h.queue},
 		Source:  dispatchtest.NewSource(h.queue),
-		Runtime: h.rt,
 		Budget:  h.budget,
 		Mirror:  h.mirror,
 		Holds:   h.holds,
 		Cancels: h.cancels,
 		Leases:  h.leases.Leaser(cfg.WorkerName),
-
-		Secrets:      secretprofile.Resolver{},
-		ModelSockets: modelSockets{},
-	}
+	}, Runtime: h.rt, Secrets: secretprofile.Resolver{}, ModelSockets: modelSockets{}}
 	return h
 }
 

@@ -125,8 +125,7 @@ func TestGateInvalidJob(t *testing.T) {
 
 func TestGatePauseWindow(t *testing.T) {
 	h := newFakeHost(t)
-	h.cfg.PauseWindowsFile = writeFile(t, "pause.json",
-		`{"windows":[{"scope":"acme/widgets","from":"00:00","to":"23:59","tz":"UTC"}]}`, 0o644)
+	h.cfg.PauseWindows = mustPauseWindows(t, `{"windows":[{"scope":"acme/widgets","from":"00:00","to":"23:59","tz":"UTC"}]}`)
 	noon := todayAt(12)
 	h.tune.Now = func() time.Time { return noon }
 	h.start(t)
@@ -226,7 +225,7 @@ func TestGateHostSlot(t *testing.T) {
 func TestGateScopeSlotLeaser(t *testing.T) {
 	h := newFakeHost(t)
 	h.cfg.WorkerNameDeclared = true
-	h.cfg.ScopedLimitsFile = writeFile(t, "limits.json", `{"version":1,"limits":[{"scope":"acme/widgets","concurrent":1}]}`, 0o644)
+	h.cfg.ScopedLimits = mustScopedLimits(t, `{"version":1,"limits":[{"scope":"acme/widgets","concurrent":1}]}`)
 	other := h.leases.Leaser("host-b")
 	hash := fleet.ScopeHash("acme/widgets")
 	slot, err := other.Acquire(t.Context(), "theirs", 1, time.Hour, func(i int) string { return fleet.ScopeSlotKey(hash, i) })
@@ -296,7 +295,7 @@ func TestGateBudgetRefused(t *testing.T) {
 
 func TestGateBudgetScopeCap(t *testing.T) {
 	h := newFakeHost(t)
-	h.cfg.ScopedLimitsFile = writeFile(t, "limits.json", `{"version":1,"limits":[{"scope":"acme/widgets","day":1}]}`, 0o644)
+	h.cfg.ScopedLimits = mustScopedLimits(t, `{"version":1,"limits":[{"scope":"acme/widgets","day":1}]}`)
 	h.start(t)
 	h.add(t, "cap-1", forgeJob, 1)
 	h.wait(t, "cap-1", finished)

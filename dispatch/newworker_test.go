@@ -2,6 +2,8 @@ package dispatch
 
 import (
 	"errors"
+	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 )
@@ -22,8 +24,8 @@ type (
 // refused for ever, naming the missing part and what asked for it.
 func TestNewWorkerRefusesWhatCannotWork(t *testing.T) {
 	full := func() Deps {
-		return Deps{Queues: []JobQueue{stubQueue{}}, Source: stubSource{}, Runtime: stubRuntime{},
-			Budget: stubBudget{}, Holds: stubHolds{}, Cron: stubCron{}, Secrets: stubSecrets{}, ModelSockets: stubSockets{}}
+		return Deps{Stores: Stores{Queues: []JobQueue{stubQueue{}}, Source: stubSource{}, Budget: stubBudget{}, Holds: stubHolds{}},
+			Runtime: stubRuntime{}, Cron: stubCron{}, Secrets: stubSecrets{}, ModelSockets: stubSockets{}}
 	}
 	secrets := DefaultConfig()
 	secrets.SecretProfiles = map[string]string{"ci": "/usr/local/bin/ci-secrets"}
@@ -32,7 +34,7 @@ func TestNewWorkerRefusesWhatCannotWork(t *testing.T) {
 	waiting := DefaultConfig()
 	waiting.WaitProfiles = map[string]string{"ticket": "/usr/local/bin/ticket-done"}
 	cron := DefaultConfig()
-	cron.TriggersFile = "/etc/pi/triggers.json"
+	cron.Cron = true
 	tests := []struct {
 		name   string
 		cfg    Config
@@ -76,5 +78,19 @@ func TestNewWorkerRefusesWhatCannotWork(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Printing or logging a Config never shows a provider key.
+func TestConfigNeverPrintsProviderKeys(t *testing.T) {
+	t.Parallel()
+	c := DefaultConfig()
+	c.Gateway.ProviderKeys = map[string]string{"anthropic": "sk-secret-1"}
+	var sb strings.Builder
+	slog.New(slog.NewTextHandler(&sb, nil)).Info("boot", "config", c)
+	for _, out := range []string{fmt.Sprint(c), fmt.Sprintf("%+v", c), fmt.Sprintf("%#v", c), sb.String()} {
+		if strings.Contains(out, "sk-secret-1") || !strings.Contains(out, "providerKeys=1") {
+			t.Errorf("%q shows the key or hides that there is one", out)
+		}
 	}
 }

@@ -140,12 +140,7 @@ func (f *orphanFixture) worker(t *testing.T, rt Runtime, reg Registry, logs *byt
 	if logs != nil {
 		tune.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 	}
-	deps := Deps{
-		Queues:   []JobQueue{f.jobQueue()},
-		Runtime:  rt,
-		Registry: reg,
-		Secrets:  secretprofile.Resolver{},
-	}
+	deps := Deps{Stores: Stores{Queues: []JobQueue{f.jobQueue()}, Registry: reg}, Runtime: rt, Secrets: secretprofile.Resolver{}}
 	deps.Source = f.fake.Source()
 	deps.Budget = TestFakes.Budget(f.cap)
 	if f.mirror {

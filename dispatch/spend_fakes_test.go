@@ -323,11 +323,11 @@ func TestObserverSeesGatesStartsAndFinishes(t *testing.T) {
 
 func TestScopeDollarRowsNeedAJobCap(t *testing.T) {
 	h := newFakeHost(t)
-	h.cfg.ScopedLimitsFile = writeFile(t, "limits.json", `{"version":1,"limits":[{"scope":"acme/widgets","dailyCostUsd":"5"}]}`, 0o600)
+	h.cfg.ScopedLimits = mustScopedLimits(t, `{"version":1,"limits":[{"scope":"acme/widgets","dailyCostUsd":"5"}]}`)
 	_, err := dispatch.NewWorker(h.cfg, h.deps, h.tune)
 	var ce *dispatch.ConfigError
-	if !errors.As(err, &ce) || ce.Var != "PI_SCOPED_LIMITS_FILE" || !strings.Contains(ce.Rule, "PI_MAX_COST_USD") {
-		t.Fatalf("NewWorker: %v, want PI_SCOPED_LIMITS_FILE needing PI_MAX_COST_USD", err)
+	if !errors.As(err, &ce) || ce.Var != "Config.ScopedLimits" || !strings.Contains(ce.Rule, "Spend.MaxCostMicros") {
+		t.Fatalf("NewWorker: %v, want Config.ScopedLimits needing Spend.MaxCostMicros", err)
 	}
 	h.cfg.Spend.MaxCostMicros = 1_000_000
 	_, err = dispatch.NewWorker(h.cfg, h.deps, h.tune)
@@ -341,7 +341,7 @@ func TestScopeDollarRowsNeedAJobCap(t *testing.T) {
 // the real fake of dispatchtest.
 func TestScopeDollarWindowRefuses(t *testing.T) {
 	h := newFakeHost(t)
-	h.cfg.ScopedLimitsFile = writeFile(t, "limits.json", `{"version":1,"limits":[{"scope":"acme/widgets","dailyCostUsd":"1.5"}]}`, 0o600)
+	h.cfg.ScopedLimits = mustScopedLimits(t, `{"version":1,"limits":[{"scope":"acme/widgets","dailyCostUsd":"1.5"}]}`)
 	h.cfg.Spend.MaxCostMicros = 1_000_000
 	h.deps.Dollars = dispatchtest.NewDollars(0, 0, 0)
 	h.cfg.Concurrency = 2

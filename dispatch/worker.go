@@ -14,6 +14,7 @@ import (
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/reach"
 	"github.com/pidispatch/pidispatch/jobs"
+	"github.com/pidispatch/pidispatch/policy"
 )
 
 // Tuning holds the Worker's tunables that are not operator configuration.
@@ -118,8 +119,8 @@ type Worker struct {
 	deps   Deps
 	tune   Tuning
 	log    *slog.Logger
-	limits ScopedLimits
-	pauses PauseWindows
+	limits policy.ScopedLimits
+	pauses policy.PauseWindows
 
 	slots chan struct{} // host-wide slots: PI_CONCURRENCY across every queue
 
@@ -142,9 +143,10 @@ type Worker struct {
 	undecided map[string]bool
 }
 
-// NewWorker checks the configuration and the dependencies and loads the
-// policy files. A problem here refuses boot: the error is a *ConfigError (or
-// ConfigErrors) when the configuration is at fault.
+// NewWorker checks the configuration and the dependencies; it opens no
+// file. A problem here refuses boot: the error is a *ConfigError when the
+// configuration is at fault, a *MissingPartError when Deps lack a part it
+// needs.
 func NewWorker(cfg Config, deps Deps, tune Tuning) (*Worker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -165,40 +167,23 @@ func NewWorker(cfg Config, deps Deps, tune Tuning) (*Worker, error) {
 		checks:   make(chan struct{}, min(cfg.WaitCheckSlots, max(1, cfg.Concurrency-1))),
 		wait:     newWaitPolicy(cfg, tune),
 		inFlight: map[string]int{},
+		limits:   cfg.ScopedLimits,
+		pauses:   cfg.PauseWindows,
 	}
 	w.fetch = reach.New(w.log, fetchEvents)
 	w.obs = append(Observers{logObserver{w.log}}, deps.Observers...)
-	if cfg.ScopedLimitsFile != "" {
-		l, err := LoadScopedLimits(cfg.ScopedLimitsFile)
-		if err != nil {
-			return nil, &ConfigError{Var: "PI_SCOPED_LIMITS_FILE", Value: cfg.ScopedLimitsFile, Rule: err.Error()}
-		}
-		w.limits = l
-		if err := checkScopeDollars(cfg, deps, l); err != nil {
-			return nil, err
-		}
-	}
-	if cfg.PauseWindowsFile != "" {
-		p, err := LoadPauseWindows(cfg.PauseWindowsFile)
-		if err != nil {
-			return nil, &ConfigError{Var: "PI_PAUSE_WINDOWS_FILE", Value: cfg.PauseWindowsFile, Rule: err.Error()}
-		}
-		w.pauses = p
+	if err := checkScopeDollars(deps, cfg.ScopedLimits); err != nil {
+		return nil, err
 	}
 	return w, nil
 }
 
 // checkScopeDollars refuses scope rows with dollar windows the worker
-// could not enforce: each job reserves its per-job cap in them, so they need
-// PI_MAX_COST_USD and a dollar budget.
-func checkScopeDollars(cfg Config, deps Deps, l ScopedLimits) error {
+// could not enforce without a dollar budget (Validate checked they come
+// with a per-job cap).
+func checkScopeDollars(deps Deps, l policy.ScopedLimits) error {
 	for _, row := range l.Rows() {
-		switch {
-		case !row.HasDollars():
-		case cfg.Spend.MaxCostMicros == 0:
-			return &ConfigError{Var: "PI_SCOPED_LIMITS_FILE", Value: cfg.ScopedLimitsFile,
-				Rule: "the row of " + row.Scope + " sets a dollar window, which needs PI_MAX_COST_USD: each job reserves its per-job cap in it"}
-		case deps.Dollars == nil:
+		if row.HasDollars() && deps.Dollars == nil {
 			return &MissingPartError{Part: "Deps.Dollars", Why: "PI_SCOPED_LIMITS_FILE sets a dollar window for " + row.Scope +
 				", and without a dollar budget no job's cap can be held against it (wire fleetstate.NewDollars)"}
 		}
@@ -248,7 +233,7 @@ func checkDeps(cfg Config, deps Deps) error {
 	case ((deps.Gateway != nil && !cfg.Gateway.Off) || cfg.ModelUpstream != "") && deps.ModelSockets == nil:
 		return missing("Deps.ModelSockets", "jobs get a model endpoint (a gateway or PI_MODEL_UPSTREAM), "+
 			"and without model sockets none can be served (wire modelsocket.Open)")
-	case cfg.TriggersFile != "" && deps.Cron == nil:
+	case cfg.Cron && deps.Cron == nil:
 		// Without a gate the host agreed to no cron set: every run of the
 		// triggers it installs would be refused as cron-not-agreed.
 		return missing("Deps.Cron", "PI_TRIGGERS_FILE is set, and without a cron gate every run of its "+

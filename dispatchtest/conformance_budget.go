@@ -21,13 +21,6 @@ type BudgetCaps struct {
 	Daily, Weekly, Monthly, SoftHoldPct int
 }
 
-// FakeBudgetHarness is the harness of a fresh fake Budget.
-func FakeBudgetHarness(t *testing.T, c BudgetCaps) BudgetHarness {
-	b := NewBudget(c.Daily, c.Weekly)
-	b.MonthlyCap, b.SoftHoldPct = c.Monthly, c.SoftHoldPct
-	return BudgetHarness{Budget: b, Counts: b.Counts, Month: b.Month}
-}
-
 // budgetFactory makes a fresh Budgeter with the given caps.
 type budgetFactory = func(t *testing.T, c BudgetCaps) BudgetHarness
 

@@ -16,12 +16,6 @@ type CancelsHarness struct {
 	Request func(jobID string)
 }
 
-// FakeCancelsHarness is a fake Cancels, asked through its Cancel.
-func FakeCancelsHarness(t *testing.T) CancelsHarness {
-	c := NewCancels()
-	return CancelsHarness{Cancels: c, Request: c.Cancel}
-}
-
 // TestJobCancels runs the JobCancels contract: a request stops the watched
 // job it names, and only that one, and a watch that was stopped no longer
 // stops the job.

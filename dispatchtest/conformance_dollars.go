@@ -29,17 +29,6 @@ type DollarHarness struct {
 	Wait func(d time.Duration)
 }
 
-// FakeDollarHarness is the harness of a fresh fake Dollars.
-func FakeDollarHarness(t *testing.T, c DollarCaps) DollarHarness {
-	b := NewDollars(c.Daily, c.Weekly, c.Monthly)
-	return DollarHarness{
-		Budget: b,
-		Peer:   func() dispatch.DollarBudget { return b },
-		Day:    func() (int64, int64) { return b.Window(dispatch.WindowDay) },
-		Wait:   b.Advance,
-	}
-}
-
 type dollarFactory = func(t *testing.T, c DollarCaps) DollarHarness
 
 // usd is a whole number of dollars in micro-dollars.

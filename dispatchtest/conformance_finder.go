@@ -15,24 +15,6 @@ type FinderHarness struct {
 	Queue  func(name string) QueueHarness
 }
 
-// FakeFinderHarness is a fake Directory over fresh fake queues.
-func FakeFinderHarness(t *testing.T) FinderHarness {
-	d := NewDirectory()
-	return FinderHarness{Finder: d, Queue: func(name string) QueueHarness {
-		q, err := d.queue(name)
-		if err != nil {
-			q = NewQueue(name)
-			d.Add(q)
-		}
-		return QueueHarness{
-			Queue:      q,
-			Add:        func(id string, data []byte, attempts int) { q.Add(Job{ID: id, Data: data, Attempts: attempts}) },
-			Take:       q.Take,
-			ExpireLock: q.ExpireLock,
-		}
-	}}
-}
-
 // TestFinder runs the Finder contract and dispatch.JobLive over it: a job is
 // found on whichever queue holds it, a host queue included, and is live
 // until it finishes.

@@ -30,9 +30,6 @@ func TestHoldStore(t *testing.T, newStore func(t *testing.T) dispatch.HoldStore)
 	}
 }
 
-// FakeHoldStore is a fresh fake Holds.
-func FakeHoldStore(t *testing.T) dispatch.HoldStore { return NewHolds() }
-
 var holdBounds = dispatch.HoldBounds{AfterMax: 24 * time.Hour, WaitMax: 24 * time.Hour}
 
 func begin(t *testing.T, s dispatch.HoldStore, job, dedup string, b dispatch.HoldBounds) dispatch.HoldState {

@@ -30,12 +30,6 @@ func TestLeaser(t *testing.T, newLeasers func(t *testing.T) func(worker string) 
 	}
 }
 
-// FakeLeasers makes the Leasers of one fresh LeaseStore.
-func FakeLeasers(t *testing.T) func(worker string) dispatch.Leaser {
-	s := NewLeaseStore()
-	return func(worker string) dispatch.Leaser { return s.Leaser(worker) }
-}
-
 func slotKey(t *testing.T) func(int) string {
 	name := t.Name()
 	return func(i int) string { return fmt.Sprintf("test:slot:%s:%d", name, i) }

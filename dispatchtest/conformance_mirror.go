@@ -27,12 +27,6 @@ type MirrorHarness struct {
 	Read func() []jobs.Record
 }
 
-// FakeMirrorHarness is the harness of a fresh fake Mirror.
-func FakeMirrorHarness(t *testing.T) MirrorHarness {
-	m := NewMirror()
-	return MirrorHarness{Mirror: m, Read: m.Records}
-}
-
 // TestRunMirror runs the RunMirror and record-claim contract against the
 // mirrors newMirror makes, a fresh one per case.
 func TestRunMirror(t *testing.T, newMirror func(t *testing.T) MirrorHarness) {

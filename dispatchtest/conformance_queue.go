@@ -23,17 +23,6 @@ type QueueHarness struct {
 	ExpireLock func(id string)
 }
 
-// FakeQueueHarness is the harness of a fresh fake Queue.
-func FakeQueueHarness(t *testing.T) QueueHarness {
-	q := NewQueue("pi-jobs")
-	return QueueHarness{
-		Queue:      q,
-		Add:        func(id string, data []byte, attempts int) { q.Add(Job{ID: id, Data: data, Attempts: attempts}) },
-		Take:       q.Take,
-		ExpireLock: q.ExpireLock,
-	}
-}
-
 // TestJobQueue runs the behaviour the Worker relies on from a JobQueue
 // against the queues newQueue makes, a fresh one per case.
 func TestJobQueue(t *testing.T, newQueue func(t *testing.T) QueueHarness) {

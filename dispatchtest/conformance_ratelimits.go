@@ -17,12 +17,6 @@ type RateLimitsHarness struct {
 	Wait   func(d time.Duration)
 }
 
-// FakeRateLimitsHarness is the harness of a fresh fake RateLimits.
-func FakeRateLimitsHarness(t *testing.T) RateLimitsHarness {
-	l := NewRateLimits()
-	return RateLimitsHarness{Limits: l, Wait: l.Advance}
-}
-
 // TestRateLimits runs the RateLimits contract (dispatch/spend.go) against the
 // stores newLimits makes, a fresh one per case.
 func TestRateLimits(t *testing.T, newLimits func(t *testing.T) RateLimitsHarness) {

@@ -18,19 +18,6 @@ type RegistryHarness struct {
 	New func(name, machine string) dispatch.Registry
 }
 
-// FakeRegistryHarness is a fleet of fake registries that see each other:
-// each one's Start checks the rows the others hold.
-func FakeRegistryHarness(t *testing.T) RegistryHarness {
-	f := &fakeFleet{}
-	return RegistryHarness{New: func(name, machine string) dispatch.Registry {
-		r := &fleetRegistry{Registry: NewRegistry(name), fleet: f}
-		f.mu.Lock()
-		f.members = append(f.members, r)
-		f.mu.Unlock()
-		return r
-	}}
-}
-
 type fakeFleet struct {
 	mu      sync.Mutex
 	members []*fleetRegistry
@@ -40,7 +27,8 @@ type fakeFleet struct {
 // started, unclosed rows.
 type fleetRegistry struct {
 	*Registry
-	fleet *fakeFleet
+	fleet  *fakeFleet
+	routes bool // the host drains a queue of its own
 }
 
 func (r *fleetRegistry) others() []capabilities.Host {
@@ -49,7 +37,7 @@ func (r *fleetRegistry) others() []capabilities.Host {
 	var hosts []capabilities.Host
 	for _, m := range r.fleet.members {
 		if started, closed := m.State(); m != r && started && !closed {
-			hosts = append(hosts, capabilities.Host{Name: m.Name})
+			hosts = append(hosts, capabilities.Host{Name: m.Name, Routes: m.routes})
 		}
 	}
 	return hosts

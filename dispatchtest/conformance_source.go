@@ -16,12 +16,6 @@ type SourceHarness struct {
 	Add    func(id string)
 }
 
-// FakeSourceHarness is a fake Source over one fresh fake queue.
-func FakeSourceHarness(t *testing.T) SourceHarness {
-	q := NewQueue("pi-jobs")
-	return SourceHarness{Source: NewSource(q), Add: func(id string) { q.Add(Job{ID: id, Data: []byte(`{}`)}) }}
-}
-
 // TestJobSource runs the JobSource contract: Next waits for a job and hands
 // it out locked with the caller's token, a cancelled ctx ends the wait, and
 // after Close Next hands out nothing.

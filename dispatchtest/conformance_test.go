@@ -6,14 +6,8 @@ import (
 	"github.com/pidispatch/pidispatch/dispatchtest"
 )
 
-func TestFakeJobQueue(t *testing.T) { dispatchtest.TestJobQueue(t, dispatchtest.FakeQueueHarness) }
+// Every store's suite against the fake fleet driver, as stack runs it
+// against the Valkey one.
+func TestFakeFleet(t *testing.T) { dispatchtest.Exercise(t, dispatchtest.FakeTestFleet) }
 
-func TestFakeBudgeter(t *testing.T) { dispatchtest.TestBudgeter(t, dispatchtest.FakeBudgetHarness) }
-
-func TestFakeLeaser(t *testing.T) { dispatchtest.TestLeaser(t, dispatchtest.FakeLeasers) }
-
-func TestFakeRunMirror(t *testing.T) { dispatchtest.TestRunMirror(t, dispatchtest.FakeMirrorHarness) }
-
-func TestFakeHoldStore(t *testing.T) { dispatchtest.TestHoldStore(t, dispatchtest.FakeHoldStore) }
-
-func TestFakeFinder(t *testing.T) { dispatchtest.TestFinder(t, dispatchtest.FakeFinderHarness) }
+func TestFakeRuntime(t *testing.T) { dispatchtest.TestRuntime(t, dispatchtest.FakeRuntimeHarness) }

@@ -6,6 +6,12 @@
 // implementations all pass, so a test on the fakes says something about the
 // real stack.
 //
+// The stores come together as a fleet driver (dispatch.Fleet): NewFleet is
+// the fake one, whose hosts share one state, and Exercise runs every
+// store's suite against any driver, the fake one and stack's Valkey one
+// alike. MakeFleet builds n Workers on one fake fleet, for tests of what
+// hosts do together.
+//
 // The fakes run no goroutine of their own and link no client code: a test of
 // the Worker on them needs no Valkey and no Docker. Each is safe for
 // concurrent use. The contracts they follow are the interfaces' in

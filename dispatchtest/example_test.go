@@ -26,10 +26,12 @@ func Example() {
 	cfg := dispatch.DefaultConfig()
 	cfg.WorkerName, cfg.LogsDir = "laptop", dir
 	w, err := dispatch.NewWorker(cfg, dispatch.Deps{
-		Queues:  []dispatch.JobQueue{q},
-		Source:  dispatchtest.NewSource(q),
+		Stores: dispatch.Stores{
+			Queues: []dispatch.JobQueue{q},
+			Source: dispatchtest.NewSource(q),
+			Budget: dispatchtest.NewBudget(10, 0),
+		},
 		Runtime: dispatchtest.NewRuntime(), // every container exits 0
-		Budget:  dispatchtest.NewBudget(10, 0),
 	}, dispatch.Tuning{JobsDir: dir, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		fmt.Println(err)

@@ -404,6 +404,7 @@ func (q *Queue) Remove(id string) {
 // dispatch.JobSource; Next blocks on the queues' changes, with no goroutine.
 type Source struct {
 	queues []*Queue
+	worker string // the ProcessedBy of its takes; "": each queue's WorkerName
 
 	mu     sync.Mutex
 	closed bool
@@ -434,7 +435,11 @@ func (s *Source) Next(ctx context.Context, token string) (dispatch.JobQueue, *di
 		var due time.Time
 		for _, q := range s.queues {
 			q.mu.Lock()
-			j, d := q.takeLocked(token, q.WorkerName)
+			worker := s.worker
+			if worker == "" {
+				worker = q.WorkerName
+			}
+			j, d := q.takeLocked(token, worker)
 			waits = append(waits, q.changed)
 			q.mu.Unlock()
 			if j != nil {

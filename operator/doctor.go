@@ -14,8 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/cronsync"
-	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/internal/check"
 	"github.com/pidispatch/pidispatch/registry"
 	"github.com/pidispatch/pidispatch/valkey"
@@ -99,7 +99,7 @@ type DoctorDeps struct {
 // (it never pulls an image nor creates a directory) and returns every check,
 // in a fixed order; the caller formats them. Each probe is bounded by
 // deps.Timeout.
-func Doctor(ctx context.Context, cfg dispatch.Config, deps DoctorDeps) []Check {
+func Doctor(ctx context.Context, cfg config.Config, deps DoctorDeps) []Check {
 	deps.Timeout = cmp.Or(deps.Timeout, DefaultDoctorTimeout)
 	deps.Self = cmp.Or(deps.Self, cfg.WorkerName)
 	if deps.TZ == "" {
@@ -114,11 +114,11 @@ func Doctor(ctx context.Context, cfg dispatch.Config, deps DoctorDeps) []Check {
 	d.spend()
 	d.triggers()
 	d.policyFile("scoped-limits", "PI_SCOPED_LIMITS_FILE", "scoped limits", cfg.ScopedLimitsFile, func(p string) (int, error) {
-		l, err := dispatch.LoadScopedLimits(p)
+		l, err := config.LoadScopedLimits(p)
 		return l.Len(), err
 	})
 	d.policyFile("pause-windows", "PI_PAUSE_WINDOWS_FILE", "pause windows", cfg.PauseWindowsFile, func(p string) (int, error) {
-		w, err := dispatch.LoadPauseWindows(p)
+		w, err := config.LoadPauseWindows(p)
 		return w.Len(), err
 	})
 	d.logsDir()
@@ -133,7 +133,7 @@ func Failed(checks []Check) bool {
 }
 
 type doctor struct {
-	cfg    dispatch.Config
+	cfg    config.Config
 	deps   DoctorDeps
 	checks []Check
 }
@@ -155,7 +155,7 @@ func (d *doctor) bounded(ctx context.Context) (context.Context, context.CancelFu
 }
 
 func (d *doctor) valkey(ctx context.Context) bool {
-	url := dispatch.RedactURL(d.cfg.ValkeyURL)
+	url := config.RedactURL(d.cfg.ValkeyURL)
 	fix := "start Valkey (docker compose -f deploy/docker-compose.yml up -d valkey) or point VALKEY_URL at it"
 	if d.deps.Valkey == nil {
 		d.fail("valkey", fix, "Valkey at %s: no client", url)
@@ -243,11 +243,11 @@ func (d *doctor) config() {
 		d.ok("config", "configuration valid (worker %s, %s)", d.cfg.WorkerName, declared)
 		return
 	}
-	var errs dispatch.ConfigErrors
+	var errs config.ConfigErrors
 	if !errors.As(err, &errs) {
-		var ce *dispatch.ConfigError
+		var ce *config.ConfigError
 		if errors.As(err, &ce) {
-			errs = dispatch.ConfigErrors{ce}
+			errs = config.ConfigErrors{ce}
 		}
 	}
 	if len(errs) == 0 {
@@ -457,17 +457,17 @@ func LocalZone(getenv func(string) string) string {
 	return "UTC"
 }
 
-// ConfigForDoctor loads the configuration like LoadConfig. When it is
-// invalid, it returns LoadConfig's error together with a usable
+// ConfigForDoctor loads the configuration like config.Load. When it is
+// invalid, it returns config.Load's error together with a usable
 // configuration in which each invalid variable has its default, so doctor
 // can still check everything the valid variables name.
-func ConfigForDoctor(getenv func(string) string) (dispatch.Config, error) {
-	cfg, err := dispatch.LoadConfig(getenv)
+func ConfigForDoctor(getenv func(string) string) (config.Config, error) {
+	cfg, err := config.Load(getenv)
 	if err == nil {
 		return cfg, nil
 	}
 	bad := map[string]bool{}
-	var all dispatch.ConfigErrors
+	var all config.ConfigErrors
 	masked := func(k string) string {
 		if bad[k] {
 			return ""
@@ -477,9 +477,9 @@ func ConfigForDoctor(getenv func(string) string) (dispatch.Config, error) {
 	// Each pass blanks the variables reported so far; a rule between two
 	// variables can report the second only once the first is gone.
 	for cur := err; cur != nil; {
-		var errs dispatch.ConfigErrors
+		var errs config.ConfigErrors
 		if !errors.As(cur, &errs) {
-			return dispatch.DefaultConfig(), err
+			return config.Default(), err
 		}
 		grew := false
 		for _, ce := range errs {
@@ -491,14 +491,14 @@ func ConfigForDoctor(getenv func(string) string) (dispatch.Config, error) {
 		if !grew {
 			break
 		}
-		cfg, cur = dispatch.LoadConfig(masked)
+		cfg, cur = config.Load(masked)
 		if cur == nil {
 			all.Sort()
 			return cfg, all
 		}
 	}
 	all.Sort()
-	return dispatch.DefaultConfig(), all
+	return config.Default(), all
 }
 
 func joinLines(err error) string {

@@ -1,7 +1,7 @@
 package operator
 
 import (
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/gateway"
 )
 
@@ -15,7 +15,7 @@ func (d *doctor) spend() {
 		d.ok("gateway", "model gateway off (PI_GATEWAY=off): jobs get no model socket, and spend is not metered")
 		return
 	}
-	keyVar := dispatch.ProviderKeyVars[g.DefaultProvider]
+	keyVar := config.ProviderKeyVars[g.DefaultProvider]
 	switch {
 	case g.ProviderKeys[g.DefaultProvider] != "":
 		d.ok("gateway-key", "the host holds a key for %s (%s)", g.DefaultProvider, keyVar)

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/operator"
 )
@@ -25,13 +25,13 @@ func findCheck(checks []operator.Check, name string) *operator.Check {
 func TestDoctorChecksTheGatewaysKeyAndPrices(t *testing.T) {
 	db := livetest.Valkey(t)
 	docker := &fakeDoctorDocker{present: true, digest: doctorDigestA}
-	run := func(edit func(c *dispatch.Config)) []operator.Check {
+	run := func(edit func(c *config.Config)) []operator.Check {
 		cfg := doctorConfig(t, "doc-spend")
 		edit(&cfg)
 		return operator.Doctor(context.Background(), cfg, operator.DoctorDeps{Valkey: db.Client, Docker: docker, TZ: "UTC"})
 	}
 
-	checks := run(func(c *dispatch.Config) {})
+	checks := run(func(c *config.Config) {})
 	if k, p := findCheck(checks, "gateway-key"), findCheck(checks, "pricing"); k == nil || k.Status != operator.CheckOK || p == nil || p.Status != operator.CheckOK {
 		t.Fatalf("a host with a key and the default model priced: %+v", checks)
 	}
@@ -39,12 +39,12 @@ func TestDoctorChecksTheGatewaysKeyAndPrices(t *testing.T) {
 		t.Fatal("doctor printed the key")
 	}
 
-	checks = run(func(c *dispatch.Config) { c.Gateway.ProviderKeys = nil })
+	checks = run(func(c *config.Config) { c.Gateway.ProviderKeys = nil })
 	if k := findCheck(checks, "gateway-key"); k == nil || k.Status != operator.CheckWarn || !strings.Contains(k.Fix, "ANTHROPIC_API_KEY") {
 		t.Fatalf("no key: %+v", k)
 	}
 
-	checks = run(func(c *dispatch.Config) { c.Gateway.DefaultModel = "claude-nonesuch-9" })
+	checks = run(func(c *config.Config) { c.Gateway.DefaultModel = "claude-nonesuch-9" })
 	if p := findCheck(checks, "pricing"); p == nil || p.Status != operator.CheckWarn || !strings.Contains(p.Detail, "claude-nonesuch-9") {
 		t.Fatalf("unpriced default model: %+v", p)
 	}
@@ -53,12 +53,12 @@ func TestDoctorChecksTheGatewaysKeyAndPrices(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("# ok\nanthropic claude-x 1 2 3\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	checks = run(func(c *dispatch.Config) { c.Gateway.PricingFile = bad })
+	checks = run(func(c *config.Config) { c.Gateway.PricingFile = bad })
 	if p := findCheck(checks, "pricing"); p == nil || p.Status != operator.CheckFail || !strings.Contains(p.Detail, "line 2") {
 		t.Fatalf("malformed pricing file: %+v", p)
 	}
 
-	checks = run(func(c *dispatch.Config) { c.Gateway.Off = true })
+	checks = run(func(c *config.Config) { c.Gateway.Off = true })
 	if g := findCheck(checks, "gateway"); g == nil || g.Status != operator.CheckOK || findCheck(checks, "gateway-key") != nil {
 		t.Fatalf("gateway off: %+v", checks)
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/operator"
 	"github.com/pidispatch/pidispatch/registry"
@@ -50,9 +50,9 @@ const (
 
 // doctorConfig is a valid configuration named self, declared, logging to a
 // fresh folder.
-func doctorConfig(t *testing.T, self string) dispatch.Config {
+func doctorConfig(t *testing.T, self string) config.Config {
 	t.Helper()
-	cfg, err := dispatch.LoadConfig(func(k string) string {
+	cfg, err := config.Load(func(k string) string {
 		return map[string]string{
 			"PI_WORKER_NAME":    self,
 			"PI_LOGS_DIR":       t.TempDir(),
@@ -173,7 +173,7 @@ func TestDoctorFleetLinesWarnNeverFail(t *testing.T) {
 
 func TestDoctorPeersWithoutDeclaredName(t *testing.T) {
 	db := livetest.Valkey(t)
-	cfg, err := dispatch.LoadConfig(func(k string) string {
+	cfg, err := config.Load(func(k string) string {
 		return map[string]string{"PI_LOGS_DIR": t.TempDir()}[k]
 	})
 	if err != nil {
@@ -328,7 +328,7 @@ func TestDoctorConfigErrorsOnePerVariable(t *testing.T) {
 	if err == nil {
 		t.Fatal("invalid configuration accepted")
 	}
-	if cfg.JobImage != "pi-job:kept" || cfg.LogsDir != env["PI_LOGS_DIR"] || cfg.Concurrency != dispatch.DefaultConcurrency || cfg.JobTimeout != dispatch.DefaultJobTimeout {
+	if cfg.JobImage != "pi-job:kept" || cfg.LogsDir != env["PI_LOGS_DIR"] || cfg.Concurrency != config.DefaultConcurrency || cfg.JobTimeout != config.DefaultJobTimeout {
 		t.Fatalf("best-effort config: %v", cfg)
 	}
 	db := livetest.Valkey(t)
@@ -354,11 +354,11 @@ func TestConfigForDoctorDependentRule(t *testing.T) {
 	// valid; both are replaced by defaults in the returned configuration.
 	env := map[string]string{"PI_WAIT_INTERVAL_MS": "10", "PI_WAIT_MAX_MS": "40000", "PI_DAILY_CAP": "7"}
 	cfg, err := operator.ConfigForDoctor(func(k string) string { return env[k] })
-	var errs dispatch.ConfigErrors
+	var errs config.ConfigErrors
 	if !errors.As(err, &errs) || len(errs) == 0 || errs[0].Var != "PI_WAIT_INTERVAL_MS" {
 		t.Fatalf("err %v", err)
 	}
-	if cfg.DailyCap != 7 || cfg.WaitInterval != dispatch.DefaultWaitInterval {
+	if cfg.DailyCap != 7 || cfg.WaitInterval != config.DefaultWaitInterval {
 		t.Fatalf("cfg %v", cfg)
 	}
 	if cfg.Validate() != nil {

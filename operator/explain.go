@@ -9,10 +9,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/fleetkey"
 	"github.com/pidispatch/pidispatch/jobs"
+	"github.com/pidispatch/pidispatch/policy"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -133,8 +134,8 @@ type FindingSource interface {
 // and caps, as the worker of this host has them. The zero value knows no
 // pause windows and no scoped limits and uses the default daily cap.
 type ExplainOptions struct {
-	PauseWindows dispatch.PauseWindows
-	ScopedLimits dispatch.ScopedLimits
+	PauseWindows policy.PauseWindows
+	ScopedLimits policy.ScopedLimits
 	// DailyCap and WeeklyCap are PI_DAILY_CAP (0: the default) and
 	// PI_WEEKLY_CAP (0: no weekly window).
 	DailyCap, WeeklyCap int
@@ -160,16 +161,16 @@ type ExplainOptions struct {
 
 // ExplainOptionsFromConfig loads the policy files cfg names with dispatch's
 // own loaders. A file that does not load is an error naming it.
-func ExplainOptionsFromConfig(cfg dispatch.Config) (ExplainOptions, error) {
+func ExplainOptionsFromConfig(cfg config.Config) (ExplainOptions, error) {
 	o := ExplainOptions{DailyCap: cfg.DailyCap, WeeklyCap: cfg.WeeklyCap, MonthlyCap: cfg.Spend.MonthlyCap, DefaultImage: cfg.JobImage, LogsDir: cfg.LogsDir}
 	var errs []error
 	if cfg.PauseWindowsFile != "" {
-		w, err := dispatch.LoadPauseWindows(cfg.PauseWindowsFile)
+		w, err := config.LoadPauseWindows(cfg.PauseWindowsFile)
 		o.PauseWindows = w
 		errs = append(errs, err)
 	}
 	if cfg.ScopedLimitsFile != "" {
-		l, err := dispatch.LoadScopedLimits(cfg.ScopedLimitsFile)
+		l, err := config.LoadScopedLimits(cfg.ScopedLimitsFile)
 		o.ScopedLimits = l
 		errs = append(errs, err)
 	}

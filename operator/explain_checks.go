@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/capabilities"
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/fleetstate"
@@ -351,7 +352,7 @@ func (x *explainer) budget(ctx context.Context) {
 		return
 	}
 	windows, err := fleetstate.NewBudget(x.client, fleetstate.BudgetConfig{
-		DailyCap: cmp.Or(x.opts.DailyCap, dispatch.DefaultDailyCap), WeeklyCap: x.opts.WeeklyCap, MonthlyCap: x.opts.MonthlyCap,
+		DailyCap: cmp.Or(x.opts.DailyCap, config.DefaultDailyCap), WeeklyCap: x.opts.WeeklyCap, MonthlyCap: x.opts.MonthlyCap,
 	}).Windows(ctx)
 	if err != nil {
 		x.unread("the budget counts", err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/jobs"
@@ -15,7 +16,7 @@ import (
 // SpendSources are the explain sources of the gates that read fleetstate's
 // spend stores: the provider's rate limit and the dollar windows, with cfg's
 // caps and defaults.
-func SpendSources(client redis.UniversalClient, cfg dispatch.Config) []FindingSource {
+func SpendSources(client redis.UniversalClient, cfg config.Config) []FindingSource {
 	src := []FindingSource{rateLimitSource{limits: fleetstate.NewRateLimits(client, fleetstate.RateLimitsConfig{}), cfg: cfg}}
 	if cfg.Spend.DollarWindows() {
 		src = append(src, dollarSource{dollars: fleetstate.NewDollars(client, fleetstate.DollarsConfig{
@@ -29,7 +30,7 @@ func SpendSources(client redis.UniversalClient, cfg dispatch.Config) []FindingSo
 // rate-limit gate reads it.
 type rateLimitSource struct {
 	limits dispatch.RateLimits
-	cfg    dispatch.Config
+	cfg    config.Config
 }
 
 func (rateLimitSource) Name() string { return "rate limits" }
@@ -57,7 +58,7 @@ func (s rateLimitSource) Findings(ctx context.Context, job ExplainJob) ([]Findin
 // on top of what it holds, as the dollar gate would find.
 type dollarSource struct {
 	dollars *fleetstate.Dollars
-	cfg     dispatch.Config
+	cfg     config.Config
 }
 
 func (dollarSource) Name() string { return "dollar windows" }

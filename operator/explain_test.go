@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/capabilities"
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/fleetstate"
@@ -175,7 +176,7 @@ func TestExplainPauseWindow(t *testing.T) {
 	defer liveHost(t, db.Client, "alpha", digestA).Close(context.Background())
 	addData(t, mustQueue(t, db.Client, fleet.SharedQueue), "w-1", forgeJob, queue.AddOptions{})
 	path := writeFile(t, "pause-windows.json", `{"windows":[{"scope":"acme/app","from":"11:00","to":"13:30"},{"scope":"other/repo","from":"00:00","to":"23:59"}]}`)
-	opts, err := operator.ExplainOptionsFromConfig(dispatch.Config{PauseWindowsFile: path})
+	opts, err := operator.ExplainOptionsFromConfig(config.Config{PauseWindowsFile: path})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +190,7 @@ func TestExplainPauseWindow(t *testing.T) {
 	if ex := explain(t, db.Client, "w-1", opts); ex.Primary().Code != operator.FindReady {
 		t.Fatalf("window closed: %+v", ex)
 	}
-	if _, err := operator.ExplainOptionsFromConfig(dispatch.Config{PauseWindowsFile: writeFile(t, "bad.json", `{"windows":[{"scope":"*"}]}`)}); err == nil || !strings.Contains(err.Error(), "windows[0].from") {
+	if _, err := operator.ExplainOptionsFromConfig(config.Config{PauseWindowsFile: writeFile(t, "bad.json", `{"windows":[{"scope":"*"}]}`)}); err == nil || !strings.Contains(err.Error(), "windows[0].from") {
 		t.Fatalf("bad file: %v", err)
 	}
 }
@@ -251,7 +252,7 @@ func TestExplainScopeBusy(t *testing.T) {
 	q := mustQueue(t, db.Client, fleet.SharedQueue)
 	addData(t, q, "s-1", forgeJob, queue.AddOptions{})
 	limits := writeFile(t, "scoped-limits.json", `{"version":1,"limits":[{"scope":"acme/app","concurrent":2}]}`)
-	opts, err := operator.ExplainOptionsFromConfig(dispatch.Config{ScopedLimitsFile: limits})
+	opts, err := operator.ExplainOptionsFromConfig(config.Config{ScopedLimitsFile: limits})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +290,7 @@ func TestExplainBudgetFull(t *testing.T) {
 	defer liveHost(t, db.Client, "alpha", digestA).Close(ctx)
 	addData(t, mustQueue(t, db.Client, fleet.SharedQueue), "b-1", forgeJob, queue.AddOptions{})
 	limits := writeFile(t, "scoped-limits.json", `{"version":1,"limits":[{"scope":"acme/app","day":1}]}`)
-	opts, err := operator.ExplainOptionsFromConfig(dispatch.Config{ScopedLimitsFile: limits, DailyCap: 3})
+	opts, err := operator.ExplainOptionsFromConfig(config.Config{ScopedLimitsFile: limits, DailyCap: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -478,7 +479,7 @@ func TestExplainRateLimited(t *testing.T) {
 	db := livetest.Valkey(t)
 	defer liveHost(t, db.Client, "alpha", digestA).Close(context.Background())
 	addData(t, mustQueue(t, db.Client, fleet.SharedQueue), "rl-1", forgeJob, queue.AddOptions{})
-	cfg := dispatch.DefaultConfig()
+	cfg := config.Default()
 	until := time.Now().Add(30 * time.Second).UTC().Truncate(time.Millisecond)
 	if err := fleetstate.NewRateLimits(db.Client, fleetstate.RateLimitsConfig{}).Suspend(context.Background(), cfg.Gateway.DefaultProvider, until, "429"); err != nil {
 		t.Fatal(err)
@@ -496,7 +497,7 @@ func TestExplainDollarsFull(t *testing.T) {
 	db := livetest.Valkey(t)
 	defer liveHost(t, db.Client, "alpha", digestA).Close(context.Background())
 	addData(t, mustQueue(t, db.Client, fleet.SharedQueue), "usd-1", forgeJob, queue.AddOptions{})
-	cfg := dispatch.DefaultConfig()
+	cfg := config.Default()
 	cfg.Spend.MaxCostMicros, cfg.Spend.DailyCostMicros = 2_000_000, 3_000_000
 	d := fleetstate.NewDollars(db.Client, fleetstate.DollarsConfig{DailyMicros: cfg.Spend.DailyCostMicros})
 	if res, err := d.ReserveDollars(context.Background(), "other", "", nil, 2_000_000, time.Minute); err != nil || !res.Granted {

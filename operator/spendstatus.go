@@ -6,6 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/jobs"
@@ -43,7 +44,7 @@ type DollarWindowStatus struct {
 // Spend reads the fleet's spend windows with cfg's caps and the rate-limit
 // suspensions. A part Valkey could not answer is named in Unread; the error
 // is only for a context that ended.
-func Spend(ctx context.Context, client redis.UniversalClient, cfg dispatch.Config) (SpendReport, error) {
+func Spend(ctx context.Context, client redis.UniversalClient, cfg config.Config) (SpendReport, error) {
 	var rep SpendReport
 	budget := fleetstate.NewBudget(client, fleetstate.BudgetConfig{DailyCap: cfg.DailyCap, WeeklyCap: cfg.WeeklyCap, MonthlyCap: cfg.Spend.MonthlyCap})
 	if ws, err := budget.Windows(ctx); err != nil {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/cronsync"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
@@ -32,10 +33,10 @@ var _ dispatch.Background = (*cronPart)(nil)
 // readTriggers reads PI_TRIGGERS_FILE at boot. A file that does not parse
 // refuses boot (exit 2) naming the trigger and field; a missing file starts
 // the worker with cron waiting for the file (nothing installed or pruned).
-func readTriggers(cfg dispatch.Config) (cronsync.Own, error) {
+func readTriggers(cfg config.Config) (cronsync.Own, error) {
 	own := cronsync.ReadOwn(cfg.TriggersFile)
 	if own.Err != nil && !errors.Is(own.Err, fs.ErrNotExist) {
-		return own, &dispatch.ConfigError{Var: "PI_TRIGGERS_FILE", Value: cfg.TriggersFile, Rule: own.Err.Error()}
+		return own, &config.ConfigError{Var: "PI_TRIGGERS_FILE", Value: cfg.TriggersFile, Rule: own.Err.Error()}
 	}
 	return own, nil
 }

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/stack"
 )
@@ -13,7 +14,7 @@ import (
 // its context ends; an Option changes a part, here adding a task of its own
 // that runs beside the worker's.
 func ExampleBuild() {
-	cfg, err := dispatch.LoadConfig(os.Getenv)
+	cfg, err := config.Load(os.Getenv)
 	if err != nil {
 		slog.Error("config", "err", err)
 		return

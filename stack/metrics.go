@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/metrics"
@@ -33,7 +34,7 @@ func (c *consumersRunning) Run(ctx context.Context) error {
 // wireMetrics adds the running flag to deps and, when PI_METRICS_ADDR is
 // set, the Prometheus observer with its polled sources. It runs after the
 // Options, so an Option's Dollars is read too.
-func wireMetrics(cfg dispatch.Config, rc *redis.Client, queues []*queue.Queue, budget *fleetstate.Budget, deps *dispatch.Deps) (*metrics.Metrics, *consumersRunning) {
+func wireMetrics(cfg config.Config, rc *redis.Client, queues []*queue.Queue, budget *fleetstate.Budget, deps *dispatch.Deps) (*metrics.Metrics, *consumersRunning) {
 	running := &consumersRunning{}
 	deps.Background = append(deps.Background, running)
 	if cfg.Gateway.MetricsAddr == "" {
@@ -128,7 +129,7 @@ func (s *Stack) Ready(ctx context.Context) error {
 // ListenMetrics binds PI_METRICS_ADDR for the metrics, /healthz and /readyz
 // before the Worker runs, so a bad or taken port refuses boot. It returns a
 // nil Server when PI_METRICS_ADDR is unset; a port that cannot be bound is
-// a *dispatch.ConfigError naming PI_METRICS_ADDR.
+// a *config.ConfigError naming PI_METRICS_ADDR.
 func (s *Stack) ListenMetrics() (*metrics.Server, error) {
 	if s.Metrics == nil {
 		return nil, nil
@@ -140,7 +141,7 @@ func (s *Stack) ListenMetrics() (*metrics.Server, error) {
 		if errors.As(err, &le) {
 			rule = "cannot listen: " + le.Err.Error() + " (choose a free port, or unset it to serve no metrics)"
 		}
-		return nil, &dispatch.ConfigError{Var: "PI_METRICS_ADDR", Value: s.metricsAddr, Rule: rule}
+		return nil, &config.ConfigError{Var: "PI_METRICS_ADDR", Value: s.metricsAddr, Rule: rule}
 	}
 	return srv, nil
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"
@@ -46,7 +47,7 @@ func benchWorker(b *testing.B, metricsOn bool) {
 	if metricsOn {
 		env["PI_METRICS_ADDR"] = "127.0.0.1:0"
 	}
-	cfg, err := dispatch.LoadConfig(func(k string) string { return env[k] })
+	cfg, err := config.Load(func(k string) string { return env[k] })
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/stack"
@@ -24,7 +25,7 @@ func metricsStack(t *testing.T, db *livetest.ValkeyDB, metricsAddr string, extra
 	for i := 0; i+1 < len(extra); i += 2 {
 		env[extra[i]] = extra[i+1]
 	}
-	cfg, err := dispatch.LoadConfig(func(k string) string { return env[k] })
+	cfg, err := config.Load(func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +88,7 @@ func TestMetricsListenTakenPort(t *testing.T) {
 	defer ln.Close()
 	s := metricsStack(t, livetest.Valkey(t), ln.Addr().String())
 	srv, err := s.ListenMetrics()
-	var ce *dispatch.ConfigError
+	var ce *config.ConfigError
 	if srv != nil || !errors.As(err, &ce) || ce.Var != "PI_METRICS_ADDR" || ce.Value != ln.Addr().String() {
 		t.Fatalf("ListenMetrics on a taken port = %v, %v; want a ConfigError naming PI_METRICS_ADDR", srv, err)
 	}

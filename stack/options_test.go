@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/enqueue"
@@ -53,7 +54,7 @@ func TestBuildOptionReplacesAPart(t *testing.T) {
 	name := fmt.Sprintf("opt-%d", db.DB)
 	env := map[string]string{"VALKEY_URL": db.URL, "PI_WORKER_NAME": name, "PI_LOGS_DIR": t.TempDir(), "PI_JOB_IMAGE": "never-pulled:1",
 		"PI_FOLDER_ROOTS": os.TempDir(), "PI_CONTAINER_USER": "owner"}
-	cfg, err := dispatch.LoadConfig(func(k string) string { return env[k] })
+	cfg, err := config.Load(func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +109,7 @@ func TestBuildSaysTheJobImageIsMissing(t *testing.T) {
 	livetest.Docker(t)
 	db := livetest.Valkey(t)
 	env := map[string]string{"VALKEY_URL": db.URL, "PI_WORKER_NAME": fmt.Sprintf("img-%d", db.DB), "PI_LOGS_DIR": t.TempDir(), "PI_JOB_IMAGE": "never-pulled:1"}
-	cfg, err := dispatch.LoadConfig(func(k string) string { return env[k] })
+	cfg, err := config.Load(func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}

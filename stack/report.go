@@ -6,6 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/gateway"
 	"github.com/pidispatch/pidispatch/notify"
@@ -22,12 +23,13 @@ type report struct {
 	tracer      *tracing.Tracer  // nil without an OTLP endpoint
 	retention   time.Duration
 	dir         string
+	now         func() time.Time // the Worker's clock
 }
 
 // newReport builds the parts cfg.Report asks for. A hook that is not an
 // executable file refuses boot.
-func newReport(ctx context.Context, cfg dispatch.Config, rc redis.UniversalClient, tune dispatch.Tuning) (*report, error) {
-	r := &report{dir: cfg.LogsDir, retention: time.Duration(cfg.LogRetentionDays) * 24 * time.Hour}
+func newReport(ctx context.Context, cfg config.Config, rc redis.UniversalClient, tune dispatch.Tuning) (*report, error) {
+	r := &report{dir: cfg.LogsDir, retention: time.Duration(cfg.LogRetentionDays) * 24 * time.Hour, now: tune.Now}
 	var err error
 	r.transcripts, err = transcript.NewStore(transcript.Config{
 		Dir: cfg.LogsDir, MaxBytes: cfg.Report.TranscriptMax(), Live: transcript.NewLive(rc),
@@ -42,13 +44,13 @@ func newReport(ctx context.Context, cfg dispatch.Config, rc redis.UniversalClien
 			Host: cfg.WorkerName, Logger: tune.Logger,
 		})
 		if err != nil {
-			return nil, &dispatch.ConfigError{Var: "PI_ON_FAILURE", Value: cfg.Report.OnFailure, Rule: err.Error()}
+			return nil, &config.ConfigError{Var: "PI_ON_FAILURE", Value: cfg.Report.OnFailure, Rule: err.Error()}
 		}
 	}
 	if cfg.Report.OTLPEndpoint != "" {
 		r.tracer, err = tracing.NewOTLP(ctx, cfg.WorkerName, tune.Version)
 		if err != nil {
-			return nil, &dispatch.ConfigError{Var: "OTEL_EXPORTER_OTLP_ENDPOINT", Value: cfg.Report.OTLPEndpoint, Rule: err.Error()}
+			return nil, &config.ConfigError{Var: "OTEL_EXPORTER_OTLP_ENDPOINT", Value: cfg.Report.OTLPEndpoint, Rule: err.Error()}
 		}
 	}
 	return r, nil
@@ -57,7 +59,7 @@ func newReport(ctx context.Context, cfg dispatch.Config, rc redis.UniversalClien
 // wire adds the parts to deps.
 func (r *report) wire(deps *dispatch.Deps) {
 	deps.Transcripts = r.transcripts
-	deps.Background = append(deps.Background, pruneTranscripts{dir: r.dir, keep: r.retention})
+	deps.Background = append(deps.Background, pruneTranscripts{dir: r.dir, keep: r.retention, now: r.now})
 	if r.notifier != nil {
 		deps.Observers = append(deps.Observers, r.notifier)
 		deps.Background = append(deps.Background, r.notifier)
@@ -112,13 +114,14 @@ func (l notifyingLimits) Suspend(ctx context.Context, provider string, until tim
 type pruneTranscripts struct {
 	dir  string
 	keep time.Duration
+	now  func() time.Time // the Worker's clock
 }
 
 func (p pruneTranscripts) Run(ctx context.Context) error {
 	t := time.NewTicker(time.Hour)
 	defer t.Stop()
 	for {
-		_, _ = transcript.Prune(p.dir, time.Now().Add(-p.keep))
+		_, _ = transcript.Prune(p.dir, p.now().Add(-p.keep))
 		select {
 		case <-ctx.Done():
 			return nil

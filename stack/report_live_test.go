@@ -17,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/internal/jobimage"
@@ -86,7 +87,7 @@ func TestFailedJobTranscriptRedactedAndNotified(t *testing.T) {
 		"PI_SECRET_PROFILES": "deploy:" + resolver, "ANTHROPIC_API_KEY": hostKey,
 		"PI_ON_FAILURE": hook, "PI_NOTIFY_URL": srv.URL + "/notify",
 	}
-	cfg, err := dispatch.LoadConfig(func(k string) string { return env[k] })
+	cfg, err := config.Load(func(k string) string { return env[k] })
 	require.NoError(t, err)
 	s, err := stack.Build(context.Background(), cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), dispatch.Tuning{JobsDir: t.TempDir()})
 	require.NoError(t, err)

@@ -18,11 +18,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/capabilities"
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/cronsync"
 	"github.com/pidispatch/pidispatch/dispatch"
-	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/fleetstate"
-	"github.com/pidispatch/pidispatch/lease"
 	"github.com/pidispatch/pidispatch/metrics"
 	"github.com/pidispatch/pidispatch/operator"
 	"github.com/pidispatch/pidispatch/queue"
@@ -52,6 +51,7 @@ type Stack struct {
 	metricsAddr string
 	consumers   *consumersRunning
 	report      *report
+	fleet       *Fleet
 	closeOnce   sync.Once
 }
 
@@ -59,10 +59,7 @@ func (s *Stack) Close() {
 	s.closeOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = s.Budget.Close(ctx)
-		_ = s.Dollars.Close(ctx)
-		_ = s.RateLimits.Close(ctx)
-		_ = s.Holds.Close(ctx)
+		_ = s.fleet.Close(ctx)
 		_ = s.report.close(ctx)
 		_ = s.Valkey.Close()
 		_ = s.Docker.Close()
@@ -76,12 +73,21 @@ type Option func(*dispatch.Deps)
 
 // Build wires the concrete implementations (Valkey, Docker) into a
 // dispatch.Worker. It is the only place that does: cmd/worker, the demo and
-// the tests all boot workers through it. logger receives every event unless
-// tune.Logger is set; opts apply in order.
-func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune dispatch.Tuning, opts ...Option) (*Stack, error) {
+// the tests all boot workers through it. It first reads the policy files
+// cfg names (cfg.Worker): a bad one is a *config.ConfigError, and nothing
+// has been dialled. logger receives every event unless tune.Logger is set;
+// tune.Now (default time.Now) is also the clock of the registry's beat
+// events, the gateway and the transcript pruning; opts apply in order.
+func Build(ctx context.Context, cfg config.Config, logger *slog.Logger, tune dispatch.Tuning, opts ...Option) (*Stack, error) {
+	// The policy files are read and the whole configuration checked before
+	// anything reaches Valkey or Docker.
+	wcfg, err := cfg.Worker()
+	if err != nil {
+		return nil, err
+	}
 	rc, err := valkey.NewClient(cfg.ValkeyURL, valkey.Options{Password: cfg.ValkeyPassword})
 	if err != nil {
-		return nil, &dispatch.ConfigError{Var: "VALKEY_URL", Value: dispatch.RedactURL(cfg.ValkeyURL), Rule: err.Error()}
+		return nil, &config.ConfigError{Var: "VALKEY_URL", Value: config.RedactURL(cfg.ValkeyURL), Rule: err.Error()}
 	}
 	if err := refusedPassword(ctx, rc, cfg.ValkeyURL); err != nil {
 		_ = rc.Close()
@@ -102,6 +108,11 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 	if tune.Logger == nil {
 		tune.Logger = logger
 	}
+	// One clock: the Worker's (Tuning.Now) stamps the registry's beats and
+	// dates the gateway's calls and the transcript pruning too.
+	if tune.Now == nil {
+		tune.Now = time.Now
+	}
 	log := tune.Logger.With("host", cfg.WorkerName)
 
 	// Components that stamp the host themselves get the bare logger.
@@ -110,32 +121,6 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 	})
 	if err != nil {
 		return fail(err)
-	}
-
-	queues, err := newQueues(ctx, rc, cfg, tune, log)
-	if err != nil {
-		return fail(err)
-	}
-	consumer, err := queue.NewConsumer(queues, queue.ConsumerConfig{})
-	if err != nil {
-		return fail(err)
-	}
-	budget := fleetstate.NewBudget(rc, fleetstate.BudgetConfig{
-		DailyCap: cfg.DailyCap, WeeklyCap: cfg.WeeklyCap, MonthlyCap: cfg.Spend.MonthlyCap, SoftHoldPct: cfg.Spend.SoftHoldPct,
-		Host: cfg.WorkerName, Logger: tune.Logger,
-	})
-	holds := fleetstate.NewHolds(rc, fleetstate.HoldsConfig{})
-	deps := dispatch.Deps{
-		Source:  Source(consumer),
-		Runtime: runtime,
-		Budget:  budget,
-		Holds:   holds,
-
-		Secrets:      secretprofile.Resolver{},
-		ModelSockets: modelSockets{},
-	}
-	for _, q := range queues {
-		deps.Queues = append(deps.Queues, JobQueue(q))
 	}
 
 	// Cron: the triggers file is read before anything reaches Valkey; a file
@@ -147,23 +132,17 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 	tz := operator.LocalZone(os.Getenv)
 	live := cronsync.NewLiveSet(own, tz)
 
-	reg, err := newRegistry(ctx, rc, cfg, tune, runtime, live, tz, &deps)
+	deps := dispatch.Deps{Runtime: runtime, Secrets: secretprofile.Resolver{}, ModelSockets: modelSockets{}}
+	fl := NewFleet(rc, FleetOptions{FleetKey: cfg.FleetKey, Layout: queue.Layout(cfg.BullMQLayout), RetentionDays: cfg.LogRetentionDays})
+	st, err := openStores(ctx, fl, cfg, tune, runtime, live, tz, &deps)
 	if err != nil {
 		return fail(err)
 	}
-	deps.Registry = Registry(reg)
-	deps.Cron = cronGate{live: live, peers: reg, host: cfg.WorkerName}
-	if err := wireFleet(cfg, rc, tune, &deps); err != nil {
-		return fail(err)
-	}
-
-	deps.Background = append(deps.Background, cronBackground(cfg, queues[len(queues)-1], reg, live, tz, tune, log))
-
-	cancels, err := fleetstate.NewCancelWatcher(rc, cfg.WorkerName, fleetstate.CancelWatcherConfig{Logger: tune.Logger})
-	if err != nil {
-		return fail(err)
-	}
-	deps.Cancels = cancels
+	failOpen := fail
+	fail = func(err error) (*Stack, error) { _ = fl.Close(context.WithoutCancel(ctx)); return failOpen(err) }
+	deps.Stores = st.stores
+	deps.Cron = cronGate{live: live, peers: st.registry, host: cfg.WorkerName}
+	deps.Background = append(deps.Background, cronBackground(cfg, st.queues[len(st.queues)-1], st.registry, live, tz, tune, log))
 
 	report, err := newReport(ctx, cfg, rc, tune)
 	if err != nil {
@@ -172,21 +151,20 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 	failBuilt := fail
 	fail = func(err error) (*Stack, error) { _ = report.close(context.Background()); return failBuilt(err) }
 	report.wire(&deps)
-	dollars, limits, err := wireSpend(cfg, rc, tune, &deps, report)
-	if err != nil {
+	if err := wireGateway(cfg, st.limits, tune, &deps, report); err != nil {
 		return fail(err)
 	}
 
 	for _, o := range opts {
 		o(&deps)
 	}
-	mx, running := wireMetrics(cfg, rc, queues, budget, &deps)
-	w, err := dispatch.NewWorker(cfg, deps, tune)
+	mx, running := wireMetrics(cfg, rc, st.queues, st.budget, &deps)
+	w, err := dispatch.NewWorker(wcfg, deps, tune)
 	if err != nil {
 		return fail(err)
 	}
-	return &Stack{Worker: w, Valkey: rc, Docker: dc, Registry: reg, Budget: budget, Holds: holds, Dollars: dollars, RateLimits: limits,
-		Metrics: mx, metricsAddr: cfg.Gateway.MetricsAddr, consumers: running, report: report}, nil
+	return &Stack{Worker: w, Valkey: rc, Docker: dc, Registry: st.registry, Budget: st.budget, Holds: st.holds, Dollars: st.dollars,
+		RateLimits: st.limits, Metrics: mx, metricsAddr: cfg.Gateway.MetricsAddr, consumers: running, report: report, fleet: fl}, nil
 }
 
 // refusedPassword fails boot when Valkey refuses the password: unlike an
@@ -196,7 +174,7 @@ func refusedPassword(ctx context.Context, rc *redis.Client, rawURL string) error
 	pctx, cancel := context.WithTimeout(ctx, valkey.DialTimeout)
 	defer cancel()
 	if err := rc.Ping(pctx).Err(); errors.Is(err, valkey.ErrAuthRefused) {
-		return fmt.Errorf("valkey at %s: %w", dispatch.RedactURL(rawURL), err)
+		return fmt.Errorf("valkey at %s: %w", config.RedactURL(rawURL), err)
 	}
 	return nil
 }
@@ -210,11 +188,13 @@ func keys(m map[string]string) []string {
 	return out
 }
 
-// newRegistry builds this host's registry row: its facts, and its beats
-// reported to the observers. The image digest is read once at boot,
-// bounded: the registry publishes it so doctor can tell hosts running
-// different builds apart, and a missing PI_JOB_IMAGE is logged.
-func newRegistry(ctx context.Context, rc *redis.Client, cfg dispatch.Config, tune dispatch.Tuning, runtime *runner.Docker, live *cronsync.LiveSet, tz string, deps *dispatch.Deps) (*registry.Registry, error) {
+// openStores opens this host's stores through fl: its queues, budgets,
+// holds, leases, run mirror, cancels, rate limits and registry row, with the
+// row's facts and its beats reported to the observers. The image digest is
+// read once at boot, bounded: the registry publishes it so doctor can tell
+// hosts running different builds apart, and a missing PI_JOB_IMAGE is
+// logged.
+func openStores(ctx context.Context, fl *Fleet, cfg config.Config, tune dispatch.Tuning, runtime *runner.Docker, live *cronsync.LiveSet, tz string, deps *dispatch.Deps) (*valkeyStores, error) {
 	digestCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	digest, err := runtime.ImageDigest(digestCtx, cfg.JobImage)
 	cancel()
@@ -223,28 +203,37 @@ func newRegistry(ctx context.Context, rc *redis.Client, cfg dispatch.Config, tun
 		tune.Logger.Warn("job_image_missing", "host", cfg.WorkerName, "image", cfg.JobImage,
 			"fix", "build or pull it on this host (images are never pulled; pi-dispatch doctor names the command): until then every job is refused job-image-missing")
 	}
-	return registry.New(rc, cfg.WorkerName, registry.Facts{
-		Image:       registry.Value(cfg.JobImage),
-		ImageDigest: registry.Value(digest),
-		Concurrency: registry.Value(cfg.Concurrency),
-		Routes:      registry.Value(cfg.WorkerNameDeclared),
-		Caps:        registry.Value(capabilities.Serialize(capabilities.Tokens(keys(cfg.SecretProfiles), keys(cfg.WaitProfiles)))),
-		TZ:          registry.Value(tz),
-		FPCron:      live.FPCron,
-		CronCount:   live.CronCount,
-	}, registry.Config{Version: tune.Version, Logger: tune.Logger, FleetKey: cfg.FleetKey, OnBeat: func(err error) {
-		// Read when the Worker beats, long after the parts are wired.
-		dispatch.Observers(deps.Observers).Observe(dispatch.Event{
-			Kind: dispatch.EventBeat, At: time.Now(), Host: cfg.WorkerName, Service: "registry", Up: err == nil, Err: err,
-		})
-	}})
+	return fl.open(ctx, dispatch.FleetHost{
+		Name:     cfg.WorkerName,
+		Declared: cfg.WorkerNameDeclared,
+		Starts:   dispatch.StartCaps{Daily: cfg.DailyCap, Weekly: cfg.WeeklyCap, Monthly: cfg.Spend.MonthlyCap, SoftHoldPct: cfg.Spend.SoftHoldPct},
+		Dollars:  dispatch.DollarCaps{Daily: cfg.Spend.DailyCostMicros, Weekly: cfg.Spend.WeeklyCostMicros, Monthly: cfg.Spend.MonthlyCostMicros},
+		LockTTL:  tune.LockTTL,
+		Logger:   tune.Logger,
+		Row: dispatch.HostRow{
+			Version:     tune.Version,
+			Image:       cfg.JobImage,
+			ImageDigest: digest,
+			Concurrency: cfg.Concurrency,
+			Caps:        capabilities.Serialize(capabilities.Tokens(keys(cfg.SecretProfiles), keys(cfg.WaitProfiles))),
+			TZ:          tz,
+			FPCron:      live.FPCron,
+			CronCount:   live.CronCount,
+			OnBeat: func(err error) {
+				// Read when the Worker beats, long after the parts are wired.
+				dispatch.Observers(deps.Observers).Observe(dispatch.Event{
+					Kind: dispatch.EventBeat, At: tune.Now(), Host: cfg.WorkerName, Service: "registry", Up: err == nil, Err: err,
+				})
+			},
+		},
+	})
 }
 
 // cronBackground is the cron part of the worker: reconcile and watch the
 // triggers file, or, with none, keep the stored schedulers' runs off this
 // host. Schedulers live on this host's own queue when it has one (store),
 // so hosts never prune each other's; the shared queue otherwise.
-func cronBackground(cfg dispatch.Config, store *queue.Queue, reg *registry.Registry, live *cronsync.LiveSet, tz string, tune dispatch.Tuning, log *slog.Logger) dispatch.Background {
+func cronBackground(cfg config.Config, store *queue.Queue, reg *registry.Registry, live *cronsync.LiveSet, tz string, tune dispatch.Tuning, log *slog.Logger) dispatch.Background {
 	if cfg.TriggersFile == "" {
 		return &cronOff{store: store, queue: store.Name(), log: log}
 	}
@@ -259,68 +248,15 @@ func cronBackground(cfg dispatch.Config, store *queue.Queue, reg *registry.Regis
 	}
 }
 
-// wireSpend adds the fleet's dollar windows, its rate-limit record and the
-// model gateway to deps.
-func wireSpend(cfg dispatch.Config, rc *redis.Client, tune dispatch.Tuning, deps *dispatch.Deps, report *report) (*fleetstate.Dollars, *fleetstate.RateLimits, error) {
-	dollars := fleetstate.NewDollars(rc, fleetstate.DollarsConfig{
-		DailyMicros: cfg.Spend.DailyCostMicros, WeeklyMicros: cfg.Spend.WeeklyCostMicros, MonthlyMicros: cfg.Spend.MonthlyCostMicros,
-		Host: cfg.WorkerName, Logger: tune.Logger,
-	})
-	limits := fleetstate.NewRateLimits(rc, fleetstate.RateLimitsConfig{Host: cfg.WorkerName, Logger: tune.Logger})
-	deps.Dollars, deps.RateLimits = dollars, limits
-	gw, err := newGateway(cfg, report.limits(limits), tune.Logger, report.onCall)
-	if err != nil {
-		return nil, nil, err
-	}
-	if gw != nil {
-		deps.Gateway = gw
-	}
-	return dollars, limits, nil
-}
-
-// newQueues builds the queues this host drains: the shared queue and, when
-// the name is declared, the host's own. The host queue is declared now so
-// the kill switch finds it even before its first job; it starts paused
-// when the fleet is paused (pi:paused).
-func newQueues(ctx context.Context, rc *redis.Client, cfg dispatch.Config, tune dispatch.Tuning, log *slog.Logger) ([]*queue.Queue, error) {
-	qcfg := queue.Config{LockTTL: tune.LockTTL, WorkerName: cfg.WorkerName, Logger: log, Layout: queue.Layout(cfg.BullMQLayout)}
-	shared, err := queue.New(rc, fleet.SharedQueue, qcfg)
-	if err != nil {
-		return nil, err
-	}
-	if !cfg.WorkerNameDeclared {
-		return []*queue.Queue{shared}, nil
-	}
-	host, err := queue.New(rc, fleet.HostQueueName(cfg.WorkerName), qcfg)
-	if err != nil {
-		return nil, err
-	}
-	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	paused, err := operator.DeclareHostQueue(dctx, host)
-	cancel()
-	switch {
-	case err != nil:
-		log.Warn("host_queue_declare_failed", "queue", host.Name(), "err", err)
-	case paused:
-		log.Warn("host_queue_starts_paused", "queue", host.Name(), "reason", "the fleet is paused (pi-dispatch resume)")
-	}
-	return []*queue.Queue{shared, host}, nil
-}
-
-// wireFleet adds the parts that reach across hosts: the directory of every
-// queue, the run mirror (every host mirrors its records, so the fleet's
-// runs are seen from anywhere) and, on a named host, the fleet leases.
-func wireFleet(cfg dispatch.Config, rc *redis.Client, tune dispatch.Tuning, deps *dispatch.Deps) error {
-	dir, err := queue.NewDirectory(rc, queue.Config{})
+// wireGateway adds the model gateway to deps, reporting to limits (the
+// fleet's rate-limit record) and report.
+func wireGateway(cfg config.Config, limits *fleetstate.RateLimits, tune dispatch.Tuning, deps *dispatch.Deps, report *report) error {
+	gw, err := newGateway(cfg, report.limits(limits), tune.Logger, tune.Now, report.onCall)
 	if err != nil {
 		return err
 	}
-	fleetDir := SigningDirectory(dir, cfg.FleetKey)
-	deps.Directory = fleetDir
-	deps.Finder = fleetDir // held-job liveness across every queue
-	deps.Mirror = fleetstate.NewMirror(rc, fleetstate.MirrorConfig{RetentionDays: cfg.LogRetentionDays, Host: cfg.WorkerName, Logger: tune.Logger})
-	if cfg.WorkerNameDeclared {
-		deps.Leases = Leaser(lease.New(rc, cfg.WorkerName, lease.Config{Logger: tune.Logger}))
+	if gw != nil {
+		deps.Gateway = gw
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"
@@ -45,12 +46,12 @@ func TestLiveUnsignedJobsAreRefused(t *testing.T) {
 		"VALKEY_URL": db.URL, "PI_WORKER_NAME": name, "PI_JOB_IMAGE": jobimage.TestTag,
 		"PI_LOGS_DIR": logs, "PI_JOB_MEMORY": "256m", "PI_JOB_CPUS": "0.5", "PI_FLEET_KEY_FILE": keyFile, "PI_FOLDER_ROOTS": os.TempDir(), "PI_CONTAINER_USER": "root",
 	}
-	cfg, err := dispatch.LoadConfig(func(k string) string { return env[k] })
+	cfg, err := config.Load(func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !cfg.FleetKey.IsSet() {
-		t.Fatal("LoadConfig did not read the key")
+		t.Fatal("config.Load did not read the key")
 	}
 	s, err := stack.Build(ctx, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), dispatch.Tuning{JobsDir: t.TempDir()})
 	if err != nil {
@@ -159,7 +160,7 @@ func TestLiveRehomedJobIsResigned(t *testing.T) {
 	if err := os.WriteFile(keyFile, []byte(strings.Repeat("k3y-", 10)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := dispatch.LoadConfig(func(k string) string { return map[string]string{"PI_FLEET_KEY_FILE": keyFile}[k] })
+	cfg, err := config.Load(func(k string) string { return map[string]string{"PI_FLEET_KEY_FILE": keyFile}[k] })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/pidispatch/pidispatch/internal/check"
 )
 
 // ErrAuthRefused is the server refusing the client's authentication: no
@@ -79,7 +81,9 @@ type Options struct {
 	PoolSize int
 }
 
-// NewClient parses rawURL and returns a client of that server. The URL is
+// NewClient parses rawURL and returns a client of that server. The URL must
+// pass the rule the configuration applies to VALKEY_URL (internal/check's
+// ValkeyURL), and is
 // redis://[user:password@]host[:port][/db], rediss:// (TLS) or
 // unix://[user:password@]/path/to.sock[?db=N], with go-redis's query options
 // (dial_timeout=3s, ...); a master_name query option makes it a Sentinel URL
@@ -93,6 +97,9 @@ type Options struct {
 // once the server has closed it (Valkey drops an unauthenticated client that
 // sends a long command), EOF, which reads as an outage.
 func NewClient(rawURL string, o Options) (*redis.Client, error) {
+	if rule := check.ValkeyURL(rawURL); rule != "" {
+		return nil, &URLError{Reason: rule}
+	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, urlError(err)

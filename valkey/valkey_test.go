@@ -202,3 +202,23 @@ func TestNewClientOtherRepliesUntouched(t *testing.T) {
 		t.Fatalf("incr of a string: %T %v", err, err)
 	}
 }
+
+// NewClient refuses what VALKEY_URL's rule refuses (internal/check): a URL
+// the configuration would reject is never handed to go-redis, which reads
+// some of them differently (a fragment, a host on a unix:// URL).
+func TestNewClientAppliesTheConfigURLRule(t *testing.T) {
+	for _, raw := range []string{
+		"redis://:pa#ss@127.0.0.1:6379/0",
+		"unix://host/run/valkey.sock",
+		"unix:///run/valkey/",
+		"redis://127.0.0.1:0",
+		"redis://:6379",
+		"redis://127.0.0.1:6379/01",
+	} {
+		_, err := valkey.NewClient(raw, valkey.Options{})
+		var ue *valkey.URLError
+		if !errors.As(err, &ue) || strings.Contains(err.Error(), "pa#ss") {
+			t.Errorf("%s: %v, want a *URLError", raw, err)
+		}
+	}
+}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/valkey"
 )
@@ -36,7 +36,7 @@ func TestCommandsAuthRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := map[string]string{"VALKEY_URL": tc.url, "VALKEY_PASSWORD": tc.pw, "PI_FOLDER_ROOTS": os.TempDir()}
-			shown := dispatch.RedactURL(tc.url)
+			shown := config.RedactURL(tc.url)
 			for _, args := range commands {
 				start := time.Now()
 				r := runCLI(t, env, args...)

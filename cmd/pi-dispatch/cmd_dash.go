@@ -12,8 +12,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/dash"
-	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/operator"
@@ -189,7 +189,7 @@ func loopbackAddr(listen string) (bool, error) {
 func dashCaps(e env) (dash.ValkeyConfig, int) {
 	cfg, err := operator.ConfigForDoctor(e.getenv)
 	caps := dash.ValkeyConfig{DailyCap: cfg.DailyCap, WeeklyCap: cfg.WeeklyCap, LogsDir: cfg.LogsDir}
-	var errs dispatch.ConfigErrors
+	var errs config.ConfigErrors
 	if errors.As(err, &errs) {
 		for _, ce := range errs {
 			switch ce.Var {

@@ -21,6 +21,7 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"
@@ -234,7 +235,7 @@ func (d *demo) run(parent context.Context) int {
 	d.say("workspace: %s", workspace)
 
 	// 4. The worker, booted through the same wiring as cmd/worker.
-	cfg := dispatch.DefaultConfig()
+	cfg := config.Default()
 	cfg.ValkeyURL, cfg.ValkeyPassword = valkeyURL, password
 	cfg.WorkerName, cfg.WorkerNameDeclared = demoWorkerName(fleet.DefaultName(), os.Getpid()), true
 	cfg.JobImage = image
@@ -380,7 +381,7 @@ func (d *demo) banner() {
 // key and returns a cleanup that deletes the keys the demo leaves there. It
 // prints why and returns a non-zero code when the demo must not use it.
 func (d *demo) claimValkey(ctx context.Context, rawURL, password string) (int, func()) {
-	shown := dispatch.RedactURL(rawURL)
+	shown := config.RedactURL(rawURL)
 	rc, err := valkey.NewClient(rawURL, valkey.Options{Password: password, OneShot: true})
 	if err != nil {
 		fmt.Fprintf(d.errw, "pi-dispatch demo: VALKEY_URL=%s is %v\n", shown, err)

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/config"
 	"io"
 	"os"
 	"strings"
@@ -157,11 +157,11 @@ func newDockerProbe() (operator.DoctorDocker, func()) {
 
 // folderRootsCheck says which folders folder jobs may work in, and how to
 // let them run at all when none is set.
-func folderRootsCheck(cfg dispatch.Config) operator.Check {
+func folderRootsCheck(cfg config.Config) operator.Check {
 	if len(cfg.FolderRoots) == 0 {
 		return operator.Check{Status: operator.CheckWarn, Name: "folder-roots",
 			Detail: "PI_FOLDER_ROOTS is not set: every folder job (run, cron, chain) is refused folder-not-allowed",
-			Fix:    dispatch.FolderRootsHint}
+			Fix:    config.FolderRootsHint}
 	}
 	var missing []string
 	for _, r := range cfg.FolderRoots {

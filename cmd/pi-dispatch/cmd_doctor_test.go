@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/internal/jobimage"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/operator"
@@ -191,15 +191,15 @@ func TestDoctorRefusesArguments(t *testing.T) {
 // doctor warns, with the fix, when no folder root is set, and when a root
 // is not a folder here.
 func TestDoctorFolderRootsCheck(t *testing.T) {
-	c := folderRootsCheck(dispatch.Config{})
+	c := folderRootsCheck(config.Config{})
 	if c.Status != operator.CheckWarn || !strings.Contains(c.Detail, "PI_FOLDER_ROOTS is not set") || !strings.Contains(c.Fix, "pi-dispatch init") {
 		t.Fatalf("unset: %+v", c)
 	}
-	c = folderRootsCheck(dispatch.Config{FolderRoots: []string{filepath.Join(t.TempDir(), "gone")}})
+	c = folderRootsCheck(config.Config{FolderRoots: []string{filepath.Join(t.TempDir(), "gone")}})
 	if c.Status != operator.CheckWarn || !strings.Contains(c.Detail, "not directories") {
 		t.Fatalf("missing: %+v", c)
 	}
-	if c = folderRootsCheck(dispatch.Config{FolderRoots: []string{t.TempDir()}}); c.Status != operator.CheckOK {
+	if c = folderRootsCheck(config.Config{FolderRoots: []string{t.TempDir()}}); c.Status != operator.CheckOK {
 		t.Fatalf("set: %+v", c)
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/operator"
 )
@@ -114,7 +114,7 @@ func parseFlags(e env, fs *flag.FlagSet, args []string, usage string) (pos []str
 // reads. Explain never refuses over the configuration: an invalid variable
 // keeps its default and a policy file that does not load is left out, each
 // with a note.
-func explainOptions(e env) (operator.ExplainOptions, dispatch.Config) {
+func explainOptions(e env) (operator.ExplainOptions, config.Config) {
 	cfg, cfgErr := operator.ConfigForDoctor(e.getenv)
 	if cfgErr != nil {
 		fmt.Fprintln(e.stderr, "note: the configuration has invalid values, their defaults are used (run pi-dispatch doctor)")

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/cronsync"
-	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/internal/envfile"
 )
 
@@ -69,7 +69,7 @@ func TestInitScaffoldsADeployment(t *testing.T) {
 		t.Fatal(err)
 	}
 	content := string(raw)
-	for _, v := range dispatch.EnvVars {
+	for _, v := range config.EnvVars {
 		if !strings.Contains(content, v) {
 			t.Errorf(".env does not mention %s", v)
 		}
@@ -95,14 +95,14 @@ func TestInitScaffoldsADeployment(t *testing.T) {
 	if vars["PI_CONCURRENCY"] != "3" || vars["PI_JOB_IMAGE"] != "pi-job:latest" {
 		t.Fatalf("defaults lost: %v", vars)
 	}
-	cfg, err := dispatch.LoadConfig(func(k string) string { return vars[k] })
+	cfg, err := config.Load(func(k string) string { return vars[k] })
 	if err != nil {
 		t.Fatalf("scaffolded .env is invalid: %v", err)
 	}
 	if cfg.ScopedLimitsFile != "./scoped-limits.json" || cfg.TriggersFile != "" {
 		t.Fatalf("files: limits %q triggers %q", cfg.ScopedLimitsFile, cfg.TriggersFile)
 	}
-	if limits, err := dispatch.LoadScopedLimits(filepath.Join(dir, cfg.ScopedLimitsFile)); err != nil || limits.Len() != 1 {
+	if limits, err := config.LoadScopedLimits(filepath.Join(dir, cfg.ScopedLimitsFile)); err != nil || limits.Len() != 1 {
 		t.Fatalf("scoped-limits.json: %d rows, %v", limits.Len(), err)
 	}
 	cron, err := cronsync.Authored(filepath.Join(dir, "triggers.json"))
@@ -118,7 +118,7 @@ func TestInitScaffoldsADeployment(t *testing.T) {
 	if cfg.PauseWindowsFile != "" {
 		t.Fatalf("PI_PAUSE_WINDOWS_FILE=%q in the scaffold, want unset", cfg.PauseWindowsFile)
 	}
-	if w, err := dispatch.LoadPauseWindows(filepath.Join(dir, initPauseWindowsFile)); err != nil || w.Len() != 3 {
+	if w, err := config.LoadPauseWindows(filepath.Join(dir, initPauseWindowsFile)); err != nil || w.Len() != 3 {
 		t.Fatalf("%s: %d windows, %v", initPauseWindowsFile, w.Len(), err)
 	}
 }

@@ -54,7 +54,7 @@ func expect(t *testing.T, r result, url string, code int, stdout, stderr string)
 }
 
 // vars is the environment of a kill-switch command: VALKEY_URL only, plus a
-// configuration that LoadConfig would refuse, to prove it is never read.
+// configuration that config.Load would refuse, to prove it is never read.
 func vars(url string) map[string]string {
 	return map[string]string{
 		"VALKEY_URL":         url,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/internal/jobimage"
@@ -32,7 +33,7 @@ func bootLogsWorker(t *testing.T, db *livetest.ValkeyDB, name string) string {
 		"VALKEY_URL": db.URL, "PI_WORKER_NAME": name, "PI_JOB_IMAGE": jobimage.TestTag,
 		"PI_LOGS_DIR": logs, "PI_JOB_MEMORY": "256m", "PI_JOB_CPUS": "0.5", "PI_FOLDER_ROOTS": os.TempDir(), "PI_CONTAINER_USER": "root",
 	}
-	cfg, err := dispatch.LoadConfig(func(k string) string { return env[k] })
+	cfg, err := config.Load(func(k string) string { return env[k] })
 	require.NoError(t, err)
 	s, err := stack.Build(context.Background(), cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), dispatch.Tuning{JobsDir: t.TempDir()})
 	require.NoError(t, err)

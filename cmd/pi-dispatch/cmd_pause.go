@@ -12,13 +12,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/operator"
 	"github.com/pidispatch/pidispatch/valkey"
 )
 
 // The kill switch (pause, resume, status) and its siblings (hosts, cancel)
-// read only VALKEY_URL and VALKEY_PASSWORD, never dispatch.LoadConfig: no
+// read only VALKEY_URL and VALKEY_PASSWORD, never config.Load: no
 // other misconfiguration may stop an operator from stopping spend. Their
 // client fails fast, so a dead Valkey is reported in seconds, not hung on.
 const (
@@ -53,9 +53,9 @@ func ksConnect(e env, cmd string) (*redis.Client, string, int) {
 	quietRedis.Do(func() { redis.SetLogger(discardRedisLog{}) })
 	raw := e.getenv("VALKEY_URL")
 	if raw == "" {
-		raw = dispatch.DefaultValkeyURL
+		raw = config.DefaultValkeyURL
 	}
-	shown := dispatch.RedactURL(raw)
+	shown := config.RedactURL(raw)
 	client, err := valkey.NewClient(raw, valkey.Options{Password: e.getenv("VALKEY_PASSWORD"), OneShot: true, PoolSize: 4})
 	if err != nil {
 		fmt.Fprintf(e.stderr, "pi-dispatch %s: VALKEY_URL=%s is %v\n", cmd, shown, err)

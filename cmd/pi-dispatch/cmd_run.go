@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/jobs"
@@ -66,7 +67,7 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 		fmt.Fprintf(e.stderr, "pi-dispatch run: %v\n", err)
 		return exitUsage
 	}
-	cfg, err := dispatch.LoadConfig(e.getenv)
+	cfg, err := config.Load(e.getenv)
 	if err != nil {
 		printConfigErrors(e.stderr, "pi-dispatch run", err)
 		return exitUsage
@@ -110,11 +111,11 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 		return exitUsage
 	}
 	if errors.Is(err, valkey.ErrAuthRefused) {
-		fmt.Fprintf(e.stderr, "pi-dispatch run: could not queue at %s: %v\n", dispatch.RedactURL(cfg.ValkeyURL), err)
+		fmt.Fprintf(e.stderr, "pi-dispatch run: could not queue at %s: %v\n", config.RedactURL(cfg.ValkeyURL), err)
 		return exitFailure
 	}
 	if err != nil {
-		fmt.Fprintf(e.stderr, "pi-dispatch run: could not reach Valkey at %s: %v\n  %s\n", dispatch.RedactURL(cfg.ValkeyURL), err, valkeyFix)
+		fmt.Fprintf(e.stderr, "pi-dispatch run: could not reach Valkey at %s: %v\n  %s\n", config.RedactURL(cfg.ValkeyURL), err, valkeyFix)
 		return exitFailure
 	}
 	code = reportQueued(e, got)
@@ -328,13 +329,13 @@ func parseInterleaved(fset *flag.FlagSet, args []string) ([]string, error) {
 
 // dialConfigValkey builds a fail-fast client of cfg's Valkey: a one-shot
 // command must report a dead server in seconds, never queue behind it.
-func dialConfigValkey(cfg dispatch.Config) (*redis.Client, error) {
+func dialConfigValkey(cfg config.Config) (*redis.Client, error) {
 	// go-redis logs every failed dial to stderr; the command prints one clean
 	// message instead (quietRedis is shared with the kill switch's client).
 	quietRedis.Do(func() { redis.SetLogger(discardRedisLog{}) })
 	client, err := valkey.NewClient(cfg.ValkeyURL, valkey.Options{Password: cfg.ValkeyPassword, OneShot: true})
 	if err != nil {
-		return nil, &dispatch.ConfigError{Var: "VALKEY_URL", Value: dispatch.RedactURL(cfg.ValkeyURL), Rule: err.Error()}
+		return nil, &config.ConfigError{Var: "VALKEY_URL", Value: config.RedactURL(cfg.ValkeyURL), Rule: err.Error()}
 	}
 	return client, nil
 }
@@ -342,7 +343,7 @@ func dialConfigValkey(cfg dispatch.Config) (*redis.Client, error) {
 // printConfigErrors writes one line per invalid variable.
 func printConfigErrors(w io.Writer, prefix string, err error) {
 	fmt.Fprintf(w, "%s: invalid configuration:\n", prefix)
-	var errs dispatch.ConfigErrors
+	var errs config.ConfigErrors
 	if errors.As(err, &errs) {
 		for _, ce := range errs {
 			fmt.Fprintf(w, "  %v\n", ce)

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/internal/check"
 )
 
@@ -26,11 +26,14 @@ const (
 )
 
 const serviceUsage = `usage: pi-dispatch service render [--dir DIR] [--worker-bin PATH] [--user NAME]
+       pi-dispatch service render --receiver [--dir DIR] [--bin PATH] [--user NAME]
 
 Prints a systemd unit that runs the worker with DIR (default: the current
 folder) as its working directory and DIR/.env as its environment. Install it:
   pi-dispatch service render > /etc/systemd/system/pi-dispatch-worker.service
   systemctl daemon-reload && systemctl enable --now pi-dispatch-worker
+With --receiver it prints the forge receiver's unit (pi-dispatch receive)
+instead: pi-dispatch-receiver.service.
 `
 
 // unitPathRE is what a path may hold in the unit: systemd reads '%' as a
@@ -55,6 +58,8 @@ func cmdService(_ context.Context, e env, args []string) int {
 	dirFlag := fset.String("dir", "", "the deployment folder holding .env (default: the current folder)")
 	bin := fset.String("worker-bin", defaultWorkerBin, "absolute path of the worker binary (go build -o it ./cmd/worker)")
 	user := fset.String("user", defaultServiceUser, `the user the worker runs as, in group docker ("" runs it as root)`)
+	receiverUnit := fset.Bool("receiver", false, "render the forge receiver's unit (pi-dispatch receive) instead of the worker's")
+	cliBin := fset.String("bin", defaultCLIBin, "with --receiver: absolute path of the pi-dispatch binary")
 	if err := fset.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
@@ -81,7 +86,7 @@ func cmdService(_ context.Context, e env, args []string) int {
 		fmt.Fprintf(e.stderr, "pi-dispatch service render: --dir: %v\n", err)
 		return exitUsage
 	}
-	for _, p := range []struct{ flag, value string }{{"--dir", dir}, {"--worker-bin", *bin}} {
+	for _, p := range []struct{ flag, value string }{{"--dir", dir}, {"--worker-bin", *bin}, {"--bin", *cliBin}} {
 		if !unitPathRE.MatchString(p.value) {
 			fmt.Fprintf(e.stderr, "pi-dispatch service render: %s %q must be an absolute path of letters, digits and . _ / @ + - (systemd reads %% quotes, backslashes and spaces as syntax)\n", p.flag, p.value)
 			return exitUsage
@@ -90,6 +95,10 @@ func cmdService(_ context.Context, e env, args []string) int {
 	if *user != "" && !unitUserRE.MatchString(*user) {
 		fmt.Fprintf(e.stderr, "pi-dispatch service render: --user %q is not a user name ([a-z_][a-z0-9_-]{0,31})\n", *user)
 		return exitUsage
+	}
+	if *receiverUnit {
+		fmt.Fprint(e.stdout, renderReceiverUnit(dir, filepath.Clean(*cliBin), *user))
+		return exitOK
 	}
 	fmt.Fprint(e.stdout, renderUnit(dir, filepath.Clean(*bin), *user, stopTimeout(e)))
 	return exitOK
@@ -100,10 +109,10 @@ func cmdService(_ context.Context, e env, args []string) int {
 // containers still running and leaving the registry, and never under 60 s.
 // A grace the worker would refuse is a warning here: the worker names it.
 func stopTimeout(e env) time.Duration {
-	grace := dispatch.DefaultShutdownGrace
+	grace := config.DefaultShutdownGrace
 	if raw := e.getenv("PI_SHUTDOWN_GRACE"); raw != "" {
 		d, rule := check.Duration(raw)
-		if rule != "" || d < dispatch.MinShutdownGrace || d > dispatch.MaxShutdownGrace {
+		if rule != "" || d < config.MinShutdownGrace || d > config.MaxShutdownGrace {
 			fmt.Fprintf(e.stderr, "pi-dispatch service render: warning: PI_SHUTDOWN_GRACE=%q is not a duration of 1s..1h; the worker will refuse it\n", raw)
 		} else {
 			grace = d

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/internal/envfile"
 	"github.com/pidispatch/pidispatch/operator"
 )
@@ -86,7 +86,7 @@ func envSources(e env) []operator.Check {
 		return nil
 	}
 	var shell, file, overridden []string
-	for _, k := range dispatch.EnvVars {
+	for _, k := range config.EnvVars {
 		src, en, over := e.vars.Source(k)
 		switch src {
 		case envfile.FromShell:

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/internal/envfile"
 )
 
@@ -58,7 +58,7 @@ func TestEnvTemplatesParseAsSystemdReadsThem(t *testing.T) {
 			}
 		}
 		if strings.HasSuffix(name, "enabled") {
-			for _, v := range dispatch.EnvVars {
+			for _, v := range config.EnvVars {
 				if !fromTheOS[v] && !seen[v] {
 					t.Errorf("%s: no assignment of %s once every setting is enabled", name, v)
 				}

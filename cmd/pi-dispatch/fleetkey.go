@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/fleetkey"
 )
 
@@ -16,10 +16,10 @@ func fleetKeyFromEnv(e env, cmd string) (fleetkey.Key, int) {
 	if path == "" {
 		return fleetkey.Key{}, exitOK
 	}
-	cfg := dispatch.DefaultConfig()
+	cfg := config.Default()
 	cfg.FleetKeyFile = path
 	err := cfg.Validate()
-	var errs dispatch.ConfigErrors
+	var errs config.ConfigErrors
 	if errors.As(err, &errs) {
 		for _, ce := range errs {
 			if ce.Var == "PI_FLEET_KEY_FILE" {

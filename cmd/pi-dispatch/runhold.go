@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/operator"
 	"github.com/pidispatch/pidispatch/registry"
@@ -39,7 +39,7 @@ var blockingFindings = []string{
 // and when this unnamed host's job sits on the shared queue that named
 // hosts drain too (a local folder job would run on another machine). Best
 // effort: a failed read says nothing.
-func warnCannotStart(ctx context.Context, e env, client *redis.Client, cfg dispatch.Config, jobID, queueName string) {
+func warnCannotStart(ctx context.Context, e env, client *redis.Client, cfg config.Config, jobID, queueName string) {
 	opts, err := operator.ExplainOptionsFromConfig(cfg)
 	if err != nil {
 		return

@@ -11,7 +11,7 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/config"
 )
 
 // redisRepeat is how long one kind of go-redis message is held back after it
@@ -63,7 +63,7 @@ const probeTimeout = 2 * time.Second
 // answer at boot. The worker still boots: it retries both on its own, and
 // until they answer no job is taken (Valkey) or started (Docker: a job taken
 // is deferred, docker-unreachable), so queued jobs wait.
-func reportDown(ctx context.Context, log *slog.Logger, cfg dispatch.Config, vk *redis.Client, dc *client.Client) {
+func reportDown(ctx context.Context, log *slog.Logger, cfg config.Config, vk *redis.Client, dc *client.Client) {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	var vErr, dErr error
@@ -74,7 +74,7 @@ func reportDown(ctx context.Context, log *slog.Logger, cfg dispatch.Config, vk *
 	var down, errs []string
 	if vErr != nil {
 		down = append(down, "valkey")
-		errs = append(errs, fmt.Sprintf("valkey at %s: %v", dispatch.RedactURL(cfg.ValkeyURL), vErr))
+		errs = append(errs, fmt.Sprintf("valkey at %s: %v", config.RedactURL(cfg.ValkeyURL), vErr))
 	}
 	if dErr != nil {
 		down = append(down, "docker")

@@ -9,7 +9,7 @@ import (
 // /healthz and /readyz until stop is called. It serves past the end of the
 // run's ctx on purpose: a draining worker still answers scrapes (and
 // /readyz says it no longer takes jobs). A port that cannot be bound is a
-// *dispatch.ConfigError: boot is refused before anything runs.
+// *config.ConfigError: boot is refused before anything runs.
 func startMetrics(ctx context.Context, s *stack, log *slog.Logger) (stop func(), err error) {
 	srv, err := s.ListenMetrics()
 	if err != nil || srv == nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/internal/buildinfo"
 	"github.com/pidispatch/pidispatch/internal/envfile"
@@ -39,7 +40,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stderr, "worker: %v (nothing started)\n", err)
 		return exitConfig
 	}
-	cfg, err := dispatch.LoadConfig(layered.Getenv)
+	cfg, err := config.Load(layered.Getenv)
 	if err != nil {
 		fmt.Fprintf(stderr, "worker: invalid configuration (nothing started):\n%v\n", err)
 		return exitConfig
@@ -55,8 +56,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	s, err := buildStack(ctx, cfg, logger, dispatch.Tuning{Version: buildinfo.Version(version)})
 	if err != nil {
 		fmt.Fprintf(stderr, "worker: %v\n", err)
-		var ce *dispatch.ConfigError
-		var ces dispatch.ConfigErrors
+		var ce *config.ConfigError
+		var ces config.ConfigErrors
 		if errors.As(err, &ce) || errors.As(err, &ces) || errors.Is(err, valkey.ErrAuthRefused) {
 			return exitConfig
 		}
@@ -72,7 +73,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	reportDown(ctx, logger.With("host", cfg.WorkerName), cfg, s.Valkey, s.Docker)
 	if err := s.Worker.Run(ctx); err != nil {
 		fmt.Fprintf(stderr, "worker: boot refused: %v\n", err)
-		var ce *dispatch.ConfigError
+		var ce *config.ConfigError
 		if errors.Is(err, registry.ErrNameInUse) || errors.As(err, &ce) {
 			return exitConfig
 		}
@@ -84,6 +85,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 // buildStack and stack keep the tests' names for the shared wiring.
 type stack = wiring.Stack
 
-func buildStack(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune dispatch.Tuning) (*stack, error) {
+func buildStack(ctx context.Context, cfg config.Config, logger *slog.Logger, tune dispatch.Tuning) (*stack, error) {
 	return wiring.Build(ctx, cfg, logger, tune)
 }

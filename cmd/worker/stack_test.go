@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/internal/jobimage"
@@ -59,7 +60,7 @@ func testEnv(t *testing.T, valkeyURL string, extra map[string]string) func(strin
 
 type bootedWorker struct {
 	stack  *stack
-	cfg    dispatch.Config
+	cfg    config.Config
 	logs   *syncBuffer
 	cancel context.CancelFunc
 	done   chan error
@@ -68,7 +69,7 @@ type bootedWorker struct {
 // bootWorker builds the real stack from env and runs it until the test ends.
 func bootWorker(t *testing.T, getenv func(string) string, tune dispatch.Tuning) *bootedWorker {
 	t.Helper()
-	cfg, err := dispatch.LoadConfig(getenv)
+	cfg, err := config.Load(getenv)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/stack"
 )
@@ -34,7 +35,7 @@ func main() {
 // run configures the worker from getenv, runs it until ctx ends and returns
 // once it has shut down cleanly (nil) or refused to boot.
 func run(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
-	cfg, err := dispatch.LoadConfig(getenv)
+	cfg, err := config.Load(getenv)
 	if err != nil {
 		return err
 	}

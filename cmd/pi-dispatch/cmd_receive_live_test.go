@@ -1,0 +1,180 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	fixtures "github.com/pidispatch/pidispatch/internal/forgefixtures"
+	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/jobs"
+	"github.com/pidispatch/pidispatch/queue"
+)
+
+// lockedBuf is a writer the command's goroutines and the test share.
+type lockedBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func freeTCPPort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// pi-dispatch receive as a whole: boot (own user id, triggers file), a
+// signed delivery queued in Valkey, a live reload of the triggers file, and
+// a clean stop when its context ends.
+func TestReceiveServesUntilStopped(t *testing.T) {
+	db := livetest.Valkey(t)
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer ghp_live" {
+			http.Error(w, `{"message":"Bad credentials"}`, http.StatusUnauthorized)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/user":
+			fmt.Fprint(w, `{"id":999,"login":"pi-bot"}`)
+		case "/repos/Codertocat/Hello-World/collaborators/Codertocat/permission":
+			fmt.Fprint(w, `{"permission":"write","role_name":"write"}`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer api.Close()
+
+	dir := t.TempDir()
+	triggers := filepath.Join(dir, "triggers.json")
+	write := func(phrase string) {
+		t.Helper()
+		tmp := triggers + ".tmp"
+		body := `{"triggers": [{"on": {"type": "comment", "id": "c", "repos": ["Codertocat/Hello-World"], "phrase": "` + phrase + `"},
+		  "run": {"kind": "github", "flow": "fix"}}]}`
+		if err := os.WriteFile(tmp, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, triggers); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("no such phrase")
+	port := freeTCPPort(t)
+	vars := map[string]string{
+		"PI_ENV_FILE": "/dev/null", "VALKEY_URL": db.URL, "PI_TRIGGERS_FILE": triggers,
+		"WEBHOOK_SECRET": "live-secret", "GITHUB_PAT": "ghp_live", "GITHUB_API_URL": api.URL,
+		"RECEIVER_BIND": "127.0.0.1", "RECEIVER_PORT": strconv.Itoa(port),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr lockedBuf
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"receive"}, func(k string) string { return vars[k] }, &stdout, &stderr)
+	}()
+	base := "http://127.0.0.1:" + strconv.Itoa(port)
+	waitUp := func() bool {
+		resp, err := http.Get(base + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for !waitUp() {
+		if time.Now().After(deadline) {
+			t.Fatalf("receiver did not come up:\n%s", stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(stderr.String(), `"msg":"self_identity"`) || !strings.Contains(stderr.String(), `"id":999`) {
+		t.Fatalf("no self_identity line:\n%s", stderr.String())
+	}
+
+	body := fixtures.GitHub(t, "issue_comment", "created", 0)
+	post := func(delivery string) int {
+		req, _ := http.NewRequest(http.MethodPost, base+"/github", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-GitHub-Event", "issue_comment")
+		req.Header.Set("X-GitHub-Delivery", delivery)
+		req.Header.Set("X-Hub-Signature-256", "sha256="+fixtures.HexHMAC("live-secret", body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := post("live-d1"); got != http.StatusOK {
+		t.Fatalf("no trigger matches yet: got %d\n%s", got, stderr.String())
+	}
+	// The file changes: the receiver reloads it.
+	write("totally right")
+	deadline = time.Now().Add(15 * time.Second)
+	for !strings.Contains(stderr.String(), `"msg":"triggers_reloaded"`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no reload:\n%s", stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := post("live-d2"); got != http.StatusAccepted {
+		t.Fatalf("after the reload: got %d\n%s", got, stderr.String())
+	}
+	q, err := queue.New(db.Client, "pi-jobs", queue.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := q.Get(context.Background(), "gh-live-d2")
+	if err != nil {
+		t.Fatalf("job gh-live-d2 not in Valkey: %v", err)
+	}
+	got, err := jobs.ParseJob(j.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Repo != "Codertocat/Hello-World" || got.DeliveryID != "live-d2" || got.Trigger != "c" || got.Number != 1 {
+		t.Fatalf("job %+v", got)
+	}
+	for _, secret := range []string{"live-secret", "ghp_live"} {
+		if strings.Contains(stderr.String()+stdout.String(), secret) || strings.Contains(string(j.Data), secret) {
+			t.Fatalf("%s leaked", secret)
+		}
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Fatalf("exit %d:\n%s", code, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("receive did not stop with its context")
+	}
+}

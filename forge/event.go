@@ -1,0 +1,313 @@
+// Package forge turns verified forge events (GitHub, GitLab, Forgejo/Gitea)
+// into jobs: it reads each forge's webhook payloads with that forge's own Go
+// library, matches them against the forge triggers of triggers.json, checks
+// that the person behind the event may spend (write permission, or triage for
+// labels, asked of the forge), and enqueues through enqueue.Router.
+//
+// Package forge/receiver serves the webhooks; package forge/poller polls
+// GitHub for hosts that cannot receive them. Both hand events to an [Intake].
+package forge
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"code.gitea.io/sdk/gitea"
+	"github.com/google/go-github/v84/github"
+	gitlab "gitlab.com/gitlab-org/api/client-go/v2"
+
+	"github.com/pidispatch/pidispatch/jobs"
+)
+
+// What an event is, once read.
+const (
+	KindLabel       = "label"        // a label added to an issue (or a pull request, as KindPullRequest)
+	KindComment     = "comment"      // a new comment on an issue or pull request
+	KindPullRequest = "pull_request" // a pull (merge) request action, a review included
+	KindClose       = "close"        // an issue or pull request closed
+)
+
+// Event is a forge delivery reduced to what trigger matching and the
+// permission check need. It carries no title or body beyond the comment text
+// a phrase is matched in, and that never reaches a log or a job.
+type Event struct {
+	Forge      jobs.Forge
+	DeliveryID string
+	// Kind is one of the Kind constants; "" for an event no trigger type
+	// handles (it is dropped as unhandled-event).
+	Kind string
+	// Action is the forge's own word ("labeled", "label_updated", "open",
+	// "review_submitted").
+	Action string
+	// Repo is owner/name (GitLab: the full project path).
+	Repo string
+	// ProjectID is GitLab's numeric project id, which its API calls use.
+	ProjectID int64
+	// Number is the issue or pull request number (GitLab: the iid).
+	Number      int
+	PullRequest bool
+	// SenderID and SenderLogin name who acted; the login is used only to ask
+	// the forge for a permission, never logged or enqueued.
+	SenderID    int64
+	SenderLogin string
+	// Labels are the labels on the issue or pull request after the event;
+	// Added are the labels the event added (GitHub: the one label; GitLab:
+	// the difference; Forgejo: the whole set, its payload names no diff).
+	Labels []string
+	Added  []string
+	// Comment is the new comment's text (comments only).
+	Comment string
+	// ReviewState is a submitted review's state, lower case.
+	ReviewState string
+}
+
+// ErrMalformed marks a payload that does not parse as its declared event.
+var ErrMalformed = errors.New("malformed payload")
+
+func malformed(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrMalformed, fmt.Sprintf(format, args...))
+}
+
+// ParseGitHub reads a GitHub delivery (the X-GitHub-Event header's value and
+// the verified body) with go-github. An event type no trigger handles comes
+// back with an empty Kind and no error.
+func ParseGitHub(eventType, deliveryID string, body []byte) (Event, error) {
+	ev := Event{Forge: jobs.ForgeGitHub, DeliveryID: deliveryID}
+	switch eventType {
+	case "issues", "issue_comment", "pull_request", "pull_request_review":
+	default:
+		if !json.Valid(body) {
+			return ev, malformed("not JSON")
+		}
+		return ev, nil
+	}
+	payload, err := github.ParseWebHook(eventType, body)
+	if err != nil {
+		return ev, malformed("%s: %v", eventType, err)
+	}
+	labelNames := func(ls []*github.Label) []string {
+		out := make([]string, 0, len(ls))
+		for _, l := range ls {
+			out = append(out, l.GetName())
+		}
+		return out
+	}
+	switch p := payload.(type) {
+	case *github.IssuesEvent:
+		ev.Action, ev.Repo = p.GetAction(), p.GetRepo().GetFullName()
+		ev.SenderID, ev.SenderLogin = p.GetSender().GetID(), p.GetSender().GetLogin()
+		ev.Number, ev.Labels = p.GetIssue().GetNumber(), labelNames(p.GetIssue().Labels)
+		ev.PullRequest = p.GetIssue().IsPullRequest()
+		switch ev.Action {
+		case "labeled":
+			ev.Kind, ev.Added = KindLabel, []string{p.GetLabel().GetName()}
+		case "opened", "reopened":
+			ev.Kind, ev.Added = KindLabel, ev.Labels
+		case "closed":
+			ev.Kind = KindClose
+		}
+	case *github.IssueCommentEvent:
+		ev.Action, ev.Repo = p.GetAction(), p.GetRepo().GetFullName()
+		ev.SenderID, ev.SenderLogin = p.GetSender().GetID(), p.GetSender().GetLogin()
+		ev.Number, ev.Labels = p.GetIssue().GetNumber(), labelNames(p.GetIssue().Labels)
+		ev.PullRequest = p.GetIssue().IsPullRequest()
+		if ev.Action == "created" {
+			ev.Kind, ev.Comment = KindComment, p.GetComment().GetBody()
+		}
+	case *github.PullRequestEvent:
+		ev.Action, ev.Repo = p.GetAction(), p.GetRepo().GetFullName()
+		ev.SenderID, ev.SenderLogin = p.GetSender().GetID(), p.GetSender().GetLogin()
+		ev.Number, ev.PullRequest = p.GetPullRequest().GetNumber(), true
+		ev.Labels = labelNames(p.GetPullRequest().Labels)
+		if ev.Action == "labeled" {
+			ev.Added = []string{p.GetLabel().GetName()}
+		}
+		ev.Kind = KindPullRequest
+	case *github.PullRequestReviewEvent:
+		ev.Repo = p.GetRepo().GetFullName()
+		ev.SenderID, ev.SenderLogin = p.GetSender().GetID(), p.GetSender().GetLogin()
+		ev.Number, ev.PullRequest = p.GetPullRequest().GetNumber(), true
+		ev.Labels = labelNames(p.GetPullRequest().Labels)
+		ev.Action = "review_" + p.GetAction()
+		if p.GetAction() == "submitted" {
+			ev.Kind, ev.ReviewState = KindPullRequest, strings.ToLower(p.GetReview().GetState())
+		}
+	}
+	return ev, ev.check()
+}
+
+// ParseGitLab reads a GitLab delivery (the X-Gitlab-Event header's value and
+// the verified body) with GitLab's client library.
+func ParseGitLab(eventType, deliveryID string, body []byte) (Event, error) {
+	ev := Event{Forge: jobs.ForgeGitLab, DeliveryID: deliveryID}
+	switch gitlab.EventType(eventType) {
+	case gitlab.EventTypeIssue, gitlab.EventTypeMergeRequest, gitlab.EventTypeNote:
+	default:
+		if !json.Valid(body) {
+			return ev, malformed("not JSON")
+		}
+		return ev, nil
+	}
+	payload, err := gitlab.ParseWebhook(gitlab.EventType(eventType), body)
+	if err != nil {
+		return ev, malformed("%s: %v", eventType, err)
+	}
+	titles := func(ls []*gitlab.EventLabel) []string {
+		out := make([]string, 0, len(ls))
+		for _, l := range ls {
+			if l != nil {
+				out = append(out, l.Title)
+			}
+		}
+		return out
+	}
+	added := func(ch gitlab.EventChangesLabels) []string {
+		prev := titles(ch.Previous)
+		var out []string
+		for _, t := range titles(ch.Current) {
+			if !contains(prev, t) {
+				out = append(out, t)
+			}
+		}
+		return out
+	}
+	user := func(u *gitlab.EventUser) {
+		if u != nil {
+			ev.SenderID, ev.SenderLogin = u.ID, u.Username
+		}
+	}
+	switch p := payload.(type) {
+	case *gitlab.IssueEvent:
+		user(p.User)
+		ev.Repo, ev.ProjectID = p.Project.PathWithNamespace, p.Project.ID
+		ev.Number, ev.Action = int(p.ObjectAttributes.IID), p.ObjectAttributes.Action
+		ev.Labels = titles(p.Labels)
+		switch ev.Action {
+		case "close":
+			ev.Kind = KindClose
+		case "open":
+			ev.Kind, ev.Added = KindLabel, ev.Labels
+		default:
+			if a := added(p.Changes.Labels); len(a) > 0 {
+				ev.Kind, ev.Added = KindLabel, a
+			}
+		}
+	case *gitlab.MergeEvent:
+		user(p.User)
+		ev.Repo, ev.ProjectID = p.Project.PathWithNamespace, p.Project.ID
+		ev.Number, ev.Action, ev.PullRequest = int(p.ObjectAttributes.IID), p.ObjectAttributes.Action, true
+		ev.Labels, ev.Added = titles(p.Labels), added(p.Changes.Labels)
+		ev.Kind = KindPullRequest
+	case *gitlab.IssueCommentEvent:
+		if p.User != nil {
+			ev.SenderID, ev.SenderLogin = p.User.ID, p.User.Username
+		}
+		ev.Repo, ev.ProjectID = p.Project.PathWithNamespace, p.ProjectID
+		ev.Number, ev.Action = int(p.Issue.IID), "note"
+		ev.Kind, ev.Comment = KindComment, p.ObjectAttributes.Note
+		for _, l := range p.Issue.Labels {
+			ev.Labels = append(ev.Labels, l.Title)
+		}
+	case *gitlab.MergeCommentEvent:
+		user(p.User)
+		ev.Repo, ev.ProjectID = p.Project.PathWithNamespace, p.ProjectID
+		ev.Number, ev.Action, ev.PullRequest = int(p.MergeRequest.IID), "note", true
+		ev.Kind, ev.Comment = KindComment, p.ObjectAttributes.Note
+	}
+	return ev, ev.check()
+}
+
+// forgejoPayload is the part of a Forgejo/Gitea issues, issue_comment or
+// pull_request payload the intake reads, in the Gitea SDK's types.
+type forgejoPayload struct {
+	Action      string             `json:"action"`
+	Number      int64              `json:"number"`
+	Issue       *gitea.Issue       `json:"issue"`
+	PullRequest *gitea.PullRequest `json:"pull_request"`
+	Comment     *gitea.Comment     `json:"comment"`
+	Repository  *gitea.Repository  `json:"repository"`
+	Sender      *gitea.User        `json:"sender"`
+	IsPull      bool               `json:"is_pull"`
+	Label       *gitea.Label       `json:"label"`
+}
+
+// ParseForgejo reads a Forgejo or Gitea delivery (the X-Forgejo-Event or
+// X-Gitea-Event header's value and the verified body).
+func ParseForgejo(eventType, deliveryID string, body []byte) (Event, error) {
+	ev := Event{Forge: jobs.ForgeForgejo, DeliveryID: deliveryID}
+	var p forgejoPayload
+	if err := json.Unmarshal(body, &p); err != nil {
+		return ev, malformed("%s: %v", eventType, err)
+	}
+	switch eventType {
+	case "issues", "issue_comment", "issue_label", "pull_request", "pull_request_label":
+	default:
+		return ev, nil
+	}
+	if p.Repository == nil || p.Sender == nil {
+		return ev, malformed("%s: no repository or sender", eventType)
+	}
+	ev.Action, ev.Repo = p.Action, p.Repository.FullName
+	ev.SenderID, ev.SenderLogin = p.Sender.ID, p.Sender.UserName
+	labels := func(ls []*gitea.Label) []string {
+		out := make([]string, 0, len(ls))
+		for _, l := range ls {
+			out = append(out, l.Name)
+		}
+		return out
+	}
+	switch {
+	case p.PullRequest != nil:
+		ev.Number, ev.PullRequest, ev.Labels = int(p.PullRequest.Index), true, labels(p.PullRequest.Labels)
+	case p.Issue != nil:
+		ev.Number, ev.Labels = int(p.Issue.Index), labels(p.Issue.Labels)
+		ev.PullRequest = p.IsPull || p.Issue.PullRequest != nil
+	default:
+		return ev, malformed("%s: no issue or pull_request", eventType)
+	}
+	switch eventType {
+	case "issues", "issue_label":
+		switch ev.Action {
+		case "opened", "reopened", "label_updated":
+			ev.Kind, ev.Added = KindLabel, ev.Labels
+		case "closed":
+			ev.Kind = KindClose
+		}
+	case "issue_comment":
+		if ev.Action == "created" && p.Comment != nil {
+			ev.Kind, ev.Comment = KindComment, p.Comment.Body
+		}
+	case "pull_request", "pull_request_label":
+		ev.Kind = KindPullRequest
+		if ev.Action == "label_updated" {
+			ev.Added = ev.Labels
+		}
+	}
+	return ev, ev.check()
+}
+
+func (ev Event) check() error {
+	if ev.Kind == "" {
+		return nil
+	}
+	switch {
+	case ev.Repo == "":
+		return malformed("no repository")
+	case ev.SenderID <= 0:
+		return malformed("no sender id")
+	case ev.Number <= 0 || ev.Number > jobs.MaxForgeNumber:
+		return malformed("no issue or pull request number")
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,228 @@
+package forge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pidispatch/pidispatch/cronsync"
+	"github.com/pidispatch/pidispatch/enqueue"
+	"github.com/pidispatch/pidispatch/jobs"
+)
+
+// Enqueuer is what the intake enqueues through: *enqueue.Router.
+type Enqueuer interface {
+	EnqueueForge(ctx context.Context, d enqueue.ForgeDelivery) (enqueue.Enqueued, error)
+}
+
+// Disarmer writes a one-shot trigger's disarm back to triggers.json
+// (cronsync.Disarm on the file's path).
+type Disarmer func(index int, name string, at time.Time, jobID string) error
+
+// FileDisarmer disarms triggers in the triggers file at path.
+func FileDisarmer(path string) Disarmer {
+	return func(index int, name string, at time.Time, jobID string) error {
+		return cronsync.Disarm(path, index, name, at, jobID)
+	}
+}
+
+// IntakeConfig configures an Intake.
+type IntakeConfig struct {
+	// Enqueuer receives the jobs (an *enqueue.Router). Required.
+	Enqueuer Enqueuer
+	// Permissions asks each forge whether an actor may spend. A forge
+	// without an entry refuses every event that needs a permission.
+	Permissions map[jobs.Forge]Permissions
+	// SelfIDs are this service's own user ids per forge: their events never
+	// start a job (a bot answering itself). Optional.
+	SelfIDs map[jobs.Forge]int64
+	// Disarm, when set, is called after a one-shot trigger enqueued its job.
+	Disarm Disarmer
+	// Logger receives forge_enqueued, forge_refused and forge_dropped.
+	Logger *slog.Logger
+	// Host is this host's name, on every log line.
+	Host string
+	// Now is the clock (disarm times). Default time.Now.
+	Now func() time.Time
+}
+
+// Outcome is what became of an event.
+type Outcome struct {
+	// Status is "enqueued", "refused" (the source or actor may not spend) or
+	// "dropped" (no trigger wants the event).
+	Status string
+	// Reason is the fixed token of a refusal or a drop.
+	Reason string
+	// Trigger names the trigger that fired.
+	Trigger string
+	// JobIDs are the jobs enqueued (or found already enqueued).
+	JobIDs []string
+}
+
+// Outcome statuses.
+const (
+	StatusEnqueued = "enqueued"
+	StatusRefused  = "refused"
+	StatusDropped  = "dropped"
+)
+
+// Intake matches events against the forge triggers and enqueues the jobs
+// they start. It is safe for concurrent use; SetTriggers swaps the set.
+type Intake struct {
+	cfg      IntakeConfig
+	log      *slog.Logger
+	triggers atomic.Pointer[[]cronsync.ForgeTrigger]
+	setMu    sync.Mutex // orders SetTriggers and markDisarmed
+	disarmMu sync.Mutex // one write of the triggers file at a time
+}
+
+// NewIntake returns an Intake with no triggers: call SetTriggers.
+func NewIntake(cfg IntakeConfig) (*Intake, error) {
+	if cfg.Enqueuer == nil {
+		return nil, errors.New("forge: intake needs an Enqueuer")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	in := &Intake{cfg: cfg, log: log.With("host", cfg.Host)}
+	in.SetTriggers(nil)
+	return in, nil
+}
+
+// SetTriggers replaces the forge triggers (a live reload).
+func (in *Intake) SetTriggers(t []cronsync.ForgeTrigger) {
+	t = append([]cronsync.ForgeTrigger(nil), t...)
+	in.setMu.Lock()
+	in.triggers.Store(&t)
+	in.setMu.Unlock()
+}
+
+// Refuse logs a refusal the caller decided (a receiver's bad signature):
+// forge_refused with the reason, one line, nothing enqueued.
+func (in *Intake) Refuse(f jobs.Forge, delivery, reason string, attrs ...any) {
+	in.log.Warn("forge_refused", append([]any{"forge", f, "delivery", delivery, "reason", reason}, attrs...)...)
+}
+
+// Handle matches ev, checks its actor and enqueues its jobs. An error means
+// the event could be neither enqueued nor decided (a permission lookup or
+// Valkey failed): the sender should deliver it again.
+func (in *Intake) Handle(ctx context.Context, ev Event) (Outcome, error) {
+	attrs := []any{"forge", ev.Forge, "delivery", ev.DeliveryID, "repo", ev.Repo, "number", ev.Number}
+	refuse := func(reason string, more ...any) (Outcome, error) {
+		in.log.Warn("forge_refused", append(append(attrs, "reason", reason), more...)...)
+		return Outcome{Status: StatusRefused, Reason: reason}, nil
+	}
+	t, need, reason := Match(*in.triggers.Load(), ev)
+	switch {
+	case reason == ReasonUnknownRepository:
+		return refuse(reason)
+	case reason != "":
+		in.log.Info("forge_dropped", append(attrs, "event", ev.Kind, "action", ev.Action, "reason", reason)...)
+		return Outcome{Status: StatusDropped, Reason: reason}, nil
+	}
+	attrs = append(attrs, "trigger", t.Name)
+	if self, ok := in.cfg.SelfIDs[ev.Forge]; ok && self == ev.SenderID {
+		return refuse(ReasonSelf)
+	}
+	perms := in.cfg.Permissions[ev.Forge]
+	if perms == nil {
+		return refuse(ReasonAuthorNotAllowed, "why", "no permission lookup configured for this forge")
+	}
+	ok, err := perms.Allowed(ctx, ev, need)
+	switch {
+	case errors.Is(err, ErrLookupForbidden):
+		return refuse(ReasonLookupForbidden, "need", need.String(), "err", err.Error())
+	case err != nil:
+		in.log.Error("forge_permission_lookup_failed", append(attrs, "err", err.Error())...)
+		return Outcome{}, err
+	case !ok:
+		return refuse(ReasonAuthorNotAllowed, "need", need.String(), "sender", ev.SenderID)
+	}
+
+	out := Outcome{Status: StatusEnqueued, Trigger: t.Name}
+	n := max(t.Replicas, 1)
+	for i := 1; i <= n; i++ {
+		d := Delivery(t, ev, i)
+		e, err := in.cfg.Enqueuer.EnqueueForge(ctx, d)
+		if err != nil {
+			// Replicas enqueued so far keep their ids: a redelivery
+			// converges on n jobs.
+			in.log.Error("forge_enqueue_failed", append(attrs, "jobId", d.JobID, "err", err.Error())...)
+			return Outcome{}, fmt.Errorf("enqueue %s: %w", d.JobID, err)
+		}
+		out.JobIDs = append(out.JobIDs, e.JobID)
+		in.log.Info("forge_enqueued", append(attrs, "jobId", e.JobID, "queue", e.Queue, "added", e.Added,
+			"replica", d.Job.Replica, "replicas", d.Job.Replicas)...)
+	}
+	if t.Once && in.cfg.Disarm != nil {
+		in.disarmMu.Lock()
+		err := in.cfg.Disarm(t.Index, t.Name, in.cfg.Now(), out.JobIDs[0])
+		in.disarmMu.Unlock()
+		// Disarmed in memory either way: a one-shot trigger fires once per
+		// process even when the file could not be written.
+		in.markDisarmed(t.Index)
+		if err != nil {
+			in.log.Error("forge_disarm_failed", append(attrs, "err", err.Error())...)
+		} else {
+			in.log.Info("forge_trigger_disarmed", attrs...)
+		}
+	}
+	return out, nil
+}
+
+// markDisarmed disarms the trigger in the live set at once, before the file
+// watcher reloads it.
+func (in *Intake) markDisarmed(index int) {
+	in.setMu.Lock()
+	defer in.setMu.Unlock()
+	cur := *in.triggers.Load()
+	next := append([]cronsync.ForgeTrigger(nil), cur...)
+	for i := range next {
+		if next[i].Index == index {
+			next[i].Disarmed = true
+		}
+	}
+	in.triggers.Store(&next)
+}
+
+// JobIDPrefix is the job id prefix of each forge's deliveries.
+func JobIDPrefix(f jobs.Forge) string {
+	switch f {
+	case jobs.ForgeGitLab:
+		return "gl-"
+	case jobs.ForgeForgejo:
+		return "fj-"
+	}
+	return "gh-"
+}
+
+// Delivery is the enqueue request for replica i (1-based) of the job trigger
+// t starts for ev: the delivery id as the job id (with -r<i> for a replica)
+// and the 10-minute dedup id <forge>:<repo>#<n>:<trigger>[:r<i>].
+func Delivery(t cronsync.ForgeTrigger, ev Event, i int) enqueue.ForgeDelivery {
+	job := t.Job
+	job.Kind = jobs.KindForge
+	job.Repo = ev.Repo
+	job.Forge = ev.Forge
+	job.Number = ev.Number
+	job.PullRequest = ev.PullRequest
+	job.DeliveryID = ev.DeliveryID
+	job.Trigger = t.Name
+	id := JobIDPrefix(ev.Forge) + ev.DeliveryID
+	dedup := string(ev.Forge) + ":" + ev.Repo + "#" + strconv.Itoa(ev.Number) + ":" + t.Name
+	if t.Replicas > 1 {
+		job.Replica, job.Replicas = i, t.Replicas
+		id += "-r" + strconv.Itoa(i)
+		dedup += ":r" + strconv.Itoa(i)
+	}
+	return enqueue.ForgeDelivery{JobID: id, DedupID: dedup, Job: job}
+}

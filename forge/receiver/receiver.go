@@ -1,0 +1,393 @@
+// Package receiver is the HTTP front door of forge webhooks: one route per
+// forge (/github, /gitlab, /forgejo), each verified with that forge's own
+// scheme over the raw body, bounded in size and time, protected against
+// replay by delivery id, and handed to a forge.Intake. It also serves
+// /healthz and its own Prometheus metrics at /metrics.
+package receiver
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"code.gitea.io/sdk/gitea"
+	"github.com/google/go-github/v84/github"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/pidispatch/pidispatch/forge"
+	"github.com/pidispatch/pidispatch/jobs"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxBody       = 2 << 20 // 2 MiB, as the original
+	DefaultSignatureSkew = 5 * time.Minute
+	handleTimeout        = 20 * time.Second
+)
+
+// GitLab webhook modes (GITLAB_WEBHOOK_MODE).
+const (
+	GitLabToken     = "token"     // X-Gitlab-Token equals the secret
+	GitLabSignature = "signature" // Standard Webhooks HMAC over id.timestamp.body
+)
+
+// Config configures a Receiver. A forge whose secret is empty is not served:
+// its route answers 404, so nothing looks armed.
+type Config struct {
+	// Intake handles every verified event. Required.
+	Intake *forge.Intake
+	// Replay remembers delivery ids. Required: a delivery is processed once.
+	Replay ReplayStore
+	// GitHubSecret is WEBHOOK_SECRET (X-Hub-Signature-256).
+	GitHubSecret string
+	// GitLabMode and GitLabSecret are GITLAB_WEBHOOK_MODE and
+	// GITLAB_WEBHOOK_SECRET. In signature mode the secret is the whsec_
+	// signing token GitLab shows.
+	GitLabMode, GitLabSecret string
+	// ForgejoSecret is FORGEJO_WEBHOOK_SECRET (X-Forgejo-Signature or
+	// X-Gitea-Signature).
+	ForgejoSecret string
+	// MaxBody bounds a delivery; larger ones get 413. Default 2 MiB.
+	MaxBody int64
+	// SignatureSkew is how far a GitLab signature timestamp may be from now.
+	// Default 5 minutes.
+	SignatureSkew time.Duration
+	// Now is the clock of the GitLab timestamp check. Default time.Now.
+	Now func() time.Time
+	// Logger receives receiver_* events and the refusals; Host is on every line.
+	Logger *slog.Logger
+	Host   string
+}
+
+// Receiver serves the webhook routes.
+type Receiver struct {
+	cfg       Config
+	log       *slog.Logger
+	gitlabKey []byte
+	reg       *prometheus.Registry
+	received  *prometheus.CounterVec
+	duration  *prometheus.HistogramVec
+	mux       *http.ServeMux
+}
+
+// New checks cfg and returns a Receiver. A GitLab signature secret that does
+// not decode, or a mode without a secret, is an error.
+func New(cfg Config) (*Receiver, error) {
+	if cfg.Intake == nil || cfg.Replay == nil {
+		return nil, errors.New("receiver: Intake and Replay are required")
+	}
+	if cfg.MaxBody <= 0 {
+		cfg.MaxBody = DefaultMaxBody
+	}
+	if cfg.SignatureSkew <= 0 {
+		cfg.SignatureSkew = DefaultSignatureSkew
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	r := &Receiver{cfg: cfg, log: log.With("host", cfg.Host), reg: prometheus.NewRegistry()}
+	switch {
+	case cfg.GitLabSecret == "" && cfg.GitLabMode == "":
+	case cfg.GitLabSecret == "":
+		return nil, errors.New("receiver: GitLab mode set without a secret")
+	case cfg.GitLabMode == GitLabToken:
+	case cfg.GitLabMode == GitLabSignature:
+		key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(cfg.GitLabSecret, "whsec_"))
+		if err != nil || len(key) == 0 {
+			return nil, errors.New("receiver: the GitLab signing token is not whsec_ followed by base64")
+		}
+		r.gitlabKey = key
+	default:
+		return nil, fmt.Errorf("receiver: GitLab mode %q (want token or signature)", cfg.GitLabMode)
+	}
+	r.received = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pidispatch_receiver_deliveries_total",
+		Help: "Webhook deliveries by forge and outcome (enqueued, dropped, or a refusal reason).",
+	}, []string{"forge", "outcome"})
+	r.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "pidispatch_receiver_delivery_seconds",
+		Help:    "Time to answer a webhook delivery, by forge.",
+		Buckets: prometheus.DefBuckets,
+	}, []string{"forge"})
+	r.reg.MustRegister(r.received, r.duration)
+
+	r.mux = http.NewServeMux()
+	r.mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, "ok\n")
+	})
+	r.mux.Handle("/metrics", promhttp.HandlerFor(r.reg, promhttp.HandlerOpts{}))
+	r.mux.Handle("/github", r.route(jobs.ForgeGitHub, cfg.GitHubSecret != "", r.verifyGitHub))
+	r.mux.Handle("/gitlab", r.route(jobs.ForgeGitLab, cfg.GitLabSecret != "", r.verifyGitLab))
+	r.mux.Handle("/forgejo", r.route(jobs.ForgeForgejo, cfg.ForgejoSecret != "", r.verifyForgejo))
+	return r, nil
+}
+
+// Handler is the receiver's HTTP handler.
+func (r *Receiver) Handler() http.Handler { return r.mux }
+
+// Registry holds the receiver's metrics.
+func (r *Receiver) Registry() *prometheus.Registry { return r.reg }
+
+// Serve serves on ln until ctx ends, then shuts down gracefully (up to 10 s)
+// and returns. Timeouts bound slow clients.
+func (r *Receiver) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           r.mux,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    32 << 10,
+		ErrorLog:          slog.NewLogLogger(r.log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	r.log.Info("receiver_started", "addr", ln.Addr().String())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	r.log.Info("receiver_stopping")
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	<-done
+	return err
+}
+
+// verified is what a forge's verifier extracts from a request whose body
+// passed its credential check.
+type verified struct {
+	event    string
+	delivery string
+}
+
+// verifier checks the credential over the raw body and returns the event
+// type and delivery id, or the refusal reason and status.
+type verifier func(h http.Header, body []byte) (verified, string, int)
+
+func (r *Receiver) route(f jobs.Forge, armed bool, verify verifier) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		start := time.Now()
+		outcome := r.serve(f, armed, verify, w, req)
+		r.received.WithLabelValues(string(f), outcome).Inc()
+		r.duration.WithLabelValues(string(f)).Observe(time.Since(start).Seconds())
+	})
+}
+
+func answer(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	fmt.Fprintf(w, "{\"status\":%q}\n", msg)
+}
+
+// serve answers one delivery and returns its outcome: a refusal reason, or
+// enqueued, dropped, error.
+func (r *Receiver) serve(f jobs.Forge, armed bool, verify verifier, w http.ResponseWriter, req *http.Request) string {
+	refuse := func(status int, reason, delivery string, attrs ...any) string {
+		if !validDelivery(delivery) {
+			delivery = "" // a header of an unverified sender is not logged as it came
+		}
+		r.cfg.Intake.Refuse(f, delivery, reason, attrs...)
+		answer(w, status, reason)
+		return reason
+	}
+	if !armed {
+		answer(w, http.StatusNotFound, string(f)+" webhooks are not configured")
+		return "not-configured"
+	}
+	if req.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		answer(w, http.StatusMethodNotAllowed, "method-not-allowed")
+		return "method-not-allowed"
+	}
+	if mt, _, err := mime.ParseMediaType(req.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		answer(w, http.StatusUnsupportedMediaType, "content-type-not-json")
+		return "content-type-not-json"
+	}
+	if req.ContentLength > r.cfg.MaxBody {
+		return refuse(http.StatusRequestEntityTooLarge, forge.ReasonTooLarge, "", "bytes", req.ContentLength)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, r.cfg.MaxBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return refuse(http.StatusRequestEntityTooLarge, forge.ReasonTooLarge, "", "limit", r.cfg.MaxBody)
+		}
+		answer(w, http.StatusBadRequest, "unreadable-body")
+		return "unreadable-body"
+	}
+	v, reason, status := verify(req.Header, body)
+	if reason != "" {
+		return refuse(status, reason, v.delivery)
+	}
+	if !validDelivery(v.delivery) {
+		return refuse(http.StatusBadRequest, forge.ReasonMissingDelivery, "")
+	}
+	var ev forge.Event
+	switch f {
+	case jobs.ForgeGitHub:
+		ev, err = forge.ParseGitHub(v.event, v.delivery, body)
+	case jobs.ForgeGitLab:
+		ev, err = forge.ParseGitLab(v.event, v.delivery, body)
+	default:
+		ev, err = forge.ParseForgejo(v.event, v.delivery, body)
+	}
+	if err != nil {
+		return refuse(http.StatusBadRequest, forge.ReasonMalformed, v.delivery, "event", v.event, "err", err.Error())
+	}
+	ctx, cancel := context.WithTimeout(req.Context(), handleTimeout)
+	defer cancel()
+	fresh, err := r.cfg.Replay.Claim(ctx, f, v.delivery)
+	if err != nil {
+		r.log.Error("receiver_replay_store_failed", "forge", f, "delivery", v.delivery, "err", err.Error())
+		answer(w, http.StatusServiceUnavailable, "unavailable")
+		return "error"
+	}
+	if !fresh {
+		return refuse(http.StatusConflict, forge.ReasonReplayed, v.delivery)
+	}
+	out, err := r.cfg.Intake.Handle(ctx, ev)
+	if err != nil {
+		// Not decided: let the forge's redelivery through the replay gate.
+		if rerr := r.cfg.Replay.Release(context.WithoutCancel(ctx), f, v.delivery); rerr != nil {
+			r.log.Error("receiver_replay_store_failed", "forge", f, "delivery", v.delivery, "err", rerr.Error())
+		}
+		answer(w, http.StatusServiceUnavailable, "retry-later")
+		return "error"
+	}
+	switch out.Status {
+	case forge.StatusEnqueued:
+		answer(w, http.StatusAccepted, "queued")
+		return out.Status
+	case forge.StatusRefused:
+		answer(w, http.StatusForbidden, out.Reason)
+		return out.Reason
+	}
+	answer(w, http.StatusOK, "ignored: "+out.Reason)
+	return out.Status
+}
+
+var deliveryRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,100}$`)
+
+// validDelivery: the delivery id becomes part of a job id, so its alphabet
+// is narrow (a GUID, a UUID, a number).
+func validDelivery(s string) bool { return deliveryRE.MatchString(s) }
+
+// verifyGitHub checks X-Hub-Signature-256 (HMAC-SHA256 of the raw body with
+// WEBHOOK_SECRET) with go-github's validator.
+func (r *Receiver) verifyGitHub(h http.Header, body []byte) (verified, string, int) {
+	v := verified{event: h.Get(github.EventTypeHeader), delivery: h.Get(github.DeliveryIDHeader)}
+	sig := h.Get(github.SHA256SignatureHeader)
+	if sig == "" {
+		return v, forge.ReasonNoSignature, http.StatusUnauthorized
+	}
+	if err := github.ValidateSignature(sig, body, []byte(r.cfg.GitHubSecret)); err != nil {
+		return v, forge.ReasonBadSignature, http.StatusUnauthorized
+	}
+	if v.event == "" {
+		return v, forge.ReasonMalformed, http.StatusBadRequest
+	}
+	return v, "", 0
+}
+
+// verifyForgejo checks X-Forgejo-Signature (or Gitea's X-Gitea-Signature):
+// the hex HMAC-SHA256 of the raw body, with the Gitea SDK's validator.
+func (r *Receiver) verifyForgejo(h http.Header, body []byte) (verified, string, int) {
+	v := verified{event: first(h, "X-Forgejo-Event", "X-Gitea-Event"), delivery: first(h, "X-Forgejo-Delivery", "X-Gitea-Delivery")}
+	sig := first(h, "X-Forgejo-Signature", "X-Gitea-Signature")
+	if sig == "" {
+		return v, forge.ReasonNoSignature, http.StatusUnauthorized
+	}
+	if ok, err := gitea.VerifyWebhookSignature(r.cfg.ForgejoSecret, sig, body); err != nil || !ok {
+		return v, forge.ReasonBadSignature, http.StatusUnauthorized
+	}
+	if v.event == "" {
+		return v, forge.ReasonMalformed, http.StatusBadRequest
+	}
+	return v, "", 0
+}
+
+// verifyGitLab checks the declared mode only: a delivery carrying the other
+// mode's header is refused even when that header is right.
+func (r *Receiver) verifyGitLab(h http.Header, body []byte) (verified, string, int) {
+	v := verified{event: h.Get("X-Gitlab-Event"), delivery: first(h, "Webhook-Id", "Idempotency-Key", "X-Gitlab-Event-UUID")}
+	switch r.cfg.GitLabMode {
+	case GitLabToken:
+		tok := h.Get("X-Gitlab-Token")
+		if tok == "" {
+			return v, forge.ReasonNoSignature, http.StatusUnauthorized
+		}
+		a, b := sha256.Sum256([]byte(tok)), sha256.Sum256([]byte(r.cfg.GitLabSecret))
+		if !hmac.Equal(a[:], b[:]) {
+			return v, forge.ReasonBadSignature, http.StatusUnauthorized
+		}
+	default:
+		sigs, id, ts := h.Get("Webhook-Signature"), h.Get("Webhook-Id"), h.Get("Webhook-Timestamp")
+		if sigs == "" || id == "" || ts == "" {
+			return v, forge.ReasonNoSignature, http.StatusUnauthorized
+		}
+		mac := hmac.New(sha256.New, r.gitlabKey)
+		mac.Write([]byte(id + "." + ts + "."))
+		mac.Write(body)
+		want := mac.Sum(nil)
+		ok := false
+		for _, s := range strings.Fields(sigs) {
+			ver, b64, found := strings.Cut(s, ",")
+			if !found || ver != "v1" {
+				continue
+			}
+			got, err := base64.StdEncoding.DecodeString(b64)
+			if err == nil && hmac.Equal(got, want) {
+				ok = true
+			}
+		}
+		if !ok {
+			return v, forge.ReasonBadSignature, http.StatusUnauthorized
+		}
+		// The timestamp is inside the MAC: a stale one is a replay.
+		sec, err := strconv.ParseInt(ts, 10, 64)
+		if err != nil {
+			return v, forge.ReasonMalformed, http.StatusBadRequest
+		}
+		if d := r.cfg.Now().Sub(time.Unix(sec, 0)); d > r.cfg.SignatureSkew || d < -r.cfg.SignatureSkew {
+			return v, forge.ReasonStale, http.StatusUnauthorized
+		}
+	}
+	if v.event == "" {
+		return v, forge.ReasonMalformed, http.StatusBadRequest
+	}
+	if v.delivery == "" {
+		return v, forge.ReasonMissingDelivery, http.StatusBadRequest
+	}
+	return v, "", 0
+}
+
+func first(h http.Header, names ...string) string {
+	for _, n := range names {
+		if v := h.Get(n); v != "" {
+			return v
+		}
+	}
+	return ""
+}
