@@ -29,7 +29,7 @@ import (
 // operator puts in a deployment's .env.
 var notConfiguration = map[string]bool{
 	"TZ": true, "TMPDIR": true, "HOME": true, "PATH": true,
-	"VALKEY_TEST_URL": true, "WEBHOOK_SECRET": true,
+	"VALKEY_TEST_URL": true,
 }
 
 // notConfigurationPrefixes are families of such variables: the Docker

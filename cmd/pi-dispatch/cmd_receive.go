@@ -13,7 +13,6 @@ import (
 
 	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/cronsync"
-	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/forge"
 	"github.com/pidispatch/pidispatch/forge/poller"
@@ -68,7 +67,7 @@ func runReceive(ctx context.Context, e env, args []string) int {
 		fmt.Fprintf(e.stderr, "pi-dispatch receive: unexpected argument %q\n", fset.Arg(0))
 		return exitUsage
 	}
-	cfg, err := dispatch.LoadConfig(e.getenv)
+	cfg, err := config.Load(e.getenv)
 	if err != nil {
 		printConfigErrors(e.stderr, "pi-dispatch receive", err)
 		return exitUsage
