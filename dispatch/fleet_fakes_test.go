@@ -27,6 +27,7 @@ func TestFleetHoldsTheDailyDollarWindowExactly(t *testing.T) {
 		h.Config.Spend.DailyCostMicros = 3 * usd
 		h.Config.Concurrency = 2
 		h.Deps.Gateway = &stubGateway{spend: jobs.Spend{Calls: 1, Micros: usd, Basis: jobs.BasisMetered}}
+		h.Deps.ModelSockets = modelSockets{}
 		h.Runtime.RunFunc = func(ctx context.Context, spec container.Spec) (container.Result, error) {
 			select {
 			case <-release:
