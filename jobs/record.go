@@ -33,6 +33,11 @@ const (
 // JSON, in a policy outcome's result and in a failed job's failedReason.
 type Reason string
 
+// MarshalBinary is the reason's wire form: its string's bytes. A Valkey client
+// (go-redis) writes a Reason given as a command argument as it writes the
+// string.
+func (r Reason) MarshalBinary() ([]byte, error) { return []byte(r), nil }
+
 // Reasons: the fixed vocabulary of Record.Reason.
 const (
 	ReasonCompleted            Reason = "completed"

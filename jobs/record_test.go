@@ -430,3 +430,14 @@ func TestDeferralReasons(t *testing.T) {
 		require.NotContains(t, jobs.Reasons, r, "a deferral is never a record's reason")
 	}
 }
+
+// A reason goes on the wire as its string: in JSON and as a Valkey argument.
+func TestReasonWireForm(t *testing.T) {
+	t.Parallel()
+	b, err := jobs.ReasonExit1.MarshalBinary()
+	require.NoError(t, err)
+	require.Equal(t, []byte("exit-1"), b)
+	j, err := json.Marshal(jobs.Record{Reason: jobs.ReasonExit1})
+	require.NoError(t, err)
+	require.Contains(t, string(j), `"reason":"exit-1"`)
+}

@@ -205,7 +205,7 @@ func stopRunning(ctx context.Context, client redis.UniversalClient, dir *queue.D
 	// A stale ack of an earlier cancel of the same id must not answer this one.
 	_, err := client.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Del(ctx, ackKey)
-		p.Set(ctx, reqKey, string(jobs.ReasonOperatorCancel), ttl)
+		p.Set(ctx, reqKey, jobs.ReasonOperatorCancel, ttl)
 		return nil
 	})
 	if err != nil {
