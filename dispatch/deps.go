@@ -146,6 +146,10 @@ type Deps struct {
 	// a host that did not ask for it. NewWorker refuses a nil Cron when
 	// Config.TriggersFile is set.
 	Cron CronGate
+	// Workspaces clones a forge job's repository before it runs and
+	// publishes its changes after (forge/workspace). Nil: a forge job starts
+	// in an empty workspace and nothing is published.
+	Workspaces Workspaces
 	// Dollars holds each job's dollar cap against the fleet-wide dollar
 	// windows. NewWorker refuses a nil Dollars when Config.Spend sets a
 	// dollar window or a scope row has dollar limits.
