@@ -157,7 +157,11 @@ func (c *Checkout) policy() PublishPolicy {
 // not descend from the base.
 func (c *Checkout) checkHistory(ctx context.Context) error {
 	g := c.m.git(c.state).with("protocol.file.allow", "always")
-	if _, err := g.run(ctx, "fetch", "--quiet", "--no-tags", "file://"+c.dir, "+HEAD:refs/pi/job"); err != nil {
+	// A local fetch runs upload-pack without the configuration of our
+	// environment; it is given the one setting it needs, the workspace
+	// belonging to the container's user.
+	if _, err := g.run(ctx, "fetch", "--quiet", "--no-tags", "--upload-pack=git -c 'safe.directory=*' upload-pack",
+		"file://"+c.dir, "+HEAD:refs/pi/job"); err != nil {
 		c.log.Warn("forge_job_history_unreadable", "err", err)
 		return &RefusalError{Reason: jobs.ReasonHistoryRewritten}
 	}

@@ -75,6 +75,15 @@ func (b *bundle) prepare(t *testing.T) *workspace.Checkout {
 	c, err := b.m.Prepare(context.Background(), b.job, b.dir)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
+	if os.Geteuid() == 0 {
+		// The job runs as another user: the workspace is handed to it.
+		require.NoError(t, filepath.WalkDir(b.dir, func(p string, _ os.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			return os.Lchown(p, 65534, 65534)
+		}))
+	}
 	require.Equal(t, b.base, c.Base())
 	return c
 }

@@ -1,0 +1,144 @@
+package stack_test
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/enqueue"
+	"github.com/pidispatch/pidispatch/forge/forgetest"
+	"github.com/pidispatch/pidispatch/forge/token"
+	"github.com/pidispatch/pidispatch/forge/workspace"
+	"github.com/pidispatch/pidispatch/internal/jobimage"
+	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/jobs"
+	"github.com/pidispatch/pidispatch/stack"
+	"github.com/pidispatch/pidispatch/transcript"
+)
+
+// A forge delivery becomes a job on a real worker: the host clones the
+// repository from a git server over smart HTTP with a token minted by a
+// GitHub double, the test job (in Docker, no network) changes a file, and the
+// host pushes pi/<job id> and opens a draft pull request whose URL the record
+// carries. The token is nowhere the job could see or the run left: not in the
+// workspace's .git/config (the job prints it), the transcript, the record,
+// nor any Valkey value.
+func TestForgeJobPublishesPullRequest(t *testing.T) {
+	db := livetest.Valkey(t)
+	dc := livetest.Docker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	require.NoError(t, jobimage.Ensure(ctx, dc, jobimage.TestTag))
+
+	const repo = "acme/web"
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	require.NoError(t, err)
+	git := forgetest.StartGitServer(t, nil)
+	base := git.CreateRepo(t, repo, "main", map[string]string{"README.md": "hello\n"})
+	gh := forgetest.StartGitHub(t, git, 42, &key.PublicKey, time.Hour)
+	gh.AddRepo(repo, "main")
+
+	logs, name := t.TempDir(), "forge-worker-1"
+	env := map[string]string{
+		"VALKEY_URL": db.URL, "PI_WORKER_NAME": name, "PI_JOB_IMAGE": jobimage.TestTag,
+		"PI_LOGS_DIR": logs, "PI_JOB_MEMORY": "256m", "PI_JOB_CPUS": "0.5", "PI_CONTAINER_USER": "65534:65534",
+	}
+	cfg, err := dispatch.LoadConfig(func(k string) string { return env[k] })
+	require.NoError(t, err)
+	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	m, err := workspace.New(workspace.Config{
+		Forges: map[jobs.Forge]workspace.Forge{jobs.ForgeGitHub: {
+			Minter: &token.GitHubApp{AppID: 42, InstallationID: 7, Key: key, APIURL: gh.URL},
+			API:    &workspace.GitHub{APIURL: gh.URL},
+		}},
+		StateDir: t.TempDir(), Host: name, Logger: log, Backoff: 10 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	s, err := stack.Build(context.Background(), cfg, log, dispatch.Tuning{JobsDir: t.TempDir()}, stack.WithForgeWorkspaces(m))
+	require.NoError(t, err)
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Worker.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(60 * time.Second):
+			t.Error("the worker did not stop")
+		}
+		s.Close()
+	})
+
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{Attempts: 1})
+	require.NoError(t, err)
+	r := enqueue.NewRouter(p, enqueue.RouterConfig{})
+	e, err := r.EnqueueForge(ctx, enqueue.ForgeDelivery{JobID: "gh-delivery-1", Job: jobs.Job{
+		Kind: jobs.KindForge, Repo: repo, Flow: "fix",
+		Task:       "JOB_WRITE_FILE=README.md\nJOB_SHOW_FILE=/workspace/.git/config\nJOB_PRINT_EXIT_LINE=1",
+		ForgeEvent: jobs.ForgeEvent{Forge: jobs.ForgeGitHub, Number: 5, DeliveryID: "delivery-1", Trigger: "fix-label"},
+	}})
+	require.NoError(t, err)
+
+	require.Eventually(t, func() bool {
+		recs, err := jobs.ReadRecords(logs, e.JobID)
+		return err == nil && len(recs) == 1
+	}, 90*time.Second, 200*time.Millisecond, "no record of %s", e.JobID)
+	recs, _ := jobs.ReadRecords(logs, e.JobID)
+	rec := recs[0]
+	require.Equal(t, jobs.OutcomeCompleted, rec.Outcome, rec.Reason)
+	pulls := gh.Pulls(repo)
+	require.Len(t, pulls, 1)
+	require.True(t, pulls[0].GetDraft())
+	require.Equal(t, pulls[0].GetHTMLURL(), rec.PullRequestURL)
+	require.Equal(t, base, rec.BaseCommit)
+	require.Equal(t, git.Head(t, repo, "pi/gh-delivery-1"), rec.PushedCommit)
+	require.Equal(t, base, git.Head(t, repo, "main"))
+	require.Equal(t, "written by jobprog", forgetest.Git(t, git.Dir(repo), "show", rec.PushedCommit+":README.md"))
+	comments := gh.Comments(repo, 5)
+	require.Len(t, comments, 2)
+	require.Contains(t, comments[1], rec.PullRequestURL)
+	require.Contains(t, comments[1], "3 turns")
+
+	entries, err := transcript.Read(logs, e.JobID, 1)
+	require.NoError(t, err)
+	var all strings.Builder
+	transcript.Render(&all, entries)
+	require.Contains(t, all.String(), `[remote "origin"]`, "the job saw its .git/config")
+
+	tokens := gh.Tokens()
+	require.NotEmpty(t, tokens)
+	var texts []string
+	texts = append(texts, all.String())
+	require.NoError(t, filepath.WalkDir(logs, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			b, rerr := os.ReadFile(p)
+			texts = append(texts, string(b))
+			return rerr
+		}
+		return err
+	}))
+	keys, err := db.Client.Keys(ctx, "*").Result()
+	require.NoError(t, err)
+	for _, k := range keys {
+		dump, err := db.Client.Dump(ctx, k).Result()
+		require.NoError(t, err)
+		texts = append(texts, dump)
+	}
+	for _, text := range texts {
+		for _, tok := range tokens {
+			require.NotContains(t, text, tok)
+		}
+		require.NotContains(t, text, "Authorization: Basic")
+	}
+}
