@@ -15,7 +15,15 @@ src=$(go mod download -json "code.gitea.io/gitea@$version" | sed -n 's/^[[:space
 [ -n "$src" ] || { echo "build-gitea: no module source for code.gitea.io/gitea@$version" >&2; exit 1; }
 tmp=$out.tmp.$$
 trap 'rm -f "$tmp"' EXIT
-(cd "$src" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -o "$tmp" \
-	-ldflags "-s -w -X main.Version=${version#v}" .)
+rm -f "$out.failed"
+if ! (cd "$src" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -o "$tmp" \
+	-ldflags "-s -w -X main.Version=${version#v}" .) 2>"$tmp.log"; then
+	# The tests waiting for the build fail at once, with its error.
+	tail -20 "$tmp.log" >"$out.failed"
+	cat "$tmp.log" >&2
+	rm -f "$tmp.log"
+	exit 1
+fi
+rm -f "$tmp.log"
 mv "$tmp" "$out"
 echo "$out"
