@@ -33,35 +33,49 @@ import (
 // carries. The token is nowhere the job could see or the run left: not in the
 // workspace's .git/config (the job prints it), the transcript, the record,
 // nor any Valkey value.
-func TestForgeJobPublishesPullRequest(t *testing.T) {
+type forgeWorker struct {
+	git    *forgetest.GitServer
+	gh     *forgetest.GitHub
+	base   string
+	logs   string
+	router *enqueue.Router
+	db     *livetest.ValkeyDB
+}
+
+const forgeRepo = "acme/web"
+
+// startForgeWorker runs a real worker whose forge jobs are cloned from and
+// published to a git server and a GitHub double.
+func startForgeWorker(t *testing.T, limits workspace.Limits) *forgeWorker {
+	t.Helper()
 	db := livetest.Valkey(t)
 	dc := livetest.Docker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	require.NoError(t, jobimage.Ensure(ctx, dc, jobimage.TestTag))
 
-	const repo = "acme/web"
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	require.NoError(t, err)
-	git := forgetest.StartGitServer(t, nil)
-	base := git.CreateRepo(t, repo, "main", map[string]string{"README.md": "hello\n"})
-	gh := forgetest.StartGitHub(t, git, 42, &key.PublicKey, time.Hour)
-	gh.AddRepo(repo, "main")
+	f := &forgeWorker{logs: t.TempDir(), db: db}
+	f.git = forgetest.StartGitServer(t, nil)
+	f.base = f.git.CreateRepo(t, forgeRepo, "main", map[string]string{"README.md": "hello\n"})
+	f.gh = forgetest.StartGitHub(t, f.git, 42, &key.PublicKey, time.Hour)
+	f.gh.AddRepo(forgeRepo, "main")
 
-	logs, name := t.TempDir(), "forge-worker-1"
+	name := "forge-worker-1"
 	env := map[string]string{
 		"VALKEY_URL": db.URL, "PI_WORKER_NAME": name, "PI_JOB_IMAGE": jobimage.TestTag,
-		"PI_LOGS_DIR": logs, "PI_JOB_MEMORY": "256m", "PI_JOB_CPUS": "0.5", "PI_CONTAINER_USER": "65534:65534",
+		"PI_LOGS_DIR": f.logs, "PI_JOB_MEMORY": "256m", "PI_JOB_CPUS": "0.5", "PI_CONTAINER_USER": "65534:65534",
 	}
 	cfg, err := dispatch.LoadConfig(func(k string) string { return env[k] })
 	require.NoError(t, err)
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	m, err := workspace.New(workspace.Config{
 		Forges: map[jobs.Forge]workspace.Forge{jobs.ForgeGitHub: {
-			Minter: &token.GitHubApp{AppID: 42, InstallationID: 7, Key: key, APIURL: gh.URL},
-			API:    &workspace.GitHub{APIURL: gh.URL},
+			Minter: &token.GitHubApp{AppID: 42, InstallationID: 7, Key: key, APIURL: f.gh.URL},
+			API:    &workspace.GitHub{APIURL: f.gh.URL},
 		}},
-		StateDir: t.TempDir(), Host: name, Logger: log, Backoff: 10 * time.Millisecond,
+		StateDir: t.TempDir(), Host: name, Logger: log, Backoff: 10 * time.Millisecond, Limits: limits,
 	})
 	require.NoError(t, err)
 	s, err := stack.Build(context.Background(), cfg, log, dispatch.Tuning{JobsDir: t.TempDir()}, stack.WithForgeWorkspaces(m))
@@ -79,23 +93,39 @@ func TestForgeJobPublishesPullRequest(t *testing.T) {
 		}
 		s.Close()
 	})
-
 	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{Attempts: 1})
 	require.NoError(t, err)
-	r := enqueue.NewRouter(p, enqueue.RouterConfig{})
-	e, err := r.EnqueueForge(ctx, enqueue.ForgeDelivery{JobID: "gh-delivery-1", Job: jobs.Job{
-		Kind: jobs.KindForge, Repo: repo, Flow: "fix",
-		Task:       "JOB_WRITE_FILE=README.md\nJOB_SHOW_FILE=/workspace/.git/config\nJOB_PRINT_EXIT_LINE=1",
-		ForgeEvent: jobs.ForgeEvent{Forge: jobs.ForgeGitHub, Number: 5, DeliveryID: "delivery-1", Trigger: "fix-label"},
+	f.router = enqueue.NewRouter(p, enqueue.RouterConfig{})
+	return f
+}
+
+// run enqueues a forge delivery for issue 5 and waits for its record.
+func (f *forgeWorker) run(t *testing.T, delivery, task string) jobs.Record {
+	t.Helper()
+	e, err := f.router.EnqueueForge(context.Background(), enqueue.ForgeDelivery{JobID: delivery, Job: jobs.Job{
+		Kind: jobs.KindForge, Repo: forgeRepo, Flow: "fix", Task: task,
+		ForgeEvent: jobs.ForgeEvent{Forge: jobs.ForgeGitHub, Number: 5, DeliveryID: delivery, Trigger: "fix-label"},
 	}})
 	require.NoError(t, err)
-
 	require.Eventually(t, func() bool {
-		recs, err := jobs.ReadRecords(logs, e.JobID)
+		recs, err := jobs.ReadRecords(f.logs, e.JobID)
 		return err == nil && len(recs) == 1
 	}, 90*time.Second, 200*time.Millisecond, "no record of %s", e.JobID)
-	recs, _ := jobs.ReadRecords(logs, e.JobID)
-	rec := recs[0]
+	recs, _ := jobs.ReadRecords(f.logs, e.JobID)
+	return recs[0]
+}
+
+// A forge delivery becomes a job on a real worker: the host clones the
+// repository from a git server over smart HTTP with a token minted by a
+// GitHub double, the test job (in Docker, no network) changes a file, and the
+// host pushes pi/<job id> and opens a draft pull request whose URL the record
+// carries. The token is nowhere the job could see or the run left: not in the
+// workspace's .git/config (the job prints it), the transcript, the record,
+// nor any Valkey value.
+func TestForgeJobPublishesPullRequest(t *testing.T) {
+	f := startForgeWorker(t, workspace.Limits{})
+	rec := f.run(t, "gh-delivery-1", "JOB_WRITE_FILE=README.md\nJOB_SHOW_FILE=/workspace/.git/config\nJOB_PRINT_EXIT_LINE=1")
+	git, gh, repo, base, logs := f.git, f.gh, forgeRepo, f.base, f.logs
 	require.Equal(t, jobs.OutcomeCompleted, rec.Outcome, rec.Reason)
 	pulls := gh.Pulls(repo)
 	require.Len(t, pulls, 1)
@@ -110,7 +140,7 @@ func TestForgeJobPublishesPullRequest(t *testing.T) {
 	require.Contains(t, comments[1], rec.PullRequestURL)
 	require.Contains(t, comments[1], "3 turns")
 
-	entries, err := transcript.Read(logs, e.JobID, 1)
+	entries, err := transcript.Read(logs, rec.JobID, 1)
 	require.NoError(t, err)
 	var all strings.Builder
 	transcript.Render(&all, entries)
@@ -128,10 +158,11 @@ func TestForgeJobPublishesPullRequest(t *testing.T) {
 		}
 		return err
 	}))
-	keys, err := db.Client.Keys(ctx, "*").Result()
+	keys, err := f.db.Client.Keys(context.Background(), "*").Result()
 	require.NoError(t, err)
+	require.NotEmpty(t, keys)
 	for _, k := range keys {
-		dump, err := db.Client.Dump(ctx, k).Result()
+		dump, err := f.db.Client.Dump(context.Background(), k).Result()
 		require.NoError(t, err)
 		texts = append(texts, dump)
 	}
@@ -141,4 +172,27 @@ func TestForgeJobPublishesPullRequest(t *testing.T) {
 		}
 		require.NotContains(t, text, "Authorization: Basic")
 	}
+}
+
+// A refused publish is a policy record with its reason, and nothing reaches
+// the forge but the comments; a repository gone before the job fails it
+// before any container starts.
+func TestForgeJobRefusalsAreRecorded(t *testing.T) {
+	f := startForgeWorker(t, workspace.Limits{MaxBytes: 5})
+	rec := f.run(t, "gh-delivery-big", "JOB_WRITE_FILE=big.txt")
+	require.Equal(t, jobs.OutcomePolicy, rec.Outcome)
+	require.Equal(t, jobs.ReasonTooLarge, rec.Reason)
+	require.Equal(t, f.base, rec.BaseCommit)
+	require.Empty(t, rec.PushedCommit)
+	require.Empty(t, rec.PullRequestURL)
+	require.Empty(t, f.git.Head(t, forgeRepo, "pi/gh-delivery-big"))
+	require.Empty(t, f.gh.Pulls(forgeRepo))
+	comments := f.gh.Comments(forgeRepo, 5)
+	require.Contains(t, comments[len(comments)-1], "too-large")
+
+	f.gh.Vanish(forgeRepo)
+	rec = f.run(t, "gh-delivery-gone", "JOB_WRITE_FILE=x.txt")
+	require.Equal(t, jobs.OutcomeFailed, rec.Outcome)
+	require.Equal(t, jobs.ReasonRepoGone, rec.Reason)
+	require.Nil(t, rec.ExitCode, "no container started")
 }
