@@ -30,9 +30,9 @@ import (
 // repository from a git server over smart HTTP with a token minted by a
 // GitHub double, the test job (in Docker, no network) changes a file, and the
 // host pushes pi/<job id> and opens a draft pull request whose URL the record
-// carries. The token is nowhere the job could see or the run left: not in the
-// workspace's .git/config (the job prints it), the transcript, the record,
-// nor any Valkey value.
+// carries. The token is nowhere the job could see or the run left: not in its
+// environment (the job prints it), the transcript, the record, nor any Valkey
+// value (the workspace's files are checked in forge/workspace's tests).
 type forgeWorker struct {
 	git    *forgetest.GitServer
 	gh     *forgetest.GitHub
@@ -119,12 +119,12 @@ func (f *forgeWorker) run(t *testing.T, delivery, task string) jobs.Record {
 // repository from a git server over smart HTTP with a token minted by a
 // GitHub double, the test job (in Docker, no network) changes a file, and the
 // host pushes pi/<job id> and opens a draft pull request whose URL the record
-// carries. The token is nowhere the job could see or the run left: not in the
-// workspace's .git/config (the job prints it), the transcript, the record,
-// nor any Valkey value.
+// carries. The token is nowhere the job could see or the run left: not in its
+// environment (the job prints it), the transcript, the record, nor any Valkey
+// value (the workspace's files are checked in forge/workspace's tests).
 func TestForgeJobPublishesPullRequest(t *testing.T) {
 	f := startForgeWorker(t, workspace.Limits{})
-	rec := f.run(t, "gh-delivery-1", "JOB_WRITE_FILE=README.md\nJOB_SHOW_FILE=/workspace/.git/config\nJOB_PRINT_EXIT_LINE=1")
+	rec := f.run(t, "gh-delivery-1", "JOB_WRITE_FILE=README.md\nJOB_SHOW_FILE=/proc/self/environ\nJOB_PRINT_EXIT_LINE=1")
 	git, gh, repo, base, logs := f.git, f.gh, forgeRepo, f.base, f.logs
 	require.Equal(t, jobs.OutcomeCompleted, rec.Outcome, rec.Reason)
 	pulls := gh.Pulls(repo)
@@ -144,7 +144,7 @@ func TestForgeJobPublishesPullRequest(t *testing.T) {
 	require.NoError(t, err)
 	var all strings.Builder
 	transcript.Render(&all, entries)
-	require.Contains(t, all.String(), `[remote "origin"]`, "the job saw its .git/config")
+	require.Contains(t, all.String(), "PI_JOB_ID=", "the job printed its environment")
 
 	tokens := gh.Tokens()
 	require.NotEmpty(t, tokens)
