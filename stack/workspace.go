@@ -57,9 +57,9 @@ func ForgeWorkspacesFromEnv(getenv func(string) string, host string, logger *slo
 	if fj := creds.Forgejo; fj != nil {
 		forges[jobs.ForgeForgejo] = workspace.Forge{API: &workspace.Gitea{URL: fj.URL}, Minter: token.Static{Token: fj.Token}}
 	}
-	if creds.GitLab != nil && logger != nil {
-		// Publishing to GitLab is not built yet: its jobs start in an empty workspace.
-		logger.Warn("forge_publish_unsupported", "host", host, "forge", string(jobs.ForgeGitLab))
+	if gl := creds.GitLab; gl != nil {
+		forges[jobs.ForgeGitLab] = workspace.Forge{API: &workspace.GitLab{URL: gl.URL},
+			Minter: &token.GitLabProject{URL: gl.URL, Parent: gl.Token}}
 	}
 	if len(forges) == 0 {
 		return nil, nil
