@@ -79,7 +79,16 @@ func (w *Worker) prepareWorkspace(ctx context.Context, h *held, dir, user string
 	if w.deps.Workspaces == nil || h.folder != "" || h.spec.Repo == "" || h.spec.Forge == "" {
 		return true
 	}
-	ws, err := w.deps.Workspaces.Prepare(ctx, h.job.ID, h.spec, dir)
+	var ws Workspace
+	var err error
+	if w.holdingLock(ctx, h, func(ctx context.Context) { ws, err = w.deps.Workspaces.Prepare(ctx, h.job.ID, h.spec, dir) }) {
+		// The stalled check failed the job while the clone ran: nothing more is said.
+		if ws != nil {
+			_ = ws.Close()
+		}
+		w.record(h, jobs.OutcomeFailed, jobs.ReasonStalled, nil, nil)
+		return false
+	}
 	if err == nil {
 		err = handOver(dir, user)
 		if err != nil {
@@ -136,7 +145,11 @@ func (w *Worker) publishWorkspace(ctx context.Context, h *held, c runClass, end 
 	if h.rec.Spend != nil {
 		res.Dollars = h.rec.Spend.Dollars
 	}
-	pub, err := ws.Publish(ctx, res)
+	var pub WorkspacePublished
+	var err error
+	if w.holdingLock(ctx, h, func(ctx context.Context) { pub, err = ws.Publish(ctx, res) }) {
+		return runClass{outcome: jobs.OutcomeFailed, reason: jobs.ReasonStalled, report: reportNothing}
+	}
 	h.rec.BaseCommit = pub.BaseCommit
 	h.rec.PushedCommit = pub.PushedCommit
 	h.rec.PullRequestURL = pub.PullRequestURL
@@ -149,6 +162,27 @@ func (w *Worker) publishWorkspace(ctx context.Context, h *held, c runClass, end 
 		return runClass{outcome: jobs.OutcomePolicy, reason: we.Reason, report: reportPolicy}
 	}
 	return runClass{outcome: jobs.OutcomeFailed, reason: we.Reason, report: reportFailed}
+}
+
+// holdingLock runs op while extending the job's lock, as a running container
+// does; it reports whether the lock was lost (op's context is then cancelled).
+func (w *Worker) holdingLock(ctx context.Context, h *held, op func(context.Context)) (lost bool) {
+	opCtx, stop := context.WithCancel(ctx)
+	lostCh := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.keepLock(opCtx, h, stop, lostCh)
+	}()
+	op(opCtx)
+	stop()
+	<-done
+	select {
+	case <-lostCh:
+		return true
+	default:
+		return false
+	}
 }
 
 // handOver gives the cloned workspace to the container's user ("uid[:gid]"),
