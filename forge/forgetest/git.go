@@ -139,3 +139,24 @@ func gitCmd(dir string, args ...string) *exec.Cmd {
 		"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=safe.directory", "GIT_CONFIG_VALUE_0=*")
 	return cmd
 }
+
+// Commit adds a commit to branch of repo (made from from, or branch itself)
+// writing files, and returns it.
+func (s *GitServer) Commit(t testing.TB, repo, from, branch string, files map[string]string) string {
+	t.Helper()
+	work := t.TempDir()
+	Git(t, work, "clone", "-q", "--branch", from, s.Dir(repo), ".")
+	for name, body := range files {
+		p := filepath.Join(work, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	Git(t, work, "add", "-A")
+	Git(t, work, "commit", "-q", "-m", "change")
+	Git(t, work, "push", "-q", "origin", "HEAD:refs/heads/"+branch)
+	return s.Head(t, repo, branch)
+}

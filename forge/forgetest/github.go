@@ -414,3 +414,25 @@ func (g *GitHub) comment(w http.ResponseWriter, r *http.Request) {
 	g.mu.Unlock()
 	writeJSON(w, http.StatusCreated, github.IssueComment{Body: c.Body})
 }
+
+// OpenPull opens a pull request from head to base of repo (both branches of
+// it) as a person would, with its refs/pull/<n>/head ref, and returns its number.
+func (g *GitHub) OpenPull(t testing.TB, repo, head, base string) int {
+	t.Helper()
+	sha := g.git.Head(t, repo, head)
+	if sha == "" {
+		t.Fatalf("no branch %s in %s", head, repo)
+	}
+	g.mu.Lock()
+	rp := g.repos[repo]
+	n := len(rp.pulls) + 1000
+	rp.pulls = append(rp.pulls, &github.PullRequest{
+		Number: github.Ptr(n), State: github.Ptr("open"), Title: github.Ptr("a person's change"),
+		HTMLURL: github.Ptr(fmt.Sprintf("%s%s/pull/%d", g.URL, repo, n)),
+		Head:    &github.PullRequestBranch{Ref: github.Ptr(head), SHA: github.Ptr(sha), Repo: &github.Repository{FullName: github.Ptr(repo)}},
+		Base:    &github.PullRequestBranch{Ref: github.Ptr(base)},
+	})
+	g.mu.Unlock()
+	Git(t, g.git.Dir(repo), "update-ref", fmt.Sprintf("refs/pull/%d/head", n), sha)
+	return n
+}

@@ -400,6 +400,29 @@ func TestPublish(t *testing.T) {
 		require.Len(t, b.gh.Pulls(repo), 1)
 	})
 
+	t.Run("PullRequestHead", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, workspace.PublishPolicy{}, workspace.Limits{})
+		head := b.git.Commit(t, repo, "main", "feature", map[string]string{"feature.txt": "wip\n"})
+		n := b.gh.OpenPull(t, repo, "feature", "main")
+		b.job.Job.Number, b.job.Job.PullRequest = n, true
+		b.base = head
+		c := b.prepare(t)
+		require.Equal(t, "feature", forgetest.Git(t, b.dir, "branch", "--show-current"))
+		data, err := os.ReadFile(filepath.Join(b.dir, "feature.txt"))
+		require.NoError(t, err)
+		require.Equal(t, "wip\n", string(data))
+		b.write(t, "feature.txt", "done\n")
+		pub, err := c.Publish(context.Background(), completed)
+		require.NoError(t, err)
+		require.Equal(t, head, b.git.Head(t, repo, "feature"), "the pull request's branch is untouched")
+		require.Equal(t, head, forgetest.Git(t, b.git.Dir(repo), "rev-parse", pub.PushedCommit+"^"))
+		pulls := b.gh.Pulls(repo)
+		require.Len(t, pulls, 2)
+		require.Equal(t, "feature", pulls[1].GetBase().GetRef(), "proposed onto the pull request's branch")
+		require.Len(t, b.gh.Comments(repo, n), 2, "comments go to the pull request")
+	})
+
 	t.Run("ForgeDownGivesUp", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, workspace.PublishPolicy{}, workspace.Limits{})
