@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -224,8 +225,9 @@ func (c *Checkout) prepare(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("repository: %w", err)
 	}
-	if !strings.HasPrefix(repo.CloneURL, "https://") && !strings.HasPrefix(repo.CloneURL, "http://") || repo.DefaultBranch == "" {
-		return fmt.Errorf("repository: the forge answered no http(s) clone URL or default branch")
+	if u, err := url.Parse(repo.CloneURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil || repo.DefaultBranch == "" {
+		// A URL with credentials in it would end in the workspace's .git/config.
+		return fmt.Errorf("repository: the forge answered no http(s) clone URL without credentials, or no default branch")
 	}
 	c.repo = repo
 	ref := "refs/heads/" + repo.DefaultBranch
