@@ -314,10 +314,9 @@ func (c *Checkout) call(ctx context.Context, op func(token.Token) error) error {
 	wait := c.m.cfg.Backoff
 	for attempt := 0; ; attempt++ {
 		tok, err := c.token(ctx)
-		if err != nil {
-			return err
+		if err == nil {
+			err = op(tok)
 		}
-		err = op(tok)
 		switch {
 		case err == nil:
 			return nil

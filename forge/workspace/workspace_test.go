@@ -423,6 +423,15 @@ func TestPublish(t *testing.T) {
 		require.Len(t, b.gh.Comments(repo, n), 2, "comments go to the pull request")
 	})
 
+	t.Run("MintUnavailableRetried", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, workspace.PublishPolicy{}, workspace.Limits{})
+		b.gh.Fail("POST", "/app/installations/", 502, 2, false)
+		b.prepare(t)
+		require.Len(t, b.gh.Mints(), 1)
+		require.Equal(t, 3, b.gh.Calls("POST /app/installations/7/access_tokens"))
+	})
+
 	t.Run("ForgeDownGivesUp", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, workspace.PublishPolicy{}, workspace.Limits{})
