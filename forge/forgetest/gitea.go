@@ -101,6 +101,7 @@ ROOT = %[1]s/repos
 INSTALL_LOCK = true
 SECRET_KEY = %[4]s
 INTERNAL_TOKEN = %[5]s
+ALLOWED_HOST_LIST = loopback
 [oauth2]
 ENABLED = false
 [service]
@@ -110,8 +111,6 @@ REQUIRE_SIGNIN_VIEW = false
 ENABLED = false
 [actions]
 ENABLED = false
-[webhook]
-ALLOWED_HOST_LIST = loopback
 [indexer]
 ISSUE_INDEXER_TYPE = db
 REPO_INDEXER_ENABLED = false
