@@ -9,11 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/forge/forgetest"
@@ -31,9 +33,47 @@ import (
 // GitHub double, the test job (in Docker, no network) changes a file, and the
 // host pushes pi/<job id> and opens a draft pull request whose URL the record
 // carries. The token is nowhere the job could see or the run left: not in its
-// environment (the job prints it), the transcript, the record, nor any Valkey
-// value (the workspace's files are checked in forge/workspace's tests).
+// environment (the job prints it, and the container's spec is read), not in
+// any file of its mounts (.git included), the transcript, the record, nor any
+// Valkey value.
+// specSpy records what each container is given (its environment, and every
+// file of its mounts as they are when it starts), then runs it.
+type specSpy struct {
+	dispatch.Runtime
+	mu    sync.Mutex
+	env   []string
+	files map[string]string
+}
+
+func (s *specSpy) Run(ctx context.Context, spec container.Spec) (container.Result, error) {
+	s.mu.Lock()
+	for k, v := range spec.Env {
+		s.env = append(s.env, k+"="+v)
+	}
+	for _, dir := range []string{spec.JobDir, spec.WorkspaceDir, spec.ModelSocketDir} {
+		if dir == "" {
+			continue
+		}
+		_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				b, _ := os.ReadFile(p)
+				s.files[p] = string(b)
+			}
+			return nil
+		})
+	}
+	s.mu.Unlock()
+	return s.Runtime.Run(ctx, spec)
+}
+
+func (s *specSpy) RemoveContainer(ctx context.Context, name string) error {
+	return s.Runtime.(interface {
+		RemoveContainer(context.Context, string) error
+	}).RemoveContainer(ctx, name)
+}
+
 type forgeWorker struct {
+	spy    *specSpy
 	git    *forgetest.GitServer
 	gh     *forgetest.GitHub
 	base   string
@@ -78,7 +118,9 @@ func startForgeWorker(t *testing.T, limits workspace.Limits) *forgeWorker {
 		StateDir: t.TempDir(), Host: name, Logger: log, Backoff: 10 * time.Millisecond, Limits: limits,
 	})
 	require.NoError(t, err)
-	s, err := stack.Build(context.Background(), cfg, log, dispatch.Tuning{JobsDir: t.TempDir()}, stack.WithForgeWorkspaces(m))
+	f.spy = &specSpy{files: map[string]string{}}
+	spyOn := func(d *dispatch.Deps) { f.spy.Runtime, d.Runtime = d.Runtime, f.spy }
+	s, err := stack.Build(context.Background(), cfg, log, dispatch.Tuning{JobsDir: t.TempDir()}, stack.WithForgeWorkspaces(m), spyOn)
 	require.NoError(t, err)
 	runCtx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -120,8 +162,9 @@ func (f *forgeWorker) run(t *testing.T, delivery, task string) jobs.Record {
 // GitHub double, the test job (in Docker, no network) changes a file, and the
 // host pushes pi/<job id> and opens a draft pull request whose URL the record
 // carries. The token is nowhere the job could see or the run left: not in its
-// environment (the job prints it), the transcript, the record, nor any Valkey
-// value (the workspace's files are checked in forge/workspace's tests).
+// environment (the job prints it, and the container's spec is read), not in
+// any file of its mounts (.git included), the transcript, the record, nor any
+// Valkey value.
 func TestForgeJobPublishesPullRequest(t *testing.T) {
 	f := startForgeWorker(t, workspace.Limits{})
 	rec := f.run(t, "gh-delivery-1", "JOB_WRITE_FILE=README.md\nJOB_SHOW_FILE=/proc/self/environ\nJOB_PRINT_EXIT_LINE=1")
@@ -150,6 +193,17 @@ func TestForgeJobPublishesPullRequest(t *testing.T) {
 	require.NotEmpty(t, tokens)
 	var texts []string
 	texts = append(texts, all.String())
+	// What the container was given: its environment and its mounts' files.
+	f.spy.mu.Lock()
+	require.NotEmpty(t, f.spy.env)
+	texts = append(texts, strings.Join(f.spy.env, "\n"))
+	var sawGitConfig bool
+	for p, body := range f.spy.files {
+		texts = append(texts, body)
+		sawGitConfig = sawGitConfig || strings.HasSuffix(p, "/.git/config")
+	}
+	f.spy.mu.Unlock()
+	require.True(t, sawGitConfig, "the workspace's files were read")
 	require.NoError(t, filepath.WalkDir(logs, func(p string, d os.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
 			b, rerr := os.ReadFile(p)
