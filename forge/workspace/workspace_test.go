@@ -351,6 +351,33 @@ func TestPublish(t *testing.T) {
 		require.GreaterOrEqual(t, len(b.gh.Mints()), 2, "a new token was minted")
 	})
 
+	t.Run("TokenExpiredByClock", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, workspace.PublishPolicy{}, workspace.Limits{})
+		var mu sync.Mutex
+		now := time.Now()
+		clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+		b.gh.SetClock(clock)
+		m, err := workspace.New(workspace.Config{
+			Forges: map[jobs.Forge]workspace.Forge{jobs.ForgeGitHub: {
+				Minter: &token.GitHubApp{AppID: 42, InstallationID: 7, Key: key(t), APIURL: b.gh.URL, Now: clock},
+				API:    &workspace.GitHub{APIURL: b.gh.URL},
+			}},
+			StateDir: t.TempDir(), Host: "h1", Backoff: time.Millisecond, Now: clock,
+		})
+		require.NoError(t, err)
+		b.m = m
+		c := b.prepare(t)
+		b.write(t, "README.md", "x\n")
+		mu.Lock()
+		now = now.Add(2 * time.Hour) // a long job: the token's hour is over
+		mu.Unlock()
+		pub, err := c.Publish(context.Background(), completed)
+		require.NoError(t, err)
+		require.NotEmpty(t, pub.PullRequestURL)
+		require.Len(t, b.gh.Mints(), 2, "minted again before use, not after a refusal")
+	})
+
 	t.Run("RepositoryVanished", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, workspace.PublishPolicy{}, workspace.Limits{})
