@@ -38,7 +38,8 @@ type GitHub struct {
 	repos  map[string]*ghRepo
 	faults []fault
 	// Minted lists every mint request's repositories and permissions.
-	minted []MintRequest
+	minted  []MintRequest
+	revoked []string
 	// Calls counts requests by "METHOD path".
 	calls map[string]int
 }
@@ -77,6 +78,7 @@ func StartGitHub(t testing.TB, git *GitServer, appID int64, key *rsa.PublicKey, 
 		tokens: map[string]issued{}, repos: map[string]*ghRepo{}, calls: map[string]int{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /app/installations/{id}/access_tokens", g.mint)
+	mux.HandleFunc("DELETE /installation/token", g.revoke)
 	mux.HandleFunc("GET /repos/{owner}/{name}", g.repo)
 	mux.HandleFunc("GET /repos/{owner}/{name}/branches/{branch...}", g.branch)
 	mux.HandleFunc("GET /repos/{owner}/{name}/pulls", g.listPulls)
@@ -162,15 +164,15 @@ func (g *GitHub) ExpireTokens() {
 	}
 }
 
-// Tokens are every installation token minted.
+// Tokens are every installation token minted, revoked ones included.
 func (g *GitHub) Tokens() []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	out := make([]string, 0, len(g.tokens))
+	out := make([]string, 0, len(g.tokens)+len(g.revoked))
 	for k := range g.tokens {
 		out = append(out, k)
 	}
-	return out
+	return append(out, g.revoked...)
 }
 
 // Mints are the mint requests received.
@@ -297,6 +299,26 @@ func (g *GitHub) checkJWT(h string) bool {
 	now := g.now().Unix()
 	g.mu.Unlock()
 	return claims.Iat <= now && now < claims.Exp && claims.Exp-claims.Iat <= 600
+}
+
+func (g *GitHub) revoke(w http.ResponseWriter, r *http.Request) {
+	tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !g.validToken(tok, "") {
+		writeJSON(w, http.StatusUnauthorized, github.ErrorResponse{Message: "Bad credentials"})
+		return
+	}
+	g.mu.Lock()
+	delete(g.tokens, tok)
+	g.revoked = append(g.revoked, tok)
+	g.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// Revoked are the tokens revoked, in order.
+func (g *GitHub) Revoked() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]string(nil), g.revoked...)
 }
 
 func (g *GitHub) repo(w http.ResponseWriter, r *http.Request) {

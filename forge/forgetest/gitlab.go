@@ -27,6 +27,8 @@ type GitLab struct {
 	mu       sync.Mutex
 	projects map[string]*glProject
 	tokens   map[string]string // token -> project
+	ids      map[int64]string  // token id -> token
+	revoked  []string
 	minted   []gitlab.CreateProjectAccessTokenOptions
 }
 
@@ -41,7 +43,7 @@ type glProject struct {
 // StartGitLab starts the double.
 func StartGitLab(t testing.TB, git *GitServer) *GitLab {
 	t.Helper()
-	g := &GitLab{t: t, git: git, Parent: "glpat-parent-" + randHex(8), projects: map[string]*glProject{}, tokens: map[string]string{}}
+	g := &GitLab{t: t, git: git, Parent: "glpat-parent-" + randHex(8), projects: map[string]*glProject{}, tokens: map[string]string{}, ids: map[int64]string{}}
 	srv := httptest.NewServer(http.HandlerFunc(g.serve))
 	t.Cleanup(srv.Close)
 	g.URL = srv.URL
@@ -76,7 +78,7 @@ func (g *GitLab) Notes(repo, on string) []string {
 	return append([]string(nil), g.projects[repo].notes[on]...)
 }
 
-// Tokens are the project tokens minted, and Mints what was asked.
+// Tokens are the project tokens minted, revoked ones included.
 func (g *GitLab) Tokens() []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -84,7 +86,14 @@ func (g *GitLab) Tokens() []string {
 	for k := range g.tokens {
 		out = append(out, k)
 	}
-	return out
+	return append(out, g.revoked...)
+}
+
+// Revoked are the project tokens revoked, in order.
+func (g *GitLab) Revoked() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]string(nil), g.revoked...)
 }
 
 // Mints are the project token requests received.
@@ -141,10 +150,24 @@ func (g *GitLab) serve(w http.ResponseWriter, r *http.Request) {
 		g.minted = append(g.minted, opt)
 		nt := "glpat-job-" + randHex(10)
 		g.tokens[nt] = repo
+		id := int64(len(g.minted))
+		g.ids[id] = nt
 		var out gitlab.ProjectAccessToken
+		out.ID = id
 		out.Token = nt
 		out.Scopes = *opt.Scopes
 		writeJSON(w, http.StatusCreated, out)
+	case r.Method == http.MethodDelete && len(parts) == 2 && parts[0] == "access_tokens":
+		id, _ := strconv.ParseInt(parts[1], 10, 64)
+		nt, ok := g.ids[id]
+		if !ok || tok != g.Parent {
+			writeJSON(w, http.StatusNotFound, glError{"404 Not Found"})
+			return
+		}
+		delete(g.ids, id)
+		delete(g.tokens, nt)
+		g.revoked = append(g.revoked, nt)
+		w.WriteHeader(http.StatusNoContent)
 	case r.Method == http.MethodGet && sub == "protected_branches":
 		var out []*gitlab.ProtectedBranch
 		for _, name := range p.protected {

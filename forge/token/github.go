@@ -123,6 +123,19 @@ func (a *GitHubApp) Mint(ctx context.Context, repo string) (Token, error) {
 	return New(it.GetToken(), it.GetExpiresAt().Time), nil
 }
 
+// Revoke revokes an installation token (the token revokes itself).
+func (a *GitHubApp) Revoke(ctx context.Context, _ string, t Token) error {
+	client, err := NewGitHubClient(a.APIURL, a.HTTPClient, t.Reveal())
+	if err != nil {
+		return err
+	}
+	resp, err := client.Apps.RevokeInstallationToken(ctx)
+	if err != nil {
+		return fmt.Errorf("github app revoke: %w", ClassifyHTTP(resp, err))
+	}
+	return nil
+}
+
 func (a *GitHubApp) now() time.Time {
 	if a.Now != nil {
 		return a.Now()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	gitlab "gitlab.com/gitlab-org/api/client-go/v2"
@@ -22,16 +23,14 @@ type GitLabProject struct {
 	HTTPClient *http.Client
 	// Now is the clock the expiry date is counted from; nil: time.Now.
 	Now func() time.Time
+
+	mu  sync.Mutex
+	ids map[string]int64 // minted token -> its id, until revoked
 }
 
 // Mint creates the project token for repo (the project's full path).
 func (g *GitLabProject) Mint(ctx context.Context, repo string) (Token, error) {
-	hc := g.HTTPClient
-	if hc == nil {
-		hc = NoRedirectClient()
-	}
-	c, err := gitlab.NewClient(g.Parent.Reveal(), gitlab.WithBaseURL(strings.TrimSuffix(g.URL, "/")+"/api/v4"),
-		gitlab.WithHTTPClient(hc), gitlab.WithoutRetries())
+	c, err := g.client()
 	if err != nil {
 		return Token{}, err
 	}
@@ -53,5 +52,43 @@ func (g *GitLabProject) Mint(ctx context.Context, repo string) (Token, error) {
 		}
 		return Token{}, fmt.Errorf("gitlab project token: %w", classifyStatus(resp.StatusCode, false, err))
 	}
+	g.mu.Lock()
+	if g.ids == nil {
+		g.ids = map[string]int64{}
+	}
+	g.ids[pat.Token] = pat.ID
+	g.mu.Unlock()
 	return New(pat.Token, day), nil
+}
+
+// Revoke revokes a project token this minter made.
+func (g *GitLabProject) Revoke(ctx context.Context, repo string, t Token) error {
+	g.mu.Lock()
+	id, ok := g.ids[t.Reveal()]
+	delete(g.ids, t.Reveal())
+	g.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	c, err := g.client()
+	if err != nil {
+		return err
+	}
+	resp, err := c.ProjectAccessTokens.RevokeProjectAccessToken(repo, id, gitlab.WithContext(ctx))
+	if err != nil {
+		if resp == nil || resp.Response == nil {
+			return fmt.Errorf("gitlab project token revoke: %w: %w", ErrUnavailable, err)
+		}
+		return fmt.Errorf("gitlab project token revoke: %w", classifyStatus(resp.StatusCode, false, err))
+	}
+	return nil
+}
+
+func (g *GitLabProject) client() (*gitlab.Client, error) {
+	hc := g.HTTPClient
+	if hc == nil {
+		hc = NoRedirectClient()
+	}
+	return gitlab.NewClient(g.Parent.Reveal(), gitlab.WithBaseURL(strings.TrimSuffix(g.URL, "/")+"/api/v4"),
+		gitlab.WithHTTPClient(hc), gitlab.WithoutRetries())
 }

@@ -67,6 +67,12 @@ type Minter interface {
 	Mint(ctx context.Context, repo string) (Token, error)
 }
 
+// Revoker is a Minter whose tokens can be revoked before they expire: the
+// host revokes a job's tokens once it has published.
+type Revoker interface {
+	Revoke(ctx context.Context, repo string, t Token) error
+}
+
 // Errors a Minter returns, wrapped.
 var (
 	// ErrRefused: the forge refused the host's own credential (401, 403):

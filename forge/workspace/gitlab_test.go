@@ -66,6 +66,8 @@ func TestGitLabPublish(t *testing.T) {
 		mints := gl.Mints()
 		require.NotEmpty(t, mints)
 		require.Equal(t, []string{"api", "write_repository"}, *mints[0].Scopes)
+		require.NotEmpty(t, gl.Revoked())
+		require.ElementsMatch(t, gl.Tokens(), gl.Revoked(), "the job's project tokens are revoked once it is done")
 		for _, tok := range append(gl.Tokens(), gl.Parent) {
 			data, err := os.ReadFile(filepath.Join(dir, ".git", "config"))
 			require.NoError(t, err)

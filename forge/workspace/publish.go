@@ -51,7 +51,10 @@ func IsCIPath(p string) bool {
 // checked, committed, pushed and proposed, then the final comment is
 // written; any other outcome writes the failure comment only. A
 // *RefusalError means the host refused the changes (a policy outcome).
+//
+// The job's tokens are revoked once it is done, where the forge allows it.
 func (c *Checkout) Publish(ctx context.Context, res Result) (Published, error) {
+	defer c.revoke(ctx)
 	pub := Published{BaseCommit: c.base, Branch: c.Branch()}
 	if res.Outcome != jobs.OutcomeCompleted {
 		c.comment(ctx, failureComment(c.job, res))

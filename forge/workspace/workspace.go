@@ -177,6 +177,7 @@ type Checkout struct {
 	log      *slog.Logger
 	tokMu    sync.Mutex
 	tok      token.Token
+	minted   []token.Token // revoked after publishing, when the minter can
 	closeOne sync.Once
 }
 
@@ -295,7 +296,26 @@ func (c *Checkout) token(ctx context.Context) (token.Token, error) {
 		return token.Token{}, fmt.Errorf("mint: %w", err)
 	}
 	c.tok = tok
+	c.minted = append(c.minted, tok)
 	return tok, nil
+}
+
+// revoke revokes the tokens minted for the job, when the minter can: a
+// failure is logged, the token then lives out its expiry.
+func (c *Checkout) revoke(ctx context.Context) {
+	r, ok := c.forge.Minter.(token.Revoker)
+	c.tokMu.Lock()
+	minted := c.minted
+	c.minted, c.tok = nil, token.Token{}
+	c.tokMu.Unlock()
+	if !ok {
+		return
+	}
+	for _, tok := range minted {
+		if err := r.Revoke(ctx, c.job.Job.Repo, tok); err != nil {
+			c.log.Warn("forge_token_revoke_failed", "err", err)
+		}
+	}
 }
 
 // dropToken forgets a token the forge refused, so the next call mints anew.

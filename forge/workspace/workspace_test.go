@@ -184,6 +184,7 @@ func TestPublish(t *testing.T) {
 		require.Equal(t, "write", mints[0].Permissions.GetPullRequests())
 		require.Nil(t, mints[0].Permissions.Administration, "no more than publishing needs")
 		requireNoToken(t, b, b.dir)
+		require.ElementsMatch(t, b.gh.Tokens(), b.gh.Revoked(), "every token of the job is revoked once it is done")
 	})
 
 	t.Run("CommitOnDefaultBranchIsPublishedOnItsOwnBranch", func(t *testing.T) {
