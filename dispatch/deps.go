@@ -123,6 +123,10 @@ type Deps struct {
 	// a host that did not ask for it. NewWorker refuses a nil Cron when
 	// Config.Cron is set (the host serves a triggers file).
 	Cron CronGate
+	// Workspaces clones a forge job's repository before it runs and
+	// publishes its changes after (forge/workspace). Nil: a forge job starts
+	// in an empty workspace and nothing is published.
+	Workspaces Workspaces
 	// Gateway, when set, serves each job's model socket: key injection,
 	// metering and the per-job caps. Without it (and with
 	// Config.ModelUpstream set) the socket forwards calls unmetered.

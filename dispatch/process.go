@@ -41,6 +41,7 @@ type held struct {
 	gate     string            // the gate the job is at, for the events of a stop
 	gw       GatewaySession    // the job's model gateway session, while it runs
 	started  time.Time         // when the container started (zero: it did not)
+	ws       Workspace         // a forge job's prepared workspace, until published
 }
 
 // handle walks one job from pickup to record: the gates in order, each
@@ -133,7 +134,7 @@ func (w *Worker) run(ctx context.Context, h *held) (started bool) {
 	if h.rec.Spend != nil {
 		end.capHit = h.rec.Spend.CapHit
 	}
-	w.finish(ctx, h, classifyRun(end), end)
+	w.finish(ctx, h, w.publishWorkspace(ctx, h, classifyRun(end), end), end)
 	return !result.NeverStarted
 }
 
@@ -157,6 +158,11 @@ func (w *Worker) prepareRun(ctx context.Context, h *held) (spec container.Spec, 
 	if err != nil {
 		h.log.Error("model_socket_failed", "err", err)
 		w.fail(ctx, h, jobs.ReasonNeverStarted, nil, nil, FailOptions{})
+		removeDirs()
+		return container.Spec{}, nil, false
+	}
+	if !w.prepareWorkspace(ctx, h, workspace, user) {
+		stopSocket()
 		removeDirs()
 		return container.Spec{}, nil, false
 	}

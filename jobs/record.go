@@ -92,6 +92,20 @@ const (
 // "rate-limited:<provider>".
 func RateLimitedOn(provider string) Reason { return ReasonRateLimited + ":" + Reason(provider) }
 
+// Forge reasons: why the host refused to publish a forge job's changes (outcome
+// policy), or could not reach its repository (outcome failed).
+const (
+	ReasonProtectedBranch  Reason = "protected-branch"  // the publish branch is the default or a protected branch
+	ReasonHistoryRewritten Reason = "history-rewritten" // the job's history does not descend from the commit it was given
+	ReasonCIChange         Reason = "ci-change"         // the changes touch CI configuration the trigger does not allow
+	ReasonTooManyFiles     Reason = "too-many-files"    // more files changed than PI_PUBLISH_MAX_FILES
+	ReasonTooLarge         Reason = "too-large"         // more bytes changed than PI_PUBLISH_MAX_BYTES
+	ReasonUnsafePath       Reason = "unsafe-path"       // a submodule, or a symbolic link leading out of the repository
+	ReasonRepoGone         Reason = "repo-gone"         // the repository (or the pull request) no longer exists
+	ReasonForgeAuth        Reason = "forge-auth"        // the forge refused the host's credential
+	ReasonForgeUnavailable Reason = "forge-unavailable" // the forge kept failing (5xx, 429, network): retried
+)
+
 // Reasons lists every valid Record.Reason.
 var Reasons = []Reason{
 	ReasonCompleted, ReasonExit1, ReasonPolicy, ReasonStalled, ReasonTimeout,
@@ -101,6 +115,8 @@ var Reasons = []Reason{
 	ReasonWaitSuperseded, ReasonInvalidJob, ReasonExitOther, ReasonWorkerShutdown,
 	ReasonCronNotAgreed, ReasonCostCap, ReasonTokenCap, ReasonDollarCap, ReasonSoftHold,
 	ReasonJobUnsigned, ReasonFolderNotAllowed, ReasonImageNotAllowed, ReasonBudgetCorrupt,
+	ReasonProtectedBranch, ReasonHistoryRewritten, ReasonCIChange, ReasonTooManyFiles,
+	ReasonTooLarge, ReasonUnsafePath, ReasonRepoGone, ReasonForgeAuth, ReasonForgeUnavailable,
 }
 
 // MaxTelemetryBytes bounds Record.Telemetry (the container's exit line is read from an
@@ -146,6 +162,13 @@ type Record struct {
 	// name (RecordName), so equal job ids on two queues keep two records;
 	// empty in records written before queues named them.
 	Queue string `json:"queue,omitempty"`
+	// PullRequestURL is the pull (merge) request a forge job's changes were
+	// published as; omitted when nothing was published.
+	PullRequestURL string `json:"pullRequestUrl,omitempty"`
+	// PushedCommit is the commit the host pushed to the job's branch, and
+	// BaseCommit the commit the job's workspace was cloned at (forge jobs).
+	PushedCommit string `json:"pushedCommit,omitempty"`
+	BaseCommit   string `json:"baseCommit,omitempty"`
 }
 
 // Spend basis: how Spend.Dollars was found.
@@ -229,6 +252,12 @@ func (r Record) Validate() error {
 	if r.Queue != "" && !ValidQueueName(r.Queue) {
 		return check.Field("queue", "must be 1 to %d bytes of [A-Za-z0-9._@-], not starting with '.'", maxQueueName)
 	}
+	if !validCommit(r.PushedCommit) || !validCommit(r.BaseCommit) {
+		return check.Field("pushedCommit", "commits must be 40 or 64 hex digits")
+	}
+	if u := r.PullRequestURL; u != "" && (len(u) > 1024 || !(strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "http://")) || strings.ContainsFunc(u, isControl)) {
+		return check.Field("pullRequestUrl", "must be an http(s) URL of at most 1024 bytes")
+	}
 	for _, f := range []struct{ name, v string }{{"target", r.Target}, {"flow", r.Flow}, {"image", r.Image}, {"network", r.Network}} {
 		if check.Text(f.v, 1024) != "" || strings.ContainsFunc(f.v, isControl) {
 			return check.Field(f.name, "must be at most 1024 bytes of text without control characters")
@@ -274,6 +303,17 @@ func (s Spend) validate() error {
 }
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
+
+// validCommit: empty, or a SHA-1 or SHA-256 object name in lower-case hex.
+func validCommit(s string) bool {
+	if s == "" {
+		return true
+	}
+	if len(s) != 40 && len(s) != 64 {
+		return false
+	}
+	return !strings.ContainsFunc(s, func(c rune) bool { return !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') })
+}
 
 // Record names. A job id maps to a stem (SanitizeJobID), and each attempt of
 // the job on a queue to its own file, <queue>+<stem>.attempt-<n>.json, and

@@ -296,7 +296,9 @@ func TestReasons(t *testing.T) {
 		"secret-resolve-failed", "wait-profile-unknown", "scope-cap", "over-budget", "job-image-missing",
 		"never-started", "operator-cancel", "wait-timeout", "wait-max-checks", "wait-faults", "wait-superseded", "invalid-job",
 		"exit-other", "worker-shutdown", "cron-not-agreed", "cost-cap", "token-cap", "dollar-cap", "soft-hold",
-		"folder-not-allowed", "image-not-allowed", "budget-corrupt", "job-unsigned"}
+		"folder-not-allowed", "image-not-allowed", "budget-corrupt", "job-unsigned",
+		"protected-branch", "history-rewritten", "ci-change", "too-many-files", "too-large", "unsafe-path",
+		"repo-gone", "forge-auth", "forge-unavailable"}
 	require.ElementsMatch(t, want, jobs.Reasons)
 	for _, reason := range jobs.Reasons {
 		r := goodRecord()
@@ -440,4 +442,24 @@ func TestReasonWireForm(t *testing.T) {
 	j, err := json.Marshal(jobs.Record{Reason: jobs.ReasonExit1})
 	require.NoError(t, err)
 	require.Contains(t, string(j), `"reason":"exit-1"`)
+}
+
+func TestRecordForgeFields(t *testing.T) {
+	t.Parallel()
+	r := goodRecord()
+	r.PullRequestURL = "https://forge.example/acme/web/pull/7"
+	r.PushedCommit = strings.Repeat("a", 40)
+	r.BaseCommit = strings.Repeat("0", 64)
+	require.NoError(t, r.Validate())
+	for name, mut := range map[string]func(*jobs.Record){
+		"ShortCommit":  func(r *jobs.Record) { r.PushedCommit = "abc" },
+		"UpperCommit":  func(r *jobs.Record) { r.BaseCommit = strings.Repeat("A", 40) },
+		"NotURL":       func(r *jobs.Record) { r.PullRequestURL = "javascript:alert(1)" },
+		"ControlInURL": func(r *jobs.Record) { r.PullRequestURL = "https://x/\n" },
+		"URLTooLong":   func(r *jobs.Record) { r.PullRequestURL = "https://x/" + strings.Repeat("a", 1024) },
+	} {
+		bad := r
+		mut(&bad)
+		require.Error(t, bad.Validate(), name)
+	}
 }

@@ -53,7 +53,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	logger := slog.New(slog.NewJSONHandler(stderr, nil))
 	redis.SetLogger(newRedisLog(logger.With("host", cfg.WorkerName)))
-	s, err := buildStack(ctx, cfg, logger, dispatch.Tuning{Version: buildinfo.Version(version)})
+	var opts []wiring.Option
+	if forge, err := wiring.ForgeWorkspacesFromEnv(layered.Getenv, cfg.WorkerName, logger, nil); err != nil {
+		fmt.Fprintf(stderr, "worker: invalid configuration (nothing started):\n%v\n", err)
+		return exitConfig
+	} else if forge != nil {
+		opts = append(opts, wiring.WithForgeWorkspaces(forge))
+	}
+	s, err := buildStack(ctx, cfg, logger, dispatch.Tuning{Version: buildinfo.Version(version)}, opts...)
 	if err != nil {
 		fmt.Fprintf(stderr, "worker: %v\n", err)
 		var ce *config.ConfigError
@@ -85,6 +92,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 // buildStack and stack keep the tests' names for the shared wiring.
 type stack = wiring.Stack
 
-func buildStack(ctx context.Context, cfg config.Config, logger *slog.Logger, tune dispatch.Tuning) (*stack, error) {
-	return wiring.Build(ctx, cfg, logger, tune)
+func buildStack(ctx context.Context, cfg config.Config, logger *slog.Logger, tune dispatch.Tuning, opts ...wiring.Option) (*stack, error) {
+	return wiring.Build(ctx, cfg, logger, tune, opts...)
 }

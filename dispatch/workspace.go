@@ -1,0 +1,227 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/pidispatch/pidispatch/jobs"
+)
+
+// Workspaces gives a forge job its repository before it runs and publishes
+// what it changed after, both on the host: the container never holds a forge
+// credential. stack.WithForgeWorkspaces plugs forge/workspace in.
+type Workspaces interface {
+	// Prepare fills dir (the job's empty workspace folder) with the job's
+	// repository. An error is a *WorkspaceError.
+	Prepare(ctx context.Context, jobID string, job jobs.Job, dir string) (Workspace, error)
+}
+
+// Workspace is one job's prepared workspace.
+type Workspace interface {
+	// Publish finishes the job on its forge: a completed job's changes are
+	// proposed; any outcome is commented. An error is a *WorkspaceError.
+	Publish(ctx context.Context, res WorkspaceResult) (WorkspacePublished, error)
+	// Close removes what Prepare kept on the host.
+	Close() error
+}
+
+// WorkspaceResult is how the job ended.
+type WorkspaceResult struct {
+	Outcome string
+	Reason  jobs.Reason
+	Turns   int
+	Dollars float64
+}
+
+// WorkspacePublished is what Publish did, for the record.
+type WorkspacePublished struct {
+	PullRequestURL, PushedCommit, BaseCommit string
+}
+
+// WorkspaceError is a workspace step the host refused (Outcome policy) or
+// could not carry out (Outcome failed; Retry says whether another attempt
+// may succeed). Reason is a jobs.Reason*.
+type WorkspaceError struct {
+	Outcome string
+	Reason  jobs.Reason
+	Retry   bool
+	Err     error
+}
+
+func (e *WorkspaceError) Error() string {
+	if e.Err == nil {
+		return "workspace: " + string(e.Reason)
+	}
+	return "workspace: " + string(e.Reason) + ": " + e.Err.Error()
+}
+
+func (e *WorkspaceError) Unwrap() error { return e.Err }
+
+// workspaceErr reads err as a *WorkspaceError (any other error: failed,
+// forge-unavailable, retried).
+func workspaceErr(err error) *WorkspaceError {
+	var we *WorkspaceError
+	if errors.As(err, &we) && slices.Contains(jobs.Reasons, we.Reason) && we.Reason != jobs.ReasonCompleted {
+		return we
+	}
+	return &WorkspaceError{Outcome: jobs.OutcomeFailed, Reason: jobs.ReasonForgeUnavailable, Retry: true, Err: err}
+}
+
+// prepareWorkspace clones a forge job's repository into its workspace and
+// hands the folder to the container's user. It reports false when the job
+// was recorded and reported (refused or failed) instead.
+func (w *Worker) prepareWorkspace(ctx context.Context, h *held, dir, user string) bool {
+	if w.deps.Workspaces == nil || h.folder != "" || h.spec.Repo == "" || h.spec.Forge == "" {
+		return true
+	}
+	var ws Workspace
+	var err error
+	if w.holdingLock(ctx, h, func(ctx context.Context) { ws, err = w.deps.Workspaces.Prepare(ctx, h.job.ID, h.spec, dir) }) {
+		// The stalled check failed the job while the clone ran: nothing more is said.
+		if ws != nil {
+			_ = ws.Close()
+		}
+		w.record(h, jobs.OutcomeFailed, jobs.ReasonStalled, nil, nil)
+		return false
+	}
+	if err == nil {
+		err = handOver(dir, user)
+		if err != nil {
+			_ = ws.Close()
+		}
+	}
+	if err != nil {
+		we := workspaceErr(err)
+		h.log.Error("forge_workspace_failed", "reason", we.Reason, "err", err)
+		switch {
+		case we.Outcome == jobs.OutcomePolicy:
+			w.refuse(ctx, h, we.Reason)
+		case we.Retry:
+			w.fail(ctx, h, we.Reason, nil, nil, FailOptions{})
+		default:
+			w.failNoRetry(ctx, h, we.Reason)
+		}
+		return false
+	}
+	h.ws = ws
+	return true
+}
+
+// publishWorkspace publishes a finished forge job's workspace and returns the
+// run's classification, changed to a refusal or a failure when publishing
+// was refused or failed. It closes the workspace.
+func (w *Worker) publishWorkspace(ctx context.Context, h *held, c runClass, end runEnd) runClass {
+	if h.ws == nil {
+		return c
+	}
+	ws := h.ws
+	h.ws = nil
+	defer func() {
+		if err := ws.Close(); err != nil {
+			h.log.Warn("forge_workspace_close_failed", "err", err)
+		}
+	}()
+	if c.report == reportNothing {
+		return c // the stalled check answered for the job: nothing more is said
+	}
+	res := WorkspaceResult{Outcome: c.outcome, Reason: c.reason}
+	var exit struct {
+		Turns *int64   `json:"turns"`
+		Cost  *float64 `json:"cost"`
+	}
+	if t := cleanTelemetry(telemetryOf(end.result), h.secrets, false); len(t) > 0 && json.Unmarshal(t, &exit) == nil {
+		if exit.Turns != nil {
+			res.Turns = int(*exit.Turns)
+		}
+		if exit.Cost != nil {
+			res.Dollars = *exit.Cost
+		}
+	}
+	if h.rec.Spend != nil {
+		res.Dollars = h.rec.Spend.Dollars
+	}
+	var pub WorkspacePublished
+	var err error
+	if w.holdingLock(ctx, h, func(ctx context.Context) { pub, err = ws.Publish(ctx, res) }) {
+		return runClass{outcome: jobs.OutcomeFailed, reason: jobs.ReasonStalled, report: reportNothing}
+	}
+	h.rec.BaseCommit = pub.BaseCommit
+	h.rec.PushedCommit = pub.PushedCommit
+	h.rec.PullRequestURL = pub.PullRequestURL
+	if err == nil || c.outcome != jobs.OutcomeCompleted {
+		return c
+	}
+	we := workspaceErr(err)
+	h.log.Error("forge_publish_failed", "reason", we.Reason, "err", err)
+	if we.Outcome == jobs.OutcomePolicy {
+		return runClass{outcome: jobs.OutcomePolicy, reason: we.Reason, report: reportPolicy}
+	}
+	return runClass{outcome: jobs.OutcomeFailed, reason: we.Reason, report: reportFailed}
+}
+
+// holdingLock runs op while extending the job's lock, as a running container
+// does; it reports whether the lock was lost (op's context is then cancelled).
+func (w *Worker) holdingLock(ctx context.Context, h *held, op func(context.Context)) (lost bool) {
+	opCtx, stop := context.WithCancel(ctx)
+	lostCh := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.keepLock(opCtx, h, stop, lostCh)
+	}()
+	op(opCtx)
+	stop()
+	<-done
+	select {
+	case <-lostCh:
+		return true
+	default:
+		return false
+	}
+}
+
+// handOver gives the cloned workspace to the container's user ("uid[:gid]"),
+// or, for the image's own user, makes it writable by anyone: the host cloned
+// it as itself.
+func handOver(dir, user string) error {
+	uid, gid := -1, -1
+	if user != "" {
+		u, g, _ := strings.Cut(user, ":")
+		var err error
+		if uid, err = strconv.Atoi(u); err != nil {
+			uid = -1
+		}
+		if g != "" {
+			if gid, err = strconv.Atoi(g); err != nil {
+				gid = -1
+			}
+		}
+	}
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if uid >= 0 {
+			return os.Lchown(p, uid, gid)
+		}
+		if d.Type()&fs.ModeSymlink != 0 {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		mode := info.Mode().Perm() | 0o666
+		if d.IsDir() || info.Mode().Perm()&0o100 != 0 {
+			mode |= 0o111
+		}
+		return os.Chmod(p, mode)
+	})
+}

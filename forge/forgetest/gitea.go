@@ -1,0 +1,215 @@
+package forgetest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pidispatch/pidispatch/internal/livetest"
+)
+
+// GiteaVersion is the Gitea StartGitea runs, built by build-gitea.sh.
+const GiteaVersion = "v1.27.3"
+
+// giteaWait is how long a test that requires live services waits for a build
+// already under way (.ci/run starts it in the background) to finish.
+const giteaWait = 20 * time.Minute
+
+// GiteaBinary is where build-gitea.sh caches the Gitea build:
+// ${XDG_CACHE_HOME:-$HOME/.cache}/pidispatch/bin/gitea-<version>.
+func GiteaBinary() (string, error) {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "pidispatch", "bin", "gitea-"+GiteaVersion), nil
+}
+
+// Gitea is a real Gitea on loopback, with an admin and its token.
+type Gitea struct {
+	URL        string
+	AdminUser  string
+	AdminToken string
+	Dir        string
+}
+
+// StartGitea runs Gitea headless on loopback with SQLite, for the test only.
+// Without its cached build the test skips, or, when live services are
+// required (PIDISPATCH_REQUIRE_LIVE=1), waits for a build under way and then
+// fails naming the build script.
+func StartGitea(t testing.TB) *Gitea {
+	t.Helper()
+	bin, err := GiteaBinary()
+	if err != nil {
+		t.Fatalf("gitea binary path: %v", err)
+	}
+	deadline := time.Now().Add(giteaWait)
+	for {
+		if _, err := os.Stat(bin); err == nil {
+			break
+		}
+		if failed, err := os.ReadFile(bin + ".failed"); err == nil {
+			t.Fatalf("the Gitea build failed (forge/forgetest/build-gitea.sh):\n%s", failed)
+		}
+		if !livetest.Required() {
+			t.Skipf("no Gitea build at %s: run forge/forgetest/build-gitea.sh", bin)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("live services required (%s=1) and no Gitea build at %s after %s: run forge/forgetest/build-gitea.sh (.ci/run starts it)",
+				livetest.EnvRequire, bin, giteaWait)
+		}
+		time.Sleep(5 * time.Second)
+	}
+	src, err := giteaSource()
+	if err != nil {
+		t.Fatalf("gitea module source: %v", err)
+	}
+	dir := t.TempDir()
+	port := freePort(t)
+	g := &Gitea{URL: fmt.Sprintf("http://127.0.0.1:%d", port), AdminUser: "pi-admin", Dir: dir}
+	ini := filepath.Join(dir, "app.ini")
+	conf := fmt.Sprintf(`APP_NAME = pidispatch-test
+RUN_MODE = prod
+WORK_PATH = %[1]s
+[server]
+PROTOCOL = http
+HTTP_ADDR = 127.0.0.1
+HTTP_PORT = %[2]d
+ROOT_URL = http://127.0.0.1:%[2]d/
+DISABLE_SSH = true
+START_SSH_SERVER = false
+OFFLINE_MODE = true
+LFS_START_SERVER = false
+STATIC_ROOT_PATH = %[3]s
+APP_DATA_PATH = %[1]s/data
+[database]
+DB_TYPE = sqlite3
+PATH = %[1]s/gitea.db
+[repository]
+ROOT = %[1]s/repos
+[security]
+INSTALL_LOCK = true
+SECRET_KEY = %[4]s
+INTERNAL_TOKEN = %[5]s
+ALLOWED_HOST_LIST = loopback
+[oauth2]
+ENABLED = false
+[service]
+DISABLE_REGISTRATION = true
+REQUIRE_SIGNIN_VIEW = false
+[mailer]
+ENABLED = false
+[actions]
+ENABLED = false
+[indexer]
+ISSUE_INDEXER_TYPE = db
+REPO_INDEXER_ENABLED = false
+[cron]
+ENABLED = false
+[log]
+MODE = console
+LEVEL = Warn
+`, dir, port, src, randHex(16), randHex(32))
+	if err := os.WriteFile(ini, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := append(os.Environ(), "GITEA_WORK_DIR="+dir, "GITEA_CUSTOM="+filepath.Join(dir, "custom"),
+		"GITEA_I_AM_BEING_UNSAFE_RUNNING_AS_ROOT=true", "HOME="+dir)
+	run := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(bin, append(args, "--config", ini)...)
+		cmd.Env, cmd.Dir = env, dir
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("gitea %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	run("migrate")
+	run("admin", "user", "create", "--admin", "--username", g.AdminUser, "--password", "pw-"+randHex(12),
+		"--email", "admin@example.invalid", "--must-change-password=false")
+	out := run("admin", "user", "generate-access-token", "--username", g.AdminUser, "--token-name", "test",
+		"--scopes", "all", "--raw")
+	lines := strings.Split(out, "\n")
+	g.AdminToken = strings.TrimSpace(lines[len(lines)-1])
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, bin, "web", "--config", ini)
+	cmd.Env, cmd.Dir = env, dir
+	logFile, err := os.Create(filepath.Join(dir, "gitea.log"))
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatalf("gitea web: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cancel()
+		<-exited
+		_ = logFile.Close()
+	})
+	for start := time.Now(); ; {
+		resp, err := http.Get(g.URL + "/api/v1/version")
+		if err == nil {
+			var v struct{ Version string }
+			_ = json.NewDecoder(resp.Body).Decode(&v)
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK && v.Version != "" {
+				return g
+			}
+		}
+		select {
+		case <-exited:
+			log, _ := os.ReadFile(filepath.Join(dir, "gitea.log"))
+			t.Fatalf("gitea web exited: %s", log)
+		case <-time.After(200 * time.Millisecond):
+		}
+		if time.Since(start) > 2*time.Minute {
+			t.Fatalf("gitea did not answer on %s", g.URL)
+		}
+	}
+}
+
+// giteaSource is the module source folder (templates, options) Gitea serves from.
+func giteaSource() (string, error) {
+	out, err := exec.Command("go", "mod", "download", "-json", "code.gitea.io/gitea@"+GiteaVersion).Output()
+	if err != nil {
+		return "", err
+	}
+	var m struct{ Dir string }
+	if err := json.Unmarshal(out, &m); err != nil || m.Dir == "" {
+		return "", fmt.Errorf("go mod download: no source folder")
+	}
+	return m.Dir, nil
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ln.Close() }()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,460 @@
+package forgetest
+
+import (
+	"crypto"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-github/v84/github"
+)
+
+// GitHub is a double of GitHub's REST API, in go-github's types, for one App
+// installation whose repositories live on a GitServer. It mints installation
+// tokens (checking the App's RS256 JWT), answers repositories, branches, pull
+// requests and comments, and can be told to fail.
+type GitHub struct {
+	URL string
+
+	t      testing.TB
+	git    *GitServer
+	appID  int64
+	key    *rsa.PublicKey
+	mu     sync.Mutex
+	now    func() time.Time
+	ttl    time.Duration
+	tokens map[string]issued
+	repos  map[string]*ghRepo
+	faults []fault
+	// Minted lists every mint request's repositories and permissions.
+	minted  []MintRequest
+	revoked []string
+	// Calls counts requests by "METHOD path".
+	calls map[string]int
+}
+
+// MintRequest is what one installation-token request asked for.
+type MintRequest struct {
+	Repositories []string
+	Permissions  *github.InstallationPermissions
+}
+
+type issued struct {
+	repos   []string
+	expires time.Time
+}
+
+type ghRepo struct {
+	defaultBranch string
+	protected     map[string]bool
+	pulls         []*github.PullRequest
+	comments      map[int][]string
+	gone          bool
+}
+
+type fault struct {
+	method, path string // path prefix
+	status       int
+	times        int
+	after        bool // do the work, then answer status
+}
+
+// StartGitHub starts the double. Installation tokens it mints live ttl and
+// open the git server to the repositories they name.
+func StartGitHub(t testing.TB, git *GitServer, appID int64, key *rsa.PublicKey, ttl time.Duration) *GitHub {
+	t.Helper()
+	g := &GitHub{t: t, git: git, appID: appID, key: key, now: time.Now, ttl: ttl,
+		tokens: map[string]issued{}, repos: map[string]*ghRepo{}, calls: map[string]int{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /app/installations/{id}/access_tokens", g.mint)
+	mux.HandleFunc("DELETE /installation/token", g.revoke)
+	mux.HandleFunc("GET /repos/{owner}/{name}", g.repo)
+	mux.HandleFunc("GET /repos/{owner}/{name}/branches/{branch...}", g.branch)
+	mux.HandleFunc("GET /repos/{owner}/{name}/pulls", g.listPulls)
+	mux.HandleFunc("POST /repos/{owner}/{name}/pulls", g.createPull)
+	mux.HandleFunc("GET /repos/{owner}/{name}/pulls/{n}", g.getPull)
+	mux.HandleFunc("POST /repos/{owner}/{name}/issues/{n}/comments", g.comment)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		g.mu.Lock()
+		g.calls[r.Method+" "+r.URL.Path]++
+		var after *fault
+		for i := range g.faults {
+			f := &g.faults[i]
+			if f.times > 0 && f.method == r.Method && strings.HasPrefix(r.URL.Path, f.path) {
+				f.times--
+				if !f.after {
+					g.mu.Unlock()
+					writeJSON(w, f.status, github.ErrorResponse{Message: http.StatusText(f.status)})
+					return
+				}
+				after = f
+				break
+			}
+		}
+		g.mu.Unlock()
+		if after != nil {
+			rec := httptest.NewRecorder()
+			mux.ServeHTTP(rec, r)
+			writeJSON(w, after.status, github.ErrorResponse{Message: http.StatusText(after.status)})
+			return
+		}
+		mux.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	g.URL = srv.URL + "/"
+	git.SetAllow(func(_, password string) bool { return g.validToken(password, "") })
+	return g
+}
+
+// SetClock sets the double's clock (token expiry).
+func (g *GitHub) SetClock(now func() time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.now = now
+}
+
+// AddRepo declares repo (already on the git server) with its default branch.
+func (g *GitHub) AddRepo(repo, defaultBranch string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.repos[repo] = &ghRepo{defaultBranch: defaultBranch, protected: map[string]bool{defaultBranch: true}, comments: map[int][]string{}}
+}
+
+// Protect marks branch of repo protected.
+func (g *GitHub) Protect(repo, branch string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.repos[repo].protected[branch] = true
+}
+
+// Vanish makes repo answer 404 from now on (API and git).
+func (g *GitHub) Vanish(repo string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.repos[repo].gone = true
+}
+
+// Fail answers the next times requests of method to a path starting with
+// prefix with status; with after, the request is carried out first (a forge
+// that did the work and then failed to say so).
+func (g *GitHub) Fail(method, prefix string, status, times int, after bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.faults = append(g.faults, fault{method: method, path: prefix, status: status, times: times, after: after})
+}
+
+// ExpireTokens makes every token minted so far expired.
+func (g *GitHub) ExpireTokens() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for k, v := range g.tokens {
+		v.expires = time.Time{}
+		g.tokens[k] = v
+	}
+}
+
+// Tokens are every installation token minted, revoked ones included.
+func (g *GitHub) Tokens() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]string, 0, len(g.tokens)+len(g.revoked))
+	for k := range g.tokens {
+		out = append(out, k)
+	}
+	return append(out, g.revoked...)
+}
+
+// Mints are the mint requests received.
+func (g *GitHub) Mints() []MintRequest {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]MintRequest(nil), g.minted...)
+}
+
+// Pulls are repo's pull requests.
+func (g *GitHub) Pulls(repo string) []*github.PullRequest {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]*github.PullRequest(nil), g.repos[repo].pulls...)
+}
+
+// Comments are the comments on issue n of repo.
+func (g *GitHub) Comments(repo string, n int) []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]string(nil), g.repos[repo].comments[n]...)
+}
+
+// Calls counts the requests of "METHOD path".
+func (g *GitHub) Calls(key string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.calls[key]
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// validToken: minted, not expired, and (when repo is given) for repo.
+func (g *GitHub) validToken(tok, repo string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	it, ok := g.tokens[tok]
+	if !ok || !g.now().Before(it.expires) {
+		return false
+	}
+	if repo == "" {
+		return true
+	}
+	_, name, _ := strings.Cut(repo, "/")
+	for _, r := range it.repos {
+		if r == name {
+			return true
+		}
+	}
+	return false
+}
+
+// authRepo checks the bearer token and the repository; it answers for the
+// caller and reports false when it did.
+func (g *GitHub) authRepo(w http.ResponseWriter, r *http.Request) (*ghRepo, string, bool) {
+	repo := r.PathValue("owner") + "/" + r.PathValue("name")
+	tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !g.validToken(tok, "") {
+		writeJSON(w, http.StatusUnauthorized, github.ErrorResponse{Message: "Bad credentials"})
+		return nil, "", false
+	}
+	g.mu.Lock()
+	rp := g.repos[repo]
+	g.mu.Unlock()
+	if rp == nil || rp.gone || !g.validToken(tok, repo) {
+		writeJSON(w, http.StatusNotFound, github.ErrorResponse{Message: "Not Found"})
+		return nil, "", false
+	}
+	return rp, repo, true
+}
+
+func (g *GitHub) mint(w http.ResponseWriter, r *http.Request) {
+	if !g.checkJWT(r.Header.Get("Authorization")) {
+		writeJSON(w, http.StatusUnauthorized, github.ErrorResponse{Message: "A JSON web token could not be decoded"})
+		return
+	}
+	var opts github.InstallationTokenOptions
+	if err := json.NewDecoder(r.Body).Decode(&opts); err != nil || len(opts.Repositories) == 0 {
+		writeJSON(w, http.StatusUnprocessableEntity, github.ErrorResponse{Message: "repositories required"})
+		return
+	}
+	b := make([]byte, 20)
+	_, _ = rand.Read(b)
+	tok := "ghs_" + hex.EncodeToString(b)
+	g.mu.Lock()
+	exp := g.now().Add(g.ttl)
+	g.tokens[tok] = issued{repos: opts.Repositories, expires: exp}
+	g.minted = append(g.minted, MintRequest{Repositories: opts.Repositories, Permissions: opts.Permissions})
+	g.mu.Unlock()
+	writeJSON(w, http.StatusCreated, github.InstallationToken{Token: github.Ptr(tok), ExpiresAt: &github.Timestamp{Time: exp}})
+}
+
+func (g *GitHub) checkJWT(h string) bool {
+	jwt, ok := strings.CutPrefix(h, "Bearer ")
+	parts := strings.Split(jwt, ".")
+	if !ok || len(parts) != 3 {
+		return false
+	}
+	sig, err := base64.RawURLEncoding.DecodeString(parts[2])
+	if err != nil {
+		return false
+	}
+	sum := sha256.Sum256([]byte(parts[0] + "." + parts[1]))
+	if rsa.VerifyPKCS1v15(g.key, crypto.SHA256, sum[:], sig) != nil {
+		return false
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return false
+	}
+	var claims struct {
+		Iss string `json:"iss"`
+		Exp int64  `json:"exp"`
+		Iat int64  `json:"iat"`
+	}
+	if json.Unmarshal(raw, &claims) != nil || claims.Iss != strconv.FormatInt(g.appID, 10) {
+		return false
+	}
+	g.mu.Lock()
+	now := g.now().Unix()
+	g.mu.Unlock()
+	return claims.Iat <= now && now < claims.Exp && claims.Exp-claims.Iat <= 600
+}
+
+func (g *GitHub) revoke(w http.ResponseWriter, r *http.Request) {
+	tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !g.validToken(tok, "") {
+		writeJSON(w, http.StatusUnauthorized, github.ErrorResponse{Message: "Bad credentials"})
+		return
+	}
+	g.mu.Lock()
+	delete(g.tokens, tok)
+	g.revoked = append(g.revoked, tok)
+	g.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// Revoked are the tokens revoked, in order.
+func (g *GitHub) Revoked() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]string(nil), g.revoked...)
+}
+
+func (g *GitHub) repo(w http.ResponseWriter, r *http.Request) {
+	rp, repo, ok := g.authRepo(w, r)
+	if !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, github.Repository{
+		FullName:      github.Ptr(repo),
+		CloneURL:      github.Ptr(g.git.CloneURL(repo)),
+		DefaultBranch: github.Ptr(rp.defaultBranch),
+	})
+}
+
+func (g *GitHub) branch(w http.ResponseWriter, r *http.Request) {
+	rp, repo, ok := g.authRepo(w, r)
+	if !ok {
+		return
+	}
+	b := r.PathValue("branch")
+	sha := g.git.Head(g.t, repo, b)
+	g.mu.Lock()
+	protected := rp.protected[b]
+	g.mu.Unlock()
+	if sha == "" && !protected {
+		writeJSON(w, http.StatusNotFound, github.ErrorResponse{Message: "Branch not found"})
+		return
+	}
+	writeJSON(w, http.StatusOK, github.Branch{Name: github.Ptr(b), Protected: github.Ptr(protected),
+		Commit: &github.RepositoryCommit{SHA: github.Ptr(sha)}})
+}
+
+func (g *GitHub) listPulls(w http.ResponseWriter, r *http.Request) {
+	rp, _, ok := g.authRepo(w, r)
+	if !ok {
+		return
+	}
+	owner := r.PathValue("owner")
+	head := r.URL.Query().Get("head")
+	var out []*github.PullRequest
+	g.mu.Lock()
+	for _, pr := range rp.pulls {
+		if pr.GetState() == "open" && (head == "" || head == owner+":"+pr.GetHead().GetRef()) {
+			out = append(out, pr)
+		}
+	}
+	g.mu.Unlock()
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (g *GitHub) createPull(w http.ResponseWriter, r *http.Request) {
+	rp, repo, ok := g.authRepo(w, r)
+	if !ok {
+		return
+	}
+	var np github.NewPullRequest
+	if err := json.NewDecoder(r.Body).Decode(&np); err != nil || np.GetHead() == "" || np.GetBase() == "" {
+		writeJSON(w, http.StatusUnprocessableEntity, github.ErrorResponse{Message: "Validation Failed"})
+		return
+	}
+	sha := g.git.Head(g.t, repo, np.GetHead())
+	if sha == "" {
+		writeJSON(w, http.StatusUnprocessableEntity, github.ErrorResponse{Message: "head does not exist"})
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, pr := range rp.pulls {
+		if pr.GetState() == "open" && pr.GetHead().GetRef() == np.GetHead() {
+			writeJSON(w, http.StatusUnprocessableEntity, github.ErrorResponse{Message: "A pull request already exists"})
+			return
+		}
+	}
+	n := len(rp.pulls) + 1000
+	pr := &github.PullRequest{
+		Number: github.Ptr(n), State: github.Ptr("open"), Title: np.Title, Body: np.Body, Draft: np.Draft,
+		HTMLURL: github.Ptr(fmt.Sprintf("%s%s/pull/%d", strings.TrimSuffix(g.URL, "/")+"/", repo, n)),
+		Head:    &github.PullRequestBranch{Ref: np.Head, SHA: github.Ptr(sha), Repo: &github.Repository{FullName: github.Ptr(repo)}},
+		Base:    &github.PullRequestBranch{Ref: np.Base},
+	}
+	rp.pulls = append(rp.pulls, pr)
+	writeJSON(w, http.StatusCreated, pr)
+}
+
+func (g *GitHub) getPull(w http.ResponseWriter, r *http.Request) {
+	rp, _, ok := g.authRepo(w, r)
+	if !ok {
+		return
+	}
+	n, _ := strconv.Atoi(r.PathValue("n"))
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, pr := range rp.pulls {
+		if pr.GetNumber() == n {
+			writeJSON(w, http.StatusOK, pr)
+			return
+		}
+	}
+	writeJSON(w, http.StatusNotFound, github.ErrorResponse{Message: "Not Found"})
+}
+
+func (g *GitHub) comment(w http.ResponseWriter, r *http.Request) {
+	rp, _, ok := g.authRepo(w, r)
+	if !ok {
+		return
+	}
+	n, _ := strconv.Atoi(r.PathValue("n"))
+	var c github.IssueComment
+	if err := json.NewDecoder(r.Body).Decode(&c); err != nil {
+		writeJSON(w, http.StatusUnprocessableEntity, github.ErrorResponse{Message: "Validation Failed"})
+		return
+	}
+	g.mu.Lock()
+	rp.comments[n] = append(rp.comments[n], c.GetBody())
+	g.mu.Unlock()
+	writeJSON(w, http.StatusCreated, github.IssueComment{Body: c.Body})
+}
+
+// OpenPull opens a pull request from head to base of repo (both branches of
+// it) as a person would, with its refs/pull/<n>/head ref, and returns its number.
+func (g *GitHub) OpenPull(t testing.TB, repo, head, base string) int {
+	t.Helper()
+	sha := g.git.Head(t, repo, head)
+	if sha == "" {
+		t.Fatalf("no branch %s in %s", head, repo)
+	}
+	g.mu.Lock()
+	rp := g.repos[repo]
+	n := len(rp.pulls) + 1000
+	rp.pulls = append(rp.pulls, &github.PullRequest{
+		Number: github.Ptr(n), State: github.Ptr("open"), Title: github.Ptr("a person's change"),
+		HTMLURL: github.Ptr(fmt.Sprintf("%s%s/pull/%d", g.URL, repo, n)),
+		Head:    &github.PullRequestBranch{Ref: github.Ptr(head), SHA: github.Ptr(sha), Repo: &github.Repository{FullName: github.Ptr(repo)}},
+		Base:    &github.PullRequestBranch{Ref: github.Ptr(base)},
+	})
+	g.mu.Unlock()
+	Git(t, g.git.Dir(repo), "update-ref", fmt.Sprintf("refs/pull/%d/head", n), sha)
+	return n
+}

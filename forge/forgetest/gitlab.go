@@ -1,0 +1,222 @@
+package forgetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	gitlab "gitlab.com/gitlab-org/api/client-go/v2"
+)
+
+// GitLab is a double of GitLab's REST API (v4), in client-go's types, whose
+// projects live on a GitServer. Parent is the host's token: it may create
+// project access tokens, which open the git server and the API to their
+// project.
+type GitLab struct {
+	URL    string
+	Parent string
+
+	t        testing.TB
+	git      *GitServer
+	mu       sync.Mutex
+	projects map[string]*glProject
+	tokens   map[string]string // token -> project
+	ids      map[int64]string  // token id -> token
+	revoked  []string
+	minted   []gitlab.CreateProjectAccessTokenOptions
+}
+
+type glProject struct {
+	id            int64
+	defaultBranch string
+	protected     []string
+	mrs           []*gitlab.MergeRequest
+	notes         map[string][]string // "issue/N" or "mr/N"
+}
+
+// StartGitLab starts the double.
+func StartGitLab(t testing.TB, git *GitServer) *GitLab {
+	t.Helper()
+	g := &GitLab{t: t, git: git, Parent: "glpat-parent-" + randHex(8), projects: map[string]*glProject{}, tokens: map[string]string{}, ids: map[int64]string{}}
+	srv := httptest.NewServer(http.HandlerFunc(g.serve))
+	t.Cleanup(srv.Close)
+	g.URL = srv.URL
+	git.SetAllow(func(_, password string) bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		_, ok := g.tokens[password]
+		return ok || password == g.Parent
+	})
+	return g
+}
+
+// AddProject declares a project (already on the git server).
+func (g *GitLab) AddProject(repo, defaultBranch string, protected ...string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.projects[repo] = &glProject{id: int64(len(g.projects) + 1), defaultBranch: defaultBranch,
+		protected: append([]string{defaultBranch}, protected...), notes: map[string][]string{}}
+}
+
+// MergeRequests are repo's merge requests.
+func (g *GitLab) MergeRequests(repo string) []*gitlab.MergeRequest {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]*gitlab.MergeRequest(nil), g.projects[repo].mrs...)
+}
+
+// Notes are the notes on "issue/N" or "mr/N" of repo.
+func (g *GitLab) Notes(repo, on string) []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]string(nil), g.projects[repo].notes[on]...)
+}
+
+// Tokens are the project tokens minted, revoked ones included.
+func (g *GitLab) Tokens() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []string
+	for k := range g.tokens {
+		out = append(out, k)
+	}
+	return append(out, g.revoked...)
+}
+
+// Revoked are the project tokens revoked, in order.
+func (g *GitLab) Revoked() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]string(nil), g.revoked...)
+}
+
+// Mints are the project token requests received.
+func (g *GitLab) Mints() []gitlab.CreateProjectAccessTokenOptions {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]gitlab.CreateProjectAccessTokenOptions(nil), g.minted...)
+}
+
+type glError struct {
+	Message string `json:"message"`
+}
+
+func (g *GitLab) serve(w http.ResponseWriter, r *http.Request) {
+	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), "/api/v4/projects/")
+	if !ok {
+		writeJSON(w, http.StatusNotFound, glError{"404 Not Found"})
+		return
+	}
+	escID, sub, _ := strings.Cut(rest, "/")
+	repo, err := url.PathUnescape(escID)
+	if err != nil {
+		writeJSON(w, http.StatusNotFound, glError{"404 Project Not Found"})
+		return
+	}
+	tok := r.Header.Get("PRIVATE-TOKEN")
+	if tok == "" {
+		tok, _ = strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	scope, minted := g.tokens[tok]
+	if tok != g.Parent && !minted {
+		writeJSON(w, http.StatusUnauthorized, glError{"401 Unauthorized"})
+		return
+	}
+	p := g.projects[repo]
+	if p == nil || (minted && scope != repo) {
+		writeJSON(w, http.StatusNotFound, glError{"404 Project Not Found"})
+		return
+	}
+	parts := strings.Split(sub, "/")
+	switch {
+	case r.Method == http.MethodGet && sub == "":
+		writeJSON(w, http.StatusOK, gitlab.Project{ID: p.id, PathWithNamespace: repo, DefaultBranch: p.defaultBranch,
+			HTTPURLToRepo: g.git.CloneURL(repo)})
+	case r.Method == http.MethodPost && sub == "access_tokens":
+		if tok != g.Parent {
+			writeJSON(w, http.StatusForbidden, glError{"403 Forbidden"})
+			return
+		}
+		var opt gitlab.CreateProjectAccessTokenOptions
+		_ = json.NewDecoder(r.Body).Decode(&opt)
+		g.minted = append(g.minted, opt)
+		nt := "glpat-job-" + randHex(10)
+		g.tokens[nt] = repo
+		id := int64(len(g.minted))
+		g.ids[id] = nt
+		var out gitlab.ProjectAccessToken
+		out.ID = id
+		out.Token = nt
+		out.Scopes = *opt.Scopes
+		writeJSON(w, http.StatusCreated, out)
+	case r.Method == http.MethodDelete && len(parts) == 2 && parts[0] == "access_tokens":
+		id, _ := strconv.ParseInt(parts[1], 10, 64)
+		nt, ok := g.ids[id]
+		if !ok || tok != g.Parent {
+			writeJSON(w, http.StatusNotFound, glError{"404 Not Found"})
+			return
+		}
+		delete(g.ids, id)
+		delete(g.tokens, nt)
+		g.revoked = append(g.revoked, nt)
+		w.WriteHeader(http.StatusNoContent)
+	case r.Method == http.MethodGet && sub == "protected_branches":
+		var out []*gitlab.ProtectedBranch
+		for _, name := range p.protected {
+			out = append(out, &gitlab.ProtectedBranch{Name: name})
+		}
+		writeJSON(w, http.StatusOK, out)
+	case r.Method == http.MethodGet && sub == "merge_requests":
+		q := r.URL.Query()
+		out := []*gitlab.BasicMergeRequest{}
+		for _, mr := range p.mrs {
+			if (q.Get("state") == "" || q.Get("state") == mr.State) && (q.Get("source_branch") == "" || q.Get("source_branch") == mr.SourceBranch) {
+				out = append(out, &mr.BasicMergeRequest)
+			}
+		}
+		writeJSON(w, http.StatusOK, out)
+	case r.Method == http.MethodPost && sub == "merge_requests":
+		var opt gitlab.CreateMergeRequestOptions
+		if err := json.NewDecoder(r.Body).Decode(&opt); err != nil || opt.SourceBranch == nil || opt.TargetBranch == nil {
+			writeJSON(w, http.StatusBadRequest, glError{"400 Bad request"})
+			return
+		}
+		if g.git.Head(g.t, repo, *opt.SourceBranch) == "" {
+			writeJSON(w, http.StatusBadRequest, glError{"Source branch does not exist"})
+			return
+		}
+		n := int64(len(p.mrs) + 1)
+		mr := &gitlab.MergeRequest{}
+		mr.IID, mr.ProjectID, mr.SourceProjectID, mr.TargetProjectID = n, p.id, p.id, p.id
+		mr.State, mr.Title, mr.SourceBranch, mr.TargetBranch = "opened", *opt.Title, *opt.SourceBranch, *opt.TargetBranch
+		if opt.Description != nil {
+			mr.Description = *opt.Description
+		}
+		mr.Draft = strings.HasPrefix(mr.Title, "Draft: ")
+		mr.WebURL = fmt.Sprintf("%s/%s/-/merge_requests/%d", g.URL, repo, n)
+		p.mrs = append(p.mrs, mr)
+		writeJSON(w, http.StatusCreated, mr)
+	case r.Method == http.MethodPost && len(parts) == 3 && (parts[0] == "issues" || parts[0] == "merge_requests") && parts[2] == "notes":
+		n, _ := strconv.Atoi(parts[1])
+		var opt gitlab.CreateIssueNoteOptions
+		_ = json.NewDecoder(r.Body).Decode(&opt)
+		key := fmt.Sprintf("issue/%d", n)
+		if parts[0] == "merge_requests" {
+			key = fmt.Sprintf("mr/%d", n)
+		}
+		if opt.Body != nil {
+			p.notes[key] = append(p.notes[key], *opt.Body)
+		}
+		writeJSON(w, http.StatusCreated, gitlab.Note{Body: *opt.Body})
+	default:
+		writeJSON(w, http.StatusNotFound, glError{"404 Not Found"})
+	}
+}

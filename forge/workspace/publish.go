@@ -1,0 +1,283 @@
+package workspace
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/pidispatch/pidispatch/forge/token"
+	"github.com/pidispatch/pidispatch/jobs"
+)
+
+// Result is how the job ended, for the host's final comment.
+type Result struct {
+	// Outcome and Reason are the record's (jobs.Outcome*, jobs.Reason*).
+	Outcome string
+	Reason  jobs.Reason
+	// Turns and Dollars are the run's, when known (0: unknown).
+	Turns   int
+	Dollars float64
+}
+
+// Published is what a publish did.
+type Published struct {
+	// PullRequestURL is the pull request's URL ("" when nothing changed).
+	PullRequestURL string
+	// PushedCommit is the commit pushed to Branch ("" when nothing changed).
+	PushedCommit string
+	// BaseCommit is the commit the workspace was cloned at.
+	BaseCommit string
+	Branch     string
+}
+
+// ciPaths are CI configuration: a file there runs with the repository's secrets.
+var ciPaths = []string{".github/workflows/", ".github/actions/", ".gitlab-ci.yml", ".gitlab/ci/", ".forgejo/workflows/", ".forgejo/actions/", ".gitea/workflows/", ".gitea/actions/"}
+
+// IsCIPath reports whether p (slash-separated, relative) is CI configuration.
+func IsCIPath(p string) bool {
+	lp := strings.ToLower(p)
+	for _, c := range ciPaths {
+		if lp == strings.TrimSuffix(c, "/") || strings.HasPrefix(lp, c) {
+			return true
+		}
+	}
+	return false
+}
+
+// Publish finishes the job on the forge. A completed job's changes are
+// checked, committed, pushed and proposed, then the final comment is
+// written; any other outcome writes the failure comment only. A
+// *RefusalError means the host refused the changes (a policy outcome).
+//
+// The job's tokens are revoked once it is done, where the forge allows it.
+func (c *Checkout) Publish(ctx context.Context, res Result) (Published, error) {
+	defer c.revoke(ctx)
+	pub := Published{BaseCommit: c.base, Branch: c.Branch()}
+	if res.Outcome != jobs.OutcomeCompleted {
+		c.comment(ctx, failureComment(c.job, res))
+		return pub, nil
+	}
+	pub, err := c.publish(ctx, pub)
+	var refusal *RefusalError
+	switch {
+	case errors.As(err, &refusal):
+		c.log.Warn("forge_publish_refused", "reason", refusal.Reason, "path", refusal.Path)
+		c.comment(ctx, failureComment(c.job, Result{Outcome: jobs.OutcomePolicy, Reason: refusal.Reason, Turns: res.Turns, Dollars: res.Dollars}))
+	case err != nil:
+		c.log.Error("forge_publish_failed", "err", err)
+	default:
+		c.log.Info("forge_published", "branch", pub.Branch, "commit", pub.PushedCommit, "pullRequest", pub.PullRequestURL)
+		c.comment(ctx, finalComment(c.job, res, pub))
+	}
+	return pub, err
+}
+
+func (c *Checkout) publish(ctx context.Context, pub Published) (Published, error) {
+	m, j := c.m, c.job.Job
+	if err := c.checkHistory(ctx); err != nil {
+		return pub, err
+	}
+	tree, err := c.snapshot(ctx)
+	if err != nil {
+		return pub, err
+	}
+	changed, err := c.check(ctx, tree)
+	if err != nil || !changed {
+		return pub, err
+	}
+	branch := pub.Branch
+	if branch == c.repo.DefaultBranch || branch == c.baseRef {
+		return pub, &RefusalError{Reason: jobs.ReasonProtectedBranch}
+	}
+	var protected bool
+	if err := c.call(ctx, func(tok token.Token) (err error) {
+		protected, err = c.forge.API.BranchProtected(ctx, tok, j.Repo, branch)
+		return err
+	}); err != nil {
+		return pub, fmt.Errorf("branch protection: %w", err)
+	}
+	if protected {
+		return pub, &RefusalError{Reason: jobs.ReasonProtectedBranch}
+	}
+	commit, err := c.commit(ctx, tree)
+	if err != nil {
+		return pub, err
+	}
+	if err := c.call(ctx, func(tok token.Token) error {
+		_, err := m.git(c.state).auth(c.repo.CloneURL, c.forge.API.GitUser(), tok).
+			run(ctx, "push", "--quiet", "--force", c.repo.CloneURL, commit+":refs/heads/"+branch)
+		return err
+	}); err != nil {
+		return pub, fmt.Errorf("push: %w", err)
+	}
+	pub.PushedCommit = commit
+	url, err := c.openPullRequest(ctx, branch)
+	if err != nil {
+		return pub, err
+	}
+	pub.PullRequestURL = url
+	return pub, nil
+}
+
+// openPullRequest opens the pull request from branch, unless one is open
+// already: a retry (of this call or of the job) never opens a second.
+func (c *Checkout) openPullRequest(ctx context.Context, branch string) (string, error) {
+	j := c.job.Job
+	policy := c.policy()
+	var url string
+	err := c.call(ctx, func(tok token.Token) error {
+		found, err := c.forge.API.FindPullRequest(ctx, tok, j.Repo, branch)
+		if err != nil {
+			return err
+		}
+		if found != "" {
+			url = found
+			return nil
+		}
+		url, err = c.forge.API.OpenPullRequest(ctx, tok, j.Repo, NewPullRequest{
+			Title: pullTitle(c.job), Body: pullBody(c.job), Head: branch, Base: c.baseRef, Draft: !policy.Ready,
+		})
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("pull request: %w", err)
+	}
+	return url, nil
+}
+
+func (c *Checkout) policy() PublishPolicy {
+	if c.m.cfg.Policy == nil {
+		return PublishPolicy{}
+	}
+	return c.m.cfg.Policy(c.job.Job.Trigger)
+}
+
+// checkHistory fetches the job's HEAD from the workspace's repository (read
+// as untrusted data, by git's upload-pack) and refuses a history that does
+// not descend from the base.
+func (c *Checkout) checkHistory(ctx context.Context) error {
+	g := c.m.git(c.state).with("protocol.file.allow", "always")
+	// A local fetch runs upload-pack without the configuration of our
+	// environment; it is given the one setting it needs, the workspace
+	// belonging to the container's user.
+	if _, err := g.run(ctx, "fetch", "--quiet", "--no-tags", "--upload-pack=git -c 'safe.directory=*' upload-pack",
+		"file://"+c.dir, "+HEAD:refs/pi/job"); err != nil {
+		c.log.Warn("forge_job_history_unreadable", "err", err)
+		return &RefusalError{Reason: jobs.ReasonHistoryRewritten}
+	}
+	if _, err := c.m.git(c.state).run(ctx, "merge-base", "--is-ancestor", c.base, "refs/pi/job"); err != nil {
+		return &RefusalError{Reason: jobs.ReasonHistoryRewritten}
+	}
+	return nil
+}
+
+// snapshot writes the workspace's files (committed or not, the job's .git
+// aside) as a tree in the host-only repository.
+func (c *Checkout) snapshot(ctx context.Context) (string, error) {
+	g := c.m.git(c.state)
+	g.env = append(g.env, "GIT_INDEX_FILE="+c.state+"/pi-index", "GIT_WORK_TREE="+c.dir)
+	// The job's ignore and attribute files are its data: read neither.
+	g.with("core.excludesFile", "/dev/null").with("core.attributesFile", "/dev/null")
+	if _, err := g.run(ctx, "read-tree", c.base); err != nil {
+		return "", err
+	}
+	if _, err := g.run(ctx, "add", "--all", "--", "."); err != nil {
+		return "", err
+	}
+	tree, err := g.run(ctx, "write-tree")
+	return strings.TrimSpace(tree), err
+}
+
+// check compares tree with the base and refuses what the policy forbids. It
+// reports whether anything changed.
+func (c *Checkout) check(ctx context.Context, tree string) (bool, error) {
+	out, err := c.m.git(c.state).run(ctx, "diff-tree", "-r", "-z", "--no-renames", "--raw", c.base, tree)
+	if err != nil {
+		return false, err
+	}
+	// -z --raw: ":oldmode newmode oldsha newsha status\0path\0" per change.
+	fields := strings.Split(strings.TrimSuffix(out, "\x00"), "\x00")
+	if out == "" {
+		return false, nil
+	}
+	policy, limits := c.policy(), c.m.cfg.Limits
+	type change struct{ mode, sha, path string }
+	var changes []change
+	for i := 0; i+1 < len(fields); i += 2 {
+		meta := strings.Fields(strings.TrimPrefix(fields[i], ":"))
+		if len(meta) < 5 {
+			return false, fmt.Errorf("diff-tree: unexpected line %q", fields[i])
+		}
+		changes = append(changes, change{mode: meta[1], sha: meta[3], path: fields[i+1]})
+	}
+	if len(changes) > limits.MaxFiles {
+		return false, &RefusalError{Reason: jobs.ReasonTooManyFiles}
+	}
+	var blobs []string
+	for _, ch := range changes {
+		switch {
+		case !policy.AllowCI && IsCIPath(ch.path):
+			return false, &RefusalError{Reason: jobs.ReasonCIChange, Path: ch.path}
+		case ch.mode == "160000" || ch.path == ".gitmodules" || strings.HasSuffix(ch.path, "/.gitmodules"):
+			return false, &RefusalError{Reason: jobs.ReasonUnsafePath, Path: ch.path}
+		case ch.mode == "120000":
+			target, err := c.m.git(c.state).run(ctx, "cat-file", "blob", ch.sha)
+			if err != nil {
+				return false, err
+			}
+			if linkEscapes(ch.path, target) {
+				return false, &RefusalError{Reason: jobs.ReasonUnsafePath, Path: ch.path}
+			}
+		}
+		if ch.mode != "000000" {
+			blobs = append(blobs, ch.sha)
+		}
+	}
+	if len(blobs) > 0 {
+		g := c.m.git(c.state)
+		g.stdin = []byte(strings.Join(blobs, "\n") + "\n")
+		sizes, err := g.run(ctx, "cat-file", "--batch-check=%(objectsize)")
+		if err != nil {
+			return false, err
+		}
+		var total int64
+		sc := bufio.NewScanner(strings.NewReader(sizes))
+		for sc.Scan() {
+			n, err := strconv.ParseInt(strings.TrimSpace(sc.Text()), 10, 64)
+			if err != nil {
+				return false, fmt.Errorf("cat-file size %q: %w", sc.Text(), err)
+			}
+			total += n
+			if total > limits.MaxBytes {
+				return false, &RefusalError{Reason: jobs.ReasonTooLarge}
+			}
+		}
+	}
+	return true, nil
+}
+
+// linkEscapes reports whether a symbolic link at p pointing to target leads
+// out of the repository.
+func linkEscapes(p, target string) bool {
+	if target == "" || strings.HasPrefix(target, "/") || strings.ContainsRune(target, 0) {
+		return true
+	}
+	joined := path.Join(path.Dir(p), target)
+	return joined == ".." || strings.HasPrefix(joined, "../") || joined == ".git" || strings.HasPrefix(joined, ".git/")
+}
+
+// commit makes the one host commit of tree on the base.
+func (c *Checkout) commit(ctx context.Context, tree string) (string, error) {
+	g := c.m.git(c.state)
+	when := c.m.cfg.Now().UTC().Format("2006-01-02T15:04:05Z")
+	email := "pidispatch@" + c.m.cfg.Host
+	g.env = append(g.env,
+		"GIT_AUTHOR_NAME=pidispatch", "GIT_AUTHOR_EMAIL="+email, "GIT_AUTHOR_DATE="+when,
+		"GIT_COMMITTER_NAME=pidispatch", "GIT_COMMITTER_EMAIL="+email, "GIT_COMMITTER_DATE="+when)
+	out, err := g.run(ctx, "commit-tree", tree, "-p", c.base, "-m", commitMessage(c.job))
+	return strings.TrimSpace(out), err
+}

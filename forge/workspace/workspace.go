@@ -1,0 +1,374 @@
+// Package workspace gives a forge job its repository and publishes what the
+// job changed, on the host: the job itself never holds a forge credential.
+//
+// Prepare clones the repository's default branch (or a pull request's head),
+// shallow, into the job's workspace folder, with the credential handed to git
+// as an HTTP header through its environment and nothing left in .git/config.
+// A host-only copy of the same commit stays outside the workspace.
+//
+// Publish reads the workspace after the job as untrusted data: the job's
+// history must descend from the commit it was given; the files it left
+// (committed or not) become ONE commit the host makes on that base; the
+// changes are checked against the host's PublishPolicy (CI configuration,
+// submodules, symbolic links leaving the repository, files and bytes changed);
+// the commit is pushed to the branch pi/<job id>, never the default or a
+// protected branch; and a pull (merge) request, a draft by default, is opened
+// unless one from that branch is already open, so a retry never opens two.
+// Comments on the issue (start, outcome, failure) are the host's.
+package workspace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pidispatch/pidispatch/forge/token"
+	"github.com/pidispatch/pidispatch/jobs"
+)
+
+// Defaults of Limits.
+const (
+	MaxFilesDefault = 200
+	MaxBytesDefault = 5 << 20
+)
+
+// Limits bound what one publish may change.
+type Limits struct {
+	// MaxFiles is the most files added, changed or removed; 0: MaxFilesDefault.
+	MaxFiles int
+	// MaxBytes is the most bytes of added or changed file contents; 0: MaxBytesDefault.
+	MaxBytes int64
+}
+
+// PublishPolicy is what the host allows the jobs of one trigger to publish.
+// It comes from the host's own trigger configuration, looked up by the job's
+// trigger name, never from the job.
+type PublishPolicy struct {
+	// AllowCI lets the changes touch CI configuration (.github/workflows,
+	// .gitlab-ci.yml, .forgejo/workflows, .gitea/workflows).
+	AllowCI bool
+	// Ready opens the pull request ready for review instead of as a draft.
+	Ready bool
+}
+
+// Forge is what the host uses for one kind of forge: its minter and its API.
+type Forge struct {
+	Minter token.Minter
+	API    API
+}
+
+// Config configures a Manager.
+type Config struct {
+	// Forges by kind; a job of a kind not here is refused by Prepare.
+	Forges map[jobs.Forge]Forge
+	// Policy answers the publish policy of a trigger name ("" for a job with
+	// none); nil: the zero policy (no CI changes, drafts).
+	Policy func(trigger string) PublishPolicy
+	Limits Limits
+	// StateDir holds the host-only copies (never mounted in a container);
+	// "": os.TempDir()/pidispatch-forge.
+	StateDir string
+	// Git is the git program; "": "git".
+	Git string
+	// Host names this worker in logs and in the commit's committer.
+	Host string
+	// Logger; nil: slog.Default().
+	Logger *slog.Logger
+	// Now is the clock; nil: time.Now.
+	Now func() time.Time
+	// Retries is how many times a forge call answered 5xx, 429 or nothing is
+	// tried again; 0: 3. Backoff is the first wait, doubled each time; 0: 1s.
+	Retries int
+	Backoff time.Duration
+}
+
+// Manager prepares and publishes forge jobs' workspaces.
+type Manager struct {
+	cfg Config
+	log *slog.Logger
+}
+
+// New makes a Manager.
+func New(cfg Config) (*Manager, error) {
+	if len(cfg.Forges) == 0 {
+		return nil, errors.New("forge workspace: no forge configured")
+	}
+	for kind, f := range cfg.Forges {
+		if f.Minter == nil || f.API == nil {
+			return nil, fmt.Errorf("forge workspace: %s needs a minter and an API", kind)
+		}
+	}
+	if cfg.Git == "" {
+		cfg.Git = "git"
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = filepath.Join(os.TempDir(), "pidispatch-forge")
+	}
+	if cfg.Limits.MaxFiles <= 0 {
+		cfg.Limits.MaxFiles = MaxFilesDefault
+	}
+	if cfg.Limits.MaxBytes <= 0 {
+		cfg.Limits.MaxBytes = MaxBytesDefault
+	}
+	if cfg.Retries <= 0 {
+		cfg.Retries = 3
+	}
+	if cfg.Backoff <= 0 {
+		cfg.Backoff = time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Host == "" {
+		cfg.Host = "pidispatch"
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("forge workspace state dir: %w", err)
+	}
+	return &Manager{cfg: cfg, log: log.With("host", cfg.Host)}, nil
+}
+
+// Job is what Prepare needs of a job.
+type Job struct {
+	ID  string
+	Job jobs.Job
+}
+
+// RefusalError is a publish the host refused; Reason is a jobs.Reason*.
+type RefusalError struct {
+	Reason jobs.Reason
+	// Path is the first path that broke the rule, when one did.
+	Path string
+}
+
+func (e *RefusalError) Error() string {
+	if e.Path != "" {
+		return fmt.Sprintf("publish refused: %s (%s)", e.Reason, e.Path)
+	}
+	return "publish refused: " + string(e.Reason)
+}
+
+// ErrNotForge: the job is not a forge job (no forge or no repository).
+var ErrNotForge = errors.New("not a forge job")
+
+// Checkout is one job's prepared workspace. Publish it after the job ran,
+// then Close it.
+type Checkout struct {
+	m        *Manager
+	job      Job
+	forge    Forge
+	dir      string // the workspace
+	state    string // the host-only repository
+	repo     Repository
+	base     string // the commit the workspace was cloned at
+	baseRef  string // the branch a pull request targets
+	branch   string // the branch the workspace has checked out
+	log      *slog.Logger
+	tokMu    sync.Mutex
+	tok      token.Token
+	minted   []token.Token // revoked after publishing, when the minter can
+	closeOne sync.Once
+}
+
+// Base is the commit the workspace was cloned at.
+func (c *Checkout) Base() string { return c.base }
+
+// Branch is the branch the job's changes are published to: pi/<job id>.
+func (c *Checkout) Branch() string { return PublishBranch(c.job.ID) }
+
+// PublishBranch is the branch a job's changes go to.
+func PublishBranch(jobID string) string { return "pi/" + jobs.SanitizeJobID(jobID) }
+
+// Close removes the host-only copy.
+func (c *Checkout) Close() error {
+	var err error
+	c.closeOne.Do(func() { err = os.RemoveAll(c.state) })
+	return err
+}
+
+// Prepare clones the job's repository into dir (an empty folder), posts the
+// start comment, and returns the checkout to publish after the job.
+func (m *Manager) Prepare(ctx context.Context, job Job, dir string) (*Checkout, error) {
+	f, ok := m.cfg.Forges[job.Job.Forge]
+	if !ok || job.Job.Repo == "" {
+		return nil, fmt.Errorf("%w: forge %q", ErrNotForge, job.Job.Forge)
+	}
+	state, err := os.MkdirTemp(m.cfg.StateDir, jobs.SanitizeJobID(job.ID)+"-")
+	if err != nil {
+		return nil, err
+	}
+	c := &Checkout{m: m, job: job, forge: f, dir: dir, state: state,
+		log: m.log.With("jobId", job.ID, "repo", job.Job.Repo, "forge", string(job.Job.Forge))}
+	if err := c.prepare(ctx); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Checkout) prepare(ctx context.Context) error {
+	j := c.job.Job
+	var repo Repository
+	if err := c.call(ctx, func(tok token.Token) (err error) {
+		repo, err = c.forge.API.Repository(ctx, tok, j.Repo)
+		return err
+	}); err != nil {
+		return fmt.Errorf("repository: %w", err)
+	}
+	if u, err := url.Parse(repo.CloneURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil || repo.DefaultBranch == "" {
+		// A URL with credentials in it would end in the workspace's .git/config.
+		return fmt.Errorf("repository: the forge answered no http(s) clone URL without credentials, or no default branch")
+	}
+	c.repo = repo
+	ref := "refs/heads/" + repo.DefaultBranch
+	c.branch, c.baseRef = repo.DefaultBranch, repo.DefaultBranch
+	if j.PullRequest {
+		var head PullHead
+		if err := c.call(ctx, func(tok token.Token) (err error) {
+			head, err = c.forge.API.PullRequest(ctx, tok, j.Repo, j.Number)
+			return err
+		}); err != nil {
+			return fmt.Errorf("pull request: %w", err)
+		}
+		ref = head.Ref
+		c.branch = fmt.Sprintf("pr-%d", j.Number)
+		c.baseRef = head.Base
+		if head.Branch != "" {
+			c.branch, c.baseRef = head.Branch, head.Branch
+		}
+	}
+	m := c.m
+	if _, err := m.git(c.state).run(ctx, "init", "--quiet", "--bare", "."); err != nil {
+		return err
+	}
+	tok, err := c.token(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := m.git(c.state).auth(repo.CloneURL, c.forge.API.GitUser(), tok).
+		run(ctx, "fetch", "--quiet", "--no-tags", "--depth=1", repo.CloneURL, "+"+ref+":refs/pi/base"); err != nil {
+		return err
+	}
+	base, err := m.git(c.state).run(ctx, "rev-parse", "--verify", "refs/pi/base^{commit}")
+	if err != nil {
+		return err
+	}
+	c.base = strings.TrimSpace(base)
+	// The workspace: its own repository, from the host-only copy, whose
+	// origin is the forge's public URL (no credential anywhere in it).
+	w := m.git(c.dir).with("protocol.file.allow", "always")
+	for _, args := range [][]string{
+		{"init", "--quiet", "-b", c.branch, "."},
+		{"fetch", "--quiet", "--no-tags", "--depth=1", "file://" + c.state, "refs/pi/base:refs/remotes/origin/" + c.branch},
+		{"reset", "--quiet", "--hard", c.base},
+		{"remote", "add", "origin", repo.CloneURL},
+	} {
+		if _, err := w.run(ctx, args...); err != nil {
+			return err
+		}
+	}
+	c.log.Info("forge_workspace_prepared", "base", c.base, "branch", c.branch)
+	c.comment(ctx, startComment(c.job))
+	return nil
+}
+
+// token returns the job's token, minting a new one when there is none or it
+// expires within two minutes.
+func (c *Checkout) token(ctx context.Context) (token.Token, error) {
+	c.tokMu.Lock()
+	defer c.tokMu.Unlock()
+	if c.tok.Valid(c.m.cfg.Now(), 2*time.Minute) {
+		return c.tok, nil
+	}
+	tok, err := c.forge.Minter.Mint(ctx, c.job.Job.Repo)
+	if err != nil {
+		return token.Token{}, fmt.Errorf("mint: %w", err)
+	}
+	c.tok = tok
+	c.minted = append(c.minted, tok)
+	return tok, nil
+}
+
+// revoke revokes the tokens minted for the job, when the minter can: a
+// failure is logged, the token then lives out its expiry.
+func (c *Checkout) revoke(ctx context.Context) {
+	r, ok := c.forge.Minter.(token.Revoker)
+	c.tokMu.Lock()
+	minted := c.minted
+	c.minted, c.tok = nil, token.Token{}
+	c.tokMu.Unlock()
+	if !ok {
+		return
+	}
+	for _, tok := range minted {
+		if err := r.Revoke(ctx, c.job.Job.Repo, tok); err != nil {
+			c.log.Warn("forge_token_revoke_failed", "err", err)
+		}
+	}
+}
+
+// dropToken forgets a token the forge refused, so the next call mints anew.
+func (c *Checkout) dropToken(tok token.Token) {
+	c.tokMu.Lock()
+	defer c.tokMu.Unlock()
+	if c.tok.Reveal() == tok.Reveal() {
+		c.tok = token.Token{}
+	}
+}
+
+// call runs op with the job's token: a refused token is minted again once,
+// and an unavailable forge is retried with backoff.
+func (c *Checkout) call(ctx context.Context, op func(token.Token) error) error {
+	reminted := false
+	wait := c.m.cfg.Backoff
+	for attempt := 0; ; attempt++ {
+		tok, err := c.token(ctx)
+		if err == nil {
+			err = op(tok)
+		}
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, token.ErrRefused) && !reminted:
+			reminted = true
+			c.dropToken(tok)
+			c.log.Warn("forge_token_refused", "attempt", attempt+1)
+			continue
+		case errors.Is(err, token.ErrUnavailable) && attempt < c.m.cfg.Retries:
+			c.log.Warn("forge_unavailable", "attempt", attempt+1, "wait", wait)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(wait):
+			}
+			wait *= 2
+			continue
+		}
+		return err
+	}
+}
+
+// comment writes a comment on the job's issue or pull request; a failure is
+// logged, never the job's.
+func (c *Checkout) comment(ctx context.Context, body string) {
+	j := c.job.Job
+	if j.Number == 0 {
+		return
+	}
+	if err := c.call(ctx, func(tok token.Token) error {
+		return c.forge.API.Comment(ctx, tok, j.Repo, j.Number, j.PullRequest, body)
+	}); err != nil {
+		c.log.Warn("forge_comment_failed", "err", err)
+	}
+}

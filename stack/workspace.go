@@ -1,0 +1,111 @@
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/pidispatch/pidispatch/config"
+	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/forge/token"
+	"github.com/pidispatch/pidispatch/forge/workspace"
+	"github.com/pidispatch/pidispatch/jobs"
+)
+
+// WithForgeWorkspaces gives forge jobs their repository: m clones it before
+// the job and publishes the job's changes after it, on the host.
+func WithForgeWorkspaces(m *workspace.Manager) Option {
+	return func(d *dispatch.Deps) { d.Workspaces = workspaces{m} }
+}
+
+// ForgeWorkspacesFromEnv builds the workspace manager from the environment
+// (config.LoadPublish and config.LoadPublishForges). policy answers a
+// trigger's publish policy from the host's own trigger configuration (nil:
+// no CI changes, draft pull requests). It returns nil, nil when no forge
+// credential is configured.
+func ForgeWorkspacesFromEnv(getenv func(string) string, host string, logger *slog.Logger, policy func(trigger string) workspace.PublishPolicy) (*workspace.Manager, error) {
+	limits, err := config.LoadPublish(getenv)
+	if err != nil {
+		return nil, err
+	}
+	creds, err := config.LoadPublishForges(getenv)
+	if err != nil {
+		return nil, err
+	}
+	forges := map[jobs.Forge]workspace.Forge{}
+	if gh := creds.GitHub; gh != nil {
+		api := &workspace.GitHub{APIURL: gh.APIURL}
+		switch gh.Source {
+		case config.GitHubAuthApp:
+			pem, err := os.ReadFile(gh.PrivateKeyPath)
+			if err != nil {
+				return nil, &config.PublishError{Var: "GITHUB_APP_PRIVATE_KEY_PATH", Rule: "must name a readable file"}
+			}
+			key, err := token.ParsePrivateKey(pem)
+			if err != nil {
+				return nil, &config.PublishError{Var: "GITHUB_APP_PRIVATE_KEY_PATH", Rule: "must hold an RSA private key in PEM"}
+			}
+			forges[jobs.ForgeGitHub] = workspace.Forge{API: api, Minter: &token.GitHubApp{
+				AppID: gh.AppID, InstallationID: gh.InstallationID, Key: key, APIURL: gh.APIURL,
+			}}
+		default:
+			forges[jobs.ForgeGitHub] = workspace.Forge{API: api, Minter: token.Static{Token: gh.PAT}}
+		}
+	}
+	if fj := creds.Forgejo; fj != nil {
+		forges[jobs.ForgeForgejo] = workspace.Forge{API: &workspace.Gitea{URL: fj.URL}, Minter: token.Static{Token: fj.Token}}
+	}
+	if gl := creds.GitLab; gl != nil {
+		forges[jobs.ForgeGitLab] = workspace.Forge{API: &workspace.GitLab{URL: gl.URL},
+			Minter: &token.GitLabProject{URL: gl.URL, Parent: gl.Token}}
+	}
+	if len(forges) == 0 {
+		return nil, nil
+	}
+	return workspace.New(workspace.Config{
+		Forges: forges, Policy: policy, Host: host, Logger: logger,
+		Limits: workspace.Limits{MaxFiles: limits.MaxFiles, MaxBytes: limits.MaxBytes},
+	})
+}
+
+// workspaces adapts a workspace.Manager to dispatch.Workspaces.
+type workspaces struct{ m *workspace.Manager }
+
+func (w workspaces) Prepare(ctx context.Context, jobID string, job jobs.Job, dir string) (dispatch.Workspace, error) {
+	c, err := w.m.Prepare(ctx, workspace.Job{ID: jobID, Job: job}, dir)
+	if err != nil {
+		return nil, workspaceError(err)
+	}
+	return checkout{c}, nil
+}
+
+type checkout struct{ c *workspace.Checkout }
+
+func (c checkout) Publish(ctx context.Context, res dispatch.WorkspaceResult) (dispatch.WorkspacePublished, error) {
+	pub, err := c.c.Publish(ctx, workspace.Result{Outcome: res.Outcome, Reason: res.Reason, Turns: res.Turns, Dollars: res.Dollars})
+	out := dispatch.WorkspacePublished{PullRequestURL: pub.PullRequestURL, PushedCommit: pub.PushedCommit, BaseCommit: pub.BaseCommit}
+	if err != nil {
+		return out, workspaceError(err)
+	}
+	return out, nil
+}
+
+func (c checkout) Close() error { return c.c.Close() }
+
+// workspaceError maps the workspace's errors to the record's outcomes.
+func workspaceError(err error) error {
+	var refusal *workspace.RefusalError
+	switch {
+	case errors.As(err, &refusal):
+		return &dispatch.WorkspaceError{Outcome: jobs.OutcomePolicy, Reason: refusal.Reason, Err: err}
+	case errors.Is(err, token.ErrNoRepository):
+		return &dispatch.WorkspaceError{Outcome: jobs.OutcomeFailed, Reason: jobs.ReasonRepoGone, Err: err}
+	case errors.Is(err, token.ErrRefused):
+		return &dispatch.WorkspaceError{Outcome: jobs.OutcomeFailed, Reason: jobs.ReasonForgeAuth, Err: err}
+	case errors.Is(err, workspace.ErrNotForge):
+		return &dispatch.WorkspaceError{Outcome: jobs.OutcomeFailed, Reason: jobs.ReasonInvalidJob, Err: err}
+	}
+	return &dispatch.WorkspaceError{Outcome: jobs.OutcomeFailed, Reason: jobs.ReasonForgeUnavailable, Retry: true, Err: fmt.Errorf("forge: %w", err)}
+}

@@ -1,0 +1,253 @@
+package stack_test
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pidispatch/pidispatch/config"
+	"github.com/pidispatch/pidispatch/container"
+	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/enqueue"
+	"github.com/pidispatch/pidispatch/forge/forgetest"
+	"github.com/pidispatch/pidispatch/forge/token"
+	"github.com/pidispatch/pidispatch/forge/workspace"
+	"github.com/pidispatch/pidispatch/internal/jobimage"
+	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/jobs"
+	"github.com/pidispatch/pidispatch/stack"
+	"github.com/pidispatch/pidispatch/transcript"
+)
+
+// A forge delivery becomes a job on a real worker: the host clones the
+// repository from a git server over smart HTTP with a token minted by a
+// GitHub double, the test job (in Docker, no network) changes a file, and the
+// host pushes pi/<job id> and opens a draft pull request whose URL the record
+// carries. The token is nowhere the job could see or the run left: not in its
+// environment (the job prints it, and the container's spec is read), not in
+// any file of its mounts (.git included), the transcript, the record, nor any
+// Valkey value.
+// specSpy records what each container is given (its environment, and every
+// file of its mounts as they are when it starts), then runs it.
+type specSpy struct {
+	dispatch.Runtime
+	mu    sync.Mutex
+	env   []string
+	files map[string]string
+}
+
+func (s *specSpy) Run(ctx context.Context, spec container.Spec) (container.Result, error) {
+	s.mu.Lock()
+	for k, v := range spec.Env {
+		s.env = append(s.env, k+"="+v)
+	}
+	for _, dir := range []string{spec.JobDir, spec.WorkspaceDir, spec.ModelSocketDir} {
+		if dir == "" {
+			continue
+		}
+		_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				b, _ := os.ReadFile(p)
+				s.files[p] = string(b)
+			}
+			return nil
+		})
+	}
+	s.mu.Unlock()
+	return s.Runtime.Run(ctx, spec)
+}
+
+func (s *specSpy) RemoveContainer(ctx context.Context, name string) error {
+	return s.Runtime.(interface {
+		RemoveContainer(context.Context, string) error
+	}).RemoveContainer(ctx, name)
+}
+
+type forgeWorker struct {
+	spy    *specSpy
+	git    *forgetest.GitServer
+	gh     *forgetest.GitHub
+	base   string
+	logs   string
+	router *enqueue.Router
+	db     *livetest.ValkeyDB
+}
+
+const forgeRepo = "acme/web"
+
+// startForgeWorker runs a real worker whose forge jobs are cloned from and
+// published to a git server and a GitHub double.
+func startForgeWorker(t *testing.T, limits workspace.Limits) *forgeWorker {
+	t.Helper()
+	db := livetest.Valkey(t)
+	dc := livetest.Docker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	require.NoError(t, jobimage.Ensure(ctx, dc, jobimage.TestTag))
+
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	require.NoError(t, err)
+	f := &forgeWorker{logs: t.TempDir(), db: db}
+	f.git = forgetest.StartGitServer(t, nil)
+	f.base = f.git.CreateRepo(t, forgeRepo, "main", map[string]string{"README.md": "hello\n"})
+	f.gh = forgetest.StartGitHub(t, f.git, 42, &key.PublicKey, time.Hour)
+	f.gh.AddRepo(forgeRepo, "main")
+
+	name := "forge-worker-1"
+	env := map[string]string{
+		"VALKEY_URL": db.URL, "PI_WORKER_NAME": name, "PI_JOB_IMAGE": jobimage.TestTag,
+		"PI_LOGS_DIR": f.logs, "PI_JOB_MEMORY": "256m", "PI_JOB_CPUS": "0.5", "PI_CONTAINER_USER": "65534:65534",
+	}
+	cfg, err := config.Load(func(k string) string { return env[k] })
+	require.NoError(t, err)
+	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	m, err := workspace.New(workspace.Config{
+		Forges: map[jobs.Forge]workspace.Forge{jobs.ForgeGitHub: {
+			Minter: &token.GitHubApp{AppID: 42, InstallationID: 7, Key: key, APIURL: f.gh.URL},
+			API:    &workspace.GitHub{APIURL: f.gh.URL},
+		}},
+		StateDir: t.TempDir(), Host: name, Logger: log, Backoff: 10 * time.Millisecond, Limits: limits,
+	})
+	require.NoError(t, err)
+	f.spy = &specSpy{files: map[string]string{}}
+	spyOn := func(d *dispatch.Deps) { f.spy.Runtime, d.Runtime = d.Runtime, f.spy }
+	s, err := stack.Build(context.Background(), cfg, log, dispatch.Tuning{JobsDir: t.TempDir()}, stack.WithForgeWorkspaces(m), spyOn)
+	require.NoError(t, err)
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Worker.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(60 * time.Second):
+			t.Error("the worker did not stop")
+		}
+		s.Close()
+	})
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{Attempts: 1})
+	require.NoError(t, err)
+	f.router = enqueue.NewRouter(p, enqueue.RouterConfig{})
+	return f
+}
+
+// run enqueues a forge delivery for issue 5 and waits for its record.
+func (f *forgeWorker) run(t *testing.T, delivery, task string) jobs.Record {
+	t.Helper()
+	e, err := f.router.EnqueueForge(context.Background(), enqueue.ForgeDelivery{JobID: delivery, Job: jobs.Job{
+		Kind: jobs.KindForge, Repo: forgeRepo, Flow: "fix", Task: task,
+		ForgeEvent: jobs.ForgeEvent{Forge: jobs.ForgeGitHub, Number: 5, DeliveryID: delivery, Trigger: "fix-label"},
+	}})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		recs, err := jobs.ReadRecords(f.logs, e.JobID)
+		return err == nil && len(recs) == 1
+	}, 90*time.Second, 200*time.Millisecond, "no record of %s", e.JobID)
+	recs, _ := jobs.ReadRecords(f.logs, e.JobID)
+	return recs[0]
+}
+
+// A forge delivery becomes a job on a real worker: the host clones the
+// repository from a git server over smart HTTP with a token minted by a
+// GitHub double, the test job (in Docker, no network) changes a file, and the
+// host pushes pi/<job id> and opens a draft pull request whose URL the record
+// carries. The token is nowhere the job could see or the run left: not in its
+// environment (the job prints it, and the container's spec is read), not in
+// any file of its mounts (.git included), the transcript, the record, nor any
+// Valkey value.
+func TestForgeJobPublishesPullRequest(t *testing.T) {
+	f := startForgeWorker(t, workspace.Limits{})
+	rec := f.run(t, "gh-delivery-1", "JOB_WRITE_FILE=README.md\nJOB_SHOW_FILE=/proc/self/environ\nJOB_PRINT_EXIT_LINE=1")
+	git, gh, repo, base, logs := f.git, f.gh, forgeRepo, f.base, f.logs
+	require.Equal(t, jobs.OutcomeCompleted, rec.Outcome, rec.Reason)
+	pulls := gh.Pulls(repo)
+	require.Len(t, pulls, 1)
+	require.True(t, pulls[0].GetDraft())
+	require.Equal(t, pulls[0].GetHTMLURL(), rec.PullRequestURL)
+	require.Equal(t, base, rec.BaseCommit)
+	require.Equal(t, git.Head(t, repo, "pi/gh-delivery-1"), rec.PushedCommit)
+	require.Equal(t, base, git.Head(t, repo, "main"))
+	require.Equal(t, "written by jobprog", forgetest.Git(t, git.Dir(repo), "show", rec.PushedCommit+":README.md"))
+	comments := gh.Comments(repo, 5)
+	require.Len(t, comments, 2)
+	require.Contains(t, comments[1], rec.PullRequestURL)
+	require.Contains(t, comments[1], "3 turns")
+
+	entries, err := transcript.Read(logs, rec.JobID, 1)
+	require.NoError(t, err)
+	var all strings.Builder
+	transcript.Render(&all, entries)
+	require.Contains(t, all.String(), "PI_JOB_ID=", "the job printed its environment")
+
+	tokens := gh.Tokens()
+	require.NotEmpty(t, tokens)
+	var texts []string
+	texts = append(texts, all.String())
+	// What the container was given: its environment and its mounts' files.
+	f.spy.mu.Lock()
+	require.NotEmpty(t, f.spy.env)
+	texts = append(texts, strings.Join(f.spy.env, "\n"))
+	var sawGitConfig bool
+	for p, body := range f.spy.files {
+		texts = append(texts, body)
+		sawGitConfig = sawGitConfig || strings.HasSuffix(p, "/.git/config")
+	}
+	f.spy.mu.Unlock()
+	require.True(t, sawGitConfig, "the workspace's files were read")
+	require.NoError(t, filepath.WalkDir(logs, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			b, rerr := os.ReadFile(p)
+			texts = append(texts, string(b))
+			return rerr
+		}
+		return err
+	}))
+	keys, err := f.db.Client.Keys(context.Background(), "*").Result()
+	require.NoError(t, err)
+	require.NotEmpty(t, keys)
+	for _, k := range keys {
+		dump, err := f.db.Client.Dump(context.Background(), k).Result()
+		require.NoError(t, err)
+		texts = append(texts, dump)
+	}
+	for _, text := range texts {
+		for _, tok := range tokens {
+			require.NotContains(t, text, tok)
+		}
+		require.NotContains(t, text, "Authorization: Basic")
+	}
+}
+
+// A refused publish is a policy record with its reason, and nothing reaches
+// the forge but the comments; a repository gone before the job fails it
+// before any container starts.
+func TestForgeJobRefusalsAreRecorded(t *testing.T) {
+	f := startForgeWorker(t, workspace.Limits{MaxBytes: 5})
+	rec := f.run(t, "gh-delivery-big", "JOB_WRITE_FILE=big.txt")
+	require.Equal(t, jobs.OutcomePolicy, rec.Outcome)
+	require.Equal(t, jobs.ReasonTooLarge, rec.Reason)
+	require.Equal(t, f.base, rec.BaseCommit)
+	require.Empty(t, rec.PushedCommit)
+	require.Empty(t, rec.PullRequestURL)
+	require.Empty(t, f.git.Head(t, forgeRepo, "pi/gh-delivery-big"))
+	require.Empty(t, f.gh.Pulls(forgeRepo))
+	comments := f.gh.Comments(forgeRepo, 5)
+	require.Contains(t, comments[len(comments)-1], "too-large")
+
+	f.gh.Vanish(forgeRepo)
+	rec = f.run(t, "gh-delivery-gone", "JOB_WRITE_FILE=x.txt")
+	require.Equal(t, jobs.OutcomeFailed, rec.Outcome)
+	require.Equal(t, jobs.ReasonRepoGone, rec.Reason)
+	require.Nil(t, rec.ExitCode, "no container started")
+}
