@@ -24,7 +24,6 @@ import (
 	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/lease"
 	"github.com/pidispatch/pidispatch/metrics"
-	"github.com/pidispatch/pidispatch/operator"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
 	"github.com/pidispatch/pidispatch/runner"
@@ -140,7 +139,7 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 	if err != nil {
 		return fail(err)
 	}
-	tz := operator.LocalZone(os.Getenv)
+	tz := registry.LocalZone(os.Getenv)
 	live := cronsync.NewLiveSet(own, tz)
 
 	reg, err := newRegistry(ctx, rc, cfg, tune, runtime, live, tz, &deps)
@@ -292,7 +291,7 @@ func newQueues(ctx context.Context, rc *redis.Client, cfg dispatch.Config, tune 
 		return nil, err
 	}
 	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	paused, err := operator.DeclareHostQueue(dctx, host)
+	paused, err := fleetstate.DeclareHostQueue(dctx, host)
 	cancel()
 	switch {
 	case err != nil:

@@ -16,7 +16,6 @@ import (
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/internal/livetest"
-	"github.com/pidispatch/pidispatch/operator"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
 )
@@ -144,7 +143,7 @@ func TestKillSwitchFleetGolden(t *testing.T) {
 
 	// A host that boots during the pause starts paused.
 	charlie := newQueue(t, db.Client, fleet.HostQueueName("charlie"))
-	if p, err := operator.DeclareHostQueue(ctx, charlie); err != nil || !p {
+	if p, err := fleetstate.DeclareHostQueue(ctx, charlie); err != nil || !p {
 		t.Fatalf("DeclareHostQueue during pause = %v, %v", p, err)
 	}
 
@@ -158,7 +157,7 @@ func TestKillSwitchFleetGolden(t *testing.T) {
 		t.Fatal("fleet flag not cleared")
 	}
 	delta := newQueue(t, db.Client, fleet.HostQueueName("delta"))
-	if p, err := operator.DeclareHostQueue(ctx, delta); err != nil || p {
+	if p, err := fleetstate.DeclareHostQueue(ctx, delta); err != nil || p {
 		t.Fatalf("DeclareHostQueue after resume = %v, %v", p, err)
 	}
 
