@@ -15,6 +15,7 @@ import (
 	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/internal/jobimage"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/logtest"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/stack"
 )
@@ -65,7 +66,7 @@ func TestLogsFollowRunningJobFromAnotherHost(t *testing.T) {
 	require.NoError(t, err)
 
 	other := map[string]string{"VALKEY_URL": db.URL, "PI_WORKER_NAME": "logs-host-b", "PI_LOGS_DIR": t.TempDir()}
-	out, errOut := &lockedBuffer{}, &lockedBuffer{}
+	out, errOut := &logtest.Buffer{}, &logtest.Buffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	code := make(chan int, 1)
