@@ -165,7 +165,13 @@ func Build(ctx context.Context, cfg dispatch.Config, logger *slog.Logger, tune d
 		return fail(err)
 	}
 	failBuilt := fail
-	fail = func(err error) (*Stack, error) { _ = report.close(context.Background()); return failBuilt(err) }
+	fail = func(err error) (*Stack, error) {
+		// The report's last write must happen though ctx may be what ended the build.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = report.close(cctx)
+		return failBuilt(err)
+	}
 	report.wire(&deps)
 	dollars, limits, err := wireSpend(cfg, rc, tune, &deps, report)
 	if err != nil {

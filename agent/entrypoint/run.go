@@ -159,7 +159,7 @@ func run(ctx context.Context, o Options, tr io.Writer, line *ExitLine) int {
 		return crashed(tr, line, "agent dir", err)
 	}
 	defer os.RemoveAll(agentDir)
-	env, stopFwd, err := prepareAgent(o, job, agentDir)
+	env, stopFwd, err := prepareAgent(ctx, o, job, agentDir)
 	if err != nil {
 		return crashed(tr, line, "prepare pi", err)
 	}
