@@ -350,3 +350,10 @@ func (l *lineSplitter) flush() []string {
 	l.buf = nil
 	return []string{s}
 }
+
+// Prune removes the stored transcripts last written before olderThan (see
+// the package function Prune). The Worker's retention loop calls it with
+// the run records' cutoff.
+func (s *Store) Prune(olderThan time.Time) (int, error) {
+	return Prune(s.cfg.Dir, olderThan)
+}
