@@ -53,9 +53,15 @@ type Stack struct {
 	closeOnce   sync.Once
 }
 
-func (s *Stack) Close() {
+// Close is Shutdown for a caller without a context (a deferred Close).
+func (s *Stack) Close() { s.Shutdown(context.Background()) }
+
+// Shutdown flushes the stores' last writes and the traces, within ctx and at
+// most 5 seconds (the writes happen even when ctx is already cancelled), then
+// closes the Valkey and Docker clients. Calls after the first do nothing.
+func (s *Stack) Shutdown(ctx context.Context) {
 	s.closeOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_ = s.Budget.Close(ctx)
 		_ = s.Dollars.Close(ctx)
