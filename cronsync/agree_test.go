@@ -33,6 +33,11 @@ func TestTriggersAgreeWithTheWorker(t *testing.T) {
 		{"zero cost", `"flow":"f","task":"t","maxCostUsd":"0.00"`, "maxCostUsd"},
 		{"cost", `"flow":"f","task":"t","maxCostUsd":"2.5"`, ""},
 		{"command without a task", `"command":"c"`, ""},
+		{"neither flow nor command", `"task":"t"`, "flow"},
+		{"flow with a colon", `"flow":"a:b","task":"t"`, "flow"},
+		{"relative skills folder", `"flow":"f","task":"t","skillsDir":"skills"`, "skillsDir"},
+		{"secrets profile with a comma", `"flow":"f","task":"t","secretsProfile":"a,b"`, "secretsProfile"},
+		{"provider with a space", `"flow":"f","task":"t","provider":"a b"`, "provider"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

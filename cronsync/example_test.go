@@ -42,7 +42,7 @@ func ExampleParseTriggers() {
 	// nightly 0 3 * * * Europe/Amsterdam /srv/app 1
 	// {"flow":"fix","folder":"/srv/app","kind":"cron","schedulerId":"nightly","task":"Fix the failing tests"}
 	// triggers[0] (id "nightly"): on.pattern: "61 * * * *" is not a valid cron pattern
-	// triggers[0] (id "nightly"): run.folder: "srv/app" is not an absolute path
+	// triggers[0] (id "nightly"): run.folder: must be an absolute path
 	// triggers[1] (id "nightly"): on.patern: unknown key (did you mean "pattern"?)
 	// triggers[1] (id "nightly"): on.pattern: required
 	// triggers[1] (id "nightly"): on.id: duplicate of triggers[0]

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pidispatch/pidispatch/internal/logtest"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 
@@ -122,12 +123,12 @@ func TestWatchForgeReloadsAndKeepsTheLastGoodSet(t *testing.T) {
 	write(`{"triggers": []}`)
 	var mu sync.Mutex
 	var got [][]ForgeTrigger
-	var logs logCapture
+	var logs logtest.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- WatchForge(ctx, path, ForgeWatchConfig{Poll: 10 * time.Millisecond, Debounce: 20 * time.Millisecond,
-			Logger: logs.logger(), Host: "h1"}, func(fts []ForgeTrigger) {
+			Logger: logs.Logger(), Host: "h1"}, func(fts []ForgeTrigger) {
 			mu.Lock()
 			got = append(got, fts)
 			mu.Unlock()
@@ -146,17 +147,11 @@ func TestWatchForgeReloadsAndKeepsTheLastGoodSet(t *testing.T) {
 	write(`{"triggers": [{"on": {"type": "comment", "repos": ["a/b"], "phrase": "/pi"}, "run": {"kind": "github", "flow": "f"}}]}`)
 	require.Eventually(t, func() bool { return count() == 1 }, 5*time.Second, 10*time.Millisecond)
 	write(`{"triggers": [{"on": {"type": "comment", "repos": ["a/b"]}, "run": {"kind": "github", "flow": "f"}}]}`)
-	require.Eventually(t, func() bool { return strings.Contains(logs.text(), "triggers_reload_invalid") }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "triggers_reload_invalid") }, 5*time.Second, 10*time.Millisecond)
 	assert.Equal(t, 1, count(), "an invalid file is not applied")
-	assert.Contains(t, logs.text(), `"kept":true`)
-	assert.Contains(t, logs.text(), `"host":"h1"`)
+	assert.Contains(t, logs.String(), `"kept":true`)
+	assert.Contains(t, logs.String(), `"host":"h1"`)
 	mu.Lock()
 	assert.Equal(t, "/pi", got[0][0].Phrase)
 	mu.Unlock()
-}
-
-func (c *logCapture) text() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.buf.String()
 }

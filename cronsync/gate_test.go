@@ -51,7 +51,7 @@ func TestTwoHostEditSequence(t *testing.T) {
 	if gr.Refused != "" || gr.Result.Installed != 2 || len(gr.Peers) != 1 || gr.Peers[0].Host != "a" {
 		t.Fatalf("b at boot: %+v", gr)
 	}
-	if ev := b.logs.events(t, "cron_agreement"); len(ev) != 1 || ev[0]["peers"] != float64(1) || ev[0]["host"] != "b" {
+	if ev := b.logs.Events(t, "cron_agreement"); len(ev) != 1 || ev[0]["peers"] != float64(1) || ev[0]["host"] != "b" {
 		t.Fatalf("b's cron_agreement = %v", ev)
 	}
 	assertSets("boot", wantA1, wantB1)
@@ -66,7 +66,7 @@ func TestTwoHostEditSequence(t *testing.T) {
 	if len(gr.Peers) != 1 || gr.Peers[0] != (PeerView{Host: "b", FPCron: fpV1, CronCount: 3}) {
 		t.Fatalf("a's refusal names %+v, want b with the old fingerprint and 3 schedules", gr.Peers)
 	}
-	ev := a.logs.events(t, "cron_divergence_refused")
+	ev := a.logs.Events(t, "cron_divergence_refused")
 	if len(ev) != 1 || ev[0]["host"] != "a" || ev[0]["cronCount"] != float64(5) || ev[0]["reason"] != RefusedDivergence {
 		t.Fatalf("a's cron_divergence_refused = %v", ev)
 	}
@@ -119,7 +119,7 @@ func TestAbstainVersusOpine(t *testing.T) {
 	if gr := a.gate(t); gr.Refused != "" || gr.Result.Installed != 1 || len(gr.Peers) != 0 {
 		t.Fatalf("an abstaining peer blocked a: %+v", gr)
 	}
-	if ev := a.logs.events(t, "cron_agreement"); len(ev) != 0 {
+	if ev := a.logs.Events(t, "cron_agreement"); len(ev) != 0 {
 		t.Fatalf("cron_agreement logged with no opinion around: %v", ev)
 	}
 
@@ -141,7 +141,7 @@ func TestAbstainVersusOpine(t *testing.T) {
 	if err != nil || gr.Refused != RefusedOwnUnreadable || gr.Mine != "" {
 		t.Fatalf("unreadable own file = %+v, %v", gr, err)
 	}
-	if ev := a.logs.events(t, "cron_divergence_refused"); len(ev) != 2 || ev[1]["reason"] != RefusedOwnUnreadable || ev[1]["mine"] != "" {
+	if ev := a.logs.Events(t, "cron_divergence_refused"); len(ev) != 2 || ev[1]["reason"] != RefusedOwnUnreadable || ev[1]["mine"] != "" {
 		t.Fatalf("own-unreadable refusal log = %v", ev)
 	}
 	if got := a.ids(t); !slices.Equal(got, []string{"nightly"}) {

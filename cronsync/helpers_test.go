@@ -1,20 +1,18 @@
 package cronsync
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/logtest"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
 )
@@ -24,65 +22,6 @@ var (
 	_ SchedulerStore = (*queue.Queue)(nil)
 	_ Peers          = (*registry.Registry)(nil)
 )
-
-// logCapture collects JSON log lines.
-type logCapture struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (c *logCapture) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.buf.Write(p)
-}
-
-func (c *logCapture) logger() *slog.Logger {
-	return slog.New(slog.NewJSONHandler(c, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-// events returns every logged line whose message is msg, decoded.
-func (c *logCapture) events(t testing.TB, msg string) []map[string]any {
-	t.Helper()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(c.buf.String()), "\n") {
-		if line == "" {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("log line is not JSON: %q", line)
-		}
-		if m["msg"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-func (c *logCapture) String() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.buf.String()
-}
-
-// waitEvents waits until msg has been logged at least n times.
-func (c *logCapture) waitEvents(t testing.TB, msg string, n int) []map[string]any {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		ev := c.events(t, msg)
-		if len(ev) >= n {
-			return ev
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 5s for %d %s event(s), have %d; log:\n%s", n, msg, len(ev), c)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // cronTrigger is one cron trigger of a test file.
 type cronTrigger struct {
@@ -133,12 +72,12 @@ type testHost struct {
 	reg     *registry.Registry
 	live    *LiveSet
 	folders map[string]bool
-	logs    *logCapture
+	logs    *logtest.Buffer
 }
 
 func newHost(t *testing.T, db *livetest.ValkeyDB, name, tz string, own Own, folders ...string) *testHost {
 	t.Helper()
-	h := &testHost{name: name, tz: tz, folders: map[string]bool{}, logs: &logCapture{}}
+	h := &testHost{name: name, tz: tz, folders: map[string]bool{}, logs: &logtest.Buffer{}}
 	for _, f := range folders {
 		h.folders[f] = true
 	}
@@ -168,7 +107,7 @@ func newHost(t *testing.T, db *livetest.ValkeyDB, name, tz string, own Own, fold
 func (h *testHost) has(folder string) bool { return h.folders[folder] }
 
 func (h *testHost) opts() Options {
-	return Options{Host: h.name, TZ: h.tz, Logger: h.logs.logger()}
+	return Options{Host: h.name, TZ: h.tz, Logger: h.logs.Logger()}
 }
 
 // apply is the worker's reload path: place, then gate.

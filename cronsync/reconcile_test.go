@@ -9,6 +9,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/logtest"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -27,15 +28,15 @@ func TestReconcileInstallsAndPrunes(t *testing.T) {
 		cronTrigger{id: "nightly", pattern: "0 3 * * *", folder: "/srv/a"},
 		cronTrigger{id: "tokyo", pattern: "*/10 * * * * *", tz: "Asia/Tokyo", folder: "/srv/b"},
 	))
-	logs := &logCapture{}
-	res, err := Reconcile(ctx, q, set, Options{Host: "a", TZ: "Europe/Amsterdam", Logger: logs.logger()})
+	logs := &logtest.Buffer{}
+	res, err := Reconcile(ctx, q, set, Options{Host: "a", TZ: "Europe/Amsterdam", Logger: logs.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Installed != 2 || res.Removed != 1 || !slices.Equal(res.RemovedIDs, []string{"old"}) {
 		t.Fatalf("Result = %+v, want 2 installed, old removed", res)
 	}
-	ev := logs.events(t, "scheduler_removed_orphan")
+	ev := logs.Events(t, "scheduler_removed_orphan")
 	if len(ev) != 1 || ev[0]["host"] != "a" || ev[0]["schedulerId"] != "old" {
 		t.Fatalf("scheduler_removed_orphan events = %v", ev)
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/internal/check"
 	"github.com/pidispatch/pidispatch/internal/jobrule"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -26,7 +26,6 @@ const (
 	MaxTriggers     = 1000    // bounds the parse: a pattern that never fires costs ~3ms to prove
 	MaxIDBytes      = 128     // "repeat:<id>:<millis>" stays a valid job id (at most 256 bytes)
 	MaxTaskBytes    = jobrule.MaxTaskBytes
-	maxPathBytes    = 4096
 	maxNameBytes    = jobrule.MaxNameBytes
 	maxSecretRefLen = 256
 )
@@ -167,7 +166,6 @@ var (
 
 var (
 	schedulerIDRE = regexp.MustCompile(`^[A-Za-z0-9._@#-]+$`)
-	nameRE        = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 	envNameRE     = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
 )
 
@@ -375,7 +373,11 @@ func (p *triggerParser) parse(raw json.RawMessage) (entry Entry, other Other, is
 		return entry, other, true
 	}
 	entry.Run = compact(runRaw)
+	before := len(p.errs)
 	p.parseRun(run, &entry.Local)
+	if len(p.errs) == before {
+		p.validateJob(entry)
+	}
 	return entry, other, true
 }
 
@@ -546,26 +548,23 @@ func (p *triggerParser) parseRun(run map[string]json.RawMessage, l *LocalRun) {
 		}
 		return b, true
 	}
-	name := func(key string) string {
-		s, ok := str(key)
-		if ok && (len(s) > maxNameBytes || !nameRE.MatchString(s)) {
-			p.fail("run."+key, "must be 1-%d letters, digits, '.', '_' or '-'", maxNameBytes)
-			return ""
+	strs := func(key string) []string {
+		raw, present := run[key]
+		if !present {
+			return nil
 		}
-		return s
-	}
-	absPath := func(key string) string {
-		s, ok := str(key)
-		if !ok {
-			return ""
+		var out []string
+		if json.Unmarshal(raw, &out) != nil || bytes.Equal(raw, []byte("null")) {
+			p.fail("run."+key, "must be an array of strings")
+			return nil
 		}
-		if reason := absPathRule(s); reason != "" {
-			p.fail("run."+key, "%s", reason)
-			return ""
-		}
-		return s
+		return out
 	}
 
+	// The shape of the run object is checked here; the values of a job's
+	// fields are the worker's rules (jobs.Job.Validate), applied below to the
+	// job data the scheduler will fire, so the file and the worker cannot
+	// disagree.
 	if kind, ok := str("kind"); !ok {
 		if _, present := run["kind"]; !present {
 			p.fail("run.kind", `required ("local" for a cron trigger)`)
@@ -578,89 +577,62 @@ func (p *triggerParser) parseRun(run map[string]json.RawMessage, l *LocalRun) {
 	if _, present := run["folder"]; !present {
 		p.fail("run.folder", "required: the absolute folder the job runs in")
 	} else {
-		l.Folder = absPath("folder")
+		l.Folder, _ = str("folder")
 	}
-	l.Flow = name("flow")
-	l.Command = name("command")
-	_, hasFlow := run["flow"]
-	_, hasCommand := run["command"]
-	if hasFlow == hasCommand {
-		p.fail("run.flow", "exactly one of flow and command is required")
-	}
-	if task, ok := str("task"); ok {
-		if reason := textRule(task, MaxTaskBytes); reason != "" {
-			p.fail("run.task", "%s", reason)
-		} else if task == "" && hasFlow {
-			p.fail("run.task", "must not be empty with a flow")
-		} else {
-			l.Task = task
-		}
-	} else if _, present := run["task"]; !present && hasFlow {
-		p.fail("run.task", "required with a flow")
-	}
-	if image, ok := str("image"); ok {
-		if !jobrule.ImageRef(image) {
-			p.fail("run.image", "%s is not an image reference", clipQuote(image))
-		} else {
-			l.Image = image
-		}
-	}
-	l.SecretsProfile = name("secretsProfile")
+	l.Flow, _ = str("flow")
+	l.Command, _ = str("command")
+	l.Task, _ = str("task")
+	l.Image, _ = str("image")
+	l.SecretsProfile, _ = str("secretsProfile")
 	if raw, present := run["secrets"]; present {
 		l.Secrets = p.secrets(raw)
 	}
 	if b, ok := boolean("packages"); ok {
 		l.Packages = &b
 	}
-	if raw, present := run["excludeTools"]; present {
-		l.ExcludeTools = p.excludeTools(raw)
-	}
-	if _, present := run["skillsDir"]; present {
-		l.SkillsDir = absPath("skillsDir")
-	}
+	l.ExcludeTools = strs("excludeTools")
+	l.SkillsDir, _ = str("skillsDir")
 	l.GitHub, _ = boolean("github")
 	l.Network, _ = boolean("network")
-	for _, key := range []string{"provider", "model"} {
-		if s, ok := str(key); ok {
-			if !jobrule.Token(s) {
-				p.fail("run."+key, "must be 1-%d printable characters without spaces", maxNameBytes)
-				continue
-			}
-			if key == "provider" {
-				l.Provider = s
-			} else {
-				l.Model = s
-			}
-		}
-	}
+	l.Provider, _ = str("provider")
+	l.Model, _ = str("model")
 	if raw, present := run["maxTurns"]; present {
 		n, err := strconv.Atoi(string(raw))
-		if err != nil || !jobrule.Turns(n) {
+		if err != nil {
 			p.fail("run.maxTurns", "must be a whole number from 1 to %d", jobrule.MaxTurns)
 		} else {
 			l.MaxTurns = n
 		}
 	}
-	if raw, present := run["models"]; present {
-		var models []string
-		err := json.Unmarshal(raw, &models)
-		bad, shortEnough := jobrule.Models(models)
-		if err != nil || len(models) < 1 || !shortEnough || bytes.Equal(raw, []byte("null")) {
+	if _, present := run["models"]; present {
+		if l.Models = strs("models"); l.Models != nil && len(l.Models) == 0 {
 			p.fail("run.models", "must be an array of 1 to %d model names", jobrule.MaxModels)
-		} else if i := bad; i >= 0 {
-			p.fail(fmt.Sprintf("run.models[%d]", i), "must be 1-%d printable characters without spaces", maxNameBytes)
-		} else {
-			l.Models = models
 		}
 	}
-	if s, ok := str("maxCostUsd"); ok {
-		if !jobrule.Cost(s) {
-			p.fail("run.maxCostUsd", `must be a positive decimal string such as "2.50"`)
-		} else {
-			l.MaxCostUSD = s
-		}
+	l.MaxCostUSD, _ = str("maxCostUsd")
+	l.Backend, _ = str("backend")
+}
+
+// validateJob applies the worker's job rules (jobs.ParseJob) to the data
+// e's scheduler fires, and reports the first broken one under "run.".
+func (p *triggerParser) validateJob(e Entry) {
+	if e.SchedulerID == "" {
+		e.SchedulerID = "trigger" // on.id is reported on its own
 	}
-	l.Backend = name("backend")
+	data, err := jobData(e)
+	if err != nil {
+		p.fail("run", "must be an object")
+		return
+	}
+	_, err = jobs.ParseJob(data)
+	var fe *check.FieldError
+	switch {
+	case err == nil:
+	case errors.As(err, &fe):
+		p.fail("run."+fe.Field, "%s", fe.Rule)
+	default:
+		p.fail("run", "%s", strings.TrimPrefix(err.Error(), "invalid job: "))
+	}
 }
 
 func (p *triggerParser) secrets(raw json.RawMessage) map[string]string {
@@ -688,26 +660,6 @@ func (p *triggerParser) secrets(raw json.RawMessage) map[string]string {
 	return out
 }
 
-func (p *triggerParser) excludeTools(raw json.RawMessage) []string {
-	all := strings.Join(jobrule.ExcludableTools, " ")
-	var tools []string
-	if err := json.Unmarshal(raw, &tools); err != nil || bytes.Equal(raw, []byte("null")) {
-		p.fail("run.excludeTools", "must be an array of tool names (%s)", all)
-		return nil
-	}
-	for i, t := range tools {
-		switch jobrule.ExcludeTool(tools, i) {
-		case "unknown":
-			p.fail(fmt.Sprintf("run.excludeTools[%d]", i), "%s is not one of %s", clipQuote(t), all)
-			return nil
-		case "twice":
-			p.fail(fmt.Sprintf("run.excludeTools[%d]", i), "%s is listed twice", clipQuote(t))
-			return nil
-		}
-	}
-	return tools
-}
-
 // stringValue decodes raw as a JSON string.
 func stringValue(raw json.RawMessage) (string, bool) {
 	if len(raw) == 0 || raw[0] != '"' {
@@ -718,21 +670,6 @@ func stringValue(raw json.RawMessage) (string, bool) {
 		return "", false
 	}
 	return s, true
-}
-
-// absPathRule returns "" when s is an absolute, clean path.
-func absPathRule(s string) string {
-	switch {
-	case len(s) > maxPathBytes:
-		return fmt.Sprintf("longer than %d bytes", maxPathBytes)
-	case textRule(s, maxPathBytes) != "":
-		return "must be valid UTF-8 without NUL"
-	case !filepath.IsAbs(s):
-		return fmt.Sprintf("%s is not an absolute path", clipQuote(s))
-	case filepath.Clean(s) != s:
-		return fmt.Sprintf("%s is not a clean path (%s)", clipQuote(s), clipQuote(filepath.Clean(s)))
-	}
-	return ""
 }
 
 // textRule returns "" when s is valid UTF-8 without NUL and at most limit bytes.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/logtest"
 )
 
 // runWatcher runs w until the test ends and checks that Run returned nil.
@@ -59,9 +60,9 @@ func TestWatcherReloads(t *testing.T) {
 	}
 	fpOne, _ := h.live.FPCron()
 
-	logs := &logCapture{}
+	logs := &logtest.Buffer{}
 	w, err := NewWatcher(path, WatchConfig{Poll: 20 * time.Millisecond, Debounce: 150 * time.Millisecond, Retry: -1,
-		Logger: logs.logger(), Host: "a", Live: h.live}, h.apply)
+		Logger: logs.Logger(), Host: "a", Live: h.live}, h.apply)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func TestWatcherReloads(t *testing.T) {
 
 	// Invalid: kept.
 	writeFile(t, path, []byte(`{"triggers":[{"on":{"type":"cron","id":"two","pattern":"61 * * * *"}`))
-	ev := logs.waitEvents(t, "schedules_reload_invalid", 1)
+	ev := logs.WaitEvents(t, "schedules_reload_invalid", 1)
 	if ev[0]["kept"] != true || ev[0]["host"] != "a" {
 		t.Fatalf("schedules_reload_invalid = %v", ev[0])
 	}
@@ -82,7 +83,7 @@ func TestWatcherReloads(t *testing.T) {
 
 	// Valid: installed.
 	writeFile(t, path, v("one", "two"))
-	ev = logs.waitEvents(t, "schedules_reloaded", 1)
+	ev = logs.WaitEvents(t, "schedules_reloaded", 1)
 	if ev[0]["installed"] != float64(2) || ev[0]["removed"] != float64(0) {
 		t.Fatalf("schedules_reloaded = %v", ev[0])
 	}
@@ -99,7 +100,7 @@ func TestWatcherReloads(t *testing.T) {
 		writeFile(t, path, v(ids...))
 		time.Sleep(10 * time.Millisecond)
 	}
-	ev = logs.waitEvents(t, "schedules_reloaded", 2)
+	ev = logs.WaitEvents(t, "schedules_reloaded", 2)
 	if ev[1]["installed"] != float64(1) || ev[1]["removed"] != float64(2) {
 		t.Fatalf("burst reload = %v", ev[1])
 	}
@@ -113,7 +114,7 @@ func TestWatcherReloads(t *testing.T) {
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
-	logs.waitEvents(t, "schedules_reloaded", 3)
+	logs.WaitEvents(t, "schedules_reloaded", 3)
 	if got := h.ids(t); !slices.Equal(got, []string{"five"}) {
 		t.Fatalf("after a rename: %v", got)
 	}
@@ -122,18 +123,18 @@ func TestWatcherReloads(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	ev = logs.waitEvents(t, "schedules_reload_invalid", 2)
+	ev = logs.WaitEvents(t, "schedules_reload_invalid", 2)
 	if ev[1]["reason"] != "missing" || ev[1]["kept"] != true {
 		t.Fatalf("missing file event = %v", ev[1])
 	}
 	time.Sleep(200 * time.Millisecond)
-	if n := len(logs.events(t, "schedules_reload_invalid")); n != 2 {
+	if n := len(logs.Events(t, "schedules_reload_invalid")); n != 2 {
 		t.Fatalf("a missing file was reported %d times", n-1)
 	}
 	if got := h.ids(t); !slices.Equal(got, []string{"five"}) {
 		t.Fatalf("a missing file changed the schedulers: %v", got)
 	}
-	if n := len(logs.events(t, "schedules_reloaded")); n != 3 {
+	if n := len(logs.Events(t, "schedules_reloaded")); n != 3 {
 		t.Fatalf("%d reloads, want 3 (one per settled edit)", n)
 	}
 }
@@ -152,32 +153,32 @@ func TestWatcherRefusalAndRetry(t *testing.T) {
 	a.gate(t)
 	b.gate(t)
 
-	logs := &logCapture{}
+	logs := &logtest.Buffer{}
 	w, err := NewWatcher(path, WatchConfig{Poll: 20 * time.Millisecond, Debounce: 40 * time.Millisecond,
-		Retry: 150 * time.Millisecond, Logger: logs.logger(), Host: "a", Live: a.live}, a.apply)
+		Retry: 150 * time.Millisecond, Logger: logs.Logger(), Host: "a", Live: a.live}, a.apply)
 	if err != nil {
 		t.Fatal(err)
 	}
 	runWatcher(t, w)
 
 	writeFile(t, path, v2)
-	ev := logs.waitEvents(t, "schedules_reload_refused", 1)
+	ev := logs.WaitEvents(t, "schedules_reload_refused", 1)
 	if ev[0]["refused"] != RefusedDivergence || ev[0]["host"] != "a" {
 		t.Fatalf("schedules_reload_refused = %v", ev[0])
 	}
-	if n := len(logs.events(t, "schedules_reloaded")); n != 0 {
+	if n := len(logs.Events(t, "schedules_reloaded")); n != 0 {
 		t.Fatalf("a refusal was logged as a reload (%d)", n)
 	}
 	if got := a.ids(t); !slices.Equal(got, []string{"one"}) {
 		t.Fatalf("a refused reload changed the schedulers: %v", got)
 	}
-	logs.waitEvents(t, "schedules_reload_refused", 2) // retried, still refused
+	logs.WaitEvents(t, "schedules_reload_refused", 2) // retried, still refused
 
 	b.live.Update(mustParse(t, v2))
 	if gr := b.gate(t); gr.Refused != "" {
 		t.Fatalf("b after the sync: %+v", gr)
 	}
-	ev = logs.waitEvents(t, "schedules_reloaded", 1)
+	ev = logs.WaitEvents(t, "schedules_reloaded", 1)
 	if ev[0]["installed"] != float64(2) {
 		t.Fatalf("retry reload = %v", ev[0])
 	}

@@ -186,10 +186,16 @@ func TestPageForbidsExternalSourcesAndHasNoButtonsReadOnly(t *testing.T) {
 	require.Contains(t, resp.Header.Get("Content-Type"), "text/css")
 }
 
-// Nothing the page loads names another origin, and the script never parses
-// data as markup.
+// Nothing the pages load names another origin, and no script parses data
+// as markup.
 func TestEmbeddedFilesFetchNothingFromOutside(t *testing.T) {
-	files := map[string]fs.FS{"page.html": pageFS, "static/app.js": static, "static/style.css": static}
+	files := map[string]fs.FS{"page.html": pageFS, "job.html": pageFS, "static/style.css": static}
+	scripts, err := fs.Glob(static, "static/*.js")
+	require.NoError(t, err)
+	require.Contains(t, scripts, "static/common.js")
+	for _, name := range scripts {
+		files[name] = static
+	}
 	for name, fsys := range files {
 		raw, err := fs.ReadFile(fsys, name)
 		require.NoError(t, err)
@@ -198,10 +204,30 @@ func TestEmbeddedFilesFetchNothingFromOutside(t *testing.T) {
 			require.NotContains(t, s, bad, name)
 		}
 	}
-	js, err := fs.ReadFile(static, "static/app.js")
-	require.NoError(t, err)
-	for _, bad := range []string{"innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("} {
-		require.NotContains(t, string(js), bad)
+	for _, name := range scripts {
+		js, err := fs.ReadFile(static, name)
+		require.NoError(t, err)
+		for _, bad := range []string{"innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("} {
+			require.NotContains(t, string(js), bad, name)
+		}
+	}
+}
+
+// Both pages load the shared helpers before their own script, and no page
+// script keeps a copy of them.
+func TestPagesShareOneHelperScript(t *testing.T) {
+	for page, own := range map[string]string{"page.html": "static/app.js", "job.html": "static/job.js"} {
+		raw, err := fs.ReadFile(pageFS, page)
+		require.NoError(t, err)
+		html := string(raw)
+		common := strings.Index(html, `<script src="static/common.js" defer></script>`)
+		mine := strings.Index(html, `<script src="`+own+`" defer></script>`)
+		require.True(t, common >= 0 && mine > common, "%s must load static/common.js before %s", page, own)
+		js, err := fs.ReadFile(static, own)
+		require.NoError(t, err)
+		for _, copyOf := range []string{"function el(", "function table("} {
+			require.NotContains(t, string(js), copyOf, own)
+		}
 	}
 }
 

@@ -2,66 +2,26 @@ package dash_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/dash"
-	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/internal/browsertest"
-	"github.com/pidispatch/pidispatch/internal/jobimage"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/livetest/liveworker"
 	"github.com/pidispatch/pidispatch/jobs"
-	"github.com/pidispatch/pidispatch/stack"
 )
-
-// bootWorker runs a real worker (the stack cmd/worker builds) named name on
-// db with the test job image, until the test ends.
-func bootWorker(t *testing.T, db *livetest.ValkeyDB, name string) {
-	t.Helper()
-	dc := livetest.Docker(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	require.NoError(t, jobimage.Ensure(ctx, dc, jobimage.TestTag))
-	env := map[string]string{
-		"VALKEY_URL": db.URL, "PI_WORKER_NAME": name, "PI_JOB_IMAGE": jobimage.TestTag,
-		"PI_LOGS_DIR": t.TempDir(), "PI_JOB_MEMORY": "256m", "PI_JOB_CPUS": "0.5",
-		// Folder jobs work in the tests' temporary folders, owned by whoever
-		// runs the tests (root in a container).
-		"PI_FOLDER_ROOTS": os.TempDir(), "PI_CONTAINER_USER": "owner",
-	}
-	cfg, err := config.Load(func(k string) string { return env[k] })
-	require.NoError(t, err)
-	s, err := stack.Build(context.Background(), cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), dispatch.Tuning{JobsDir: t.TempDir()})
-	require.NoError(t, err)
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Worker.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(60 * time.Second):
-			t.Error("the worker did not stop")
-		}
-		s.Close()
-	})
-}
 
 // A real worker runs one job with the test job image; the page in Chromium
 // shows the worker's own registry row and the run its worker recorded.
 func TestDashboardShowsARealWorkersRun(t *testing.T) {
 	db := livetest.Valkey(t)
 	name := "dash-worker-1"
-	bootWorker(t, db, name)
+	liveworker.Boot(t, db, name, map[string]string{"PI_CONTAINER_USER": "owner"})
 	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{WorkerName: name, WorkerNameDeclared: true})
 	require.NoError(t, err)
 	e, err := p.EnqueueLocal(context.Background(), jobs.Job{Folder: t.TempDir(), Flow: "fix", Task: "JOB_PRINT_EXIT_LINE=1"})
@@ -89,7 +49,7 @@ func TestDashboardShowsARealWorkersRun(t *testing.T) {
 func TestCancelButtonStopsARealWorkersJob(t *testing.T) {
 	db := livetest.Valkey(t)
 	name := "dash-worker-2"
-	bootWorker(t, db, name)
+	liveworker.Boot(t, db, name, map[string]string{"PI_CONTAINER_USER": "owner"})
 	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{WorkerName: name, WorkerNameDeclared: true})
 	require.NoError(t, err)
 	e, err := p.EnqueueLocal(context.Background(), jobs.Job{Folder: t.TempDir(), Flow: "fix", Task: "JOB_SLEEP=120s"})

@@ -16,6 +16,7 @@ import (
 	"github.com/pidispatch/pidispatch/capabilities"
 	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/internal/logtest"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/secretprofile"
 )
@@ -192,10 +193,9 @@ func (f *orphanFixture) leaveOrphan(t *testing.T, id, noteToken string) (lockTok
 // boot runs a fresh worker of the same name until stop is called.
 func (f *orphanFixture) boot(t *testing.T, rt Runtime, reg Registry) (logs func() string, stop func()) {
 	t.Helper()
-	var buf bytes.Buffer
-	var mu sync.Mutex
+	var buf logtest.Buffer
 	w := f.worker(t, rt, reg, nil)
-	w.log = slog.New(slog.NewJSONHandler(lockedWriter{&mu, &buf}, nil)).With("host", f.cfg.WorkerName)
+	w.log = slog.New(slog.NewJSONHandler(&buf, nil)).With("host", f.cfg.WorkerName)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
@@ -216,9 +216,7 @@ func (f *orphanFixture) boot(t *testing.T, rt Runtime, reg Registry) (logs func(
 	t.Cleanup(stop)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		mu.Lock()
 		started := strings.Contains(buf.String(), `"msg":"worker_started"`)
-		mu.Unlock()
 		if started {
 			break
 		}
@@ -227,18 +225,7 @@ func (f *orphanFixture) boot(t *testing.T, rt Runtime, reg Registry) (logs func(
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return func() string { mu.Lock(); defer mu.Unlock(); return buf.String() }, stop
-}
-
-type lockedWriter struct {
-	mu  *sync.Mutex
-	buf *bytes.Buffer
-}
-
-func (w lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.Write(p)
+	return buf.String, stop
 }
 
 // A worker restarted under its name after a crash fails the job its dead

@@ -330,7 +330,7 @@ func (w *Worker) boot(ctx context.Context) (reaped bool, err error) {
 func (w *Worker) startLoops(ctx, jobsCtx context.Context) *sync.WaitGroup {
 	var loops sync.WaitGroup
 	loops.Go(func() { w.stalledLoop(ctx, jobsCtx) })
-	loops.Go(func() { w.pruneLoop(ctx) })
+	loops.Go(func() { w.retentionLoop(ctx) })
 	loops.Go(func() { w.rehomeLoop(ctx) })
 	if r, ok := w.deps.Cancels.(Background); ok {
 		// Cancel requests are watched for as long as jobs may run.
@@ -390,32 +390,6 @@ func (w *Worker) queueNames() []string {
 		names[i] = q.Name()
 	}
 	return names
-}
-
-// pruneInterval is how often the local run records are pruned to
-// PI_LOG_RETENTION_DAYS (first at boot).
-const pruneInterval = time.Hour
-
-// pruneLoop removes the local run records older than PI_LOG_RETENTION_DAYS,
-// by the Worker's clock (the run mirror prunes its own copies).
-func (w *Worker) pruneLoop(ctx context.Context) {
-	t := time.NewTicker(pruneInterval)
-	defer t.Stop()
-	for {
-		cutoff := w.tune.Now().AddDate(0, 0, -w.cfg.LogRetentionDays)
-		n, err := jobs.PruneRecords(w.cfg.LogsDir, cutoff)
-		if err != nil {
-			w.log.Warn("records_prune_failed", "err", err)
-		}
-		if n > 0 {
-			w.log.Info("records_pruned", "removed", n, "olderThan", cutoff.UTC().Format(time.RFC3339))
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }
 
 // recordTempAge is how old a record temp file must be for boot to finish or

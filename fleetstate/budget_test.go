@@ -1,11 +1,9 @@
 package fleetstate
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"net"
 	"runtime"
@@ -21,6 +19,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/logtest"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 
@@ -395,8 +394,8 @@ func TestBudgetJunkCounterFailsClosedAndUndoes(t *testing.T) {
 	t.Parallel()
 	db := livetest.Valkey(t)
 	ctx := context.Background()
-	var logs budgetLogSink
-	b := NewBudget(db.Client, BudgetConfig{DailyCap: 5, Logger: logs.logger()})
+	var logs logtest.Buffer
+	b := NewBudget(db.Client, BudgetConfig{DailyCap: 5, Logger: logs.Logger()})
 	const scope = "owner/junk"
 	limit := &dispatch.ScopeLimit{Scope: scope, Day: 5}
 	require.NoError(t, db.Client.Set(ctx, BudgetDayKey(budgetAt), "not a count\x00", 0).Err())
@@ -416,7 +415,7 @@ func TestBudgetJunkCounterFailsClosedAndUndoes(t *testing.T) {
 	require.NoError(t, db.Client.HSet(ctx, BudgetDayKey(budgetAt), "f", "v").Err())
 	_, err = b.reserve(ctx, scope, limit, budgetMs(budgetAt))
 	require.ErrorIs(t, err, dispatch.ErrBudgetUnavailable, "a key of another type")
-	require.Equal(t, 0, logs.count("budget_unreachable"), "a junk value is not an outage")
+	require.Equal(t, 0, logs.Count(t, "budget_unreachable"), "a junk value is not an outage")
 }
 
 func TestBudgetValkeyDownFailsClosedWithinTheBound(t *testing.T) {
@@ -424,9 +423,9 @@ func TestBudgetValkeyDownFailsClosedWithinTheBound(t *testing.T) {
 	srv := livetest.StartServer(t)
 	client := srv.Client()
 	ctx := context.Background()
-	var logs budgetLogSink
+	var logs logtest.Buffer
 	const bound = 300 * time.Millisecond
-	b := NewBudget(client, BudgetConfig{DailyCap: 5, CallTimeout: bound, Logger: logs.logger(), Host: "alpha"})
+	b := NewBudget(client, BudgetConfig{DailyCap: 5, CallTimeout: bound, Logger: logs.Logger(), Host: "alpha"})
 
 	r, err := b.Reserve(ctx, "", nil)
 	require.NoError(t, err)
@@ -442,14 +441,14 @@ func TestBudgetValkeyDownFailsClosedWithinTheBound(t *testing.T) {
 	_, _, err = b.Counts(ctx)
 	require.ErrorIs(t, err, dispatch.ErrBudgetUnavailable)
 	require.ErrorIs(t, b.Release(ctx, r), dispatch.ErrBudgetUnavailable)
-	require.Equal(t, 1, logs.count("budget_unreachable"), "one line per outage")
+	require.Equal(t, 1, logs.Count(t, "budget_unreachable"), "one line per outage")
 
 	srv.Start()
 	require.Eventually(t, func() bool {
 		_, err := b.Reserve(ctx, "", nil)
 		return err == nil
 	}, 5*time.Second, 50*time.Millisecond)
-	require.Equal(t, 1, logs.count("budget_restored"))
+	require.Equal(t, 1, logs.Count(t, "budget_restored"))
 	require.Equal(t, 2, strings.Count(logs.String(), `"host":"alpha"`), "every line names the host")
 	require.NoError(t, b.Close(ctx))
 }
@@ -514,32 +513,6 @@ func budgetWaitGoroutines(t *testing.T, before int) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// budgetLogSink captures a logger's JSON lines for counting events.
-type budgetLogSink struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *budgetLogSink) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *budgetLogSink) logger() *slog.Logger { return slog.New(slog.NewJSONHandler(s, nil)) }
-
-func (s *budgetLogSink) count(event string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.Count(s.buf.String(), `"msg":"`+event+`"`)
-}
-
-func (s *budgetLogSink) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
 }
 
 // ExampleBudget reserves a container start before running a job, and gives the

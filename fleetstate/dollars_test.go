@@ -11,6 +11,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/logtest"
 )
 
 const usd = 1_000_000
@@ -221,8 +222,8 @@ func TestDollarsValkeyDown(t *testing.T) {
 	t.Parallel()
 	srv := livetest.StartServer(t)
 	ctx := context.Background()
-	var logs budgetLogSink
-	d := NewDollars(srv.Client(), DollarsConfig{DailyMicros: 10 * usd, CallTimeout: 300 * time.Millisecond, Logger: logs.logger(), Host: "alpha"})
+	var logs logtest.Buffer
+	d := NewDollars(srv.Client(), DollarsConfig{DailyMicros: 10 * usd, CallTimeout: 300 * time.Millisecond, Logger: logs.Logger(), Host: "alpha"})
 	r, err := d.ReserveDollars(ctx, "gh-11", "", nil, usd, time.Hour)
 	require.NoError(t, err)
 	srv.Stop()
@@ -231,10 +232,10 @@ func TestDollarsValkeyDown(t *testing.T) {
 	require.ErrorIs(t, d.SettleDollars(ctx, r, usd), dispatch.ErrBudgetUnavailable)
 	_, err = d.Windows(ctx)
 	require.ErrorIs(t, err, dispatch.ErrBudgetUnavailable)
-	require.Equal(t, 1, logs.count("dollars_unreachable"))
+	require.Equal(t, 1, logs.Count(t, "dollars_unreachable"))
 	srv.Start()
 	require.Eventually(t, func() bool { return d.SettleDollars(ctx, r, usd) == nil }, 5*time.Second, 50*time.Millisecond)
-	require.Equal(t, 1, logs.count("dollars_restored"))
+	require.Equal(t, 1, logs.Count(t, "dollars_restored"))
 	require.Equal(t, 2, strings.Count(logs.String(), `"host":"alpha"`))
 	require.NoError(t, d.Close(ctx))
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/logtest"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 
@@ -151,8 +152,8 @@ func TestMirrorRefusesAnInvalidRecord(t *testing.T) {
 	t.Parallel()
 	db := livetest.Valkey(t)
 	ctx := context.Background()
-	var logs budgetLogSink
-	m := NewMirror(db.Client, MirrorConfig{Logger: logs.logger()})
+	var logs logtest.Buffer
+	m := NewMirror(db.Client, MirrorConfig{Logger: logs.Logger()})
 	for name, mutate := range map[string]func(*jobs.Record){
 		"EmptyID":     func(r *jobs.Record) { r.JobID = "" },
 		"NULInID":     func(r *jobs.Record) { r.JobID = "a\x00b" },
@@ -172,7 +173,7 @@ func TestMirrorRefusesAnInvalidRecord(t *testing.T) {
 	n, err := db.Client.DBSize(ctx).Result()
 	require.NoError(t, err)
 	require.Zero(t, n, "nothing written")
-	require.Zero(t, logs.count("run_mirror_failed"), "an invalid record is not an outage")
+	require.Zero(t, logs.Count(t, "run_mirror_failed"), "an invalid record is not an outage")
 }
 
 func TestMirrorReadNewestFirstAndPrunesJunk(t *testing.T) {
@@ -269,27 +270,27 @@ func TestMirrorFailureLoggedOncePerTransition(t *testing.T) {
 	t.Parallel()
 	srv := livetest.StartServer(t)
 	ctx := context.Background()
-	var logs budgetLogSink
-	m := NewMirror(srv.Client(), MirrorConfig{CallTimeout: 300 * time.Millisecond, Logger: logs.logger(), Host: "alpha"})
+	var logs logtest.Buffer
+	m := NewMirror(srv.Client(), MirrorConfig{CallTimeout: 300 * time.Millisecond, Logger: logs.Logger(), Host: "alpha"})
 
 	require.NoError(t, m.Mirror(ctx, mirrorRec("a", time.Now())))
 	srv.Stop()
 	for i := range 3 {
 		require.ErrorIs(t, m.Mirror(ctx, mirrorRec("b"+strconv.Itoa(i), time.Now())), ErrMirrorUnreachable)
 	}
-	require.Equal(t, 1, logs.count("run_mirror_failed"), logs.String())
-	require.Zero(t, logs.count("run_mirror_restored"))
+	require.Equal(t, 1, logs.Count(t, "run_mirror_failed"), logs.String())
+	require.Zero(t, logs.Count(t, "run_mirror_restored"))
 
 	srv.Start()
 	require.Eventually(t, func() bool { return m.Mirror(ctx, mirrorRec("c", time.Now())) == nil }, 5*time.Second, 50*time.Millisecond)
 	require.NoError(t, m.Mirror(ctx, mirrorRec("d", time.Now())))
-	require.Equal(t, 1, logs.count("run_mirror_failed"), logs.String())
-	require.Equal(t, 1, logs.count("run_mirror_restored"), logs.String())
+	require.Equal(t, 1, logs.Count(t, "run_mirror_failed"), logs.String())
+	require.Equal(t, 1, logs.Count(t, "run_mirror_restored"), logs.String())
 	require.Equal(t, 2, strings.Count(logs.String(), `"host":"alpha"`), "every line names the host")
 
 	srv.Stop()
 	require.Error(t, m.Mirror(ctx, mirrorRec("e", time.Now())))
-	require.Equal(t, 2, logs.count("run_mirror_failed"), "a second outage is a second transition")
+	require.Equal(t, 2, logs.Count(t, "run_mirror_failed"), "a second outage is a second transition")
 }
 
 // Not parallel: it counts the process's goroutines.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/logtest"
 )
 
 func TestRateLimitsKeyExpiresAtTheReset(t *testing.T) {
@@ -140,8 +141,8 @@ func TestRateLimitsValkeyDown(t *testing.T) {
 	t.Parallel()
 	srv := livetest.StartServer(t)
 	ctx := context.Background()
-	var logs budgetLogSink
-	l := NewRateLimits(srv.Client(), RateLimitsConfig{CallTimeout: 300 * time.Millisecond, Logger: logs.logger(), Host: "alpha"})
+	var logs logtest.Buffer
+	l := NewRateLimits(srv.Client(), RateLimitsConfig{CallTimeout: 300 * time.Millisecond, Logger: logs.Logger(), Host: "alpha"})
 	require.NoError(t, l.Suspend(ctx, "anthropic", time.Now().Add(time.Hour), "x"))
 	srv.Stop()
 	require.ErrorIs(t, l.Suspend(ctx, "anthropic", time.Now().Add(time.Hour), "x"), dispatch.ErrRateLimitsUnavailable)
@@ -149,7 +150,7 @@ func TestRateLimitsValkeyDown(t *testing.T) {
 	require.ErrorIs(t, err, dispatch.ErrRateLimitsUnavailable)
 	_, err = l.List(ctx)
 	require.ErrorIs(t, err, dispatch.ErrRateLimitsUnavailable)
-	require.Equal(t, 1, logs.count("ratelimits_unreachable"))
+	require.Equal(t, 1, logs.Count(t, "ratelimits_unreachable"))
 	require.Contains(t, logs.String(), `"host":"alpha"`)
 	require.NoError(t, l.Close(ctx))
 }

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/internal/fakeprovider"
+	"github.com/pidispatch/pidispatch/internal/logtest"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 
@@ -62,24 +62,6 @@ func (f *fakeRateLimits) Suspensions() []suspension {
 
 var _ RateLimits = dispatch.RateLimits(nil)
 
-// syncBuffer is a log sink safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // testPricing prices the test models with round numbers.
 const testPricing = `
 anthropic claude-test 3 15 0.3 3.75
@@ -91,7 +73,7 @@ type rig struct {
 	gw   *Gateway
 	sess *Session
 	srv  *httptest.Server
-	logs *syncBuffer
+	logs *logtest.Buffer
 }
 
 // newRig serves one job's session over HTTP, both providers at a fake.
@@ -102,7 +84,7 @@ func newRig(t *testing.T, cfg Config, job dispatch.GatewayJob, steps ...fakeprov
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { fp.Close() })
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	cfg.Upstreams = map[string]string{"anthropic": fp.URL(), "openai": fp.URL() + "/v1"}
 	cfg.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 	cfg.Host = "h1"
@@ -569,7 +551,7 @@ func TestCloseEndsCallsInFlight(t *testing.T) {
 // An upstream that cannot be reached is a 502 in the provider's shape, and
 // the log line holds no key.
 func TestUpstreamUnreachable(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	gw, err := New(Config{Upstreams: map[string]string{"openai": "http://127.0.0.1:1"}, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)

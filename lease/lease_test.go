@@ -3,9 +3,7 @@ package lease
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -21,6 +19,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/logtest"
 )
 
 // Child mode: the multi-process safety test re-executes this test binary with
@@ -106,38 +105,6 @@ func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-// logCapture counts slog events by message.
-type logCapture struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (c *logCapture) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.buf.Write(p)
-}
-
-func (c *logCapture) logger() *slog.Logger { return slog.New(slog.NewJSONHandler(c, nil)) }
-
-func (c *logCapture) events(t testing.TB, msg string) []map[string]any {
-	t.Helper()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(c.buf.String()), "\n") {
-		if line == "" {
-			continue
-		}
-		var m map[string]any
-		require.NoError(t, json.Unmarshal([]byte(line), &m))
-		if m["msg"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
 }
 
 func TestKeys(t *testing.T) {
@@ -368,8 +335,8 @@ func TestLease_Outage(t *testing.T) {
 	t.Parallel()
 	srv := livetest.StartServer(t)
 	ctx := testCtx(t)
-	logs := &logCapture{}
-	l := New(srv.Client(), "mini1", Config{Logger: logs.logger()})
+	logs := &logtest.Buffer{}
+	l := New(srv.Client(), "mini1", Config{Logger: logs.Logger()})
 
 	srv.Stop()
 	for range 3 {
@@ -384,8 +351,8 @@ func TestLease_Outage(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ok)
 	}
-	require.Len(t, logs.events(t, "fleet_lease_unavailable"), 1)
-	require.Equal(t, "mini1", logs.events(t, "fleet_lease_unavailable")[0]["host"])
+	require.Len(t, logs.Events(t, "fleet_lease_unavailable"), 1)
+	require.Equal(t, "mini1", logs.Events(t, "fleet_lease_unavailable")[0]["host"])
 
 	srv.Start()
 	var h *Handle
@@ -395,8 +362,8 @@ func TestLease_Outage(t *testing.T) {
 		return err == nil && h != nil && !h.Degraded()
 	}, 3*time.Second, 20*time.Millisecond)
 	require.NotEmpty(t, h.Key())
-	require.Len(t, logs.events(t, "fleet_lease_restored"), 1)
-	require.Len(t, logs.events(t, "fleet_lease_unavailable"), 1)
+	require.Len(t, logs.Events(t, "fleet_lease_restored"), 1)
+	require.Len(t, logs.Events(t, "fleet_lease_unavailable"), 1)
 
 	// A held slot whose server goes away: release and refresh return errors
 	// within the bound, and refresh still reports the slot as ours.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/logtest"
 )
 
 // TestSweepOwnClaims deletes this worker's scope claims and nothing else, and
@@ -17,8 +18,8 @@ func TestSweepOwnClaims(t *testing.T) {
 	db := livetest.Valkey(t)
 	ctx := testCtx(t)
 	c := db.Client
-	logs := &logCapture{}
-	l := New(c, "w1", Config{Logger: logs.logger()})
+	logs := &logtest.Buffer{}
+	l := New(c, "w1", Config{Logger: logs.Logger()})
 
 	web, api := fleet.ScopeHash("acme/web"), fleet.ScopeHash("acme/api")
 	set := func(key, holder string) {
@@ -38,9 +39,9 @@ func TestSweepOwnClaims(t *testing.T) {
 	n, err := l.SweepOwnClaims(ctx, false, rows)
 	require.NoError(t, err)
 	require.Zero(t, n)
-	require.Len(t, logs.events(t, "scope_claims_sweep_skipped"), 1)
-	require.Equal(t, "w1", logs.events(t, "scope_claims_sweep_skipped")[0]["host"])
-	require.NotEmpty(t, logs.events(t, "scope_claims_sweep_skipped")[0]["reason"])
+	require.Len(t, logs.Events(t, "scope_claims_sweep_skipped"), 1)
+	require.Equal(t, "w1", logs.Events(t, "scope_claims_sweep_skipped")[0]["host"])
+	require.NotEmpty(t, logs.Events(t, "scope_claims_sweep_skipped")[0]["reason"])
 	require.Equal(t, int64(8), c.Exists(ctx, fleet.ScopeSlotKey(web, 0), fleet.ScopeSlotKey(web, 1), fleet.ScopeSlotKey(web, 2),
 		fleet.ScopeSlotKey(api, 0), fleet.ScopeSlotKey(api, 1), fleet.ScopeSlotKey(api, 2), fleet.ScopeSlotKey(api, 3),
 		fleet.ScopeSlotKey(fleet.ScopeHash("other"), 0)).Val(), "a skipped sweep deleted something")
@@ -54,7 +55,7 @@ func TestSweepOwnClaims(t *testing.T) {
 	require.Equal(t, "w1#job-6", c.Get(ctx, fleet.ScopeSlotKey(api, 3)).Val())
 	require.Equal(t, "w1#job-7", c.Get(ctx, fleet.ScopeSlotKey(fleet.ScopeHash("other"), 0)).Val())
 	require.Equal(t, int64(1), c.Exists(ctx, fleet.ScopeSlotKey(web, 2)).Val())
-	swept := logs.events(t, "scope_claims_swept")
+	swept := logs.Events(t, "scope_claims_swept")
 	require.Len(t, swept, 1)
 	require.EqualValues(t, 3, swept[0]["count"])
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/logtest"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/operator"
 	"github.com/pidispatch/pidispatch/queue"
@@ -299,7 +300,7 @@ func TestNewCancelWatcherRefusesBadInput(t *testing.T) {
 func TestCancelWatcherOutage(t *testing.T) {
 	srv := livetest.StartServer(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialTimeout: 200 * time.Millisecond, MaxRetries: -1, DialerRetries: 1})
-	var logs syncBuffer
+	var logs logtest.Buffer
 	w, err := fleetstate.NewCancelWatcher(c, "alpha", fleetstate.CancelWatcherConfig{
 		Poll: 30 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 	})
@@ -332,23 +333,6 @@ func TestCancelWatcherOutage(t *testing.T) {
 	if n := runtime.NumGoroutine(); n > before {
 		t.Fatalf("goroutines: %d after, %d before", n, before)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // The worker side of operator cancel: one watcher loop per worker, one Watch
@@ -421,7 +405,7 @@ func TestCancelRecordsARemovedRetry(t *testing.T) {
 }
 
 // waitLog waits (under load, as long as it takes up to 30 s) for event in logs.
-func waitLog(t *testing.T, logs *syncBuffer, event string) {
+func waitLog(t *testing.T, logs *logtest.Buffer, event string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(logs.String(), event) {

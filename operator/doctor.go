@@ -103,7 +103,7 @@ func Doctor(ctx context.Context, cfg config.Config, deps DoctorDeps) []Check {
 	deps.Timeout = cmp.Or(deps.Timeout, DefaultDoctorTimeout)
 	deps.Self = cmp.Or(deps.Self, cfg.WorkerName)
 	if deps.TZ == "" {
-		deps.TZ = LocalZone(os.Getenv)
+		deps.TZ = registry.LocalZone(os.Getenv)
 	}
 	d := doctor{cfg: cfg, deps: deps}
 
@@ -440,21 +440,6 @@ func (d *doctor) fleetImage(ctx context.Context, peers []registry.Host) {
 	d.warn("fleet-image",
 		"rebuild or re-pull so every host runs the same image; digests match only when every host pulled one tag from one registry",
 		"job image digest differs from %s (here %s %s)", strings.Join(differ, ", "), d.cfg.JobImage, shortDigest(own))
-}
-
-// LocalZone is this host's IANA zone name as the worker publishes it: TZ
-// when set (a leading ':' dropped), else the zone /etc/localtime links to,
-// else UTC.
-func LocalZone(getenv func(string) string) string {
-	if tz := strings.TrimPrefix(getenv("TZ"), ":"); tz != "" {
-		return tz
-	}
-	if target, err := os.Readlink("/etc/localtime"); err == nil {
-		if i := strings.Index(target, "zoneinfo/"); i >= 0 {
-			return filepath.ToSlash(target[i+len("zoneinfo/"):])
-		}
-	}
-	return "UTC"
 }
 
 // ConfigForDoctor loads the configuration like config.Load. When it is

@@ -448,17 +448,6 @@ func TestDoctorLogsDir(t *testing.T) {
 	}
 }
 
-func TestLocalZone(t *testing.T) {
-	for tz, want := range map[string]string{":Europe/Paris": "Europe/Paris", "Asia/Tokyo": "Asia/Tokyo"} {
-		if got := operator.LocalZone(func(string) string { return tz }); got != want {
-			t.Errorf("LocalZone(TZ=%q) = %q, want %q", tz, got, want)
-		}
-	}
-	if got := operator.LocalZone(func(string) string { return "" }); got == "" {
-		t.Error("LocalZone without TZ is empty")
-	}
-}
-
 func TestCheckStatusString(t *testing.T) {
 	for s, want := range map[operator.CheckStatus]string{operator.CheckOK: "ok", operator.CheckWarn: "warn", operator.CheckFail: "fail", 7: "CheckStatus(7)"} {
 		if s.String() != want {

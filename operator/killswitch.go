@@ -274,18 +274,6 @@ func nothingRan(err error) bool {
 		valkey.IsAuthRefused(err) || errors.Is(err, queue.ErrTxRefused)
 }
 
-// DeclareHostQueue declares a worker's host queue at boot, paused when the
-// fleet is paused (PausedKey set), in one atomic call, so a host that joins
-// during a pause never takes a job before the operator resumes. It reports
-// whether the queue is paused afterwards (by the flag, or left paused from
-// before).
-func DeclareHostQueue(ctx context.Context, q *queue.Queue) (paused bool, err error) {
-	if q == nil {
-		return false, errors.New("dispatch: DeclareHostQueue: nil queue")
-	}
-	return q.DeclarePausedIf(ctx, fleetstate.PausedKey)
-}
-
 // StatusReport is the kill switch's status: the real pause state of every
 // queue of the set and their job counts, summed. Its JSON is the original's
 // status line (same field names), extended.

@@ -193,7 +193,7 @@ func TestKillSwitchFleet(t *testing.T) {
 
 	// A host joining during the pause starts paused, and takes nothing.
 	late := mustQueue(t, db.Client, fleet.HostQueueName("charlie"))
-	if p, err := operator.DeclareHostQueue(ctx, late); err != nil || !p {
+	if p, err := fleetstate.DeclareHostQueue(ctx, late); err != nil || !p {
 		t.Fatalf("DeclareHostQueue during pause = %v, %v", p, err)
 	}
 	if _, _, err := late.Add(ctx, "j", json.RawMessage(`{}`), queue.AddOptions{JobID: "late"}); err != nil {
@@ -217,7 +217,7 @@ func TestKillSwitchFleet(t *testing.T) {
 		t.Fatal("resume did not clear the fleet flag")
 	}
 	later := mustQueue(t, db.Client, fleet.HostQueueName("delta"))
-	if p, err := operator.DeclareHostQueue(ctx, later); err != nil || p {
+	if p, err := fleetstate.DeclareHostQueue(ctx, later); err != nil || p {
 		t.Fatalf("DeclareHostQueue after resume = %v, %v", p, err)
 	}
 	if j, err := late.Fetch(ctx, queue.NewToken()); err != nil || j == nil || j.ID != "late" {
@@ -240,10 +240,10 @@ func TestDeclareHostQueueKeepsAPausedQueue(t *testing.T) {
 	if err := q.Pause(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if p, err := operator.DeclareHostQueue(ctx, q); err != nil || !p {
+	if p, err := fleetstate.DeclareHostQueue(ctx, q); err != nil || !p {
 		t.Fatalf("= %v, %v", p, err)
 	}
-	if _, err := operator.DeclareHostQueue(ctx, nil); err == nil {
+	if _, err := fleetstate.DeclareHostQueue(ctx, nil); err == nil {
 		t.Fatal("nil queue accepted")
 	}
 }
@@ -335,7 +335,7 @@ func TestKillSwitchSweepsQueuesDeclaredMeanwhile(t *testing.T) {
 		t.Fatal(err)
 	}
 	early := mustQueue(t, db.Client, fleet.HostQueueName("early"))
-	if p, err := operator.DeclareHostQueue(ctx, early); err != nil || p {
+	if p, err := fleetstate.DeclareHostQueue(ctx, early); err != nil || p {
 		t.Fatalf("declared before the pause: %v %v", p, err)
 	}
 	res, err := operator.Pause(ctx, db.Client, set)
@@ -348,7 +348,7 @@ func TestKillSwitchSweepsQueuesDeclaredMeanwhile(t *testing.T) {
 
 	set, _ = operator.FleetQueues(ctx, db.Client)
 	late := mustQueue(t, db.Client, fleet.HostQueueName("late"))
-	if p, err := operator.DeclareHostQueue(ctx, late); err != nil || !p {
+	if p, err := fleetstate.DeclareHostQueue(ctx, late); err != nil || !p {
 		t.Fatalf("declared during the pause: %v %v", p, err)
 	}
 	res, err = operator.Resume(ctx, db.Client, set)
@@ -394,20 +394,6 @@ func ExamplePause() {
 	var ke *operator.KillError
 	if errors.As(err, &ke) {
 		fmt.Println("paused", len(res.Changed), "of", len(res.Queues), "queues; failed at", res.Failed[0].Queue)
-	}
-}
-
-// A worker declares its host queue at boot; during a fleet pause it starts
-// paused.
-func ExampleDeclareHostQueue() {
-	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
-	defer client.Close()
-	q, err := queue.New(client, fleet.HostQueueName("alpha"), queue.Config{})
-	if err != nil {
-		return
-	}
-	if paused, err := operator.DeclareHostQueue(context.Background(), q); err == nil && paused {
-		fmt.Println("fleet paused: this host takes no job until `pi-dispatch resume`")
 	}
 }
 

@@ -184,17 +184,18 @@ func (c *Consumer) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.closed = true
-	return c.dropConn()
+	// Close takes no context: the release is bounded by releaseConn's second.
+	return c.dropConn(context.Background())
 }
 
-func (c *Consumer) dropConn() error {
+func (c *Consumer) dropConn(ctx context.Context) error {
 	if c.conn == nil {
 		return nil
 	}
-	err := releaseConn(c.conn)
+	err := releaseConn(ctx, c.conn)
 	c.conn = nil
 	for _, p := range c.presence {
-		err = errors.Join(err, releaseConn(p))
+		err = errors.Join(err, releaseConn(ctx, p))
 	}
 	c.presence = nil
 	return err
@@ -203,8 +204,9 @@ func (c *Consumer) dropConn() error {
 // releaseConn returns a named connection to the client's pool without its
 // name (a pooled connection keeps it, and would list a closed consumer).
 // A broken connection fails to clear and is discarded by the pool.
-func releaseConn(conn *redis.Conn) error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+func releaseConn(ctx context.Context, conn *redis.Conn) error {
+	// The connection is released even when ctx has ended.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
 	_ = conn.ClientSetName(ctx, "").Err()
 	return conn.Close()
@@ -298,7 +300,7 @@ func (c *Consumer) wait(ctx context.Context, d time.Duration, timed bool) (int, 
 		// slot was busy, so no wait was in flight): it fails at its first use,
 		// though the fetch just before it, on the pool, found the server
 		// back. One fresh connection decides; a real outage fails it too.
-		_ = c.dropConn()
+		_ = c.dropConn(ctx)
 		if err := c.connect(ctx); err != nil {
 			return -1, err
 		}
@@ -337,7 +339,7 @@ func (c *Consumer) woke(ctx context.Context, key string, err error) (int, error)
 	case errors.Is(err, redis.Nil):
 		return -1, nil
 	case err != nil:
-		_ = c.dropConn()
+		_ = c.dropConn(ctx)
 		if ctx.Err() != nil {
 			return -1, ctx.Err()
 		}

@@ -2,14 +2,12 @@ package queue_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/logtest"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -141,24 +140,6 @@ func TestInterop_OrderKeptAcrossOurPause(t *testing.T) {
 	})
 }
 
-// syncBuffer is a bytes.Buffer safe to read while another goroutine writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // wake runs interop.js's wake scenario: a BullMQ worker waits on a paused
 // queue, and resume (nil: BullMQ resumes) ends the pause once it waits.
 func (bm bullmq) wake(t *testing.T, db *livetest.ValkeyDB, name string, count int, resume func()) (firstMs int64, ids []string) {
@@ -174,7 +155,7 @@ func (bm bullmq) wake(t *testing.T, db *livetest.ValkeyDB, name string, count in
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, filepath.Join("testdata", "interop.js"), "wake", db.URL, string(raw))
 	cmd.Env = nodeEnv(t, bm.dir)
-	var stderr syncBuffer // read while the process may still write it
+	var stderr logtest.Buffer // read while the process may still write it
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)

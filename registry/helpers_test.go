@@ -1,83 +1,15 @@
 package registry
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"log/slog"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 )
-
-// logCapture is a slog handler target that counts events by message.
-type logCapture struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (c *logCapture) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.buf.Write(p)
-}
-
-func (c *logCapture) logger() *slog.Logger {
-	return slog.New(slog.NewJSONHandler(c, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-// events returns every logged line whose message is msg, decoded.
-func (c *logCapture) events(t testing.TB, msg string) []map[string]any {
-	t.Helper()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(c.buf.String()), "\n") {
-		if line == "" {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("log line is not JSON: %q", line)
-		}
-		if m["msg"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-func (c *logCapture) count(t testing.TB, msg string) int { return len(c.events(t, msg)) }
-
-func (c *logCapture) String() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.buf.String()
-}
-
-// everyLineHasHost fails the test when a logged line lacks a host attribute.
-func (c *logCapture) everyLineHasHost(t testing.TB, host string) {
-	t.Helper()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, line := range strings.Split(strings.TrimSpace(c.buf.String()), "\n") {
-		if line == "" {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("log line is not JSON: %q", line)
-		}
-		if m["host"] != host {
-			t.Fatalf("log line without host=%q: %s", host, line)
-		}
-	}
-}
 
 // countingHook counts commands sent through a client: one per round trip for
 // single commands and scripts.

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/logtest"
 )
 
 // outageBound is what "every call returns within its bound" means in a test:
@@ -22,8 +23,8 @@ func TestRegistry_Outage(t *testing.T) {
 	t.Parallel()
 	srv := livetest.StartServer(t)
 	ctx := testCtx(t)
-	logs := &logCapture{}
-	cfg := Config{TTL: 2 * time.Second, Interval: 50 * time.Millisecond, Logger: logs.logger()}
+	logs := &logtest.Buffer{}
+	cfg := Config{TTL: 2 * time.Second, Interval: 50 * time.Millisecond, Logger: logs.Logger()}
 	r := newRegistry(t, srv.Client(), "mini1", staticFacts(), cfg)
 	require.NoError(t, r.Start(ctx))
 
@@ -39,23 +40,23 @@ func TestRegistry_Outage(t *testing.T) {
 	require.Less(t, time.Since(start), outageBound)
 
 	time.Sleep(400 * time.Millisecond) // several beats against the stopped server
-	require.Equal(t, 1, logs.count(t, "host_registry_unreachable"))
-	require.Zero(t, logs.count(t, "host_registry_restored"))
+	require.Equal(t, 1, logs.Count(t, "host_registry_unreachable"))
+	require.Zero(t, logs.Count(t, "host_registry_restored"))
 
 	srv.Start() // empty: no persistence
-	require.Eventually(t, func() bool { return logs.count(t, "host_registry_restored") == 1 }, 3*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return logs.Count(t, "host_registry_restored") == 1 }, 3*time.Second, 10*time.Millisecond)
 	hosts, err := r.ReadLive(ctx)
 	require.NoError(t, err)
 	require.Len(t, hosts, 1, "the beat republished the row after the restart")
 	time.Sleep(200 * time.Millisecond)
-	require.Equal(t, 1, logs.count(t, "host_registry_unreachable"))
-	require.Equal(t, 1, logs.count(t, "host_registry_restored"))
+	require.Equal(t, 1, logs.Count(t, "host_registry_unreachable"))
+	require.Equal(t, 1, logs.Count(t, "host_registry_restored"))
 
 	srv.Stop()
 	start = time.Now()
 	require.ErrorIs(t, r.Close(ctx), ErrUnreachable)
 	require.Less(t, time.Since(start), outageBound)
-	logs.everyLineHasHost(t, "mini1")
+	logs.EveryLineHasHost(t, "mini1")
 }
 
 // TestRegistry_StartWithValkeyDown: boot does not wait on Valkey.
@@ -64,12 +65,12 @@ func TestRegistry_StartWithValkeyDown(t *testing.T) {
 	srv := livetest.StartServer(t)
 	srv.Stop()
 	ctx := testCtx(t)
-	logs := &logCapture{}
-	r := newRegistry(t, srv.Client(), "mini1", staticFacts(), Config{TTL: time.Second, Interval: 50 * time.Millisecond, Logger: logs.logger()})
+	logs := &logtest.Buffer{}
+	r := newRegistry(t, srv.Client(), "mini1", staticFacts(), Config{TTL: time.Second, Interval: 50 * time.Millisecond, Logger: logs.Logger()})
 	start := time.Now()
 	require.NoError(t, r.Start(ctx))
 	require.Less(t, time.Since(start), outageBound)
-	require.Equal(t, 1, logs.count(t, "host_registry_unreachable"))
+	require.Equal(t, 1, logs.Count(t, "host_registry_unreachable"))
 
 	srv.Start()
 	c := srv.Client()
@@ -87,9 +88,9 @@ func TestRegistry_HungServerBounded(t *testing.T) {
 	addr := hungServer(t)
 	c := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: time.Second, MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
-	logs := &logCapture{}
+	logs := &logtest.Buffer{}
 	ctx := testCtx(t)
-	r := newRegistry(t, c, "mini1", staticFacts(), Config{CallTimeout: 200 * time.Millisecond, Logger: logs.logger()})
+	r := newRegistry(t, c, "mini1", staticFacts(), Config{CallTimeout: 200 * time.Millisecond, Logger: logs.Logger()})
 
 	// Unbounded, each call would wait for the client's 1 s read timeout.
 	within := func(call func() error) {

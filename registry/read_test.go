@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/logtest"
 )
 
 // TestReadLive_HostileRows writes rows by hand as a hostile or broken peer
@@ -21,7 +22,7 @@ func TestReadLive_HostileRows(t *testing.T) {
 	t.Parallel()
 	db := livetest.Valkey(t)
 	ctx := testCtx(t)
-	logs := &logCapture{}
+	logs := &logtest.Buffer{}
 	c := db.Client
 
 	good := newRegistry(t, c, "good", staticFacts(), fastConfig(logs))
@@ -120,11 +121,11 @@ func TestReadLive_HostileRows(t *testing.T) {
 	require.NotContains(t, members, "stringrow", "member whose key is not a hash not pruned")
 	require.Contains(t, members, "bad name!", "a row that exists is not pruned, only ignored")
 
-	refused := logs.events(t, "host_registry_row_refused")
+	refused := logs.Events(t, "host_registry_row_refused")
 	require.Len(t, refused, 5)
 	_, err = good.ReadLive(ctx)
 	require.NoError(t, err)
-	require.Len(t, logs.events(t, "host_registry_row_refused"), 5, "a refused row is logged once, not per read")
+	require.Len(t, logs.Events(t, "host_registry_row_refused"), 5, "a refused row is logged once, not per read")
 }
 
 func manyFields(n int) []string {

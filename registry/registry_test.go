@@ -3,7 +3,6 @@ package registry
 import (
 	"context"
 	"errors"
-	"github.com/pidispatch/pidispatch/fleetkey"
 	"os"
 	"os/exec"
 	"strconv"
@@ -12,11 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pidispatch/pidispatch/fleetkey"
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/logtest"
 )
 
 func testCtx(t testing.TB) context.Context {
@@ -27,8 +29,8 @@ func testCtx(t testing.TB) context.Context {
 
 // fastConfig beats often, so a test sees many beats quickly. The TTL leaves
 // room for a slow beat on a loaded machine.
-func fastConfig(logs *logCapture) Config {
-	return Config{TTL: 2 * time.Second, Interval: 40 * time.Millisecond, Version: "1.2.3", Logger: logs.logger()}
+func fastConfig(logs *logtest.Buffer) Config {
+	return Config{TTL: 2 * time.Second, Interval: 40 * time.Millisecond, Version: "1.2.3", Logger: logs.Logger()}
 }
 
 func staticFacts() Facts {
@@ -84,7 +86,7 @@ func TestRegistry_BeatNeverLeavesARowWithoutTTL(t *testing.T) {
 	t.Parallel()
 	db := livetest.Valkey(t)
 	ctx := testCtx(t)
-	logs := &logCapture{}
+	logs := &logtest.Buffer{}
 	cfg := fastConfig(logs)
 	cfg.TTL = time.Second
 	r := newRegistry(t, db.Client, "mini1", staticFacts(), cfg)
@@ -129,7 +131,7 @@ func TestRegistry_BeatNeverLeavesARowWithoutTTL(t *testing.T) {
 	require.Empty(t, hosts)
 	require.NotNil(t, hosts, "no hosts is an empty slice, not nil")
 	require.False(t, db.Client.SIsMember(ctx, LiveKey, "mini1").Val(), "ghost member not pruned")
-	logs.everyLineHasHost(t, "mini1")
+	logs.EveryLineHasHost(t, "mini1")
 }
 
 // TestRegistry_CloseLeavesCleanly deletes the row, the member and the claim,
@@ -138,7 +140,7 @@ func TestRegistry_CloseLeavesCleanly(t *testing.T) {
 	t.Parallel()
 	db := livetest.Valkey(t)
 	ctx := testCtx(t)
-	logs := &logCapture{}
+	logs := &logtest.Buffer{}
 	r := newRegistry(t, db.Client, "mini1", staticFacts(), fastConfig(logs))
 	require.NoError(t, r.Start(ctx))
 	require.Equal(t, int64(2), db.Client.Exists(ctx, HostKey("mini1"), ClaimKey("mini1")).Val())
@@ -164,7 +166,7 @@ func TestRegistry_RowFields(t *testing.T) {
 	t.Parallel()
 	db := livetest.Valkey(t)
 	ctx := testCtx(t)
-	logs := &logCapture{}
+	logs := &logtest.Buffer{}
 	cfg := fastConfig(logs)
 	cfg.Pid = 4242
 	key, err := fleetkey.New([]byte("a fleet key of at least 32 bytes, for the test"))
@@ -235,7 +237,7 @@ func TestRegistry_SkewedLocalClock(t *testing.T) {
 	t.Parallel()
 	db := livetest.Valkey(t)
 	ctx := testCtx(t)
-	logs := &logCapture{}
+	logs := &logtest.Buffer{}
 	cfg := fastConfig(logs)
 	cfg.NowFunc = func() time.Time { return time.Now().Add(-7 * time.Hour) }
 	skewed := newRegistry(t, db.Client, "skewed", staticFacts(), cfg)
@@ -270,7 +272,7 @@ func TestRegistry_FactsReevaluatedEveryBeat(t *testing.T) {
 	t.Parallel()
 	db := livetest.Valkey(t)
 	ctx := testCtx(t)
-	logs := &logCapture{}
+	logs := &logtest.Buffer{}
 	var conc atomic.Int64
 	conc.Store(3)
 	var fp atomic.Value
@@ -311,13 +313,13 @@ func TestRegistry_FactsReevaluatedEveryBeat(t *testing.T) {
 	require.Empty(t, h.ImageDigest, "a failing fact publishes empty")
 	read()
 	read()
-	require.Equal(t, 2, logs.count(t, "host_registry_fact_failed"), "once for cronCount, once for imageDigest, across four beats")
+	require.Equal(t, 2, logs.Count(t, "host_registry_fact_failed"), "once for cronCount, once for imageDigest, across four beats")
 
 	digestFails.Store(false)
 	h = read()
 	require.Equal(t, "sha256:"+strings.Repeat("cd", 32), h.ImageDigest)
-	require.Equal(t, 1, logs.count(t, "host_registry_fact_restored"))
-	logs.everyLineHasHost(t, "mini1")
+	require.Equal(t, 1, logs.Count(t, "host_registry_fact_restored"))
+	logs.EveryLineHasHost(t, "mini1")
 }
 
 // TestRegistry_ContentRule: path-, URL- and repository-shaped values and free
@@ -327,7 +329,7 @@ func TestRegistry_ContentRule(t *testing.T) {
 	t.Parallel()
 	db := livetest.Valkey(t)
 	ctx := testCtx(t)
-	logs := &logCapture{}
+	logs := &logtest.Buffer{}
 	facts := staticFacts()
 	facts.Image = Value("/etc/passwd")
 	facts.TZ = Value("https://x")
@@ -347,7 +349,7 @@ func TestRegistry_ContentRule(t *testing.T) {
 	require.Equal(t, "", row[FieldVersion])
 	require.Equal(t, "s:prod,w:jira", row[FieldCaps], "caps keep their valid tokens")
 
-	refused := logs.events(t, "host_registry_field_refused")
+	refused := logs.Events(t, "host_registry_field_refused")
 	byField := map[string]string{}
 	for _, e := range refused {
 		f := e["field"].(string)
@@ -369,7 +371,7 @@ func TestRegistry_ContentRule(t *testing.T) {
 	r2 := newRegistry(t, db.Client, "mini2", facts, cfg)
 	require.NoError(t, r2.Publish(ctx))
 	require.Equal(t, "", db.Client.HGet(ctx, HostKey("mini2"), FieldImage).Val())
-	require.Len(t, logs.events(t, "host_registry_field_refused"), len(refused)+5)
+	require.Len(t, logs.Events(t, "host_registry_field_refused"), len(refused)+5)
 }
 
 func TestRefuseRule(t *testing.T) {
@@ -421,7 +423,7 @@ func TestRegistry_LivePeersExcludesSelf(t *testing.T) {
 	t.Parallel()
 	db := livetest.Valkey(t)
 	ctx := testCtx(t)
-	logs := &logCapture{}
+	logs := &logtest.Buffer{}
 	a := newRegistry(t, db.Client, "a", staticFacts(), fastConfig(logs))
 	b := newRegistry(t, db.Client, "b", staticFacts(), fastConfig(logs))
 
@@ -448,7 +450,7 @@ func TestRegistry_DuplicateName(t *testing.T) {
 	t.Parallel()
 	db := livetest.Valkey(t)
 	ctx := testCtx(t)
-	logs := &logCapture{}
+	logs := &logtest.Buffer{}
 
 	cfgA := fastConfig(logs)
 	cfgA.Machine = "Machine-One"
@@ -496,7 +498,7 @@ func TestRegistry_DuplicateName(t *testing.T) {
 	require.NoError(t, restarted.Start(ctx), "a restart after a crash must take the name over at once")
 	require.Equal(t, restarted.Instance(), db.Client.HGet(ctx, HostKey("mini1"), FieldInstance).Val())
 	require.Contains(t, db.Client.Get(ctx, ClaimKey("mini1")).Val(), restarted.Instance())
-	require.Equal(t, 1, logs.count(t, "host_name_taken_over"))
+	require.Equal(t, 1, logs.Count(t, "host_name_taken_over"))
 
 	// A live holder on this machine (pid 1 always runs) is never taken over.
 	cfgTwin := fastConfig(logs)
@@ -527,24 +529,24 @@ func TestRegistry_ConflictAfterUnreachableStart(t *testing.T) {
 	t.Parallel()
 	db := livetest.Valkey(t)
 	ctx := testCtx(t)
-	logs := &logCapture{}
+	logs := &logtest.Buffer{}
 	limiter := &switchLimiter{}
 	limiter.down.Store(true)
 	c := clientOf(t, db.Client, func(o *redis.Options) { o.Limiter = limiter })
 
 	r := newRegistry(t, c, "mini1", staticFacts(), fastConfig(logs))
 	require.NoError(t, r.Start(ctx), "an unreachable Valkey must not fail Start")
-	require.Equal(t, 1, logs.count(t, "host_registry_unreachable"))
+	require.Equal(t, 1, logs.Count(t, "host_registry_unreachable"))
 
 	foreign := `{"instance":"` + strings.Repeat("9", 32) + `","machine":"elsewhere","pid":77,"startedAt":1}`
 	require.NoError(t, db.Client.Set(ctx, ClaimKey("mini1"), foreign, time.Minute).Err())
 	limiter.down.Store(false)
 
-	require.Eventually(t, func() bool { return logs.count(t, "host_name_conflict") >= 3 }, 2*time.Second, 10*time.Millisecond)
-	require.Equal(t, 1, logs.count(t, "host_registry_restored"))
+	require.Eventually(t, func() bool { return logs.Count(t, "host_name_conflict") >= 3 }, 2*time.Second, 10*time.Millisecond)
+	require.Equal(t, 1, logs.Count(t, "host_registry_restored"))
 	require.Equal(t, foreign, db.Client.Get(ctx, ClaimKey("mini1")).Val(), "the claim was stolen")
 	require.Zero(t, db.Client.Exists(ctx, HostKey("mini1")).Val(), "a row was written under a contested name")
-	e := logs.events(t, "host_name_conflict")[0]
+	e := logs.Events(t, "host_name_conflict")[0]
 	require.Equal(t, "elsewhere", e["holderMachine"])
 	require.Equal(t, "mini1", e["host"])
 
@@ -560,7 +562,7 @@ func TestRegistry_UnreadableClaimRefuses(t *testing.T) {
 	t.Parallel()
 	db := livetest.Valkey(t)
 	ctx := testCtx(t)
-	logs := &logCapture{}
+	logs := &logtest.Buffer{}
 	for _, junk := range []func() error{
 		func() error { return db.Client.Set(ctx, ClaimKey("mini1"), "\x00junk{", time.Minute).Err() },
 		func() error {
@@ -583,7 +585,7 @@ func TestRegistry_SameHostnameOtherMachine(t *testing.T) {
 	t.Parallel()
 	db := livetest.Valkey(t)
 	ctx := testCtx(t)
-	logs := &logCapture{}
+	logs := &logtest.Buffer{}
 	cfg := fastConfig(logs)
 	cfg.Machine = "raspberrypi"
 	r := newRegistry(t, db.Client, "raspberrypi", staticFacts(), cfg)
@@ -603,7 +605,7 @@ func TestRegistry_NeverTakesBackALostName(t *testing.T) {
 	t.Parallel()
 	db := livetest.Valkey(t)
 	ctx := testCtx(t)
-	logs := &logCapture{}
+	logs := &logtest.Buffer{}
 	cfgA := fastConfig(logs)
 	cfgA.Machine, cfgA.Pid = "m1", deadPid(t)
 	cfgB := fastConfig(logs)
@@ -614,8 +616,8 @@ func TestRegistry_NeverTakesBackALostName(t *testing.T) {
 	b := newRegistry(t, db.Client, "mini1", staticFacts(), cfgB)
 	require.NoError(t, b.Start(ctx), "b takes over: a's pid does not run")
 
-	require.Eventually(t, func() bool { return logs.count(t, "host_name_conflict") >= 3 }, 3*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return logs.Count(t, "host_name_conflict") >= 3 }, 3*time.Second, 10*time.Millisecond)
 	require.Equal(t, b.Instance(), db.Client.HGet(ctx, HostKey("mini1"), FieldInstance).Val())
 	require.Contains(t, db.Client.Get(ctx, ClaimKey("mini1")).Val(), b.Instance())
-	require.Equal(t, 1, logs.count(t, "host_name_taken_over"))
+	require.Equal(t, 1, logs.Count(t, "host_name_taken_over"))
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/internal/jobimage"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/logtest"
 	"github.com/pidispatch/pidispatch/runner"
 )
 
@@ -47,23 +48,6 @@ func liveDocker(t testing.TB) *client.Client {
 	return c
 }
 
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func unique(prefix string) string {
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
@@ -73,7 +57,7 @@ func unique(prefix string) string {
 type liveBundle struct {
 	c      *client.Client
 	d      *runner.Docker
-	logs   *logBuffer
+	logs   *logtest.Buffer
 	worker string
 }
 
@@ -82,7 +66,7 @@ type liveBundle struct {
 func setup(t testing.TB, cfg runner.Config) *liveBundle {
 	t.Helper()
 	c := liveDocker(t)
-	logs := &logBuffer{}
+	logs := &logtest.Buffer{}
 	cfg.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	d, err := runner.NewDocker(c, cfg)
 	if err != nil {

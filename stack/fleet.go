@@ -14,7 +14,6 @@ import (
 	"github.com/pidispatch/pidispatch/fleetkey"
 	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/lease"
-	"github.com/pidispatch/pidispatch/operator"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
 )
@@ -193,7 +192,7 @@ func (f *Fleet) queues(ctx context.Context, h dispatch.FleetHost, log *slog.Logg
 		return nil, err
 	}
 	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	paused, err := operator.DeclareHostQueue(dctx, host)
+	paused, err := fleetstate.DeclareHostQueue(dctx, host)
 	cancel()
 	switch {
 	case err != nil:

@@ -21,15 +21,13 @@ type report struct {
 	transcripts *transcript.Store
 	notifier    *notify.Notifier // nil without PI_ON_FAILURE and PI_NOTIFY_URL
 	tracer      *tracing.Tracer  // nil without an OTLP endpoint
-	retention   time.Duration
 	dir         string
-	now         func() time.Time // the Worker's clock
 }
 
 // newReport builds the parts cfg.Report asks for. A hook that is not an
 // executable file refuses boot.
 func newReport(ctx context.Context, cfg config.Config, rc redis.UniversalClient, tune dispatch.Tuning) (*report, error) {
-	r := &report{dir: cfg.LogsDir, retention: time.Duration(cfg.LogRetentionDays) * 24 * time.Hour, now: tune.Now}
+	r := &report{dir: cfg.LogsDir}
 	var err error
 	r.transcripts, err = transcript.NewStore(transcript.Config{
 		Dir: cfg.LogsDir, MaxBytes: cfg.Report.TranscriptMax(), Live: transcript.NewLive(rc),
@@ -59,7 +57,6 @@ func newReport(ctx context.Context, cfg config.Config, rc redis.UniversalClient,
 // wire adds the parts to deps.
 func (r *report) wire(deps *dispatch.Deps) {
 	deps.Transcripts = r.transcripts
-	deps.Background = append(deps.Background, pruneTranscripts{dir: r.dir, keep: r.retention, now: r.now})
 	if r.notifier != nil {
 		deps.Observers = append(deps.Observers, r.notifier)
 		deps.Background = append(deps.Background, r.notifier)
@@ -107,25 +104,4 @@ func (l notifyingLimits) Suspend(ctx context.Context, provider string, until tim
 	err := l.RateLimits.Suspend(ctx, provider, until, why)
 	l.n.ProviderSuspended(provider, until)
 	return err
-}
-
-// pruneTranscripts removes transcripts past the records' retention
-// (PI_LOG_RETENTION_DAYS), at boot and every hour.
-type pruneTranscripts struct {
-	dir  string
-	keep time.Duration
-	now  func() time.Time // the Worker's clock
-}
-
-func (p pruneTranscripts) Run(ctx context.Context) error {
-	t := time.NewTicker(time.Hour)
-	defer t.Stop()
-	for {
-		_, _ = transcript.Prune(p.dir, p.now().Add(-p.keep))
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,14 +16,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pidispatch/pidispatch/config"
-	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/enqueue"
-	"github.com/pidispatch/pidispatch/internal/jobimage"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/livetest/liveworker"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/notify"
-	"github.com/pidispatch/pidispatch/stack"
 	"github.com/pidispatch/pidispatch/transcript"
 )
 
@@ -67,10 +63,6 @@ func script(t *testing.T, body string) string {
 // first, and slow) each hear of the failure once.
 func TestFailedJobTranscriptRedactedAndNotified(t *testing.T) {
 	db := livetest.Valkey(t)
-	dc := livetest.Docker(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	require.NoError(t, jobimage.Ensure(ctx, dc, jobimage.TestTag))
 
 	const secret, hostKey = "zq-profile-secret-8f7e6d5c4b3a", "sk-ant-host-key-0123456789abcdef"
 	resolver := script(t, "echo DEPLOY_TOKEN="+secret+"\n")
@@ -81,28 +73,9 @@ func TestFailedJobTranscriptRedactedAndNotified(t *testing.T) {
 	defer srv.Close()
 
 	logs, name := t.TempDir(), "report-worker-1"
-	env := map[string]string{
-		"VALKEY_URL": db.URL, "PI_WORKER_NAME": name, "PI_JOB_IMAGE": jobimage.TestTag,
-		"PI_LOGS_DIR": logs, "PI_JOB_MEMORY": "256m", "PI_JOB_CPUS": "0.5", "PI_FOLDER_ROOTS": os.TempDir(), "PI_CONTAINER_USER": "root",
-		"PI_SECRET_PROFILES": "deploy:" + resolver, "ANTHROPIC_API_KEY": hostKey,
+	liveworker.Boot(t, db, name, map[string]string{
+		"PI_LOGS_DIR": logs, "PI_SECRET_PROFILES": "deploy:" + resolver, "ANTHROPIC_API_KEY": hostKey,
 		"PI_ON_FAILURE": hook, "PI_NOTIFY_URL": srv.URL + "/notify",
-	}
-	cfg, err := config.Load(func(k string) string { return env[k] })
-	require.NoError(t, err)
-	s, err := stack.Build(context.Background(), cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), dispatch.Tuning{JobsDir: t.TempDir()})
-	require.NoError(t, err)
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Worker.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(60 * time.Second):
-			t.Error("the worker did not stop")
-		}
-		s.Close()
 	})
 
 	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{WorkerName: name, WorkerNameDeclared: true, Attempts: 1})

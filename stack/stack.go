@@ -23,7 +23,6 @@ import (
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/metrics"
-	"github.com/pidispatch/pidispatch/operator"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
 	"github.com/pidispatch/pidispatch/runner"
@@ -55,9 +54,15 @@ type Stack struct {
 	closeOnce   sync.Once
 }
 
-func (s *Stack) Close() {
+// Close is Shutdown for a caller without a context (a deferred Close).
+func (s *Stack) Close() { s.Shutdown(context.Background()) }
+
+// Shutdown flushes the stores' last writes and the traces, within ctx and at
+// most 5 seconds (the writes happen even when ctx is already cancelled), then
+// closes the Valkey and Docker clients. Calls after the first do nothing.
+func (s *Stack) Shutdown(ctx context.Context) {
 	s.closeOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_ = s.fleet.Close(ctx)
 		_ = s.report.close(ctx)
@@ -129,7 +134,7 @@ func Build(ctx context.Context, cfg config.Config, logger *slog.Logger, tune dis
 	if err != nil {
 		return fail(err)
 	}
-	tz := operator.LocalZone(os.Getenv)
+	tz := registry.LocalZone(os.Getenv)
 	live := cronsync.NewLiveSet(own, tz)
 
 	deps := dispatch.Deps{Runtime: runtime, Secrets: secretprofile.Resolver{}, ModelSockets: modelSockets{}}
@@ -149,7 +154,13 @@ func Build(ctx context.Context, cfg config.Config, logger *slog.Logger, tune dis
 		return fail(err)
 	}
 	failBuilt := fail
-	fail = func(err error) (*Stack, error) { _ = report.close(context.Background()); return failBuilt(err) }
+	fail = func(err error) (*Stack, error) {
+		// The report's last write must happen though ctx may be what ended the build.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = report.close(cctx)
+		return failBuilt(err)
+	}
 	report.wire(&deps)
 	if err := wireGateway(cfg, st.limits, tune, &deps, report); err != nil {
 		return fail(err)

@@ -85,9 +85,12 @@ func NewStore(cfg Config) (*Store, error) {
 
 // Keep follows run's output file until the returned keeper is closed.
 func (s *Store) Keep(ctx context.Context, run dispatch.TranscriptRun) dispatch.TranscriptKeeper {
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	// The keeper outlives the caller's cancel (its last lines and the end
+	// entry are written after the job stops), never its values.
+	base := context.WithoutCancel(ctx)
+	ctx, cancel := context.WithCancel(base)
 	k := &keeper{
-		s: s, run: run, red: NewRedactor(run.Redact), cancel: cancel, done: make(chan struct{}),
+		s: s, run: run, base: base, red: NewRedactor(run.Redact), cancel: cancel, done: make(chan struct{}),
 		log: s.log.With("jobId", run.JobID, "attempt", run.Attempt),
 	}
 	k.gz = gzip.NewWriter(&k.buf)
@@ -116,6 +119,7 @@ func (s *Store) ModelCall(jobID string, attempt int, c Call, at time.Time) {
 type keeper struct {
 	s      *Store
 	run    dispatch.TranscriptRun
+	base   context.Context // the caller's context without its cancel
 	red    *Redactor
 	log    *slog.Logger
 	cancel context.CancelFunc
@@ -271,7 +275,7 @@ func (k *keeper) flushLive(last bool) {
 	if len(batch) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(k.base, 2*time.Second)
 	defer cancel()
 	err := k.s.cfg.Live.Append(ctx, k.run.JobID, batch)
 	switch {
@@ -345,4 +349,11 @@ func (l *lineSplitter) flush() []string {
 	s := l.red.Line(string(l.buf))
 	l.buf = nil
 	return []string{s}
+}
+
+// Prune removes the stored transcripts last written before olderThan (see
+// the package function Prune). The Worker's retention loop calls it with
+// the run records' cutoff.
+func (s *Store) Prune(olderThan time.Time) (int, error) {
+	return Prune(s.cfg.Dir, olderThan)
 }

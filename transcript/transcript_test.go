@@ -150,3 +150,6 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// The Worker's retention loop prunes the store with the run records.
+var _ dispatch.Pruner = (*transcript.Store)(nil)

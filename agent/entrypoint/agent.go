@@ -2,6 +2,7 @@ package entrypoint
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -30,7 +31,7 @@ const PlaceholderKey = "pidispatch-model-socket"
 // prepareAgent writes pi's agent folder (settings.json, and models.json when
 // the model endpoint is overridden) and returns pi's environment and the
 // function that stops the socket forwarder.
-func prepareAgent(o Options, job Job, dir string) (env []string, stop func(), err error) {
+func prepareAgent(ctx context.Context, o Options, job Job, dir string) (env []string, stop func(), err error) {
 	stop = func() {}
 	retries, delay := 2, 2000
 	if v := o.Getenv("PI_AGENT_RETRIES"); v != "" {
@@ -58,7 +59,7 @@ func prepareAgent(o Options, job Job, dir string) (env []string, stop func(), er
 	}
 	baseURL := o.Getenv("PI_AGENT_BASE_URL")
 	if fi, serr := os.Stat(o.ModelSocket); serr == nil && fi.Mode()&os.ModeSocket != 0 {
-		f, err := startForwarder(o.ModelSocket)
+		f, err := startForwarder(ctx, o.ModelSocket)
 		if err != nil {
 			return nil, stop, fmt.Errorf("model socket forwarder: %w", err)
 		}

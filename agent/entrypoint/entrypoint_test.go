@@ -428,7 +428,7 @@ func TestModelSocketIsForwardedOnLoopback(t *testing.T) {
 		t.Fatalf("no placeholder key:\n%s", r.stderr)
 	}
 
-	f, err := startForwarder(sock)
+	f, err := startForwarder(context.Background(), sock)
 	if err != nil {
 		t.Fatal(err)
 	}

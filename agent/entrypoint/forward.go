@@ -12,6 +12,9 @@ import (
 // model socket the worker mounted, so pi can reach its provider in a
 // container with no network.
 type forwarder struct {
+	// ctx bounds the dials to the socket; Close cancels it.
+	ctx    context.Context
+	stop   context.CancelFunc
 	ln     net.Listener
 	socket string
 	wg     sync.WaitGroup
@@ -20,13 +23,15 @@ type forwarder struct {
 	closed bool
 }
 
-// startForwarder listens on 127.0.0.1 (a free port) and forwards to socket.
-func startForwarder(socket string) (*forwarder, error) {
+// startForwarder listens on 127.0.0.1 (a free port) and forwards to socket
+// until Close or the end of ctx stops new dials.
+func startForwarder(ctx context.Context, socket string) (*forwarder, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	f := &forwarder{ln: ln, socket: socket, conns: map[net.Conn]struct{}{}}
+	ctx, stop := context.WithCancel(ctx)
+	f := &forwarder{ctx: ctx, stop: stop, ln: ln, socket: socket, conns: map[net.Conn]struct{}{}}
 	f.wg.Add(1)
 	go f.serve()
 	return f, nil
@@ -51,7 +56,7 @@ func (f *forwarder) serve() {
 }
 
 func (f *forwarder) pipe(c net.Conn) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(f.ctx, 10*time.Second)
 	up, err := (&net.Dialer{}).DialContext(ctx, "unix", f.socket)
 	cancel()
 	if err != nil {
@@ -107,6 +112,7 @@ func (f *forwarder) untrack(conns ...net.Conn) {
 // goroutine.
 func (f *forwarder) Close() {
 	_ = f.ln.Close()
+	f.stop()
 	f.mu.Lock()
 	f.closed = true
 	for c := range f.conns {

@@ -100,7 +100,7 @@ func TestRecordPiRuns(t *testing.T) {
 			agentDir, ws := t.TempDir(), t.TempDir()
 			o := Options{ModelSocket: filepath.Join(agentDir, "no.sock"), Getenv: func(k string) string { return env[k] },
 				Environ: func() []string { return []string{"PATH=" + os.Getenv("PATH"), "HOME=" + agentDir} }}
-			piEnv, stop, err := prepareAgent(o.withDefaults(), job, agentDir)
+			piEnv, stop, err := prepareAgent(context.Background(), o.withDefaults(), job, agentDir)
 			if err != nil {
 				t.Fatal(err)
 			}

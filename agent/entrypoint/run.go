@@ -159,7 +159,7 @@ func run(ctx context.Context, o Options, tr io.Writer, line *ExitLine) int {
 		return crashed(tr, line, "agent dir", err)
 	}
 	defer os.RemoveAll(agentDir)
-	env, stopFwd, err := prepareAgent(o, job, agentDir)
+	env, stopFwd, err := prepareAgent(ctx, o, job, agentDir)
 	if err != nil {
 		return crashed(tr, line, "prepare pi", err)
 	}
@@ -243,7 +243,7 @@ func runPi(ctx context.Context, o Options, job Job, env []string, sessionDir str
 	cmd := exec.Command(o.Pi[0], append(append([]string{}, o.Pi[1:]...), job.Args(sessionDir)...)...)
 	cmd.Dir = o.Workspace
 	cmd.Env = env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	newGroup(cmd)
 	stderr := &lineWriter{w: tr}
 	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
@@ -330,20 +330,6 @@ func runPi(ctx context.Context, o Options, job Job, env []string, sessionDir str
 		err = nil // pi ended because it was told to
 	}
 	return t, asked, err
-}
-
-// haltGroup sends SIGTERM to pi's process group, then SIGKILL after grace
-// unless the group is gone.
-func haltGroup(pid int, grace time.Duration) {
-	_ = syscall.Kill(-pid, syscall.SIGTERM)
-	deadline := time.Now().Add(grace)
-	for time.Now().Before(deadline) {
-		if syscall.Kill(-pid, 0) != nil {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
 }
 
 // readEvents calls fn with each line of r. Lines longer than 64 MiB (a

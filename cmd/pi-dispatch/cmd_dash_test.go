@@ -20,26 +20,9 @@ import (
 	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/internal/browsertest"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/logtest"
 	"github.com/pidispatch/pidispatch/registry"
 )
-
-// lockedBuffer is a writer the command and the test share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 var dashURLRE = regexp.MustCompile(`dashboard: (http://\S+:\d+/)login\?token=([0-9a-f]{64}) `)
 
@@ -48,11 +31,11 @@ var dashURLRE = regexp.MustCompile(`dashboard: (http://\S+:\d+/)login\?token=([0
 // returns its exit code.
 func startDash(t *testing.T, env map[string]string, args ...string) (string, func() int) {
 	t.Helper()
-	return startDashErr(t, env, &lockedBuffer{}, args...)
+	return startDashErr(t, env, &logtest.Buffer{}, args...)
 }
 
 // startDashErr is startDash with the command's stderr kept in stderr.
-func startDashErr(t *testing.T, env map[string]string, stderr *lockedBuffer, args ...string) (string, func() int) {
+func startDashErr(t *testing.T, env map[string]string, stderr *logtest.Buffer, args ...string) (string, func() int) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
@@ -203,7 +186,7 @@ func TestDashServesReadOnlyAndStopsOnInterrupt(t *testing.T) {
 // --allow-remote serves on every interface, and says loudly what that means.
 func TestDashAllowRemoteWarns(t *testing.T) {
 	db := livetest.Valkey(t)
-	var stderr lockedBuffer
+	var stderr logtest.Buffer
 	login, stop := startDashErr(t, map[string]string{"VALKEY_URL": db.URL}, &stderr, "--listen", "0.0.0.0:0", "--allow-remote", "--allow-actions")
 	url := dashBase(login)
 	if !strings.Contains(stderr.String(), "WARNING: serving the dashboard on 0.0.0.0:0, which is not loopback") ||

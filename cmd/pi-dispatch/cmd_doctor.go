@@ -13,6 +13,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/pidispatch/pidispatch/operator"
+	"github.com/pidispatch/pidispatch/registry"
 	"github.com/pidispatch/pidispatch/runner"
 )
 
@@ -51,7 +52,7 @@ func cmdDoctor(ctx context.Context, e env, args []string) int {
 		return exitUsage
 	}
 	cfg, cfgErr := operator.ConfigForDoctor(e.getenv)
-	deps := operator.DoctorDeps{ConfigErr: cfgErr, TZ: operator.LocalZone(e.getenv)}
+	deps := operator.DoctorDeps{ConfigErr: cfgErr, TZ: registry.LocalZone(e.getenv)}
 	if rc, err := dialConfigValkey(cfg); err == nil {
 		defer rc.Close()
 		deps.Valkey = rc

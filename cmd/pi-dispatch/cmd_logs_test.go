@@ -3,55 +3,18 @@ package main
 import (
 	"context"
 	"io"
-	"log/slog"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pidispatch/pidispatch/config"
-	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/enqueue"
-	"github.com/pidispatch/pidispatch/internal/jobimage"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/livetest/liveworker"
+	"github.com/pidispatch/pidispatch/internal/logtest"
 	"github.com/pidispatch/pidispatch/jobs"
-	"github.com/pidispatch/pidispatch/stack"
 )
-
-// bootLogsWorker runs a real worker named name on db until the test ends,
-// and returns its logs folder.
-func bootLogsWorker(t *testing.T, db *livetest.ValkeyDB, name string) string {
-	t.Helper()
-	dc := livetest.Docker(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	require.NoError(t, jobimage.Ensure(ctx, dc, jobimage.TestTag))
-	logs := t.TempDir()
-	env := map[string]string{
-		"VALKEY_URL": db.URL, "PI_WORKER_NAME": name, "PI_JOB_IMAGE": jobimage.TestTag,
-		"PI_LOGS_DIR": logs, "PI_JOB_MEMORY": "256m", "PI_JOB_CPUS": "0.5", "PI_FOLDER_ROOTS": os.TempDir(), "PI_CONTAINER_USER": "root",
-	}
-	cfg, err := config.Load(func(k string) string { return env[k] })
-	require.NoError(t, err)
-	s, err := stack.Build(context.Background(), cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), dispatch.Tuning{JobsDir: t.TempDir()})
-	require.NoError(t, err)
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Worker.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(60 * time.Second):
-			t.Error("the worker did not stop")
-		}
-		s.Close()
-	})
-	return logs
-}
 
 // `logs --follow` on another host (its own, empty logs folder) shows a
 // running job's lines while it runs and ends with its attempt; once it
@@ -59,14 +22,14 @@ func bootLogsWorker(t *testing.T, db *livetest.ValkeyDB, name string) string {
 // `logs --json` prints entries.
 func TestLogsFollowRunningJobFromAnotherHost(t *testing.T) {
 	db := livetest.Valkey(t)
-	logs := bootLogsWorker(t, db, "logs-host-a")
+	logs := liveworker.Boot(t, db, "logs-host-a", nil).LogsDir
 	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{WorkerName: "logs-host-a", WorkerNameDeclared: true, Attempts: 1})
 	require.NoError(t, err)
 	e, err := p.EnqueueLocal(context.Background(), jobs.Job{Folder: t.TempDir(), Flow: "fix", Task: "JOB_SLEEP=4s\nJOB_EXIT_CODE=1"})
 	require.NoError(t, err)
 
 	other := map[string]string{"VALKEY_URL": db.URL, "PI_WORKER_NAME": "logs-host-b", "PI_LOGS_DIR": t.TempDir()}
-	out, errOut := &lockedBuffer{}, &lockedBuffer{}
+	out, errOut := &logtest.Buffer{}, &logtest.Buffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	code := make(chan int, 1)

@@ -10,6 +10,7 @@ import (
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/logtest"
 )
 
 // writeDotEnv makes a folder holding .env with content and moves the test
@@ -120,7 +121,7 @@ func TestKillSwitchWarnsOnAMalformedEnvFileAndActs(t *testing.T) {
 	if n, _ := db.Client.Exists(t.Context(), fleetstate.PausedKey).Result(); n != 0 {
 		t.Fatal("resume did not clear the pause flag")
 	}
-	stderr := &lockedBuffer{}
+	stderr := &logtest.Buffer{}
 	login, stop := startDashErr(t, nil, stderr)
 	if code := httpDo(t, dashSession(t, login), http.MethodGet, dashBase(login)+"api/state"); code != http.StatusOK {
 		t.Fatalf("dash GET api/state: %d", code)

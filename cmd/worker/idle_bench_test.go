@@ -17,6 +17,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/internal/jobimage"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/logtest"
 )
 
 // The idle measurement's phases: boot settles, then the window is sampled.
@@ -132,7 +133,7 @@ func countsLine(counts map[string]int64) string {
 // command a client sends, and marks those a script runs as "[N lua]".
 type monitorProcess struct {
 	cmd *exec.Cmd
-	out *syncBuffer
+	out *logtest.Buffer
 }
 
 func startMonitor(t *testing.T, addr string) *monitorProcess {
@@ -141,7 +142,7 @@ func startMonitor(t *testing.T, addr string) *monitorProcess {
 	if !ok {
 		t.Fatalf("server address %q", addr)
 	}
-	m := &monitorProcess{cmd: exec.Command("redis-cli", "-h", host, "-p", port, "monitor"), out: &syncBuffer{}}
+	m := &monitorProcess{cmd: exec.Command("redis-cli", "-h", host, "-p", port, "monitor"), out: &logtest.Buffer{}}
 	m.cmd.Stdout = m.out
 	if err := m.cmd.Start(); err != nil {
 		t.Fatalf("redis-cli monitor: %v", err)

@@ -15,6 +15,7 @@ import (
 	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/logtest"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 )
@@ -69,7 +70,7 @@ func TestMetricsPortTakenRefusesBoot(t *testing.T) {
 	env := testEnv(t, db.URL, map[string]string{"PI_WORKER_NAME": uniqueName("mxtaken", db), "PI_METRICS_ADDR": ln.Addr().String()})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var stderr syncBuffer
+	var stderr logtest.Buffer
 	code := run(ctx, nil, env, io.Discard, &stderr)
 	out := stderr.String()
 	if code != exitConfig || !strings.Contains(out, "PI_METRICS_ADDR") || strings.Contains(out, "worker_started") {
@@ -91,7 +92,7 @@ func TestMetricsLiveWorker(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stderr syncBuffer
+	var stderr logtest.Buffer
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, nil, env, io.Discard, &stderr) }()
 	waitHTTP(t, base+"/readyz", 200, 30*time.Second, done, &stderr)
@@ -152,7 +153,7 @@ func TestMetricsLiveWorker(t *testing.T) {
 
 // waitHTTP polls url until it answers code; a run that returns first fails
 // the test with its log.
-func waitHTTP(t *testing.T, url string, code int, timeout time.Duration, done <-chan int, logs *syncBuffer) {
+func waitHTTP(t *testing.T, url string, code int, timeout time.Duration, done <-chan int, logs *logtest.Buffer) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {

@@ -22,6 +22,7 @@ import (
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/jobimage"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/logtest"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/runner"
@@ -103,7 +104,7 @@ func workerBinary(t *testing.T) string {
 // workerProcess is the worker binary running as a child process.
 type workerProcess struct {
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *logtest.Buffer
 	done   chan struct{}
 	err    error // Wait's result, once done is closed
 }
@@ -128,7 +129,7 @@ func processEnv(vars map[string]string) []string {
 // runs.
 func startProcess(t *testing.T, bin string, env []string) *workerProcess {
 	t.Helper()
-	p := &workerProcess{cmd: exec.Command(bin), stderr: &syncBuffer{}, done: make(chan struct{})}
+	p := &workerProcess{cmd: exec.Command(bin), stderr: &logtest.Buffer{}, done: make(chan struct{})}
 	p.cmd.Env = env
 	p.cmd.Stderr = p.stderr
 	if err := p.cmd.Start(); err != nil {

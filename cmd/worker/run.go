@@ -70,7 +70,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		return exitFailure
 	}
-	defer s.Close()
+	defer s.Shutdown(ctx)
 	stopMetrics, err := startMetrics(ctx, s, logger.With("host", cfg.WorkerName))
 	if err != nil {
 		fmt.Fprintf(stderr, "worker: refused boot (nothing started): %v\n", err)

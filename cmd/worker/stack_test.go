@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,26 +16,9 @@ import (
 	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/internal/jobimage"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/logtest"
 	"github.com/pidispatch/pidispatch/jobs"
 )
-
-// syncBuffer collects log lines from several goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // testEnv is the environment of one worker under test.
 func testEnv(t *testing.T, valkeyURL string, extra map[string]string) func(string) string {
@@ -61,7 +43,7 @@ func testEnv(t *testing.T, valkeyURL string, extra map[string]string) func(strin
 type bootedWorker struct {
 	stack  *stack
 	cfg    config.Config
-	logs   *syncBuffer
+	logs   *logtest.Buffer
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -78,7 +60,7 @@ func bootWorker(t *testing.T, getenv func(string) string, tune dispatch.Tuning) 
 	if name := getenv("TEST_DEFAULT_NAME"); name != "" && !cfg.WorkerNameDeclared {
 		cfg.WorkerName = name
 	}
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	logger := slog.New(slog.NewJSONHandler(io.MultiWriter(logs, testWriter{t}), nil))
 	if tune.JobsDir == "" {
 		tune.JobsDir = t.TempDir()

@@ -16,6 +16,7 @@ import (
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/logtest"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/runner"
@@ -40,7 +41,7 @@ func TestSecretJobRoutesToCapableHostAndStaysSecret(t *testing.T) {
 	b := bootWorker(t, testEnv(t, db.URL, map[string]string{"PI_WORKER_NAME": nameB, "PI_SECRET_PROFILES": "prod:" + resolver}), dispatch.Tuning{})
 	waitHosts(t, db.Client, map[string]string{nameA: "", nameB: "s:prod"}, nameA, nameB)
 
-	var routerLogs syncBuffer
+	var routerLogs logtest.Buffer
 	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{Logger: slog.New(slog.NewJSONHandler(&routerLogs, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -2,39 +2,9 @@
 // Every value is data and is set with textContent, never parsed as markup.
 'use strict';
 (function () {
+  const { el, table } = window.pidash;
   const refreshMs = Number(document.body.dataset.refreshMs) || 3000;
   let timer = null;
-
-  function el(tag, text, cls) {
-    const e = document.createElement(tag);
-    if (text !== undefined && text !== null) e.textContent = String(text);
-    if (cls) e.className = cls;
-    return e;
-  }
-
-  // table renders rows (arrays of strings or nodes) under headers into the
-  // element with id, or a line saying there is nothing.
-  function table(id, headers, rows, empty) {
-    const box = document.getElementById(id);
-    if (rows.length === 0) {
-      box.replaceChildren(el('p', empty, 'empty'));
-      return;
-    }
-    const t = el('table');
-    const head = el('tr');
-    for (const h of headers) head.appendChild(el('th', h));
-    t.appendChild(el('thead')).appendChild(head);
-    const body = t.appendChild(el('tbody'));
-    for (const row of rows) {
-      const tr = body.appendChild(el('tr'));
-      for (const cell of row) {
-        const td = tr.appendChild(el('td'));
-        if (cell instanceof Node) td.appendChild(cell);
-        else td.textContent = cell === null || cell === undefined ? '' : String(cell);
-      }
-    }
-    box.replaceChildren(t);
-  }
 
   function age(ms) {
     if (ms === null || ms === undefined) return '?';

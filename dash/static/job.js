@@ -3,41 +3,14 @@
 // delayed jobs of every queue. Every value is set with textContent.
 'use strict';
 (function () {
+  const { el, table } = window.pidash;
   const refreshMs = Number(document.body.dataset.refreshMs) || 3000;
   const id = new URLSearchParams(location.search).get('id');
-
-  function el(tag, text, cls) {
-    const e = document.createElement(tag);
-    if (text !== undefined && text !== null) e.textContent = String(text);
-    if (cls) e.className = cls;
-    return e;
-  }
 
   function jobLink(jobId) {
     const a = el('a', jobId);
     a.href = 'job?id=' + encodeURIComponent(jobId);
     return a;
-  }
-
-  function table(box, headers, rows, empty) {
-    if (rows.length === 0) {
-      box.replaceChildren(el('p', empty, 'empty'));
-      return;
-    }
-    const t = el('table');
-    const head = el('tr');
-    for (const h of headers) head.appendChild(el('th', h));
-    t.appendChild(el('thead')).appendChild(head);
-    const body = t.appendChild(el('tbody'));
-    for (const row of rows) {
-      const tr = body.appendChild(el('tr'));
-      for (const cell of row) {
-        const td = tr.appendChild(el('td'));
-        if (cell instanceof Node) td.appendChild(cell);
-        else td.textContent = cell === null || cell === undefined ? '' : String(cell);
-      }
-    }
-    box.replaceChildren(t);
   }
 
   function message(text) {

@@ -1,42 +1,22 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/internal/jobimage"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/logtest"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/registry"
 )
-
-// syncBuffer is a bytes.Buffer the worker's goroutines write while the test
-// reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // The embedded worker boots on live Valkey and Docker, runs a job end to end,
 // and shuts down cleanly when its context ends: Run returns nil, its registry
@@ -66,7 +46,7 @@ func TestRun_BootsRunsAJobAndStops(t *testing.T) {
 	before := runtime.NumGoroutine()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var stderr syncBuffer
+	var stderr logtest.Buffer
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, func(k string) string { return vars[k] }, &stderr) }()
 
@@ -131,7 +111,7 @@ func TestRun_BootsRunsAJobAndStops(t *testing.T) {
 // A bad configuration refuses boot with the variable named, before anything
 // connects.
 func TestRun_RefusesBadConfig(t *testing.T) {
-	var stderr syncBuffer
+	var stderr logtest.Buffer
 	err := run(context.Background(), func(k string) string {
 		if k == "PI_CONCURRENCY" {
 			return "lots"
@@ -143,7 +123,7 @@ func TestRun_RefusesBadConfig(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, b *syncBuffer, want string) {
+func waitFor(t *testing.T, b *logtest.Buffer, want string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(b.String(), want) {

@@ -1,30 +1,18 @@
 package reach
 
 import (
-	"bytes"
 	"errors"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/pidispatch/pidispatch/internal/logtest"
 )
 
-func newLogged(ev Events) (*Tracker, *bytes.Buffer) {
-	var buf bytes.Buffer
-	var mu sync.Mutex
-	h := slog.NewJSONHandler(&lockedWriter{w: &buf, mu: &mu}, &slog.HandlerOptions{Level: slog.LevelDebug})
-	return New(slog.New(h).With("host", "alpha"), ev), &buf
-}
-
-type lockedWriter struct {
-	w  *bytes.Buffer
-	mu *sync.Mutex
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
+func newLogged(ev Events) (*Tracker, *logtest.Buffer) {
+	var buf logtest.Buffer
+	return New(buf.Logger().With("host", "alpha"), ev), &buf
 }
 
 func TestTracker_LogsOncePerTransition(t *testing.T) {

@@ -115,7 +115,7 @@ func command(ctx context.Context, spec Spec) *exec.Cmd {
 		"PATH=" + envOr("PATH", DefaultPath),
 		"HOME=" + envOr("HOME", "/"),
 	}, spec.Env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	newGroup(cmd)
 	cmd.Cancel = func() error { return killGroup(cmd) }
 	cmd.WaitDelay = waitStop
 	return cmd
@@ -159,17 +159,6 @@ func classify(ctx, runCtx context.Context, waitErr error, tooBig bool, res *Resu
 	default:
 		res.Outcome = Unclean
 	}
-}
-
-// killGroup SIGKILLs the helper's whole process group. ESRCH (already gone) is fine.
-func killGroup(cmd *exec.Cmd) error {
-	if cmd.Process == nil {
-		return nil
-	}
-	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return err
-	}
-	return nil
 }
 
 func envOr(name, def string) string {
