@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 
 	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/dispatch"
@@ -21,7 +20,8 @@ func WithForgeWorkspaces(m *workspace.Manager) Option {
 }
 
 // ForgeWorkspacesFromEnv builds the workspace manager from the environment
-// (config.LoadPublish and config.LoadPublishForges). policy answers a
+// (config.LoadPublish and config.LoadForgeCredentials, the parser the
+// receiver uses too). policy answers a
 // trigger's publish policy from the host's own trigger configuration (nil:
 // no CI changes, draft pull requests). It returns nil, nil when no forge
 // credential is configured.
@@ -30,7 +30,7 @@ func ForgeWorkspacesFromEnv(getenv func(string) string, host string, logger *slo
 	if err != nil {
 		return nil, err
 	}
-	creds, err := config.LoadPublishForges(getenv)
+	creds, err := config.LoadForgeCredentials(getenv)
 	if err != nil {
 		return nil, err
 	}
@@ -39,13 +39,9 @@ func ForgeWorkspacesFromEnv(getenv func(string) string, host string, logger *slo
 		api := &workspace.GitHub{APIURL: gh.APIURL}
 		switch gh.Source {
 		case config.GitHubAuthApp:
-			pem, err := os.ReadFile(gh.PrivateKeyPath)
+			key, err := gh.PrivateKey()
 			if err != nil {
-				return nil, &config.PublishError{Var: "GITHUB_APP_PRIVATE_KEY_PATH", Rule: "must name a readable file"}
-			}
-			key, err := token.ParsePrivateKey(pem)
-			if err != nil {
-				return nil, &config.PublishError{Var: "GITHUB_APP_PRIVATE_KEY_PATH", Rule: "must hold an RSA private key in PEM"}
+				return nil, err
 			}
 			forges[jobs.ForgeGitHub] = workspace.Forge{API: api, Minter: &token.GitHubApp{
 				AppID: gh.AppID, InstallationID: gh.InstallationID, Key: key, APIURL: gh.APIURL,
