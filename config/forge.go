@@ -2,7 +2,11 @@ package config
 
 import (
 	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -11,7 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pidispatch/pidispatch/forge/token"
 	"github.com/pidispatch/pidispatch/internal/check"
 )
 
@@ -34,7 +37,7 @@ const (
 // ForgeCredentials are the host's forge credentials, read once by
 // LoadForgeCredentials for every part that talks to a forge: the receiver's
 // permission lookups and poller, and the worker's clone and publish. A nil
-// field: that forge is not configured. Tokens are token.Token, which never
+// field: that forge is not configured. Tokens are Secrets, which never
 // print.
 type ForgeCredentials struct {
 	// GitHubAPIURL is GITHUB_API_URL without its trailing slash (default
@@ -54,7 +57,7 @@ type GitHubCredential struct {
 	// Source is GitHubAuthApp or GitHubAuthPAT.
 	Source string
 	// PAT is GITHUB_PAT (Source pat).
-	PAT token.Token
+	PAT Secret
 	// AppID, InstallationID and PrivateKeyPath are GITHUB_APP_ID,
 	// GITHUB_APP_INSTALLATION_ID and GITHUB_APP_PRIVATE_KEY_PATH (Source app).
 	AppID          int64
@@ -71,7 +74,7 @@ func (g *GitHubCredential) PrivateKey() (*rsa.PrivateKey, error) {
 	if err != nil {
 		return nil, forgeError("GITHUB_APP_PRIVATE_KEY_PATH", g.PrivateKeyPath, "must name a readable file")
 	}
-	key, err := token.ParsePrivateKey(pemBytes)
+	key, err := parseRSAKey(pemBytes)
 	if err != nil {
 		return nil, forgeError("GITHUB_APP_PRIVATE_KEY_PATH", g.PrivateKeyPath, "must hold an RSA private key in PEM (PKCS#1 or PKCS#8)")
 	}
@@ -81,7 +84,62 @@ func (g *GitHubCredential) PrivateKey() (*rsa.PrivateKey, error) {
 // ForgeAccount is a forge reached with one standing token.
 type ForgeAccount struct {
 	URL   string
-	Token token.Token
+	Token Secret
+}
+
+// Secret is a credential read from the environment. It never prints: its
+// String, Format, GoString, JSON, text and slog forms are "[redacted]", so it
+// cannot leak into a log line or an error by accident; Reveal is the one way
+// to its value.
+type Secret struct{ value string }
+
+// NewSecret wraps value.
+func NewSecret(value string) Secret { return Secret{value: value} }
+
+// Reveal returns the credential, for the code that hands it to the forge.
+func (s Secret) Reveal() string { return s.value }
+
+// IsZero reports whether the secret is empty.
+func (s Secret) IsZero() bool { return s.value == "" }
+
+const redacted = "[redacted]"
+
+// String redacts.
+func (s Secret) String() string { return redacted }
+
+// GoString redacts (%#v).
+func (s Secret) GoString() string { return redacted }
+
+// Format redacts every verb.
+func (s Secret) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(redacted)) }
+
+// LogValue redacts in log/slog.
+func (s Secret) LogValue() slog.Value { return slog.StringValue(redacted) }
+
+// MarshalJSON redacts.
+func (s Secret) MarshalJSON() ([]byte, error) { return []byte(`"` + redacted + `"`), nil }
+
+// MarshalText redacts.
+func (s Secret) MarshalText() ([]byte, error) { return []byte(redacted), nil }
+
+// parseRSAKey reads a PEM private key (PKCS#1 or PKCS#8 RSA).
+func parseRSAKey(pemBytes []byte) (*rsa.PrivateKey, error) {
+	block, _ := pem.Decode(pemBytes)
+	if block == nil {
+		return nil, errors.New("no PEM block")
+	}
+	if k, err := x509.ParsePKCS1PrivateKey(block.Bytes); err == nil {
+		return k, nil
+	}
+	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	rk, ok := k.(*rsa.PrivateKey)
+	if !ok {
+		return nil, errors.New("not an RSA key")
+	}
+	return rk, nil
 }
 
 // forgeSecrets are the forge variables whose value an error never repeats.
@@ -124,7 +182,7 @@ func LoadForgeCredentials(getenv func(string) string) (ForgeCredentials, error) 
 		return ForgeCredentials{}, err
 	}
 	if tok := strings.TrimSpace(getenv("GITLAB_TOKEN")); tok != "" {
-		c.GitLab = &ForgeAccount{URL: c.GitLabURL, Token: token.New(tok, time.Time{})}
+		c.GitLab = &ForgeAccount{URL: c.GitLabURL, Token: NewSecret(tok)}
 	} else if glURL != "" {
 		return ForgeCredentials{}, forgeError("GITLAB_TOKEN", "", "required with GITLAB_URL")
 	}
@@ -140,7 +198,7 @@ func LoadForgeCredentials(getenv func(string) string) (ForgeCredentials, error) 
 		if err != nil {
 			return ForgeCredentials{}, err
 		}
-		c.Forgejo = &ForgeAccount{URL: u, Token: token.New(fjTok, time.Time{})}
+		c.Forgejo = &ForgeAccount{URL: u, Token: NewSecret(fjTok)}
 	}
 	return c, nil
 }
@@ -164,7 +222,7 @@ func loadGitHub(getenv func(string) string, apiURL string) (*GitHubCredential, e
 		if pat == "" {
 			return nil, forgeError("GITHUB_PAT", "", "required with GITHUB_AUTH_SOURCE=pat")
 		}
-		return &GitHubCredential{Source: src, PAT: token.New(pat, time.Time{}), APIURL: apiURL}, nil
+		return &GitHubCredential{Source: src, PAT: NewSecret(pat), APIURL: apiURL}, nil
 	case GitHubAuthApp:
 		g := &GitHubCredential{Source: src, APIURL: apiURL}
 		var err error

@@ -1,8 +1,10 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -86,7 +88,13 @@ func TestLoadForgeCredentialsDefaults(t *testing.T) {
 	require.NotNil(t, c.GitLab)
 	assert.Equal(t, DefaultGitLabURL, c.GitLab.URL)
 	assert.Equal(t, "glpat", c.GitLab.Token.Reveal())
-	assert.NotContains(t, fmt.Sprintf("%+v %v", *c.GitLab, c), "glpat", "a token never prints")
+	assert.NotContains(t, fmt.Sprintf("%+v %v %#v %s", *c.GitLab, c, c.GitLab.Token, c.GitLab.Token), "glpat", "a token never prints")
+	js, err := json.Marshal(c)
+	require.NoError(t, err)
+	assert.NotContains(t, string(js), "glpat")
+	var logged strings.Builder
+	slog.New(slog.NewJSONHandler(&logged, nil)).Info("x", "token", c.GitLab.Token)
+	assert.NotContains(t, logged.String(), "glpat")
 }
 
 var credentialVars = []string{"GITHUB_AUTH_SOURCE", "GITHUB_PAT", "GITHUB_APP_ID", "GITHUB_APP_INSTALLATION_ID",

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/cronsync"
@@ -121,15 +122,15 @@ func ForgeWorkspacesFromEnv(getenv func(string) string, host string, logger *slo
 				AppID: gh.AppID, InstallationID: gh.InstallationID, Key: key, APIURL: gh.APIURL,
 			}}
 		default:
-			forges[jobs.ForgeGitHub] = workspace.Forge{API: api, Minter: token.Static{Token: gh.PAT}}
+			forges[jobs.ForgeGitHub] = workspace.Forge{API: api, Minter: token.Static{Token: token.New(gh.PAT.Reveal(), time.Time{})}}
 		}
 	}
 	if fj := creds.Forgejo; fj != nil {
-		forges[jobs.ForgeForgejo] = workspace.Forge{API: &workspace.Gitea{URL: fj.URL}, Minter: token.Static{Token: fj.Token}}
+		forges[jobs.ForgeForgejo] = workspace.Forge{API: &workspace.Gitea{URL: fj.URL}, Minter: token.Static{Token: token.New(fj.Token.Reveal(), time.Time{})}}
 	}
 	if gl := creds.GitLab; gl != nil {
 		forges[jobs.ForgeGitLab] = workspace.Forge{API: &workspace.GitLab{URL: gl.URL},
-			Minter: &token.GitLabProject{URL: gl.URL, Parent: gl.Token}}
+			Minter: &token.GitLabProject{URL: gl.URL, Parent: token.New(gl.Token.Reveal(), time.Time{})}}
 	}
 	if len(forges) == 0 {
 		return nil, nil
