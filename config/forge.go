@@ -1,9 +1,15 @@
 package config
 
 import (
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,10 +28,238 @@ const (
 	MinPollIntervalSeconds     = 30
 )
 
+// GitHub credential sources (GITHUB_AUTH_SOURCE).
+const (
+	GitHubAuthApp = "app" // a GitHub App: installation tokens, minted per use
+	GitHubAuthPAT = "pat" // a personal access token (the fallback)
+)
+
+// ForgeCredentials are the host's forge credentials, read once by
+// LoadForgeCredentials for every part that talks to a forge: the receiver's
+// permission lookups and poller, and the worker's clone and publish. A nil
+// field: that forge is not configured. Tokens are Secrets, which never
+// print.
+type ForgeCredentials struct {
+	// GitHubAPIURL is GITHUB_API_URL without its trailing slash (default
+	// https://api.github.com; a GitHub Enterprise Server's is .../api/v3).
+	GitHubAPIURL string
+	GitHub       *GitHubCredential
+	// GitLabURL is GITLAB_URL (default https://gitlab.com).
+	GitLabURL string
+	// GitLab is GITLAB_TOKEN at GitLabURL.
+	GitLab *ForgeAccount
+	// Forgejo is FORGEJO_TOKEN at FORGEJO_URL (Forgejo or Gitea).
+	Forgejo *ForgeAccount
+}
+
+// GitHubCredential is the host's GitHub credential.
+type GitHubCredential struct {
+	// Source is GitHubAuthApp or GitHubAuthPAT.
+	Source string
+	// PAT is GITHUB_PAT (Source pat).
+	PAT Secret
+	// AppID, InstallationID and PrivateKeyPath are GITHUB_APP_ID,
+	// GITHUB_APP_INSTALLATION_ID and GITHUB_APP_PRIVATE_KEY_PATH (Source app).
+	AppID          int64
+	InstallationID int64
+	PrivateKeyPath string
+	// APIURL is ForgeCredentials.GitHubAPIURL.
+	APIURL string
+}
+
+// PrivateKey reads and parses the App's private key file. A failure is a
+// *ConfigError naming GITHUB_APP_PRIVATE_KEY_PATH; the key never appears in it.
+func (g *GitHubCredential) PrivateKey() (*rsa.PrivateKey, error) {
+	pemBytes, err := os.ReadFile(g.PrivateKeyPath)
+	if err != nil {
+		return nil, forgeError("GITHUB_APP_PRIVATE_KEY_PATH", g.PrivateKeyPath, "must name a readable file")
+	}
+	key, err := parseRSAKey(pemBytes)
+	if err != nil {
+		return nil, forgeError("GITHUB_APP_PRIVATE_KEY_PATH", g.PrivateKeyPath, "must hold an RSA private key in PEM (PKCS#1 or PKCS#8)")
+	}
+	return key, nil
+}
+
+// ForgeAccount is a forge reached with one standing token.
+type ForgeAccount struct {
+	URL   string
+	Token Secret
+}
+
+// Secret is a credential read from the environment. It never prints: its
+// String, Format, GoString, JSON, text and slog forms are "[redacted]", so it
+// cannot leak into a log line or an error by accident; Reveal is the one way
+// to its value.
+type Secret struct{ value string }
+
+// NewSecret wraps value.
+func NewSecret(value string) Secret { return Secret{value: value} }
+
+// Reveal returns the credential, for the code that hands it to the forge.
+func (s Secret) Reveal() string { return s.value }
+
+// IsZero reports whether the secret is empty.
+func (s Secret) IsZero() bool { return s.value == "" }
+
+const redacted = "[redacted]"
+
+// String redacts.
+func (s Secret) String() string { return redacted }
+
+// GoString redacts (%#v).
+func (s Secret) GoString() string { return redacted }
+
+// Format redacts every verb.
+func (s Secret) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(redacted)) }
+
+// LogValue redacts in log/slog.
+func (s Secret) LogValue() slog.Value { return slog.StringValue(redacted) }
+
+// MarshalJSON redacts.
+func (s Secret) MarshalJSON() ([]byte, error) { return []byte(`"` + redacted + `"`), nil }
+
+// MarshalText redacts.
+func (s Secret) MarshalText() ([]byte, error) { return []byte(redacted), nil }
+
+// parseRSAKey reads a PEM private key (PKCS#1 or PKCS#8 RSA).
+func parseRSAKey(pemBytes []byte) (*rsa.PrivateKey, error) {
+	block, _ := pem.Decode(pemBytes)
+	if block == nil {
+		return nil, errors.New("no PEM block")
+	}
+	if k, err := x509.ParsePKCS1PrivateKey(block.Bytes); err == nil {
+		return k, nil
+	}
+	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	rk, ok := k.(*rsa.PrivateKey)
+	if !ok {
+		return nil, errors.New("not an RSA key")
+	}
+	return rk, nil
+}
+
+// forgeSecrets are the forge variables whose value an error never repeats.
+var forgeSecrets = map[string]bool{
+	"WEBHOOK_SECRET": true, "GITHUB_PAT": true, "GITLAB_TOKEN": true, "GITLAB_WEBHOOK_SECRET": true,
+	"FORGEJO_TOKEN": true, "FORGEJO_WEBHOOK_SECRET": true,
+}
+
+// forgeError is the *ConfigError of a forge variable; a secret's value is
+// redacted, a URL's credentials too.
+func forgeError(name, value, rule string) *ConfigError {
+	switch {
+	case forgeSecrets[name] && value != "":
+		value = "[redacted]"
+	case strings.HasSuffix(name, "_URL"):
+		value = RedactURL(value)
+	}
+	return &ConfigError{Var: name, Value: value, Rule: rule}
+}
+
+// LoadForgeCredentials reads GITHUB_AUTH_SOURCE, GITHUB_PAT, GITHUB_APP_ID,
+// GITHUB_APP_INSTALLATION_ID, GITHUB_APP_PRIVATE_KEY_PATH, GITHUB_API_URL,
+// GITLAB_URL, GITLAB_TOKEN, FORGEJO_URL and FORGEJO_TOKEN through getenv. It
+// is the one parser of these variables. GITHUB_AUTH_SOURCE unset means app
+// when GITHUB_APP_ID is set, else pat when GITHUB_PAT is set, else no GitHub
+// credential. The App's key file is checked to be a file, not read
+// (GitHubCredential.PrivateKey reads it). The first broken rule comes back
+// as a *ConfigError naming the variable, never repeating a secret.
+func LoadForgeCredentials(getenv func(string) string) (ForgeCredentials, error) {
+	var c ForgeCredentials
+	var err error
+	if c.GitHubAPIURL, err = baseURL("GITHUB_API_URL", strings.TrimSpace(getenv("GITHUB_API_URL")), DefaultGitHubAPIURL); err != nil {
+		return ForgeCredentials{}, err
+	}
+	if c.GitHub, err = loadGitHub(getenv, c.GitHubAPIURL); err != nil {
+		return ForgeCredentials{}, err
+	}
+	glURL := strings.TrimSpace(getenv("GITLAB_URL"))
+	if c.GitLabURL, err = baseURL("GITLAB_URL", glURL, DefaultGitLabURL); err != nil {
+		return ForgeCredentials{}, err
+	}
+	if tok := strings.TrimSpace(getenv("GITLAB_TOKEN")); tok != "" {
+		c.GitLab = &ForgeAccount{URL: c.GitLabURL, Token: NewSecret(tok)}
+	} else if glURL != "" {
+		return ForgeCredentials{}, forgeError("GITLAB_TOKEN", "", "required with GITLAB_URL")
+	}
+	fjURL, fjTok := strings.TrimSpace(getenv("FORGEJO_URL")), strings.TrimSpace(getenv("FORGEJO_TOKEN"))
+	switch {
+	case fjURL == "" && fjTok == "":
+	case fjURL == "":
+		return ForgeCredentials{}, forgeError("FORGEJO_URL", "", "required with FORGEJO_TOKEN")
+	case fjTok == "":
+		return ForgeCredentials{}, forgeError("FORGEJO_TOKEN", "", "required with FORGEJO_URL")
+	default:
+		u, err := baseURL("FORGEJO_URL", fjURL, "")
+		if err != nil {
+			return ForgeCredentials{}, err
+		}
+		c.Forgejo = &ForgeAccount{URL: u, Token: NewSecret(fjTok)}
+	}
+	return c, nil
+}
+
+func loadGitHub(getenv func(string) string, apiURL string) (*GitHubCredential, error) {
+	pat := strings.TrimSpace(getenv("GITHUB_PAT"))
+	appID := strings.TrimSpace(getenv("GITHUB_APP_ID"))
+	src := strings.TrimSpace(getenv("GITHUB_AUTH_SOURCE"))
+	if src == "" {
+		switch {
+		case appID != "":
+			src = GitHubAuthApp
+		case pat != "":
+			src = GitHubAuthPAT
+		}
+	}
+	switch src {
+	case "":
+		return nil, nil
+	case GitHubAuthPAT:
+		if pat == "" {
+			return nil, forgeError("GITHUB_PAT", "", "required with GITHUB_AUTH_SOURCE=pat")
+		}
+		return &GitHubCredential{Source: src, PAT: NewSecret(pat), APIURL: apiURL}, nil
+	case GitHubAuthApp:
+		g := &GitHubCredential{Source: src, APIURL: apiURL}
+		var err error
+		if g.AppID, err = positive("GITHUB_APP_ID", appID); err != nil {
+			return nil, err
+		}
+		if g.InstallationID, err = positive("GITHUB_APP_INSTALLATION_ID", getenv("GITHUB_APP_INSTALLATION_ID")); err != nil {
+			return nil, err
+		}
+		g.PrivateKeyPath = strings.TrimSpace(getenv("GITHUB_APP_PRIVATE_KEY_PATH"))
+		if g.PrivateKeyPath == "" {
+			return nil, forgeError("GITHUB_APP_PRIVATE_KEY_PATH", "", "required with GITHUB_AUTH_SOURCE=app: the App's private key file (PEM)")
+		}
+		if rule := check.AbsClean(g.PrivateKeyPath); rule != "" {
+			return nil, forgeError("GITHUB_APP_PRIVATE_KEY_PATH", g.PrivateKeyPath, rule)
+		}
+		if st, err := os.Stat(g.PrivateKeyPath); err != nil || !st.Mode().IsRegular() {
+			return nil, forgeError("GITHUB_APP_PRIVATE_KEY_PATH", g.PrivateKeyPath, "must name a readable file")
+		}
+		if pat != "" {
+			return nil, forgeError("GITHUB_PAT", pat, "set with GITHUB_AUTH_SOURCE=app: choose one credential")
+		}
+		return g, nil
+	case "gh":
+		return nil, forgeError("GITHUB_AUTH_SOURCE", src, `"gh" (the operator's whole gh login) is not supported; use app or pat`)
+	default:
+		return nil, forgeError("GITHUB_AUTH_SOURCE", src, "must be app or pat")
+	}
+}
+
 // Forge is the forge intake's configuration: the receiver, the GitHub
-// poller, and each forge's credentials. Secrets are held only here and in
-// the receiver; String never prints one.
+// poller, and the host's forge credentials. Secrets are held only here and
+// in the receiver; String never prints one.
 type Forge struct {
+	// Credentials are the forge credentials (LoadForgeCredentials).
+	Credentials ForgeCredentials
+
 	// WebhookSecret is WEBHOOK_SECRET: GitHub's webhook secret. Empty: the
 	// GitHub route is not served.
 	WebhookSecret string
@@ -33,119 +267,56 @@ type Forge struct {
 	ReceiverBind string
 	ReceiverPort int
 
-	// GitHubAuthSource is GITHUB_AUTH_SOURCE: "pat" or "app" ("" when no
-	// GitHub credential is configured).
-	GitHubAuthSource string
-	GitHubPAT        string // GITHUB_PAT
-	// GitHubAppID, GitHubAppInstallationID and GitHubAppPrivateKeyPath are
-	// the GitHub App's (GITHUB_APP_*), with GITHUB_AUTH_SOURCE=app.
-	GitHubAppID             int64
-	GitHubAppInstallationID int64
-	GitHubAppPrivateKeyPath string
-	// GitHubAPIURL is GITHUB_API_URL (GitHub Enterprise Server: .../api/v3).
-	GitHubAPIURL string
-
 	// PollRepos is POLL_REPOS (owner/name, deduplicated); PollInterval is
 	// POLL_INTERVAL_SECONDS.
 	PollRepos    []string
 	PollInterval time.Duration
 
-	// GitLab: GITLAB_URL, GITLAB_TOKEN, GITLAB_WEBHOOK_MODE (token or
-	// signature, required with a secret) and GITLAB_WEBHOOK_SECRET.
-	GitLabURL           string
-	GitLabToken         string
+	// GitLabWebhookMode (token or signature, required with a secret) and
+	// GitLabWebhookSecret are GITLAB_WEBHOOK_MODE and GITLAB_WEBHOOK_SECRET.
 	GitLabWebhookMode   string
 	GitLabWebhookSecret string
 
-	// Forgejo (or Gitea): FORGEJO_URL, FORGEJO_TOKEN, FORGEJO_WEBHOOK_SECRET.
-	ForgejoURL           string
-	ForgejoToken         string
+	// ForgejoWebhookSecret is FORGEJO_WEBHOOK_SECRET.
 	ForgejoWebhookSecret string
 }
-
-// ForgeError is one variable of the forge configuration that breaks a rule.
-// It never repeats a secret's value.
-type ForgeError struct {
-	Var  string
-	Rule string
-}
-
-func (e *ForgeError) Error() string { return e.Var + ": " + e.Rule }
 
 // ReceiverAddr is RECEIVER_BIND:RECEIVER_PORT.
 func (f Forge) ReceiverAddr() string {
 	return net.JoinHostPort(f.ReceiverBind, strconv.Itoa(f.ReceiverPort))
 }
 
-// LoadForge reads the forge variables through getenv. The first broken rule
-// comes back as a *ForgeError naming the variable.
+// LoadForge reads the receiver's variables and the forge credentials
+// (LoadForgeCredentials) through getenv. The first broken rule comes back as
+// a *ConfigError naming the variable.
 func LoadForge(getenv func(string) string) (Forge, error) {
+	creds, err := LoadForgeCredentials(getenv)
+	if err != nil {
+		return Forge{}, err
+	}
 	f := Forge{
+		Credentials:          creds,
 		WebhookSecret:        getenv("WEBHOOK_SECRET"),
 		ReceiverBind:         strings.TrimSpace(getenv("RECEIVER_BIND")),
-		GitHubPAT:            getenv("GITHUB_PAT"),
-		GitHubAPIURL:         strings.TrimSpace(getenv("GITHUB_API_URL")),
-		GitLabURL:            strings.TrimSpace(getenv("GITLAB_URL")),
-		GitLabToken:          getenv("GITLAB_TOKEN"),
 		GitLabWebhookMode:    strings.TrimSpace(getenv("GITLAB_WEBHOOK_MODE")),
 		GitLabWebhookSecret:  getenv("GITLAB_WEBHOOK_SECRET"),
-		ForgejoURL:           strings.TrimSpace(getenv("FORGEJO_URL")),
-		ForgejoToken:         getenv("FORGEJO_TOKEN"),
 		ForgejoWebhookSecret: getenv("FORGEJO_WEBHOOK_SECRET"),
 	}
-	fail := func(v, format string, args ...any) (Forge, error) {
-		return Forge{}, &ForgeError{Var: v, Rule: fmt.Sprintf(format, args...)}
+	fail := func(v, value, format string, args ...any) (Forge, error) {
+		return Forge{}, forgeError(v, value, fmt.Sprintf(format, args...))
 	}
 	if f.ReceiverBind == "" {
 		f.ReceiverBind = DefaultReceiverBind
 	} else if net.ParseIP(f.ReceiverBind) == nil && f.ReceiverBind != "localhost" {
-		return fail("RECEIVER_BIND", "must be an IP address such as 0.0.0.0 or 127.0.0.1")
+		return fail("RECEIVER_BIND", f.ReceiverBind, "must be an IP address such as 0.0.0.0 or 127.0.0.1")
 	}
 	f.ReceiverPort = DefaultReceiverPort
 	if v := strings.TrimSpace(getenv("RECEIVER_PORT")); v != "" {
 		p, err := strconv.Atoi(v)
 		if err != nil || p < 1 || p > 65535 {
-			return fail("RECEIVER_PORT", "must be a port number from 1 to 65535")
+			return fail("RECEIVER_PORT", v, "must be a port number from 1 to 65535")
 		}
 		f.ReceiverPort = p
-	}
-	var err error
-	if f.GitHubAPIURL, err = baseURL("GITHUB_API_URL", f.GitHubAPIURL, DefaultGitHubAPIURL); err != nil {
-		return Forge{}, err
-	}
-
-	switch src := strings.TrimSpace(getenv("GITHUB_AUTH_SOURCE")); src {
-	case "":
-		if f.GitHubPAT != "" {
-			f.GitHubAuthSource = "pat"
-		}
-	case "pat":
-		if f.GitHubPAT == "" {
-			return fail("GITHUB_PAT", "required with GITHUB_AUTH_SOURCE=pat")
-		}
-		f.GitHubAuthSource = src
-	case "app":
-		f.GitHubAuthSource = src
-		if f.GitHubAppID, err = positive("GITHUB_APP_ID", getenv("GITHUB_APP_ID")); err != nil {
-			return Forge{}, err
-		}
-		if f.GitHubAppInstallationID, err = positive("GITHUB_APP_INSTALLATION_ID", getenv("GITHUB_APP_INSTALLATION_ID")); err != nil {
-			return Forge{}, err
-		}
-		f.GitHubAppPrivateKeyPath = strings.TrimSpace(getenv("GITHUB_APP_PRIVATE_KEY_PATH"))
-		if f.GitHubAppPrivateKeyPath == "" {
-			return fail("GITHUB_APP_PRIVATE_KEY_PATH", "required with GITHUB_AUTH_SOURCE=app: the App's private key file (PEM)")
-		}
-		if rule := check.AbsClean(f.GitHubAppPrivateKeyPath); rule != "" {
-			return fail("GITHUB_APP_PRIVATE_KEY_PATH", "%s", rule)
-		}
-		if f.GitHubPAT != "" {
-			return fail("GITHUB_PAT", "set with GITHUB_AUTH_SOURCE=app: choose one credential")
-		}
-	case "gh":
-		return fail("GITHUB_AUTH_SOURCE", `"gh" (the operator's whole gh login) is not supported; use app or pat`)
-	default:
-		return fail("GITHUB_AUTH_SOURCE", "must be app or pat")
 	}
 
 	seen := map[string]bool{}
@@ -155,7 +326,7 @@ func LoadForge(getenv func(string) string) (Forge, error) {
 			continue
 		}
 		if strings.Count(r, "/") != 1 || !check.Repo(r) {
-			return fail("POLL_REPOS", "%s is not owner/name", check.Quote(r))
+			return fail("POLL_REPOS", getenv("POLL_REPOS"), "%s is not owner/name", check.Quote(r))
 		}
 		if !seen[r] {
 			seen[r] = true
@@ -167,50 +338,43 @@ func LoadForge(getenv func(string) string) (Forge, error) {
 	if v := strings.TrimSpace(getenv("POLL_INTERVAL_SECONDS")); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < MinPollIntervalSeconds || n > 86400 {
-			return fail("POLL_INTERVAL_SECONDS", "must be a whole number of seconds from %d to 86400", MinPollIntervalSeconds)
+			return fail("POLL_INTERVAL_SECONDS", v, "must be a whole number of seconds from %d to 86400", MinPollIntervalSeconds)
 		}
 		secs = n
 	}
 	f.PollInterval = time.Duration(secs) * time.Second
 
-	if f.GitLabURL, err = baseURL("GITLAB_URL", f.GitLabURL, DefaultGitLabURL); err != nil {
-		return Forge{}, err
-	}
 	switch f.GitLabWebhookMode {
 	case "", "token", "signature":
 	default:
-		return fail("GITLAB_WEBHOOK_MODE", "must be token or signature")
+		return fail("GITLAB_WEBHOOK_MODE", f.GitLabWebhookMode, "must be token or signature")
 	}
 	if f.GitLabWebhookSecret != "" && f.GitLabWebhookMode == "" {
-		return fail("GITLAB_WEBHOOK_MODE", "required with GITLAB_WEBHOOK_SECRET: token (X-Gitlab-Token) or signature (signing token)")
+		return fail("GITLAB_WEBHOOK_MODE", "", "required with GITLAB_WEBHOOK_SECRET: token (X-Gitlab-Token) or signature (signing token)")
 	}
 	if f.GitLabWebhookMode != "" && f.GitLabWebhookSecret == "" {
-		return fail("GITLAB_WEBHOOK_SECRET", "required with GITLAB_WEBHOOK_MODE")
+		return fail("GITLAB_WEBHOOK_SECRET", "", "required with GITLAB_WEBHOOK_MODE")
 	}
-	if f.GitLabWebhookSecret != "" && f.GitLabToken == "" {
-		return fail("GITLAB_TOKEN", "required with GITLAB_WEBHOOK_SECRET: permissions are checked with it")
+	if f.GitLabWebhookSecret != "" && creds.GitLab == nil {
+		return fail("GITLAB_TOKEN", "", "required with GITLAB_WEBHOOK_SECRET: permissions are checked with it")
 	}
-	if f.ForgejoURL != "" {
-		if f.ForgejoURL, err = baseURL("FORGEJO_URL", f.ForgejoURL, ""); err != nil {
-			return Forge{}, err
-		}
+	if f.ForgejoWebhookSecret != "" && creds.Forgejo == nil {
+		return fail("FORGEJO_URL", "", "FORGEJO_URL and FORGEJO_TOKEN are required with FORGEJO_WEBHOOK_SECRET")
 	}
-	if f.ForgejoWebhookSecret != "" && (f.ForgejoURL == "" || f.ForgejoToken == "") {
-		return fail("FORGEJO_URL", "FORGEJO_URL and FORGEJO_TOKEN are required with FORGEJO_WEBHOOK_SECRET")
+	if f.WebhookSecret != "" && creds.GitHub == nil {
+		return fail("GITHUB_AUTH_SOURCE", "", "a credential (pat or app) is required with WEBHOOK_SECRET: permissions are checked with it")
 	}
-	if f.WebhookSecret != "" && f.GitHubAuthSource == "" {
-		return fail("GITHUB_AUTH_SOURCE", "a credential (pat or app) is required with WEBHOOK_SECRET: permissions are checked with it")
-	}
-	if len(f.PollRepos) > 0 && f.GitHubAuthSource == "" {
-		return fail("GITHUB_AUTH_SOURCE", "a credential (pat or app) is required with POLL_REPOS")
+	if len(f.PollRepos) > 0 && creds.GitHub == nil {
+		return fail("GITHUB_AUTH_SOURCE", "", "a credential (pat or app) is required with POLL_REPOS")
 	}
 	return f, nil
 }
 
 func positive(name, v string) (int64, error) {
-	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	v = strings.TrimSpace(v)
+	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n <= 0 {
-		return 0, &ForgeError{Var: name, Rule: "must be a positive integer"}
+		return 0, forgeError(name, v, "must be a positive integer")
 	}
 	return n, nil
 }
@@ -223,7 +387,7 @@ func baseURL(name, v, def string) (string, error) {
 	}
 	u, err := url.Parse(v)
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-		return "", &ForgeError{Var: name, Rule: "must be an http(s) URL without credentials, query or fragment"}
+		return "", forgeError(name, v, "must be an http(s) URL without credentials, query or fragment")
 	}
 	return strings.TrimSuffix(v, "/"), nil
 }
@@ -236,7 +400,11 @@ func (f Forge) String() string {
 		}
 		return "set"
 	}
+	github := ""
+	if f.Credentials.GitHub != nil {
+		github = f.Credentials.GitHub.Source
+	}
 	return fmt.Sprintf("receiver=%s github=%s(%s) secret=%s poll=%d/%s gitlab=%s(%s) forgejo=%s",
-		f.ReceiverAddr(), f.GitHubAuthSource, f.GitHubAPIURL, set(f.WebhookSecret), len(f.PollRepos), f.PollInterval,
-		f.GitLabWebhookMode, f.GitLabURL, set(f.ForgejoWebhookSecret))
+		f.ReceiverAddr(), github, f.Credentials.GitHubAPIURL, set(f.WebhookSecret), len(f.PollRepos), f.PollInterval,
+		f.GitLabWebhookMode, f.Credentials.GitLabURL, set(f.ForgejoWebhookSecret))
 }

@@ -69,6 +69,35 @@ type ForgeTrigger struct {
 	Replicas int
 	// Job is the run object as a job template (kind forge, no repository).
 	Job jobs.Job
+	// Publish is what the host lets this trigger's jobs publish (the
+	// trigger's optional publish object). The zero value is not the default:
+	// DefaultForgePublish is.
+	Publish ForgePublish
+}
+
+// ForgePublish is a forge trigger's publish object: what the host that runs
+// the trigger's jobs lets them publish. It is read from the host's own
+// triggers file, never from a job.
+type ForgePublish struct {
+	// AllowCI (allowCi) lets the changes touch CI configuration
+	// (.github/workflows, .gitlab-ci.yml, .forgejo/workflows,
+	// .gitea/workflows). Default false: such a change is refused.
+	AllowCI bool
+	// Draft (draft) opens the pull request as a draft. Default true.
+	Draft bool
+}
+
+// DefaultForgePublish is the publish setting of a trigger without one, and
+// of a job whose trigger the host does not know: no CI changes, a draft.
+var DefaultForgePublish = ForgePublish{AllowCI: false, Draft: true}
+
+// forgeTriggerKeys are a forge trigger's top-level keys.
+var forgeTriggerKeys = []string{"on", "run", "publish"}
+
+// forgePublish is the publish object as written.
+type forgePublish struct {
+	AllowCI *bool `json:"allowCi"`
+	Draft   *bool `json:"draft"`
 }
 
 // Actions a trigger may name, per forge and type, in the forge's vocabulary.
@@ -190,8 +219,24 @@ func (p *triggerParser) parseForge(o Other) (ForgeTrigger, bool) {
 		ft.Name = fmt.Sprintf("%s-%d", strings.ReplaceAll(o.Type, "_", "-"), o.Index)
 	}
 	for _, k := range sortedKeys(trig) {
-		if !slices.Contains(triggerKeys, k) {
-			p.add(unknownKey("", k, triggerKeys))
+		if !slices.Contains(forgeTriggerKeys, k) {
+			p.add(unknownKey("", k, forgeTriggerKeys))
+		}
+	}
+	ft.Publish = DefaultForgePublish
+	if raw, present := trig["publish"]; present {
+		var pub forgePublish
+		if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+			p.fail("publish", "must be an object {\"allowCi\": bool, \"draft\": bool}")
+		} else if err := check.DecodeStrict(raw, MaxFileBytes, &pub); err != nil {
+			p.fail("publish", "%s", err)
+		} else {
+			if pub.AllowCI != nil {
+				ft.Publish.AllowCI = *pub.AllowCI
+			}
+			if pub.Draft != nil {
+				ft.Publish.Draft = *pub.Draft
+			}
 		}
 	}
 	for _, k := range sortedKeys(on) {

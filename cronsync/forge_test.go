@@ -41,6 +41,27 @@ func TestForgeTriggersParse(t *testing.T) {
 	assert.Equal(t, []string{"opened", "synchronized"}, fts[2].Actions)
 }
 
+func TestForgeTriggersPublish(t *testing.T) {
+	fts, err := ParseForgeTriggers([]byte(`{"triggers": [
+	  {"on": {"type": "comment", "id": "plain", "repos": ["a/b"], "phrase": "/pi"}, "run": {"kind": "github", "flow": "f"}},
+	  {"on": {"type": "label", "id": "ci", "repos": ["a/b"], "any": ["ci"]}, "run": {"kind": "github", "flow": "f"},
+	   "publish": {"allowCi": true, "draft": false}},
+	  {"on": {"type": "label", "id": "ready", "repos": ["a/b"], "any": ["r"]}, "run": {"kind": "github", "flow": "f"},
+	   "publish": {"draft": false}}
+	]}`))
+	require.NoError(t, err)
+	require.Len(t, fts, 3)
+	assert.Equal(t, DefaultForgePublish, fts[0].Publish, "no publish object: the safe default")
+	assert.Equal(t, ForgePublish{AllowCI: false, Draft: true}, DefaultForgePublish)
+	assert.Equal(t, ForgePublish{AllowCI: true, Draft: false}, fts[1].Publish)
+	assert.Equal(t, ForgePublish{AllowCI: false, Draft: false}, fts[2].Publish)
+
+	// A cron trigger has no publish object.
+	_, err = ParseForgeTriggers([]byte(`{"triggers": [{"on": {"type": "cron", "pattern": "0 3 * * *"},
+	  "run": {"kind": "local", "folder": "/srv/a", "command": "x"}, "publish": {"draft": false}}]}`))
+	require.ErrorContains(t, err, "triggers[0]: publish: unknown key")
+}
+
 func TestForgeTriggersRefuseWithClearErrors(t *testing.T) {
 	for _, c := range []struct {
 		name, trigger, want string
@@ -58,6 +79,10 @@ func TestForgeTriggersRefuseWithClearErrors(t *testing.T) {
 		{"both flow and command", `{"on": {"type": "comment", "repos": ["a/b"], "phrase": "/pi"}, "run": {"kind": "github", "flow": "f", "command": "c"}}`, `run.flow: exactly one of flow and command`},
 		{"review state without review", `{"on": {"type": "pull_request", "repos": ["a/b"], "actions": ["opened"], "reviewState": "approved"}, "run": {"kind": "github", "flow": "f"}}`, `on.reviewState: only with the review_submitted action`},
 		{"unknown type", `{"on": {"type": "push", "repos": ["a/b"]}, "run": {"kind": "github", "flow": "f"}}`, `on.type: unknown type "push"`},
+		{"publish misspelt", `{"on": {"type": "comment", "repos": ["a/b"], "phrase": "/pi"}, "run": {"kind": "github", "flow": "f"}, "publish": {"allowWorkflows": true}}`, `triggers[0]: publish: `},
+		{"publish not bool", `{"on": {"type": "comment", "repos": ["a/b"], "phrase": "/pi"}, "run": {"kind": "github", "flow": "f"}, "publish": {"draft": "no"}}`, `triggers[0]: publish: `},
+		{"publish null", `{"on": {"type": "comment", "repos": ["a/b"], "phrase": "/pi"}, "run": {"kind": "github", "flow": "f"}, "publish": null}`, `triggers[0]: publish: must be an object`},
+		{"publish key misspelt", `{"on": {"type": "comment", "repos": ["a/b"], "phrase": "/pi"}, "run": {"kind": "github", "flow": "f"}, "pubilsh": {}}`, `triggers[0]: pubilsh: unknown key (did you mean "publish"?)`},
 		{"instructions too long", `{"on": {"type": "comment", "repos": ["a/b"], "phrase": "/pi"}, "run": {"kind": "github", "flow": "f", "instructions": "` + strings.Repeat("x", 2001) + `"}}`, `run.instructions: longer than 2000 bytes`},
 	} {
 		_, err := ParseForgeTriggers([]byte(`{"triggers": [` + c.trigger + `]}`))

@@ -16,7 +16,7 @@ var ErrSelfUnknown = errors.New("own user id unknown")
 
 // GitHubSelfID asks GitHub (GET /user) for the id of the user tok belongs
 // to: the events that user causes never start a job (IntakeConfig.SelfIDs).
-// A GitHub App's installation token has no /user; its bot is not resolved here.
+// A GitHub App's installation token has no /user: GitHubAppSelfID finds its bot.
 func GitHubSelfID(ctx context.Context, base, tok string, hc *http.Client) (int64, error) {
 	c, err := GitHubClient(base, tok, hc)
 	if err != nil {
@@ -25,6 +25,32 @@ func GitHubSelfID(ctx context.Context, base, tok string, hc *http.Client) (int64
 	u, _, err := c.Users.Get(ctx, "")
 	if err != nil {
 		return 0, fmt.Errorf("%w: github: %v", ErrSelfUnknown, err)
+	}
+	return u.GetID(), nil
+}
+
+// GitHubAppSelfID finds the id of a GitHub App's bot user, the author of
+// what the App's installation tokens write: GET /app with the App's JWT
+// names the App's slug, and GET /users/<slug>[bot] the bot's id.
+func GitHubAppSelfID(ctx context.Context, base, jwt string, hc *http.Client) (int64, error) {
+	c, err := GitHubClient(base, jwt, hc)
+	if err != nil {
+		return 0, err
+	}
+	app, _, err := c.Apps.Get(ctx, "")
+	if err != nil {
+		return 0, fmt.Errorf("%w: github app: %v", ErrSelfUnknown, err)
+	}
+	if app.GetSlug() == "" {
+		return 0, fmt.Errorf("%w: github app: no slug", ErrSelfUnknown)
+	}
+	anon, err := GitHubClient(base, "", hc)
+	if err != nil {
+		return 0, err
+	}
+	u, _, err := anon.Users.Get(ctx, app.GetSlug()+"[bot]")
+	if err != nil {
+		return 0, fmt.Errorf("%w: github app bot %s[bot]: %v", ErrSelfUnknown, app.GetSlug(), err)
 	}
 	return u.GetID(), nil
 }

@@ -4,10 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/pidispatch/pidispatch/config"
+	"github.com/pidispatch/pidispatch/cronsync"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/forge/token"
 	"github.com/pidispatch/pidispatch/forge/workspace"
@@ -20,17 +26,86 @@ func WithForgeWorkspaces(m *workspace.Manager) Option {
 	return func(d *dispatch.Deps) { d.Workspaces = workspaces{m} }
 }
 
+// ForgePolicies answers forge jobs' publish policies from the forge
+// triggers of the host's own triggers file (each trigger's publish object),
+// and follows the file as it changes. A job whose trigger the file does not
+// have, or whose forge or repository that trigger does not cover, gets the
+// safe default: no CI changes, a draft. It is a dispatch.Background: Run
+// watches the file until its context ends.
+type ForgePolicies struct {
+	path, host string
+	log        *slog.Logger
+	set        atomic.Pointer[[]cronsync.ForgeTrigger]
+}
+
+var _ dispatch.Background = (*ForgePolicies)(nil)
+
+// LoadForgePolicies reads the forge triggers of the triggers file at path.
+// A file that does not parse is a *config.ConfigError naming
+// PI_TRIGGERS_FILE, the file and every broken rule; a missing file is an
+// empty set until it appears.
+func LoadForgePolicies(path, host string, logger *slog.Logger) (*ForgePolicies, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	p := &ForgePolicies{path: path, host: host, log: logger}
+	data, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		p.set.Store(&[]cronsync.ForgeTrigger{})
+		return p, nil
+	case err != nil:
+		return nil, &config.ConfigError{Var: "PI_TRIGGERS_FILE", Value: path, Rule: err.Error()}
+	}
+	fts, err := cronsync.ParseForgeTriggers(data)
+	if err != nil {
+		return nil, &config.ConfigError{Var: "PI_TRIGGERS_FILE", Value: path,
+			Rule: "invalid forge triggers: " + strings.ReplaceAll(err.Error(), "\n", "; ")}
+	}
+	p.set.Store(&fts)
+	return p, nil
+}
+
+// Policy is job's publish policy (workspace.Config.Policy).
+func (p *ForgePolicies) Policy(job jobs.Job) workspace.PublishPolicy {
+	for _, ft := range *p.set.Load() {
+		if ft.Name != job.Trigger {
+			continue
+		}
+		if ft.Forge != job.Forge || !slices.Contains(ft.Repos, job.Repo) {
+			break
+		}
+		return workspace.PublishPolicy{AllowCI: ft.Publish.AllowCI, Ready: !ft.Publish.Draft}
+	}
+	return workspace.PublishPolicy{}
+}
+
+// Run follows the triggers file until ctx ends: a valid new content
+// replaces the set, an invalid one keeps the last good set (logged
+// triggers_reload_invalid).
+func (p *ForgePolicies) Run(ctx context.Context) error {
+	return cronsync.WatchForge(ctx, p.path, cronsync.ForgeWatchConfig{Logger: p.log, Host: p.host}, func(fts []cronsync.ForgeTrigger) {
+		p.set.Store(&fts)
+	})
+}
+
+// WithForgePolicies runs p's watch of the triggers file beside the worker.
+func WithForgePolicies(p *ForgePolicies) Option {
+	return func(d *dispatch.Deps) { d.Background = append(d.Background, p) }
+}
+
 // ForgeWorkspacesFromEnv builds the workspace manager from the environment
-// (config.LoadPublish and config.LoadPublishForges). policy answers a
+// (config.LoadPublish and config.LoadForgeCredentials, the parser the
+// receiver uses too). policy answers a
 // trigger's publish policy from the host's own trigger configuration (nil:
 // no CI changes, draft pull requests). It returns nil, nil when no forge
 // credential is configured.
-func ForgeWorkspacesFromEnv(getenv func(string) string, host string, logger *slog.Logger, policy func(trigger string) workspace.PublishPolicy) (*workspace.Manager, error) {
+func ForgeWorkspacesFromEnv(getenv func(string) string, host string, logger *slog.Logger, policy func(job jobs.Job) workspace.PublishPolicy) (*workspace.Manager, error) {
 	limits, err := config.LoadPublish(getenv)
 	if err != nil {
 		return nil, err
 	}
-	creds, err := config.LoadPublishForges(getenv)
+	creds, err := config.LoadForgeCredentials(getenv)
 	if err != nil {
 		return nil, err
 	}
@@ -39,27 +114,23 @@ func ForgeWorkspacesFromEnv(getenv func(string) string, host string, logger *slo
 		api := &workspace.GitHub{APIURL: gh.APIURL}
 		switch gh.Source {
 		case config.GitHubAuthApp:
-			pem, err := os.ReadFile(gh.PrivateKeyPath)
+			key, err := gh.PrivateKey()
 			if err != nil {
-				return nil, &config.PublishError{Var: "GITHUB_APP_PRIVATE_KEY_PATH", Rule: "must name a readable file"}
-			}
-			key, err := token.ParsePrivateKey(pem)
-			if err != nil {
-				return nil, &config.PublishError{Var: "GITHUB_APP_PRIVATE_KEY_PATH", Rule: "must hold an RSA private key in PEM"}
+				return nil, err
 			}
 			forges[jobs.ForgeGitHub] = workspace.Forge{API: api, Minter: &token.GitHubApp{
 				AppID: gh.AppID, InstallationID: gh.InstallationID, Key: key, APIURL: gh.APIURL,
 			}}
 		default:
-			forges[jobs.ForgeGitHub] = workspace.Forge{API: api, Minter: token.Static{Token: gh.PAT}}
+			forges[jobs.ForgeGitHub] = workspace.Forge{API: api, Minter: token.Static{Token: token.New(gh.PAT.Reveal(), time.Time{})}}
 		}
 	}
 	if fj := creds.Forgejo; fj != nil {
-		forges[jobs.ForgeForgejo] = workspace.Forge{API: &workspace.Gitea{URL: fj.URL}, Minter: token.Static{Token: fj.Token}}
+		forges[jobs.ForgeForgejo] = workspace.Forge{API: &workspace.Gitea{URL: fj.URL}, Minter: token.Static{Token: token.New(fj.Token.Reveal(), time.Time{})}}
 	}
 	if gl := creds.GitLab; gl != nil {
 		forges[jobs.ForgeGitLab] = workspace.Forge{API: &workspace.GitLab{URL: gl.URL},
-			Minter: &token.GitLabProject{URL: gl.URL, Parent: gl.Token}}
+			Minter: &token.GitLabProject{URL: gl.URL, Parent: token.New(gl.Token.Reveal(), time.Time{})}}
 	}
 	if len(forges) == 0 {
 		return nil, nil

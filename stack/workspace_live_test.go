@@ -89,6 +89,12 @@ const forgeRepo = "acme/web"
 // published to a git server and a GitHub double.
 func startForgeWorker(t *testing.T, limits workspace.Limits) *forgeWorker {
 	t.Helper()
+	return startForgeWorkerWith(t, limits, nil)
+}
+
+// startForgeWorkerWith is startForgeWorker with a publish policy.
+func startForgeWorkerWith(t *testing.T, limits workspace.Limits, policy func(jobs.Job) workspace.PublishPolicy) *forgeWorker {
+	t.Helper()
 	db := livetest.Valkey(t)
 	dc := livetest.Docker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -116,7 +122,7 @@ func startForgeWorker(t *testing.T, limits workspace.Limits) *forgeWorker {
 			Minter: &token.GitHubApp{AppID: 42, InstallationID: 7, Key: key, APIURL: f.gh.URL},
 			API:    &workspace.GitHub{APIURL: f.gh.URL},
 		}},
-		StateDir: t.TempDir(), Host: name, Logger: log, Backoff: 10 * time.Millisecond, Limits: limits,
+		StateDir: t.TempDir(), Host: name, Logger: log, Backoff: 10 * time.Millisecond, Limits: limits, Policy: policy,
 	})
 	require.NoError(t, err)
 	f.spy = &specSpy{files: map[string]string{}}
@@ -250,4 +256,21 @@ func TestForgeJobRefusalsAreRecorded(t *testing.T) {
 	require.Equal(t, jobs.OutcomeFailed, rec.Outcome)
 	require.Equal(t, jobs.ReasonRepoGone, rec.Reason)
 	require.Nil(t, rec.ExitCode, "no container started")
+}
+
+// The publish object of the host's own forge trigger reaches the pull
+// request: a trigger with "draft": false opens it ready for review.
+func TestForgeJobFollowsItsTriggersPublishPolicy(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "triggers.json")
+	require.NoError(t, os.WriteFile(path, []byte(`{"triggers": [
+  {"on": {"type": "label", "id": "fix-label", "repos": ["`+forgeRepo+`"], "any": ["pi"]}, "run": {"kind": "github", "flow": "fix"},
+   "publish": {"draft": false}}]}`), 0o600))
+	policies, err := stack.LoadForgePolicies(path, "forge-worker-1", nil)
+	require.NoError(t, err)
+	f := startForgeWorkerWith(t, workspace.Limits{}, policies.Policy)
+	rec := f.run(t, "gh-delivery-ready", "JOB_WRITE_FILE=README.md")
+	require.Equal(t, jobs.OutcomeCompleted, rec.Outcome, rec.Reason)
+	pulls := f.gh.Pulls(forgeRepo)
+	require.Len(t, pulls, 1)
+	require.False(t, pulls[0].GetDraft(), "the trigger asked for a pull request ready for review")
 }

@@ -40,7 +40,7 @@ func TestForgeWorkspacesFromEnv(t *testing.T) {
 	_, err = stack.ForgeWorkspacesFromEnv(getenv(map[string]string{
 		"GITHUB_APP_ID": "1", "GITHUB_APP_INSTALLATION_ID": "2", "GITHUB_APP_PRIVATE_KEY_PATH": notPEM,
 	}), "h1", nil, nil)
-	var pe *config.PublishError
+	var pe *config.ConfigError
 	require.ErrorAs(t, err, &pe)
 	require.Equal(t, "GITHUB_APP_PRIVATE_KEY_PATH", pe.Var)
 

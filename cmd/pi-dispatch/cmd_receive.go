@@ -17,6 +17,7 @@ import (
 	"github.com/pidispatch/pidispatch/forge"
 	"github.com/pidispatch/pidispatch/forge/poller"
 	"github.com/pidispatch/pidispatch/forge/receiver"
+	"github.com/pidispatch/pidispatch/forge/token"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/valkey"
@@ -34,7 +35,10 @@ GITLAB_WEBHOOK_SECRET), /forgejo (FORGEJO_WEBHOOK_SECRET), /healthz and
 /metrics. With POLL_REPOS it also polls those GitHub repositories every
 POLL_INTERVAL_SECONDS. Events are matched against the forge triggers of
 PI_TRIGGERS_FILE (reloaded when the file changes); a match from a person with
-write permission (triage for labels) is enqueued for the fleet.
+write permission (triage for labels) is enqueued for the fleet. With
+GITHUB_AUTH_SOURCE=app, GitHub is read with the App's installation tokens
+(read-only, one repository each, minted again before they expire) and the
+App's bot user is the receiver's own.
 
   --check   validate the configuration and the triggers file, then exit
 
@@ -46,11 +50,6 @@ failure, 2 an invalid configuration or triggers file. docs/forges.md.
 // permission is reused: a burst of events costs one lookup, and a revoked
 // permission stops counting within it.
 const permissionCacheTTL = 60 * time.Second
-
-// githubAppTokens mints GitHub App installation tokens for
-// GITHUB_AUTH_SOURCE=app. Nil: this build has no App token minter, and the
-// receiver refuses the setting at boot.
-var githubAppTokens func(cfg config.Forge) (forge.Tokens, error)
 
 func runReceive(ctx context.Context, e env, args []string) int {
 	fset := flag.NewFlagSet("receive", flag.ContinueOnError)
@@ -99,29 +98,33 @@ func runReceive(ctx context.Context, e env, args []string) int {
 		fmt.Fprintln(e.stderr, "pi-dispatch receive: nothing to receive: set WEBHOOK_SECRET, GITLAB_WEBHOOK_SECRET, FORGEJO_WEBHOOK_SECRET or POLL_REPOS (docs/forges.md)")
 		return exitUsage
 	}
+	creds := fc.Credentials
 	perms := map[jobs.Forge]forge.Permissions{}
 	var ghTokens forge.Tokens
-	switch fc.GitHubAuthSource {
-	case "pat":
-		ghTokens = forge.StaticToken(fc.GitHubPAT)
-	case "app":
-		if githubAppTokens == nil {
-			fmt.Fprintln(e.stderr, "pi-dispatch receive: GITHUB_AUTH_SOURCE=app: this build cannot mint App tokens; use GITHUB_AUTH_SOURCE=pat")
-			return exitUsage
+	var ghApp *token.GitHubApp
+	if gh := creds.GitHub; gh != nil {
+		switch gh.Source {
+		case config.GitHubAuthApp:
+			key, err := gh.PrivateKey()
+			if err != nil {
+				fmt.Fprintf(e.stderr, "pi-dispatch receive: invalid configuration: %v (docs/configuration.md)\n", err)
+				return exitUsage
+			}
+			// Installation tokens restricted to the one repository asked
+			// about and to reading it, minted again before they expire.
+			ghApp = &token.GitHubApp{AppID: gh.AppID, InstallationID: gh.InstallationID, Key: key,
+				APIURL: gh.APIURL, Permissions: token.IntakePermissions()}
+			ghTokens = &token.Cache{Minter: ghApp}
+		default:
+			ghTokens = forge.StaticToken(gh.PAT.Reveal())
 		}
-		if ghTokens, err = githubAppTokens(fc); err != nil {
-			fmt.Fprintf(e.stderr, "pi-dispatch receive: GITHUB_AUTH_SOURCE=app: %v\n", err)
-			return exitUsage
-		}
+		perms[jobs.ForgeGitHub] = forge.GitHubPermissions{BaseURL: creds.GitHubAPIURL, Tokens: ghTokens}
 	}
-	if ghTokens != nil {
-		perms[jobs.ForgeGitHub] = forge.GitHubPermissions{BaseURL: fc.GitHubAPIURL, Tokens: ghTokens}
+	if gl := creds.GitLab; gl != nil {
+		perms[jobs.ForgeGitLab] = forge.GitLabPermissions{BaseURL: gl.URL, Tokens: forge.StaticToken(gl.Token.Reveal())}
 	}
-	if fc.GitLabToken != "" {
-		perms[jobs.ForgeGitLab] = forge.GitLabPermissions{BaseURL: fc.GitLabURL, Tokens: forge.StaticToken(fc.GitLabToken)}
-	}
-	if fc.ForgejoToken != "" {
-		perms[jobs.ForgeForgejo] = forge.ForgejoPermissions{BaseURL: fc.ForgejoURL, Tokens: forge.StaticToken(fc.ForgejoToken)}
+	if fj := creds.Forgejo; fj != nil {
+		perms[jobs.ForgeForgejo] = forge.ForgejoPermissions{BaseURL: fj.URL, Tokens: forge.StaticToken(fj.Token.Reveal())}
 	}
 	for f, p := range perms {
 		perms[f] = &forge.CachedPermissions{Inner: p, TTL: permissionCacheTTL}
@@ -142,14 +145,22 @@ func runReceive(ctx context.Context, e env, args []string) int {
 		on    bool
 		get   func() (int64, error)
 	}{
-		{jobs.ForgeGitHub, fc.GitHubAuthSource == "pat", func() (int64, error) {
-			return forge.GitHubSelfID(sctx, fc.GitHubAPIURL, fc.GitHubPAT, nil)
+		{jobs.ForgeGitHub, creds.GitHub != nil, func() (int64, error) {
+			if ghApp != nil {
+				// The App writes as its bot user.
+				jwt, err := ghApp.JWT()
+				if err != nil {
+					return 0, err
+				}
+				return forge.GitHubAppSelfID(sctx, creds.GitHubAPIURL, jwt, nil)
+			}
+			return forge.GitHubSelfID(sctx, creds.GitHubAPIURL, creds.GitHub.PAT.Reveal(), nil)
 		}},
-		{jobs.ForgeGitLab, fc.GitLabToken != "", func() (int64, error) {
-			return forge.GitLabSelfID(sctx, fc.GitLabURL, fc.GitLabToken, nil)
+		{jobs.ForgeGitLab, creds.GitLab != nil, func() (int64, error) {
+			return forge.GitLabSelfID(sctx, creds.GitLab.URL, creds.GitLab.Token.Reveal(), nil)
 		}},
-		{jobs.ForgeForgejo, fc.ForgejoToken != "" && fc.ForgejoURL != "", func() (int64, error) {
-			return forge.ForgejoSelfID(sctx, fc.ForgejoURL, fc.ForgejoToken, nil)
+		{jobs.ForgeForgejo, creds.Forgejo != nil, func() (int64, error) {
+			return forge.ForgejoSelfID(sctx, creds.Forgejo.URL, creds.Forgejo.Token.Reveal(), nil)
 		}},
 	} {
 		if !r.on {
@@ -209,7 +220,7 @@ func runReceive(ctx context.Context, e env, args []string) int {
 	var pl *poller.Poller
 	if len(fc.PollRepos) > 0 {
 		pl, err = poller.New(poller.Config{
-			Repos: fc.PollRepos, Interval: fc.PollInterval, BaseURL: fc.GitHubAPIURL, Tokens: ghTokens,
+			Repos: fc.PollRepos, Interval: fc.PollInterval, BaseURL: creds.GitHubAPIURL, Tokens: ghTokens,
 			Valkey: client, Handler: intake, Logger: log, Host: host,
 		})
 		if err != nil {

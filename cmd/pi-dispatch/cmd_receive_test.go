@@ -1,6 +1,10 @@
 package main
 
 import (
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,6 +37,25 @@ func TestReceiveCheckPasses(t *testing.T) {
 	}
 }
 
+// GITHUB_AUTH_SOURCE=app boots: the key is read and parsed at --check.
+func TestReceiveCheckPassesInAppMode(t *testing.T) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "app.pem")
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	vars := receiveVars(t, goodForgeTriggers)
+	vars["GITHUB_PAT"] = ""
+	vars["GITHUB_APP_ID"], vars["GITHUB_APP_INSTALLATION_ID"], vars["GITHUB_APP_PRIVATE_KEY_PATH"] = "1", "2", path
+	r := runCLI(t, vars, "receive", "--check")
+	if r.code != exitOK || !strings.Contains(r.stdout, "github=app(") {
+		t.Fatalf("%+v", r)
+	}
+}
+
 func TestReceiveRefusesAnInvalidTriggersFile(t *testing.T) {
 	r := runCLI(t, receiveVars(t, `{"triggers": [
 	 {"on": {"type": "comment", "repos": ["acme/api"]}, "run": {"kind": "github", "flow": "fix"}},
@@ -48,15 +71,22 @@ func TestReceiveRefusesAnInvalidTriggersFile(t *testing.T) {
 }
 
 func TestReceiveRefusesBadConfiguration(t *testing.T) {
+	notAKey := filepath.Join(t.TempDir(), "k.pem")
+	if err := os.WriteFile(notAKey, []byte("not a key"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		set  map[string]string
 		want string
 	}{
-		{map[string]string{"RECEIVER_PORT": "99999"}, "RECEIVER_PORT: must be a port number"},
+		{map[string]string{"RECEIVER_PORT": "99999"}, `RECEIVER_PORT="99999": must be a port number`},
 		{map[string]string{"WEBHOOK_SECRET": "", "GITHUB_PAT": ""}, "nothing to receive"},
 		{map[string]string{"PI_TRIGGERS_FILE": ""}, "PI_TRIGGERS_FILE is not set"},
 		{map[string]string{"GITHUB_AUTH_SOURCE": "app", "GITHUB_PAT": "", "GITHUB_APP_ID": "1", "GITHUB_APP_INSTALLATION_ID": "2",
-			"GITHUB_APP_PRIVATE_KEY_PATH": "/k.pem"}, "cannot mint App tokens"},
+			"GITHUB_APP_PRIVATE_KEY_PATH": "/nonexistent/k.pem"}, "GITHUB_APP_PRIVATE_KEY_PATH=\"/nonexistent/k.pem\": must name a readable file"},
+		{map[string]string{"GITHUB_AUTH_SOURCE": "app", "GITHUB_PAT": "", "GITHUB_APP_ID": "1", "GITHUB_APP_INSTALLATION_ID": "2",
+			"GITHUB_APP_PRIVATE_KEY_PATH": notAKey}, "must hold an RSA private key"},
+		{map[string]string{"GITHUB_PAT": "ghp_secretvalue", "GITHUB_APP_ID": "1"}, "GITHUB_APP_INSTALLATION_ID"},
 	} {
 		vars := receiveVars(t, goodForgeTriggers)
 		for k, v := range c.set {
@@ -65,6 +95,9 @@ func TestReceiveRefusesBadConfiguration(t *testing.T) {
 		r := runCLI(t, vars, "receive", "--check")
 		if r.code != exitUsage || !strings.Contains(r.stderr, c.want) {
 			t.Errorf("%v: %+v", c.set, r)
+		}
+		if strings.Contains(r.stderr, "ghp_secretvalue") || strings.Contains(r.stderr, "s3cret-value") {
+			t.Errorf("%v: a secret was printed: %s", c.set, r.stderr)
 		}
 	}
 }

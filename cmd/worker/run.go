@@ -11,8 +11,10 @@ import (
 
 	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/dispatch"
+	forgews "github.com/pidispatch/pidispatch/forge/workspace"
 	"github.com/pidispatch/pidispatch/internal/buildinfo"
 	"github.com/pidispatch/pidispatch/internal/envfile"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/registry"
 	wiring "github.com/pidispatch/pidispatch/stack"
 	"github.com/pidispatch/pidispatch/valkey"
@@ -54,11 +56,26 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	logger := slog.New(slog.NewJSONHandler(stderr, nil))
 	redis.SetLogger(newRedisLog(logger.With("host", cfg.WorkerName)))
 	var opts []wiring.Option
-	if forge, err := wiring.ForgeWorkspacesFromEnv(layered.Getenv, cfg.WorkerName, logger, nil); err != nil {
+	// The forge triggers of this host's own triggers file decide what its
+	// forge jobs may publish; a file whose forge triggers do not parse
+	// refuses boot, as one whose cron triggers do not.
+	var policy func(jobs.Job) forgews.PublishPolicy
+	var policies *wiring.ForgePolicies
+	if cfg.TriggersFile != "" {
+		if policies, err = wiring.LoadForgePolicies(cfg.TriggersFile, cfg.WorkerName, logger); err != nil {
+			fmt.Fprintf(stderr, "worker: refused boot (nothing started): %v\n", err)
+			return exitConfig
+		}
+		policy = policies.Policy
+	}
+	if forge, err := wiring.ForgeWorkspacesFromEnv(layered.Getenv, cfg.WorkerName, logger, policy); err != nil {
 		fmt.Fprintf(stderr, "worker: invalid configuration (nothing started):\n%v\n", err)
 		return exitConfig
 	} else if forge != nil {
 		opts = append(opts, wiring.WithForgeWorkspaces(forge))
+		if policies != nil {
+			opts = append(opts, wiring.WithForgePolicies(policies))
+		}
 	}
 	s, err := buildStack(ctx, cfg, logger, dispatch.Tuning{Version: buildinfo.Version(version)}, opts...)
 	if err != nil {

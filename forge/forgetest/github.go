@@ -42,7 +42,16 @@ type GitHub struct {
 	revoked []string
 	// Calls counts requests by "METHOD path".
 	calls map[string]int
+	// perms are people's permissions by "owner/name/login".
+	perms map[string]string
 }
+
+// AppSlug is the double's App's slug; its bot user is AppSlug+"[bot]" with
+// id AppBotID.
+const (
+	AppSlug  = "pi-dispatch-test"
+	AppBotID = 41898282
+)
 
 // MintRequest is what one installation-token request asked for.
 type MintRequest struct {
@@ -75,7 +84,7 @@ type fault struct {
 func StartGitHub(t testing.TB, git *GitServer, appID int64, key *rsa.PublicKey, ttl time.Duration) *GitHub {
 	t.Helper()
 	g := &GitHub{t: t, git: git, appID: appID, key: key, now: time.Now, ttl: ttl,
-		tokens: map[string]issued{}, repos: map[string]*ghRepo{}, calls: map[string]int{}}
+		tokens: map[string]issued{}, repos: map[string]*ghRepo{}, calls: map[string]int{}, perms: map[string]string{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /app/installations/{id}/access_tokens", g.mint)
 	mux.HandleFunc("DELETE /installation/token", g.revoke)
@@ -85,6 +94,9 @@ func StartGitHub(t testing.TB, git *GitServer, appID int64, key *rsa.PublicKey, 
 	mux.HandleFunc("POST /repos/{owner}/{name}/pulls", g.createPull)
 	mux.HandleFunc("GET /repos/{owner}/{name}/pulls/{n}", g.getPull)
 	mux.HandleFunc("POST /repos/{owner}/{name}/issues/{n}/comments", g.comment)
+	mux.HandleFunc("GET /app", g.app)
+	mux.HandleFunc("GET /users/{login}", g.user)
+	mux.HandleFunc("GET /repos/{owner}/{name}/collaborators/{user}/permission", g.permission)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		g.mu.Lock()
 		g.calls[r.Method+" "+r.URL.Path]++
@@ -115,6 +127,49 @@ func StartGitHub(t testing.TB, git *GitServer, appID int64, key *rsa.PublicKey, 
 	g.URL = srv.URL + "/"
 	git.SetAllow(func(_, password string) bool { return g.validToken(password, "") })
 	return g
+}
+
+// SetPermission gives login the permission (admin, maintain, write,
+// triage, read or none) on repo.
+func (g *GitHub) SetPermission(repo, login, permission string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.perms[repo+"/"+login] = permission
+}
+
+// app answers GET /app for the App's JWT only.
+func (g *GitHub) app(w http.ResponseWriter, r *http.Request) {
+	if !g.checkJWT(r.Header.Get("Authorization")) {
+		writeJSON(w, http.StatusUnauthorized, github.ErrorResponse{Message: "A JSON web token could not be decoded"})
+		return
+	}
+	writeJSON(w, http.StatusOK, github.App{ID: github.Ptr(g.appID), Slug: github.Ptr(AppSlug), Name: github.Ptr(AppSlug)})
+}
+
+// user answers GET /users/{login} for the App's bot.
+func (g *GitHub) user(w http.ResponseWriter, r *http.Request) {
+	if r.PathValue("login") != AppSlug+"[bot]" {
+		writeJSON(w, http.StatusNotFound, github.ErrorResponse{Message: "Not Found"})
+		return
+	}
+	writeJSON(w, http.StatusOK, github.User{ID: github.Ptr(int64(AppBotID)), Login: github.Ptr(AppSlug + "[bot]"), Type: github.Ptr("Bot")})
+}
+
+// permission answers a collaborator's permission, for a token of the repository.
+func (g *GitHub) permission(w http.ResponseWriter, r *http.Request) {
+	_, repo, ok := g.authRepo(w, r)
+	if !ok {
+		return
+	}
+	login := r.PathValue("user")
+	g.mu.Lock()
+	p, known := g.perms[repo+"/"+login]
+	g.mu.Unlock()
+	if !known {
+		p = "none"
+	}
+	writeJSON(w, http.StatusOK, github.RepositoryPermissionLevel{Permission: github.Ptr(p), RoleName: github.Ptr(p),
+		User: &github.User{Login: github.Ptr(login)}})
 }
 
 // SetClock sets the double's clock (token expiry).

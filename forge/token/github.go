@@ -50,6 +50,17 @@ func PublishPermissions() *github.InstallationPermissions {
 	}
 }
 
+// IntakePermissions are the least the receiver needs: read a person's
+// permission on the repository (metadata) and poll its issues and pull
+// requests.
+func IntakePermissions() *github.InstallationPermissions {
+	return &github.InstallationPermissions{
+		Metadata:     github.Ptr("read"),
+		Issues:       github.Ptr("read"),
+		PullRequests: github.Ptr("read"),
+	}
+}
+
 // ParsePrivateKey reads an App's PEM private key (PKCS#1 or PKCS#8 RSA).
 func ParsePrivateKey(pemBytes []byte) (*rsa.PrivateKey, error) {
 	block, _ := pem.Decode(pemBytes)

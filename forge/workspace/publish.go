@@ -153,7 +153,7 @@ func (c *Checkout) policy() PublishPolicy {
 	if c.m.cfg.Policy == nil {
 		return PublishPolicy{}
 	}
-	return c.m.cfg.Policy(c.job.Job.Trigger)
+	return c.m.cfg.Policy(c.job.Job)
 }
 
 // checkHistory fetches the job's HEAD from the workspace's repository (read

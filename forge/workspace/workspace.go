@@ -68,9 +68,11 @@ type Forge struct {
 type Config struct {
 	// Forges by kind; a job of a kind not here is refused by Prepare.
 	Forges map[jobs.Forge]Forge
-	// Policy answers the publish policy of a trigger name ("" for a job with
-	// none); nil: the zero policy (no CI changes, drafts).
-	Policy func(trigger string) PublishPolicy
+	// Policy answers the publish policy of a job from the host's own
+	// configuration of its trigger (job.Trigger, checked against the job's
+	// forge and repository: a job naming a trigger that does not cover it
+	// gets the zero policy); nil: the zero policy (no CI changes, drafts).
+	Policy func(job jobs.Job) PublishPolicy
 	Limits Limits
 	// StateDir holds the host-only copies (never mounted in a container);
 	// "": os.TempDir()/pidispatch-forge.

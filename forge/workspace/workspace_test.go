@@ -57,7 +57,7 @@ func setup(t *testing.T, policy workspace.PublishPolicy, limits workspace.Limits
 			Minter: &token.GitHubApp{AppID: 42, InstallationID: 7, Key: key(t), APIURL: b.gh.URL},
 			API:    &workspace.GitHub{APIURL: b.gh.URL},
 		}},
-		Policy:   func(trigger string) workspace.PublishPolicy { return policy },
+		Policy:   func(jobs.Job) workspace.PublishPolicy { return policy },
 		Limits:   limits,
 		StateDir: t.TempDir(),
 		Host:     "h1",
