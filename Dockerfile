@@ -28,6 +28,7 @@ COPY fleetkey ./fleetkey
 COPY fleetstate ./fleetstate
 COPY forge ./forge
 COPY gateway ./gateway
+COPY hold ./hold
 COPY image ./image
 COPY internal ./internal
 COPY jobs ./jobs
@@ -45,6 +46,7 @@ COPY stack ./stack
 COPY tracing ./tracing
 COPY transcript ./transcript
 COPY valkey ./valkey
+COPY waitcheck ./waitcheck
 ARG VERSION=dev
 ENV CGO_ENABLED=0
 RUN go build -trimpath -ldflags="-s -w -X main.version=${VERSION}" -o /out/pi-dispatch-worker ./cmd/worker \

@@ -174,7 +174,7 @@ func (w *Worker) failOrphan(ctx context.Context, jobDir string) orphanOutcome {
 	w.exitedOutcome(&rec, jobDir)
 	rec, had := w.ownRecordOr(rec)
 	if !had {
-		if _, mine := w.claim(rec); !mine {
+		if _, mine := w.claim(ctx, rec); !mine {
 			had = true // another host's stalled check records this attempt
 		} else if !w.writeRecord(rec) {
 			return orphanUndecided // no record, no state change
@@ -196,7 +196,7 @@ func (w *Worker) failOrphan(ctx context.Context, jobDir string) orphanOutcome {
 		return orphanNone
 	}
 	w.mirror(rec)
-	w.endHold(n.JobID, waitFor)
+	w.endHold(ctx, n.JobID, waitFor)
 	w.log.Warn("job_orphan_failed", "jobId", n.JobID, "queue", q.Name(), "ranOn", rec.Host, "reason", rec.Reason)
 	return orphanFailed
 }

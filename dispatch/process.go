@@ -124,7 +124,7 @@ func (w *Worker) run(ctx context.Context, h *held) (started bool) {
 	result := end.result
 	if spec.KeepContainer && result.Container != "" && !result.NeverStarted {
 		remover := w.deps.Runtime.(containerRemover)
-		defer w.removeContainer(remover, result.Container) // after the record and the report
+		defer w.removeContainer(ctx, remover, result.Container) // after the record and the report
 	}
 	if !result.NeverStarted {
 		h.rec.StartedAt = end.startedAt
@@ -243,7 +243,7 @@ func (w *Worker) finish(ctx context.Context, h *held, c runClass, end runEnd) {
 	case reportNothing:
 		// Our lock is gone: the stalled check failed the job (never re-run).
 		// The container was stopped; record what we saw, report nothing.
-		w.record(h, c.outcome, c.reason, exit, telemetry)
+		w.record(ctx, h, c.outcome, c.reason, exit, telemetry)
 		w.observeJob(h, Event{Kind: EventLockLost})
 	case reportRefusal:
 		w.refuse(ctx, h, c.reason)
@@ -273,8 +273,8 @@ func (w *Worker) outputFile(jobDir string, keep bool) string {
 	return filepath.Join(filepath.Dir(jobDir), outputFileName)
 }
 
-func (w *Worker) removeContainer(r containerRemover, name string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+func (w *Worker) removeContainer(ctx context.Context, r containerRemover, name string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if err := r.RemoveContainer(ctx, name); err != nil {
 		w.log.Warn("job_container_remove_failed", "container", name, "err", err)
@@ -443,7 +443,7 @@ func (w *Worker) refuse(ctx context.Context, h *held, reason jobs.Reason) {
 // finishPolicy records a policy outcome (a refusal, exit 2, a timeout) and
 // completes the job with it as the result: never retried.
 func (w *Worker) finishPolicy(ctx context.Context, h *held, reason jobs.Reason, exit *int, telemetry json.RawMessage) {
-	w.record(h, jobs.OutcomePolicy, reason, exit, telemetry)
+	w.record(ctx, h, jobs.OutcomePolicy, reason, exit, telemetry)
 	result, _ := json.Marshal(map[string]string{"outcome": jobs.OutcomePolicy, "reason": string(reason)})
 	if err := w.report(ctx, h, func(ctx context.Context) error { return h.q.Complete(ctx, h.job.ID, h.token, result) }); err != nil {
 		w.log.Error("job_report_failed", "jobId", h.job.ID, "err", err)
@@ -452,7 +452,7 @@ func (w *Worker) finishPolicy(ctx context.Context, h *held, reason jobs.Reason, 
 }
 
 func (w *Worker) complete(ctx context.Context, h *held, exit *int, telemetry json.RawMessage) {
-	w.record(h, jobs.OutcomeCompleted, jobs.ReasonCompleted, exit, telemetry)
+	w.record(ctx, h, jobs.OutcomeCompleted, jobs.ReasonCompleted, exit, telemetry)
 	result := telemetry
 	if len(result) == 0 {
 		result = json.RawMessage(`{"outcome":"completed"}`)
@@ -466,7 +466,7 @@ func (w *Worker) complete(ctx context.Context, h *held, exit *int, telemetry jso
 // fail records an infrastructure failure and fails the attempt; the queue
 // retries it while attempts remain.
 func (w *Worker) fail(ctx context.Context, h *held, reason jobs.Reason, exit *int, telemetry json.RawMessage, opts FailOptions) {
-	w.record(h, jobs.OutcomeFailed, reason, exit, telemetry)
+	w.record(ctx, h, jobs.OutcomeFailed, reason, exit, telemetry)
 	var retried bool
 	err := w.report(ctx, h, func(ctx context.Context) (err error) {
 		retried, err = h.q.Fail(ctx, h.job.ID, h.token, string(reason), opts)
@@ -481,7 +481,7 @@ func (w *Worker) fail(ctx context.Context, h *held, reason jobs.Reason, exit *in
 // failNoRetry records a failure that no retry can cure and fails the job
 // for good.
 func (w *Worker) failNoRetry(ctx context.Context, h *held, reason jobs.Reason) {
-	w.record(h, jobs.OutcomeFailed, reason, nil, nil)
+	w.record(ctx, h, jobs.OutcomeFailed, reason, nil, nil)
 	err := w.report(ctx, h, func(ctx context.Context) error {
 		_, err := h.q.Fail(ctx, h.job.ID, h.token, string(reason), FailOptions{NoRetry: true})
 		return err
@@ -530,7 +530,7 @@ func (w *Worker) report(ctx context.Context, h *held, op func(context.Context) e
 
 // record writes the run record before anything reports the outcome, then
 // mirrors it fleet-wide without waiting.
-func (w *Worker) record(h *held, outcome string, reason jobs.Reason, exit *int, telemetry json.RawMessage) {
+func (w *Worker) record(ctx context.Context, h *held, outcome string, reason jobs.Reason, exit *int, telemetry json.RawMessage) {
 	h.rec.Outcome = outcome
 	h.rec.Reason = reason
 	h.rec.ExitCode = exit
@@ -540,19 +540,19 @@ func (w *Worker) record(h *held, outcome string, reason jobs.Reason, exit *int, 
 		h.rec.Target = "-"
 	}
 	w.observeFinish(h)
-	if owner, mine := w.claim(h.rec); !mine {
+	if owner, mine := w.claim(ctx, h.rec); !mine {
 		// Another host recorded this attempt first (its stalled check failed
 		// the job while this worker was frozen): its file stays the one
 		// record, and the mirror gets this run's facts, the better ones (the
 		// container's real exit code and telemetry).
 		w.log.Warn("run_record_claimed_elsewhere", "jobId", h.job.ID, "attempt", h.rec.Attempt, "owner", owner)
 		w.mirror(h.rec)
-		w.endHold(h.job.ID, h.spec.WaitFor)
+		w.endHold(ctx, h.job.ID, h.spec.WaitFor)
 		return
 	}
 	w.writeRecord(h.rec)
 	w.mirror(h.rec)
-	w.endHold(h.job.ID, h.spec.WaitFor) // the job ended: so did its hold
+	w.endHold(ctx, h.job.ID, h.spec.WaitFor) // the job ended: so did its hold
 	faultpoint.Hit(faultpoint.RunRecorded)
 }
 
@@ -575,12 +575,12 @@ const claimCallTimeout = 2 * time.Second
 // claim takes the fleet-wide claim of recording one attempt.
 // Without a mirror, or with Valkey unreachable, this host records: a
 // duplicate record is better than none.
-func (w *Worker) claim(rec jobs.Record) (owner string, mine bool) {
+func (w *Worker) claim(ctx context.Context, rec jobs.Record) (owner string, mine bool) {
 	c := w.claims()
 	if c == nil {
 		return w.cfg.WorkerName, true
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), claimCallTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimCallTimeout)
 	defer cancel()
 	owner, err := c.Claim(ctx, rec.Queue, rec.JobID, rec.Attempt, w.cfg.WorkerName)
 	if err != nil {
@@ -590,9 +590,9 @@ func (w *Worker) claim(rec jobs.Record) (owner string, mine bool) {
 }
 
 // releaseClaim drops this host's claim of an attempt it no longer records.
-func (w *Worker) releaseClaim(rec jobs.Record) {
+func (w *Worker) releaseClaim(ctx context.Context, rec jobs.Record) {
 	if c := w.claims(); c != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), claimCallTimeout)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimCallTimeout)
 		defer cancel()
 		_ = c.ReleaseClaim(ctx, rec.Queue, rec.JobID, rec.Attempt, w.cfg.WorkerName)
 	}
@@ -680,7 +680,7 @@ func (w *Worker) checkQueueStalled(ctx context.Context, q JobQueue) {
 		}
 		delete(pre, id)
 		w.mirror(p.rec)
-		w.endHold(id, p.waitFor)
+		w.endHold(ctx, id, p.waitFor)
 		w.log.Warn("job_stalled", "jobId", id, "queue", q.Name(), "ranOn", p.rec.Host)
 	}
 	for id, p := range pre {
@@ -702,7 +702,7 @@ func (w *Worker) settlePrerecord(ctx context.Context, q JobQueue, id string, p p
 		return // undecided: the next check looks again
 	case err == nil && j.State == StateFailed && p.claimed:
 		w.mirror(p.rec)
-		w.endHold(id, p.waitFor)
+		w.endHold(ctx, id, p.waitFor)
 		w.log.Warn("job_stalled", "jobId", id, "queue", q.Name(), "ranOn", p.rec.Host)
 		return
 	case err == nil && j.State == StateActive:
@@ -710,7 +710,7 @@ func (w *Worker) settlePrerecord(ctx context.Context, q JobQueue, id string, p p
 	}
 	_ = os.Remove(filepath.Join(w.cfg.LogsDir, jobs.RecordName(p.rec.Queue, p.rec.JobID, p.rec.Attempt)))
 	if p.claimed {
-		w.releaseClaim(p.rec)
+		w.releaseClaim(ctx, p.rec)
 	}
 }
 
@@ -752,7 +752,7 @@ func (w *Worker) prerecordStalled(ctx context.Context, q JobQueue) map[string]pr
 			pre[id] = prerecorded{rec: have, waitFor: waitFor}
 			continue
 		}
-		if _, mine := w.claim(rec); !mine {
+		if _, mine := w.claim(ctx, rec); !mine {
 			continue // another host records this attempt
 		}
 		if w.writeRecord(rec) {
@@ -805,12 +805,12 @@ func (w *Worker) recordStalled(ctx context.Context, q JobQueue, id, event string
 		rec, _ = w.stalledRecord(q.Name(), id, nil, 1)
 	}
 	if _, ok := w.ownRecord(rec); !ok {
-		if _, mine := w.claim(rec); mine {
+		if _, mine := w.claim(ctx, rec); mine {
 			w.writeRecord(rec)
 			w.mirror(rec)
 		}
 	}
-	w.endHold(id, waitFor)
+	w.endHold(ctx, id, waitFor)
 	w.log.Warn(event, "jobId", id, "queue", q.Name(), "ranOn", rec.Host)
 	w.observe(Event{Kind: EventStalled, JobID: id, Queue: q.Name(), Attempt: rec.Attempt, Count: 1})
 }

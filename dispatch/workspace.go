@@ -88,7 +88,7 @@ func (w *Worker) prepareWorkspace(ctx context.Context, h *held, dir, user string
 		if ws != nil {
 			_ = ws.Close()
 		}
-		w.record(h, jobs.OutcomeFailed, jobs.ReasonStalled, nil, nil)
+		w.record(ctx, h, jobs.OutcomeFailed, jobs.ReasonStalled, nil, nil)
 		return false
 	}
 	if err == nil {
