@@ -22,6 +22,7 @@ COPY cronsync ./cronsync
 COPY dash ./dash
 COPY dispatch ./dispatch
 COPY enqueue ./enqueue
+COPY exitline ./exitline
 COPY fingerprint ./fingerprint
 COPY fleet ./fleet
 COPY fleetkey ./fleetkey

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/pidispatch/pidispatch/container"
+	"github.com/pidispatch/pidispatch/exitline"
 	"github.com/pidispatch/pidispatch/internal/faultpoint"
 	"github.com/pidispatch/pidispatch/jobs"
 )
@@ -267,9 +268,9 @@ func (w *Worker) exitedOutcome(rec *jobs.Record, jobDir string) {
 	// The values of the job's secrets died with the worker that resolved
 	// them: the record keeps no free text of the exit line.
 	if t, ok := container.ParseExitLine(e.Stdout); ok {
-		rec.Telemetry = cleanTelemetry(t.Raw, nil, true)
+		rec.Telemetry = exitline.Clean(t.Raw, nil, true)
 	} else if t, ok := container.ParseExitLine(readTail(filepath.Join(jobDir, outputFileName), container.TelemetryScanBytes)); ok {
-		rec.Telemetry = cleanTelemetry(t.Raw, nil, true)
+		rec.Telemetry = exitline.Clean(t.Raw, nil, true)
 	}
 }
 

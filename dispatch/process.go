@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/container"
+	"github.com/pidispatch/pidispatch/exitline"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/faultpoint"
 	"github.com/pidispatch/pidispatch/jobs"
@@ -232,7 +233,7 @@ func (w *Worker) finish(ctx context.Context, h *held, c runClass, end runEnd) {
 	// The exit line is the job's, which may print its secrets: only its
 	// documented fields, none holding a secret, reach the record, the
 	// mirror and the queue's return value.
-	exit, telemetry := exitPtr(end.result), cleanTelemetry(telemetryOf(end.result), h.secrets, false)
+	exit, telemetry := exitPtr(end.result), exitline.Clean(telemetryOf(end.result), h.secrets, false)
 	switch c.event {
 	case eventNeverStarted:
 		h.log.Warn(c.event, "exitCode", end.result.ExitCode, "err", errString(end.err))

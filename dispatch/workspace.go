@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/pidispatch/pidispatch/exitline"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 
@@ -136,7 +137,7 @@ func (w *Worker) publishWorkspace(ctx context.Context, h *held, c runClass, end 
 		Turns *int64   `json:"turns"`
 		Cost  *float64 `json:"cost"`
 	}
-	if t := cleanTelemetry(telemetryOf(end.result), h.secrets, false); len(t) > 0 && json.Unmarshal(t, &exit) == nil {
+	if t := exitline.Clean(telemetryOf(end.result), h.secrets, false); len(t) > 0 && json.Unmarshal(t, &exit) == nil {
 		if exit.Turns != nil {
 			res.Turns = int(*exit.Turns)
 		}
