@@ -42,6 +42,7 @@ COPY policy ./policy
 COPY queue ./queue
 COPY registry ./registry
 COPY runner ./runner
+COPY runclass ./runclass
 COPY secretprofile ./secretprofile
 COPY stack ./stack
 COPY tracing ./tracing

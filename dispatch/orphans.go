@@ -13,6 +13,7 @@ import (
 	"github.com/pidispatch/pidispatch/exitline"
 	"github.com/pidispatch/pidispatch/internal/faultpoint"
 	"github.com/pidispatch/pidispatch/jobs"
+	"github.com/pidispatch/pidispatch/runclass"
 )
 
 // A worker that crashes mid-job (killed, OOM, power loss of the process but
@@ -251,18 +252,7 @@ func (w *Worker) exitedOutcome(rec *jobs.Record, jobDir string) {
 	}
 	code := e.ExitCode
 	rec.ExitCode = &code
-	switch {
-	case code == exitCompleted:
-		rec.Outcome, rec.Reason = jobs.OutcomeCompleted, jobs.ReasonCompleted
-	case code == exitPolicy:
-		rec.Outcome, rec.Reason = jobs.OutcomePolicy, jobs.ReasonPolicy
-	case code == exitInfra:
-		rec.Outcome, rec.Reason = jobs.OutcomeFailed, jobs.ReasonExit1
-	case code >= 125 && code <= 127:
-		rec.Outcome, rec.Reason = jobs.OutcomeFailed, jobs.ReasonNeverStarted
-	default:
-		rec.Outcome, rec.Reason = jobs.OutcomeFailed, jobs.ReasonExitOther
-	}
+	rec.Outcome, rec.Reason = runclass.Exited(code)
 	// The engine's log first: the copy beside the job folder ends where the
 	// dead worker stopped copying, before an exit line printed later.
 	// The values of the job's secrets died with the worker that resolved

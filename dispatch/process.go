@@ -15,13 +15,7 @@ import (
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/faultpoint"
 	"github.com/pidispatch/pidispatch/jobs"
-)
-
-// Exit codes of the container contract (docs/container-contract.md).
-const (
-	exitCompleted = 0
-	exitInfra     = 1
-	exitPolicy    = 2
+	"github.com/pidispatch/pidispatch/runclass"
 )
 
 // held is one job this worker holds the lock of.
@@ -122,20 +116,20 @@ func (w *Worker) run(ctx context.Context, h *held) (started bool) {
 	stopTranscript := w.keepTranscript(ctx, h, spec.OutputFile)
 	end := w.runContainer(ctx, h, spec)
 	stopTranscript() // stored before the record
-	result := end.result
+	result := end.Result
 	if spec.KeepContainer && result.Container != "" && !result.NeverStarted {
 		remover := w.deps.Runtime.(containerRemover)
 		defer w.removeContainer(ctx, remover, result.Container) // after the record and the report
 	}
 	if !result.NeverStarted {
-		h.rec.StartedAt = end.startedAt
+		h.rec.StartedAt = end.StartedAt
 		h.started = h.rec.StartedAt
 	}
 	h.rec.Spend = spendOf(h)
 	if h.rec.Spend != nil {
-		end.capHit = h.rec.Spend.CapHit
+		end.CapHit = h.rec.Spend.CapHit
 	}
-	w.finish(ctx, h, w.publishWorkspace(ctx, h, classifyRun(end), end), end)
+	w.finish(ctx, h, w.publishWorkspace(ctx, h, runclass.Of(end), end), end)
 	return !result.NeverStarted
 }
 
@@ -200,7 +194,7 @@ func (w *Worker) prepareRun(ctx context.Context, h *held) (spec container.Spec, 
 
 // runContainer runs the container, holding the job's lock for as long as it
 // runs: an operator's cancel or a lost lock stops it.
-func (w *Worker) runContainer(ctx context.Context, h *held, spec container.Spec) runEnd {
+func (w *Worker) runContainer(ctx context.Context, h *held, spec container.Spec) runclass.End {
 	runCtx, stopRun := context.WithCancel(ctx)
 	unwatch := func() {}
 	if w.deps.Cancels != nil {
@@ -218,44 +212,44 @@ func (w *Worker) runContainer(ctx context.Context, h *held, spec container.Spec)
 	stopRun()
 	unwatch()
 	<-extendDone
-	end := runEnd{result: result, err: err, startedAt: startedAt}
+	end := runclass.End{Result: result, Err: err, StartedAt: startedAt}
 	select {
 	case <-lost:
-		end.lockLost = true
+		end.LockLost = true
 	default:
 	}
-	end.operatorCancel = w.deps.Cancels != nil && w.deps.Cancels.Cancelled(h.job.ID)
+	end.OperatorCancel = w.deps.Cancels != nil && w.deps.Cancels.Cancelled(h.job.ID)
 	return end
 }
 
 // finish records a classified run and reports it to the job's queue.
-func (w *Worker) finish(ctx context.Context, h *held, c runClass, end runEnd) {
+func (w *Worker) finish(ctx context.Context, h *held, c runclass.Class, end runclass.End) {
 	// The exit line is the job's, which may print its secrets: only its
 	// documented fields, none holding a secret, reach the record, the
 	// mirror and the queue's return value.
-	exit, telemetry := exitPtr(end.result), exitline.Clean(telemetryOf(end.result), h.secrets, false)
-	switch c.event {
-	case eventNeverStarted:
-		h.log.Warn(c.event, "exitCode", end.result.ExitCode, "err", errString(end.err))
-	case eventRunFailed:
-		h.log.Error(c.event, "err", end.err)
+	exit, telemetry := end.ExitCode(), exitline.Clean(end.Telemetry(), h.secrets, false)
+	switch c.Event {
+	case runclass.EventNeverStarted:
+		h.log.Warn(c.Event, "exitCode", end.Result.ExitCode, "err", errString(end.Err))
+	case runclass.EventRunFailed:
+		h.log.Error(c.Event, "err", end.Err)
 	}
-	switch c.report {
-	case reportNothing:
+	switch c.Report {
+	case runclass.ReportNothing:
 		// Our lock is gone: the stalled check failed the job (never re-run).
 		// The container was stopped; record what we saw, report nothing.
-		w.record(ctx, h, c.outcome, c.reason, exit, telemetry)
+		w.record(ctx, h, c.Outcome, c.Reason, exit, telemetry)
 		w.observeJob(h, Event{Kind: EventLockLost})
-	case reportRefusal:
-		w.refuse(ctx, h, c.reason)
-	case reportPolicy:
-		w.finishPolicy(ctx, h, c.reason, exit, telemetry)
-	case reportCompleted:
+	case runclass.ReportRefusal:
+		w.refuse(ctx, h, c.Reason)
+	case runclass.ReportPolicy:
+		w.finishPolicy(ctx, h, c.Reason, exit, telemetry)
+	case runclass.ReportCompleted:
 		w.complete(ctx, h, exit, telemetry)
-	case reportFailed:
-		w.fail(ctx, h, c.reason, exit, telemetry, FailOptions{})
-	case reportRequeued:
-		w.fail(ctx, h, c.reason, exit, telemetry, FailOptions{FreeAttempt: true})
+	case runclass.ReportFailed:
+		w.fail(ctx, h, c.Reason, exit, telemetry, FailOptions{})
+	case runclass.ReportRequeued:
+		w.fail(ctx, h, c.Reason, exit, telemetry, FailOptions{FreeAttempt: true})
 	}
 }
 
@@ -814,19 +808,4 @@ func (w *Worker) recordStalled(ctx context.Context, q JobQueue, id, event string
 	w.endHold(ctx, id, waitFor)
 	w.log.Warn(event, "jobId", id, "queue", q.Name(), "ranOn", rec.Host)
 	w.observe(Event{Kind: EventStalled, JobID: id, Queue: q.Name(), Attempt: rec.Attempt, Count: 1})
-}
-
-func exitPtr(r container.Result) *int {
-	if r.NeverStarted && r.ExitCode == 0 {
-		return nil
-	}
-	c := r.ExitCode
-	return &c
-}
-
-func telemetryOf(r container.Result) json.RawMessage {
-	if r.Telemetry == nil || len(r.Telemetry.Raw) == 0 {
-		return nil
-	}
-	return r.Telemetry.Raw
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/exitline"
 	"github.com/pidispatch/pidispatch/jobs"
+	"github.com/pidispatch/pidispatch/runclass"
 )
 
 // Workspaces gives a forge job its repository before it runs and publishes
@@ -118,7 +119,7 @@ func (w *Worker) prepareWorkspace(ctx context.Context, h *held, dir, user string
 // publishWorkspace publishes a finished forge job's workspace and returns the
 // run's classification, changed to a refusal or a failure when publishing
 // was refused or failed. It closes the workspace.
-func (w *Worker) publishWorkspace(ctx context.Context, h *held, c runClass, end runEnd) runClass {
+func (w *Worker) publishWorkspace(ctx context.Context, h *held, c runclass.Class, end runclass.End) runclass.Class {
 	if h.ws == nil {
 		return c
 	}
@@ -129,15 +130,15 @@ func (w *Worker) publishWorkspace(ctx context.Context, h *held, c runClass, end 
 			h.log.Warn("forge_workspace_close_failed", "err", err)
 		}
 	}()
-	if c.report == reportNothing {
+	if c.Report == runclass.ReportNothing {
 		return c // the stalled check answered for the job: nothing more is said
 	}
-	res := WorkspaceResult{Outcome: c.outcome, Reason: c.reason}
+	res := WorkspaceResult{Outcome: c.Outcome, Reason: c.Reason}
 	var exit struct {
 		Turns *int64   `json:"turns"`
 		Cost  *float64 `json:"cost"`
 	}
-	if t := exitline.Clean(telemetryOf(end.result), h.secrets, false); len(t) > 0 && json.Unmarshal(t, &exit) == nil {
+	if t := exitline.Clean(end.Telemetry(), h.secrets, false); len(t) > 0 && json.Unmarshal(t, &exit) == nil {
 		if exit.Turns != nil {
 			res.Turns = int(*exit.Turns)
 		}
@@ -151,20 +152,20 @@ func (w *Worker) publishWorkspace(ctx context.Context, h *held, c runClass, end 
 	var pub WorkspacePublished
 	var err error
 	if w.holdingLock(ctx, h, func(ctx context.Context) { pub, err = ws.Publish(ctx, res) }) {
-		return runClass{outcome: jobs.OutcomeFailed, reason: jobs.ReasonStalled, report: reportNothing}
+		return runclass.Class{Outcome: jobs.OutcomeFailed, Reason: jobs.ReasonStalled, Report: runclass.ReportNothing}
 	}
 	h.rec.BaseCommit = pub.BaseCommit
 	h.rec.PushedCommit = pub.PushedCommit
 	h.rec.PullRequestURL = pub.PullRequestURL
-	if err == nil || c.outcome != jobs.OutcomeCompleted {
+	if err == nil || c.Outcome != jobs.OutcomeCompleted {
 		return c
 	}
 	we := workspaceErr(err)
 	h.log.Error("forge_publish_failed", "reason", we.Reason, "err", err)
 	if we.Outcome == jobs.OutcomePolicy {
-		return runClass{outcome: jobs.OutcomePolicy, reason: we.Reason, report: reportPolicy}
+		return runclass.Class{Outcome: jobs.OutcomePolicy, Reason: we.Reason, Report: runclass.ReportPolicy}
 	}
-	return runClass{outcome: jobs.OutcomeFailed, reason: we.Reason, report: reportFailed}
+	return runclass.Class{Outcome: jobs.OutcomeFailed, Reason: we.Reason, Report: runclass.ReportFailed}
 }
 
 // holdingLock runs op while extending the job's lock, as a running container
