@@ -32,6 +32,7 @@ COPY gateway ./gateway
 COPY hold ./hold
 COPY image ./image
 COPY internal ./internal
+COPY jobdir ./jobdir
 COPY jobs ./jobs
 COPY lease ./lease
 COPY metrics ./metrics
@@ -41,8 +42,8 @@ COPY operator ./operator
 COPY policy ./policy
 COPY queue ./queue
 COPY registry ./registry
-COPY runner ./runner
 COPY runclass ./runclass
+COPY runner ./runner
 COPY secretprofile ./secretprofile
 COPY stack ./stack
 COPY tracing ./tracing

@@ -14,6 +14,7 @@ import (
 	"github.com/pidispatch/pidispatch/exitline"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/faultpoint"
+	"github.com/pidispatch/pidispatch/jobdir"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/runclass"
 )
@@ -258,14 +259,11 @@ type containerRemover interface {
 	RemoveContainer(ctx context.Context, name string) error
 }
 
-// outputFileName is the job's output, beside its held note.
-const outputFileName = "output.log"
-
 func (w *Worker) outputFile(jobDir string, keep bool) string {
 	if !keep {
 		return ""
 	}
-	return filepath.Join(filepath.Dir(jobDir), outputFileName)
+	return filepath.Join(filepath.Dir(jobDir), jobdir.OutputName)
 }
 
 func (w *Worker) removeContainer(ctx context.Context, r containerRemover, name string) {
@@ -371,7 +369,7 @@ func (w *Worker) prepareDirs(h *held) (jobDir, workspace string, cleanup func(),
 	}
 	cleanup = func() { _ = os.RemoveAll(base) }
 	// Beside /job, not in it: the container never sees the lock token.
-	if err := writeHeldNote(base, heldNote{Queue: h.q.Name(), JobID: h.job.ID, Token: h.token, Attempt: h.rec.Attempt}); err != nil {
+	if err := jobdir.WriteNote(base, jobdir.Note{Queue: h.q.Name(), JobID: h.job.ID, Token: h.token, Attempt: h.rec.Attempt}); err != nil {
 		cleanup()
 		return "", "", nil, err
 	}
