@@ -30,6 +30,7 @@ COPY fleetstate ./fleetstate
 COPY forge ./forge
 COPY gateway ./gateway
 COPY hold ./hold
+COPY hostfolder ./hostfolder
 COPY image ./image
 COPY internal ./internal
 COPY jobdir ./jobdir

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/pidispatch/pidispatch/hostfolder"
 )
 
 // The keywords of PI_CONTAINER_USER.
@@ -62,7 +64,7 @@ func (w *Worker) containerUser(folder string) (string, error) {
 	case folder == "":
 		return "", nil
 	}
-	owner, err := folderOwner(folder)
+	owner, err := hostfolder.Owner(folder)
 	if err != nil {
 		return "", fmt.Errorf("read the owner of the job's folder: %w", err)
 	}

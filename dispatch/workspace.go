@@ -4,14 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/pidispatch/pidispatch/exitline"
+	"github.com/pidispatch/pidispatch/hostfolder"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/runclass"
 )
@@ -94,7 +90,7 @@ func (w *Worker) prepareWorkspace(ctx context.Context, h *held, dir, user string
 		return false
 	}
 	if err == nil {
-		err = handOver(dir, user)
+		err = hostfolder.HandOver(dir, user)
 		if err != nil {
 			_ = ws.Close()
 		}
@@ -187,43 +183,4 @@ func (w *Worker) holdingLock(ctx context.Context, h *held, op func(context.Conte
 	default:
 		return false
 	}
-}
-
-// handOver gives the cloned workspace to the container's user ("uid[:gid]"),
-// or, for the image's own user, makes it writable by anyone: the host cloned
-// it as itself.
-func handOver(dir, user string) error {
-	uid, gid := -1, -1
-	if user != "" {
-		u, g, _ := strings.Cut(user, ":")
-		var err error
-		if uid, err = strconv.Atoi(u); err != nil {
-			uid = -1
-		}
-		if g != "" {
-			if gid, err = strconv.Atoi(g); err != nil {
-				gid = -1
-			}
-		}
-	}
-	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if uid >= 0 {
-			return os.Lchown(p, uid, gid)
-		}
-		if d.Type()&fs.ModeSymlink != 0 {
-			return nil
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		mode := info.Mode().Perm() | 0o666
-		if d.IsDir() || info.Mode().Perm()&0o100 != 0 {
-			mode |= 0o111
-		}
-		return os.Chmod(p, mode)
-	})
 }
