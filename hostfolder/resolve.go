@@ -1,7 +1,7 @@
 // Package hostfolder holds the rules of a job's folders on this host: where
 // a local job's folder may be (Resolve, under PI_FOLDER_ROOTS), who owns it
-// (Owner, UID), and handing a cloned workspace to the container's user
-// (HandOver).
+// (Owner, UID), who a job runs as (ParseUser, the PI_CONTAINER_USER rule),
+// and handing a cloned workspace to the container's user (HandOver).
 package hostfolder
 
 import (
