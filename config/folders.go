@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/hostfolder"
 	"github.com/pidispatch/pidispatch/internal/check"
 	"github.com/pidispatch/pidispatch/jobs"
 )
@@ -35,7 +35,7 @@ const (
 
 // FolderRootsHint is what a refusal, `run` and `doctor` say when no folder
 // root is set.
-const FolderRootsHint = dispatch.FolderRootsHint
+const FolderRootsHint = hostfolder.RootsHint
 
 // readTrust reads the variables of this file.
 func (r *envReader) readFolders(c *Config) {

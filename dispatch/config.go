@@ -8,6 +8,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/fleetkey"
+	"github.com/pidispatch/pidispatch/hostfolder"
 	"github.com/pidispatch/pidispatch/internal/check"
 	"github.com/pidispatch/pidispatch/policy"
 )
@@ -233,6 +234,5 @@ func (c Config) SecretNetworkAllowed(profile string) bool {
 // ContainerUserRule is the rule a ContainerUser value breaks, or "": "",
 // "owner", "image", "root" or UID:GID in numbers.
 func ContainerUserRule(v string) string {
-	_, rule := parseContainerUser(v)
-	return rule
+	return hostfolder.UserRule(v)
 }

@@ -22,6 +22,11 @@
 //
 // The job model, its ids and the run records are package jobs; the enqueue
 // side is package enqueue; the operator's commands are package operator.
+// The Worker leans on small packages with one job each: hold (the rules of
+// holding a job on its waitFor conditions) and waitcheck (a profile's check
+// run), runclass (what a finished run was), exitline (the exit line a record
+// keeps), jobdir (the held note beside a job folder) and hostfolder (a job's
+// folders and user on this host).
 //
 // # Errors
 //

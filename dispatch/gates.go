@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/hostfolder"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 
@@ -199,13 +200,13 @@ func (w *Worker) gateFolder(_ context.Context, h *held) verdict {
 	if h.spec.Folder == "" {
 		return goOn
 	}
-	resolved, err := ResolveFolder(h.spec.Folder, w.cfg.FolderRoots)
+	resolved, err := hostfolder.Resolve(h.spec.Folder, w.cfg.FolderRoots)
 	if err != nil {
 		h.log.Warn("job_folder_not_allowed", "err", err)
 		return refuseFor(jobs.ReasonFolderNotAllowed)
 	}
 	if !w.cfg.ContainerUserExplicit {
-		if uid, ok := folderUID(resolved); !ok || uid == 0 {
+		if uid, ok := hostfolder.UID(resolved); !ok || uid == 0 {
 			h.log.Warn("job_folder_not_allowed", "err", "the folder is owned by root (or its owner cannot be read); set PI_CONTAINER_USER to run such a folder's jobs as a chosen user")
 			return refuseFor(jobs.ReasonFolderNotAllowed)
 		}

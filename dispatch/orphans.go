@@ -4,14 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 
 	"github.com/pidispatch/pidispatch/container"
+	"github.com/pidispatch/pidispatch/exitline"
 	"github.com/pidispatch/pidispatch/internal/faultpoint"
+	"github.com/pidispatch/pidispatch/jobdir"
 	"github.com/pidispatch/pidispatch/jobs"
+	"github.com/pidispatch/pidispatch/runclass"
 )
 
 // A worker that crashes mid-job (killed, OOM, power loss of the process but
@@ -24,54 +26,9 @@ import (
 // reaper proved none of its containers runs, it fails those jobs as stalled
 // at once, records them, and removes the folders a crash left behind.
 
-// heldNoteName is the file, in a job's folder under the worker's jobs dir,
-// naming the lock the run holds. It sits beside the mounted /job folder, so
-// the container never sees the token.
-const heldNoteName = "held.json"
-
-// maxHeldNote bounds how much of a held note is read at boot.
-const maxHeldNote = 4 << 10
-
-// heldNote is the content of a held note.
-type heldNote struct {
-	Queue string `json:"queue"`
-	JobID string `json:"jobId"`
-	Token string `json:"token"`
-	// Attempt is the attempt the run is (0 in notes of older versions: the
-	// queue's count then decides).
-	Attempt int `json:"attempt,omitempty"`
-}
-
 // jobsDir is this worker's own folder of job folders: one per name, so two
 // workers of one machine never take each other's folders for orphans.
 func (w *Worker) jobsDir() string { return filepath.Join(w.tune.JobsDir, w.cfg.WorkerName) }
-
-func writeHeldNote(dir string, n heldNote) error {
-	b, err := json.Marshal(n)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, heldNoteName), b, 0o600)
-}
-
-// readHeldNote reads a job folder's note; ok is false when there is none or
-// it is not one of ours (a crash before the note was written: nothing ran).
-func readHeldNote(dir string) (heldNote, bool) {
-	f, err := os.Open(filepath.Join(dir, heldNoteName))
-	if err != nil {
-		return heldNote{}, false
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxHeldNote+1))
-	if err != nil || len(data) > maxHeldNote {
-		return heldNote{}, false
-	}
-	var n heldNote
-	if json.Unmarshal(data, &n) != nil || n.Queue == "" || n.JobID == "" || n.Token == "" {
-		return heldNote{}, false
-	}
-	return n, true
-}
 
 // failOrphans fails the jobs a previous process of this worker held when it
 // died (as stalled and without retry, or with the real outcome of a
@@ -119,7 +76,7 @@ func (w *Worker) failOrphans(ctx context.Context, reaped bool) (settled bool) {
 		case orphanUndecided:
 			// The evidence stays for the next boot to finish.
 			kept++
-			if n, ok := readHeldNote(jobDir); ok {
+			if n, ok := jobdir.ReadNote(jobDir); ok {
 				if w.undecided == nil {
 					w.undecided = map[string]bool{}
 				}
@@ -143,7 +100,7 @@ func (w *Worker) failOrphans(ctx context.Context, reaped bool) (settled bool) {
 // before the job is failed. A boot killed at any step is finished by the
 // next one, which finds the same note.
 func (w *Worker) failOrphan(ctx context.Context, jobDir string) orphanOutcome {
-	n, ok := readHeldNote(jobDir)
+	n, ok := jobdir.ReadNote(jobDir)
 	if !ok {
 		return orphanNone
 	}
@@ -174,7 +131,7 @@ func (w *Worker) failOrphan(ctx context.Context, jobDir string) orphanOutcome {
 	w.exitedOutcome(&rec, jobDir)
 	rec, had := w.ownRecordOr(rec)
 	if !had {
-		if _, mine := w.claim(rec); !mine {
+		if _, mine := w.claim(ctx, rec); !mine {
 			had = true // another host's stalled check records this attempt
 		} else if !w.writeRecord(rec) {
 			return orphanUndecided // no record, no state change
@@ -196,7 +153,7 @@ func (w *Worker) failOrphan(ctx context.Context, jobDir string) orphanOutcome {
 		return orphanNone
 	}
 	w.mirror(rec)
-	w.endHold(n.JobID, waitFor)
+	w.endHold(ctx, n.JobID, waitFor)
 	w.log.Warn("job_orphan_failed", "jobId", n.JobID, "queue", q.Name(), "ranOn", rec.Host, "reason", rec.Reason)
 	return orphanFailed
 }
@@ -223,7 +180,7 @@ func (w *Worker) ownRecordOr(rec jobs.Record) (jobs.Record, bool) {
 // holder's token: completed and policy complete the job, stalled fails it
 // for good, another failure fails it as a run would (retried while attempts
 // remain).
-func (w *Worker) reportOrphan(ctx context.Context, q JobQueue, n heldNote, rec jobs.Record) error {
+func (w *Worker) reportOrphan(ctx context.Context, q JobQueue, n jobdir.Note, rec jobs.Record) error {
 	switch rec.Outcome {
 	case jobs.OutcomeCompleted:
 		result := rec.Telemetry
@@ -250,44 +207,14 @@ func (w *Worker) exitedOutcome(rec *jobs.Record, jobDir string) {
 	}
 	code := e.ExitCode
 	rec.ExitCode = &code
-	switch {
-	case code == exitCompleted:
-		rec.Outcome, rec.Reason = jobs.OutcomeCompleted, jobs.ReasonCompleted
-	case code == exitPolicy:
-		rec.Outcome, rec.Reason = jobs.OutcomePolicy, jobs.ReasonPolicy
-	case code == exitInfra:
-		rec.Outcome, rec.Reason = jobs.OutcomeFailed, jobs.ReasonExit1
-	case code >= 125 && code <= 127:
-		rec.Outcome, rec.Reason = jobs.OutcomeFailed, jobs.ReasonNeverStarted
-	default:
-		rec.Outcome, rec.Reason = jobs.OutcomeFailed, jobs.ReasonExitOther
-	}
+	rec.Outcome, rec.Reason = runclass.Exited(code)
 	// The engine's log first: the copy beside the job folder ends where the
 	// dead worker stopped copying, before an exit line printed later.
 	// The values of the job's secrets died with the worker that resolved
 	// them: the record keeps no free text of the exit line.
 	if t, ok := container.ParseExitLine(e.Stdout); ok {
-		rec.Telemetry = cleanTelemetry(t.Raw, nil, true)
-	} else if t, ok := container.ParseExitLine(readTail(filepath.Join(jobDir, outputFileName), container.TelemetryScanBytes)); ok {
-		rec.Telemetry = cleanTelemetry(t.Raw, nil, true)
+		rec.Telemetry = exitline.Clean(t.Raw, nil, true)
+	} else if t, ok := container.ParseExitLine(jobdir.ReadTail(filepath.Join(jobDir, jobdir.OutputName), container.TelemetryScanBytes)); ok {
+		rec.Telemetry = exitline.Clean(t.Raw, nil, true)
 	}
-}
-
-// readTail is the last n bytes of a file, nil when it cannot be read.
-func readTail(path string, n int64) []byte {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	info, err := f.Stat()
-	if err != nil {
-		return nil
-	}
-	off := max(info.Size()-n, 0)
-	b, err := io.ReadAll(io.NewSectionReader(f, off, info.Size()-off))
-	if err != nil {
-		return nil
-	}
-	return b
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/logtest"
+	"github.com/pidispatch/pidispatch/jobdir"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/secretprofile"
 )
@@ -242,7 +243,7 @@ func TestRestartFailsOwnOrphansAtBoot(t *testing.T) {
 			t.Fatal(err)
 		}
 		if note != "" {
-			if err := os.WriteFile(filepath.Join(jobsDir, name, heldNoteName), []byte(note), 0o600); err != nil {
+			if err := os.WriteFile(filepath.Join(jobsDir, name, jobdir.NoteName), []byte(note), 0o600); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -11,16 +11,12 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/container"
+	"github.com/pidispatch/pidispatch/exitline"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/faultpoint"
+	"github.com/pidispatch/pidispatch/jobdir"
 	"github.com/pidispatch/pidispatch/jobs"
-)
-
-// Exit codes of the container contract (docs/container-contract.md).
-const (
-	exitCompleted = 0
-	exitInfra     = 1
-	exitPolicy    = 2
+	"github.com/pidispatch/pidispatch/runclass"
 )
 
 // held is one job this worker holds the lock of.
@@ -121,20 +117,20 @@ func (w *Worker) run(ctx context.Context, h *held) (started bool) {
 	stopTranscript := w.keepTranscript(ctx, h, spec.OutputFile)
 	end := w.runContainer(ctx, h, spec)
 	stopTranscript() // stored before the record
-	result := end.result
+	result := end.Result
 	if spec.KeepContainer && result.Container != "" && !result.NeverStarted {
 		remover := w.deps.Runtime.(containerRemover)
-		defer w.removeContainer(remover, result.Container) // after the record and the report
+		defer w.removeContainer(ctx, remover, result.Container) // after the record and the report
 	}
 	if !result.NeverStarted {
-		h.rec.StartedAt = end.startedAt
+		h.rec.StartedAt = end.StartedAt
 		h.started = h.rec.StartedAt
 	}
 	h.rec.Spend = spendOf(h)
 	if h.rec.Spend != nil {
-		end.capHit = h.rec.Spend.CapHit
+		end.CapHit = h.rec.Spend.CapHit
 	}
-	w.finish(ctx, h, w.publishWorkspace(ctx, h, classifyRun(end), end), end)
+	w.finish(ctx, h, w.publishWorkspace(ctx, h, runclass.Of(end), end), end)
 	return !result.NeverStarted
 }
 
@@ -199,7 +195,7 @@ func (w *Worker) prepareRun(ctx context.Context, h *held) (spec container.Spec, 
 
 // runContainer runs the container, holding the job's lock for as long as it
 // runs: an operator's cancel or a lost lock stops it.
-func (w *Worker) runContainer(ctx context.Context, h *held, spec container.Spec) runEnd {
+func (w *Worker) runContainer(ctx context.Context, h *held, spec container.Spec) runclass.End {
 	runCtx, stopRun := context.WithCancel(ctx)
 	unwatch := func() {}
 	if w.deps.Cancels != nil {
@@ -217,44 +213,44 @@ func (w *Worker) runContainer(ctx context.Context, h *held, spec container.Spec)
 	stopRun()
 	unwatch()
 	<-extendDone
-	end := runEnd{result: result, err: err, startedAt: startedAt}
+	end := runclass.End{Result: result, Err: err, StartedAt: startedAt}
 	select {
 	case <-lost:
-		end.lockLost = true
+		end.LockLost = true
 	default:
 	}
-	end.operatorCancel = w.deps.Cancels != nil && w.deps.Cancels.Cancelled(h.job.ID)
+	end.OperatorCancel = w.deps.Cancels != nil && w.deps.Cancels.Cancelled(h.job.ID)
 	return end
 }
 
 // finish records a classified run and reports it to the job's queue.
-func (w *Worker) finish(ctx context.Context, h *held, c runClass, end runEnd) {
+func (w *Worker) finish(ctx context.Context, h *held, c runclass.Class, end runclass.End) {
 	// The exit line is the job's, which may print its secrets: only its
 	// documented fields, none holding a secret, reach the record, the
 	// mirror and the queue's return value.
-	exit, telemetry := exitPtr(end.result), cleanTelemetry(telemetryOf(end.result), h.secrets, false)
-	switch c.event {
-	case eventNeverStarted:
-		h.log.Warn(c.event, "exitCode", end.result.ExitCode, "err", errString(end.err))
-	case eventRunFailed:
-		h.log.Error(c.event, "err", end.err)
+	exit, telemetry := end.ExitCode(), exitline.Clean(end.Telemetry(), h.secrets, false)
+	switch c.Event {
+	case runclass.EventNeverStarted:
+		h.log.Warn(c.Event, "exitCode", end.Result.ExitCode, "err", errString(end.Err))
+	case runclass.EventRunFailed:
+		h.log.Error(c.Event, "err", end.Err)
 	}
-	switch c.report {
-	case reportNothing:
+	switch c.Report {
+	case runclass.ReportNothing:
 		// Our lock is gone: the stalled check failed the job (never re-run).
 		// The container was stopped; record what we saw, report nothing.
-		w.record(h, c.outcome, c.reason, exit, telemetry)
+		w.record(ctx, h, c.Outcome, c.Reason, exit, telemetry)
 		w.observeJob(h, Event{Kind: EventLockLost})
-	case reportRefusal:
-		w.refuse(ctx, h, c.reason)
-	case reportPolicy:
-		w.finishPolicy(ctx, h, c.reason, exit, telemetry)
-	case reportCompleted:
+	case runclass.ReportRefusal:
+		w.refuse(ctx, h, c.Reason)
+	case runclass.ReportPolicy:
+		w.finishPolicy(ctx, h, c.Reason, exit, telemetry)
+	case runclass.ReportCompleted:
 		w.complete(ctx, h, exit, telemetry)
-	case reportFailed:
-		w.fail(ctx, h, c.reason, exit, telemetry, FailOptions{})
-	case reportRequeued:
-		w.fail(ctx, h, c.reason, exit, telemetry, FailOptions{FreeAttempt: true})
+	case runclass.ReportFailed:
+		w.fail(ctx, h, c.Reason, exit, telemetry, FailOptions{})
+	case runclass.ReportRequeued:
+		w.fail(ctx, h, c.Reason, exit, telemetry, FailOptions{FreeAttempt: true})
 	}
 }
 
@@ -263,18 +259,15 @@ type containerRemover interface {
 	RemoveContainer(ctx context.Context, name string) error
 }
 
-// outputFileName is the job's output, beside its held note.
-const outputFileName = "output.log"
-
 func (w *Worker) outputFile(jobDir string, keep bool) string {
 	if !keep {
 		return ""
 	}
-	return filepath.Join(filepath.Dir(jobDir), outputFileName)
+	return filepath.Join(filepath.Dir(jobDir), jobdir.OutputName)
 }
 
-func (w *Worker) removeContainer(r containerRemover, name string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+func (w *Worker) removeContainer(ctx context.Context, r containerRemover, name string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if err := r.RemoveContainer(ctx, name); err != nil {
 		w.log.Warn("job_container_remove_failed", "container", name, "err", err)
@@ -376,7 +369,7 @@ func (w *Worker) prepareDirs(h *held) (jobDir, workspace string, cleanup func(),
 	}
 	cleanup = func() { _ = os.RemoveAll(base) }
 	// Beside /job, not in it: the container never sees the lock token.
-	if err := writeHeldNote(base, heldNote{Queue: h.q.Name(), JobID: h.job.ID, Token: h.token, Attempt: h.rec.Attempt}); err != nil {
+	if err := jobdir.WriteNote(base, jobdir.Note{Queue: h.q.Name(), JobID: h.job.ID, Token: h.token, Attempt: h.rec.Attempt}); err != nil {
 		cleanup()
 		return "", "", nil, err
 	}
@@ -443,7 +436,7 @@ func (w *Worker) refuse(ctx context.Context, h *held, reason jobs.Reason) {
 // finishPolicy records a policy outcome (a refusal, exit 2, a timeout) and
 // completes the job with it as the result: never retried.
 func (w *Worker) finishPolicy(ctx context.Context, h *held, reason jobs.Reason, exit *int, telemetry json.RawMessage) {
-	w.record(h, jobs.OutcomePolicy, reason, exit, telemetry)
+	w.record(ctx, h, jobs.OutcomePolicy, reason, exit, telemetry)
 	result, _ := json.Marshal(map[string]string{"outcome": jobs.OutcomePolicy, "reason": string(reason)})
 	if err := w.report(ctx, h, func(ctx context.Context) error { return h.q.Complete(ctx, h.job.ID, h.token, result) }); err != nil {
 		w.log.Error("job_report_failed", "jobId", h.job.ID, "err", err)
@@ -452,7 +445,7 @@ func (w *Worker) finishPolicy(ctx context.Context, h *held, reason jobs.Reason, 
 }
 
 func (w *Worker) complete(ctx context.Context, h *held, exit *int, telemetry json.RawMessage) {
-	w.record(h, jobs.OutcomeCompleted, jobs.ReasonCompleted, exit, telemetry)
+	w.record(ctx, h, jobs.OutcomeCompleted, jobs.ReasonCompleted, exit, telemetry)
 	result := telemetry
 	if len(result) == 0 {
 		result = json.RawMessage(`{"outcome":"completed"}`)
@@ -466,7 +459,7 @@ func (w *Worker) complete(ctx context.Context, h *held, exit *int, telemetry jso
 // fail records an infrastructure failure and fails the attempt; the queue
 // retries it while attempts remain.
 func (w *Worker) fail(ctx context.Context, h *held, reason jobs.Reason, exit *int, telemetry json.RawMessage, opts FailOptions) {
-	w.record(h, jobs.OutcomeFailed, reason, exit, telemetry)
+	w.record(ctx, h, jobs.OutcomeFailed, reason, exit, telemetry)
 	var retried bool
 	err := w.report(ctx, h, func(ctx context.Context) (err error) {
 		retried, err = h.q.Fail(ctx, h.job.ID, h.token, string(reason), opts)
@@ -481,7 +474,7 @@ func (w *Worker) fail(ctx context.Context, h *held, reason jobs.Reason, exit *in
 // failNoRetry records a failure that no retry can cure and fails the job
 // for good.
 func (w *Worker) failNoRetry(ctx context.Context, h *held, reason jobs.Reason) {
-	w.record(h, jobs.OutcomeFailed, reason, nil, nil)
+	w.record(ctx, h, jobs.OutcomeFailed, reason, nil, nil)
 	err := w.report(ctx, h, func(ctx context.Context) error {
 		_, err := h.q.Fail(ctx, h.job.ID, h.token, string(reason), FailOptions{NoRetry: true})
 		return err
@@ -530,7 +523,7 @@ func (w *Worker) report(ctx context.Context, h *held, op func(context.Context) e
 
 // record writes the run record before anything reports the outcome, then
 // mirrors it fleet-wide without waiting.
-func (w *Worker) record(h *held, outcome string, reason jobs.Reason, exit *int, telemetry json.RawMessage) {
+func (w *Worker) record(ctx context.Context, h *held, outcome string, reason jobs.Reason, exit *int, telemetry json.RawMessage) {
 	h.rec.Outcome = outcome
 	h.rec.Reason = reason
 	h.rec.ExitCode = exit
@@ -540,19 +533,19 @@ func (w *Worker) record(h *held, outcome string, reason jobs.Reason, exit *int, 
 		h.rec.Target = "-"
 	}
 	w.observeFinish(h)
-	if owner, mine := w.claim(h.rec); !mine {
+	if owner, mine := w.claim(ctx, h.rec); !mine {
 		// Another host recorded this attempt first (its stalled check failed
 		// the job while this worker was frozen): its file stays the one
 		// record, and the mirror gets this run's facts, the better ones (the
 		// container's real exit code and telemetry).
 		w.log.Warn("run_record_claimed_elsewhere", "jobId", h.job.ID, "attempt", h.rec.Attempt, "owner", owner)
 		w.mirror(h.rec)
-		w.endHold(h.job.ID, h.spec.WaitFor)
+		w.endHold(ctx, h.job.ID, h.spec.WaitFor)
 		return
 	}
 	w.writeRecord(h.rec)
 	w.mirror(h.rec)
-	w.endHold(h.job.ID, h.spec.WaitFor) // the job ended: so did its hold
+	w.endHold(ctx, h.job.ID, h.spec.WaitFor) // the job ended: so did its hold
 	faultpoint.Hit(faultpoint.RunRecorded)
 }
 
@@ -575,12 +568,12 @@ const claimCallTimeout = 2 * time.Second
 // claim takes the fleet-wide claim of recording one attempt.
 // Without a mirror, or with Valkey unreachable, this host records: a
 // duplicate record is better than none.
-func (w *Worker) claim(rec jobs.Record) (owner string, mine bool) {
+func (w *Worker) claim(ctx context.Context, rec jobs.Record) (owner string, mine bool) {
 	c := w.claims()
 	if c == nil {
 		return w.cfg.WorkerName, true
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), claimCallTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimCallTimeout)
 	defer cancel()
 	owner, err := c.Claim(ctx, rec.Queue, rec.JobID, rec.Attempt, w.cfg.WorkerName)
 	if err != nil {
@@ -590,9 +583,9 @@ func (w *Worker) claim(rec jobs.Record) (owner string, mine bool) {
 }
 
 // releaseClaim drops this host's claim of an attempt it no longer records.
-func (w *Worker) releaseClaim(rec jobs.Record) {
+func (w *Worker) releaseClaim(ctx context.Context, rec jobs.Record) {
 	if c := w.claims(); c != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), claimCallTimeout)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimCallTimeout)
 		defer cancel()
 		_ = c.ReleaseClaim(ctx, rec.Queue, rec.JobID, rec.Attempt, w.cfg.WorkerName)
 	}
@@ -680,7 +673,7 @@ func (w *Worker) checkQueueStalled(ctx context.Context, q JobQueue) {
 		}
 		delete(pre, id)
 		w.mirror(p.rec)
-		w.endHold(id, p.waitFor)
+		w.endHold(ctx, id, p.waitFor)
 		w.log.Warn("job_stalled", "jobId", id, "queue", q.Name(), "ranOn", p.rec.Host)
 	}
 	for id, p := range pre {
@@ -702,7 +695,7 @@ func (w *Worker) settlePrerecord(ctx context.Context, q JobQueue, id string, p p
 		return // undecided: the next check looks again
 	case err == nil && j.State == StateFailed && p.claimed:
 		w.mirror(p.rec)
-		w.endHold(id, p.waitFor)
+		w.endHold(ctx, id, p.waitFor)
 		w.log.Warn("job_stalled", "jobId", id, "queue", q.Name(), "ranOn", p.rec.Host)
 		return
 	case err == nil && j.State == StateActive:
@@ -710,7 +703,7 @@ func (w *Worker) settlePrerecord(ctx context.Context, q JobQueue, id string, p p
 	}
 	_ = os.Remove(filepath.Join(w.cfg.LogsDir, jobs.RecordName(p.rec.Queue, p.rec.JobID, p.rec.Attempt)))
 	if p.claimed {
-		w.releaseClaim(p.rec)
+		w.releaseClaim(ctx, p.rec)
 	}
 }
 
@@ -752,7 +745,7 @@ func (w *Worker) prerecordStalled(ctx context.Context, q JobQueue) map[string]pr
 			pre[id] = prerecorded{rec: have, waitFor: waitFor}
 			continue
 		}
-		if _, mine := w.claim(rec); !mine {
+		if _, mine := w.claim(ctx, rec); !mine {
 			continue // another host records this attempt
 		}
 		if w.writeRecord(rec) {
@@ -805,27 +798,12 @@ func (w *Worker) recordStalled(ctx context.Context, q JobQueue, id, event string
 		rec, _ = w.stalledRecord(q.Name(), id, nil, 1)
 	}
 	if _, ok := w.ownRecord(rec); !ok {
-		if _, mine := w.claim(rec); mine {
+		if _, mine := w.claim(ctx, rec); mine {
 			w.writeRecord(rec)
 			w.mirror(rec)
 		}
 	}
-	w.endHold(id, waitFor)
+	w.endHold(ctx, id, waitFor)
 	w.log.Warn(event, "jobId", id, "queue", q.Name(), "ranOn", rec.Host)
 	w.observe(Event{Kind: EventStalled, JobID: id, Queue: q.Name(), Attempt: rec.Attempt, Count: 1})
-}
-
-func exitPtr(r container.Result) *int {
-	if r.NeverStarted && r.ExitCode == 0 {
-		return nil
-	}
-	c := r.ExitCode
-	return &c
-}
-
-func telemetryOf(r container.Result) json.RawMessage {
-	if r.Telemetry == nil || len(r.Telemetry.Raw) == 0 {
-		return nil
-	}
-	return r.Telemetry.Raw
 }

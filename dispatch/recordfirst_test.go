@@ -13,6 +13,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/jobdir"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 
@@ -282,7 +283,7 @@ func TestOrphanWithAnExitedContainerGetsItsRealOutcome(t *testing.T) {
 		t.Fatalf("job folders %v %v", dirs, err)
 	}
 	out := "working\n" + `{"event":"exit","turns":4,"cost":0.75}` + "\n"
-	if err := os.WriteFile(filepath.Join(jobsDir, dirs[0].Name(), outputFileName), []byte(out), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(jobsDir, dirs[0].Name(), jobdir.OutputName), []byte(out), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	rt := &orphanRuntime{reap: container.ReapReport{Enumerated: true, Found: 1, Removed: 1,
@@ -314,7 +315,7 @@ func TestOrphanTelemetryFromTheEnginesLog(t *testing.T) {
 	if err != nil || len(dirs) != 1 {
 		t.Fatalf("job folders %v %v", dirs, err)
 	}
-	if err := os.WriteFile(filepath.Join(jobsDir, dirs[0].Name(), outputFileName), []byte("working\n"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(jobsDir, dirs[0].Name(), jobdir.OutputName), []byte("working\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	line := `{"event":"exit","turns":6,"cost":0.5}`

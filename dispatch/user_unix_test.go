@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pidispatch/pidispatch/hostfolder"
+
 	"github.com/pidispatch/pidispatch/jobs"
 )
 
@@ -18,7 +20,7 @@ func TestContainerUser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	owner, err := folderOwner(folder)
+	owner, err := hostfolder.Owner(folder)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/hold"
 	"github.com/pidispatch/pidispatch/internal/reach"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/policy"
@@ -50,7 +51,7 @@ type Tuning struct {
 
 	// WaitMaxChecks refuses a hold wait-max-checks after this many check
 	// rounds. Default: the rounds the backoff schedule makes within
-	// PI_WAIT_MAX_MS, and at least MinWaitMaxChecks (see maxWaitChecks).
+	// PI_WAIT_MAX_MS, and at least MinWaitMaxChecks (see hold.DefaultMaxChecks).
 	WaitMaxChecks int
 	// WaitMaxFaults refuses a hold wait-faults after this many faulted
 	// rounds in a row. Default DefaultWaitMaxFaults (5).
@@ -127,7 +128,7 @@ type Worker struct {
 	// checks bounds the wait checks running at once in this process; it never
 	// takes the last job slot: min(PI_WAIT_CHECK_SLOTS, max(1, concurrency-1)).
 	checks chan struct{}
-	wait   waitPolicy
+	wait   hold.Policy
 
 	mu       sync.Mutex
 	inFlight map[string]int // running jobs per scope key (folder mutex, scope concurrency)
@@ -319,7 +320,7 @@ func (w *Worker) boot(ctx context.Context) (reaped bool, err error) {
 	reaped = w.reap(ctx)
 	w.sweep(ctx, reaped)
 	if w.failOrphans(ctx, reaped) {
-		w.removeExited()
+		w.removeExited(ctx)
 	}
 	return reaped, nil
 }
@@ -440,14 +441,14 @@ type runningReaper interface {
 // removeExited removes the exited job containers the boot reap left, once
 // their jobs are recorded: all but those of orphans a failure left undecided,
 // which the next boot records from them.
-func (w *Worker) removeExited() {
+func (w *Worker) removeExited(ctx context.Context) {
 	r, ok := w.deps.Runtime.(containerRemover)
 	if !ok {
 		return
 	}
 	for id, e := range w.exited {
 		if !w.undecided[id] && e.Container != "" {
-			w.removeContainer(r, e.Container)
+			w.removeContainer(ctx, r, e.Container)
 		}
 	}
 }

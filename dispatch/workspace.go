@@ -4,14 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 
+	"github.com/pidispatch/pidispatch/exitline"
+	"github.com/pidispatch/pidispatch/hostfolder"
 	"github.com/pidispatch/pidispatch/jobs"
+	"github.com/pidispatch/pidispatch/runclass"
 )
 
 // Workspaces gives a forge job its repository before it runs and publishes
@@ -88,11 +86,11 @@ func (w *Worker) prepareWorkspace(ctx context.Context, h *held, dir, user string
 		if ws != nil {
 			_ = ws.Close()
 		}
-		w.record(h, jobs.OutcomeFailed, jobs.ReasonStalled, nil, nil)
+		w.record(ctx, h, jobs.OutcomeFailed, jobs.ReasonStalled, nil, nil)
 		return false
 	}
 	if err == nil {
-		err = handOver(dir, user)
+		err = hostfolder.HandOver(dir, user)
 		if err != nil {
 			_ = ws.Close()
 		}
@@ -117,7 +115,7 @@ func (w *Worker) prepareWorkspace(ctx context.Context, h *held, dir, user string
 // publishWorkspace publishes a finished forge job's workspace and returns the
 // run's classification, changed to a refusal or a failure when publishing
 // was refused or failed. It closes the workspace.
-func (w *Worker) publishWorkspace(ctx context.Context, h *held, c runClass, end runEnd) runClass {
+func (w *Worker) publishWorkspace(ctx context.Context, h *held, c runclass.Class, end runclass.End) runclass.Class {
 	if h.ws == nil {
 		return c
 	}
@@ -128,15 +126,15 @@ func (w *Worker) publishWorkspace(ctx context.Context, h *held, c runClass, end 
 			h.log.Warn("forge_workspace_close_failed", "err", err)
 		}
 	}()
-	if c.report == reportNothing {
+	if c.Report == runclass.ReportNothing {
 		return c // the stalled check answered for the job: nothing more is said
 	}
-	res := WorkspaceResult{Outcome: c.outcome, Reason: c.reason}
+	res := WorkspaceResult{Outcome: c.Outcome, Reason: c.Reason}
 	var exit struct {
 		Turns *int64   `json:"turns"`
 		Cost  *float64 `json:"cost"`
 	}
-	if t := cleanTelemetry(telemetryOf(end.result), h.secrets, false); len(t) > 0 && json.Unmarshal(t, &exit) == nil {
+	if t := exitline.Clean(end.Telemetry(), h.secrets, false); len(t) > 0 && json.Unmarshal(t, &exit) == nil {
 		if exit.Turns != nil {
 			res.Turns = int(*exit.Turns)
 		}
@@ -150,20 +148,20 @@ func (w *Worker) publishWorkspace(ctx context.Context, h *held, c runClass, end 
 	var pub WorkspacePublished
 	var err error
 	if w.holdingLock(ctx, h, func(ctx context.Context) { pub, err = ws.Publish(ctx, res) }) {
-		return runClass{outcome: jobs.OutcomeFailed, reason: jobs.ReasonStalled, report: reportNothing}
+		return runclass.Class{Outcome: jobs.OutcomeFailed, Reason: jobs.ReasonStalled, Report: runclass.ReportNothing}
 	}
 	h.rec.BaseCommit = pub.BaseCommit
 	h.rec.PushedCommit = pub.PushedCommit
 	h.rec.PullRequestURL = pub.PullRequestURL
-	if err == nil || c.outcome != jobs.OutcomeCompleted {
+	if err == nil || c.Outcome != jobs.OutcomeCompleted {
 		return c
 	}
 	we := workspaceErr(err)
 	h.log.Error("forge_publish_failed", "reason", we.Reason, "err", err)
 	if we.Outcome == jobs.OutcomePolicy {
-		return runClass{outcome: jobs.OutcomePolicy, reason: we.Reason, report: reportPolicy}
+		return runclass.Class{Outcome: jobs.OutcomePolicy, Reason: we.Reason, Report: runclass.ReportPolicy}
 	}
-	return runClass{outcome: jobs.OutcomeFailed, reason: we.Reason, report: reportFailed}
+	return runclass.Class{Outcome: jobs.OutcomeFailed, Reason: we.Reason, Report: runclass.ReportFailed}
 }
 
 // holdingLock runs op while extending the job's lock, as a running container
@@ -185,43 +183,4 @@ func (w *Worker) holdingLock(ctx context.Context, h *held, op func(context.Conte
 	default:
 		return false
 	}
-}
-
-// handOver gives the cloned workspace to the container's user ("uid[:gid]"),
-// or, for the image's own user, makes it writable by anyone: the host cloned
-// it as itself.
-func handOver(dir, user string) error {
-	uid, gid := -1, -1
-	if user != "" {
-		u, g, _ := strings.Cut(user, ":")
-		var err error
-		if uid, err = strconv.Atoi(u); err != nil {
-			uid = -1
-		}
-		if g != "" {
-			if gid, err = strconv.Atoi(g); err != nil {
-				gid = -1
-			}
-		}
-	}
-	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if uid >= 0 {
-			return os.Lchown(p, uid, gid)
-		}
-		if d.Type()&fs.ModeSymlink != 0 {
-			return nil
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		mode := info.Mode().Perm() | 0o666
-		if d.IsDir() || info.Mode().Perm()&0o100 != 0 {
-			mode |= 0o111
-		}
-		return os.Chmod(p, mode)
-	})
 }

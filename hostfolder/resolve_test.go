@@ -1,4 +1,4 @@
-package dispatch
+package hostfolder
 
 import (
 	"os"
@@ -7,9 +7,9 @@ import (
 	"testing"
 )
 
-// ResolveFolder: the folder, every symlink resolved, must be a directory
+// Resolve: the folder, every symlink resolved, must be a directory
 // inside a root (resolved too); anything else is refused with the rule.
-func TestResolveFolder(t *testing.T) {
+func TestResolve(t *testing.T) {
 	base := t.TempDir()
 	root := filepath.Join(base, "root")
 	in := filepath.Join(root, "proj")
@@ -55,7 +55,7 @@ func TestResolveFolder(t *testing.T) {
 		{"relative/proj", []string{root}, "absolute", false},
 		{root + "x", []string{root}, "outside every", false},
 	} {
-		got, err := ResolveFolder(tc.folder, tc.roots)
+		got, err := Resolve(tc.folder, tc.roots)
 		switch {
 		case tc.ok && err != nil:
 			t.Errorf("%s in %v: %v", tc.folder, tc.roots, err)

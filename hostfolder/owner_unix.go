@@ -1,6 +1,6 @@
 //go:build unix
 
-package dispatch
+package hostfolder
 
 import (
 	"fmt"
@@ -8,8 +8,8 @@ import (
 	"syscall"
 )
 
-// folderOwner returns "UID:GID" of the folder at path.
-func folderOwner(path string) (string, error) {
+// Owner returns "UID:GID" of the folder at path.
+func Owner(path string) (string, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return "", err
@@ -21,9 +21,9 @@ func folderOwner(path string) (string, error) {
 	return fmt.Sprintf("%d:%d", st.Uid, st.Gid), nil
 }
 
-// folderUID is the uid owning the folder at path (not following a final
+// UID is the uid owning the folder at path (not following a final
 // symlink); ok is false when it cannot be read.
-func folderUID(path string) (uid uint32, ok bool) {
+func UID(path string) (uid uint32, ok bool) {
 	fi, err := os.Lstat(path)
 	if err != nil {
 		return 0, false

@@ -1,4 +1,8 @@
-package dispatch
+// Package exitline keeps what may be kept of a job's exit line: the
+// telemetry the container printed last (docs/container-contract.md), rebuilt
+// from its documented fields with each one checked, so nothing else the
+// untrusted job printed reaches a record, the run mirror or a queue.
+package exitline
 
 import (
 	"bytes"
@@ -9,6 +13,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/internal/jobrule"
 	"github.com/pidispatch/pidispatch/jobs"
+	"github.com/pidispatch/pidispatch/policy"
 )
 
 // Bounds of the exit line's numbers (docs/container-contract.md). A value
@@ -53,14 +58,14 @@ type exitTokens struct {
 	Total      *int64 `json:"total,omitempty"`
 }
 
-// cleanTelemetry rebuilds a job's exit line (raw, as the container printed
+// Clean rebuilds a job's exit line (raw, as the container printed
 // it) from its documented fields, each validated; anything else the job
 // printed is dropped. The job is untrusted: it may print a resolved secret
 // in any field, so a string equal to or containing any of secrets' values is
 // dropped too. unknownSecrets says the job held secrets whose values are no
 // longer known (a run recorded after a restart): then every free-text
 // string (provider, model) is dropped. nil when nothing is left.
-func cleanTelemetry(raw json.RawMessage, secrets map[string]string, unknownSecrets bool) json.RawMessage {
+func Clean(raw json.RawMessage, secrets map[string]string, unknownSecrets bool) json.RawMessage {
 	var fields map[string]json.RawMessage
 	if len(raw) == 0 || json.Unmarshal(raw, &fields) != nil {
 		return nil
@@ -115,7 +120,7 @@ func cleanTelemetry(raw json.RawMessage, secrets map[string]string, unknownSecre
 		}
 	}
 	var cost float64
-	if json.Unmarshal(fields["cost"], &cost) == nil && !math.IsNaN(cost) && cost >= 0 && cost <= MaxUSD {
+	if json.Unmarshal(fields["cost"], &cost) == nil && !math.IsNaN(cost) && cost >= 0 && cost <= policy.MaxUSD {
 		out.Cost = &cost
 	}
 	b, err := json.Marshal(out)

@@ -1,4 +1,4 @@
-package dispatch
+package exitline
 
 import (
 	"strings"
@@ -7,7 +7,7 @@ import (
 
 // The exit line keeps its documented fields, each checked, and no string
 // that holds a secret value, whole or in part.
-func TestCleanTelemetry(t *testing.T) {
+func TestClean(t *testing.T) {
 	secrets := map[string]string{"TOKEN": "s3cret-value", "EMPTY": ""}
 	for _, tc := range []struct {
 		name, raw, want string
@@ -24,7 +24,7 @@ func TestCleanTelemetry(t *testing.T) {
 		{"wrong types", `{"event":"exit","turns":"3","cost":"0.1","provider":7}`, `{"event":"exit"}`, false},
 		{"unknown secrets", `{"event":"exit","model":"m","provider":"p","outcome":"failed","turns":1}`, `{"event":"exit","outcome":"failed","turns":1}`, true},
 	} {
-		got := string(cleanTelemetry([]byte(tc.raw), secrets, tc.unknown))
+		got := string(Clean([]byte(tc.raw), secrets, tc.unknown))
 		if got != tc.want {
 			t.Errorf("%s: got %s, want %s", tc.name, got, tc.want)
 		}
@@ -32,7 +32,7 @@ func TestCleanTelemetry(t *testing.T) {
 			t.Errorf("%s: the secret survived: %s", tc.name, got)
 		}
 	}
-	if got := cleanTelemetry(nil, secrets, false); got != nil {
+	if got := Clean(nil, secrets, false); got != nil {
 		t.Errorf("no exit line: %s", got)
 	}
 }
