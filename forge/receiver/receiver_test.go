@@ -281,6 +281,24 @@ func TestForgejoSignedDeliveryIsEnqueued(t *testing.T) {
 	assert.Equal(t, 2, h.router.count())
 }
 
+// Every recorded Gitea delivery verifies with the signature Gitea made and
+// parses; only the label matches a trigger here.
+func TestEveryRecordedGiteaDeliveryVerifies(t *testing.T) {
+	h := newHarness(t, nil, nil)
+	for name, want := range map[string]int{
+		"issues_label_updated": http.StatusAccepted, "issue_comment_created": http.StatusOK,
+		"issues_closed": http.StatusOK, "pull_request_opened": http.StatusOK,
+	} {
+		var recorded map[string]string
+		require.NoError(t, json.Unmarshal(fixtures.File(t, "forgejo", name+".headers.json"), &recorded))
+		status, out := h.post(t, "/forgejo", fixtures.File(t, "forgejo", name+".json"), recorded)
+		assert.Equal(t, want, status, name+": "+out)
+	}
+	assert.Equal(t, 1, h.router.count())
+	assert.NotContains(t, h.logs.String(), "bad-signature")
+	assert.NotContains(t, h.logs.String(), "malformed")
+}
+
 // Each refusal: a clear log line, nothing enqueued.
 func TestRefusals(t *testing.T) {
 	comment := fixtures.GitHub(t, "issue_comment", "created", 0)
