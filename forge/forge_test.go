@@ -126,28 +126,52 @@ func TestParseGitLabDocumentedPayloads(t *testing.T) {
 	assert.Equal(t, 1, ev.Number)
 }
 
+// forgejoDelivery is a delivery recorded from a real Gitea: its body and the
+// X-Gitea-Event header it came with.
+func forgejoDelivery(t *testing.T, name string) (string, []byte) {
+	t.Helper()
+	var h map[string]string
+	require.NoError(t, json.Unmarshal(fixtures.File(t, "forgejo", name+".headers.json"), &h))
+	require.NotEmpty(t, h["X-Gitea-Event"], name)
+	return h["X-Gitea-Event"], fixtures.File(t, "forgejo", name+".json")
+}
+
 func TestParseForgejoPayloads(t *testing.T) {
-	ev, err := forge.ParseForgejo("issues", "d", fixtures.File(t, "forgejo", "issues_label_updated.json"))
+	event, body := forgejoDelivery(t, "issues_label_updated")
+	assert.Equal(t, "issues", event, "Gitea sends a label change as an issues event")
+	ev, err := forge.ParseForgejo(event, "d", body)
 	require.NoError(t, err)
 	assert.Equal(t, forge.KindLabel, ev.Kind)
+	assert.Equal(t, "label_updated", ev.Action)
 	assert.Equal(t, "acme/widgets", ev.Repo)
-	assert.Equal(t, 7, ev.Number)
+	assert.Equal(t, 1, ev.Number)
 	assert.Equal(t, []string{"pi:fix"}, ev.Added)
-	assert.Equal(t, "alice", ev.SenderLogin)
-
-	ev, err = forge.ParseForgejo("issue_comment", "d", fixtures.File(t, "forgejo", "issue_comment_created.json"))
-	require.NoError(t, err)
-	assert.Equal(t, forge.KindComment, ev.Kind)
+	assert.Equal(t, "pi-admin", ev.SenderLogin)
+	assert.Equal(t, int64(1), ev.SenderID)
 	assert.False(t, ev.PullRequest)
 
-	ev, err = forge.ParseForgejo("pull_request", "d", fixtures.File(t, "forgejo", "pull_request_opened.json"))
+	event, body = forgejoDelivery(t, "issue_comment_created")
+	ev, err = forge.ParseForgejo(event, "d", body)
+	require.NoError(t, err)
+	assert.Equal(t, forge.KindComment, ev.Kind)
+	assert.Equal(t, "/pi fix please", ev.Comment)
+	assert.Equal(t, 1, ev.Number)
+	assert.Equal(t, "pi-admin", ev.SenderLogin)
+	assert.False(t, ev.PullRequest)
+
+	event, body = forgejoDelivery(t, "pull_request_opened")
+	ev, err = forge.ParseForgejo(event, "d", body)
 	require.NoError(t, err)
 	assert.Equal(t, forge.KindPullRequest, ev.Kind)
-	assert.Equal(t, 8, ev.Number)
+	assert.Equal(t, "opened", ev.Action)
+	assert.True(t, ev.PullRequest)
+	assert.Equal(t, 2, ev.Number)
 
-	ev, err = forge.ParseForgejo("issues", "d", fixtures.File(t, "forgejo", "issues_closed.json"))
+	event, body = forgejoDelivery(t, "issues_closed")
+	ev, err = forge.ParseForgejo(event, "d", body)
 	require.NoError(t, err)
 	assert.Equal(t, forge.KindClose, ev.Kind)
+	assert.Equal(t, 1, ev.Number)
 }
 
 func triggers(t *testing.T, file string) []cronsync.ForgeTrigger {

@@ -1,11 +1,13 @@
 package forgetest
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -212,4 +214,81 @@ func randHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// API calls the Gitea API as the holder of token (the admin's when empty):
+// method, a path under /api/v1, a JSON body (nil for none). It fails the test
+// on a transport error or a status other than 2xx and returns the body.
+func (g *Gitea) API(t testing.TB, token, method, path string, body any) []byte {
+	t.Helper()
+	if token == "" {
+		token = g.AdminToken
+	}
+	return g.call(t, method, path, body, func(r *http.Request) { r.Header.Set("Authorization", "token "+token) })
+}
+
+func (g *Gitea) call(t testing.TB, method, path string, body any, auth func(*http.Request)) []byte {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, g.URL+"/api/v1"+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	auth(req)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("gitea %s %s: %v", method, path, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("gitea %s %s: %v", method, path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("gitea %s %s: %s: %s", method, path, resp.Status, out)
+	}
+	return out
+}
+
+// GiteaUser is a user CreateUser made, with an access token of every scope.
+type GiteaUser struct {
+	ID    int64
+	Login string
+	Token string
+}
+
+// CreateUser makes a user (a site admin when admin is true) and an access
+// token for it.
+func (g *Gitea) CreateUser(t testing.TB, login string, admin bool) GiteaUser {
+	t.Helper()
+	pw := "pw-" + randHex(12)
+	var u struct {
+		ID int64 `json:"id"`
+	}
+	out := g.API(t, "", http.MethodPost, "/admin/users", map[string]any{
+		"username": login, "email": login + "@example.invalid", "password": pw, "must_change_password": false,
+	})
+	if err := json.Unmarshal(out, &u); err != nil || u.ID == 0 {
+		t.Fatalf("gitea create user %s: %v: %s", login, err, out)
+	}
+	if admin {
+		g.API(t, "", http.MethodPatch, "/admin/users/"+login, map[string]any{"admin": true, "login_name": login, "source_id": 0})
+	}
+	var tok struct {
+		SHA1 string `json:"sha1"`
+	}
+	out = g.call(t, http.MethodPost, "/users/"+login+"/tokens", map[string]any{"name": "test", "scopes": []string{"all"}},
+		func(r *http.Request) { r.SetBasicAuth(login, pw) })
+	if err := json.Unmarshal(out, &tok); err != nil || tok.SHA1 == "" {
+		t.Fatalf("gitea token for %s: %v", login, err)
+	}
+	return GiteaUser{ID: u.ID, Login: login, Token: tok.SHA1}
 }

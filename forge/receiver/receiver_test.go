@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -259,22 +260,43 @@ func TestGitLabTokenMode(t *testing.T) {
 	assert.Equal(t, 1, router.count())
 }
 
+// A delivery recorded from a real Gitea (signed with fjSecret), replayed
+// with the headers it came with.
 func TestForgejoSignedDeliveryIsEnqueued(t *testing.T) {
 	h := newHarness(t, nil, nil)
 	body := fixtures.File(t, "forgejo", "issues_label_updated.json")
-	status, out := h.post(t, "/forgejo", body, map[string]string{
-		"X-Forgejo-Event": "issues", "X-Forgejo-Delivery": "5b2c1a80-2f1e-4d8b-9c3a-7e6f5d4c3b2a",
-		"X-Forgejo-Signature": fixtures.HexHMAC(fjSecret, body),
-	})
+	var recorded map[string]string
+	require.NoError(t, json.Unmarshal(fixtures.File(t, "forgejo", "issues_label_updated.headers.json"), &recorded))
+	require.NotEmpty(t, recorded["X-Gitea-Delivery"])
+	status, out := h.post(t, "/forgejo", body, recorded)
 	require.Equal(t, http.StatusAccepted, status, out+h.logs.String())
 	require.Equal(t, 1, h.router.count())
-	assert.Equal(t, "fj-5b2c1a80-2f1e-4d8b-9c3a-7e6f5d4c3b2a", h.router.got[0].JobID)
+	assert.Equal(t, "fj-"+recorded["X-Gitea-Delivery"], h.router.got[0].JobID)
 
-	// Gitea's header names work too.
+	// Forgejo's header names work too.
 	status, _ = h.post(t, "/forgejo", body, map[string]string{
-		"X-Gitea-Event": "issues", "X-Gitea-Delivery": "6b2c1a80", "X-Gitea-Signature": fixtures.HexHMAC(fjSecret, body),
+		"X-Forgejo-Event": "issues", "X-Forgejo-Delivery": "6b2c1a80", "X-Forgejo-Signature": fixtures.HexHMAC(fjSecret, body),
 	})
 	assert.Equal(t, http.StatusAccepted, status)
+	assert.Equal(t, 2, h.router.count())
+}
+
+// Every recorded Gitea delivery verifies with the signature Gitea made and
+// parses; only the label matches a trigger here.
+func TestEveryRecordedGiteaDeliveryVerifies(t *testing.T) {
+	h := newHarness(t, nil, nil)
+	for name, want := range map[string]int{
+		"issues_label_updated": http.StatusAccepted, "issue_comment_created": http.StatusOK,
+		"issues_closed": http.StatusOK, "pull_request_opened": http.StatusOK,
+	} {
+		var recorded map[string]string
+		require.NoError(t, json.Unmarshal(fixtures.File(t, "forgejo", name+".headers.json"), &recorded))
+		status, out := h.post(t, "/forgejo", fixtures.File(t, "forgejo", name+".json"), recorded)
+		assert.Equal(t, want, status, name+": "+out)
+	}
+	assert.Equal(t, 1, h.router.count())
+	assert.NotContains(t, h.logs.String(), "bad-signature")
+	assert.NotContains(t, h.logs.String(), "malformed")
 }
 
 // Each refusal: a clear log line, nothing enqueued.

@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pidispatch/pidispatch/forge/forgetest"
+	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/jobs"
+	"github.com/pidispatch/pidispatch/queue"
+)
+
+// logLines are the JSON log lines in s whose msg is msg.
+func logLines(t *testing.T, s, msg string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, line := range strings.Split(s, "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == msg {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// A real Gitea delivers signed comment webhooks to pi-dispatch receive: the
+// receiver verifies them, asks that Gitea for each commenter's permission,
+// refuses the comment of a user without write access (a log line, nothing
+// enqueued) and queues one job, named by Gitea's delivery id, for the
+// comment of the repository's owner.
+func TestReceiveGiteaWebhookLive(t *testing.T) {
+	db := livetest.Valkey(t)
+	g := forgetest.StartGitea(t)
+	// The receiver's own account: a site admin, so it may read anyone's
+	// permission; its own comments never start a job.
+	bot := g.CreateUser(t, "pi-bot", true)
+	outsider := g.CreateUser(t, "outsider", false)
+	g.API(t, "", http.MethodPost, "/orgs", map[string]any{"username": "acme", "visibility": "public"})
+	g.API(t, "", http.MethodPost, "/orgs/acme/repos", map[string]any{"name": "widgets", "auto_init": true})
+	var issue struct {
+		Number int `json:"number"`
+	}
+	if err := json.Unmarshal(g.API(t, "", http.MethodPost, "/repos/acme/widgets/issues",
+		map[string]any{"title": "The widget wobbles"}), &issue); err != nil || issue.Number == 0 {
+		t.Fatalf("issue: %v", err)
+	}
+
+	const secret = "gitea-live-secret"
+	dir := t.TempDir()
+	triggers := filepath.Join(dir, "triggers.json")
+	if err := os.WriteFile(triggers, []byte(`{"triggers": [{"on": {"type": "comment", "id": "fix", "repos": ["acme/widgets"], "phrase": "/pi fix"},
+	  "run": {"kind": "forgejo", "flow": "fix"}}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port := freeTCPPort(t)
+	vars := map[string]string{
+		"PI_ENV_FILE": "/dev/null", "VALKEY_URL": db.URL, "PI_TRIGGERS_FILE": triggers,
+		"FORGEJO_URL": g.URL, "FORGEJO_TOKEN": bot.Token, "FORGEJO_WEBHOOK_SECRET": secret,
+		"RECEIVER_BIND": "127.0.0.1", "RECEIVER_PORT": strconv.Itoa(port),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr lockedBuf
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"receive"}, func(k string) string { return vars[k] }, &stdout, &stderr)
+	}()
+	stopped := false
+	defer func() {
+		if !stopped {
+			cancel()
+			<-done
+		}
+	}()
+	base := "http://127.0.0.1:" + strconv.Itoa(port)
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: timed out:\n%s", what, stderr.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitFor("receiver up", func() bool {
+		resp, err := http.Get(base + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	self := logLines(t, stderr.String(), "self_identity")
+	if len(self) != 1 || self[0]["forge"] != "forgejo" || self[0]["id"] != float64(bot.ID) {
+		t.Fatalf("self_identity %v, want the bot's id %d", self, bot.ID)
+	}
+
+	g.API(t, "", http.MethodPost, "/repos/acme/widgets/hooks", map[string]any{
+		"type": "gitea", "active": true, "events": []string{"issue_comment"},
+		"config": map[string]string{"url": base + "/forgejo", "content_type": "json", "secret": secret},
+	})
+	q, err := queue.New(db.Client, "pi-jobs", queue.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending := func() []string {
+		t.Helper()
+		ids, err := q.PendingIDs(context.Background(), 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	comment := func(token, body string) {
+		t.Helper()
+		g.API(t, token, http.MethodPost, fmt.Sprintf("/repos/acme/widgets/issues/%d/comments", issue.Number), map[string]any{"body": body})
+	}
+
+	// A user who can comment but not write: refused, with why.
+	comment(outsider.Token, "/pi fix it for me")
+	waitFor("the outsider's comment refused", func() bool { return len(logLines(t, stderr.String(), "forge_refused")) > 0 })
+	refused := logLines(t, stderr.String(), "forge_refused")
+	if len(refused) != 1 || refused[0]["reason"] != "author-not-allowed" || refused[0]["sender"] != float64(outsider.ID) ||
+		refused[0]["repo"] != "acme/widgets" || refused[0]["delivery"] == "" {
+		t.Fatalf("refusal %v", refused)
+	}
+	if ids := pending(); len(ids) != 0 {
+		t.Fatalf("the refused comment queued %v", ids)
+	}
+
+	// The repository's owner: one job, named by Gitea's delivery id.
+	comment("", "/pi fix the wobble")
+	waitFor("the owner's comment enqueued", func() bool { return len(logLines(t, stderr.String(), "forge_enqueued")) > 0 })
+	enq := logLines(t, stderr.String(), "forge_enqueued")
+	delivery, _ := enq[0]["delivery"].(string)
+	if len(enq) != 1 || delivery == "" || enq[0]["jobId"] != "fj-"+delivery {
+		t.Fatalf("enqueued %v", enq)
+	}
+	if delivery == refused[0]["delivery"] {
+		t.Fatalf("two comments, one delivery id %s", delivery)
+	}
+	ids := pending()
+	if len(ids) != 1 || ids[0] != "fj-"+delivery {
+		t.Fatalf("pending %v, want exactly fj-%s", ids, delivery)
+	}
+	j, err := q.Get(context.Background(), ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, err := jobs.ParseJob(j.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job.Repo != "acme/widgets" || job.DeliveryID != delivery || job.Trigger != "fix" || job.Number != issue.Number ||
+		job.Forge != jobs.ForgeForgejo {
+		t.Fatalf("job %+v", job)
+	}
+	for _, s := range []string{secret, bot.Token, outsider.Token, g.AdminToken} {
+		if strings.Contains(stderr.String()+stdout.String(), s) || strings.Contains(string(j.Data), s) {
+			t.Fatalf("a secret leaked: %q", s)
+		}
+	}
+	cancel()
+	stopped = true
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Fatalf("exit %d:\n%s", code, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("receive did not stop with its context")
+	}
+}
