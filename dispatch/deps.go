@@ -77,7 +77,9 @@ type Budgeter interface {
 // RunMirror copies run records to the fleet's shared view without blocking
 // the job.
 type RunMirror interface {
-	Go(rec jobs.Record)
+	// Go mirrors rec in the background; the copy outlives ctx's
+	// cancellation (a job cancelled at its end is still mirrored).
+	Go(ctx context.Context, rec jobs.Record)
 	Close(ctx context.Context) error
 }
 

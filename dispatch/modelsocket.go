@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -33,11 +34,11 @@ type ModelSocket interface {
 // a gateway, else a plain forwarder to PI_MODEL_UPSTREAM, else no socket.
 // The folder is a fresh one in TMPDIR, not in the job's folder: a socket's
 // path is limited to 107 bytes, and a job folder's name holds the job id.
-func (w *Worker) modelEndpoint(h *held, user string) (dir string, stop func(), err error) {
+func (w *Worker) modelEndpoint(ctx context.Context, h *held, user string) (dir string, stop func(), err error) {
 	var handler http.Handler
 	switch {
 	case w.gatewayOn():
-		h.gw = w.deps.Gateway.Job(w.gatewayJob(h))
+		h.gw = w.deps.Gateway.Job(ctx, w.gatewayJob(h))
 		handler = h.gw
 	case w.cfg.ModelUpstream != "":
 		if handler, err = newUpstreamProxy(w.cfg.ModelUpstream, h.log); err != nil {

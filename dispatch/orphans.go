@@ -152,7 +152,7 @@ func (w *Worker) failOrphan(ctx context.Context, jobDir string) orphanOutcome {
 		}
 		return orphanNone
 	}
-	w.mirror(rec)
+	w.mirror(ctx, rec)
 	w.endHold(ctx, n.JobID, waitFor)
 	w.log.Warn("job_orphan_failed", "jobId", n.JobID, "queue", q.Name(), "ranOn", rec.Host, "reason", rec.Reason)
 	return orphanFailed

@@ -150,7 +150,7 @@ func (w *Worker) prepareRun(ctx context.Context, h *held) (spec container.Spec, 
 		w.fail(ctx, h, jobs.ReasonNeverStarted, nil, nil, FailOptions{})
 		return container.Spec{}, nil, false
 	}
-	socketDir, stopSocket, err := w.modelEndpoint(h, user)
+	socketDir, stopSocket, err := w.modelEndpoint(ctx, h, user)
 	if err != nil {
 		h.log.Error("model_socket_failed", "err", err)
 		w.fail(ctx, h, jobs.ReasonNeverStarted, nil, nil, FailOptions{})
@@ -539,12 +539,12 @@ func (w *Worker) record(ctx context.Context, h *held, outcome string, reason job
 		// record, and the mirror gets this run's facts, the better ones (the
 		// container's real exit code and telemetry).
 		w.log.Warn("run_record_claimed_elsewhere", "jobId", h.job.ID, "attempt", h.rec.Attempt, "owner", owner)
-		w.mirror(h.rec)
+		w.mirror(ctx, h.rec)
 		w.endHold(ctx, h.job.ID, h.spec.WaitFor)
 		return
 	}
 	w.writeRecord(h.rec)
-	w.mirror(h.rec)
+	w.mirror(ctx, h.rec)
 	w.endHold(ctx, h.job.ID, h.spec.WaitFor) // the job ended: so did its hold
 	faultpoint.Hit(faultpoint.RunRecorded)
 }
@@ -614,9 +614,9 @@ func (w *Worker) writeRecord(rec jobs.Record) bool {
 }
 
 // mirror copies rec to the fleet's run mirror without waiting.
-func (w *Worker) mirror(rec jobs.Record) {
+func (w *Worker) mirror(ctx context.Context, rec jobs.Record) {
 	if w.deps.Mirror != nil {
-		w.deps.Mirror.Go(rec)
+		w.deps.Mirror.Go(ctx, rec)
 	}
 }
 
@@ -672,7 +672,7 @@ func (w *Worker) checkQueueStalled(ctx context.Context, q JobQueue) {
 			continue
 		}
 		delete(pre, id)
-		w.mirror(p.rec)
+		w.mirror(ctx, p.rec)
 		w.endHold(ctx, id, p.waitFor)
 		w.log.Warn("job_stalled", "jobId", id, "queue", q.Name(), "ranOn", p.rec.Host)
 	}
@@ -694,7 +694,7 @@ func (w *Worker) settlePrerecord(ctx context.Context, q JobQueue, id string, p p
 	case err != nil && !errors.Is(err, ErrJobNotFound):
 		return // undecided: the next check looks again
 	case err == nil && j.State == StateFailed && p.claimed:
-		w.mirror(p.rec)
+		w.mirror(ctx, p.rec)
 		w.endHold(ctx, id, p.waitFor)
 		w.log.Warn("job_stalled", "jobId", id, "queue", q.Name(), "ranOn", p.rec.Host)
 		return
@@ -800,7 +800,7 @@ func (w *Worker) recordStalled(ctx context.Context, q JobQueue, id, event string
 	if _, ok := w.ownRecord(rec); !ok {
 		if _, mine := w.claim(ctx, rec); mine {
 			w.writeRecord(rec)
-			w.mirror(rec)
+			w.mirror(ctx, rec)
 		}
 	}
 	w.endHold(ctx, id, waitFor)

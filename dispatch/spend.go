@@ -77,7 +77,10 @@ var ErrRateLimitsUnavailable = errors.New("rate limits unavailable")
 // and the session forwards the calls to the provider with the key the host
 // holds. *gateway.Gateway implements it.
 type ModelGateway interface {
-	Job(j GatewayJob) GatewaySession
+	// Job opens the job's session. It keeps ctx's values but not its
+	// cancellation: a session meters a call to its end though the job was
+	// cancelled, and ends at its Close.
+	Job(ctx context.Context, j GatewayJob) GatewaySession
 }
 
 // GatewayJob is what a session needs to know of its job.

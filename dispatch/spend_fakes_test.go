@@ -30,7 +30,7 @@ type stubGateway struct {
 	spend jobs.Spend
 }
 
-func (g *stubGateway) Job(j dispatch.GatewayJob) dispatch.GatewaySession {
+func (g *stubGateway) Job(_ context.Context, j dispatch.GatewayJob) dispatch.GatewaySession {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.jobs = append(g.jobs, j)

@@ -56,7 +56,7 @@ func TestRecord(jobID string, attempt int) jobs.Record {
 
 func mirrorGo(t *testing.T, h MirrorHarness) {
 	rec := TestRecord("job-m", 1)
-	h.Mirror.Go(rec)
+	h.Mirror.Go(context.Background(), rec)
 	if err := h.Mirror.Close(qctx(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func mirrorClosed(t *testing.T, h MirrorHarness) {
 	if err := h.Mirror.Close(qctx(t)); err != nil {
 		t.Fatal(err)
 	}
-	h.Mirror.Go(TestRecord("job-late", 1))
+	h.Mirror.Go(context.Background(), TestRecord("job-late", 1))
 	if got := h.Read(); len(got) != 0 {
 		t.Fatalf("a record mirrored after Close: %+v", got)
 	}

@@ -170,11 +170,11 @@ type fleetMirror struct {
 }
 
 // Go stores rec in the fleet's mirror unless this view is closed.
-func (m *fleetMirror) Go(rec jobs.Record) {
+func (m *fleetMirror) Go(ctx context.Context, rec jobs.Record) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.closed {
-		m.Mirror.Go(rec)
+		m.Mirror.Go(ctx, rec)
 	}
 }
 

@@ -33,7 +33,7 @@ var (
 func NewMirror() *Mirror { return &Mirror{claims: map[string]string{}} }
 
 // Go stores rec unless the mirror is closed.
-func (m *Mirror) Go(rec jobs.Record) {
+func (m *Mirror) Go(ctx context.Context, rec jobs.Record) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.closed {

@@ -207,7 +207,7 @@ func mirrorBody(rec jobs.Record) ([]byte, error) {
 // Go mirrors rec in the background, the way the worker calls it after writing
 // the record file: never awaited, never failing the job. The goroutine is
 // tracked; Close waits for it. After Close, Go does nothing.
-func (m *Mirror) Go(rec jobs.Record) {
+func (m *Mirror) Go(ctx context.Context, rec jobs.Record) {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -217,7 +217,7 @@ func (m *Mirror) Go(rec jobs.Record) {
 	m.mu.Unlock()
 	go func() {
 		defer m.inflight.Done()
-		if err := m.Mirror(context.Background(), rec); err != nil && !errors.Is(err, ErrMirrorUnreachable) {
+		if err := m.Mirror(context.WithoutCancel(ctx), rec); err != nil && !errors.Is(err, ErrMirrorUnreachable) {
 			// An outage is logged by the transition; a record the mirror refused
 			// is logged here, since no caller sees this error.
 			m.log.Warn("run_mirror_skipped", "reason", err.Error())

@@ -300,14 +300,14 @@ func TestMirrorGoAndClose(t *testing.T) {
 	before := runtime.NumGoroutine()
 	m := NewMirror(db.Client, MirrorConfig{})
 	for i := range 20 {
-		m.Go(mirrorRec(fmt.Sprintf("g%02d", i), time.Now()))
+		m.Go(context.Background(), mirrorRec(fmt.Sprintf("g%02d", i), time.Now()))
 	}
 	require.NoError(t, m.Close(ctx))
 	n, err := db.Client.ZCard(ctx, RunIndexKey).Result()
 	require.NoError(t, err)
 	require.EqualValues(t, 20, n, "Close waited for every mirror in flight")
 
-	m.Go(mirrorRec("late", time.Now()))
+	m.Go(context.Background(), mirrorRec("late", time.Now()))
 	require.NoError(t, m.Close(ctx))
 	_, err = db.Client.ZScore(ctx, RunIndexKey, "late").Result()
 	require.ErrorIs(t, err, redis.Nil, "Go after Close does nothing")
@@ -324,7 +324,7 @@ func TestMirrorCloseIsBoundedByItsContext(t *testing.T) {
 	defer client.Close()
 	srv.Stop()
 	m := NewMirror(client, MirrorConfig{CallTimeout: 400 * time.Millisecond})
-	m.Go(mirrorRec("x", time.Now()))
+	m.Go(context.Background(), mirrorRec("x", time.Now()))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	require.ErrorIs(t, m.Close(ctx), context.DeadlineExceeded, "a mirror still in flight")
@@ -340,7 +340,7 @@ func ExampleMirror() {
 	defer m.Close(context.Background())
 
 	// After WriteRecord: never awaited, never failing the job.
-	m.Go(jobs.Record{ /* ... */ })
+	m.Go(context.Background(), jobs.Record{ /* ... */ })
 
 	runs, degraded, _ := m.Read(context.Background(), 50, time.Now().Add(-7*24*time.Hour))
 	fmt.Println(len(runs), "runs across the fleet; mirror", degraded)

@@ -37,7 +37,7 @@ func newBenchRig(b *testing.B, step fakeprovider.Step) *benchRig {
 		b.Fatal(err)
 	}
 	// A capped job: every call is parsed and reserved, as under PI_MAX_COST_USD.
-	sess := gw.Job(dispatch.GatewayJob{JobID: "bench", Keys: map[string]string{"anthropic": "k"}, MaxMicros: 1_000_000_000})
+	sess := gw.Job(context.Background(), dispatch.GatewayJob{JobID: "bench", Keys: map[string]string{"anthropic": "k"}, MaxMicros: 1_000_000_000})
 	sock := filepath.Join(b.TempDir(), "model.sock")
 	ln, err := net.Listen("unix", sock)
 	if err != nil {

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -240,7 +241,7 @@ func TestUndialledCallReleasesItsReservation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sess := gw.Session(dispatch.GatewayJob{Keys: map[string]string{"anthropic": "k"}, MaxMicros: 1_000_000})
+	sess := gw.Session(context.Background(), dispatch.GatewayJob{Keys: map[string]string{"anthropic": "k"}, MaxMicros: 1_000_000})
 	defer sess.Close()
 	rec := httptest.NewRecorder()
 	sess.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/anthropic/v1/messages", strings.NewReader(userBody("claude-sonnet-4-5", `,"max_tokens":100`))))

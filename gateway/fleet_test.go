@@ -69,7 +69,7 @@ func TestFleetWindowHoldsAgainstOvershootingJobs(t *testing.T) {
 				mu.Lock()
 				granted++
 				mu.Unlock()
-				sess := gw.Session(dispatch.GatewayJob{JobID: id, Keys: map[string]string{"anthropic": "k"}, MaxMicros: jobCap})
+				sess := gw.Session(context.Background(), dispatch.GatewayJob{JobID: id, Keys: map[string]string{"anthropic": "k"}, MaxMicros: jobCap})
 				for range 5 {
 					rec := httptest.NewRecorder()
 					body := `{"model":"claude-test","max_tokens":64000,"messages":[{"role":"user","content":"write"}]}`

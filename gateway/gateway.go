@@ -206,16 +206,18 @@ func (g *Gateway) upstream(provider string) *url.URL {
 }
 
 // Job is the session that serves one job's calls.
-func (g *Gateway) Job(j dispatch.GatewayJob) dispatch.GatewaySession { return g.Session(j) }
+func (g *Gateway) Job(ctx context.Context, j dispatch.GatewayJob) dispatch.GatewaySession {
+	return g.Session(ctx, j)
+}
 
 // Session is Job with its concrete type.
-func (g *Gateway) Session(j dispatch.GatewayJob) *Session {
+func (g *Gateway) Session(ctx context.Context, j dispatch.GatewayJob) *Session {
 	keys := make(map[string]string, len(j.Keys))
 	for p, k := range j.Keys {
 		keys[p] = k
 	}
 	j.Keys = keys
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	return &Session{g: g, job: j, ctx: ctx, cancel: cancel, unpriced: map[string]bool{}, slots: make(chan struct{}, g.cfg.MaxCalls),
 		log: g.log.With("job", j.JobID, "attempt", j.Attempt)}
 }

@@ -103,7 +103,7 @@ func newRig(t *testing.T, cfg Config, job dispatch.GatewayJob, steps ...fakeprov
 		job.Keys = map[string]string{"anthropic": "sk-ant-job", "openai": "sk-oai-job"}
 	}
 	job.JobID = "job-1"
-	sess := gw.Session(job)
+	sess := gw.Session(context.Background(), job)
 	srv := httptest.NewServer(sess)
 	t.Cleanup(srv.Close)
 	t.Cleanup(sess.Close)
@@ -192,7 +192,7 @@ func TestFallbackUpstream(t *testing.T) {
 	if u := gw.upstream("anthropic"); u.String() != "https://api.anthropic.com" {
 		t.Fatalf("anthropic upstream %v", u)
 	}
-	sess := gw.Session(dispatch.GatewayJob{Keys: map[string]string{"local": "k"}})
+	sess := gw.Session(context.Background(), dispatch.GatewayJob{Keys: map[string]string{"local": "k"}})
 	defer sess.Close()
 	srv := httptest.NewServer(sess)
 	defer srv.Close()
@@ -231,7 +231,7 @@ func TestStreamingIsUnbuffered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sess := gw.Session(dispatch.GatewayJob{Keys: map[string]string{"anthropic": "k"}})
+	sess := gw.Session(context.Background(), dispatch.GatewayJob{Keys: map[string]string{"anthropic": "k"}})
 	srv := httptest.NewServer(sess)
 	defer srv.Close()
 	resp, err := http.Post(srv.URL+"/anthropic/v1/messages", "application/json", strings.NewReader(`{"model":"claude-sonnet-4-5","stream":true}`))
@@ -556,7 +556,7 @@ func TestUpstreamUnreachable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sess := gw.Session(dispatch.GatewayJob{Keys: map[string]string{"openai": "sk-secret-1"}})
+	sess := gw.Session(context.Background(), dispatch.GatewayJob{Keys: map[string]string{"openai": "sk-secret-1"}})
 	srv := httptest.NewServer(sess)
 	defer srv.Close()
 	resp, err := http.Post(srv.URL+"/openai/chat/completions", "application/json", strings.NewReader(oaiJSON))

@@ -126,7 +126,7 @@ func floodRig(t *testing.T) (sock string, upstreamCalls *atomic.Int64) {
 	}
 	// A cap every held body fits under: each is parsed, reserved and given
 	// an output bound, the gateway's costliest path.
-	sess := gw.Job(dispatch.GatewayJob{JobID: "flood", Keys: map[string]string{"anthropic": "k"}, MaxMicros: 600_000_000})
+	sess := gw.Job(context.Background(), dispatch.GatewayJob{JobID: "flood", Keys: map[string]string{"anthropic": "k"}, MaxMicros: 600_000_000})
 	m, err := modelsocket.Open(sess, fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid()), modelsocket.DefaultConns, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
