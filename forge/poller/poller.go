@@ -3,21 +3,25 @@
 // the receiver uses: the same trigger matching, permission checks and dedup.
 //
 // Per repository it reads the issue events (labels added, issues and pull
-// requests closed), the new issue and pull request comments, and the open
-// pull requests (new ones and new heads). Every list is
-// a conditional request (If-None-Match with the stored ETag), so a cycle in
-// which nothing changed costs no rate limit. The cursors and ETags live in
-// Valkey, so a restart neither replays nor misses events; on first contact
-// with a repository the cursors are set to now and nothing is enqueued.
+// requests closed and reopened), the new issue and pull request comments, the
+// open pull requests (new ones and new heads), and the reviews of the pull
+// requests that moved. Every list is a conditional request (If-None-Match
+// with the stored ETag), so a cycle in which nothing changed costs no rate
+// limit. The cursors and ETags live in Valkey, so a restart neither replays
+// nor misses events; on first contact with a repository the cursors are set
+// to now and nothing is enqueued.
 package poller
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -37,6 +41,9 @@ const (
 	// cycle; longer than a forge job is kept.
 	StateTTL = 35 * 24 * time.Hour
 	maxPages = 5
+	// maxReviewPulls is how many pull requests' reviews one cycle reads per
+	// repository; the rest wait for the next cycle.
+	maxReviewPulls = 10
 )
 
 // Handler is what events go to: a *forge.Intake.
@@ -148,32 +155,42 @@ func (p *Poller) client(ctx context.Context, repo string) (*github.Client, error
 	return forge.GitHubClient(p.cfg.BaseURL, tok, p.cfg.Client)
 }
 
-// get makes a conditional GET; notModified reports a 304.
-func (p *Poller) get(ctx context.Context, c *github.Client, repo, name, path string, v any) (notModified bool, err error) {
+// fetch makes a GET, conditional on etag when it is set; notModified
+// reports a 304, and newETag is the answer's ETag.
+func fetch(ctx context.Context, c *github.Client, path, etag string, v any) (newETag string, notModified bool, err error) {
 	req, err := c.NewRequest(http.MethodGet, path, nil)
 	if err != nil {
-		return false, err
-	}
-	etag, err := p.cfg.Valkey.Get(ctx, p.key(repo, "etag:"+name)).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return false, err
+		return "", false, err
 	}
 	if etag != "" {
 		req.Header.Set("If-None-Match", etag)
 	}
 	resp, err := c.Do(ctx, req, v)
 	if resp != nil && resp.StatusCode == http.StatusNotModified {
-		return true, nil
+		return etag, true, nil
 	}
 	if err != nil {
-		return false, err
+		return "", false, err
 	}
-	if e := resp.Header.Get("ETag"); e != "" {
-		if err := p.cfg.Valkey.Set(ctx, p.key(repo, "etag:"+name), e, StateTTL).Err(); err != nil {
-			return false, err
-		}
+	return resp.Header.Get("ETag"), false, nil
+}
+
+// get makes a GET conditional on the stored ETag name; notModified reports a
+// 304. The caller stores the new ETag with saveETag once it has handled the
+// answer, so a failure half way reads the list again next cycle.
+func (p *Poller) get(ctx context.Context, c *github.Client, repo, name, path string, v any) (etag string, notModified bool, err error) {
+	old, err := p.cfg.Valkey.Get(ctx, p.key(repo, "etag:"+name)).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return "", false, err
 	}
-	return false, nil
+	return fetch(ctx, c, path, old, v)
+}
+
+func (p *Poller) saveETag(ctx context.Context, repo, name, etag string) error {
+	if etag == "" {
+		return nil
+	}
+	return p.cfg.Valkey.Set(ctx, p.key(repo, "etag:"+name), etag, StateTTL).Err()
 }
 
 func (p *Poller) pollRepo(ctx context.Context, repo string) error {
@@ -190,16 +207,21 @@ func (p *Poller) pollRepo(ctx context.Context, repo string) error {
 	if err := p.pollPulls(ctx, c, repo); err != nil {
 		return fmt.Errorf("pull requests: %w", err)
 	}
+	if err := p.pollReviews(ctx, c, repo); err != nil {
+		return fmt.Errorf("reviews: %w", err)
+	}
 	// Keep every key of a repository polled successfully alive together.
-	for _, k := range []string{"events", "comments", "prs", "etag:events", "etag:comments", "etag:pulls"} {
+	for _, k := range []string{"events", "comments", "prs", "prupd", "reviews", "reviewq",
+		"etag:events", "etag:comments", "etag:pulls"} {
 		p.cfg.Valkey.Expire(ctx, p.key(repo, k), StateTTL)
 	}
 	return nil
 }
 
 // pollEvents reads /issues/events, newest first, back to the cursor (the
-// last event id handled), and hands labeled and closed events over oldest
-// first. The cursor advances after each event, so a failure resumes there.
+// last event id handled), and hands labeled, closed and reopened events over
+// oldest first. The cursor advances after each event, so a failure resumes
+// there.
 func (p *Poller) pollEvents(ctx context.Context, c *github.Client, repo string) error {
 	cursorKey := p.key(repo, "events")
 	cur, err := p.cfg.Valkey.Get(ctx, cursorKey).Int64()
@@ -208,28 +230,21 @@ func (p *Poller) pollEvents(ctx context.Context, c *github.Client, repo string) 
 		return err
 	}
 	var fresh []*github.IssueEvent
+	var etag string
 	for page := 1; page <= maxPages; page++ {
 		var list []*github.IssueEvent
 		path := fmt.Sprintf("repos/%s/issues/events?per_page=100&page=%d", repo, page)
-		name := "events"
-		if page > 1 {
-			name = "" // only the first page is conditional
-		}
-		var nm bool
-		if name != "" {
-			nm, err = p.get(ctx, c, repo, name, path, &list)
-		} else {
-			req, rerr := c.NewRequest(http.MethodGet, path, nil)
-			if rerr != nil {
-				return rerr
+		if page == 1 { // only the first page is conditional
+			var nm bool
+			etag, nm, err = p.get(ctx, c, repo, "events", path, &list)
+			if err == nil && nm {
+				return nil
 			}
-			_, err = c.Do(ctx, req, &list)
+		} else {
+			_, _, err = fetch(ctx, c, path, "", &list)
 		}
 		if err != nil {
 			return err
-		}
-		if nm {
-			return nil
 		}
 		done := len(list) < 100
 		for _, e := range list {
@@ -252,7 +267,10 @@ func (p *Poller) pollEvents(ctx context.Context, c *github.Client, repo string) 
 			top = max(top, e.GetID())
 		}
 		p.log.Info("poll_armed", "repo", repo, "source", "events")
-		return p.cfg.Valkey.Set(ctx, cursorKey, top, StateTTL).Err()
+		if err := p.cfg.Valkey.Set(ctx, cursorKey, top, StateTTL).Err(); err != nil {
+			return err
+		}
+		return p.saveETag(ctx, repo, "events", etag)
 	}
 	for i := len(fresh) - 1; i >= 0; i-- {
 		e := fresh[i]
@@ -265,10 +283,13 @@ func (p *Poller) pollEvents(ctx context.Context, c *github.Client, repo string) 
 			return err
 		}
 	}
-	return nil
+	return p.saveETag(ctx, repo, "events", etag)
 }
 
-// eventOf turns an issue event into an intake event.
+// eventOf turns an issue event into an intake event, the one the webhook of
+// the same change carries: labeled is issues/labeled (pull_request/labeled on
+// a pull request), reopened is issues/reopened (pull_request/reopened), closed
+// is a close.
 func eventOf(repo string, e *github.IssueEvent) (forge.Event, bool) {
 	iss := e.GetIssue()
 	ev := forge.Event{
@@ -286,6 +307,13 @@ func eventOf(repo string, e *github.IssueEvent) (forge.Event, bool) {
 		ev.Kind = forge.KindLabel
 		if ev.PullRequest {
 			ev.Kind = forge.KindPullRequest
+		}
+	case "reopened":
+		ev.Action = "reopened"
+		if ev.PullRequest {
+			ev.Kind = forge.KindPullRequest
+		} else {
+			ev.Kind, ev.Added = forge.KindLabel, ev.Labels
 		}
 	case "closed":
 		ev.Action, ev.Kind = "closed", forge.KindClose
@@ -314,7 +342,7 @@ func (p *Poller) pollComments(ctx context.Context, c *github.Client, repo string
 	}
 	var list []*github.IssueComment
 	path := fmt.Sprintf("repos/%s/issues/comments?sort=created&direction=asc&per_page=100&since=%s", repo, url.QueryEscape(raw))
-	nm, err := p.get(ctx, c, repo, "comments", path, &list)
+	etag, nm, err := p.get(ctx, c, repo, "comments", path, &list)
 	if err != nil || nm {
 		return err
 	}
@@ -344,7 +372,7 @@ func (p *Poller) pollComments(ctx context.Context, c *github.Client, repo string
 			}
 		}
 	}
-	return nil
+	return p.saveETag(ctx, repo, "comments", etag)
 }
 
 // issueNumber is the trailing number of an issue API URL.
@@ -357,41 +385,110 @@ func issueNumber(u string) int {
 	return n
 }
 
-// pollPulls lists the open pull requests (one conditional request) and
-// compares each head with the one last seen (a Valkey hash, number to head
-// SHA): a pull request not seen before is "opened", a new head is
-// "synchronize". Its sender is the pull request's author, the only person
-// the list names. On first contact the heads are stored and nothing is
-// handed over. Closes come from the issue events.
+// pollPulls pages through the open pull requests, most recently updated
+// first (the first page conditional, at most maxPages pages), and compares
+// each head with the one last seen (hash prs, number to head SHA): a pull
+// request not seen before is "opened", a new head is "synchronize". Its
+// sender is the pull request's author, the only person the list names. A
+// pull request created before the repository was armed and never listed
+// (beyond the pages read then) is only recorded. Closes and reopens come from
+// the issue events.
+//
+// A pull request whose updated_at moved (hash prupd, number to updated_at) is
+// queued (hash reviewq) for pollReviews: a review moves it. On first contact
+// the heads and update times are stored and nothing is handed over or queued.
 func (p *Poller) pollPulls(ctx context.Context, c *github.Client, repo string) error {
-	key := p.key(repo, "prs")
-	known, err := p.cfg.Valkey.HGetAll(ctx, key).Result()
+	headsKey, updKey := p.key(repo, "prs"), p.key(repo, "prupd")
+	heads, err := p.cfg.Valkey.HGetAll(ctx, headsKey).Result()
 	if err != nil {
 		return err
 	}
-	armed, err := p.cfg.Valkey.Exists(ctx, key).Result()
+	upd, err := p.cfg.Valkey.HGetAll(ctx, updKey).Result()
 	if err != nil {
 		return err
 	}
+	armedRaw, armed := heads["armed"]
+	_, updArmed := upd["armed"]
 	var list []*github.PullRequest
-	nm, err := p.get(ctx, c, repo, "pulls", fmt.Sprintf("repos/%s/pulls?state=open&sort=updated&direction=asc&per_page=100", repo), &list)
-	if err != nil || nm {
-		return err
+	var etag string
+	for page := 1; page <= maxPages; page++ {
+		var got []*github.PullRequest
+		path := fmt.Sprintf("repos/%s/pulls?state=open&sort=updated&direction=desc&per_page=100&page=%d", repo, page)
+		switch {
+		case page == 1 && armed && updArmed:
+			var nm bool
+			etag, nm, err = p.get(ctx, c, repo, "pulls", path, &got)
+			if err == nil && nm {
+				return nil
+			}
+		case page == 1:
+			etag, _, err = fetch(ctx, c, path, "", &got)
+		default:
+			_, _, err = fetch(ctx, c, path, "", &got)
+		}
+		if err != nil {
+			return err
+		}
+		list = append(list, got...)
+		if len(got) < 100 {
+			break
+		}
+		if page == maxPages {
+			p.log.Warn("poll_prs_gap", "repo", repo, "pages", maxPages)
+		}
 	}
-	if armed == 0 {
-		fields := []any{"armed", "1"}
+	now := p.cfg.Now().UTC().Format(time.RFC3339)
+	if !armed {
+		fields := []any{"armed", now}
 		for _, pr := range list {
 			fields = append(fields, strconv.Itoa(pr.GetNumber()), pr.GetHead().GetSHA())
 		}
 		p.log.Info("poll_armed", "repo", repo, "source", "pulls")
-		if err := p.cfg.Valkey.HSet(ctx, key, fields...).Err(); err != nil {
+		if err := p.cfg.Valkey.HSet(ctx, headsKey, fields...).Err(); err != nil {
 			return err
 		}
-		return p.cfg.Valkey.Expire(ctx, key, StateTTL).Err()
+	} else if err := p.handleHeads(ctx, repo, list, heads, armedRaw); err != nil {
+		return err
 	}
-	for _, pr := range list {
+	if !updArmed {
+		fields := []any{"armed", now}
+		for _, pr := range list {
+			fields = append(fields, strconv.Itoa(pr.GetNumber()), pr.GetUpdatedAt().UTC().Format(time.RFC3339))
+		}
+		p.log.Info("poll_armed", "repo", repo, "source", "reviews")
+		if err := p.cfg.Valkey.HSet(ctx, updKey, fields...).Err(); err != nil {
+			return err
+		}
+	} else {
+		for i := len(list) - 1; i >= 0; i-- {
+			pr := list[i]
+			n, at := strconv.Itoa(pr.GetNumber()), pr.GetUpdatedAt().UTC().Format(time.RFC3339)
+			if upd[n] == at {
+				continue
+			}
+			q, err := json.Marshal(queued{Updated: at, Labels: labelNames(pr.Labels)})
+			if err != nil {
+				return err
+			}
+			if err := p.cfg.Valkey.HSet(ctx, p.key(repo, "reviewq"), n, q).Err(); err != nil {
+				return err
+			}
+			if err := p.cfg.Valkey.HSet(ctx, updKey, n, at).Err(); err != nil {
+				return err
+			}
+		}
+	}
+	return p.saveETag(ctx, repo, "pulls", etag)
+}
+
+// handleHeads hands over the opened and synchronized pull requests of list,
+// least recently updated first.
+func (p *Poller) handleHeads(ctx context.Context, repo string, list []*github.PullRequest, heads map[string]string, armedRaw string) error {
+	armedAt, _ := time.Parse(time.RFC3339, armedRaw) // "1" before arm times were kept: zero
+	for i := len(list) - 1; i >= 0; i-- {
+		pr := list[i]
 		n, sha := strconv.Itoa(pr.GetNumber()), pr.GetHead().GetSHA()
-		prev, seen := known[n]
+		prev, seen := heads[n]
 		if prev == sha || sha == "" {
 			continue
 		}
@@ -399,20 +496,184 @@ func (p *Poller) pollPulls(ctx context.Context, c *github.Client, repo string) e
 		if seen {
 			action = "synchronize"
 		}
-		ev := forge.Event{
-			Forge: jobs.ForgeGitHub, DeliveryID: "poll-pr" + n + "-" + sha[:min(7, len(sha))],
-			Kind: forge.KindPullRequest, Action: action, Repo: repo, Number: pr.GetNumber(), PullRequest: true,
-			SenderID: pr.GetUser().GetID(), SenderLogin: pr.GetUser().GetLogin(),
+		if !seen && pr.CreatedAt != nil && pr.GetCreatedAt().Before(armedAt) {
+			action = "" // history beyond what arming read
 		}
-		for _, l := range pr.Labels {
-			ev.Labels = append(ev.Labels, l.GetName())
+		if action != "" {
+			ev := forge.Event{
+				Forge: jobs.ForgeGitHub, DeliveryID: "poll-pr" + n + "-" + sha[:min(7, len(sha))],
+				Kind: forge.KindPullRequest, Action: action, Repo: repo, Number: pr.GetNumber(), PullRequest: true,
+				SenderID: pr.GetUser().GetID(), SenderLogin: pr.GetUser().GetLogin(), Labels: labelNames(pr.Labels),
+			}
+			if _, err := p.cfg.Handler.Handle(ctx, ev); err != nil {
+				return err
+			}
 		}
-		if _, err := p.cfg.Handler.Handle(ctx, ev); err != nil {
-			return err
-		}
-		if err := p.cfg.Valkey.HSet(ctx, key, n, sha).Err(); err != nil {
+		if err := p.cfg.Valkey.HSet(ctx, p.key(repo, "prs"), n, sha).Err(); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+func labelNames(ls []*github.Label) []string {
+	var out []string
+	for _, l := range ls {
+		out = append(out, l.GetName())
+	}
+	return out
+}
+
+// queued is a pull request waiting for its reviews to be read: its
+// updated_at when queued (the order) and its labels then.
+type queued struct {
+	Updated string   `json:"u"`
+	Labels  []string `json:"l,omitempty"`
+}
+
+// reviewCursor is what was handed over of one pull request's reviews: every
+// review submitted before At, those of At's own second in IDs, and the
+// ETags of the review list's pages.
+type reviewCursor struct {
+	At    time.Time `json:"at"`
+	IDs   []int64   `json:"ids,omitempty"`
+	ETags []string  `json:"etags,omitempty"`
+}
+
+// pollReviews reads the reviews of at most maxReviewPulls queued pull
+// requests, least recently queued first, and leaves the rest queued for the
+// next cycle (poll_reviews_behind). A queue survives a 304 of the list.
+func (p *Poller) pollReviews(ctx context.Context, c *github.Client, repo string) error {
+	qKey := p.key(repo, "reviewq")
+	q, err := p.cfg.Valkey.HGetAll(ctx, qKey).Result()
+	if err != nil || len(q) == 0 {
+		return err
+	}
+	armedRaw, err := p.cfg.Valkey.HGet(ctx, p.key(repo, "prupd"), "armed").Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return err
+	}
+	armedAt, perr := time.Parse(time.RFC3339, armedRaw)
+	if perr != nil {
+		armedAt = p.cfg.Now() // never replay what cannot be placed
+	}
+	type item struct {
+		n int
+		q queued
+	}
+	var items []item
+	for f, raw := range q {
+		n, nerr := strconv.Atoi(f)
+		var it queued
+		if nerr != nil || n <= 0 || json.Unmarshal([]byte(raw), &it) != nil {
+			p.cfg.Valkey.HDel(ctx, qKey, f)
+			continue
+		}
+		items = append(items, item{n, it})
+	}
+	slices.SortFunc(items, func(a, b item) int {
+		return cmp.Or(cmp.Compare(a.q.Updated, b.q.Updated), cmp.Compare(a.n, b.n))
+	})
+	if len(items) > maxReviewPulls {
+		p.log.Warn("poll_reviews_behind", "repo", repo, "pending", len(items), "limit", maxReviewPulls)
+		items = items[:maxReviewPulls]
+	}
+	for _, it := range items {
+		if err := p.pullReviews(ctx, c, repo, it.n, it.q.Labels, armedAt); err != nil {
+			return fmt.Errorf("#%d: %w", it.n, err)
+		}
+		if err := p.cfg.Valkey.HDel(ctx, qKey, strconv.Itoa(it.n)).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pullReviews reads every page of pull request n's reviews, each conditional
+// on its stored ETag (a 304 costs no rate limit, and a submitted review may
+// land on an earlier page: a pending review keeps its place), and hands
+// over, oldest first, each submitted review past the cursor as the webhook's
+// pull_request_review/submitted. Before a pull request's first reading the
+// cursor is the time reviews were armed.
+func (p *Poller) pullReviews(ctx context.Context, c *github.Client, repo string, n int, labels []string, armedAt time.Time) error {
+	key, field := p.key(repo, "reviews"), strconv.Itoa(n)
+	cur := reviewCursor{At: armedAt}
+	raw, err := p.cfg.Valkey.HGet(ctx, key, field).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+	case err != nil:
+		return err
+	default:
+		if json.Unmarshal([]byte(raw), &cur) != nil {
+			cur = reviewCursor{At: armedAt}
+		}
+	}
+	save := func() error {
+		b, err := json.Marshal(cur)
+		if err != nil {
+			return err
+		}
+		return p.cfg.Valkey.HSet(ctx, key, field, b).Err()
+	}
+	var fresh []*github.PullRequestReview
+	var etags []string
+	for page := 1; page <= maxPages; page++ {
+		var old string
+		if page <= len(cur.ETags) {
+			old = cur.ETags[page-1]
+		}
+		var got []*github.PullRequestReview
+		path := fmt.Sprintf("repos/%s/pulls/%d/reviews?per_page=100&page=%d", repo, n, page)
+		etag, nm, err := fetch(ctx, c, path, old, &got)
+		if err != nil {
+			return err
+		}
+		etags = append(etags, etag)
+		if nm {
+			if page < len(cur.ETags) {
+				continue // a full page, unchanged: read on
+			}
+			break
+		}
+		for _, r := range got {
+			at := r.GetSubmittedAt().Time
+			if r.SubmittedAt == nil || strings.EqualFold(r.GetState(), "PENDING") ||
+				at.Before(cur.At) || at.Equal(cur.At) && slices.Contains(cur.IDs, r.GetID()) {
+				continue
+			}
+			fresh = append(fresh, r)
+		}
+		if len(got) < 100 {
+			break
+		}
+		if page == maxPages {
+			p.log.Warn("poll_reviews_gap", "repo", repo, "number", n, "pages", maxPages)
+		}
+	}
+	slices.SortFunc(fresh, func(a, b *github.PullRequestReview) int {
+		return cmp.Or(a.GetSubmittedAt().Compare(b.GetSubmittedAt().Time), cmp.Compare(a.GetID(), b.GetID()))
+	})
+	for _, r := range fresh {
+		ev := forge.Event{
+			Forge: jobs.ForgeGitHub, DeliveryID: "poll-r" + strconv.FormatInt(r.GetID(), 10),
+			Kind: forge.KindPullRequest, Action: "review_submitted", Repo: repo, Number: n, PullRequest: true,
+			SenderID: r.GetUser().GetID(), SenderLogin: r.GetUser().GetLogin(), Labels: labels,
+			ReviewState: strings.ToLower(r.GetState()),
+		}
+		if ev.SenderID > 0 {
+			if _, err := p.cfg.Handler.Handle(ctx, ev); err != nil {
+				return err // the cursor stays before this review
+			}
+		}
+		if at := r.GetSubmittedAt().Time; at.After(cur.At) {
+			cur.At, cur.IDs = at, []int64{r.GetID()}
+		} else {
+			cur.IDs = append(cur.IDs, r.GetID())
+		}
+		if err := save(); err != nil {
+			return err
+		}
+	}
+	cur.ETags = etags
+	return save()
 }

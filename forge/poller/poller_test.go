@@ -2,14 +2,19 @@ package poller_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-github/v84/github"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -18,15 +23,44 @@ import (
 	"github.com/pidispatch/pidispatch/internal/livetest"
 )
 
-// fakeGitHub serves /repos/acme/api/issues/events and /issues/comments with
-// ETags, and counts the requests that were not answered 304.
+// fakeGitHub serves acme/api's issue events, comments, open pull requests
+// (most recently updated first, paginated) and reviews (paginated), each
+// page with an ETag, and counts the answers.
 type fakeGitHub struct {
 	mu       sync.Mutex
 	events   []string // JSON objects, newest first
-	pulls    []string
-	comments []string // oldest first
-	full     int      // 200 answers
+	pulls    []*fakePR
+	reviews  map[int][]fakeReview // oldest first
+	comments []string             // oldest first
+	full     int                  // 200 answers
+	cached   int                  // 304 answers
+	hits     map[string]int       // requests by path
 	sinces   []string
+}
+
+type fakePR struct {
+	number           int
+	sha              string
+	created, updated time.Time
+	labels           []string
+}
+
+type fakeReview struct {
+	id    int64
+	user  int64
+	state string
+	at    time.Time
+}
+
+func page[T any](r *http.Request, all []T) []T {
+	per, _ := strconv.Atoi(r.URL.Query().Get("per_page"))
+	n, _ := strconv.Atoi(r.URL.Query().Get("page"))
+	if per <= 0 {
+		per = 30
+	}
+	n = max(n, 1)
+	lo := min((n-1)*per, len(all))
+	return all[lo:min(lo+per, len(all))]
 }
 
 func (f *fakeGitHub) handler(t *testing.T) http.Handler {
@@ -37,32 +71,64 @@ func (f *fakeGitHub) handler(t *testing.T) http.Handler {
 			http.Error(w, "no", http.StatusUnauthorized)
 			return
 		}
-		var body string
-		switch r.URL.Path {
-		case "/repos/acme/api/issues/events":
+		if f.hits == nil {
+			f.hits = map[string]int{}
+		}
+		f.hits[r.URL.Path]++
+		var body []byte
+		var err error
+		switch path := r.URL.Path; {
+		case path == "/repos/acme/api/issues/events":
 			if r.URL.Query().Get("page") != "1" {
-				body = "[]"
+				body = []byte("[]")
 				break
 			}
-			body = "[" + strings.Join(f.events, ",") + "]"
-		case "/repos/acme/api/pulls":
-			body = "[" + strings.Join(f.pulls, ",") + "]"
-		case "/repos/acme/api/issues/comments":
+			body = []byte("[" + strings.Join(f.events, ",") + "]")
+		case path == "/repos/acme/api/pulls":
+			sorted := slices.Clone(f.pulls)
+			slices.SortStableFunc(sorted, func(a, b *fakePR) int { return b.updated.Compare(a.updated) })
+			var out []*github.PullRequest
+			for _, pr := range page(r, sorted) {
+				gp := &github.PullRequest{Number: github.Ptr(pr.number), Head: &github.PullRequestBranch{SHA: github.Ptr(pr.sha)},
+					User: &github.User{ID: github.Ptr(int64(11)), Login: github.Ptr("author")}}
+				if !pr.created.IsZero() {
+					gp.CreatedAt = &github.Timestamp{Time: pr.created}
+				}
+				if !pr.updated.IsZero() {
+					gp.UpdatedAt = &github.Timestamp{Time: pr.updated}
+				}
+				for _, l := range pr.labels {
+					gp.Labels = append(gp.Labels, &github.Label{Name: github.Ptr(l)})
+				}
+				out = append(out, gp)
+			}
+			body, err = json.Marshal(out)
+		case strings.HasPrefix(path, "/repos/acme/api/pulls/") && strings.HasSuffix(path, "/reviews"):
+			n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(path, "/repos/acme/api/pulls/"), "/reviews"))
+			out := []*github.PullRequestReview{}
+			for _, rv := range page(r, f.reviews[n]) {
+				out = append(out, &github.PullRequestReview{ID: github.Ptr(rv.id), State: github.Ptr(rv.state),
+					User: &github.User{ID: github.Ptr(rv.user), Login: github.Ptr(fmt.Sprintf("u%d", rv.user))}, SubmittedAt: &github.Timestamp{Time: rv.at}})
+			}
+			body, err = json.Marshal(out)
+		case path == "/repos/acme/api/issues/comments":
 			f.sinces = append(f.sinces, r.URL.Query().Get("since"))
-			body = "[" + strings.Join(f.comments, ",") + "]"
+			body = []byte("[" + strings.Join(f.comments, ",") + "]")
 		default:
 			http.NotFound(w, r)
 			return
 		}
-		etag := fmt.Sprintf(`"%x"`, len(body)*7919+strings.Count(body, "id"))
+		require.NoError(t, err)
+		etag := fmt.Sprintf(`"%x"`, sha256.Sum256(body))
 		if r.Header.Get("If-None-Match") == etag {
+			f.cached++
 			w.WriteHeader(http.StatusNotModified)
 			return
 		}
 		f.full++
 		w.Header().Set("ETag", etag)
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(body))
+		_, _ = w.Write(body)
 	})
 }
 
@@ -83,8 +149,8 @@ func labeled(id int64, number int, label string) string {
 	 "issue":{"number":%d,"labels":[{"name":%q}]}}`, id, label, number, label)
 }
 
-func pull(number int, sha string) string {
-	return fmt.Sprintf(`{"number":%d,"head":{"sha":%q},"user":{"id":11,"login":"author"},"labels":[{"name":"review"}]}`, number, sha)
+func pull(number int, sha string, updated time.Time) *fakePR {
+	return &fakePR{number: number, sha: sha, updated: updated, labels: []string{"review"}}
 }
 
 func comment(id int64, number int, at time.Time, body string) string {
@@ -114,7 +180,7 @@ func TestPollerArmsThenHandsOverNewEventsOnceAcrossRestarts(t *testing.T) {
 	// History before first contact is never replayed.
 	gh.events = []string{labeled(100, 1, "pi")}
 	gh.comments = []string{comment(500, 2, now.Add(-time.Hour), "/pi old")}
-	gh.pulls = []string{pull(9, "aaaaaaaaaaaa")}
+	gh.pulls = []*fakePR{pull(9, "aaaaaaaaaaaa", now.Add(-time.Hour))}
 	p := newPoller()
 	p.Cycle(ctx)
 	assert.Empty(t, rec.got, "arming enqueues nothing")
@@ -156,7 +222,7 @@ func TestPollerArmsThenHandsOverNewEventsOnceAcrossRestarts(t *testing.T) {
 
 	// Pull requests: a new head and a new pull request.
 	gh.mu.Lock()
-	gh.pulls = []string{pull(9, "bbbbbbbbbbbb"), pull(10, "cccccccccccc")}
+	gh.pulls = []*fakePR{pull(9, "bbbbbbbbbbbb", now.Add(time.Minute)), pull(10, "cccccccccccc", now.Add(2*time.Minute))}
 	gh.mu.Unlock()
 	p2.Cycle(ctx)
 	require.Len(t, rec.got, 6)
