@@ -579,7 +579,12 @@ func (p *Poller) pollReviews(ctx context.Context, c *github.Client, repo string)
 		items = items[:maxReviewPulls]
 	}
 	for _, it := range items {
-		if err := p.pullReviews(ctx, c, repo, it.n, it.q.Labels, armedAt); err != nil {
+		err := p.pullReviews(ctx, c, repo, it.n, it.q.Labels, armedAt)
+		var er *github.ErrorResponse
+		if errors.As(err, &er) && er.Response != nil && er.Response.StatusCode == http.StatusNotFound {
+			// Gone (or out of the token's reach): it must not hold up the queue.
+			p.log.Warn("poll_reviews_not_found", "repo", repo, "number", it.n)
+		} else if err != nil {
 			return fmt.Errorf("#%d: %w", it.n, err)
 		}
 		if err := p.cfg.Valkey.HDel(ctx, qKey, strconv.Itoa(it.n)).Err(); err != nil {

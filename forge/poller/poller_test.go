@@ -36,6 +36,7 @@ type fakeGitHub struct {
 	events   []string // JSON objects, newest first
 	pulls    []*fakePR
 	reviews  map[int][]fakeReview // oldest first
+	gone     map[int]bool         // pull requests whose reviews answer 404
 	comments []string             // oldest first
 	full     int                  // 200 answers
 	cached   int                  // 304 answers
@@ -110,6 +111,10 @@ func (f *fakeGitHub) handler(t *testing.T) http.Handler {
 			body, err = json.Marshal(out)
 		case strings.HasPrefix(path, "/repos/acme/api/pulls/") && strings.HasSuffix(path, "/reviews"):
 			n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(path, "/repos/acme/api/pulls/"), "/reviews"))
+			if f.gone[n] {
+				http.NotFound(w, r)
+				return
+			}
 			out := []*github.PullRequestReview{}
 			for _, rv := range page(r, f.reviews[n]) {
 				out = append(out, &github.PullRequestReview{ID: github.Ptr(rv.id), State: github.Ptr(rv.state),
@@ -517,5 +522,25 @@ func TestPollerBoundsReviewReadsPerCycle(t *testing.T) {
 	require.Len(t, ids, 12)
 	assert.Equal(t, "gh-poll-r110 approved", ids[10], "least recently queued first")
 	assert.Equal(t, "gh-poll-r111 approved", ids[11])
+	r.unchanged(t, p)
+}
+
+func TestPollerReviewsOfAPullRequestNotFoundDoNotHoldUpTheRest(t *testing.T) {
+	r := newRig(t, cronsync.ForgeTrigger{Name: "approved", Type: cronsync.TypePullRequest,
+		Actions: []string{"review_submitted"}, ReviewState: "approved"})
+	ctx := context.Background()
+	now := r.now
+	r.gh.pulls = []*fakePR{pull(1, "aaaaaaa", now.Add(-time.Hour)), pull(2, "aaaaaaa", now.Add(-time.Hour))}
+	p := r.newPoller()
+	p.Cycle(ctx)
+	r.gh.mu.Lock()
+	r.gh.gone = map[int]bool{1: true}
+	r.gh.pulls[0].updated = now.Add(time.Minute) // queued first
+	r.gh.pulls[1].updated = now.Add(2 * time.Minute)
+	r.gh.reviews[2] = []fakeReview{{id: 70, user: 12, state: "APPROVED", at: now.Add(2 * time.Minute)}}
+	r.gh.mu.Unlock()
+	p.Cycle(ctx)
+	assert.Equal(t, []string{"gh-poll-r70 approved"}, r.enq.ids())
+	assert.Contains(t, r.logs.String(), `"msg":"poll_reviews_not_found"`)
 	r.unchanged(t, p)
 }
