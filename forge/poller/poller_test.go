@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -543,4 +544,40 @@ func TestPollerReviewsOfAPullRequestNotFoundDoNotHoldUpTheRest(t *testing.T) {
 	assert.Equal(t, []string{"gh-poll-r70 approved"}, r.enq.ids())
 	assert.Contains(t, r.logs.String(), `"msg":"poll_reviews_not_found"`)
 	r.unchanged(t, p)
+}
+
+// failOnce fails the first event it is handed, as an intake whose Valkey is
+// down would.
+type failOnce struct {
+	recorder
+	failed bool
+}
+
+func (f *failOnce) Handle(ctx context.Context, ev forge.Event) (forge.Outcome, error) {
+	if !f.failed {
+		f.failed = true
+		return forge.Outcome{}, errors.New("valkey down")
+	}
+	return f.recorder.Handle(ctx, ev)
+}
+
+func TestPollerRetriesAnUnchangedListAfterAFailedHandOver(t *testing.T) {
+	db := livetest.Valkey(t)
+	gh := &fakeGitHub{}
+	api := httptest.NewServer(gh.handler(t))
+	defer api.Close()
+	h := &failOnce{}
+	p, err := poller.New(poller.Config{Repos: []string{"acme/api"}, Interval: 30 * time.Second, BaseURL: api.URL,
+		Tokens: forge.StaticToken("pat"), Valkey: db.Client, Handler: h})
+	require.NoError(t, err)
+	ctx := context.Background()
+	p.Cycle(ctx)
+	gh.mu.Lock()
+	gh.events = []string{labeled(201, 3, "pi")}
+	gh.mu.Unlock()
+	p.Cycle(ctx)
+	assert.Empty(t, h.got, "the hand-over failed")
+	p.Cycle(ctx)
+	require.Len(t, h.got, 1, "the list is read again, not answered 304 from an ETag stored before the failure")
+	assert.Equal(t, "poll-e201", h.got[0].DeliveryID)
 }
