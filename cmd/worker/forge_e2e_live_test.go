@@ -42,7 +42,9 @@ import (
 // at the clone URL the double answers), runs the test image, which changes a
 // file, then pushes pi/<job id> and opens a draft pull request. Exactly one
 // record names the delivery and carries the pull request, pushed and base
-// commits; a replay of the delivery opens no second pull request; no token
+// commits; a replay of the delivery, refused by the receiver or (past its
+// memory) enqueued as the job that already ran, opens no second pull
+// request; no token
 // minted is in the container's environment or mounts, a log, a record, a
 // transcript or Valkey.
 func TestSignedGitHubDeliveryPublishesPullRequest(t *testing.T) {
@@ -209,7 +211,18 @@ func TestSignedGitHubDeliveryPublishesPullRequest(t *testing.T) {
 	if got := post(); got != http.StatusConflict {
 		t.Fatalf("replayed delivery answered %d, want 409", got)
 	}
-	time.Sleep(2 * time.Second)
+	// Past the receiver's memory of it (its replay key expired, say), the
+	// delivery is the same job, which ran already: no second run.
+	if err := (receiver.ValkeyReplay{Client: db.Client}).Release(context.Background(), jobs.ForgeGitHub, delivery); err != nil {
+		t.Fatal(err)
+	}
+	if got := post(); got/100 != 2 {
+		t.Fatalf("delivery replayed past the receiver's memory answered %d, want 2xx", got)
+	}
+	if ev := rlog.Events(t, "forge_enqueued"); len(ev) != 2 || ev[0]["added"] != true || ev[1]["added"] != false {
+		t.Fatalf("forge_enqueued events %v, want the first added and the replay not", ev)
+	}
+	time.Sleep(3 * time.Second) // a second run, were there one, would have published by now
 	if n := len(gh.Pulls(repo)); n != 1 {
 		t.Errorf("%d pull requests after the replay, want one", n)
 	}
