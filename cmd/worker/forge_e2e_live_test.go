@@ -44,9 +44,8 @@ import (
 // record names the delivery and carries the pull request, pushed and base
 // commits; a replay of the delivery, refused by the receiver or (past its
 // memory) enqueued as the job that already ran, opens no second pull
-// request; no token
-// minted is in the container's environment or mounts, a log, a record, a
-// transcript or Valkey.
+// request; no token minted is in the container's environment or mounts, a
+// log, a record, a transcript or Valkey.
 func TestSignedGitHubDeliveryPublishesPullRequest(t *testing.T) {
 	ensureImage(t)
 	db := livetest.Valkey(t)
