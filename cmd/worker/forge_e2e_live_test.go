@@ -176,7 +176,7 @@ func TestSignedGitHubDeliveryPublishesPullRequest(t *testing.T) {
 		t.Fatal("job not completed")
 	}
 	rec := waitRecord(t, w.cfg.LogsDir, jobID, 10*time.Second)
-	if rec.Kind != jobs.KindForge || rec.Outcome != jobs.OutcomeCompleted {
+	if rec.JobID != jobID || rec.Kind != jobs.KindForge || rec.Outcome != jobs.OutcomeCompleted {
 		t.Fatalf("record %+v", rec)
 	}
 	pulls := gh.Pulls(repo)
