@@ -9,14 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/pidispatch/pidispatch/config"
-	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/forge/forgetest"
@@ -24,57 +22,14 @@ import (
 	"github.com/pidispatch/pidispatch/forge/workspace"
 	"github.com/pidispatch/pidispatch/internal/jobimage"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/secrettest"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/stack"
 	"github.com/pidispatch/pidispatch/transcript"
 )
 
-// A forge delivery becomes a job on a real worker: the host clones the
-// repository from a git server over smart HTTP with a token minted by a
-// GitHub double, the test job (in Docker, no network) changes a file, and the
-// host pushes pi/<job id> and opens a draft pull request whose URL the record
-// carries. The token is nowhere the job could see or the run left: not in its
-// environment (the job prints it, and the container's spec is read), not in
-// any file of its mounts (.git included), the transcript, the record, nor any
-// Valkey value.
-// specSpy records what each container is given (its environment, and every
-// file of its mounts as they are when it starts), then runs it.
-type specSpy struct {
-	dispatch.Runtime
-	mu    sync.Mutex
-	env   []string
-	files map[string]string
-}
-
-func (s *specSpy) Run(ctx context.Context, spec container.Spec) (container.Result, error) {
-	s.mu.Lock()
-	for k, v := range spec.Env {
-		s.env = append(s.env, k+"="+v)
-	}
-	for _, dir := range []string{spec.JobDir, spec.WorkspaceDir, spec.ModelSocketDir} {
-		if dir == "" {
-			continue
-		}
-		_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-			if err == nil && d.Type().IsRegular() {
-				b, _ := os.ReadFile(p)
-				s.files[p] = string(b)
-			}
-			return nil
-		})
-	}
-	s.mu.Unlock()
-	return s.Runtime.Run(ctx, spec)
-}
-
-func (s *specSpy) RemoveContainer(ctx context.Context, name string) error {
-	return s.Runtime.(interface {
-		RemoveContainer(context.Context, string) error
-	}).RemoveContainer(ctx, name)
-}
-
 type forgeWorker struct {
-	spy    *specSpy
+	spy    *secrettest.Spy
 	git    *forgetest.GitServer
 	gh     *forgetest.GitHub
 	base   string
@@ -125,9 +80,8 @@ func startForgeWorkerWith(t *testing.T, limits workspace.Limits, policy func(job
 		StateDir: t.TempDir(), Host: name, Logger: log, Backoff: 10 * time.Millisecond, Limits: limits, Policy: policy,
 	})
 	require.NoError(t, err)
-	f.spy = &specSpy{files: map[string]string{}}
-	spyOn := func(d *dispatch.Deps) { f.spy.Runtime, d.Runtime = d.Runtime, f.spy }
-	s, err := stack.Build(context.Background(), cfg, log, dispatch.Tuning{JobsDir: t.TempDir()}, stack.WithForgeWorkspaces(m), spyOn)
+	f.spy = &secrettest.Spy{}
+	s, err := stack.Build(context.Background(), cfg, log, dispatch.Tuning{JobsDir: t.TempDir()}, stack.WithForgeWorkspaces(m), f.spy.Option)
 	require.NoError(t, err)
 	runCtx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -198,41 +152,7 @@ func TestForgeJobPublishesPullRequest(t *testing.T) {
 
 	tokens := gh.Tokens()
 	require.NotEmpty(t, tokens)
-	var texts []string
-	texts = append(texts, all.String())
-	// What the container was given: its environment and its mounts' files.
-	f.spy.mu.Lock()
-	require.NotEmpty(t, f.spy.env)
-	texts = append(texts, strings.Join(f.spy.env, "\n"))
-	var sawGitConfig bool
-	for p, body := range f.spy.files {
-		texts = append(texts, body)
-		sawGitConfig = sawGitConfig || strings.HasSuffix(p, "/.git/config")
-	}
-	f.spy.mu.Unlock()
-	require.True(t, sawGitConfig, "the workspace's files were read")
-	require.NoError(t, filepath.WalkDir(logs, func(p string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			b, rerr := os.ReadFile(p)
-			texts = append(texts, string(b))
-			return rerr
-		}
-		return err
-	}))
-	keys, err := f.db.Client.Keys(context.Background(), "*").Result()
-	require.NoError(t, err)
-	require.NotEmpty(t, keys)
-	for _, k := range keys {
-		dump, err := f.db.Client.Dump(context.Background(), k).Result()
-		require.NoError(t, err)
-		texts = append(texts, dump)
-	}
-	for _, text := range texts {
-		for _, tok := range tokens {
-			require.NotContains(t, text, tok)
-		}
-		require.NotContains(t, text, "Authorization: Basic")
-	}
+	secrettest.Absent(t, append(secrettest.Texts(t, f.spy, logs, f.db.Client), all.String()), tokens)
 }
 
 // A refused publish is a policy record with its reason, and nothing reaches

@@ -18,6 +18,7 @@ import (
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/internal/logtest"
 	"github.com/pidispatch/pidispatch/jobs"
+	wiring "github.com/pidispatch/pidispatch/stack"
 )
 
 // testEnv is the environment of one worker under test.
@@ -48,8 +49,9 @@ type bootedWorker struct {
 	done   chan error
 }
 
-// bootWorker builds the real stack from env and runs it until the test ends.
-func bootWorker(t *testing.T, getenv func(string) string, tune dispatch.Tuning) *bootedWorker {
+// bootWorker builds the real stack from env, with opts, and runs it until
+// the test ends.
+func bootWorker(t *testing.T, getenv func(string) string, tune dispatch.Tuning, opts ...wiring.Option) *bootedWorker {
 	t.Helper()
 	cfg, err := config.Load(getenv)
 	if err != nil {
@@ -65,7 +67,7 @@ func bootWorker(t *testing.T, getenv func(string) string, tune dispatch.Tuning) 
 	if tune.JobsDir == "" {
 		tune.JobsDir = t.TempDir()
 	}
-	s, err := buildStack(context.Background(), cfg, logger, tune)
+	s, err := buildStack(context.Background(), cfg, logger, tune, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
