@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
@@ -88,17 +87,7 @@ func TestReceiveAppMode(t *testing.T) {
 
 	post := func(delivery string, body []byte) int {
 		t.Helper()
-		req, _ := http.NewRequest(http.MethodPost, base+"/github", bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-GitHub-Event", "issue_comment")
-		req.Header.Set("X-GitHub-Delivery", delivery)
-		req.Header.Set("X-Hub-Signature-256", "sha256="+fixtures.HexHMAC("app-secret", body))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
+		return fixtures.PostGitHub(t, base+"/github", "issue_comment", delivery, "app-secret", body)
 	}
 	body := fixtures.GitHub(t, "issue_comment", "created", 0)
 	if got := post("app-d1", body); got != http.StatusAccepted {

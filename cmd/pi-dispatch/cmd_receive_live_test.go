@@ -121,17 +121,7 @@ func TestReceiveServesUntilStopped(t *testing.T) {
 
 	body := fixtures.GitHub(t, "issue_comment", "created", 0)
 	post := func(delivery string) int {
-		req, _ := http.NewRequest(http.MethodPost, base+"/github", bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-GitHub-Event", "issue_comment")
-		req.Header.Set("X-GitHub-Delivery", delivery)
-		req.Header.Set("X-Hub-Signature-256", "sha256="+fixtures.HexHMAC("live-secret", body))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
+		return fixtures.PostGitHub(t, base+"/github", "issue_comment", delivery, "live-secret", body)
 	}
 	if got := post("live-d1"); got != http.StatusOK {
 		t.Fatalf("no trigger matches yet: got %d\n%s", got, stderr.String())

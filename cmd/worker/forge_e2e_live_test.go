@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
@@ -152,20 +151,7 @@ func TestSignedGitHubDeliveryPublishesPullRequest(t *testing.T) {
 	body := fixtures.GitHub(t, "issue_comment", "created", 0)
 	delivery := "e2e-" + randomHex(8)
 	post := func() int {
-		req, err := http.NewRequest(http.MethodPost, srv.URL+"/github", bytes.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-GitHub-Event", "issue_comment")
-		req.Header.Set("X-GitHub-Delivery", delivery)
-		req.Header.Set("X-Hub-Signature-256", "sha256="+fixtures.HexHMAC(secret, body))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
+		return fixtures.PostGitHub(t, srv.URL+"/github", "issue_comment", delivery, secret, body)
 	}
 	if got := post(); got != http.StatusAccepted {
 		t.Fatalf("delivery answered %d, want 202", got)
