@@ -1,6 +1,6 @@
 package dispatch
 
-import "github.com/pidispatch/pidispatch/hold"
+import "github.com/pidispatch/pidispatch/dispatch/internal/hold"
 
 // The Holds store's terms are package hold's.
 type (

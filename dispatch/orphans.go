@@ -9,11 +9,11 @@ import (
 	"path/filepath"
 
 	"github.com/pidispatch/pidispatch/container"
-	"github.com/pidispatch/pidispatch/exitline"
+	"github.com/pidispatch/pidispatch/dispatch/internal/exitline"
 	"github.com/pidispatch/pidispatch/internal/faultpoint"
-	"github.com/pidispatch/pidispatch/jobdir"
+	"github.com/pidispatch/pidispatch/dispatch/internal/jobdir"
 	"github.com/pidispatch/pidispatch/jobs"
-	"github.com/pidispatch/pidispatch/runclass"
+	"github.com/pidispatch/pidispatch/dispatch/internal/runclass"
 )
 
 // A worker that crashes mid-job (killed, OOM, power loss of the process but

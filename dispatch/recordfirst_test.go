@@ -13,7 +13,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/fleet"
-	"github.com/pidispatch/pidispatch/jobdir"
+	"github.com/pidispatch/pidispatch/dispatch/internal/jobdir"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 

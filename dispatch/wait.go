@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/fleet"
-	"github.com/pidispatch/pidispatch/hold"
+	"github.com/pidispatch/pidispatch/dispatch/internal/hold"
 	"github.com/pidispatch/pidispatch/jobs"
-	"github.com/pidispatch/pidispatch/waitcheck"
+	"github.com/pidispatch/pidispatch/dispatch/internal/waitcheck"
 )
 
 // Wait-for: a job whose waitFor lists conditions is held, before anything is

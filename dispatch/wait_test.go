@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pidispatch/pidispatch/hold"
+	"github.com/pidispatch/pidispatch/dispatch/internal/hold"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/stretchr/testify/require"
 )

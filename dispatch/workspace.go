@@ -6,10 +6,10 @@ import (
 	"errors"
 	"slices"
 
-	"github.com/pidispatch/pidispatch/exitline"
+	"github.com/pidispatch/pidispatch/dispatch/internal/exitline"
 	"github.com/pidispatch/pidispatch/hostfolder"
 	"github.com/pidispatch/pidispatch/jobs"
-	"github.com/pidispatch/pidispatch/runclass"
+	"github.com/pidispatch/pidispatch/dispatch/internal/runclass"
 )
 
 // Workspaces gives a forge job its repository before it runs and publishes
