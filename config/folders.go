@@ -5,8 +5,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/pidispatch/pidispatch/hostfolder"
 	"github.com/pidispatch/pidispatch/internal/check"
+	"github.com/pidispatch/pidispatch/internal/hostfolder"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 
@@ -36,6 +36,13 @@ const (
 // FolderRootsHint is what a refusal, `run` and `doctor` say when no folder
 // root is set.
 const FolderRootsHint = hostfolder.RootsHint
+
+// ResolveFolder is the folder a worker of this configuration would run for a
+// local job's folder: every link resolved, inside PI_FOLDER_ROOTS; else the
+// error it refuses the job with (folder-not-allowed).
+func (c Config) ResolveFolder(folder string) (string, error) {
+	return hostfolder.Resolve(folder, c.FolderRoots)
+}
 
 // readTrust reads the variables of this file.
 func (r *envReader) readFolders(c *Config) {

@@ -17,7 +17,7 @@ import (
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/modelsocket"
-	"github.com/pidispatch/pidispatch/secretprofile"
+	"github.com/pidispatch/pidispatch/internal/secretprofile"
 )
 
 // modelSockets opens the real model sockets, as the stack wires them.

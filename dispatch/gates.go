@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/fleet"
-	"github.com/pidispatch/pidispatch/hostfolder"
+	"github.com/pidispatch/pidispatch/internal/hostfolder"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 

@@ -19,7 +19,7 @@ import (
 	"github.com/pidispatch/pidispatch/internal/logtest"
 	"github.com/pidispatch/pidispatch/dispatch/internal/jobdir"
 	"github.com/pidispatch/pidispatch/jobs"
-	"github.com/pidispatch/pidispatch/secretprofile"
+	"github.com/pidispatch/pidispatch/internal/secretprofile"
 )
 
 // orphanRuntime reaps as told and counts runs (it never runs a container).

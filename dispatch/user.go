@@ -3,7 +3,7 @@ package dispatch
 import (
 	"fmt"
 
-	"github.com/pidispatch/pidispatch/hostfolder"
+	"github.com/pidispatch/pidispatch/internal/hostfolder"
 )
 
 // containerUser is the user a job's container runs as on this host, in the

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pidispatch/pidispatch/hostfolder"
+	"github.com/pidispatch/pidispatch/internal/hostfolder"
 
 	"github.com/pidispatch/pidispatch/jobs"
 )

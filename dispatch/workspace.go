@@ -7,7 +7,7 @@ import (
 	"slices"
 
 	"github.com/pidispatch/pidispatch/dispatch/internal/exitline"
-	"github.com/pidispatch/pidispatch/hostfolder"
+	"github.com/pidispatch/pidispatch/internal/hostfolder"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/dispatch/internal/runclass"
 )

@@ -26,7 +26,7 @@ import (
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
 	"github.com/pidispatch/pidispatch/runner"
-	"github.com/pidispatch/pidispatch/secretprofile"
+	"github.com/pidispatch/pidispatch/internal/secretprofile"
 	"github.com/pidispatch/pidispatch/valkey"
 )
 

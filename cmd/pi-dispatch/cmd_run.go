@@ -16,7 +16,6 @@ import (
 
 	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/enqueue"
-	"github.com/pidispatch/pidispatch/hostfolder"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/valkey"
@@ -80,7 +79,7 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 	// Said before anything is queued: a worker of this configuration would
 	// refuse the job folder-not-allowed. Only a warning: the worker that
 	// runs the job reads its own environment.
-	if _, err := hostfolder.Resolve(folder, cfg.FolderRoots); err != nil {
+	if _, err := cfg.ResolveFolder(folder); err != nil {
 		fmt.Fprintf(e.stderr, "pi-dispatch run: warning: a worker of this configuration refuses this job (folder-not-allowed): %v\n", err)
 		if len(cfg.FolderRoots) > 0 {
 			fmt.Fprintf(e.stderr, "  PI_FOLDER_ROOTS=%s; add a folder that holds %s to it\n", strings.Join(cfg.FolderRoots, ":"), folder)
