@@ -8,8 +8,8 @@ import (
 
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/fleetkey"
-	"github.com/pidispatch/pidispatch/internal/hostfolder"
 	"github.com/pidispatch/pidispatch/internal/check"
+	"github.com/pidispatch/pidispatch/internal/hostfolder"
 	"github.com/pidispatch/pidispatch/policy"
 )
 

@@ -15,9 +15,9 @@ import (
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/dispatchtest"
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/internal/secretprofile"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/modelsocket"
-	"github.com/pidispatch/pidispatch/internal/secretprofile"
 )
 
 // modelSockets opens the real model sockets, as the stack wires them.

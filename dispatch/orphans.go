@@ -10,10 +10,10 @@ import (
 
 	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/dispatch/internal/exitline"
-	"github.com/pidispatch/pidispatch/internal/faultpoint"
 	"github.com/pidispatch/pidispatch/dispatch/internal/jobdir"
-	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/dispatch/internal/runclass"
+	"github.com/pidispatch/pidispatch/internal/faultpoint"
+	"github.com/pidispatch/pidispatch/jobs"
 )
 
 // A worker that crashes mid-job (killed, OOM, power loss of the process but

@@ -15,11 +15,11 @@ import (
 
 	"github.com/pidispatch/pidispatch/capabilities"
 	"github.com/pidispatch/pidispatch/container"
+	"github.com/pidispatch/pidispatch/dispatch/internal/jobdir"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/logtest"
-	"github.com/pidispatch/pidispatch/dispatch/internal/jobdir"
-	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/internal/secretprofile"
+	"github.com/pidispatch/pidispatch/jobs"
 )
 
 // orphanRuntime reaps as told and counts runs (it never runs a container).

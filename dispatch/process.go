@@ -12,11 +12,11 @@ import (
 
 	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/dispatch/internal/exitline"
+	"github.com/pidispatch/pidispatch/dispatch/internal/jobdir"
+	"github.com/pidispatch/pidispatch/dispatch/internal/runclass"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/faultpoint"
-	"github.com/pidispatch/pidispatch/dispatch/internal/jobdir"
 	"github.com/pidispatch/pidispatch/jobs"
-	"github.com/pidispatch/pidispatch/dispatch/internal/runclass"
 )
 
 // held is one job this worker holds the lock of.

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/container"
-	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/dispatch/internal/jobdir"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 

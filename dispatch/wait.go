@@ -5,10 +5,10 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/dispatch/internal/hold"
-	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/dispatch/internal/waitcheck"
+	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/jobs"
 )
 
 // Wait-for: a job whose waitFor lists conditions is held, before anything is

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/container"
-	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/dispatch/internal/hold"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/reach"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/policy"

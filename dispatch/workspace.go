@@ -7,9 +7,9 @@ import (
 	"slices"
 
 	"github.com/pidispatch/pidispatch/dispatch/internal/exitline"
+	"github.com/pidispatch/pidispatch/dispatch/internal/runclass"
 	"github.com/pidispatch/pidispatch/internal/hostfolder"
 	"github.com/pidispatch/pidispatch/jobs"
-	"github.com/pidispatch/pidispatch/dispatch/internal/runclass"
 )
 
 // Workspaces gives a forge job its repository before it runs and publishes
