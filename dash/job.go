@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/observe/transcript"
 	"github.com/pidispatch/pidispatch/operator"
 	"github.com/pidispatch/pidispatch/queue"
-	"github.com/pidispatch/pidispatch/transcript"
 )
 
 // JobReader is what the job page and the queued lists read. New adds them

@@ -16,8 +16,8 @@ import (
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/internal/browsertest"
+	"github.com/pidispatch/pidispatch/observe/transcript"
 	"github.com/pidispatch/pidispatch/queue"
-	"github.com/pidispatch/pidispatch/transcript"
 )
 
 // The job page, in Chromium, shows a running job's state and its live

@@ -5,9 +5,9 @@ import (
 	"errors"
 
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/observe/transcript"
 	"github.com/pidispatch/pidispatch/operator"
 	"github.com/pidispatch/pidispatch/queue"
-	"github.com/pidispatch/pidispatch/transcript"
 )
 
 var _ JobReader = (*Valkey)(nil)

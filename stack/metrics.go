@@ -11,7 +11,7 @@ import (
 	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleetstate"
-	"github.com/pidispatch/pidispatch/metrics"
+	"github.com/pidispatch/pidispatch/observe/metrics"
 	"github.com/pidispatch/pidispatch/queue"
 )
 

@@ -9,9 +9,9 @@ import (
 	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/gateway"
-	"github.com/pidispatch/pidispatch/notify"
-	"github.com/pidispatch/pidispatch/tracing"
-	"github.com/pidispatch/pidispatch/transcript"
+	"github.com/pidispatch/pidispatch/observe/notify"
+	"github.com/pidispatch/pidispatch/observe/tracing"
+	"github.com/pidispatch/pidispatch/observe/transcript"
 )
 
 // report is what a worker keeps and tells about its jobs: the transcripts

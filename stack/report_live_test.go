@@ -20,8 +20,8 @@ import (
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/internal/livetest/liveworker"
 	"github.com/pidispatch/pidispatch/jobs"
-	"github.com/pidispatch/pidispatch/notify"
-	"github.com/pidispatch/pidispatch/transcript"
+	"github.com/pidispatch/pidispatch/observe/notify"
+	"github.com/pidispatch/pidispatch/observe/transcript"
 )
 
 // slowWebhook answers 503 to its first post, and takes 300 ms over each.

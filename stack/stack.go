@@ -23,7 +23,7 @@ import (
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/internal/secretprofile"
-	"github.com/pidispatch/pidispatch/metrics"
+	"github.com/pidispatch/pidispatch/observe/metrics"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
 	"github.com/pidispatch/pidispatch/runner"

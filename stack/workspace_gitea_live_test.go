@@ -22,8 +22,8 @@ import (
 	"github.com/pidispatch/pidispatch/internal/jobimage"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
+	"github.com/pidispatch/pidispatch/observe/transcript"
 	"github.com/pidispatch/pidispatch/stack"
-	"github.com/pidispatch/pidispatch/transcript"
 )
 
 // The Forgejo/Gitea path end to end: a real Gitea on loopback, a real worker

@@ -24,8 +24,8 @@ import (
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/internal/secrettest"
 	"github.com/pidispatch/pidispatch/jobs"
+	"github.com/pidispatch/pidispatch/observe/transcript"
 	"github.com/pidispatch/pidispatch/stack"
-	"github.com/pidispatch/pidispatch/transcript"
 )
 
 type forgeWorker struct {

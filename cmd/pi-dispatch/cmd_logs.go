@@ -10,8 +10,8 @@ import (
 	"slices"
 
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/observe/transcript"
 	"github.com/pidispatch/pidispatch/operator"
-	"github.com/pidispatch/pidispatch/transcript"
 )
 
 func init() {

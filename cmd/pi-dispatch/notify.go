@@ -6,7 +6,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/pidispatch/pidispatch/notify"
+	"github.com/pidispatch/pidispatch/observe/notify"
 )
 
 // notifyFleet tells PI_NOTIFY_URL that the fleet was paused or resumed:

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pidispatch/pidispatch/internal/livetest"
-	"github.com/pidispatch/pidispatch/notify"
+	"github.com/pidispatch/pidispatch/observe/notify"
 )
 
 // pause and resume each tell PI_NOTIFY_URL once, even when the webhook

@@ -28,9 +28,9 @@ import (
 	"github.com/pidispatch/pidispatch/internal/logtest"
 	"github.com/pidispatch/pidispatch/internal/secrettest"
 	"github.com/pidispatch/pidispatch/jobs"
+	"github.com/pidispatch/pidispatch/observe/transcript"
 	"github.com/pidispatch/pidispatch/queue"
 	wiring "github.com/pidispatch/pidispatch/stack"
-	"github.com/pidispatch/pidispatch/transcript"
 )
 
 // End to end for GitHub: a signed octokit issue_comment delivery reaches the

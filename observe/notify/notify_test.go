@@ -20,7 +20,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/jobs"
-	"github.com/pidispatch/pidispatch/notify"
+	"github.com/pidispatch/pidispatch/observe/notify"
 )
 
 // receiver is a webhook that answers 503 to its first `down` posts and

@@ -46,7 +46,7 @@ var metricName = regexp.MustCompile(`\bpidispatch_[a-z_]+`)
 // docs/metrics.md names every metric the package exports, and names no
 // pidispatch_ metric it does not.
 func TestMetricsDocumented(t *testing.T) {
-	raw, err := os.ReadFile("../docs/metrics.md")
+	raw, err := os.ReadFile("../../docs/metrics.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func seriesFamily(name string) string {
 // The alert rules of docs/metrics.md are a valid rules file: YAML with
 // groups of rules, each an alert with an expression over exported metrics.
 func TestMetricsDocAlertRules(t *testing.T) {
-	raw, err := os.ReadFile("../docs/metrics.md")
+	raw, err := os.ReadFile("../../docs/metrics.md")
 	if err != nil {
 		t.Fatal(err)
 	}

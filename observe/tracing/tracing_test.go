@@ -18,7 +18,7 @@ import (
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/gateway"
 	"github.com/pidispatch/pidispatch/jobs"
-	"github.com/pidispatch/pidispatch/tracing"
+	"github.com/pidispatch/pidispatch/observe/tracing"
 )
 
 // otlpReceiver is a loopback OTLP/HTTP receiver that keeps the spans it is sent.

@@ -10,7 +10,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/internal/livetest"
-	"github.com/pidispatch/pidispatch/transcript"
+	"github.com/pidispatch/pidispatch/observe/transcript"
 )
 
 // The live stream is capped, expires, skips entries that do not validate,

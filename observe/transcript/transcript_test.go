@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pidispatch/pidispatch/dispatch"
-	"github.com/pidispatch/pidispatch/transcript"
+	"github.com/pidispatch/pidispatch/observe/transcript"
 )
 
 type sink struct {
