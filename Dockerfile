@@ -19,38 +19,25 @@ COPY cmd ./cmd
 COPY config ./config
 COPY container ./container
 COPY cronsync ./cronsync
-COPY dash ./dash
 COPY dispatch ./dispatch
 COPY enqueue ./enqueue
-COPY exitline ./exitline
 COPY fingerprint ./fingerprint
 COPY fleet ./fleet
 COPY fleetkey ./fleetkey
 COPY fleetstate ./fleetstate
 COPY forge ./forge
 COPY gateway ./gateway
-COPY hold ./hold
-COPY hostfolder ./hostfolder
-COPY image ./image
 COPY internal ./internal
-COPY jobdir ./jobdir
 COPY jobs ./jobs
 COPY lease ./lease
-COPY metrics ./metrics
-COPY modelsocket ./modelsocket
-COPY notify ./notify
+COPY observe ./observe
 COPY operator ./operator
 COPY policy ./policy
 COPY queue ./queue
 COPY registry ./registry
-COPY runclass ./runclass
 COPY runner ./runner
-COPY secretprofile ./secretprofile
 COPY stack ./stack
-COPY tracing ./tracing
-COPY transcript ./transcript
 COPY valkey ./valkey
-COPY waitcheck ./waitcheck
 ARG VERSION=dev
 ENV CGO_ENABLED=0
 RUN go build -trimpath -ldflags="-s -w -X main.version=${VERSION}" -o /out/pi-dispatch-worker ./cmd/worker \

@@ -137,7 +137,7 @@ type Deps struct {
 	// (secretprofile.Resolver). NewWorker refuses a nil Secrets when
 	// Config.SecretProfiles declares any.
 	Secrets SecretResolver
-	// ModelSockets opens each job's model socket (modelsocket.Open).
+	// ModelSockets opens each job's model socket (gateway/socket.Open).
 	// NewWorker refuses a nil ModelSockets when jobs get a model endpoint
 	// (Gateway or Config.ModelUpstream set).
 	ModelSockets ModelSockets

@@ -17,7 +17,7 @@
 //     [Worker.Run] runs until its context ends. It opens no file.
 //   - A job's secrets come from its profile's resolver through
 //     [SecretResolver] (package secretprofile), and its model socket from
-//     [ModelSockets] (package modelsocket); package stack wires both. Secret
+//     [ModelSockets] (package gateway/socket); package stack wires both. Secret
 //     values never appear in an error, a log line or a record.
 //
 // The job model, its ids and the run records are package jobs; the enqueue

@@ -15,16 +15,16 @@ import (
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/dispatchtest"
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/gateway/socket"
 	"github.com/pidispatch/pidispatch/internal/secretprofile"
 	"github.com/pidispatch/pidispatch/jobs"
-	"github.com/pidispatch/pidispatch/modelsocket"
 )
 
 // modelSockets opens the real model sockets, as the stack wires them.
 type modelSockets struct{}
 
 func (modelSockets) Open(h http.Handler, user string, conns int, log *slog.Logger) (dispatch.ModelSocket, error) {
-	s, err := modelsocket.Open(h, user, conns, log)
+	s, err := socket.Open(h, user, conns, log)
 	if err != nil {
 		return nil, err
 	}

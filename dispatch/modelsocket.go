@@ -13,7 +13,7 @@ import (
 // ModelSockets opens a job's model socket: a Unix socket in a fresh folder
 // of its own, serving handler, at most conns connections at once, that only
 // a container running as user (the container.Spec form) may connect to.
-// The folder is mounted at /run/pidispatch. modelsocket.Open implements it.
+// The folder is mounted at /run/pidispatch. socket.Open (package gateway/socket) implements it.
 type ModelSockets interface {
 	Open(handler http.Handler, user string, conns int, log *slog.Logger) (ModelSocket, error)
 }

@@ -52,7 +52,7 @@ func TestNewWorkerRefusesWhatCannotWork(t *testing.T) {
 		{"no triggers, no cron gate", DefaultConfig(), func(d *Deps) { d.Cron = nil }, nil},
 		{"secrets profiles without a resolver", secrets, func(d *Deps) { d.Secrets = nil }, []string{"Deps.Secrets", "PI_SECRET_PROFILES", "secretprofile"}},
 		{"no secrets profiles, no resolver", DefaultConfig(), func(d *Deps) { d.Secrets = nil }, nil},
-		{"an upstream without model sockets", upstream, func(d *Deps) { d.ModelSockets = nil }, []string{"Deps.ModelSockets", "PI_MODEL_UPSTREAM", "modelsocket"}},
+		{"an upstream without model sockets", upstream, func(d *Deps) { d.ModelSockets = nil }, []string{"Deps.ModelSockets", "PI_MODEL_UPSTREAM", "gateway/socket"}},
 		{"no model endpoint, no model sockets", DefaultConfig(), func(d *Deps) { d.ModelSockets = nil }, nil},
 	}
 	for _, tc := range tests {

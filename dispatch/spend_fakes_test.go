@@ -14,8 +14,8 @@ import (
 	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/dispatchtest"
+	"github.com/pidispatch/pidispatch/gateway/socket"
 	"github.com/pidispatch/pidispatch/jobs"
-	"github.com/pidispatch/pidispatch/modelsocket"
 )
 
 // The gateway, rate-limit and dollar wiring of the Worker, on the fakes:
@@ -59,7 +59,7 @@ var _ dispatch.ModelGateway = (*stubGateway)(nil)
 // callModel is a container's model call through its socket.
 func callModel(ctx context.Context, spec container.Spec) error {
 	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", filepath.Join(spec.ModelSocketDir, modelsocket.Name))
+		return (&net.Dialer{}).DialContext(ctx, "unix", filepath.Join(spec.ModelSocketDir, socket.Name))
 	}}}
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://model/anthropic/v1/messages", nil)
 	resp, err := c.Do(req)

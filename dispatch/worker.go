@@ -233,7 +233,7 @@ func checkDeps(cfg Config, deps Deps) error {
 			"no job of theirs can run (wire secretprofile.Resolver)")
 	case ((deps.Gateway != nil && !cfg.Gateway.Off) || cfg.ModelUpstream != "") && deps.ModelSockets == nil:
 		return missing("Deps.ModelSockets", "jobs get a model endpoint (a gateway or PI_MODEL_UPSTREAM), "+
-			"and without model sockets none can be served (wire modelsocket.Open)")
+			"and without model sockets none can be served (wire gateway/socket.Open)")
 	case cfg.Cron && deps.Cron == nil:
 		// Without a gate the host agreed to no cron set: every run of the
 		// triggers it installs would be refused as cron-not-agreed.

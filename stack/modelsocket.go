@@ -5,14 +5,14 @@ import (
 	"net/http"
 
 	"github.com/pidispatch/pidispatch/dispatch"
-	"github.com/pidispatch/pidispatch/modelsocket"
+	"github.com/pidispatch/pidispatch/gateway/socket"
 )
 
 // modelSockets opens each job's model socket for the Worker.
 type modelSockets struct{}
 
 func (modelSockets) Open(h http.Handler, user string, conns int, log *slog.Logger) (dispatch.ModelSocket, error) {
-	s, err := modelsocket.Open(h, user, conns, log)
+	s, err := socket.Open(h, user, conns, log)
 	if err != nil {
 		return nil, err
 	}

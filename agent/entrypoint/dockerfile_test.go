@@ -6,12 +6,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pidispatch/pidispatch/image"
+	"github.com/pidispatch/pidispatch/agent/image"
 )
 
 // The production Dockerfile and lock file say what this package says.
 func TestImageRecipeMatchesPackage(t *testing.T) {
-	df, err := os.ReadFile("../../image/Dockerfile")
+	df, err := os.ReadFile("../image/Dockerfile")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,10 +22,10 @@ func TestImageRecipeMatchesPackage(t *testing.T) {
 		"FROM node:" + nodeVersion(t) + "-slim", "npm ci", "PI_TELEMETRY=0", "PI_OFFLINE=1", "USER node",
 	} {
 		if !strings.Contains(string(df), want) {
-			t.Errorf("image/Dockerfile lacks %s", want)
+			t.Errorf("agent/image/Dockerfile lacks %s", want)
 		}
 	}
-	lock, err := os.ReadFile("../../image/package-lock.json")
+	lock, err := os.ReadFile("../image/package-lock.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestImageRecipeMatchesPackage(t *testing.T) {
 	}
 }
 
-// nodeVersion is the Node.js version image/node/package-lock.json pins.
+// nodeVersion is the Node.js version agent/image/node/package-lock.json pins.
 func nodeVersion(t *testing.T) string {
 	t.Helper()
 	v, err := image.NodeVersion()

@@ -15,6 +15,6 @@ const (
 	// Capabilities: the exit line's detailed telemetry, the model socket,
 	// the turn and cost limits, resumed sessions.
 	Capabilities = "exit-telemetry-v2,model-socket,max-turns,max-cost,resume"
-	// AgentPackage is the pinned agent (image/package-lock.json).
+	// AgentPackage is the pinned agent (agent/image/package-lock.json).
 	AgentPackage = "@earendil-works/pi-coding-agent@1.6.0"
 )

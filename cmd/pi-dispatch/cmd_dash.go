@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/config"
-	"github.com/pidispatch/pidispatch/dash"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/operator"
+	"github.com/pidispatch/pidispatch/operator/dash"
 )
 
 func init() {

@@ -50,7 +50,7 @@ database holding no pidispatch keys (for example redis://127.0.0.1:6379/15), so
 it can never touch a real fleet's queues.
 
 With --agent the job is the real pi coding agent: the offline agent image is
-assembled (pi installed by npm from image/package-lock.json), and pi, with no
+assembled (pi installed by npm from agent/image/package-lock.json), and pi, with no
 network, writes the file through a scripted fake provider on this machine.
 `
 

@@ -40,7 +40,7 @@ func startDemoProvider() (*fakeprovider.Server, error) {
 // ensureAgentImage assembles the offline agent image when it is missing or
 // stale, printing each step and the elapsed time while it works.
 func (d *demo) ensureAgentImage(ctx context.Context, dc *client.Client) error {
-	d.say("preparing the agent image %s (pi from image/package-lock.json; nothing is pulled)...", agentimage.Tag)
+	d.say("preparing the agent image %s (pi from agent/image/package-lock.json; nothing is pulled)...", agentimage.Tag)
 	start := time.Now()
 	done := make(chan error, 1)
 	steps := make(chan string, 16)

@@ -1,11 +1,11 @@
 // Package agentimage assembles the agent image without pulling anything, for
 // tests and the demo: FROM scratch, with the official Node.js build pinned by
-// image/node/package-lock.json (an npm package, so a machine whose own Node.js
+// agent/image/node/package-lock.json (an npm package, so a machine whose own Node.js
 // is older than pi requires still builds the image pi runs in), the pi coding
-// agent installed by `npm ci` from image/package-lock.json, the shared
+// agent installed by `npm ci` from agent/image/package-lock.json, the shared
 // libraries node links from this machine, the CA certificates, a shell for
 // pi's bash tool, and pi-entrypoint compiled from agent/entrypoint. The
-// production recipe (image/Dockerfile) lays out the same programs on the
+// production recipe (agent/image/Dockerfile) lays out the same programs on the
 // official Node.js base image of the same version.
 //
 // Everything that goes into the image is hashed into a label; Ensure builds
@@ -35,7 +35,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/pidispatch/pidispatch/agent/entrypoint"
-	"github.com/pidispatch/pidispatch/image"
+	"github.com/pidispatch/pidispatch/agent/image"
 	"github.com/pidispatch/pidispatch/internal/jobimage"
 )
 

