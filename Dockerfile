@@ -17,7 +17,6 @@ COPY agent ./agent
 COPY capabilities ./capabilities
 COPY cmd ./cmd
 COPY config ./config
-COPY container ./container
 COPY cronsync ./cronsync
 COPY dispatch ./dispatch
 COPY enqueue ./enqueue
@@ -32,7 +31,6 @@ COPY jobs ./jobs
 COPY lease ./lease
 COPY observe ./observe
 COPY operator ./operator
-COPY policy ./policy
 COPY queue ./queue
 COPY registry ./registry
 COPY runner ./runner

@@ -12,8 +12,8 @@ import (
 func TestImportsStayLight(t *testing.T) {
 	t.Parallel()
 	const module = "github.com/pidispatch/pidispatch/"
-	backends := []string{"queue", "registry", "lease", "runner", "valkey", "cronsync", "fleetstate", "stack", "gateway", "transcript", "notify", "tracing", "metrics", "operator", "dash", "enqueue"}
-	for _, pkg := range []string{"../config", "../policy", "../dispatch"} {
+	backends := []string{"queue", "registry", "lease", "runner", "valkey", "cronsync", "fleetstate", "stack", "gateway", "observe", "operator", "enqueue"}
+	for _, pkg := range []string{"../config", "../dispatch/policy", "../dispatch"} {
 		out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", pkg).Output()
 		if err != nil {
 			t.Fatalf("go list %s: %v", pkg, err)

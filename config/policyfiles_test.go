@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pidispatch/pidispatch/config"
-	"github.com/pidispatch/pidispatch/policy"
+	"github.com/pidispatch/pidispatch/dispatch/policy"
 )
 
 func TestLoadPauseWindows(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"os"
 
 	"github.com/pidispatch/pidispatch/dispatch"
-	"github.com/pidispatch/pidispatch/policy"
+	"github.com/pidispatch/pidispatch/dispatch/policy"
 )
 
 // Worker checks c and returns the Worker's configuration: the same

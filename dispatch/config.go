@@ -6,11 +6,11 @@ import (
 	"slices"
 	"time"
 
+	"github.com/pidispatch/pidispatch/dispatch/policy"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/fleetkey"
 	"github.com/pidispatch/pidispatch/internal/check"
 	"github.com/pidispatch/pidispatch/internal/hostfolder"
-	"github.com/pidispatch/pidispatch/policy"
 )
 
 // Bounds the budgets share with the configuration.

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/dispatch"
-	"github.com/pidispatch/pidispatch/dispatchtest"
+	"github.com/pidispatch/pidispatch/dispatch/dispatchtest"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/jobs"
 )

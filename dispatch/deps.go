@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/capabilities"
-	"github.com/pidispatch/pidispatch/container"
+	"github.com/pidispatch/pidispatch/dispatch/container"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 

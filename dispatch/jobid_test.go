@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pidispatch/pidispatch/container"
+	"github.com/pidispatch/pidispatch/dispatch/container"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/hostileid"
 	"github.com/pidispatch/pidispatch/jobs"

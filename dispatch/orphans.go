@@ -8,7 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/pidispatch/pidispatch/container"
+	"github.com/pidispatch/pidispatch/dispatch/container"
 	"github.com/pidispatch/pidispatch/dispatch/internal/exitline"
 	"github.com/pidispatch/pidispatch/dispatch/internal/jobdir"
 	"github.com/pidispatch/pidispatch/dispatch/internal/runclass"

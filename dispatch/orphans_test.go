@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/capabilities"
-	"github.com/pidispatch/pidispatch/container"
+	"github.com/pidispatch/pidispatch/dispatch/container"
 	"github.com/pidispatch/pidispatch/dispatch/internal/jobdir"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/logtest"

@@ -3,7 +3,7 @@ package dispatch_test
 import (
 	"testing"
 
-	"github.com/pidispatch/pidispatch/policy"
+	"github.com/pidispatch/pidispatch/dispatch/policy"
 )
 
 // mustPauseWindows parses a pause-windows document.

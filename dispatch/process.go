@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pidispatch/pidispatch/container"
+	"github.com/pidispatch/pidispatch/dispatch/container"
 	"github.com/pidispatch/pidispatch/dispatch/internal/exitline"
 	"github.com/pidispatch/pidispatch/dispatch/internal/jobdir"
 	"github.com/pidispatch/pidispatch/dispatch/internal/runclass"

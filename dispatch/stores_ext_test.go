@@ -2,7 +2,7 @@ package dispatch_test
 
 import (
 	"github.com/pidispatch/pidispatch/dispatch"
-	"github.com/pidispatch/pidispatch/dispatchtest"
+	"github.com/pidispatch/pidispatch/dispatch/dispatchtest"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 

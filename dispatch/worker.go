@@ -10,12 +10,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/pidispatch/pidispatch/container"
+	"github.com/pidispatch/pidispatch/dispatch/container"
 	"github.com/pidispatch/pidispatch/dispatch/internal/hold"
+	"github.com/pidispatch/pidispatch/dispatch/policy"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/reach"
 	"github.com/pidispatch/pidispatch/jobs"
-	"github.com/pidispatch/pidispatch/policy"
 )
 
 // Tuning holds the Worker's tunables that are not operator configuration.

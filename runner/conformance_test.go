@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pidispatch/pidispatch/container"
-	"github.com/pidispatch/pidispatch/dispatchtest"
+	"github.com/pidispatch/pidispatch/dispatch/container"
+	"github.com/pidispatch/pidispatch/dispatch/dispatchtest"
 	"github.com/pidispatch/pidispatch/runner"
 )
 

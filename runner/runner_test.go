@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pidispatch/pidispatch/container"
+	"github.com/pidispatch/pidispatch/dispatch/container"
 	"github.com/pidispatch/pidispatch/internal/logtest"
 )
 

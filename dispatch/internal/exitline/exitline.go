@@ -11,9 +11,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/pidispatch/pidispatch/dispatch/policy"
 	"github.com/pidispatch/pidispatch/internal/jobrule"
 	"github.com/pidispatch/pidispatch/jobs"
-	"github.com/pidispatch/pidispatch/policy"
 )
 
 // Bounds of the exit line's numbers (docs/container-contract.md). A value

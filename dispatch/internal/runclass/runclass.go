@@ -8,7 +8,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/pidispatch/pidispatch/container"
+	"github.com/pidispatch/pidispatch/dispatch/container"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/capabilities"
-	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/dispatch"
-	"github.com/pidispatch/pidispatch/dispatchtest"
+	"github.com/pidispatch/pidispatch/dispatch/container"
+	"github.com/pidispatch/pidispatch/dispatch/dispatchtest"
 )
 
 // Next blocks until a job is added, hands out the first queue's first, and

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/dispatch/container"
 )
 
 // Runtime is an in-memory dispatch.Runtime. A run's result is, in order of

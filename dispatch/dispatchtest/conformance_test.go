@@ -3,7 +3,7 @@ package dispatchtest_test
 import (
 	"testing"
 
-	"github.com/pidispatch/pidispatch/dispatchtest"
+	"github.com/pidispatch/pidispatch/dispatch/dispatchtest"
 )
 
 // Every store's suite against the fake fleet driver, as stack runs it

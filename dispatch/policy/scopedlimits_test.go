@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/pidispatch/pidispatch/dispatch/policy"
 	"github.com/pidispatch/pidispatch/jobs"
-	"github.com/pidispatch/pidispatch/policy"
 )
 
 func TestParseScopedLimits_Valid(t *testing.T) {
@@ -137,7 +137,7 @@ func TestParseScopedLimits_MonthAndDollars(t *testing.T) {
 // The reference page documents every field the parser reads.
 func TestScopedLimitsDocNamesDollarFields(t *testing.T) {
 	t.Parallel()
-	data, err := os.ReadFile(filepath.Join("..", "docs", "scoped-limits.md"))
+	data, err := os.ReadFile(filepath.Join("..", "..", "docs", "scoped-limits.md"))
 	require.NoError(t, err)
 	for _, f := range []string{"month", "dailyCostUsd", "weeklyCostUsd", "monthlyCostUsd"} {
 		require.Contains(t, string(data), "| `"+f+"` |", f)

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pidispatch/pidispatch/container"
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/dispatch/container"
 )
 
 // KeepingRuntime is a Runtime with the optional parts the Worker uses: the

@@ -9,13 +9,13 @@ import (
 	"testing"
 
 	"github.com/pidispatch/pidispatch/cronsync"
-	"github.com/pidispatch/pidispatch/policy"
+	"github.com/pidispatch/pidispatch/dispatch/policy"
 )
 
 // fencedJSON returns the ```json blocks of a markdown file.
 func fencedJSON(t *testing.T, page string) []string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "docs", page))
+	data, err := os.ReadFile(filepath.Join("..", "..", "docs", page))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func jsonFields(v any) []string {
 // documentsFields checks that the page has a table row for each field.
 func documentsFields(t *testing.T, page string, fields ...string) {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "docs", page))
+	data, err := os.ReadFile(filepath.Join("..", "..", "docs", page))
 	if err != nil {
 		t.Fatal(err)
 	}
