@@ -22,7 +22,6 @@ COPY dispatch ./dispatch
 COPY enqueue ./enqueue
 COPY fingerprint ./fingerprint
 COPY fleet ./fleet
-COPY fleetkey ./fleetkey
 COPY fleetstate ./fleetstate
 COPY forge ./forge
 COPY gateway ./gateway

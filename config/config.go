@@ -18,7 +18,6 @@ import (
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/dispatch/policy"
 	"github.com/pidispatch/pidispatch/fleet"
-	"github.com/pidispatch/pidispatch/fleetkey"
 	"github.com/pidispatch/pidispatch/internal/check"
 	"github.com/pidispatch/pidispatch/jobs"
 )
@@ -198,14 +197,14 @@ type Config struct {
 	// LogRetentionDays is the age at which records are pruned.
 	// PI_LOG_RETENTION_DAYS, 1..3650, defaults to 30.
 	LogRetentionDays int
-	// FleetKeyFile is the fleet's signing key (package fleetkey), never
+	// FleetKeyFile is the fleet's signing key (fleet.Key), never
 	// stored in Valkey: with it, this host signs its registry row and the
 	// jobs it enqueues, ignores unsigned rows when routing and refuses
 	// unsigned jobs (job-unsigned). PI_FLEET_KEY_FILE; unset: no signing.
 	FleetKeyFile string
 	// FleetKey is the key FleetKeyFile holds, read by Load; an
 	// embedding program may set it directly instead.
-	FleetKey fleetkey.Key
+	FleetKey fleet.Key
 	// UnsignedQueues are the queues whose unsigned jobs this host still
 	// runs when it holds a key: the explicit allowance for a producer that
 	// cannot sign (a Node BullMQ client). PI_UNSIGNED_QUEUES, comma-separated;

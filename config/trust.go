@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/pidispatch/pidispatch/fleet"
-	"github.com/pidispatch/pidispatch/fleetkey"
 )
 
 // Bounds of PI_JOB_OUTPUT_MAX.
@@ -35,7 +34,7 @@ func (c Config) trustProblems(p *problemList) {
 	if c.FleetKeyFile != "" {
 		if rule := filePathRule(c.FleetKeyFile); rule != "" {
 			p.add("PI_FLEET_KEY_FILE", c.FleetKeyFile, rule)
-		} else if _, err := fleetkey.Load(c.FleetKeyFile); err != nil {
+		} else if _, err := fleet.LoadKey(c.FleetKeyFile); err != nil {
 			p.add("PI_FLEET_KEY_FILE", c.FleetKeyFile, fleetKeyRule(err))
 		}
 	}
@@ -56,9 +55,9 @@ func (c Config) trustProblems(p *problemList) {
 // fleetKeyRule words a refused key file as the rule it breaks.
 func fleetKeyRule(err error) string {
 	switch {
-	case errors.Is(err, fleetkey.ErrTooShort):
+	case errors.Is(err, fleet.ErrKeyTooShort):
 		return "the key must be at least 32 bytes (for example: head -c 48 /dev/urandom | base64 > FILE; chmod 600 FILE)"
-	case errors.Is(err, fleetkey.ErrWorldReadable):
+	case errors.Is(err, fleet.ErrKeyWorldReadable):
 		return "the file must not be readable by every user (chmod 600 FILE, or 640 for a group)"
 	}
 	return "must name a key file this user can read (" + err.Error() + ")"
@@ -79,7 +78,7 @@ func (c *Config) loadFleetKey() error {
 	if c.FleetKeyFile == "" || c.FleetKey.IsSet() {
 		return nil
 	}
-	k, err := fleetkey.Load(c.FleetKeyFile)
+	k, err := fleet.LoadKey(c.FleetKeyFile)
 	if err != nil {
 		return ConfigErrors{newConfigError("PI_FLEET_KEY_FILE", c.FleetKeyFile, fleetKeyRule(err))}
 	}

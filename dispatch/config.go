@@ -8,7 +8,6 @@ import (
 
 	"github.com/pidispatch/pidispatch/dispatch/policy"
 	"github.com/pidispatch/pidispatch/fleet"
-	"github.com/pidispatch/pidispatch/fleetkey"
 	"github.com/pidispatch/pidispatch/internal/check"
 	"github.com/pidispatch/pidispatch/internal/hostfolder"
 )
@@ -83,7 +82,7 @@ type Config struct {
 	LogRetentionDays int
 	// FleetKey signs this host's rows and the jobs it enqueues; with it,
 	// unsigned jobs are refused except on UnsignedQueues.
-	FleetKey       fleetkey.Key
+	FleetKey       fleet.Key
 	UnsignedQueues []string
 	// Cron is true when the host serves a triggers file: NewWorker then
 	// needs Deps.Cron.

@@ -39,7 +39,7 @@ type HeldJob struct {
 	// failed with this reason.
 	Corrupt string
 	// Signature is the job's fleet signature, as its producer wrote it
-	// (package fleetkey); empty when it has none.
+	// (fleet.Key); empty when it has none.
 	Signature string
 }
 

@@ -15,7 +15,6 @@ import (
 
 	"github.com/pidispatch/pidispatch/capabilities"
 	"github.com/pidispatch/pidispatch/fleet"
-	"github.com/pidispatch/pidispatch/fleetkey"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
@@ -58,7 +57,7 @@ type ProducerConfig struct {
 	// data), so workers that hold the key run it, and makes the Router
 	// ignore registry rows the key did not sign. Workers of a fleet with a
 	// key refuse unsigned jobs (job-unsigned).
-	FleetKey fleetkey.Key
+	FleetKey fleet.Key
 }
 
 // Producer adds jobs through the enqueue paths of docs/fleet.md:

@@ -13,7 +13,6 @@ import (
 	"github.com/pidispatch/pidispatch/capabilities"
 	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"
-	"github.com/pidispatch/pidispatch/fleetkey"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
@@ -21,13 +20,13 @@ import (
 )
 
 // testFleetKey writes a key file as an operator would and loads it.
-func testFleetKey(t *testing.T) fleetkey.Key {
+func testFleetKey(t *testing.T) fleet.Key {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "fleet.key")
 	if err := os.WriteFile(p, []byte(strings.Repeat("0123456789abcdef", 3)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	k, err := fleetkey.Load(p)
+	k, err := fleet.LoadKey(p)
 	if err != nil {
 		t.Fatal(err)
 	}

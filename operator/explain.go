@@ -12,7 +12,6 @@ import (
 	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/dispatch/policy"
 	"github.com/pidispatch/pidispatch/fleet"
-	"github.com/pidispatch/pidispatch/fleetkey"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 )
@@ -150,7 +149,7 @@ type ExplainOptions struct {
 	// did not sign for its queue is found job-unsigned (unless its queue is
 	// in UnsignedQueues, PI_UNSIGNED_QUEUES), and a host row it did not
 	// sign host-untrusted.
-	FleetKey       fleetkey.Key
+	FleetKey       fleet.Key
 	UnsignedQueues []string
 	// Sources add findings (see FindingSource).
 	Sources []FindingSource

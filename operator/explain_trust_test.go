@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/pidispatch/pidispatch/fleet"
-	"github.com/pidispatch/pidispatch/fleetkey"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/operator"
 	"github.com/pidispatch/pidispatch/queue"
@@ -19,7 +18,7 @@ import (
 func TestExplainUnsignedJobAndUntrustedHost(t *testing.T) {
 	db := livetest.Valkey(t)
 	ctx := context.Background()
-	key, err := fleetkey.New([]byte(strings.Repeat("explain-key-", 3)))
+	key, err := fleet.NewKey([]byte(strings.Repeat("explain-key-", 3)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,7 +53,7 @@ type AddOptions struct {
 	// Dedup, when set, refuses jobs with the same dedup id while the first
 	// one is unfinished (TTL 0) or for TTL (BullMQ's deduplication).
 	Dedup *Dedup
-	// Signature is the job's fleet signature (package fleetkey), kept in
+	// Signature is the job's fleet signature (fleet.Key), kept in
 	// its opts as SignatureOpt: BullMQ clients keep opts as they are through
 	// retries, and ignore a key they do not know.
 	Signature string

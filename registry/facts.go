@@ -24,7 +24,7 @@ const (
 	FieldTZ          = "tz"
 	FieldFPCron      = "fpCron" // empty: the host abstains from cron agreement
 	FieldCronCount   = "cronCount"
-	// FieldSig is the row's fleet signature (package fleetkey) over every
+	// FieldSig is the row's fleet signature (fleet.Key) over every
 	// other field but beatAt and startedAt, which the server's clock writes.
 	FieldSig = "sig"
 )

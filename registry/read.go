@@ -12,7 +12,6 @@ import (
 
 	"github.com/pidispatch/pidispatch/capabilities"
 	"github.com/pidispatch/pidispatch/fleet"
-	"github.com/pidispatch/pidispatch/fleetkey"
 	"github.com/pidispatch/pidispatch/internal/bounded"
 )
 
@@ -53,13 +52,13 @@ type Host struct {
 }
 
 // SignedBy reports whether the row carries k's signature of what it holds.
-func (h Host) SignedBy(k fleetkey.Key) bool {
+func (h Host) SignedBy(k fleet.Key) bool {
 	return h.signed != nil && k.VerifyRow(h.signed, h.sig)
 }
 
 // Trust marks every row that k did not sign Untrusted, in place, and
 // returns hosts. With no key (a fleet that does not sign) it marks none.
-func Trust(hosts []Host, k fleetkey.Key) []Host {
+func Trust(hosts []Host, k fleet.Key) []Host {
 	if !k.IsSet() {
 		return hosts
 	}

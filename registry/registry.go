@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/pidispatch/pidispatch/fleetkey"
 	"log/slog"
 	"os"
 	"strconv"
@@ -70,7 +69,7 @@ type Config struct {
 	OnBeat func(err error)
 	// FleetKey, when set, signs every row this host publishes (FieldSig), so
 	// readers holding the key tell it from a row anyone could write.
-	FleetKey fleetkey.Key
+	FleetKey fleet.Key
 }
 
 func (c Config) withDefaults() Config {

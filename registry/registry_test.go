@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pidispatch/pidispatch/fleetkey"
-
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -169,7 +167,7 @@ func TestRegistry_RowFields(t *testing.T) {
 	logs := &logtest.Buffer{}
 	cfg := fastConfig(logs)
 	cfg.Pid = 4242
-	key, err := fleetkey.New([]byte("a fleet key of at least 32 bytes, for the test"))
+	key, err := fleet.NewKey([]byte("a fleet key of at least 32 bytes, for the test"))
 	require.NoError(t, err)
 	cfg.FleetKey = key
 	r := newRegistry(t, db.Client, "mini1", staticFacts(), cfg)

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/pidispatch/pidispatch/fleetkey"
+	"github.com/pidispatch/pidispatch/fleet"
 	"time"
 
 	"github.com/pidispatch/pidispatch/capabilities"
@@ -121,7 +121,7 @@ func (s source) Close() error { return s.c.Close() }
 // directory reaches every queue of the fleet for the Worker.
 type directory struct {
 	d   *queue.Directory
-	key fleetkey.Key
+	key fleet.Key
 }
 
 // Directory adapts d to the Worker's Directory and Finder.
@@ -137,7 +137,7 @@ func Directory(d *queue.Directory) interface {
 // signed for its old queue is signed again for the new one, since a
 // signature binds the queue. A job that was not validly signed moves as it
 // is, and its new host refuses it as it would have been refused before.
-func SigningDirectory(d *queue.Directory, key fleetkey.Key) interface {
+func SigningDirectory(d *queue.Directory, key fleet.Key) interface {
 	dispatch.Directory
 	dispatch.Finder
 } {

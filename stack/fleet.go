@@ -11,7 +11,6 @@ import (
 
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
-	"github.com/pidispatch/pidispatch/fleetkey"
 	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/lease"
 	"github.com/pidispatch/pidispatch/queue"
@@ -36,7 +35,7 @@ var _ dispatch.Fleet = (*Fleet)(nil)
 type FleetOptions struct {
 	// FleetKey signs the registry row and re-signs a job moved off a dead
 	// host's queue. Unset: rows and moves are unsigned.
-	FleetKey fleetkey.Key
+	FleetKey fleet.Key
 	// Layout is the queues' key layout (PI_BULLMQ_LAYOUT).
 	Layout queue.Layout
 	// RetentionDays is how long the run mirror keeps a run (0: its default).

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pidispatch/pidispatch/fleetkey"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/livetest"
 	"github.com/pidispatch/pidispatch/registry"
 )
@@ -23,7 +23,7 @@ func TestHostsMarksUnsignedRowsUntrusted(t *testing.T) {
 	if err := os.WriteFile(keyFile, []byte(strings.Repeat("fleet-key-", 4)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	key, err := fleetkey.Load(keyFile)
+	key, err := fleet.LoadKey(keyFile)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,16 +5,16 @@ import (
 	"fmt"
 
 	"github.com/pidispatch/pidispatch/config"
-	"github.com/pidispatch/pidispatch/fleetkey"
+	"github.com/pidispatch/pidispatch/fleet"
 )
 
 // fleetKeyFromEnv reads the fleet key PI_FLEET_KEY_FILE names, by the
 // worker's rules; none when unset. A key file the worker would refuse
 // refuses the command (exit 2), naming the variable and the rule.
-func fleetKeyFromEnv(e env, cmd string) (fleetkey.Key, int) {
+func fleetKeyFromEnv(e env, cmd string) (fleet.Key, int) {
 	path := e.getenv("PI_FLEET_KEY_FILE")
 	if path == "" {
-		return fleetkey.Key{}, exitOK
+		return fleet.Key{}, exitOK
 	}
 	cfg := config.Default()
 	cfg.FleetKeyFile = path
@@ -24,14 +24,14 @@ func fleetKeyFromEnv(e env, cmd string) (fleetkey.Key, int) {
 		for _, ce := range errs {
 			if ce.Var == "PI_FLEET_KEY_FILE" {
 				fmt.Fprintf(e.stderr, "pi-dispatch %s: %v (docs/configuration.md)\n", cmd, ce)
-				return fleetkey.Key{}, exitUsage
+				return fleet.Key{}, exitUsage
 			}
 		}
 	}
-	k, err := fleetkey.Load(path)
+	k, err := fleet.LoadKey(path)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "pi-dispatch %s: PI_FLEET_KEY_FILE=%s: %v (docs/configuration.md)\n", cmd, path, err)
-		return fleetkey.Key{}, exitUsage
+		return fleet.Key{}, exitUsage
 	}
 	return k, exitOK
 }

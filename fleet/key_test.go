@@ -1,4 +1,4 @@
-package fleetkey
+package fleet
 
 import (
 	"encoding/json"
@@ -12,7 +12,7 @@ import (
 
 func testKey(t *testing.T) Key {
 	t.Helper()
-	k, err := New([]byte(strings.Repeat("k", MinKeyLen)))
+	k, err := NewKey([]byte(strings.Repeat("k", MinKeyLen)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func TestJobSignatureBindsQueueIDAndData(t *testing.T) {
 	if !k.VerifyJob("pi-jobs", "job-1", json.RawMessage(`{ "n": 1.0, "task":"fix", "folder":"/src" }`), sig) {
 		t.Fatal("a re-encoded job refused")
 	}
-	other, _ := New([]byte(strings.Repeat("x", MinKeyLen)))
+	other, _ := NewKey([]byte(strings.Repeat("x", MinKeyLen)))
 	for name, ok := range map[string]bool{
 		"other queue": k.VerifyJob("pi-jobs@b", "job-1", data, sig),
 		"other id":    k.VerifyJob("pi-jobs", "job-2", data, sig),
@@ -75,7 +75,7 @@ func TestLoadRefusesBadFiles(t *testing.T) {
 		return p
 	}
 	good := write("good", []byte(strings.Repeat("a", 40)), 0o600)
-	k, err := Load(good)
+	k, err := LoadKey(good)
 	if err != nil || !k.IsSet() {
 		t.Fatalf("good key: %v", err)
 	}
@@ -89,12 +89,12 @@ func TestLoadRefusesBadFiles(t *testing.T) {
 		path string
 		want error
 	}{
-		"missing":        {filepath.Join(dir, "nope"), ErrUnreadable},
-		"folder":         {dir, ErrUnreadable},
-		"short":          {write("short", []byte("0123456789"), 0o600), ErrTooShort},
-		"world-readable": {write("world", []byte(strings.Repeat("a", 40)), 0o644), ErrWorldReadable},
+		"missing":        {filepath.Join(dir, "nope"), ErrKeyUnreadable},
+		"folder":         {dir, ErrKeyUnreadable},
+		"short":          {write("short", []byte("0123456789"), 0o600), ErrKeyTooShort},
+		"world-readable": {write("world", []byte(strings.Repeat("a", 40)), 0o644), ErrKeyWorldReadable},
 	} {
-		if _, err := Load(tc.path); !errors.Is(err, tc.want) {
+		if _, err := LoadKey(tc.path); !errors.Is(err, tc.want) {
 			t.Errorf("%s: %v, want %v", name, err, tc.want)
 		}
 	}

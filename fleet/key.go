@@ -1,13 +1,13 @@
-// Package fleetkey signs what the fleet's own parts write to the shared
-// Valkey, so a party that can write there but holds no key cannot pass for
-// one of them: jobs, signed by every producer that holds the key and checked
-// by the worker that runs them, and the hosts' registry rows, checked by the
-// router. A signature is HMAC-SHA256 over a canonical encoding (package
-// fingerprint's canonical JSON) of what it covers, in hex.
+// The fleet's signing key signs what the fleet's own parts write to the
+// shared Valkey, so a party that can write there but holds no key cannot pass
+// for one of them: jobs, signed by every producer that holds the key and
+// checked by the worker that runs them, and the hosts' registry rows, checked
+// by the router. A signature is HMAC-SHA256 over a canonical encoding
+// (package fingerprint's canonical JSON) of what it covers, in hex.
 //
-// The key is a file on each host (PI_FLEET_KEY_FILE), never stored in
-// Valkey. The package is pure: no Valkey client, no Docker code.
-package fleetkey
+// The key is a file on each host (PI_FLEET_KEY_FILE), never stored in Valkey.
+
+package fleet
 
 import (
 	"crypto/hmac"
@@ -33,9 +33,9 @@ const SignatureLen = 2 * sha256.Size
 
 // The refusals of Load.
 var (
-	ErrUnreadable    = errors.New("unreadable")
-	ErrTooShort      = fmt.Errorf("shorter than %d bytes", MinKeyLen)
-	ErrWorldReadable = errors.New("readable by every user of the machine (chmod 600 or 640)")
+	ErrKeyUnreadable    = errors.New("unreadable")
+	ErrKeyTooShort      = fmt.Errorf("shorter than %d bytes", MinKeyLen)
+	ErrKeyWorldReadable = errors.New("readable by every user of the machine (chmod 600 or 640)")
 )
 
 // Key is the fleet's signing key. The zero Key signs nothing and verifies
@@ -43,9 +43,9 @@ var (
 type Key struct{ b []byte }
 
 // New returns a key of the given bytes (at least MinKeyLen).
-func New(b []byte) (Key, error) {
+func NewKey(b []byte) (Key, error) {
 	if len(b) < MinKeyLen {
-		return Key{}, ErrTooShort
+		return Key{}, ErrKeyTooShort
 	}
 	return Key{b: append([]byte(nil), b...)}, nil
 }
@@ -54,27 +54,27 @@ func New(b []byte) (Key, error) {
 // included (a generator's trailing newline is part of it on every host
 // alike). It refuses a file it cannot read, a key shorter than MinKeyLen and
 // a file every user may read.
-func Load(path string) (Key, error) {
+func LoadKey(path string) (Key, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return Key{}, fmt.Errorf("%w: %w", ErrUnreadable, err)
+		return Key{}, fmt.Errorf("%w: %w", ErrKeyUnreadable, err)
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return Key{}, fmt.Errorf("%w: %w", ErrUnreadable, err)
+		return Key{}, fmt.Errorf("%w: %w", ErrKeyUnreadable, err)
 	}
 	if !fi.Mode().IsRegular() {
-		return Key{}, fmt.Errorf("%w: not a regular file", ErrUnreadable)
+		return Key{}, fmt.Errorf("%w: not a regular file", ErrKeyUnreadable)
 	}
 	if fi.Mode().Perm()&0o004 != 0 {
-		return Key{}, ErrWorldReadable
+		return Key{}, ErrKeyWorldReadable
 	}
 	b, err := io.ReadAll(io.LimitReader(f, maxKeyFile))
 	if err != nil {
-		return Key{}, fmt.Errorf("%w: %w", ErrUnreadable, err)
+		return Key{}, fmt.Errorf("%w: %w", ErrKeyUnreadable, err)
 	}
-	return New(b)
+	return NewKey(b)
 }
 
 // IsSet reports whether the key signs (a zero Key does not).
@@ -96,7 +96,7 @@ func (k Key) MarshalJSON() ([]byte, error) { return json.Marshal(k.String()) }
 
 func (k Key) mac(doc any) (string, error) {
 	if !k.IsSet() {
-		return "", errors.New("fleetkey: no key")
+		return "", errors.New("fleet key: none set")
 	}
 	msg, err := fingerprint.Canonical(doc)
 	if err != nil {
