@@ -47,7 +47,7 @@ var readByDependencies = []string{
 // keyed "path:expression".
 var dynamicReads = map[string]string{
 	// JOB_CHECK_ENV=NAME asks the test job whether NAME is set; it never prints the value.
-	"internal/jobimage/jobprog/main.go:name": "JOB_CHECK_ENV names the variable",
+	"internal/image/jobimage/jobprog/main.go:name": "JOB_CHECK_ENV names the variable",
 	// The entrypoint asks whether a provider's key variable is set (providerKeys).
 	"agent/entrypoint/agent.go:k": "providerKeys names each provider's key variable",
 }

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/fleet"
-	"github.com/pidispatch/pidispatch/internal/livetest"
-	"github.com/pidispatch/pidispatch/internal/logtest"
+	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
+	"github.com/pidispatch/pidispatch/internal/testkit/logtest"
 	"github.com/pidispatch/pidispatch/queue"
 )
 

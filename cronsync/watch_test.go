@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pidispatch/pidispatch/internal/livetest"
-	"github.com/pidispatch/pidispatch/internal/logtest"
+	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
+	"github.com/pidispatch/pidispatch/internal/testkit/logtest"
 )
 
 // runWatcher runs w until the test ends and checks that Run returned nil.

@@ -10,7 +10,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/dispatch/container"
 	"github.com/pidispatch/pidispatch/fleet"
-	"github.com/pidispatch/pidispatch/internal/hostileid"
+	"github.com/pidispatch/pidispatch/internal/testkit/hostileid"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 

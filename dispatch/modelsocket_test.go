@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pidispatch/pidispatch/internal/fakeprovider"
+	"github.com/pidispatch/pidispatch/internal/testkit/fakeprovider"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 

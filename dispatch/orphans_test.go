@@ -17,8 +17,8 @@ import (
 	"github.com/pidispatch/pidispatch/dispatch/container"
 	"github.com/pidispatch/pidispatch/dispatch/internal/jobdir"
 	"github.com/pidispatch/pidispatch/fleet"
-	"github.com/pidispatch/pidispatch/internal/logtest"
 	"github.com/pidispatch/pidispatch/internal/secretprofile"
+	"github.com/pidispatch/pidispatch/internal/testkit/logtest"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 

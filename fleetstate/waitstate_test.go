@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pidispatch/pidispatch/dispatch"
-	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
 )
 
 var testBounds = dispatch.HoldBounds{AfterMax: 30 * 24 * time.Hour, WaitMax: time.Hour}

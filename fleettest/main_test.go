@@ -18,7 +18,7 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/pidispatch/pidispatch/internal/jobimage"
+	"github.com/pidispatch/pidispatch/internal/image/jobimage"
 )
 
 // envFleet turns the suite on; .ci/run sets it.

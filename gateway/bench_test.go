@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/dispatch"
-	"github.com/pidispatch/pidispatch/internal/fakeprovider"
+	"github.com/pidispatch/pidispatch/internal/testkit/fakeprovider"
 )
 
 // benchRig is one fake upstream reached two ways: directly over TCP, and

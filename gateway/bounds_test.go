@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/pidispatch/pidispatch/dispatch"
-	"github.com/pidispatch/pidispatch/internal/fakeprovider"
+	"github.com/pidispatch/pidispatch/internal/testkit/fakeprovider"
 )
 
 // No credential header of any name or case reaches the provider from a

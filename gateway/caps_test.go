@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/dispatch"
-	"github.com/pidispatch/pidispatch/internal/fakeprovider"
+	"github.com/pidispatch/pidispatch/internal/testkit/fakeprovider"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 

@@ -15,8 +15,8 @@ import (
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/gateway"
-	"github.com/pidispatch/pidispatch/internal/fakeprovider"
-	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/testkit/fakeprovider"
+	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
 )
 
 // Three hosts, each with its own Valkey client, race jobs into a $0.50

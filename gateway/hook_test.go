@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/pidispatch/pidispatch/dispatch"
-	"github.com/pidispatch/pidispatch/internal/fakeprovider"
+	"github.com/pidispatch/pidispatch/internal/testkit/fakeprovider"
 )
 
 // OnCall hears of each settled call once, with the job, the model, the

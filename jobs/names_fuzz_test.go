@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/fleet"
-	"github.com/pidispatch/pidispatch/internal/hostileid"
+	"github.com/pidispatch/pidispatch/internal/testkit/hostileid"
 )
 
 // FuzzJobIDNames holds the names a job id maps to: a safe, bounded stem that

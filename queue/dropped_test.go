@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/pidispatch/pidispatch/internal/logtest"
+	"github.com/pidispatch/pidispatch/internal/testkit/logtest"
 	"github.com/pidispatch/pidispatch/queue"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pidispatch/pidispatch/internal/jobimage"
+	"github.com/pidispatch/pidispatch/internal/image/jobimage"
 	"github.com/pidispatch/pidispatch/runner"
 )
 

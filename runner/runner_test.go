@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/dispatch/container"
-	"github.com/pidispatch/pidispatch/internal/logtest"
+	"github.com/pidispatch/pidispatch/internal/testkit/logtest"
 )
 
 func newTestDocker(t *testing.T, eng engine, cfg Config) (*Docker, *logtest.Buffer) {

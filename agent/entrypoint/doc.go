@@ -7,7 +7,7 @@
 // (infrastructure) or 2 (policy).
 //
 // The package uses the standard library only: the offline image build
-// (internal/agentimage) compiles its embedded source in a scratch module, so
+// (internal/image/agentimage) compiles its embedded source in a scratch module, so
 // the image's program is exactly this package at the digest it is labelled
 // with.
 package entrypoint

@@ -15,11 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pidispatch/pidispatch/internal/fakeprovider"
+	"github.com/pidispatch/pidispatch/internal/testkit/fakeprovider"
 )
 
 // The testdata/pi-*.jsonl files are pi 1.6.0's own --mode json output,
-// recorded by TestRecordPiRuns against internal/fakeprovider: pi-hello (a
+// recorded by TestRecordPiRuns against internal/testkit/fakeprovider: pi-hello (a
 // write tool call, then a final answer), pi-500 and pi-429 (every request
 // refused; pi retries once), pi-retry (one 529, then pi's retry is
 // answered), pi-loop (an agent that calls a tool six times), pi-compaction

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pidispatch/pidispatch/internal/fakeprovider"
+	"github.com/pidispatch/pidispatch/internal/testkit/fakeprovider"
 )
 
 // recording is one scripted run of the real pi whose --mode json output is
@@ -62,7 +62,7 @@ func recordings() []recording {
 }
 
 // TestRecordPiRuns re-records testdata/pi-*.jsonl with the real pi, run
-// against internal/fakeprovider the way Main runs it (its settings.json,
+// against internal/testkit/fakeprovider the way Main runs it (its settings.json,
 // models.json and arguments). It runs only when PI_RECORD names the pi
 // command; with the image's lock files installed outside the repository:
 //

@@ -1,7 +1,7 @@
 // Package image holds the agent image's recipe: the npm manifest and lock
 // file that pin the pi coding agent, the production Dockerfile beside them,
 // and node/, the lock file of the Node.js runtime the offline build carries.
-// The offline build (internal/agentimage) installs exactly these lock files,
+// The offline build (internal/image/agentimage) installs exactly these lock files,
 // so the image tests run is the image operators build.
 package image
 

@@ -8,8 +8,8 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/pidispatch/pidispatch/internal/agentimage"
-	"github.com/pidispatch/pidispatch/internal/fakeprovider"
+	"github.com/pidispatch/pidispatch/internal/image/agentimage"
+	"github.com/pidispatch/pidispatch/internal/testkit/fakeprovider"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 

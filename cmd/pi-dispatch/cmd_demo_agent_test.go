@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pidispatch/pidispatch/internal/agentimage"
-	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/image/agentimage"
+	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 

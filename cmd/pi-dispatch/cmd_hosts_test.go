@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
 	"github.com/pidispatch/pidispatch/registry"
 )
 

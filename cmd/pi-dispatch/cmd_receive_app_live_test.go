@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/forge/forgetest"
-	fixtures "github.com/pidispatch/pidispatch/internal/forgefixtures"
-	"github.com/pidispatch/pidispatch/internal/livetest"
+	fixtures "github.com/pidispatch/pidispatch/internal/testkit/forgefixtures"
+	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
 	"github.com/pidispatch/pidispatch/queue"
 )
 

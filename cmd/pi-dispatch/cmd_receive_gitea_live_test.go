@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/forge/forgetest"
-	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 )

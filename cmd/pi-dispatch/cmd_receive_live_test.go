@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	fixtures "github.com/pidispatch/pidispatch/internal/forgefixtures"
-	"github.com/pidispatch/pidispatch/internal/livetest"
+	fixtures "github.com/pidispatch/pidispatch/internal/testkit/forgefixtures"
+	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 )

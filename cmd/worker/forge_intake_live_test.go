@@ -11,8 +11,8 @@ import (
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/forge"
 	"github.com/pidispatch/pidispatch/forge/receiver"
-	fixtures "github.com/pidispatch/pidispatch/internal/forgefixtures"
-	"github.com/pidispatch/pidispatch/internal/livetest"
+	fixtures "github.com/pidispatch/pidispatch/internal/testkit/forgefixtures"
+	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 )

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
 )
 
 // A forge trigger that does not parse refuses boot with exit 2, naming the

@@ -16,8 +16,8 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/pidispatch/pidispatch/gateway"
-	"github.com/pidispatch/pidispatch/internal/fakeprovider"
-	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/testkit/fakeprovider"
+	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/runner"

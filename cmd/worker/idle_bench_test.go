@@ -15,9 +15,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pidispatch/pidispatch/internal/jobimage"
-	"github.com/pidispatch/pidispatch/internal/livetest"
-	"github.com/pidispatch/pidispatch/internal/logtest"
+	"github.com/pidispatch/pidispatch/internal/image/jobimage"
+	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
+	"github.com/pidispatch/pidispatch/internal/testkit/logtest"
 )
 
 // The idle measurement's phases: boot settles, then the window is sampled.

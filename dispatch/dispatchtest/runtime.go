@@ -129,7 +129,7 @@ func (r *Runtime) keep(spec container.Spec, res container.Result) {
 }
 
 // RunByEnv is a RunFunc driven by the job's environment like the test job
-// image (internal/jobimage): it sleeps JOB_SLEEP (a Go duration) and exits
+// image (internal/image/jobimage): it sleeps JOB_SLEEP (a Go duration) and exits
 // JOB_EXIT_CODE (default 0). A Spec.Timeout that passes first ends it
 // TimedOut; a ctx that ends first ends it Cancelled with ctx's error.
 func RunByEnv(ctx context.Context, spec container.Spec) (container.Result, error) {

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
 )
 
 // GiteaVersion is the Gitea StartGitea runs, built by build-gitea.sh.

@@ -24,8 +24,8 @@ import (
 	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/forge"
 	"github.com/pidispatch/pidispatch/forge/receiver"
-	fixtures "github.com/pidispatch/pidispatch/internal/forgefixtures"
-	"github.com/pidispatch/pidispatch/internal/livetest"
+	fixtures "github.com/pidispatch/pidispatch/internal/testkit/forgefixtures"
+	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 

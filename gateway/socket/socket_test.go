@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/pidispatch/pidispatch/internal/fakeprovider"
+	"github.com/pidispatch/pidispatch/internal/testkit/fakeprovider"
 )
 
 // A job's model socket serves its handler (here a forwarder to the

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/pidispatch/pidispatch/internal/logtest"
+	"github.com/pidispatch/pidispatch/internal/testkit/logtest"
 )
 
 func newLogged(ev Events) (*Tracker, *logtest.Buffer) {

@@ -14,7 +14,7 @@ import (
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/fleetstate"
-	"github.com/pidispatch/pidispatch/internal/browsertest"
+	"github.com/pidispatch/pidispatch/internal/testkit/browsertest"
 	"github.com/pidispatch/pidispatch/observe/transcript"
 	"github.com/pidispatch/pidispatch/operator/dash"
 	"github.com/pidispatch/pidispatch/queue"

@@ -20,7 +20,7 @@ var offTopic = []*regexp.Regexp{
 // docFiles lists every Markdown file the module ships outside node_modules.
 func docFiles(t *testing.T) []string {
 	t.Helper()
-	root := filepath.Join("..", "..")
+	root := filepath.Join("..", "..", "..")
 	var files []string
 	for _, dir := range []string{"docs", "examples", "deploy", "image", "bench"} {
 		_ = filepath.WalkDir(filepath.Join(root, dir), func(p string, d os.DirEntry, err error) error {
@@ -38,7 +38,7 @@ func docFiles(t *testing.T) []string {
 	}
 	files = append(files, filepath.Join(root, "README.md"))
 	if len(files) < 5 {
-		t.Fatalf("found only %d doc files under %s; is the test running from internal/docscheck?", len(files), root)
+		t.Fatalf("found only %d doc files under %s; is the test running from internal/testkit/docscheck?", len(files), root)
 	}
 	return files
 }
@@ -65,7 +65,7 @@ func TestDocsSpeakToUsers(t *testing.T) {
 // design document or folder that does not ship with the module.
 func TestCommentsCiteShippedFiles(t *testing.T) {
 	outside := regexp.MustCompile(`ARCHITECTURE|\.\./shared/|original-pi-dispatch\.md`)
-	root := filepath.Join("..", "..")
+	root := filepath.Join("..", "..", "..")
 	self, _ := filepath.Abs(".")
 	_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
 		if err != nil || (d.IsDir() && (d.Name() == "node_modules" || d.Name() == ".git")) {
@@ -92,7 +92,7 @@ func TestCommentsCiteShippedFiles(t *testing.T) {
 // package there must find it. Directories under internal/, testdata/,
 // node_modules/ and nested modules (bench/) are not public packages here.
 func TestArchitectureNamesEveryPackage(t *testing.T) {
-	root := filepath.Join("..", "..")
+	root := filepath.Join("..", "..", "..")
 	raw, err := os.ReadFile(filepath.Join(root, "docs", "architecture.md"))
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +100,7 @@ func TestArchitectureNamesEveryPackage(t *testing.T) {
 	doc := string(raw)
 	dirs := publicPackageDirs(t, root)
 	if len(dirs) < 10 {
-		t.Fatalf("found only %d package directories under %s; is the test running from internal/docscheck?", len(dirs), root)
+		t.Fatalf("found only %d package directories under %s; is the test running from internal/testkit/docscheck?", len(dirs), root)
 	}
 	for _, dir := range dirs {
 		if !strings.Contains(doc, "`"+dir+"`") && !strings.Contains(doc, "`"+dir+"/") {
@@ -151,7 +151,7 @@ func publicPackageDirs(t *testing.T, root string) []string {
 // TestReadmePointsAtArchitecture fails when the README stops linking the
 // architecture page.
 func TestReadmePointsAtArchitecture(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
 )
 
 func encode(t *testing.T, img image.Image) []byte {

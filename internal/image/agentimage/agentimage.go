@@ -36,7 +36,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/agent/entrypoint"
 	"github.com/pidispatch/pidispatch/agent/image"
-	"github.com/pidispatch/pidispatch/internal/jobimage"
+	"github.com/pidispatch/pidispatch/internal/image/jobimage"
 )
 
 // Tag is the tag of the offline-built agent image. It names the pinned pi

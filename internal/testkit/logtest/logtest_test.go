@@ -4,7 +4,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/pidispatch/pidispatch/internal/logtest"
+	"github.com/pidispatch/pidispatch/internal/testkit/logtest"
 )
 
 func TestBufferCountsEventsFromManyWriters(t *testing.T) {

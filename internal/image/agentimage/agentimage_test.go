@@ -15,8 +15,8 @@ import (
 
 	"github.com/pidispatch/pidispatch/agent/entrypoint"
 	"github.com/pidispatch/pidispatch/agent/image"
-	"github.com/pidispatch/pidispatch/internal/agentimage"
-	"github.com/pidispatch/pidispatch/internal/livetest"
+	"github.com/pidispatch/pidispatch/internal/image/agentimage"
+	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
 )
 
 // TestEnsureAssemblesTheAgentOffline builds (or finds) the offline agent
@@ -125,7 +125,7 @@ func run(t *testing.T, c *client.Client, cmd ...string) (string, int64) {
 
 // The scratch module's main is cmd/pi-entrypoint's.
 func TestMainSourceIsTheCommand(t *testing.T) {
-	cmd, err := os.ReadFile("../../cmd/pi-entrypoint/main.go")
+	cmd, err := os.ReadFile("../../../cmd/pi-entrypoint/main.go")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,6 +135,6 @@ func TestMainSourceIsTheCommand(t *testing.T) {
 	}
 	want := strings.Replace(string(cmd), `"github.com/pidispatch/pidispatch/agent/entrypoint"`, `"pientrypoint/entrypoint"`, 1)
 	if string(copied) != want {
-		t.Fatal("internal/agentimage/main.go.txt differs from cmd/pi-entrypoint/main.go: copy it again (with the import renamed)")
+		t.Fatal("internal/image/agentimage/main.go.txt differs from cmd/pi-entrypoint/main.go: copy it again (with the import renamed)")
 	}
 }

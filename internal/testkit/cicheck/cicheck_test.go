@@ -51,7 +51,7 @@ type site struct {
 // over, and fails for each program neither the base system nor .ci/run
 // provides.
 func TestCIInstallsEveryProgramTheTestsRun(t *testing.T) {
-	root, err := filepath.Abs(filepath.Join("..", ".."))
+	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestCIInstallsEveryProgramTheTestsRun(t *testing.T) {
 // The scan must see the programs this check exists for, so a change that
 // hides them from it fails here rather than passing silently.
 func TestScanFindsTheKnownPrograms(t *testing.T) {
-	root, _ := filepath.Abs(filepath.Join("..", ".."))
+	root, _ := filepath.Abs(filepath.Join("..", "..", ".."))
 	seen := map[string]bool{}
 	for _, s := range scan(t, root) {
 		for _, a := range s.alternatives {
