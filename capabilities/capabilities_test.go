@@ -124,7 +124,7 @@ type vectors struct {
 
 func loadVectors(t *testing.T) vectors {
 	t.Helper()
-	data, err := os.ReadFile("../testdata/reference-vectors.json")
+	data, err := os.ReadFile("../test/testdata/reference-vectors.json")
 	noError(t, err)
 	var v vectors
 	noError(t, json.Unmarshal(data, &v))

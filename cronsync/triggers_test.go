@@ -314,7 +314,7 @@ func TestServed(t *testing.T) {
 // The fingerprint of a parsed file is the original's for the same file, and
 // moves with every field that reconcile consumes.
 func TestFingerprintMatchesOriginal(t *testing.T) {
-	raw, err := os.ReadFile("../testdata/reference-vectors.json")
+	raw, err := os.ReadFile("../test/testdata/reference-vectors.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ type vectorRow struct {
 // loadVectors reads the original's fingerprint vectors (computed by fingerprint.mjs).
 func loadVectors(t testing.TB) []vectorRow {
 	t.Helper()
-	data, err := os.ReadFile("../testdata/reference-vectors.json")
+	data, err := os.ReadFile("../test/testdata/reference-vectors.json")
 	if err != nil {
 		t.Fatalf("read reference vectors: %v", err)
 	}

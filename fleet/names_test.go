@@ -22,7 +22,7 @@ type nameVectors struct {
 
 func loadNameVectors(t *testing.T) nameVectors {
 	t.Helper()
-	raw, err := os.ReadFile("../testdata/reference-vectors.json")
+	raw, err := os.ReadFile("../test/testdata/reference-vectors.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -98,7 +98,7 @@ func TestDeployComposeAndDockerfile(t *testing.T) {
 		"image: valkey/valkey:8",
 		`"--appendonly", "yes"`,
 		"\n  worker:\n",
-		"dockerfile: Dockerfile",
+		"dockerfile: deploy/Dockerfile",
 		"- /var/run/docker.sock:/var/run/docker.sock",
 		"VALKEY_URL: redis://valkey:6379",
 		"condition: service_healthy",
@@ -112,7 +112,7 @@ func TestDeployComposeAndDockerfile(t *testing.T) {
 	if strings.Contains(c, "\t") {
 		t.Error("docker-compose.yml holds a tab, which YAML refuses as indentation")
 	}
-	dockerfile, err := os.ReadFile("../../Dockerfile")
+	dockerfile, err := os.ReadFile("../../deploy/Dockerfile")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ func docFiles(t *testing.T) []string {
 	t.Helper()
 	root := filepath.Join("..", "..", "..")
 	var files []string
-	for _, dir := range []string{"docs", "examples", "deploy", "image", "bench"} {
+	for _, dir := range []string{"docs", "examples", "deploy", "agent", "test"} {
 		_ = filepath.WalkDir(filepath.Join(root, dir), func(p string, d os.DirEntry, err error) error {
 			if err != nil {
 				return nil

@@ -13,7 +13,7 @@ import (
 	"os/signal"
 	"strings"
 
-	"github.com/pidispatch/pidispatch/bench/queuebench"
+	"github.com/pidispatch/pidispatch/test/bench/queuebench"
 )
 
 func main() {

@@ -11,7 +11,7 @@ import (
 	"os"
 	"os/signal"
 
-	"github.com/pidispatch/pidispatch/bench/scriptcost"
+	"github.com/pidispatch/pidispatch/test/bench/scriptcost"
 )
 
 func main() {

@@ -25,9 +25,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pidispatch/pidispatch/bench/queuebench"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/queue"
+	"github.com/pidispatch/pidispatch/test/bench/queuebench"
 )
 
 // Defaults of Config.

@@ -1,4 +1,4 @@
-module github.com/pidispatch/pidispatch/bench
+module github.com/pidispatch/pidispatch/test/bench
 
 go 1.26.0
 
@@ -20,4 +20,4 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
-replace github.com/pidispatch/pidispatch => ../
+replace github.com/pidispatch/pidispatch => ../../

@@ -14,7 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pidispatch/pidispatch/bench/queuebench"
+	"github.com/pidispatch/pidispatch/test/bench/queuebench"
 )
 
 // requireTools skips the test when redis-server, node or the node_modules
