@@ -17,6 +17,7 @@ import (
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/jobs"
+	"github.com/pidispatch/pidispatch/lease"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
 )
@@ -311,26 +312,14 @@ func (x *explainer) scope(ctx context.Context) {
 		return
 	}
 	hash := fleet.ScopeHash(scope)
-	keys := make([]string, limit.Concurrent)
-	for i := range keys {
-		keys[i] = fleet.ScopeSlotKey(hash, i)
-	}
-	vals, err := x.client.MGet(ctx, keys...).Result()
+	held, err := lease.ReadHolders(ctx, x.client, limit.Concurrent, func(i int) string { return fleet.ScopeSlotKey(hash, i) })
 	if err != nil {
 		x.unread("the scope slots", err)
 		return
 	}
-	var holders []map[string]any
-	for i, v := range vals {
-		s, ok := v.(string)
-		if !ok {
-			continue
-		}
-		host, job, _ := strings.Cut(s, "#")
-		if fleet.ValidateName(host) != nil {
-			host = ""
-		}
-		holders = append(holders, map[string]any{"slot": i, "host": host, "jobId": job})
+	holders := make([]map[string]any, len(held))
+	for i, h := range held {
+		holders[i] = map[string]any{"slot": h.Slot, "host": h.Host, "jobId": h.ID}
 	}
 	if len(holders) < limit.Concurrent {
 		return
