@@ -49,35 +49,6 @@ var gates = []gate{
 	{"secrets", (*Worker).gateSecrets},
 }
 
-// action is what a verdict does with the job.
-type action int
-
-const (
-	actGoOn   action = iota // on to the next gate
-	actRefuse               // recorded policy, returned as the job's result, never retried
-	actDefer                // back to delayed for delay: not an attempt
-	actFail                 // recorded failed, failed for good: no retry can cure it
-	actDrop                 // the job's lock was lost: the stalled check fails it, nothing is reported
-)
-
-// verdict is a gate's answer.
-type verdict struct {
-	act    action
-	reason jobs.Reason   // actRefuse, actFail: the record's reason; actDefer: the deferral's
-	delay  time.Duration // actDefer
-	// release undoes what the gate took, once the job's handling ends; nil
-	// when it took nothing. started says whether the container started.
-	release func(started bool)
-}
-
-var goOn = verdict{act: actGoOn}
-
-func refuseFor(reason jobs.Reason) verdict { return verdict{act: actRefuse, reason: reason} }
-
-func deferFor(d time.Duration, why jobs.Reason) verdict {
-	return verdict{act: actDefer, reason: why, delay: d}
-}
-
 // climb walks ladder (gates) in order until one stops the job. It returns
 // that gate's verdict (goOn when every gate let the job go on) without acting
 // on it, and the release of everything the gates took, last taken first, for
@@ -109,7 +80,7 @@ func (w *Worker) gateJobID(_ context.Context, h *held) verdict {
 	if err := fleet.CheckJobID(h.job.ID); err != nil {
 		h.log.Warn("job_id_invalid", "err", err)
 		h.rec.JobID, h.rec.JobIDQuoted = jobs.RefusedJobID(h.job.ID)
-		return verdict{act: actFail, reason: jobs.ReasonInvalidJob}
+		return failFinalFor(jobs.ReasonInvalidJob)
 	}
 	return goOn
 }
@@ -127,7 +98,7 @@ func (w *Worker) gateAttempts(_ context.Context, h *held) verdict {
 	made, allowed := h.job.AttemptsMade, max(h.job.Attempts, 1)
 	if made < 0 || h.job.Attempts < 0 || h.job.Attempts > MaxAttempts || made >= allowed {
 		h.log.Warn("job_attempts_spent", "attemptsMade", made, "attempts", h.job.Attempts)
-		return verdict{act: actFail, reason: jobs.ReasonInvalidJob}
+		return failFinalFor(jobs.ReasonInvalidJob)
 	}
 	return goOn
 }

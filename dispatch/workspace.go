@@ -6,8 +6,6 @@ import (
 	"errors"
 	"slices"
 
-	"github.com/pidispatch/pidispatch/dispatch/internal/exitline"
-	"github.com/pidispatch/pidispatch/dispatch/internal/runclass"
 	"github.com/pidispatch/pidispatch/internal/hostfolder"
 	"github.com/pidispatch/pidispatch/jobs"
 )
@@ -73,11 +71,11 @@ func workspaceErr(err error) *WorkspaceError {
 }
 
 // prepareWorkspace clones a forge job's repository into its workspace and
-// hands the folder to the container's user. It reports false when the job
-// was recorded and reported (refused or failed) instead.
-func (w *Worker) prepareWorkspace(ctx context.Context, h *held, dir, user string) bool {
+// hands the folder to the container's user. Its verdict goes on, or says why
+// the job ends here.
+func (w *Worker) prepareWorkspace(ctx context.Context, h *held, dir, user string) verdict {
 	if w.deps.Workspaces == nil || h.folder != "" || h.spec.Repo == "" || h.spec.Forge == "" {
-		return true
+		return goOn
 	}
 	var ws Workspace
 	var err error
@@ -86,38 +84,40 @@ func (w *Worker) prepareWorkspace(ctx context.Context, h *held, dir, user string
 		if ws != nil {
 			_ = ws.Close()
 		}
-		w.record(ctx, h, jobs.OutcomeFailed, jobs.ReasonStalled, nil, nil)
-		return false
+		return verdict{act: actLockLost, reason: jobs.ReasonStalled}
 	}
 	if err == nil {
-		err = hostfolder.HandOver(dir, user)
-		if err != nil {
+		if err = hostfolder.HandOver(dir, user); err != nil {
 			_ = ws.Close()
 		}
 	}
 	if err != nil {
 		we := workspaceErr(err)
 		h.log.Error("forge_workspace_failed", "reason", we.Reason, "err", err)
-		switch {
-		case we.Outcome == jobs.OutcomePolicy:
-			w.refuse(ctx, h, we.Reason)
-		case we.Retry:
-			w.fail(ctx, h, we.Reason, nil, nil, FailOptions{})
-		default:
-			w.failNoRetry(ctx, h, we.Reason)
-		}
-		return false
+		return we.verdict()
 	}
 	h.ws = ws
-	return true
+	return goOn
+}
+
+// verdict is how a job ends on a workspace step that was refused or failed.
+func (e *WorkspaceError) verdict() verdict {
+	switch {
+	case e.Outcome == jobs.OutcomePolicy:
+		return refuseFor(e.Reason)
+	case e.Retry:
+		return failFor(e.Reason)
+	default:
+		return failFinalFor(e.Reason)
+	}
 }
 
 // publishWorkspace publishes a finished forge job's workspace and returns the
-// run's classification, changed to a refusal or a failure when publishing
-// was refused or failed. It closes the workspace.
-func (w *Worker) publishWorkspace(ctx context.Context, h *held, c runclass.Class, end runclass.End) runclass.Class {
+// run's verdict, changed to a refusal or a failure when publishing a
+// completed run was refused or failed. It closes the workspace.
+func (w *Worker) publishWorkspace(ctx context.Context, h *held, v verdict) verdict {
 	if h.ws == nil {
-		return c
+		return v
 	}
 	ws := h.ws
 	h.ws = nil
@@ -126,15 +126,39 @@ func (w *Worker) publishWorkspace(ctx context.Context, h *held, c runclass.Class
 			h.log.Warn("forge_workspace_close_failed", "err", err)
 		}
 	}()
-	if c.Report == runclass.ReportNothing {
-		return c // the stalled check answered for the job: nothing more is said
+	if v.act == actLockLost {
+		return v // the stalled check answered for the job: nothing more is said
 	}
-	res := WorkspaceResult{Outcome: c.Outcome, Reason: c.Reason}
+	var pub WorkspacePublished
+	var err error
+	if w.holdingLock(ctx, h, func(ctx context.Context) { pub, err = ws.Publish(ctx, w.workspaceResult(h, v)) }) {
+		return verdict{act: actLockLost, reason: jobs.ReasonStalled, exit: v.exit, telemetry: v.telemetry}
+	}
+	h.rec.BaseCommit = pub.BaseCommit
+	h.rec.PushedCommit = pub.PushedCommit
+	h.rec.PullRequestURL = pub.PullRequestURL
+	if err == nil || v.act != actComplete {
+		return v
+	}
+	we := workspaceErr(err)
+	h.log.Error("forge_publish_failed", "reason", we.Reason, "err", err)
+	v.reason = we.Reason
+	v.act = actFail
+	if we.Outcome == jobs.OutcomePolicy {
+		v.act = actRefuse
+	}
+	return v
+}
+
+// workspaceResult is how the run ended, for its publish: the outcome, and the
+// turns and dollars of its exit line, the metered spend preferred.
+func (w *Worker) workspaceResult(h *held, v verdict) WorkspaceResult {
+	res := WorkspaceResult{Outcome: v.outcome(), Reason: v.reason}
 	var exit struct {
 		Turns *int64   `json:"turns"`
 		Cost  *float64 `json:"cost"`
 	}
-	if t := exitline.Clean(end.Telemetry(), h.secrets, false); len(t) > 0 && json.Unmarshal(t, &exit) == nil {
+	if len(v.telemetry) > 0 && json.Unmarshal(v.telemetry, &exit) == nil {
 		if exit.Turns != nil {
 			res.Turns = int(*exit.Turns)
 		}
@@ -145,23 +169,7 @@ func (w *Worker) publishWorkspace(ctx context.Context, h *held, c runclass.Class
 	if h.rec.Spend != nil {
 		res.Dollars = h.rec.Spend.Dollars
 	}
-	var pub WorkspacePublished
-	var err error
-	if w.holdingLock(ctx, h, func(ctx context.Context) { pub, err = ws.Publish(ctx, res) }) {
-		return runclass.Class{Outcome: jobs.OutcomeFailed, Reason: jobs.ReasonStalled, Report: runclass.ReportNothing}
-	}
-	h.rec.BaseCommit = pub.BaseCommit
-	h.rec.PushedCommit = pub.PushedCommit
-	h.rec.PullRequestURL = pub.PullRequestURL
-	if err == nil || c.Outcome != jobs.OutcomeCompleted {
-		return c
-	}
-	we := workspaceErr(err)
-	h.log.Error("forge_publish_failed", "reason", we.Reason, "err", err)
-	if we.Outcome == jobs.OutcomePolicy {
-		return runclass.Class{Outcome: jobs.OutcomePolicy, Reason: we.Reason, Report: runclass.ReportPolicy}
-	}
-	return runclass.Class{Outcome: jobs.OutcomeFailed, Reason: we.Reason, Report: runclass.ReportFailed}
+	return res
 }
 
 // holdingLock runs op while extending the job's lock, as a running container
