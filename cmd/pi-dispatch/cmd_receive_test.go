@@ -81,7 +81,7 @@ func TestReceiveRefusesBadConfiguration(t *testing.T) {
 	}{
 		{map[string]string{"RECEIVER_PORT": "99999"}, `RECEIVER_PORT="99999": must be a port number`},
 		{map[string]string{"WEBHOOK_SECRET": "", "GITHUB_PAT": ""}, "nothing to receive"},
-		{map[string]string{"PI_TRIGGERS_FILE": ""}, "PI_TRIGGERS_FILE is not set"},
+		{map[string]string{"PI_TRIGGERS_FILE": ""}, `PI_TRIGGERS_FILE="": must be set`},
 		{map[string]string{"GITHUB_AUTH_SOURCE": "app", "GITHUB_PAT": "", "GITHUB_APP_ID": "1", "GITHUB_APP_INSTALLATION_ID": "2",
 			"GITHUB_APP_PRIVATE_KEY_PATH": "/nonexistent/k.pem"}, "GITHUB_APP_PRIVATE_KEY_PATH=\"/nonexistent/k.pem\": must name a readable file"},
 		{map[string]string{"GITHUB_AUTH_SOURCE": "app", "GITHUB_PAT": "", "GITHUB_APP_ID": "1", "GITHUB_APP_INSTALLATION_ID": "2",

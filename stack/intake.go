@@ -1,0 +1,327 @@
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pidispatch/pidispatch/config"
+	"github.com/pidispatch/pidispatch/cronsync"
+	"github.com/pidispatch/pidispatch/enqueue"
+	"github.com/pidispatch/pidispatch/forge"
+	"github.com/pidispatch/pidispatch/forge/poller"
+	"github.com/pidispatch/pidispatch/forge/receiver"
+	"github.com/pidispatch/pidispatch/forge/token"
+	"github.com/pidispatch/pidispatch/jobs"
+	"github.com/pidispatch/pidispatch/queue"
+	"github.com/pidispatch/pidispatch/valkey"
+)
+
+// PermissionCacheTTL is how long a forge's answer about one person's
+// permission is reused: a burst of events costs one lookup, and a revoked
+// permission stops counting within it.
+const PermissionCacheTTL = 60 * time.Second
+
+// selfLookupTimeout bounds asking each forge who the service's own user is.
+const selfLookupTimeout = 30 * time.Second
+
+// IntakePlan is a forge intake's configuration, read and checked with
+// nothing dialled: the triggers file's forge triggers, what is served, and
+// how each forge is read. PlanIntake makes one; Build wires it.
+type IntakePlan struct {
+	cfg      config.Config
+	forge    config.Forge
+	triggers []cronsync.ForgeTrigger
+	perms    map[jobs.Forge]forge.Permissions
+	ghTokens forge.Tokens      // GitHub's reading tokens (the poller's too), nil without GitHub
+	ghApp    *token.GitHubApp // set in GitHub App mode
+}
+
+// PlanIntake reads and checks an intake's configuration: the triggers file
+// (PI_TRIGGERS_FILE) must parse, something must be received (a webhook
+// secret or POLL_REPOS), and a GitHub App's key must load. Every refusal is a
+// *config.ConfigError or config.ConfigErrors naming the variable.
+func PlanIntake(cfg config.Config, fc config.Forge) (*IntakePlan, error) {
+	triggers, err := readForgeTriggers(cfg.TriggersFile)
+	if err != nil {
+		return nil, err
+	}
+	if !serving(fc) && len(fc.PollRepos) == 0 {
+		return nil, &config.ConfigError{Var: "WEBHOOK_SECRET", Rule: "nothing to receive: set WEBHOOK_SECRET, GITLAB_WEBHOOK_SECRET, FORGEJO_WEBHOOK_SECRET or POLL_REPOS (docs/forges.md)"}
+	}
+	p := &IntakePlan{cfg: cfg, forge: fc, triggers: triggers, perms: map[jobs.Forge]forge.Permissions{}}
+	if err := p.planReaders(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// String says what the plan serves, no secret in it.
+func (p *IntakePlan) String() string {
+	return fmt.Sprintf("%d forge triggers; %s", len(p.triggers), p.forge)
+}
+
+// readForgeTriggers reads the forge triggers of the triggers file, each
+// problem one *config.ConfigError.
+func readForgeTriggers(path string) ([]cronsync.ForgeTrigger, error) {
+	if path == "" {
+		return nil, &config.ConfigError{Var: "PI_TRIGGERS_FILE", Rule: "must be set: the forge triggers live in that file (docs/triggers.md)"}
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, &config.ConfigError{Var: "PI_TRIGGERS_FILE", Value: path, Rule: err.Error()}
+	}
+	fts, err := cronsync.ParseForgeTriggers(data)
+	if err != nil {
+		var errs config.ConfigErrors
+		for _, line := range joinedLines(err) {
+			errs = append(errs, &config.ConfigError{Var: "PI_TRIGGERS_FILE", Value: path, Rule: line})
+		}
+		return nil, errs
+	}
+	return fts, nil
+}
+
+// joinedLines lists the errors of an errors.Join, or err's one message.
+func joinedLines(err error) []string {
+	var j interface{ Unwrap() []error }
+	if !errors.As(err, &j) {
+		return strings.Split(err.Error(), "\n")
+	}
+	var out []string
+	for _, e := range j.Unwrap() {
+		out = append(out, e.Error())
+	}
+	return out
+}
+
+func serving(fc config.Forge) bool {
+	return fc.WebhookSecret != "" || fc.GitLabWebhookSecret != "" || fc.ForgejoWebhookSecret != ""
+}
+
+// planReaders sets how each configured forge is read: the permission
+// lookups (cached) and, for GitHub, the tokens. In App mode GitHub is read
+// with installation tokens restricted to the one repository asked about and
+// to reading it, minted again before they expire.
+func (p *IntakePlan) planReaders() error {
+	creds := p.forge.Credentials
+	if gh := creds.GitHub; gh != nil {
+		if gh.Source == config.GitHubAuthApp {
+			key, err := gh.PrivateKey()
+			if err != nil {
+				return err
+			}
+			p.ghApp = &token.GitHubApp{AppID: gh.AppID, InstallationID: gh.InstallationID, Key: key,
+				APIURL: gh.APIURL, Permissions: token.IntakePermissions()}
+			p.ghTokens = &token.Cache{Minter: p.ghApp}
+		} else {
+			p.ghTokens = forge.StaticToken(gh.PAT.Reveal())
+		}
+		p.perms[jobs.ForgeGitHub] = forge.GitHubPermissions{BaseURL: creds.GitHubAPIURL, Tokens: p.ghTokens}
+	}
+	if gl := creds.GitLab; gl != nil {
+		p.perms[jobs.ForgeGitLab] = forge.GitLabPermissions{BaseURL: gl.URL, Tokens: forge.StaticToken(gl.Token.Reveal())}
+	}
+	if fj := creds.Forgejo; fj != nil {
+		p.perms[jobs.ForgeForgejo] = forge.ForgejoPermissions{BaseURL: fj.URL, Tokens: forge.StaticToken(fj.Token.Reveal())}
+	}
+	for f, perm := range p.perms {
+		p.perms[f] = &forge.CachedPermissions{Inner: perm, TTL: PermissionCacheTTL}
+	}
+	return nil
+}
+
+// Intake is a running forge intake: forge events (webhook deliveries to the
+// Receiver, the GitHub Poller's reads) matched against the triggers file's
+// forge triggers, and each match enqueued for the fleet. Run serves it;
+// Close releases its Valkey client and listener.
+type Intake struct {
+	// Intake matches and enqueues; the receiver and the poller hand it their
+	// events.
+	Intake *forge.Intake
+	// Receiver serves the webhook routes; nil when no webhook secret is set.
+	Receiver *receiver.Receiver
+	// Poller polls POLL_REPOS; nil without it.
+	Poller *poller.Poller
+	Valkey *redis.Client
+
+	listener     net.Listener
+	triggersFile string
+	host         string
+	log          *slog.Logger
+	closeOnce    sync.Once
+}
+
+// BuildIntake wires the forge intake the way Build wires a worker: PlanIntake,
+// then Build. logger receives every event.
+func BuildIntake(ctx context.Context, cfg config.Config, fc config.Forge, logger *slog.Logger) (*Intake, error) {
+	p, err := PlanIntake(cfg, fc)
+	if err != nil {
+		return nil, err
+	}
+	return p.Build(ctx, logger)
+}
+
+// Build wires the plan, in order: the service's own user on each forge
+// (its own comments never start a job; a forge that cannot say refuses
+// boot), the Valkey client, the enqueue router and the intake, the receiver
+// with its listener (RECEIVER_BIND:RECEIVER_PORT), the poller. Nothing runs
+// until Run.
+func (p *IntakePlan) Build(ctx context.Context, logger *slog.Logger) (*Intake, error) {
+	host := p.cfg.WorkerName
+	self, err := p.selfIDs(ctx, logger.With("host", host))
+	if err != nil {
+		return nil, err
+	}
+	client, err := valkey.NewClient(p.cfg.ValkeyURL, valkey.Options{Password: p.cfg.ValkeyPassword})
+	if err != nil {
+		return nil, &config.ConfigError{Var: "VALKEY_URL", Value: config.RedactURL(p.cfg.ValkeyURL), Rule: err.Error()}
+	}
+	in := &Intake{Valkey: client, triggersFile: p.cfg.TriggersFile, host: host, log: logger}
+	if err := p.wire(in, self, logger); err != nil {
+		in.Close()
+		return nil, err
+	}
+	return in, nil
+}
+
+// wire builds the intake's parts onto in's Valkey client.
+func (p *IntakePlan) wire(in *Intake, self map[jobs.Forge]int64, logger *slog.Logger) error {
+	producer, err := enqueue.NewProducer(in.Valkey, enqueue.ProducerConfig{
+		WorkerName: p.cfg.WorkerName, WorkerNameDeclared: p.cfg.WorkerNameDeclared, FleetKey: p.cfg.FleetKey,
+		Queue: queue.Config{Layout: queue.Layout(p.cfg.BullMQLayout)}, Logger: logger,
+	})
+	if err != nil {
+		return err
+	}
+	in.Intake, err = forge.NewIntake(forge.IntakeConfig{
+		Enqueuer: enqueue.NewRouter(producer, enqueue.RouterConfig{}), Permissions: p.perms,
+		SelfIDs: self, Disarm: forge.FileDisarmer(p.cfg.TriggersFile), Logger: logger, Host: in.host,
+	})
+	if err != nil {
+		return err
+	}
+	in.Intake.SetTriggers(p.triggers)
+	fc := p.forge
+	if serving(fc) {
+		in.Receiver, err = receiver.New(receiver.Config{
+			Intake: in.Intake, Replay: receiver.ValkeyReplay{Client: in.Valkey},
+			GitHubSecret: fc.WebhookSecret, GitLabMode: fc.GitLabWebhookMode, GitLabSecret: fc.GitLabWebhookSecret,
+			ForgejoSecret: fc.ForgejoWebhookSecret, Logger: logger, Host: in.host,
+		})
+		if err != nil {
+			return err
+		}
+		if in.listener, err = net.Listen("tcp", fc.ReceiverAddr()); err != nil {
+			return fmt.Errorf("RECEIVER_BIND/RECEIVER_PORT %s: %w", fc.ReceiverAddr(), err)
+		}
+	}
+	if len(fc.PollRepos) > 0 {
+		in.Poller, err = poller.New(poller.Config{
+			Repos: fc.PollRepos, Interval: fc.PollInterval, BaseURL: fc.Credentials.GitHubAPIURL, Tokens: p.ghTokens,
+			Valkey: in.Valkey, Handler: in.Intake, Logger: logger, Host: in.host,
+		})
+	}
+	return err
+}
+
+// selfIDs asks each configured forge who the service's own user is (the
+// token's user; a GitHub App's bot user). Boot fails without them, or a bot
+// could answer itself forever.
+func (p *IntakePlan) selfIDs(ctx context.Context, log *slog.Logger) (map[jobs.Forge]int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, selfLookupTimeout)
+	defer cancel()
+	creds := p.forge.Credentials
+	lookups := []struct {
+		forge jobs.Forge
+		on    bool
+		get   func() (int64, error)
+	}{
+		{jobs.ForgeGitHub, creds.GitHub != nil, func() (int64, error) {
+			if p.ghApp == nil {
+				return forge.GitHubSelfID(ctx, creds.GitHubAPIURL, creds.GitHub.PAT.Reveal(), nil)
+			}
+			jwt, err := p.ghApp.JWT() // the App writes as its bot user
+			if err != nil {
+				return 0, err
+			}
+			return forge.GitHubAppSelfID(ctx, creds.GitHubAPIURL, jwt, nil)
+		}},
+		{jobs.ForgeGitLab, creds.GitLab != nil, func() (int64, error) {
+			return forge.GitLabSelfID(ctx, creds.GitLab.URL, creds.GitLab.Token.Reveal(), nil)
+		}},
+		{jobs.ForgeForgejo, creds.Forgejo != nil, func() (int64, error) {
+			return forge.ForgejoSelfID(ctx, creds.Forgejo.URL, creds.Forgejo.Token.Reveal(), nil)
+		}},
+	}
+	self := map[jobs.Forge]int64{}
+	for _, l := range lookups {
+		if !l.on {
+			continue
+		}
+		id, err := l.get()
+		if err != nil {
+			return nil, fmt.Errorf("%s: the token's own user: %w", l.forge, err)
+		}
+		self[l.forge] = id
+		log.Info("self_identity", "forge", l.forge, "id", id)
+	}
+	return self, nil
+}
+
+// Addr is the receiver's listening address, nil when no webhook is served.
+func (in *Intake) Addr() net.Addr {
+	if in.listener == nil {
+		return nil
+	}
+	return in.listener.Addr()
+}
+
+// Run serves the intake until ctx ends or a part fails: the triggers file's
+// watch (a valid edit replaces the forge triggers), the receiver and the
+// poller. It returns the first part's failure, after every part stopped.
+func (in *Intake) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	failed := make(chan error, 3)
+	start := func(f func(context.Context) error) {
+		wg.Go(func() {
+			if err := f(ctx); err != nil {
+				failed <- err
+				cancel()
+			}
+		})
+	}
+	start(func(ctx context.Context) error {
+		return cronsync.WatchForge(ctx, in.triggersFile, cronsync.ForgeWatchConfig{Logger: in.log, Host: in.host}, in.Intake.SetTriggers)
+	})
+	if in.Receiver != nil {
+		start(func(ctx context.Context) error { return in.Receiver.Serve(ctx, in.listener) })
+	}
+	if in.Poller != nil {
+		start(in.Poller.Run)
+	}
+	wg.Wait()
+	close(failed)
+	return <-failed
+}
+
+// Close releases the Valkey client, and the listener when Run never served
+// it. Calls after the first do nothing.
+func (in *Intake) Close() {
+	in.closeOnce.Do(func() {
+		if in.listener != nil {
+			_ = in.listener.Close()
+		}
+		_ = in.Valkey.Close()
+	})
+}
