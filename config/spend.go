@@ -10,7 +10,6 @@ import (
 	"unicode"
 
 	"github.com/pidispatch/pidispatch/dispatch"
-	"github.com/pidispatch/pidispatch/dispatch/policy"
 	"github.com/pidispatch/pidispatch/internal/check"
 	"github.com/pidispatch/pidispatch/jobs"
 )
@@ -19,7 +18,7 @@ import (
 // micro-dollars (jobs.ParseUSD), so sums are exact.
 const (
 	// MaxUSD is the largest dollar amount a cap may hold.
-	MaxUSD = policy.MaxUSD
+	MaxUSD = jobs.MaxUSD
 	// MaxJobTokens bounds PI_MAX_TOKENS.
 	MaxJobTokens = 1_000_000_000
 	// DefaultRateLimitWait is how long a running job's model call waits for a

@@ -10,6 +10,7 @@ import (
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/check"
 	"github.com/pidispatch/pidispatch/internal/hostfolder"
+	"github.com/pidispatch/pidispatch/jobs"
 )
 
 // Bounds the budgets share with the configuration.
@@ -20,7 +21,7 @@ const (
 	// MaxCap bounds a count cap; MaxUSD is the largest dollar amount a cap
 	// may hold.
 	MaxCap = policy.MaxCap
-	MaxUSD = policy.MaxUSD
+	MaxUSD = jobs.MaxUSD
 )
 
 // ProviderKeyVars names the variable holding each provider's API key: the

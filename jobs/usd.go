@@ -10,6 +10,10 @@ import (
 // and caps are exact.
 const Micros = 1_000_000
 
+// MaxUSD is the largest dollar amount a cap, a price or a job's reported cost
+// may hold: every dollar figure a host reads is bounded by it.
+const MaxUSD = 1_000_000
+
 // ErrBadUSD is a dollar amount ParseUSD cannot read.
 var ErrBadUSD = errors.New(`not a dollar amount: plain digits with up to 6 decimals ("2.50")`)
 

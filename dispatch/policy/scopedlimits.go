@@ -14,8 +14,6 @@ import (
 const (
 	// MaxCap bounds a count cap: PI_DAILY_CAP and a row's day, week, month.
 	MaxCap = 1_000_000
-	// MaxUSD is the largest dollar amount a cap may hold.
-	MaxUSD = 1_000_000
 
 	ScopedLimitsVersion = 1    // the version this build reads
 	MaxScopedLimits     = 1024 // rows
@@ -211,7 +209,7 @@ func parseScopeRow(raw json.RawMessage, i int, first map[string]int) (ScopeLimit
 		}
 		m, ok := parseRowUSD(f.raw)
 		if !ok {
-			return ScopeLimit{}, check.Field(at+"."+f.name, `must be a dollar amount above 0 and at most %d, with up to 6 decimals ("2.50")`, MaxUSD)
+			return ScopeLimit{}, check.Field(at+"."+f.name, `must be a dollar amount above 0 and at most %d, with up to 6 decimals ("2.50")`, jobs.MaxUSD)
 		}
 		*f.dst = m
 	}
@@ -219,7 +217,7 @@ func parseScopeRow(raw json.RawMessage, i int, first map[string]int) (ScopeLimit
 }
 
 // parseRowUSD reads a row's dollar amount, written as a string ("2.50") or a
-// plain number (2.5), into micro-dollars: above 0, at most MaxUSD.
+// plain number (2.5), into micro-dollars: above 0, at most jobs.MaxUSD.
 func parseRowUSD(raw json.RawMessage) (int64, bool) {
 	text := string(raw)
 	var s string
@@ -227,7 +225,7 @@ func parseRowUSD(raw json.RawMessage) (int64, bool) {
 		text = s
 	}
 	m, err := jobs.ParseUSD(text)
-	if err != nil || m <= 0 || m > MaxUSD*jobs.Micros {
+	if err != nil || m <= 0 || m > jobs.MaxUSD*jobs.Micros {
 		return 0, false
 	}
 	return m, true

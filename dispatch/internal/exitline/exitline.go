@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/pidispatch/pidispatch/dispatch/policy"
 	"github.com/pidispatch/pidispatch/internal/jobrule"
 	"github.com/pidispatch/pidispatch/jobs"
 )
@@ -120,7 +119,7 @@ func Clean(raw json.RawMessage, secrets map[string]string, unknownSecrets bool) 
 		}
 	}
 	var cost float64
-	if json.Unmarshal(fields["cost"], &cost) == nil && !math.IsNaN(cost) && cost >= 0 && cost <= policy.MaxUSD {
+	if json.Unmarshal(fields["cost"], &cost) == nil && !math.IsNaN(cost) && cost >= 0 && cost <= jobs.MaxUSD {
 		out.Cost = &cost
 	}
 	b, err := json.Marshal(out)
