@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pidispatch/pidispatch/internal/atomicfile"
 	"github.com/pidispatch/pidispatch/internal/check"
 	"github.com/pidispatch/pidispatch/jobs"
 )
@@ -502,32 +503,13 @@ func Disarm(path string, index int, name string, at time.Time, jobID string) err
 	return writeAtomic(real, pretty.Bytes())
 }
 
+// writeAtomic replaces the triggers file, keeping its mode.
 func writeAtomic(path string, data []byte) error {
 	mode := os.FileMode(0o644)
 	if fi, err := os.Stat(path); err == nil {
 		mode = fi.Mode().Perm()
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".triggers-*.json")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // a no-op after the rename
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return atomicfile.Write(path, data, mode, ".triggers-*.json")
 }
 
 // ForgeWatchConfig tunes WatchForge. The zero value is valid.

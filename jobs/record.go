@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/internal/atomicfile"
 	"github.com/pidispatch/pidispatch/internal/check"
 )
 
@@ -532,36 +533,8 @@ func WriteRecord(dir string, r Record) (path string, err error) {
 	}
 	name := RecordName(r.Queue, r.JobID, r.Attempt)
 	final := filepath.Join(dir, name)
-	tmp, err := os.CreateTemp(dir, "."+name+tmpInfix+"*")
-	if err != nil {
+	if err := atomicfile.Write(final, data, 0o640, "."+name+tmpInfix+"*"); err != nil {
 		return "", fmt.Errorf("run record: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err = tmp.Write(data); err != nil {
-		return "", fmt.Errorf("run record: %w", err)
-	}
-	if err = tmp.Chmod(0o640); err != nil {
-		return "", fmt.Errorf("run record: %w", err)
-	}
-	if err = tmp.Sync(); err != nil {
-		return "", fmt.Errorf("run record: %w", err)
-	}
-	if err = tmp.Close(); err != nil {
-		return "", fmt.Errorf("run record: %w", err)
-	}
-	if err = os.Rename(tmp.Name(), final); err != nil {
-		return "", fmt.Errorf("run record: %w", err)
-	}
-	if d, derr := os.Open(dir); derr == nil {
-		// The rename is durable once the directory is; a failure here loses nothing
-		// already visible, so it is not an error of the write.
-		_ = d.Sync()
-		d.Close()
 	}
 	return final, nil
 }

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pidispatch/pidispatch/internal/atomicfile"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 
@@ -125,33 +126,11 @@ func Prune(dir string, olderThan time.Time) (int, error) {
 	return removed, errors.Join(errs...)
 }
 
-// writeAtomic writes data to dir/name through a temp file and a rename, so
-// a reader never sees half a transcript.
-func writeAtomic(dir, name string, data []byte) (err error) {
+// writeAtomic writes data to dir/name in one step, so a reader never sees
+// half a transcript.
+func writeAtomic(dir, name string, data []byte) error {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, ".transcript-*.tmp")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			_ = tmp.Close()
-			_ = os.Remove(tmp.Name())
-		}
-	}()
-	if _, err = tmp.Write(data); err != nil {
-		return err
-	}
-	if err = tmp.Chmod(0o640); err != nil {
-		return err
-	}
-	if err = tmp.Sync(); err != nil {
-		return err
-	}
-	if err = tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), filepath.Join(dir, name))
+	return atomicfile.Write(filepath.Join(dir, name), data, 0o640, ".transcript-*.tmp")
 }
