@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pidispatch/pidispatch/internal/testkit/logtest"
+
 	"github.com/pidispatch/pidispatch/forge/forgetest"
 	fixtures "github.com/pidispatch/pidispatch/internal/testkit/forgefixtures"
 	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
@@ -56,7 +58,7 @@ func TestReceiveAppMode(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stdout, stderr lockedBuf
+	var stdout, stderr logtest.Buffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"receive"}, func(k string) string { return vars[k] }, &stdout, &stderr)

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pidispatch/pidispatch/internal/testkit/logtest"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -43,24 +45,6 @@ const triggersFile = `{"triggers": [
  {"on": {"type": "comment", "repos": ["gitlab-org/gitlab-test"], "phrase": "Hello"}, "run": {"kind": "gitlab", "command": "reply"}},
  {"on": {"type": "label", "repos": ["acme/widgets"], "any": ["pi:fix"]}, "run": {"kind": "forgejo", "flow": "fix"}}
 ]}`
-
-// syncBuf is a log sink safe for the server's goroutines.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 type fakeRouter struct {
 	mu  sync.Mutex
@@ -134,14 +118,14 @@ func githubAPI(t *testing.T, perms map[string]string) *httptest.Server {
 
 type harness struct {
 	router *fakeRouter
-	logs   *syncBuf
+	logs   *logtest.Buffer
 	srv    *httptest.Server
 	now    time.Time
 }
 
 func newHarness(t *testing.T, perms map[string]string, replay receiver.ReplayStore) *harness {
 	t.Helper()
-	h := &harness{router: &fakeRouter{}, logs: &syncBuf{}, now: time.Date(2026, 12, 7, 4, 0, 0, 0, time.UTC)}
+	h := &harness{router: &fakeRouter{}, logs: &logtest.Buffer{}, now: time.Date(2026, 12, 7, 4, 0, 0, 0, time.UTC)}
 	log := slog.New(slog.NewJSONHandler(h.logs, nil))
 	api := githubAPI(t, perms)
 	fts, err := cronsync.ParseForgeTriggers([]byte(triggersFile))
@@ -251,7 +235,7 @@ func TestGitLabTokenMode(t *testing.T) {
 	require.NoError(t, err)
 	srv := httptest.NewServer(r.Handler())
 	defer srv.Close()
-	h := &harness{router: router, srv: srv, logs: &syncBuf{}}
+	h := &harness{router: router, srv: srv, logs: &logtest.Buffer{}}
 	body := fixtures.File(t, "gitlab", "note_issue.json")
 	status, _ := h.post(t, "/gitlab", body, map[string]string{"X-Gitlab-Event": "Note Hook", "Idempotency-Key": "k-1", "X-Gitlab-Token": "wrong"})
 	assert.Equal(t, http.StatusUnauthorized, status)
