@@ -41,7 +41,7 @@ type IntakePlan struct {
 	forge    config.Forge
 	triggers []cronsync.ForgeTrigger
 	perms    map[jobs.Forge]forge.Permissions
-	ghTokens forge.Tokens      // GitHub's reading tokens (the poller's too), nil without GitHub
+	ghTokens forge.Tokens     // GitHub's reading tokens (the poller's too), nil without GitHub
 	ghApp    *token.GitHubApp // set in GitHub App mode
 }
 
