@@ -118,98 +118,26 @@ type Config struct {
 	ValkeyURL string
 	// ValkeyPassword is used when ValkeyURL carries no password. VALKEY_PASSWORD.
 	ValkeyPassword string
-	// WorkerName is this host's name on every log line, record and registry row.
-	// PI_WORKER_NAME; defaults to fleet.DefaultName().
-	WorkerName string
-	// WorkerNameDeclared is true when PI_WORKER_NAME was set (non-empty): it turns
-	// on the host queue, fleet leases, the run mirror and routing.
-	WorkerNameDeclared bool
+	// Settings are the Worker's own settings, each from its variable
+	// (dispatch.Settings names them): PI_WORKER_NAME, PI_CONCURRENCY, the
+	// job container's bounds, the folders, the profiles, the holds.
+	dispatch.Settings
 	// BullMQLayout is the BullMQ major (6 or 5) whose key layout this host
 	// records on a queue nobody has declared yet; a queue whose meta names a
 	// BullMQ version keeps following that one (docs/queue.md). Set 5 while
 	// the fleet's Node clients run BullMQ 5. PI_BULLMQ_LAYOUT, defaults to 6.
 	BullMQLayout int
-	// Concurrency is how many jobs run at once on this machine across its queues.
-	// PI_CONCURRENCY, 1..256, defaults to 3.
-	Concurrency int
 	// DailyCap bounds container starts per UTC day, fleet-wide.
 	// PI_DAILY_CAP, 1..1000000, defaults to 25.
 	DailyCap int
 	// WeeklyCap bounds container starts per ISO week; 0 disables the window.
 	// PI_WEEKLY_CAP, 1..1000000, unset by default.
 	WeeklyCap int
-	// JobImage is the default job image, never pulled. PI_JOB_IMAGE, defaults to
-	// pi-job:latest.
-	JobImage string
-	// JobMemory is each job container's memory limit in bytes. PI_JOB_MEMORY
-	// ("4g", "512m", "1024k", "1t" or plain bytes), 6 MiB..1 TiB, defaults to 4g.
-	JobMemory int64
-	// JobCPUs is each job container's CPU limit. PI_JOB_CPUS (a decimal such as
-	// "2" or "0.5"), 0.01..1024, defaults to 2.
-	JobCPUs float64
-	// JobTimeout stops a job running longer (5 s grace, then kill). PI_JOB_TIMEOUT,
-	// Go duration syntax ("30m", "1h30m"; a bare number is refused), 1s..24h,
-	// defaults to 30m.
-	JobTimeout time.Duration
-	// ShutdownGrace is how long running jobs may finish once the worker is
-	// asked to stop; then their containers are stopped, recorded
-	// worker-shutdown and retried without using an attempt.
-	// PI_SHUTDOWN_GRACE, Go duration 1s..1h, defaults to 25s. A service
-	// manager's stop timeout must be longer (pi-dispatch service adds 35 s).
-	ShutdownGrace time.Duration
-	// ContainerUser is who a job's process runs as. PI_CONTAINER_USER:
-	// "owner" (the default, also when empty) runs a folder job as the uid:gid
-	// that owns its folder on this host, and a forge job as the image's USER;
-	// "image" runs every job as the image's USER; "root" (0:0) or "UID:GID"
-	// runs every job as that user. See docs/container-contract.md.
-	ContainerUser string
-	// ContainerUserExplicit is true when PI_CONTAINER_USER was set. Only then
-	// may a folder owned by root run (as the user it names): under the owner
-	// rule such a folder would run its job as root.
-	ContainerUserExplicit bool
-	// FolderRoots are the folders a folder job may work in: its folder, all
-	// symlinks resolved, must be a directory inside one of them. Empty
-	// refuses every folder job (folder-not-allowed). PI_FOLDER_ROOTS,
-	// colon-separated absolute paths.
-	FolderRoots []string
-	// JobImages are the images job data may name besides JobImage; any other
-	// is refused image-not-allowed. PI_JOB_IMAGES, comma-separated.
-	JobImages []string
-	// SecretNetworkProfiles names the secrets profiles whose jobs may join
-	// JobNetwork; a job of any other profile runs with no network, whatever
-	// its data asks. PI_SECRET_NETWORK_PROFILES, comma-separated names
-	// declared in PI_SECRET_PROFILES.
-	SecretNetworkProfiles []string
-	// JobNetwork is the network a job that asks for one ("network": true) joins;
-	// every other job runs with no network (Docker's "none"). PI_JOB_NETWORK, a
-	// Docker network name, defaults to bridge; "host" and "container:..." are refused.
-	JobNetwork string
-	// ModelUpstream, when set, gives every job a model endpoint with no network:
-	// a Unix socket mounted at /run/pidispatch/model.sock whose connections the
-	// worker forwards to this URL (a model provider or a gateway). PI_MODEL_UPSTREAM,
-	// an http:// or https:// URL without credentials; unset by default.
-	ModelUpstream string
-	// LogsDir holds the run records. PI_LOGS_DIR, an absolute clean path, defaults to
-	// a per-user folder that survives a reboot: $XDG_STATE_HOME/pidispatch/runs,
-	// else $HOME/.local/state/pidispatch/runs (each only when absolute); with
-	// neither, $TMPDIR/pi-dispatch/logs ($TMPDIR when absolute, else /tmp).
-	LogsDir string
-	// LogRetentionDays is the age at which records are pruned.
-	// PI_LOG_RETENTION_DAYS, 1..3650, defaults to 30.
-	LogRetentionDays int
 	// FleetKeyFile is the fleet's signing key (fleet.Key), never
 	// stored in Valkey: with it, this host signs its registry row and the
 	// jobs it enqueues, ignores unsigned rows when routing and refuses
 	// unsigned jobs (job-unsigned). PI_FLEET_KEY_FILE; unset: no signing.
 	FleetKeyFile string
-	// FleetKey is the key FleetKeyFile holds, read by Load; an
-	// embedding program may set it directly instead.
-	FleetKey fleet.Key
-	// UnsignedQueues are the queues whose unsigned jobs this host still
-	// runs when it holds a key: the explicit allowance for a producer that
-	// cannot sign (a Node BullMQ client). PI_UNSIGNED_QUEUES, comma-separated;
-	// none by default.
-	UnsignedQueues []string
 	// JobOutputMax bounds the job output a host keeps on disk (its tail is
 	// kept). PI_JOB_OUTPUT_MAX, 64k..1g, defaults to 16m.
 	JobOutputMax int64
@@ -220,32 +148,6 @@ type Config struct {
 	ScopedLimitsFile string
 	// PauseWindowsFile holds pause windows; empty means none. PI_PAUSE_WINDOWS_FILE.
 	PauseWindowsFile string
-	// SecretProfiles maps a profile name to the absolute path of its resolver.
-	// PI_SECRET_PROFILES ("name:/abs/resolver,...").
-	SecretProfiles map[string]string
-	// SecretResolveTimeout bounds one resolver run.
-	// PI_SECRET_RESOLVE_TIMEOUT_MS, 1..600000, defaults to 10 s.
-	SecretResolveTimeout time.Duration
-	// WaitProfiles maps a wait profile name to the absolute path of its check.
-	// PI_WAIT_PROFILES ("name:/abs/check,...").
-	WaitProfiles map[string]string
-	// WaitCheckTimeout bounds one check run. PI_WAIT_CHECK_TIMEOUT_MS, 1..600000,
-	// defaults to 10 s.
-	WaitCheckTimeout time.Duration
-	// WaitCheckSlots is how many checks run at once (fleet-wide when the name is
-	// declared). PI_WAIT_CHECK_SLOTS, 1..64, defaults to 1.
-	WaitCheckSlots int
-	// WaitInterval is the re-check interval of a held job. PI_WAIT_INTERVAL_MS,
-	// 30000..86400000, defaults to 60 s. Below the floor is refused, not clamped.
-	WaitInterval time.Duration
-	// WaitMax is how long a job may be held before it is refused wait-timeout.
-	// PI_WAIT_MAX_MS, at least PI_WAIT_INTERVAL_MS and at most 30 days, defaults to 24 h.
-	// It counts from the hold's start, or from its latest `after` instant when later.
-	WaitMax time.Duration
-	// WaitAfterMax caps an `after` condition: a job whose `after` ends more than this
-	// past the hold's start is refused wait-timeout at once (it could only end past
-	// the cap). PI_WAIT_AFTER_MAX_MS, 1000..2592000000, defaults to 30 days.
-	WaitAfterMax time.Duration
 	// Spend holds the dollar and token caps and the monthly window.
 	Spend Spend
 	// Gateway holds the model gateway's settings and the metrics address.
@@ -292,27 +194,29 @@ func Default() Config {
 
 func defaultConfig(logsDir string) Config {
 	return Config{
-		ValkeyURL:            DefaultValkeyURL,
-		WorkerName:           fleet.DefaultName(),
-		BullMQLayout:         DefaultBullMQLayout,
-		Concurrency:          DefaultConcurrency,
-		DailyCap:             DefaultDailyCap,
-		JobImage:             DefaultJobImage,
-		JobMemory:            DefaultJobMemory,
-		JobCPUs:              DefaultJobCPUs,
-		JobTimeout:           DefaultJobTimeout,
-		ShutdownGrace:        DefaultShutdownGrace,
-		JobNetwork:           DefaultJobNetwork,
-		LogsDir:              logsDir,
-		LogRetentionDays:     DefaultLogRetentionDays,
-		SecretResolveTimeout: DefaultSecretResolveTimeout,
-		WaitCheckTimeout:     DefaultWaitCheckTimeout,
-		WaitCheckSlots:       DefaultWaitCheckSlots,
-		WaitInterval:         DefaultWaitInterval,
-		WaitMax:              DefaultWaitMax,
-		WaitAfterMax:         DefaultWaitAfterMax,
-		Gateway:              defaultGateway(),
-		JobOutputMax:         DefaultJobOutputMax,
+		ValkeyURL:    DefaultValkeyURL,
+		BullMQLayout: DefaultBullMQLayout,
+		DailyCap:     DefaultDailyCap,
+		Settings: dispatch.Settings{
+			WorkerName:           fleet.DefaultName(),
+			Concurrency:          DefaultConcurrency,
+			JobImage:             DefaultJobImage,
+			JobMemory:            DefaultJobMemory,
+			JobCPUs:              DefaultJobCPUs,
+			JobTimeout:           DefaultJobTimeout,
+			ShutdownGrace:        DefaultShutdownGrace,
+			JobNetwork:           DefaultJobNetwork,
+			LogsDir:              logsDir,
+			LogRetentionDays:     DefaultLogRetentionDays,
+			SecretResolveTimeout: DefaultSecretResolveTimeout,
+			WaitCheckTimeout:     DefaultWaitCheckTimeout,
+			WaitCheckSlots:       DefaultWaitCheckSlots,
+			WaitInterval:         DefaultWaitInterval,
+			WaitMax:              DefaultWaitMax,
+			WaitAfterMax:         DefaultWaitAfterMax,
+		},
+		Gateway:      defaultGateway(),
+		JobOutputMax: DefaultJobOutputMax,
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pidispatch/pidispatch/config"
+	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/fleet"
 )
 
@@ -98,27 +99,29 @@ func TestLoad_Defaults(t *testing.T) {
 	c, err := config.Load(envOf(nil))
 	require.NoError(t, err)
 	want := config.Config{
-		ValkeyURL:            "redis://127.0.0.1:6379",
-		WorkerName:           fleet.DefaultName(),
-		BullMQLayout:         6,
-		Concurrency:          3,
-		DailyCap:             25,
-		JobImage:             "pi-job:latest",
-		JobMemory:            4 << 30,
-		JobCPUs:              2,
-		JobTimeout:           30 * time.Minute,
-		ShutdownGrace:        25 * time.Second,
-		JobNetwork:           "bridge",
-		LogsDir:              "/tmp/pi-dispatch/logs",
-		LogRetentionDays:     30,
-		SecretResolveTimeout: 10 * time.Second,
-		WaitCheckTimeout:     10 * time.Second,
-		WaitCheckSlots:       1,
-		WaitInterval:         60 * time.Second,
-		WaitMax:              24 * time.Hour,
-		WaitAfterMax:         30 * 24 * time.Hour,
-		Gateway: config.Gateway{DefaultProvider: "anthropic", DefaultModel: "claude-sonnet-4-5", RateLimitWait: time.Minute,
-			MaxCalls: 4, MaxBodyBytes: 32 << 20, MaxConns: 32},
+		ValkeyURL:    "redis://127.0.0.1:6379",
+		BullMQLayout: 6,
+		DailyCap:     25,
+		Settings: dispatch.Settings{
+			WorkerName:           fleet.DefaultName(),
+			Concurrency:          3,
+			JobImage:             "pi-job:latest",
+			JobMemory:            4 << 30,
+			JobCPUs:              2,
+			JobTimeout:           30 * time.Minute,
+			ShutdownGrace:        25 * time.Second,
+			JobNetwork:           "bridge",
+			LogsDir:              "/tmp/pi-dispatch/logs",
+			LogRetentionDays:     30,
+			SecretResolveTimeout: 10 * time.Second,
+			WaitCheckTimeout:     10 * time.Second,
+			WaitCheckSlots:       1,
+			WaitInterval:         60 * time.Second,
+			WaitMax:              24 * time.Hour,
+			WaitAfterMax:         30 * 24 * time.Hour,
+		},
+		Gateway: config.Gateway{Gateway: dispatch.Gateway{DefaultProvider: "anthropic", MaxConns: 32},
+			DefaultModel: "claude-sonnet-4-5", RateLimitWait: time.Minute, MaxCalls: 4, MaxBodyBytes: 32 << 20},
 		JobOutputMax: 16 << 20,
 	}
 	require.Equal(t, want, c)

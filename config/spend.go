@@ -82,7 +82,9 @@ func init() {
 	EnvVars = append(EnvVars[:i:i], append(append([]string(nil), spendEnvVars...), EnvVars[i:]...)...)
 }
 
-// Spend holds the money settings of Config.
+// Spend holds the money settings of Config: the Worker's own
+// (dispatch.Spend: the per-job caps and the dollar windows) and the count
+// windows' extras.
 type Spend struct {
 	// MonthlyCap bounds container starts per UTC month; 0 disables the window.
 	// PI_MONTHLY_CAP, 1..1000000, unset by default.
@@ -90,44 +92,24 @@ type Spend struct {
 	// SoftHoldPct, when not 0, refuses new starts (soft-hold) once a count
 	// window is past this share of its cap. PI_SOFT_HOLD_PCT, 1..99.
 	SoftHoldPct int
-	// MaxCostMicros is each job's dollar cap in micro-dollars: the gateway
-	// refuses a model call that would cross it (cost-cap). A job's own
-	// maxCostUsd may only lower it. PI_MAX_COST_USD, a decimal of dollars
-	// with up to 6 decimals, above 0 and at most 1000000; unset by default.
-	MaxCostMicros int64
-	// MaxTokens is each job's token cap (cost-cap's sibling, token-cap).
-	// PI_MAX_TOKENS, 1..1000000000, unset by default.
-	MaxTokens int64
-	// DailyCostMicros, WeeklyCostMicros and MonthlyCostMicros are the
-	// fleet-wide dollar windows (UTC day, ISO week, month): a job reserves
-	// MaxCostMicros in each at start and settles to its real spend at the end.
-	// PI_DAILY_COST_USD, PI_WEEKLY_COST_USD, PI_MONTHLY_COST_USD; each needs
-	// PI_MAX_COST_USD.
-	DailyCostMicros, WeeklyCostMicros, MonthlyCostMicros int64
+	// Spend holds PI_MAX_COST_USD, PI_MAX_TOKENS and the dollar windows.
+	dispatch.Spend
 }
 
-// DollarWindows reports whether any fleet-wide dollar window is set.
-func (s Spend) DollarWindows() bool {
-	return s.DailyCostMicros > 0 || s.WeeklyCostMicros > 0 || s.MonthlyCostMicros > 0
-}
-
-// Gateway holds the model gateway's settings of Config.
+// Gateway holds the model gateway's settings of Config: the Worker's own
+// (dispatch.Gateway) and the gateway's.
 type Gateway struct {
-	// Off turns the gateway off: jobs get no model socket. PI_GATEWAY, "on"
-	// (the default) or "off".
-	Off bool
+	// Gateway holds PI_GATEWAY, the provider keys, PI_DEFAULT_PROVIDER and
+	// PI_GATEWAY_MAX_CONNS.
+	dispatch.Gateway
 	// ProviderURLs overrides a provider's base URL (a self-hosted or test
 	// endpoint). PI_PROVIDER_URLS ("anthropic=https://...,openai=http://...").
 	// PI_MODEL_UPSTREAM, when set, is the base URL of every provider not
 	// named here.
 	ProviderURLs map[string]string
-	// ProviderKeys are the keys the worker holds, by provider
-	// (ProviderKeyVars). Never logged.
-	ProviderKeys map[string]string
-	// DefaultProvider and DefaultModel are what a job that names neither
-	// runs: the rate-limit gate and doctor's checks use them.
-	// PI_DEFAULT_PROVIDER (anthropic) and PI_DEFAULT_MODEL (claude-sonnet-4-5).
-	DefaultProvider, DefaultModel string
+	// DefaultModel is what a job that names no model runs: doctor's checks
+	// use it. PI_DEFAULT_MODEL (claude-sonnet-4-5).
+	DefaultModel string
 	// PricingFile adds to and overrides the built-in pricing table.
 	// PI_PRICING_FILE, an absolute path; unset by default.
 	PricingFile string
@@ -143,9 +125,6 @@ type Gateway struct {
 	// 4096..33554432 (32 MiB, the default). MaxCalls × MaxBodyBytes is at
 	// most MaxGatewayHeldBytes: what one job can make the worker hold.
 	MaxBodyBytes int64
-	// MaxConns bounds the connections a job holds open on its model socket.
-	// PI_GATEWAY_MAX_CONNS, 1..MaxGatewayConns, defaults to 32.
-	MaxConns int
 	// AllowedModels, when set, are the provider/model patterns a job may
 	// call ("*" matches any run of characters); the gateway refuses any
 	// other model before forwarding. PI_ALLOWED_MODELS, comma-separated, at
@@ -157,8 +136,8 @@ type Gateway struct {
 }
 
 func defaultGateway() Gateway {
-	return Gateway{DefaultProvider: "anthropic", DefaultModel: "claude-sonnet-4-5", RateLimitWait: DefaultRateLimitWait,
-		MaxCalls: DefaultGatewayCalls, MaxBodyBytes: MaxGatewayBody, MaxConns: DefaultGatewayConns}
+	return Gateway{Gateway: dispatch.Gateway{DefaultProvider: "anthropic", MaxConns: DefaultGatewayConns},
+		DefaultModel: "claude-sonnet-4-5", RateLimitWait: DefaultRateLimitWait, MaxCalls: DefaultGatewayCalls, MaxBodyBytes: MaxGatewayBody}
 }
 
 func (r *envReader) readSpend(c *Config) {

@@ -18,49 +18,7 @@ func (c Config) Worker() (dispatch.Config, error) {
 	if err := c.Validate(); err != nil {
 		return dispatch.Config{}, err
 	}
-	w := dispatch.Config{
-		WorkerName:            c.WorkerName,
-		WorkerNameDeclared:    c.WorkerNameDeclared,
-		Concurrency:           c.Concurrency,
-		JobImage:              c.JobImage,
-		JobImages:             c.JobImages,
-		JobMemory:             c.JobMemory,
-		JobCPUs:               c.JobCPUs,
-		JobTimeout:            c.JobTimeout,
-		ShutdownGrace:         c.ShutdownGrace,
-		ContainerUser:         c.ContainerUser,
-		ContainerUserExplicit: c.ContainerUserExplicit,
-		FolderRoots:           c.FolderRoots,
-		SecretNetworkProfiles: c.SecretNetworkProfiles,
-		JobNetwork:            c.JobNetwork,
-		ModelUpstream:         c.ModelUpstream,
-		LogsDir:               c.LogsDir,
-		LogRetentionDays:      c.LogRetentionDays,
-		FleetKey:              c.FleetKey,
-		UnsignedQueues:        c.UnsignedQueues,
-		Cron:                  c.TriggersFile != "",
-		SecretProfiles:        c.SecretProfiles,
-		SecretResolveTimeout:  c.SecretResolveTimeout,
-		WaitProfiles:          c.WaitProfiles,
-		WaitCheckTimeout:      c.WaitCheckTimeout,
-		WaitCheckSlots:        c.WaitCheckSlots,
-		WaitInterval:          c.WaitInterval,
-		WaitMax:               c.WaitMax,
-		WaitAfterMax:          c.WaitAfterMax,
-		Spend: dispatch.Spend{
-			MaxCostMicros:     c.Spend.MaxCostMicros,
-			MaxTokens:         c.Spend.MaxTokens,
-			DailyCostMicros:   c.Spend.DailyCostMicros,
-			WeeklyCostMicros:  c.Spend.WeeklyCostMicros,
-			MonthlyCostMicros: c.Spend.MonthlyCostMicros,
-		},
-		Gateway: dispatch.Gateway{
-			Off:             c.Gateway.Off,
-			ProviderKeys:    c.Gateway.ProviderKeys,
-			DefaultProvider: c.Gateway.DefaultProvider,
-			MaxConns:        c.Gateway.MaxConns,
-		},
-	}
+	w := dispatch.Config{Settings: c.Settings, Cron: c.TriggersFile != "", Spend: c.Spend.Spend, Gateway: c.Gateway.Gateway}
 	if c.ScopedLimitsFile != "" {
 		l, err := LoadScopedLimits(c.ScopedLimitsFile)
 		if err != nil {

@@ -44,7 +44,7 @@ func TestUpstreamProxyForwards(t *testing.T) {
 }
 
 func TestJobNetworkIsNoneUnlessGranted(t *testing.T) {
-	w := &Worker{cfg: Config{JobNetwork: "pi-egress", SecretNetworkProfiles: []string{"open"}}, log: slog.New(slog.DiscardHandler)}
+	w := &Worker{cfg: Config{Settings: Settings{JobNetwork: "pi-egress", SecretNetworkProfiles: []string{"open"}}}, log: slog.New(slog.DiscardHandler)}
 	net := func(j jobs.Job) string { return w.jobNetwork(&held{spec: j, log: w.log}) }
 	if got := net(jobs.Job{}); got != "none" {
 		t.Fatalf("ungranted job joins %q", got)

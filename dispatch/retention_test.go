@@ -41,7 +41,7 @@ func TestRetentionPrunesRecordsAndTranscriptsTogether(t *testing.T) {
 	var logs logtest.Buffer
 	tr := &fakePruner{n: 3}
 	w := &Worker{
-		cfg:  Config{LogsDir: dir, LogRetentionDays: 30},
+		cfg:  Config{Settings: Settings{LogsDir: dir, LogRetentionDays: 30}},
 		tune: Tuning{Now: func() time.Time { return now }},
 		log:  logs.Logger(),
 		deps: Deps{Transcripts: tr},

@@ -43,7 +43,7 @@ func TestContainerUser(t *testing.T) {
 		{"1000:1001", local, "1000:1001"},
 		{"1000:1001", forge, "1000:1001"},
 	} {
-		w := &Worker{cfg: Config{ContainerUser: tc.setting}}
+		w := &Worker{cfg: Config{Settings: Settings{ContainerUser: tc.setting}}}
 		got, err := w.containerUser(tc.job.Folder)
 		if err != nil || got != tc.want {
 			t.Errorf("%q, %s job: %q %v, want %q", tc.setting, tc.job.Kind, got, err, tc.want)

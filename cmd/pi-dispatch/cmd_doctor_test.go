@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/config"
+	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/internal/image/jobimage"
 	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
 	"github.com/pidispatch/pidispatch/operator"
@@ -155,11 +156,11 @@ func TestDoctorFolderRootsCheck(t *testing.T) {
 	if c.Status != operator.CheckWarn || !strings.Contains(c.Detail, "PI_FOLDER_ROOTS is not set") || !strings.Contains(c.Fix, "pi-dispatch init") {
 		t.Fatalf("unset: %+v", c)
 	}
-	c = folderRootsCheck(config.Config{FolderRoots: []string{filepath.Join(t.TempDir(), "gone")}})
+	c = folderRootsCheck(config.Config{Settings: dispatch.Settings{FolderRoots: []string{filepath.Join(t.TempDir(), "gone")}}})
 	if c.Status != operator.CheckWarn || !strings.Contains(c.Detail, "not directories") {
 		t.Fatalf("missing: %+v", c)
 	}
-	if c = folderRootsCheck(config.Config{FolderRoots: []string{t.TempDir()}}); c.Status != operator.CheckOK {
+	if c = folderRootsCheck(config.Config{Settings: dispatch.Settings{FolderRoots: []string{t.TempDir()}}}); c.Status != operator.CheckOK {
 		t.Fatalf("set: %+v", c)
 	}
 }
