@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"code.gitea.io/sdk/gitea"
@@ -75,62 +76,26 @@ func malformed(format string, args ...any) error {
 // back with an empty Kind and no error.
 func ParseGitHub(eventType, deliveryID string, body []byte) (Event, error) {
 	ev := Event{Forge: jobs.ForgeGitHub, DeliveryID: deliveryID}
-	switch eventType {
-	case "issues", "issue_comment", "pull_request", "pull_request_review":
-	default:
-		if !json.Valid(body) {
-			return ev, malformed("not JSON")
-		}
-		return ev, nil
-	}
-	payload, err := github.ParseWebHook(eventType, body)
+	payload, err := readPayload(eventType, githubEvents, body, github.ParseWebHook)
 	if err != nil {
-		return ev, malformed("%s: %v", eventType, err)
-	}
-	labelNames := func(ls []*github.Label) []string {
-		out := make([]string, 0, len(ls))
-		for _, l := range ls {
-			out = append(out, l.GetName())
-		}
-		return out
+		return ev, err
 	}
 	switch p := payload.(type) {
 	case *github.IssuesEvent:
-		ev.Action, ev.Repo = p.GetAction(), p.GetRepo().GetFullName()
-		ev.SenderID, ev.SenderLogin = p.GetSender().GetID(), p.GetSender().GetLogin()
-		ev.Number, ev.Labels = p.GetIssue().GetNumber(), labelNames(p.GetIssue().Labels)
-		ev.PullRequest = p.GetIssue().IsPullRequest()
-		switch ev.Action {
-		case "labeled":
-			ev.Kind, ev.Added = KindLabel, []string{p.GetLabel().GetName()}
-		case "opened", "reopened":
-			ev.Kind, ev.Added = KindLabel, ev.Labels
-		case "closed":
-			ev.Kind = KindClose
-		}
+		githubIssues(&ev, p)
 	case *github.IssueCommentEvent:
-		ev.Action, ev.Repo = p.GetAction(), p.GetRepo().GetFullName()
-		ev.SenderID, ev.SenderLogin = p.GetSender().GetID(), p.GetSender().GetLogin()
-		ev.Number, ev.Labels = p.GetIssue().GetNumber(), labelNames(p.GetIssue().Labels)
-		ev.PullRequest = p.GetIssue().IsPullRequest()
+		githubOnIssue(&ev, p.GetRepo(), p.GetSender(), p.GetIssue(), p.GetAction())
 		if ev.Action == "created" {
 			ev.Kind, ev.Comment = KindComment, p.GetComment().GetBody()
 		}
 	case *github.PullRequestEvent:
-		ev.Action, ev.Repo = p.GetAction(), p.GetRepo().GetFullName()
-		ev.SenderID, ev.SenderLogin = p.GetSender().GetID(), p.GetSender().GetLogin()
-		ev.Number, ev.PullRequest = p.GetPullRequest().GetNumber(), true
-		ev.Labels = labelNames(p.GetPullRequest().Labels)
+		githubOnPull(&ev, p.GetRepo(), p.GetSender(), p.GetPullRequest(), p.GetAction())
 		if ev.Action == "labeled" {
 			ev.Added = []string{p.GetLabel().GetName()}
 		}
 		ev.Kind = KindPullRequest
 	case *github.PullRequestReviewEvent:
-		ev.Repo = p.GetRepo().GetFullName()
-		ev.SenderID, ev.SenderLogin = p.GetSender().GetID(), p.GetSender().GetLogin()
-		ev.Number, ev.PullRequest = p.GetPullRequest().GetNumber(), true
-		ev.Labels = labelNames(p.GetPullRequest().Labels)
-		ev.Action = "review_" + p.GetAction()
+		githubOnPull(&ev, p.GetRepo(), p.GetSender(), p.GetPullRequest(), "review_"+p.GetAction())
 		if p.GetAction() == "submitted" {
 			ev.Kind, ev.ReviewState = KindPullRequest, strings.ToLower(p.GetReview().GetState())
 		}
@@ -138,85 +103,152 @@ func ParseGitHub(eventType, deliveryID string, body []byte) (Event, error) {
 	return ev, ev.check()
 }
 
+// githubEvents are the GitHub event types a trigger handles: only they are parsed.
+var githubEvents = []string{"issues", "issue_comment", "pull_request", "pull_request_review"}
+
+// gitlabEvents are the GitLab event types a trigger handles: only they are parsed.
+var gitlabEvents = []gitlab.EventType{gitlab.EventTypeIssue, gitlab.EventTypeMergeRequest, gitlab.EventTypeNote}
+
+// readPayload parses a handled event type with the forge's library; any other need only be JSON, and is no payload.
+func readPayload[T ~string](eventType string, handled []T, body []byte, parse func(T, []byte) (any, error)) (any, error) {
+	if !slices.Contains(handled, T(eventType)) {
+		if !json.Valid(body) {
+			return nil, malformed("not JSON")
+		}
+		return nil, nil
+	}
+	payload, err := parse(T(eventType), body)
+	if err != nil {
+		return nil, malformed("%s: %v", eventType, err)
+	}
+	return payload, nil
+}
+
+// githubIssues reads an issues event: a label added, an issue opened with its labels, or one closed.
+func githubIssues(ev *Event, p *github.IssuesEvent) {
+	githubOnIssue(ev, p.GetRepo(), p.GetSender(), p.GetIssue(), p.GetAction())
+	switch ev.Action {
+	case "labeled":
+		ev.Kind, ev.Added = KindLabel, []string{p.GetLabel().GetName()}
+	case "opened", "reopened":
+		ev.Kind, ev.Added = KindLabel, ev.Labels
+	case "closed":
+		ev.Kind = KindClose
+	}
+}
+
+// githubOnIssue reads what every issue and issue comment event carries: who acted, where, on what.
+func githubOnIssue(ev *Event, repo *github.Repository, sender *github.User, is *github.Issue, action string) {
+	ev.Action, ev.Repo = action, repo.GetFullName()
+	ev.SenderID, ev.SenderLogin = sender.GetID(), sender.GetLogin()
+	ev.Number, ev.Labels = is.GetNumber(), githubLabels(is.Labels)
+	ev.PullRequest = is.IsPullRequest()
+}
+
+// githubOnPull reads what every pull request and review event carries: who acted, where, on what.
+func githubOnPull(ev *Event, repo *github.Repository, sender *github.User, pr *github.PullRequest, action string) {
+	ev.Action, ev.Repo = action, repo.GetFullName()
+	ev.SenderID, ev.SenderLogin = sender.GetID(), sender.GetLogin()
+	ev.Number, ev.PullRequest = pr.GetNumber(), true
+	ev.Labels = githubLabels(pr.Labels)
+}
+
+// githubLabels are the labels' names, which triggers name.
+func githubLabels(ls []*github.Label) []string {
+	out := make([]string, 0, len(ls))
+	for _, l := range ls {
+		out = append(out, l.GetName())
+	}
+	return out
+}
+
 // ParseGitLab reads a GitLab delivery (the X-Gitlab-Event header's value and
 // the verified body) with GitLab's client library.
 func ParseGitLab(eventType, deliveryID string, body []byte) (Event, error) {
 	ev := Event{Forge: jobs.ForgeGitLab, DeliveryID: deliveryID}
-	switch gitlab.EventType(eventType) {
-	case gitlab.EventTypeIssue, gitlab.EventTypeMergeRequest, gitlab.EventTypeNote:
-	default:
-		if !json.Valid(body) {
-			return ev, malformed("not JSON")
-		}
-		return ev, nil
-	}
-	payload, err := gitlab.ParseWebhook(gitlab.EventType(eventType), body)
+	payload, err := readPayload(eventType, gitlabEvents, body, gitlab.ParseWebhook)
 	if err != nil {
-		return ev, malformed("%s: %v", eventType, err)
-	}
-	titles := func(ls []*gitlab.EventLabel) []string {
-		out := make([]string, 0, len(ls))
-		for _, l := range ls {
-			if l != nil {
-				out = append(out, l.Title)
-			}
-		}
-		return out
-	}
-	added := func(ch gitlab.EventChangesLabels) []string {
-		prev := titles(ch.Previous)
-		var out []string
-		for _, t := range titles(ch.Current) {
-			if !contains(prev, t) {
-				out = append(out, t)
-			}
-		}
-		return out
-	}
-	user := func(u *gitlab.EventUser) {
-		if u != nil {
-			ev.SenderID, ev.SenderLogin = u.ID, u.Username
-		}
+		return ev, err
 	}
 	switch p := payload.(type) {
 	case *gitlab.IssueEvent:
-		user(p.User)
-		ev.Repo, ev.ProjectID = p.Project.PathWithNamespace, p.Project.ID
-		ev.Number, ev.Action = int(p.ObjectAttributes.IID), p.ObjectAttributes.Action
-		ev.Labels = titles(p.Labels)
-		switch ev.Action {
-		case "close":
-			ev.Kind = KindClose
-		case "open":
-			ev.Kind, ev.Added = KindLabel, ev.Labels
-		default:
-			if a := added(p.Changes.Labels); len(a) > 0 {
-				ev.Kind, ev.Added = KindLabel, a
-			}
-		}
+		gitlabIssue(&ev, p)
 	case *gitlab.MergeEvent:
-		user(p.User)
+		gitlabSender(&ev, p.User)
 		ev.Repo, ev.ProjectID = p.Project.PathWithNamespace, p.Project.ID
 		ev.Number, ev.Action, ev.PullRequest = int(p.ObjectAttributes.IID), p.ObjectAttributes.Action, true
-		ev.Labels, ev.Added = titles(p.Labels), added(p.Changes.Labels)
+		ev.Labels, ev.Added = gitlabLabels(p.Labels), gitlabAdded(p.Changes.Labels)
 		ev.Kind = KindPullRequest
 	case *gitlab.IssueCommentEvent:
-		if p.User != nil {
-			ev.SenderID, ev.SenderLogin = p.User.ID, p.User.Username
-		}
-		ev.Repo, ev.ProjectID = p.Project.PathWithNamespace, p.ProjectID
-		ev.Number, ev.Action = int(p.Issue.IID), "note"
-		ev.Kind, ev.Comment = KindComment, p.ObjectAttributes.Note
-		for _, l := range p.Issue.Labels {
-			ev.Labels = append(ev.Labels, l.Title)
-		}
+		gitlabIssueComment(&ev, p)
 	case *gitlab.MergeCommentEvent:
-		user(p.User)
+		gitlabSender(&ev, p.User)
 		ev.Repo, ev.ProjectID = p.Project.PathWithNamespace, p.ProjectID
 		ev.Number, ev.Action, ev.PullRequest = int(p.MergeRequest.IID), "note", true
 		ev.Kind, ev.Comment = KindComment, p.ObjectAttributes.Note
 	}
 	return ev, ev.check()
+}
+
+// gitlabIssue reads an issue event: one closed, opened with its labels, or given new labels.
+func gitlabIssue(ev *Event, p *gitlab.IssueEvent) {
+	gitlabSender(ev, p.User)
+	ev.Repo, ev.ProjectID = p.Project.PathWithNamespace, p.Project.ID
+	ev.Number, ev.Action = int(p.ObjectAttributes.IID), p.ObjectAttributes.Action
+	ev.Labels = gitlabLabels(p.Labels)
+	switch ev.Action {
+	case "close":
+		ev.Kind = KindClose
+	case "open":
+		ev.Kind, ev.Added = KindLabel, ev.Labels
+	default:
+		if a := gitlabAdded(p.Changes.Labels); len(a) > 0 {
+			ev.Kind, ev.Added = KindLabel, a
+		}
+	}
+}
+
+// gitlabIssueComment reads a note on an issue, whose author is a full user rather than an event user.
+func gitlabIssueComment(ev *Event, p *gitlab.IssueCommentEvent) {
+	if p.User != nil {
+		ev.SenderID, ev.SenderLogin = p.User.ID, p.User.Username
+	}
+	ev.Repo, ev.ProjectID = p.Project.PathWithNamespace, p.ProjectID
+	ev.Number, ev.Action = int(p.Issue.IID), "note"
+	ev.Kind, ev.Comment = KindComment, p.ObjectAttributes.Note
+	for _, l := range p.Issue.Labels {
+		ev.Labels = append(ev.Labels, l.Title)
+	}
+}
+
+// gitlabSender reads who acted, when the payload names anyone: the permission check asks about them.
+func gitlabSender(ev *Event, u *gitlab.EventUser) {
+	if u != nil {
+		ev.SenderID, ev.SenderLogin = u.ID, u.Username
+	}
+}
+
+// gitlabLabels are the labels' titles, which triggers name.
+func gitlabLabels(ls []*gitlab.EventLabel) []string {
+	out := make([]string, 0, len(ls))
+	for _, l := range ls {
+		if l != nil {
+			out = append(out, l.Title)
+		}
+	}
+	return out
+}
+
+// gitlabAdded are the labels a change added: GitLab's payload gives the sets before and after.
+func gitlabAdded(ch gitlab.EventChangesLabels) []string {
+	prev := gitlabLabels(ch.Previous)
+	var out []string
+	for _, t := range gitlabLabels(ch.Current) {
+		if !contains(prev, t) {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // forgejoPayload is the part of a Forgejo/Gitea issues, issue_comment or

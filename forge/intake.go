@@ -117,37 +117,58 @@ func (in *Intake) Refuse(f jobs.Forge, delivery, reason string, attrs ...any) {
 // Valkey failed): the sender should deliver it again.
 func (in *Intake) Handle(ctx context.Context, ev Event) (Outcome, error) {
 	attrs := []any{"forge", ev.Forge, "delivery", ev.DeliveryID, "repo", ev.Repo, "number", ev.Number}
-	refuse := func(reason string, more ...any) (Outcome, error) {
-		in.log.Warn("forge_refused", append(append(attrs, "reason", reason), more...)...)
-		return Outcome{Status: StatusRefused, Reason: reason}, nil
-	}
 	t, need, reason := Match(*in.triggers.Load(), ev)
 	switch {
 	case reason == ReasonUnknownRepository:
-		return refuse(reason)
+		return in.refuseEvent(attrs, reason)
 	case reason != "":
 		in.log.Info("forge_dropped", append(attrs, "event", ev.Kind, "action", ev.Action, "reason", reason)...)
 		return Outcome{Status: StatusDropped, Reason: reason}, nil
 	}
 	attrs = append(attrs, "trigger", t.Name)
+	if out, err := in.authorize(ctx, ev, need, attrs); out.Status != "" || err != nil {
+		return out, err
+	}
+	out, err := in.enqueueReplicas(ctx, t, ev, attrs)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if t.Once && in.cfg.Disarm != nil {
+		in.disarm(t, out.JobIDs[0], attrs)
+	}
+	return out, nil
+}
+
+// refuseEvent logs forge_refused with the event's attributes and the reason: a refusal is decided, never redelivered.
+func (in *Intake) refuseEvent(attrs []any, reason string, more ...any) (Outcome, error) {
+	in.log.Warn("forge_refused", append(append(attrs, "reason", reason), more...)...)
+	return Outcome{Status: StatusRefused, Reason: reason}, nil
+}
+
+// authorize refuses an actor that may not spend (a zero Outcome and no error let the event through).
+func (in *Intake) authorize(ctx context.Context, ev Event, need Need, attrs []any) (Outcome, error) {
 	if self, ok := in.cfg.SelfIDs[ev.Forge]; ok && self == ev.SenderID {
-		return refuse(ReasonSelf)
+		return in.refuseEvent(attrs, ReasonSelf)
 	}
 	perms := in.cfg.Permissions[ev.Forge]
 	if perms == nil {
-		return refuse(ReasonAuthorNotAllowed, "why", "no permission lookup configured for this forge")
+		return in.refuseEvent(attrs, ReasonAuthorNotAllowed, "why", "no permission lookup configured for this forge")
 	}
 	ok, err := perms.Allowed(ctx, ev, need)
 	switch {
 	case errors.Is(err, ErrLookupForbidden):
-		return refuse(ReasonLookupForbidden, "need", need.String(), "err", err.Error())
+		return in.refuseEvent(attrs, ReasonLookupForbidden, "need", need.String(), "err", err.Error())
 	case err != nil:
 		in.log.Error("forge_permission_lookup_failed", append(attrs, "err", err.Error())...)
 		return Outcome{}, err
 	case !ok:
-		return refuse(ReasonAuthorNotAllowed, "need", need.String(), "sender", ev.SenderID)
+		return in.refuseEvent(attrs, ReasonAuthorNotAllowed, "need", need.String(), "sender", ev.SenderID)
 	}
+	return Outcome{}, nil
+}
 
+// enqueueReplicas enqueues the trigger's jobs under ids fixed by the delivery, so a redelivery converges on them.
+func (in *Intake) enqueueReplicas(ctx context.Context, t cronsync.ForgeTrigger, ev Event, attrs []any) (Outcome, error) {
 	out := Outcome{Status: StatusEnqueued, Trigger: t.Name}
 	n := max(t.Replicas, 1)
 	for i := 1; i <= n; i++ {
@@ -163,20 +184,22 @@ func (in *Intake) Handle(ctx context.Context, ev Event) (Outcome, error) {
 		in.log.Info("forge_enqueued", append(attrs, "jobId", e.JobID, "queue", e.Queue, "added", e.Added,
 			"replica", d.Job.Replica, "replicas", d.Job.Replicas)...)
 	}
-	if t.Once && in.cfg.Disarm != nil {
-		in.disarmMu.Lock()
-		err := in.cfg.Disarm(t.Index, t.Name, in.cfg.Now(), out.JobIDs[0])
-		in.disarmMu.Unlock()
-		// Disarmed in memory either way: a one-shot trigger fires once per
-		// process even when the file could not be written.
-		in.markDisarmed(t.Index)
-		if err != nil {
-			in.log.Error("forge_disarm_failed", append(attrs, "err", err.Error())...)
-		} else {
-			in.log.Info("forge_trigger_disarmed", attrs...)
-		}
-	}
 	return out, nil
+}
+
+// disarm writes a one-shot trigger's disarm to the file and disarms it in memory, so it fires no more.
+func (in *Intake) disarm(t cronsync.ForgeTrigger, jobID string, attrs []any) {
+	in.disarmMu.Lock()
+	err := in.cfg.Disarm(t.Index, t.Name, in.cfg.Now(), jobID)
+	in.disarmMu.Unlock()
+	// Disarmed in memory either way: a one-shot trigger fires once per
+	// process even when the file could not be written.
+	in.markDisarmed(t.Index)
+	if err != nil {
+		in.log.Error("forge_disarm_failed", append(attrs, "err", err.Error())...)
+	} else {
+		in.log.Info("forge_trigger_disarmed", attrs...)
+	}
 }
 
 // markDisarmed disarms the trigger in the live set at once, before the file

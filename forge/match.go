@@ -53,83 +53,97 @@ func (n Need) String() string {
 // the permission its actor needs; or no trigger and the reason none fired.
 // Only triggers of the event's forge that serve its repository are read.
 func Match(triggers []cronsync.ForgeTrigger, ev Event) (cronsync.ForgeTrigger, Need, string) {
+	served := servedBy(triggers, ev)
+	if len(served) == 0 {
+		return cronsync.ForgeTrigger{}, 0, ReasonUnknownRepository
+	}
+	if ev.Kind == "" {
+		return cronsync.ForgeTrigger{}, 0, ReasonUnhandled
+	}
+	// The reason of the first trigger of the event's kind that did not fire
+	// is the one reported: the operator's closest rule.
+	reason := ReasonNoTriggerForType
+	for _, t := range served {
+		need, r := fire(t, ev)
+		if need != 0 {
+			return t, need, ""
+		}
+		if r != "" && reason == ReasonNoTriggerForType {
+			reason = r
+		}
+	}
+	return cronsync.ForgeTrigger{}, 0, reason
+}
+
+// servedBy keeps the triggers of the event's forge that serve its repository: no other may fire.
+func servedBy(triggers []cronsync.ForgeTrigger, ev Event) []cronsync.ForgeTrigger {
 	var served []cronsync.ForgeTrigger
 	for _, t := range triggers {
 		if t.Forge == ev.Forge && slices.Contains(t.Repos, ev.Repo) {
 			served = append(served, t)
 		}
 	}
-	if len(served) == 0 {
-		return cronsync.ForgeTrigger{}, 0, ReasonUnknownRepository
+	return served
+}
+
+// fire returns the need of a trigger the event fires, or the reason one of its kind did not ("" for another kind).
+func fire(t cronsync.ForgeTrigger, ev Event) (Need, string) {
+	switch {
+	case ev.Kind == KindLabel && t.Type == cronsync.TypeLabel && !ev.PullRequest:
+		if r := labelsMatch(t, ev); r != "" {
+			return 0, r
+		}
+		return NeedTriage, ""
+	case ev.Kind == KindComment && t.Type == cronsync.TypeComment:
+		if !strings.Contains(ev.Comment, t.Phrase) {
+			return 0, ReasonNoPhrase
+		}
+		return NeedWrite, ""
+	case ev.Kind == KindPullRequest && t.Type == cronsync.TypePullRequest,
+		ev.Kind == KindClose && ev.PullRequest && t.Type == cronsync.TypePullRequest:
+		return firePullRequest(t, ev)
+	case (ev.Kind == KindClose || ev.Kind == KindPullRequest && isCloseAction(ev.Action)) && t.Type == cronsync.TypeIssue:
+		return fireClose(t, ev)
 	}
-	reason := ReasonUnhandled
-	if ev.Kind == "" {
-		return cronsync.ForgeTrigger{}, 0, reason
+	return 0, ""
+}
+
+// firePullRequest matches action, review state and labels; a label action needs triage only, as on an issue.
+func firePullRequest(t cronsync.ForgeTrigger, ev Event) (Need, string) {
+	if !slices.Contains(t.Actions, ev.Action) {
+		return 0, ReasonNoPRTrigger
 	}
-	// The reason of the first trigger of the event's kind that did not fire
-	// is the one reported: the operator's closest rule.
-	note := func(r string) {
-		if reason == ReasonUnhandled || reason == ReasonNoTriggerForType {
-			reason = r
+	if t.ReviewState != "" && t.ReviewState != ev.ReviewState {
+		return 0, ReasonReviewState
+	}
+	need := NeedWrite
+	if len(t.Any) > 0 || len(t.All) > 0 || len(t.None) > 0 {
+		on := ev
+		if !isLabelAction(ev.Action) {
+			on.Added = ev.Labels // not a label event: the labels it carries
+		}
+		if r := labelsMatch(t, on); r != "" {
+			return 0, r
+		}
+		if isLabelAction(ev.Action) {
+			need = NeedTriage
 		}
 	}
-	reason = ReasonNoTriggerForType
-	for _, t := range served {
-		switch {
-		case ev.Kind == KindLabel && t.Type == cronsync.TypeLabel && !ev.PullRequest:
-			if r := labelsMatch(t, ev); r != "" {
-				note(r)
-				continue
-			}
-			return t, NeedTriage, ""
-		case ev.Kind == KindComment && t.Type == cronsync.TypeComment:
-			if !strings.Contains(ev.Comment, t.Phrase) {
-				note(ReasonNoPhrase)
-				continue
-			}
-			return t, NeedWrite, ""
-		case ev.Kind == KindPullRequest && t.Type == cronsync.TypePullRequest,
-			ev.Kind == KindClose && ev.PullRequest && t.Type == cronsync.TypePullRequest:
-			if !slices.Contains(t.Actions, ev.Action) {
-				note(ReasonNoPRTrigger)
-				continue
-			}
-			if t.ReviewState != "" && t.ReviewState != ev.ReviewState {
-				note(ReasonReviewState)
-				continue
-			}
-			need := NeedWrite
-			if len(t.Any) > 0 || len(t.All) > 0 || len(t.None) > 0 {
-				on := ev
-				if !isLabelAction(ev.Action) {
-					on.Added = ev.Labels // not a label event: the labels it carries
-				}
-				if r := labelsMatch(t, on); r != "" {
-					note(r)
-					continue
-				}
-				if isLabelAction(ev.Action) {
-					need = NeedTriage
-				}
-			}
-			return t, need, ""
-		case (ev.Kind == KindClose || ev.Kind == KindPullRequest && isCloseAction(ev.Action)) && t.Type == cronsync.TypeIssue:
-			if !slices.Contains(t.Actions, ev.Action) {
-				note(ReasonNoCloseTrigger)
-				continue
-			}
-			if t.Number != 0 && t.Number != ev.Number {
-				note(ReasonCloseNumber)
-				continue
-			}
-			if t.Disarmed {
-				note(ReasonDisarmed)
-				continue
-			}
-			return t, NeedWrite, ""
-		}
+	return need, ""
+}
+
+// fireClose matches an issue (close) trigger's action and number; a disarmed one-shot fires no more.
+func fireClose(t cronsync.ForgeTrigger, ev Event) (Need, string) {
+	if !slices.Contains(t.Actions, ev.Action) {
+		return 0, ReasonNoCloseTrigger
 	}
-	return cronsync.ForgeTrigger{}, 0, reason
+	if t.Number != 0 && t.Number != ev.Number {
+		return 0, ReasonCloseNumber
+	}
+	if t.Disarmed {
+		return 0, ReasonDisarmed
+	}
+	return NeedWrite, ""
 }
 
 // isCloseAction: a pull request closed (merged included) also fires issue

@@ -51,6 +51,25 @@ type Gitea struct {
 // fails naming the build script.
 func StartGitea(t testing.TB) *Gitea {
 	t.Helper()
+	bin := waitGiteaBinary(t)
+	src, err := giteaSource()
+	if err != nil {
+		t.Fatalf("gitea module source: %v", err)
+	}
+	dir := t.TempDir()
+	port := freePort(t)
+	g := &Gitea{URL: fmt.Sprintf("http://127.0.0.1:%d", port), AdminUser: "pi-admin", Dir: dir}
+	gc := configureGitea(t, bin, dir, port, src)
+	gc.run(t, "migrate")
+	g.AdminToken = gc.createAdmin(t, g.AdminUser)
+	exited := gc.startWeb(t)
+	g.waitReady(t, exited)
+	return g
+}
+
+// waitGiteaBinary is the cached build; without one the test skips, unless live tests are required.
+func waitGiteaBinary(t testing.TB) string {
+	t.Helper()
 	bin, err := GiteaBinary()
 	if err != nil {
 		t.Fatalf("gitea binary path: %v", err)
@@ -58,7 +77,7 @@ func StartGitea(t testing.TB) *Gitea {
 	deadline := time.Now().Add(giteaWait)
 	for {
 		if _, err := os.Stat(bin); err == nil {
-			break
+			return bin
 		}
 		if failed, err := os.ReadFile(bin + ".failed"); err == nil {
 			t.Fatalf("the Gitea build failed (forge/forgetest/build-gitea.sh):\n%s", failed)
@@ -72,15 +91,10 @@ func StartGitea(t testing.TB) *Gitea {
 		}
 		time.Sleep(5 * time.Second)
 	}
-	src, err := giteaSource()
-	if err != nil {
-		t.Fatalf("gitea module source: %v", err)
-	}
-	dir := t.TempDir()
-	port := freePort(t)
-	g := &Gitea{URL: fmt.Sprintf("http://127.0.0.1:%d", port), AdminUser: "pi-admin", Dir: dir}
-	ini := filepath.Join(dir, "app.ini")
-	conf := fmt.Sprintf(`APP_NAME = pidispatch-test
+}
+
+// giteaINI is a test Gitea's app.ini (dir, port, static root, secret, token): offline, minimal.
+const giteaINI = `APP_NAME = pidispatch-test
 RUN_MODE = prod
 WORK_PATH = %[1]s
 [server]
@@ -121,34 +135,57 @@ ENABLED = false
 [log]
 MODE = console
 LEVEL = Warn
-`, dir, port, src, randHex(16), randHex(32))
+`
+
+// giteaCmd runs the Gitea binary on one instance's app.ini, in its folder and environment.
+type giteaCmd struct {
+	bin, ini, dir string
+	env           []string
+}
+
+// configureGitea writes the app.ini of a Gitea in dir on port, so it runs apart from any other.
+func configureGitea(t testing.TB, bin, dir string, port int, src string) giteaCmd {
+	t.Helper()
+	ini := filepath.Join(dir, "app.ini")
+	conf := fmt.Sprintf(giteaINI, dir, port, src, randHex(16), randHex(32))
 	if err := os.WriteFile(ini, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	env := append(os.Environ(), "GITEA_WORK_DIR="+dir, "GITEA_CUSTOM="+filepath.Join(dir, "custom"),
 		"GITEA_I_AM_BEING_UNSAFE_RUNNING_AS_ROOT=true", "HOME="+dir)
-	run := func(args ...string) string {
-		t.Helper()
-		cmd := exec.Command(bin, append(args, "--config", ini)...)
-		cmd.Env, cmd.Dir = env, dir
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("gitea %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-		return strings.TrimSpace(string(out))
+	return giteaCmd{bin: bin, ini: ini, dir: dir, env: env}
+}
+
+// run runs a Gitea command to its end and returns its output, failing the test when it fails.
+func (c giteaCmd) run(t testing.TB, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(c.bin, append(args, "--config", c.ini)...)
+	cmd.Env, cmd.Dir = c.env, c.dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("gitea %s: %v: %s", strings.Join(args, " "), err, out)
 	}
-	run("migrate")
-	run("admin", "user", "create", "--admin", "--username", g.AdminUser, "--password", "pw-"+randHex(12),
+	return strings.TrimSpace(string(out))
+}
+
+// createAdmin makes the admin user with the CLI and returns its token, which the API needs.
+func (c giteaCmd) createAdmin(t testing.TB, user string) string {
+	t.Helper()
+	c.run(t, "admin", "user", "create", "--admin", "--username", user, "--password", "pw-"+randHex(12),
 		"--email", "admin@example.invalid", "--must-change-password=false")
-	out := run("admin", "user", "generate-access-token", "--username", g.AdminUser, "--token-name", "test",
+	out := c.run(t, "admin", "user", "generate-access-token", "--username", user, "--token-name", "test",
 		"--scopes", "all", "--raw")
 	lines := strings.Split(out, "\n")
-	g.AdminToken = strings.TrimSpace(lines[len(lines)-1])
+	return strings.TrimSpace(lines[len(lines)-1])
+}
 
+// startWeb starts gitea web, logging to gitea.log, until the test ends; exited closes on its exit.
+func (c giteaCmd) startWeb(t testing.TB) <-chan struct{} {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, bin, "web", "--config", ini)
-	cmd.Env, cmd.Dir = env, dir
-	logFile, err := os.Create(filepath.Join(dir, "gitea.log"))
+	cmd := exec.CommandContext(ctx, c.bin, "web", "--config", c.ini)
+	cmd.Env, cmd.Dir = c.env, c.dir
+	logFile, err := os.Create(filepath.Join(c.dir, "gitea.log"))
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -165,6 +202,12 @@ LEVEL = Warn
 		<-exited
 		_ = logFile.Close()
 	})
+	return exited
+}
+
+// waitReady waits for the API to answer, failing the test if Gitea exits or takes 2 minutes.
+func (g *Gitea) waitReady(t testing.TB, exited <-chan struct{}) {
+	t.Helper()
 	for start := time.Now(); ; {
 		resp, err := http.Get(g.URL + "/api/v1/version")
 		if err == nil {
@@ -172,12 +215,12 @@ LEVEL = Warn
 			_ = json.NewDecoder(resp.Body).Decode(&v)
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK && v.Version != "" {
-				return g
+				return
 			}
 		}
 		select {
 		case <-exited:
-			log, _ := os.ReadFile(filepath.Join(dir, "gitea.log"))
+			log, _ := os.ReadFile(filepath.Join(g.Dir, "gitea.log"))
 			t.Fatalf("gitea web exited: %s", log)
 		case <-time.After(200 * time.Millisecond):
 		}

@@ -108,15 +108,8 @@ type glError struct {
 }
 
 func (g *GitLab) serve(w http.ResponseWriter, r *http.Request) {
-	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), "/api/v4/projects/")
+	repo, sub, ok := glProjectPath(w, r)
 	if !ok {
-		writeJSON(w, http.StatusNotFound, glError{"404 Not Found"})
-		return
-	}
-	escID, sub, _ := strings.Cut(rest, "/")
-	repo, err := url.PathUnescape(escID)
-	if err != nil {
-		writeJSON(w, http.StatusNotFound, glError{"404 Project Not Found"})
 		return
 	}
 	tok := r.Header.Get("PRIVATE-TOKEN")
@@ -125,14 +118,8 @@ func (g *GitLab) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	scope, minted := g.tokens[tok]
-	if tok != g.Parent && !minted {
-		writeJSON(w, http.StatusUnauthorized, glError{"401 Unauthorized"})
-		return
-	}
-	p := g.projects[repo]
-	if p == nil || (minted && scope != repo) {
-		writeJSON(w, http.StatusNotFound, glError{"404 Project Not Found"})
+	p, ok := g.authorize(w, repo, tok)
+	if !ok {
 		return
 	}
 	parts := strings.Split(sub, "/")
@@ -141,82 +128,143 @@ func (g *GitLab) serve(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, gitlab.Project{ID: p.id, PathWithNamespace: repo, DefaultBranch: p.defaultBranch,
 			HTTPURLToRepo: g.git.CloneURL(repo)})
 	case r.Method == http.MethodPost && sub == "access_tokens":
-		if tok != g.Parent {
-			writeJSON(w, http.StatusForbidden, glError{"403 Forbidden"})
-			return
-		}
-		var opt gitlab.CreateProjectAccessTokenOptions
-		_ = json.NewDecoder(r.Body).Decode(&opt)
-		g.minted = append(g.minted, opt)
-		nt := "glpat-job-" + randHex(10)
-		g.tokens[nt] = repo
-		id := int64(len(g.minted))
-		g.ids[id] = nt
-		var out gitlab.ProjectAccessToken
-		out.ID = id
-		out.Token = nt
-		out.Scopes = *opt.Scopes
-		writeJSON(w, http.StatusCreated, out)
+		g.mintToken(w, r, repo, tok)
 	case r.Method == http.MethodDelete && len(parts) == 2 && parts[0] == "access_tokens":
-		id, _ := strconv.ParseInt(parts[1], 10, 64)
-		nt, ok := g.ids[id]
-		if !ok || tok != g.Parent {
-			writeJSON(w, http.StatusNotFound, glError{"404 Not Found"})
-			return
-		}
-		delete(g.ids, id)
-		delete(g.tokens, nt)
-		g.revoked = append(g.revoked, nt)
-		w.WriteHeader(http.StatusNoContent)
+		g.revokeToken(w, parts[1], tok)
 	case r.Method == http.MethodGet && sub == "protected_branches":
-		var out []*gitlab.ProtectedBranch
-		for _, name := range p.protected {
-			out = append(out, &gitlab.ProtectedBranch{Name: name})
-		}
-		writeJSON(w, http.StatusOK, out)
+		g.protectedBranches(w, p)
 	case r.Method == http.MethodGet && sub == "merge_requests":
-		q := r.URL.Query()
-		out := []*gitlab.BasicMergeRequest{}
-		for _, mr := range p.mrs {
-			if (q.Get("state") == "" || q.Get("state") == mr.State) && (q.Get("source_branch") == "" || q.Get("source_branch") == mr.SourceBranch) {
-				out = append(out, &mr.BasicMergeRequest)
-			}
-		}
-		writeJSON(w, http.StatusOK, out)
+		g.listMergeRequests(w, r, p)
 	case r.Method == http.MethodPost && sub == "merge_requests":
-		var opt gitlab.CreateMergeRequestOptions
-		if err := json.NewDecoder(r.Body).Decode(&opt); err != nil || opt.SourceBranch == nil || opt.TargetBranch == nil {
-			writeJSON(w, http.StatusBadRequest, glError{"400 Bad request"})
-			return
-		}
-		if g.git.Head(g.t, repo, *opt.SourceBranch) == "" {
-			writeJSON(w, http.StatusBadRequest, glError{"Source branch does not exist"})
-			return
-		}
-		n := int64(len(p.mrs) + 1)
-		mr := &gitlab.MergeRequest{}
-		mr.IID, mr.ProjectID, mr.SourceProjectID, mr.TargetProjectID = n, p.id, p.id, p.id
-		mr.State, mr.Title, mr.SourceBranch, mr.TargetBranch = "opened", *opt.Title, *opt.SourceBranch, *opt.TargetBranch
-		if opt.Description != nil {
-			mr.Description = *opt.Description
-		}
-		mr.Draft = strings.HasPrefix(mr.Title, "Draft: ")
-		mr.WebURL = fmt.Sprintf("%s/%s/-/merge_requests/%d", g.URL, repo, n)
-		p.mrs = append(p.mrs, mr)
-		writeJSON(w, http.StatusCreated, mr)
+		g.createMergeRequest(w, r, p, repo)
 	case r.Method == http.MethodPost && len(parts) == 3 && (parts[0] == "issues" || parts[0] == "merge_requests") && parts[2] == "notes":
-		n, _ := strconv.Atoi(parts[1])
-		var opt gitlab.CreateIssueNoteOptions
-		_ = json.NewDecoder(r.Body).Decode(&opt)
-		key := fmt.Sprintf("issue/%d", n)
-		if parts[0] == "merge_requests" {
-			key = fmt.Sprintf("mr/%d", n)
-		}
-		if opt.Body != nil {
-			p.notes[key] = append(p.notes[key], *opt.Body)
-		}
-		writeJSON(w, http.StatusCreated, gitlab.Note{Body: *opt.Body})
+		g.createNote(w, r, p, parts[0], parts[1])
 	default:
 		writeJSON(w, http.StatusNotFound, glError{"404 Not Found"})
 	}
+}
+
+// glProjectPath splits /api/v4/projects/<id>/<sub>, answering 404 to any other path.
+func glProjectPath(w http.ResponseWriter, r *http.Request) (repo, sub string, ok bool) {
+	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), "/api/v4/projects/")
+	if !ok {
+		writeJSON(w, http.StatusNotFound, glError{"404 Not Found"})
+		return "", "", false
+	}
+	escID, sub, _ := strings.Cut(rest, "/")
+	repo, err := url.PathUnescape(escID)
+	if err != nil {
+		writeJSON(w, http.StatusNotFound, glError{"404 Project Not Found"})
+		return "", "", false
+	}
+	return repo, sub, true
+}
+
+// authorize finds repo for tok as GitLab does: 401 for a bad token, 404 out of its reach.
+func (g *GitLab) authorize(w http.ResponseWriter, repo, tok string) (*glProject, bool) {
+	scope, minted := g.tokens[tok]
+	if tok != g.Parent && !minted {
+		writeJSON(w, http.StatusUnauthorized, glError{"401 Unauthorized"})
+		return nil, false
+	}
+	p := g.projects[repo]
+	if p == nil || (minted && scope != repo) {
+		writeJSON(w, http.StatusNotFound, glError{"404 Project Not Found"})
+		return nil, false
+	}
+	return p, true
+}
+
+// mintToken answers POST access_tokens: only the parent mints, a token for repo alone.
+func (g *GitLab) mintToken(w http.ResponseWriter, r *http.Request, repo, tok string) {
+	if tok != g.Parent {
+		writeJSON(w, http.StatusForbidden, glError{"403 Forbidden"})
+		return
+	}
+	var opt gitlab.CreateProjectAccessTokenOptions
+	_ = json.NewDecoder(r.Body).Decode(&opt)
+	g.minted = append(g.minted, opt)
+	nt := "glpat-job-" + randHex(10)
+	g.tokens[nt] = repo
+	id := int64(len(g.minted))
+	g.ids[id] = nt
+	var out gitlab.ProjectAccessToken
+	out.ID = id
+	out.Token = nt
+	out.Scopes = *opt.Scopes
+	writeJSON(w, http.StatusCreated, out)
+}
+
+// revokeToken answers DELETE access_tokens/<id>: the parent revokes, the token opens nothing.
+func (g *GitLab) revokeToken(w http.ResponseWriter, rawID, tok string) {
+	id, _ := strconv.ParseInt(rawID, 10, 64)
+	nt, ok := g.ids[id]
+	if !ok || tok != g.Parent {
+		writeJSON(w, http.StatusNotFound, glError{"404 Not Found"})
+		return
+	}
+	delete(g.ids, id)
+	delete(g.tokens, nt)
+	g.revoked = append(g.revoked, nt)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// protectedBranches answers GET protected_branches with the project's, the default branch first.
+func (g *GitLab) protectedBranches(w http.ResponseWriter, p *glProject) {
+	var out []*gitlab.ProtectedBranch
+	for _, name := range p.protected {
+		out = append(out, &gitlab.ProtectedBranch{Name: name})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// listMergeRequests answers GET merge_requests, filtered by state and source_branch as GitLab does.
+func (g *GitLab) listMergeRequests(w http.ResponseWriter, r *http.Request, p *glProject) {
+	q := r.URL.Query()
+	out := []*gitlab.BasicMergeRequest{}
+	for _, mr := range p.mrs {
+		if (q.Get("state") == "" || q.Get("state") == mr.State) && (q.Get("source_branch") == "" || q.Get("source_branch") == mr.SourceBranch) {
+			out = append(out, &mr.BasicMergeRequest)
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// createMergeRequest answers POST merge_requests, refusing a source branch git lacks.
+func (g *GitLab) createMergeRequest(w http.ResponseWriter, r *http.Request, p *glProject, repo string) {
+	var opt gitlab.CreateMergeRequestOptions
+	if err := json.NewDecoder(r.Body).Decode(&opt); err != nil || opt.SourceBranch == nil || opt.TargetBranch == nil {
+		writeJSON(w, http.StatusBadRequest, glError{"400 Bad request"})
+		return
+	}
+	if g.git.Head(g.t, repo, *opt.SourceBranch) == "" {
+		writeJSON(w, http.StatusBadRequest, glError{"Source branch does not exist"})
+		return
+	}
+	n := int64(len(p.mrs) + 1)
+	mr := &gitlab.MergeRequest{}
+	mr.IID, mr.ProjectID, mr.SourceProjectID, mr.TargetProjectID = n, p.id, p.id, p.id
+	mr.State, mr.Title, mr.SourceBranch, mr.TargetBranch = "opened", *opt.Title, *opt.SourceBranch, *opt.TargetBranch
+	if opt.Description != nil {
+		mr.Description = *opt.Description
+	}
+	mr.Draft = strings.HasPrefix(mr.Title, "Draft: ")
+	mr.WebURL = fmt.Sprintf("%s/%s/-/merge_requests/%d", g.URL, repo, n)
+	p.mrs = append(p.mrs, mr)
+	writeJSON(w, http.StatusCreated, mr)
+}
+
+// createNote answers POST issues/<n>/notes or merge_requests/<n>/notes, kept for Notes.
+func (g *GitLab) createNote(w http.ResponseWriter, r *http.Request, p *glProject, kind, rawN string) {
+	n, _ := strconv.Atoi(rawN)
+	var opt gitlab.CreateIssueNoteOptions
+	_ = json.NewDecoder(r.Body).Decode(&opt)
+	key := fmt.Sprintf("issue/%d", n)
+	if kind == "merge_requests" {
+		key = fmt.Sprintf("mr/%d", n)
+	}
+	if opt.Body != nil {
+		p.notes[key] = append(p.notes[key], *opt.Body)
+	}
+	writeJSON(w, http.StatusCreated, gitlab.Note{Body: *opt.Body})
 }

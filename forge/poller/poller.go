@@ -179,11 +179,64 @@ func fetch(ctx context.Context, c *github.Client, path, etag string, v any) (new
 // 304. The caller stores the new ETag with saveETag once it has handled the
 // answer, so a failure half way reads the list again next cycle.
 func (p *Poller) get(ctx context.Context, c *github.Client, repo, name, path string, v any) (etag string, notModified bool, err error) {
-	old, err := p.cfg.Valkey.Get(ctx, p.key(repo, "etag:"+name)).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
+	old, err := p.storedETag(ctx, repo, name)
+	if err != nil {
 		return "", false, err
 	}
 	return fetch(ctx, c, path, old, v)
+}
+
+// storedETag is the ETag stored under name ("" when none is), for a list read conditionally.
+func (p *Poller) storedETag(ctx context.Context, repo, name string) (string, error) {
+	old, err := p.cfg.Valkey.Get(ctx, p.key(repo, "etag:"+name)).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return "", err
+	}
+	return old, nil
+}
+
+// pagedList is one paged list for readPages, so the lists share one way of paging.
+type pagedList[T any] struct {
+	// path is the request of a page.
+	path func(page int) string
+	// etags are the ETags the first pages are conditional on; the later
+	// pages are read unconditionally.
+	etags []string
+	// take handles a page's answer (notModified: a 304 of a conditional
+	// read) and reports whether to read on.
+	take func(page int, got []T, etag string, notModified bool) bool
+	// gap logs that maxPages full pages did not reach the end of the list.
+	gap func()
+}
+
+// readPages pages through l until take stops, a short page, or maxPages: one loop for every list.
+func readPages[T any](ctx context.Context, c *github.Client, l pagedList[T]) error {
+	for page := 1; page <= maxPages; page++ {
+		var old string
+		conditional := page <= len(l.etags)
+		if conditional {
+			old = l.etags[page-1]
+		}
+		var got []T
+		etag, nm, err := fetch(ctx, c, l.path(page), old, &got)
+		if err != nil {
+			return err
+		}
+		nm = nm && conditional // a 304 to an unconditional GET is an empty page
+		if !l.take(page, got, etag, nm) {
+			return nil
+		}
+		if nm {
+			continue
+		}
+		if len(got) < 100 {
+			return nil
+		}
+		if page == maxPages {
+			l.gap()
+		}
+	}
+	return nil
 }
 
 func (p *Poller) saveETag(ctx context.Context, repo, name, etag string) error {
@@ -223,55 +276,64 @@ func (p *Poller) pollRepo(ctx context.Context, repo string) error {
 // oldest first. The cursor advances after each event, so a failure resumes
 // there.
 func (p *Poller) pollEvents(ctx context.Context, c *github.Client, repo string) error {
-	cursorKey := p.key(repo, "events")
-	cur, err := p.cfg.Valkey.Get(ctx, cursorKey).Int64()
+	cur, err := p.cfg.Valkey.Get(ctx, p.key(repo, "events")).Int64()
 	armed := err == nil
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return err
 	}
-	var fresh []*github.IssueEvent
-	var etag string
-	for page := 1; page <= maxPages; page++ {
-		var list []*github.IssueEvent
-		path := fmt.Sprintf("repos/%s/issues/events?per_page=100&page=%d", repo, page)
-		if page == 1 { // only the first page is conditional
-			var nm bool
-			etag, nm, err = p.get(ctx, c, repo, "events", path, &list)
-			if err == nil && nm {
-				return nil
-			}
-		} else {
-			_, _, err = fetch(ctx, c, path, "", &list)
-		}
-		if err != nil {
-			return err
-		}
-		done := len(list) < 100
-		for _, e := range list {
-			if e.GetID() <= cur {
-				done = true
-				break
-			}
-			fresh = append(fresh, e)
-		}
-		if !armed || done {
-			break
-		}
-		if page == maxPages {
-			p.log.Warn("poll_events_gap", "repo", repo, "pages", maxPages)
-		}
+	fresh, etag, unchanged, err := p.readEvents(ctx, c, repo, cur, armed)
+	if err != nil || unchanged {
+		return err
 	}
 	if !armed {
-		var top int64
-		for _, e := range fresh {
-			top = max(top, e.GetID())
-		}
-		p.log.Info("poll_armed", "repo", repo, "source", "events")
-		if err := p.cfg.Valkey.Set(ctx, cursorKey, top, StateTTL).Err(); err != nil {
-			return err
-		}
-		return p.saveETag(ctx, repo, "events", etag)
+		err = p.armEvents(ctx, repo, fresh)
+	} else {
+		err = p.handEvents(ctx, repo, fresh)
 	}
+	if err != nil {
+		return err
+	}
+	return p.saveETag(ctx, repo, "events", etag)
+}
+
+// readEvents reads the events past cur, newest first (one page to arm); unchanged is a 304.
+func (p *Poller) readEvents(ctx context.Context, c *github.Client, repo string, cur int64, armed bool) (fresh []*github.IssueEvent, etag string, unchanged bool, err error) {
+	stored, err := p.storedETag(ctx, repo, "events")
+	if err != nil {
+		return nil, "", false, err
+	}
+	err = readPages(ctx, c, pagedList[*github.IssueEvent]{
+		path:  func(page int) string { return fmt.Sprintf("repos/%s/issues/events?per_page=100&page=%d", repo, page) },
+		etags: []string{stored}, // only the first page is conditional
+		take: func(page int, list []*github.IssueEvent, pageETag string, nm bool) bool {
+			if page == 1 {
+				etag, unchanged = pageETag, nm
+			}
+			for _, e := range list {
+				if e.GetID() <= cur {
+					return false
+				}
+				fresh = append(fresh, e)
+			}
+			return armed && !nm
+		},
+		gap: func() { p.log.Warn("poll_events_gap", "repo", repo, "pages", maxPages) },
+	})
+	return fresh, etag, unchanged, err
+}
+
+// armEvents sets the cursor to the newest event, handing none over: history is not replayed.
+func (p *Poller) armEvents(ctx context.Context, repo string, fresh []*github.IssueEvent) error {
+	var top int64
+	for _, e := range fresh {
+		top = max(top, e.GetID())
+	}
+	p.log.Info("poll_armed", "repo", repo, "source", "events")
+	return p.cfg.Valkey.Set(ctx, p.key(repo, "events"), top, StateTTL).Err()
+}
+
+// handEvents hands fresh over oldest first, the cursor after each, so a failure resumes there.
+func (p *Poller) handEvents(ctx context.Context, repo string, fresh []*github.IssueEvent) error {
 	for i := len(fresh) - 1; i >= 0; i-- {
 		e := fresh[i]
 		if ev, ok := eventOf(repo, e); ok {
@@ -279,11 +341,11 @@ func (p *Poller) pollEvents(ctx context.Context, c *github.Client, repo string) 
 				return err // the cursor stays before this event
 			}
 		}
-		if err := p.cfg.Valkey.Set(ctx, cursorKey, e.GetID(), StateTTL).Err(); err != nil {
+		if err := p.cfg.Valkey.Set(ctx, p.key(repo, "events"), e.GetID(), StateTTL).Err(); err != nil {
 			return err
 		}
 	}
-	return p.saveETag(ctx, repo, "events", etag)
+	return nil
 }
 
 // eventOf turns an issue event into an intake event, the one the webhook of
@@ -409,77 +471,94 @@ func (p *Poller) pollPulls(ctx context.Context, c *github.Client, repo string) e
 	}
 	armedRaw, armed := heads["armed"]
 	_, updArmed := upd["armed"]
-	var list []*github.PullRequest
-	var etag string
-	for page := 1; page <= maxPages; page++ {
-		var got []*github.PullRequest
-		path := fmt.Sprintf("repos/%s/pulls?state=open&sort=updated&direction=desc&per_page=100&page=%d", repo, page)
-		switch {
-		case page == 1 && armed && updArmed:
-			var nm bool
-			etag, nm, err = p.get(ctx, c, repo, "pulls", path, &got)
-			if err == nil && nm {
-				return nil
-			}
-		case page == 1:
-			etag, _, err = fetch(ctx, c, path, "", &got)
-		default:
-			_, _, err = fetch(ctx, c, path, "", &got)
-		}
-		if err != nil {
-			return err
-		}
-		list = append(list, got...)
-		if len(got) < 100 {
-			break
-		}
-		if page == maxPages {
-			p.log.Warn("poll_prs_gap", "repo", repo, "pages", maxPages)
-		}
+	list, etag, unchanged, err := p.readPulls(ctx, c, repo, armed && updArmed)
+	if err != nil || unchanged {
+		return err
 	}
 	now := p.cfg.Now().UTC().Format(time.RFC3339)
 	if !armed {
-		fields := []any{"armed", now}
-		for _, pr := range list {
-			fields = append(fields, strconv.Itoa(pr.GetNumber()), pr.GetHead().GetSHA())
-		}
-		p.log.Info("poll_armed", "repo", repo, "source", "pulls")
-		if err := p.cfg.Valkey.HSet(ctx, headsKey, fields...).Err(); err != nil {
-			return err
-		}
-	} else if err := p.handleHeads(ctx, repo, list, heads, armedRaw); err != nil {
+		err = p.armPulls(ctx, repo, headsKey, "pulls", now, list, headSHA)
+	} else {
+		err = p.handleHeads(ctx, repo, list, heads, armedRaw)
+	}
+	if err != nil {
 		return err
 	}
 	if !updArmed {
-		fields := []any{"armed", now}
-		for _, pr := range list {
-			fields = append(fields, strconv.Itoa(pr.GetNumber()), pr.GetUpdatedAt().UTC().Format(time.RFC3339))
-		}
-		p.log.Info("poll_armed", "repo", repo, "source", "reviews")
-		if err := p.cfg.Valkey.HSet(ctx, updKey, fields...).Err(); err != nil {
-			return err
-		}
+		err = p.armPulls(ctx, repo, updKey, "reviews", now, list, updatedAt)
 	} else {
-		for i := len(list) - 1; i >= 0; i-- {
-			pr := list[i]
-			n, at := strconv.Itoa(pr.GetNumber()), pr.GetUpdatedAt().UTC().Format(time.RFC3339)
-			if upd[n] == at {
-				continue
-			}
-			q, err := json.Marshal(queued{Updated: at, Labels: labelNames(pr.Labels)})
-			if err != nil {
-				return err
-			}
-			if err := p.cfg.Valkey.HSet(ctx, p.key(repo, "reviewq"), n, q).Err(); err != nil {
-				return err
-			}
-			if err := p.cfg.Valkey.HSet(ctx, updKey, n, at).Err(); err != nil {
-				return err
-			}
-		}
+		err = p.queueReviews(ctx, repo, list, upd)
+	}
+	if err != nil {
+		return err
 	}
 	return p.saveETag(ctx, repo, "pulls", etag)
 }
+
+// readPulls reads the open pull requests, conditional only once armed; unchanged is a 304.
+func (p *Poller) readPulls(ctx context.Context, c *github.Client, repo string, conditional bool) (list []*github.PullRequest, etag string, unchanged bool, err error) {
+	var etags []string
+	if conditional {
+		stored, serr := p.storedETag(ctx, repo, "pulls")
+		if serr != nil {
+			return nil, "", false, serr
+		}
+		etags = []string{stored}
+	}
+	err = readPages(ctx, c, pagedList[*github.PullRequest]{
+		path: func(page int) string {
+			return fmt.Sprintf("repos/%s/pulls?state=open&sort=updated&direction=desc&per_page=100&page=%d", repo, page)
+		},
+		etags: etags,
+		take: func(page int, got []*github.PullRequest, pageETag string, nm bool) bool {
+			if page == 1 {
+				etag, unchanged = pageETag, nm
+			}
+			list = append(list, got...)
+			return !nm
+		},
+		gap: func() { p.log.Warn("poll_prs_gap", "repo", repo, "pages", maxPages) },
+	})
+	return list, etag, unchanged, err
+}
+
+// armPulls stores each pull request's value and the arm time, so history is not replayed.
+func (p *Poller) armPulls(ctx context.Context, repo, key, source, now string, list []*github.PullRequest, value func(*github.PullRequest) string) error {
+	fields := []any{"armed", now}
+	for _, pr := range list {
+		fields = append(fields, strconv.Itoa(pr.GetNumber()), value(pr))
+	}
+	p.log.Info("poll_armed", "repo", repo, "source", source)
+	return p.cfg.Valkey.HSet(ctx, key, fields...).Err()
+}
+
+// queueReviews queues the pull requests whose updated_at moved: a review moves it.
+func (p *Poller) queueReviews(ctx context.Context, repo string, list []*github.PullRequest, upd map[string]string) error {
+	for i := len(list) - 1; i >= 0; i-- {
+		pr := list[i]
+		n, at := strconv.Itoa(pr.GetNumber()), updatedAt(pr)
+		if upd[n] == at {
+			continue
+		}
+		q, err := json.Marshal(queued{Updated: at, Labels: labelNames(pr.Labels)})
+		if err != nil {
+			return err
+		}
+		if err := p.cfg.Valkey.HSet(ctx, p.key(repo, "reviewq"), n, q).Err(); err != nil {
+			return err
+		}
+		if err := p.cfg.Valkey.HSet(ctx, p.key(repo, "prupd"), n, at).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// headSHA is a pull request's head commit, what a new push changes.
+func headSHA(pr *github.PullRequest) string { return pr.GetHead().GetSHA() }
+
+// updatedAt is a pull request's updated_at to the second, what a review changes.
+func updatedAt(pr *github.PullRequest) string { return pr.GetUpdatedAt().UTC().Format(time.RFC3339) }
 
 // handleHeads hands over the opened and synchronized pull requests of list,
 // least recently updated first.
@@ -487,7 +566,7 @@ func (p *Poller) handleHeads(ctx context.Context, repo string, list []*github.Pu
 	armedAt, _ := time.Parse(time.RFC3339, armedRaw) // "1" before arm times were kept: zero
 	for i := len(list) - 1; i >= 0; i-- {
 		pr := list[i]
-		n, sha := strconv.Itoa(pr.GetNumber()), pr.GetHead().GetSHA()
+		n, sha := strconv.Itoa(pr.GetNumber()), headSHA(pr)
 		prev, seen := heads[n]
 		if prev == sha || sha == "" {
 			continue
@@ -601,63 +680,81 @@ func (p *Poller) pollReviews(ctx context.Context, c *github.Client, repo string)
 // pull_request_review/submitted. Before a pull request's first reading the
 // cursor is the time reviews were armed.
 func (p *Poller) pullReviews(ctx context.Context, c *github.Client, repo string, n int, labels []string, armedAt time.Time) error {
-	key, field := p.key(repo, "reviews"), strconv.Itoa(n)
+	cur, err := p.loadReviewCursor(ctx, repo, n, armedAt)
+	if err != nil {
+		return err
+	}
+	fresh, etags, err := p.readReviews(ctx, c, repo, n, cur)
+	if err != nil {
+		return err
+	}
+	if err := p.handReviews(ctx, repo, n, labels, fresh, &cur); err != nil {
+		return err
+	}
+	cur.ETags = etags
+	return p.saveReviewCursor(ctx, repo, n, cur)
+}
+
+// loadReviewCursor is pull request n's review cursor, else armedAt, so nothing older is replayed.
+func (p *Poller) loadReviewCursor(ctx context.Context, repo string, n int, armedAt time.Time) (reviewCursor, error) {
 	cur := reviewCursor{At: armedAt}
-	raw, err := p.cfg.Valkey.HGet(ctx, key, field).Result()
+	raw, err := p.cfg.Valkey.HGet(ctx, p.key(repo, "reviews"), strconv.Itoa(n)).Result()
 	switch {
 	case errors.Is(err, redis.Nil):
 	case err != nil:
-		return err
+		return cur, err
 	default:
 		if json.Unmarshal([]byte(raw), &cur) != nil {
 			cur = reviewCursor{At: armedAt}
 		}
 	}
-	save := func() error {
-		b, err := json.Marshal(cur)
-		if err != nil {
-			return err
-		}
-		return p.cfg.Valkey.HSet(ctx, key, field, b).Err()
+	return cur, nil
+}
+
+// saveReviewCursor stores cur as pull request n's, so the next reading resumes after it.
+func (p *Poller) saveReviewCursor(ctx context.Context, repo string, n int, cur reviewCursor) error {
+	b, err := json.Marshal(cur)
+	if err != nil {
+		return err
 	}
-	var fresh []*github.PullRequestReview
-	var etags []string
-	for page := 1; page <= maxPages; page++ {
-		var old string
-		if page <= len(cur.ETags) {
-			old = cur.ETags[page-1]
-		}
-		var got []*github.PullRequestReview
-		path := fmt.Sprintf("repos/%s/pulls/%d/reviews?per_page=100&page=%d", repo, n, page)
-		etag, nm, err := fetch(ctx, c, path, old, &got)
-		if err != nil {
-			return err
-		}
-		etags = append(etags, etag)
-		if nm {
-			if page < len(cur.ETags) {
-				continue // a full page, unchanged: read on
+	return p.cfg.Valkey.HSet(ctx, p.key(repo, "reviews"), strconv.Itoa(n), b).Err()
+}
+
+// readReviews returns n's submitted reviews past cur, oldest first, and the pages' new ETags.
+func (p *Poller) readReviews(ctx context.Context, c *github.Client, repo string, n int, cur reviewCursor) (fresh []*github.PullRequestReview, etags []string, err error) {
+	err = readPages(ctx, c, pagedList[*github.PullRequestReview]{
+		path: func(page int) string {
+			return fmt.Sprintf("repos/%s/pulls/%d/reviews?per_page=100&page=%d", repo, n, page)
+		},
+		etags: cur.ETags,
+		take: func(page int, got []*github.PullRequestReview, etag string, nm bool) bool {
+			etags = append(etags, etag)
+			if nm {
+				return page < len(cur.ETags) // a full page, unchanged: read on
 			}
-			break
-		}
-		for _, r := range got {
-			at := r.GetSubmittedAt().Time
-			if r.SubmittedAt == nil || strings.EqualFold(r.GetState(), "PENDING") ||
-				at.Before(cur.At) || at.Equal(cur.At) && slices.Contains(cur.IDs, r.GetID()) {
-				continue
+			for _, r := range got {
+				at := r.GetSubmittedAt().Time
+				if r.SubmittedAt == nil || strings.EqualFold(r.GetState(), "PENDING") ||
+					at.Before(cur.At) || at.Equal(cur.At) && slices.Contains(cur.IDs, r.GetID()) {
+					continue
+				}
+				fresh = append(fresh, r)
 			}
-			fresh = append(fresh, r)
-		}
-		if len(got) < 100 {
-			break
-		}
-		if page == maxPages {
-			p.log.Warn("poll_reviews_gap", "repo", repo, "number", n, "pages", maxPages)
-		}
+			return true
+		},
+		gap: func() { p.log.Warn("poll_reviews_gap", "repo", repo, "number", n, "pages", maxPages) },
+	})
+	if err != nil {
+		return nil, nil, err
 	}
 	slices.SortFunc(fresh, func(a, b *github.PullRequestReview) int {
 		return cmp.Or(a.GetSubmittedAt().Compare(b.GetSubmittedAt().Time), cmp.Compare(a.GetID(), b.GetID()))
 	})
+	return fresh, etags, nil
+}
+
+// handReviews hands fresh over, storing cur after each review, so a failure resumes there.
+func (p *Poller) handReviews(ctx context.Context, repo string, n int, labels []string, fresh []*github.PullRequestReview, cur *reviewCursor) error {
 	for _, r := range fresh {
 		ev := forge.Event{
 			Forge: jobs.ForgeGitHub, DeliveryID: "poll-r" + strconv.FormatInt(r.GetID(), 10),
@@ -675,10 +772,9 @@ func (p *Poller) pullReviews(ctx context.Context, c *github.Client, repo string,
 		} else {
 			cur.IDs = append(cur.IDs, r.GetID())
 		}
-		if err := save(); err != nil {
+		if err := p.saveReviewCursor(ctx, repo, n, *cur); err != nil {
 			return err
 		}
 	}
-	cur.ETags = etags
-	return save()
+	return nil
 }

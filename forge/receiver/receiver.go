@@ -204,14 +204,44 @@ func answer(w http.ResponseWriter, status int, msg string) {
 // serve answers one delivery and returns its outcome: a refusal reason, or
 // enqueued, dropped, error.
 func (r *Receiver) serve(f jobs.Forge, armed bool, verify verifier, w http.ResponseWriter, req *http.Request) string {
-	refuse := func(status int, reason, delivery string, attrs ...any) string {
-		if !validDelivery(delivery) {
-			delivery = "" // a header of an unverified sender is not logged as it came
-		}
-		r.cfg.Intake.Refuse(f, delivery, reason, attrs...)
-		answer(w, status, reason)
-		return reason
+	if outcome := screen(f, armed, w, req); outcome != "" {
+		return outcome
 	}
+	body, outcome := r.readBody(f, w, req)
+	if outcome != "" {
+		return outcome
+	}
+	v, reason, status := verify(req.Header, body)
+	if reason != "" {
+		return r.refuse(f, w, status, reason, v.delivery)
+	}
+	if !validDelivery(v.delivery) {
+		return r.refuse(f, w, http.StatusBadRequest, forge.ReasonMissingDelivery, "")
+	}
+	ev, err := parseEvent(f, v, body)
+	if err != nil {
+		return r.refuse(f, w, http.StatusBadRequest, forge.ReasonMalformed, v.delivery, "event", v.event, "err", err.Error())
+	}
+	ctx, cancel := context.WithTimeout(req.Context(), handleTimeout)
+	defer cancel()
+	if outcome := r.claim(ctx, f, w, v.delivery); outcome != "" {
+		return outcome
+	}
+	return r.handle(ctx, f, w, v.delivery, ev)
+}
+
+// refuse answers a refusal and reports it to the intake, so every refusal is logged alike.
+func (r *Receiver) refuse(f jobs.Forge, w http.ResponseWriter, status int, reason, delivery string, attrs ...any) string {
+	if !validDelivery(delivery) {
+		delivery = "" // a header of an unverified sender is not logged as it came
+	}
+	r.cfg.Intake.Refuse(f, delivery, reason, attrs...)
+	answer(w, status, reason)
+	return reason
+}
+
+// screen turns away what no armed forge sends before the body is read; "" lets it on.
+func screen(f jobs.Forge, armed bool, w http.ResponseWriter, req *http.Request) string {
 	if !armed {
 		answer(w, http.StatusNotFound, string(f)+" webhooks are not configured")
 		return "not-configured"
@@ -225,53 +255,59 @@ func (r *Receiver) serve(f jobs.Forge, armed bool, verify verifier, w http.Respo
 		answer(w, http.StatusUnsupportedMediaType, "content-type-not-json")
 		return "content-type-not-json"
 	}
+	return ""
+}
+
+// readBody reads at most MaxBody, so an oversized delivery is refused, not held in memory.
+func (r *Receiver) readBody(f jobs.Forge, w http.ResponseWriter, req *http.Request) (body []byte, outcome string) {
 	if req.ContentLength > r.cfg.MaxBody {
-		return refuse(http.StatusRequestEntityTooLarge, forge.ReasonTooLarge, "", "bytes", req.ContentLength)
+		return nil, r.refuse(f, w, http.StatusRequestEntityTooLarge, forge.ReasonTooLarge, "", "bytes", req.ContentLength)
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, r.cfg.MaxBody))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return refuse(http.StatusRequestEntityTooLarge, forge.ReasonTooLarge, "", "limit", r.cfg.MaxBody)
+			return nil, r.refuse(f, w, http.StatusRequestEntityTooLarge, forge.ReasonTooLarge, "", "limit", r.cfg.MaxBody)
 		}
 		answer(w, http.StatusBadRequest, "unreadable-body")
-		return "unreadable-body"
+		return nil, "unreadable-body"
 	}
-	v, reason, status := verify(req.Header, body)
-	if reason != "" {
-		return refuse(status, reason, v.delivery)
-	}
-	if !validDelivery(v.delivery) {
-		return refuse(http.StatusBadRequest, forge.ReasonMissingDelivery, "")
-	}
-	var ev forge.Event
+	return body, ""
+}
+
+// parseEvent parses a verified body with its forge's parser, so the intake sees one shape.
+func parseEvent(f jobs.Forge, v verified, body []byte) (forge.Event, error) {
 	switch f {
 	case jobs.ForgeGitHub:
-		ev, err = forge.ParseGitHub(v.event, v.delivery, body)
+		return forge.ParseGitHub(v.event, v.delivery, body)
 	case jobs.ForgeGitLab:
-		ev, err = forge.ParseGitLab(v.event, v.delivery, body)
+		return forge.ParseGitLab(v.event, v.delivery, body)
 	default:
-		ev, err = forge.ParseForgejo(v.event, v.delivery, body)
+		return forge.ParseForgejo(v.event, v.delivery, body)
 	}
+}
+
+// claim records the delivery id, so a delivery is processed once; "" lets a fresh one on.
+func (r *Receiver) claim(ctx context.Context, f jobs.Forge, w http.ResponseWriter, delivery string) string {
+	fresh, err := r.cfg.Replay.Claim(ctx, f, delivery)
 	if err != nil {
-		return refuse(http.StatusBadRequest, forge.ReasonMalformed, v.delivery, "event", v.event, "err", err.Error())
-	}
-	ctx, cancel := context.WithTimeout(req.Context(), handleTimeout)
-	defer cancel()
-	fresh, err := r.cfg.Replay.Claim(ctx, f, v.delivery)
-	if err != nil {
-		r.log.Error("receiver_replay_store_failed", "forge", f, "delivery", v.delivery, "err", err.Error())
+		r.log.Error("receiver_replay_store_failed", "forge", f, "delivery", delivery, "err", err.Error())
 		answer(w, http.StatusServiceUnavailable, "unavailable")
 		return "error"
 	}
 	if !fresh {
-		return refuse(http.StatusConflict, forge.ReasonReplayed, v.delivery)
+		return r.refuse(f, w, http.StatusConflict, forge.ReasonReplayed, delivery)
 	}
+	return ""
+}
+
+// handle hands ev to the intake and answers its outcome; undecided, the forge may redeliver.
+func (r *Receiver) handle(ctx context.Context, f jobs.Forge, w http.ResponseWriter, delivery string, ev forge.Event) string {
 	out, err := r.cfg.Intake.Handle(ctx, ev)
 	if err != nil {
 		// Not decided: let the forge's redelivery through the replay gate.
-		if rerr := r.cfg.Replay.Release(context.WithoutCancel(ctx), f, v.delivery); rerr != nil {
-			r.log.Error("receiver_replay_store_failed", "forge", f, "delivery", v.delivery, "err", rerr.Error())
+		if rerr := r.cfg.Replay.Release(context.WithoutCancel(ctx), f, delivery); rerr != nil {
+			r.log.Error("receiver_replay_store_failed", "forge", f, "delivery", delivery, "err", rerr.Error())
 		}
 		answer(w, http.StatusServiceUnavailable, "retry-later")
 		return "error"

@@ -199,65 +199,94 @@ func (c *Checkout) check(ctx context.Context, tree string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	// -z --raw: ":oldmode newmode oldsha newsha status\0path\0" per change.
-	fields := strings.Split(strings.TrimSuffix(out, "\x00"), "\x00")
 	if out == "" {
 		return false, nil
 	}
 	policy, limits := c.policy(), c.m.cfg.Limits
-	type change struct{ mode, sha, path string }
-	var changes []change
-	for i := 0; i+1 < len(fields); i += 2 {
-		meta := strings.Fields(strings.TrimPrefix(fields[i], ":"))
-		if len(meta) < 5 {
-			return false, fmt.Errorf("diff-tree: unexpected line %q", fields[i])
-		}
-		changes = append(changes, change{mode: meta[1], sha: meta[3], path: fields[i+1]})
+	changes, err := parseChanges(out)
+	if err != nil {
+		return false, err
 	}
 	if len(changes) > limits.MaxFiles {
 		return false, &RefusalError{Reason: jobs.ReasonTooManyFiles}
 	}
+	blobs, err := c.checkChanges(ctx, changes, policy)
+	if err != nil {
+		return false, err
+	}
+	if err := c.checkSize(ctx, blobs, limits.MaxBytes); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// treeChange is one changed path of a diff-tree: its new mode and blob.
+type treeChange struct{ mode, sha, path string }
+
+// parseChanges reads diff-tree's -z --raw output, which quotes no path.
+func parseChanges(out string) ([]treeChange, error) {
+	// -z --raw: ":oldmode newmode oldsha newsha status\0path\0" per change.
+	fields := strings.Split(strings.TrimSuffix(out, "\x00"), "\x00")
+	var changes []treeChange
+	for i := 0; i+1 < len(fields); i += 2 {
+		meta := strings.Fields(strings.TrimPrefix(fields[i], ":"))
+		if len(meta) < 5 {
+			return nil, fmt.Errorf("diff-tree: unexpected line %q", fields[i])
+		}
+		changes = append(changes, treeChange{mode: meta[1], sha: meta[3], path: fields[i+1]})
+	}
+	return changes, nil
+}
+
+// checkChanges refuses CI configuration, submodules and escaping links, and returns the blobs whose sizes count.
+func (c *Checkout) checkChanges(ctx context.Context, changes []treeChange, policy PublishPolicy) ([]string, error) {
 	var blobs []string
 	for _, ch := range changes {
 		switch {
 		case !policy.AllowCI && IsCIPath(ch.path):
-			return false, &RefusalError{Reason: jobs.ReasonCIChange, Path: ch.path}
+			return nil, &RefusalError{Reason: jobs.ReasonCIChange, Path: ch.path}
 		case ch.mode == "160000" || ch.path == ".gitmodules" || strings.HasSuffix(ch.path, "/.gitmodules"):
-			return false, &RefusalError{Reason: jobs.ReasonUnsafePath, Path: ch.path}
+			return nil, &RefusalError{Reason: jobs.ReasonUnsafePath, Path: ch.path}
 		case ch.mode == "120000":
 			target, err := c.m.git(c.state).run(ctx, "cat-file", "blob", ch.sha)
 			if err != nil {
-				return false, err
+				return nil, err
 			}
 			if linkEscapes(ch.path, target) {
-				return false, &RefusalError{Reason: jobs.ReasonUnsafePath, Path: ch.path}
+				return nil, &RefusalError{Reason: jobs.ReasonUnsafePath, Path: ch.path}
 			}
 		}
 		if ch.mode != "000000" {
 			blobs = append(blobs, ch.sha)
 		}
 	}
-	if len(blobs) > 0 {
-		g := c.m.git(c.state)
-		g.stdin = []byte(strings.Join(blobs, "\n") + "\n")
-		sizes, err := g.run(ctx, "cat-file", "--batch-check=%(objectsize)")
+	return blobs, nil
+}
+
+// checkSize refuses blobs adding up to more than maxBytes, so no job publishes without bound.
+func (c *Checkout) checkSize(ctx context.Context, blobs []string, maxBytes int64) error {
+	if len(blobs) == 0 {
+		return nil
+	}
+	g := c.m.git(c.state)
+	g.stdin = []byte(strings.Join(blobs, "\n") + "\n")
+	sizes, err := g.run(ctx, "cat-file", "--batch-check=%(objectsize)")
+	if err != nil {
+		return err
+	}
+	var total int64
+	sc := bufio.NewScanner(strings.NewReader(sizes))
+	for sc.Scan() {
+		n, err := strconv.ParseInt(strings.TrimSpace(sc.Text()), 10, 64)
 		if err != nil {
-			return false, err
+			return fmt.Errorf("cat-file size %q: %w", sc.Text(), err)
 		}
-		var total int64
-		sc := bufio.NewScanner(strings.NewReader(sizes))
-		for sc.Scan() {
-			n, err := strconv.ParseInt(strings.TrimSpace(sc.Text()), 10, 64)
-			if err != nil {
-				return false, fmt.Errorf("cat-file size %q: %w", sc.Text(), err)
-			}
-			total += n
-			if total > limits.MaxBytes {
-				return false, &RefusalError{Reason: jobs.ReasonTooLarge}
-			}
+		total += n
+		if total > maxBytes {
+			return &RefusalError{Reason: jobs.ReasonTooLarge}
 		}
 	}
-	return true, nil
+	return nil
 }
 
 // linkEscapes reports whether a symbolic link at p pointing to target leads

@@ -220,10 +220,29 @@ func (m *Manager) Prepare(ctx context.Context, job Job, dir string) (*Checkout, 
 }
 
 func (c *Checkout) prepare(ctx context.Context) error {
-	j := c.job.Job
+	if err := c.lookupRepository(ctx); err != nil {
+		return err
+	}
+	ref, err := c.checkoutRef(ctx)
+	if err != nil {
+		return err
+	}
+	if err := c.fetchBase(ctx, ref); err != nil {
+		return err
+	}
+	if err := c.initWorkspace(ctx); err != nil {
+		return err
+	}
+	c.log.Info("forge_workspace_prepared", "base", c.base, "branch", c.branch)
+	c.comment(ctx, startComment(c.job))
+	return nil
+}
+
+// lookupRepository asks the forge for the clone URL and default branch, refusing a URL that carries credentials.
+func (c *Checkout) lookupRepository(ctx context.Context) error {
 	var repo Repository
 	if err := c.call(ctx, func(tok token.Token) (err error) {
-		repo, err = c.forge.API.Repository(ctx, tok, j.Repo)
+		repo, err = c.forge.API.Repository(ctx, tok, c.job.Job.Repo)
 		return err
 	}); err != nil {
 		return fmt.Errorf("repository: %w", err)
@@ -233,55 +252,67 @@ func (c *Checkout) prepare(ctx context.Context) error {
 		return fmt.Errorf("repository: the forge answered no http(s) clone URL without credentials, or no default branch")
 	}
 	c.repo = repo
-	ref := "refs/heads/" + repo.DefaultBranch
-	c.branch, c.baseRef = repo.DefaultBranch, repo.DefaultBranch
-	if j.PullRequest {
-		var head PullHead
-		if err := c.call(ctx, func(tok token.Token) (err error) {
-			head, err = c.forge.API.PullRequest(ctx, tok, j.Repo, j.Number)
-			return err
-		}); err != nil {
-			return fmt.Errorf("pull request: %w", err)
-		}
-		ref = head.Ref
-		c.branch = fmt.Sprintf("pr-%d", j.Number)
-		c.baseRef = head.Base
-		if head.Branch != "" {
-			c.branch, c.baseRef = head.Branch, head.Branch
-		}
+	return nil
+}
+
+// checkoutRef sets the branches and returns the ref to clone: a pull request's head, else the default branch.
+func (c *Checkout) checkoutRef(ctx context.Context) (string, error) {
+	j := c.job.Job
+	c.branch, c.baseRef = c.repo.DefaultBranch, c.repo.DefaultBranch
+	if !j.PullRequest {
+		return "refs/heads/" + c.repo.DefaultBranch, nil
 	}
-	m := c.m
-	if _, err := m.git(c.state).run(ctx, "init", "--quiet", "--bare", "."); err != nil {
+	var head PullHead
+	if err := c.call(ctx, func(tok token.Token) (err error) {
+		head, err = c.forge.API.PullRequest(ctx, tok, j.Repo, j.Number)
+		return err
+	}); err != nil {
+		return "", fmt.Errorf("pull request: %w", err)
+	}
+	c.branch = fmt.Sprintf("pr-%d", j.Number)
+	c.baseRef = head.Base
+	if head.Branch != "" {
+		c.branch, c.baseRef = head.Branch, head.Branch
+	}
+	return head.Ref, nil
+}
+
+// fetchBase fetches ref into the host-only repository, the one git that holds the token, and pins its commit.
+func (c *Checkout) fetchBase(ctx context.Context, ref string) error {
+	if _, err := c.m.git(c.state).run(ctx, "init", "--quiet", "--bare", "."); err != nil {
 		return err
 	}
 	tok, err := c.token(ctx)
 	if err != nil {
 		return err
 	}
-	if _, err := m.git(c.state).auth(repo.CloneURL, c.forge.API.GitUser(), tok).
-		run(ctx, "fetch", "--quiet", "--no-tags", "--depth=1", repo.CloneURL, "+"+ref+":refs/pi/base"); err != nil {
+	if _, err := c.m.git(c.state).auth(c.repo.CloneURL, c.forge.API.GitUser(), tok).
+		run(ctx, "fetch", "--quiet", "--no-tags", "--depth=1", c.repo.CloneURL, "+"+ref+":refs/pi/base"); err != nil {
 		return err
 	}
-	base, err := m.git(c.state).run(ctx, "rev-parse", "--verify", "refs/pi/base^{commit}")
+	base, err := c.m.git(c.state).run(ctx, "rev-parse", "--verify", "refs/pi/base^{commit}")
 	if err != nil {
 		return err
 	}
 	c.base = strings.TrimSpace(base)
+	return nil
+}
+
+// initWorkspace clones the host-only copy into the workspace: the job gets the commit, never the token.
+func (c *Checkout) initWorkspace(ctx context.Context) error {
 	// The workspace: its own repository, from the host-only copy, whose
 	// origin is the forge's public URL (no credential anywhere in it).
-	w := m.git(c.dir).with("protocol.file.allow", "always")
+	w := c.m.git(c.dir).with("protocol.file.allow", "always")
 	for _, args := range [][]string{
 		{"init", "--quiet", "-b", c.branch, "."},
 		{"fetch", "--quiet", "--no-tags", "--depth=1", "file://" + c.state, "refs/pi/base:refs/remotes/origin/" + c.branch},
 		{"reset", "--quiet", "--hard", c.base},
-		{"remote", "add", "origin", repo.CloneURL},
+		{"remote", "add", "origin", c.repo.CloneURL},
 	} {
 		if _, err := w.run(ctx, args...); err != nil {
 			return err
 		}
 	}
-	c.log.Info("forge_workspace_prepared", "base", c.base, "branch", c.branch)
-	c.comment(ctx, startComment(c.job))
 	return nil
 }
 
