@@ -120,24 +120,49 @@ var ErrConfig = errors.New("gateway config")
 
 // New checks cfg and builds the gateway.
 func New(cfg Config) (*Gateway, error) {
-	if cfg.RateLimitWait < 0 {
-		return nil, fmt.Errorf("%w: RateLimitWait must not be negative", ErrConfig)
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
-	if cfg.RateLimitWait == 0 {
-		cfg.RateLimitWait = DefaultRateLimitWait
+	cfg = cfg.withDefaults()
+	g := &Gateway{cfg: cfg, upstreams: map[string]*url.URL{}, log: cfg.Logger.With("host", cfg.Host)}
+	if err := g.parseUpstreams(); err != nil {
+		return nil, err
+	}
+	g.proxy = &httputil.ReverseProxy{
+		Rewrite:        rewrite,
+		Transport:      cfg.Transport,
+		FlushInterval:  -1,
+		BufferPool:     bufferPool{},
+		ModifyResponse: g.modifyResponse,
+		ErrorHandler:   g.upstreamFailed,
+		ErrorLog:       slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+	}
+	return g, nil
+}
+
+// check refuses the settings New cannot apply: negative bounds, a model pattern without its provider.
+func (cfg Config) check() error {
+	if cfg.RateLimitWait < 0 {
+		return fmt.Errorf("%w: RateLimitWait must not be negative", ErrConfig)
 	}
 	if cfg.MaxCalls < 0 || cfg.MaxBodyBytes < 0 || cfg.BodyTimeout < 0 || cfg.DrainTimeout < 0 {
-		return nil, fmt.Errorf("%w: MaxCalls, MaxBodyBytes, BodyTimeout and DrainTimeout must not be negative", ErrConfig)
+		return fmt.Errorf("%w: MaxCalls, MaxBodyBytes, BodyTimeout and DrainTimeout must not be negative", ErrConfig)
 	}
+	for _, p := range cfg.AllowedModels {
+		if provider, model, ok := strings.Cut(p, "/"); !ok || provider == "" || model == "" {
+			return fmt.Errorf("%w: AllowedModels: %q must be provider/model", ErrConfig, p)
+		}
+	}
+	return nil
+}
+
+// withDefaults fills the settings cfg leaves zero, so the gateway never checks for them.
+func (cfg Config) withDefaults() Config {
+	cfg.RateLimitWait = cmp.Or(cfg.RateLimitWait, DefaultRateLimitWait)
 	cfg.MaxCalls = cmp.Or(cfg.MaxCalls, DefaultMaxCalls)
 	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes)
 	cfg.BodyTimeout = cmp.Or(cfg.BodyTimeout, DefaultBodyTimeout)
 	cfg.DrainTimeout = cmp.Or(cfg.DrainTimeout, DefaultDrainTimeout)
-	for _, p := range cfg.AllowedModels {
-		if provider, model, ok := strings.Cut(p, "/"); !ok || provider == "" || model == "" {
-			return nil, fmt.Errorf("%w: AllowedModels: %q must be provider/model", ErrConfig, p)
-		}
-	}
 	if cfg.Pricing == nil {
 		cfg.Pricing = DefaultPricing()
 	}
@@ -152,41 +177,36 @@ func New(cfg Config) (*Gateway, error) {
 		t.ReadBufferSize, t.WriteBufferSize = copyBuffer, 64<<10
 		cfg.Transport = t
 	}
-	g := &Gateway{cfg: cfg, upstreams: map[string]*url.URL{}, log: cfg.Logger.With("host", cfg.Host)}
+	return cfg
+}
+
+// parseUpstreams reads the base URLs, the known ones overridden by Upstreams, and the fallback's.
+func (g *Gateway) parseUpstreams() error {
 	all := map[string]string{}
 	for p, u := range knownUpstreams {
 		all[p] = u
 	}
-	for p, u := range cfg.Upstreams {
+	for p, u := range g.cfg.Upstreams {
 		if !jobs.ValidProvider(p) {
-			return nil, fmt.Errorf("%w: Upstreams: provider %q must be 1 to %d lowercase letters, digits and dashes", ErrConfig, p, jobs.MaxProviderBytes)
+			return fmt.Errorf("%w: Upstreams: provider %q must be 1 to %d lowercase letters, digits and dashes", ErrConfig, p, jobs.MaxProviderBytes)
 		}
 		all[p] = u
 	}
 	for p, raw := range all {
 		u, err := baseURL(raw)
 		if err != nil {
-			return nil, fmt.Errorf("%w: Upstreams[%q]: %w", ErrConfig, p, err)
+			return fmt.Errorf("%w: Upstreams[%q]: %w", ErrConfig, p, err)
 		}
 		g.upstreams[p] = u
 	}
-	if cfg.Fallback != "" {
-		u, err := baseURL(cfg.Fallback)
+	if g.cfg.Fallback != "" {
+		u, err := baseURL(g.cfg.Fallback)
 		if err != nil {
-			return nil, fmt.Errorf("%w: Fallback: %w", ErrConfig, err)
+			return fmt.Errorf("%w: Fallback: %w", ErrConfig, err)
 		}
 		g.fallback = u
 	}
-	g.proxy = &httputil.ReverseProxy{
-		Rewrite:        rewrite,
-		Transport:      cfg.Transport,
-		FlushInterval:  -1,
-		BufferPool:     bufferPool{},
-		ModifyResponse: g.modifyResponse,
-		ErrorHandler:   g.upstreamFailed,
-		ErrorLog:       slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
-	}
-	return g, nil
+	return nil
 }
 
 func baseURL(raw string) (*url.URL, error) {

@@ -228,8 +228,9 @@ func (p *parser) object(depth int, top bool) (typ string, err error) {
 		return "", errBadJSON
 	}
 	p.i++
-	var sourceType string
-	imageURL, typeSeen := false, false
+	o := objState{top: top}
+	// seen are the keys read so far, at the top only; kept out of o, which
+	// would take it to the heap.
 	var seen map[string]bool
 	if top {
 		seen = map[string]bool{}
@@ -240,90 +241,137 @@ func (p *parser) object(depth int, top bool) (typ string, err error) {
 			p.i++
 			break
 		}
-		if p.i >= len(p.b) || p.b[p.i] != '"' {
-			return "", errBadJSON
-		}
-		key, err := p.str(true)
+		end, err := p.member(depth, &o, seen)
 		if err != nil {
 			return "", err
 		}
-		if top && seen[key] || key == "type" && typeSeen {
-			return "", errors.New("the request names " + strconv.Quote(key) + " twice in one object")
-		}
-		if top {
-			seen[key] = true
-		}
-		typeSeen = typeSeen || key == "type"
-		p.ws()
-		if p.i >= len(p.b) || p.b[p.i] != ':' {
-			return "", errBadJSON
-		}
-		p.i++
-		p.ws()
-		if p.i >= len(p.b) {
-			return "", errBadJSON
-		}
-		start := p.i
-		switch {
-		case key == "type" && p.b[p.i] == '"':
-			if typ, err = p.str(true); err != nil {
-				return "", err
-			}
-		case top && key == "model" && p.b[p.i] == '"':
-			if p.info.model, err = p.str(true); err != nil {
-				return "", err
-			}
-		case top && key == "tools" && p.b[p.i] == '[':
-			_, err = p.array(depth+1, func(t string) {
-				if !clientTool(t) && p.info.unbounded == "" {
-					p.info.unbounded = "server tool " + strconv.Quote(t)
-				}
-			})
-		case key == "source" && p.b[p.i] == '{':
-			sourceType, err = p.object(depth+1, false)
-		default:
-			_, err = p.value(depth)
-		}
-		if err != nil {
-			return "", err
-		}
-		if key == "image_url" {
-			imageURL = true
-		}
-		if top {
-			switch {
-			case outputFields[key]:
-				p.info.fields = append(p.info.fields, span{key, start, p.i})
-			case key == "n":
-				n, ok := readCount(p.b[start:p.i])
-				if !ok || n < 1 || n > 128 {
-					return "", errors.New(`the request's "n" must be a whole number from 1 to 128`)
-				}
-				p.info.n = n
-			case unboundedKeys[key] && p.info.unbounded == "":
-				p.info.unbounded = strconv.Quote(key)
-			}
-		}
-		p.ws()
-		if p.i >= len(p.b) {
-			return "", errBadJSON
-		}
-		if p.b[p.i] == '}' {
-			p.i++
+		if end {
 			break
 		}
-		if p.b[p.i] != ',' {
-			return "", errBadJSON
-		}
-		p.i++
 	}
+	p.countBlock(&o)
+	return o.typ, nil
+}
+
+// objState is what object keeps of one object as it reads its members.
+type objState struct {
+	top                bool
+	typ, sourceType    string
+	imageURL, typeSeen bool
+}
+
+// member reads one key, its value and what follows; end reports the object's closing brace.
+func (p *parser) member(depth int, o *objState, seen map[string]bool) (end bool, err error) {
+	key, err := p.key(o, seen)
+	if err != nil {
+		return false, err
+	}
+	start := p.i
+	if err := p.memberValue(depth, key, o); err != nil {
+		return false, err
+	}
+	if key == "image_url" {
+		o.imageURL = true
+	}
+	if o.top {
+		if err := p.topField(key, start); err != nil {
+			return false, err
+		}
+	}
+	return p.memberEnd()
+}
+
+// key reads a key and its colon, refusing a key named twice that the provider could read otherwise.
+func (p *parser) key(o *objState, seen map[string]bool) (string, error) {
+	if p.i >= len(p.b) || p.b[p.i] != '"' {
+		return "", errBadJSON
+	}
+	key, err := p.str(true)
+	if err != nil {
+		return "", err
+	}
+	if o.top && seen[key] || key == "type" && o.typeSeen {
+		return "", errors.New("the request names " + strconv.Quote(key) + " twice in one object")
+	}
+	if o.top {
+		seen[key] = true
+	}
+	o.typeSeen = o.typeSeen || key == "type"
+	p.ws()
+	if p.i >= len(p.b) || p.b[p.i] != ':' {
+		return "", errBadJSON
+	}
+	p.i++
+	p.ws()
+	if p.i >= len(p.b) {
+		return "", errBadJSON
+	}
+	return key, nil
+}
+
+// memberValue reads a value, keeping what bounds the call: a type, the model, the tools, a source's type.
+func (p *parser) memberValue(depth int, key string, o *objState) (err error) {
 	switch {
-	case typ == "image" || typ == "input_image" || typ == "image_url" || imageURL:
+	case key == "type" && p.b[p.i] == '"':
+		o.typ, err = p.str(true)
+	case o.top && key == "model" && p.b[p.i] == '"':
+		p.info.model, err = p.str(true)
+	case o.top && key == "tools" && p.b[p.i] == '[':
+		_, err = p.array(depth+1, func(t string) {
+			if !clientTool(t) && p.info.unbounded == "" {
+				p.info.unbounded = "server tool " + strconv.Quote(t)
+			}
+		})
+	case key == "source" && p.b[p.i] == '{':
+		o.sourceType, err = p.object(depth+1, false)
+	default:
+		_, err = p.value(depth)
+	}
+	return err
+}
+
+// topField notes a request field that bounds the call: an output bound, n, or one that unbounds the input.
+func (p *parser) topField(key string, start int) error {
+	switch {
+	case outputFields[key]:
+		p.info.fields = append(p.info.fields, span{key, start, p.i})
+	case key == "n":
+		n, ok := readCount(p.b[start:p.i])
+		if !ok || n < 1 || n > 128 {
+			return errors.New(`the request's "n" must be a whole number from 1 to 128`)
+		}
+		p.info.n = n
+	case unboundedKeys[key] && p.info.unbounded == "":
+		p.info.unbounded = strconv.Quote(key)
+	}
+	return nil
+}
+
+// memberEnd reads the comma after a member, or the object's closing brace (end).
+func (p *parser) memberEnd() (end bool, err error) {
+	p.ws()
+	if p.i >= len(p.b) {
+		return false, errBadJSON
+	}
+	switch p.b[p.i] {
+	case '}':
+		p.i++
+		return true, nil
+	case ',':
+		p.i++
+		return false, nil
+	}
+	return false, errBadJSON
+}
+
+// countBlock counts an image or document block, whose input its bytes do not bound.
+func (p *parser) countBlock(o *objState) {
+	switch {
+	case o.typ == "image" || o.typ == "input_image" || o.typ == "image_url" || o.imageURL:
 		p.info.images++
-	case (typ == "document" || typ == "input_file" || typ == "file") && sourceType != "text" && sourceType != "content":
+	case (o.typ == "document" || o.typ == "input_file" || o.typ == "file") && o.sourceType != "text" && o.sourceType != "content":
 		p.info.docs++
 	}
-	return typ, nil
 }
 
 // clientTool reports whether a tool of this type runs on the client: its

@@ -76,53 +76,19 @@ type call struct {
 func (s *Session) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	provider, rest, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
 	shape := shapeOf(provider)
-	base := s.g.upstream(provider)
-	switch {
-	case provider == "" || base == nil:
-		writeError(w, shape, failUnknown, "pidispatch: no upstream for provider "+quote(provider)+" (the path starts with the provider: /anthropic/v1/messages)")
-		return
-	case strings.Contains("/"+rest+"/", "/../"):
-		writeError(w, shape, failUnknown, "pidispatch: a model path must not hold a .. segment")
-		return
-	case s.job.Keys[provider] == "":
-		writeError(w, shape, failNoKey, "pidispatch: this host holds no key for provider "+quote(provider))
-		return
-	case s.ctx.Err() != nil:
-		writeError(w, shape, failClosed, "pidispatch: the job's model session is closed")
+	base, ok := s.route(w, provider, rest, shape)
+	if !ok || !s.takeSlot(w, provider, shape) {
 		return
 	}
-	select {
-	case s.slots <- struct{}{}:
-		defer func() { <-s.slots }()
-	default:
-		s.mu.Lock()
-		s.refused++
-		s.mu.Unlock()
-		s.log.Info("model_call_refused", "provider", provider, "reason", "too-many-calls", "maxCalls", cap(s.slots))
-		w.Header().Set("retry-after", "1")
-		writeError(w, shape, failTooMany, "pidispatch: at most "+strconv.Itoa(cap(s.slots))+" model calls of a job run at once; retry when one ends")
-		return
-	}
+	defer func() { <-s.slots }()
 	body, ok := s.readBody(w, r, shape)
 	if !ok {
 		return
 	}
 	c := &call{s: s, provider: provider, key: s.job.Keys[provider], base: base, rest: rest, reqBytes: len(body)}
 	c.start = s.g.cfg.Now()
-	var info reqInfo
-	if len(body) > 0 {
-		var err error
-		if info, err = parseRequest(body); err != nil && (s.capped() || len(s.g.cfg.AllowedModels) > 0) {
-			s.refuseCall(w, c, "bad-request", failBadRequest, "pidispatch: "+err.Error())
-			return
-		}
-		c.model = info.model
-	}
-	if len(body) > 0 && !s.g.modelAllowed(provider, c.model) {
-		s.refuseCall(w, c, "model-not-allowed", failModelNotAllowed, "pidispatch: model "+quote(provider+"/"+c.model)+" is not allowed on this host (PI_ALLOWED_MODELS)")
-		return
-	}
-	if s.refuseAtCap(w, c) || !s.rateGate(w, r, c) {
+	info, ok := s.checkRequest(w, c, body)
+	if !ok || s.refuseAtCap(w, c) || !s.rateGate(w, r, c) {
 		return
 	}
 	send, ok := s.admit(w, c, body, info)
@@ -130,32 +96,97 @@ func (s *Session) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer c.finish(false) // settles a call the proxy ended without a response
-	// The upstream call outlives the container's connection: when the
-	// container hangs up mid-answer, the gateway reads the rest (for at most
-	// DrainTimeout) to learn what the provider billed. Close ends it.
-	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
-	defer cancel()
-	defer context.AfterFunc(s.ctx, cancel)()
-	var dmu sync.Mutex
-	var drain *time.Timer
-	defer context.AfterFunc(r.Context(), func() {
-		dmu.Lock()
-		drain = time.AfterFunc(s.g.cfg.DrainTimeout, cancel)
-		dmu.Unlock()
-	})()
-	defer func() {
-		dmu.Lock()
-		if drain != nil {
-			drain.Stop()
+	s.forward(w, r, c, send)
+}
+
+// route is the provider's base URL; it answers (and reports false) a call the session cannot forward.
+func (s *Session) route(w http.ResponseWriter, provider, rest, shape string) (*url.URL, bool) {
+	base := s.g.upstream(provider)
+	switch {
+	case provider == "" || base == nil:
+		writeError(w, shape, failUnknown, "pidispatch: no upstream for provider "+quote(provider)+" (the path starts with the provider: /anthropic/v1/messages)")
+	case strings.Contains("/"+rest+"/", "/../"):
+		writeError(w, shape, failUnknown, "pidispatch: a model path must not hold a .. segment")
+	case s.job.Keys[provider] == "":
+		writeError(w, shape, failNoKey, "pidispatch: this host holds no key for provider "+quote(provider))
+	case s.ctx.Err() != nil:
+		writeError(w, shape, failClosed, "pidispatch: the job's model session is closed")
+	default:
+		return base, true
+	}
+	return nil, false
+}
+
+// takeSlot takes one of the job's MaxCalls slots, or answers 429 (and reports false): the caller gives it back.
+func (s *Session) takeSlot(w http.ResponseWriter, provider, shape string) bool {
+	select {
+	case s.slots <- struct{}{}:
+		return true
+	default:
+	}
+	s.mu.Lock()
+	s.refused++
+	s.mu.Unlock()
+	s.log.Info("model_call_refused", "provider", provider, "reason", "too-many-calls", "maxCalls", cap(s.slots))
+	w.Header().Set("retry-after", "1")
+	writeError(w, shape, failTooMany, "pidispatch: at most "+strconv.Itoa(cap(s.slots))+" model calls of a job run at once; retry when one ends")
+	return false
+}
+
+// checkRequest reads the call's model, refusing a body it must read and cannot, or a model the host does not allow.
+func (s *Session) checkRequest(w http.ResponseWriter, c *call, body []byte) (reqInfo, bool) {
+	var info reqInfo
+	if len(body) > 0 {
+		var err error
+		if info, err = parseRequest(body); err != nil && (s.capped() || len(s.g.cfg.AllowedModels) > 0) {
+			s.refuseCall(w, c, "bad-request", failBadRequest, "pidispatch: "+err.Error())
+			return info, false
 		}
-		dmu.Unlock()
-	}()
+		c.model = info.model
+	}
+	if len(body) > 0 && !s.g.modelAllowed(c.provider, c.model) {
+		s.refuseCall(w, c, "model-not-allowed", failModelNotAllowed, "pidispatch: model "+quote(c.provider+"/"+c.model)+" is not allowed on this host (PI_ALLOWED_MODELS)")
+		return info, false
+	}
+	return info, true
+}
+
+// forward sends the admitted call upstream with send as its body, through the proxy that meters the answer.
+func (s *Session) forward(w http.ResponseWriter, r *http.Request, c *call, send net.Buffers) {
+	ctx, end := s.callContext(r)
+	defer end()
 	r = r.WithContext(context.WithValue(ctx, callKey{}, c))
 	r.Body, r.ContentLength, r.TransferEncoding = http.NoBody, 0, nil
 	if n := buffersLen(send); n > 0 {
 		r.Body, r.ContentLength = io.NopCloser(&send), n
 	}
 	s.g.proxy.ServeHTTP(w, r)
+}
+
+// callContext is the upstream call's context, which outlives the container's connection; end releases it.
+func (s *Session) callContext(r *http.Request) (ctx context.Context, end func()) {
+	// When the container hangs up mid-answer, the gateway reads the rest
+	// (for at most DrainTimeout) to learn what the provider billed. Close
+	// ends it.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	stopOnClose := context.AfterFunc(s.ctx, cancel)
+	var dmu sync.Mutex
+	var drain *time.Timer
+	stopOnHangUp := context.AfterFunc(r.Context(), func() {
+		dmu.Lock()
+		drain = time.AfterFunc(s.g.cfg.DrainTimeout, cancel)
+		dmu.Unlock()
+	})
+	return ctx, func() {
+		dmu.Lock()
+		if drain != nil {
+			drain.Stop()
+		}
+		dmu.Unlock()
+		stopOnHangUp()
+		stopOnClose()
+		cancel()
+	}
 }
 
 func buffersLen(b net.Buffers) int64 {

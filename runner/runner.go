@@ -280,92 +280,29 @@ func (d *Docker) failedBeforeStart(ctx context.Context, res Result, err error) (
 
 // prepare validates a Spec and turns it into the container to create.
 func (d *Docker) prepare(spec Spec) (containerSpec, time.Duration, error) {
-	invalid := func(format string, args ...any) (containerSpec, time.Duration, error) {
-		return containerSpec{}, 0, fmt.Errorf("%w: "+format, append([]any{ErrInvalidSpec}, args...)...)
-	}
-	if err := checkText("job id", spec.JobID, 1024); err != nil {
-		return invalid("%v", err)
-	}
-	if err := checkText("worker name", spec.Worker, 256); err != nil {
-		return invalid("%v", err)
-	}
-	if err := checkImageRef(spec.Image); err != nil {
+	if err := checkIdentity(spec); err != nil {
 		return containerSpec{}, 0, err
 	}
-
-	env := make([]string, 0, len(spec.Env))
-	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
-		v := spec.Env[k]
-		// The messages name the variable, never its value.
-		if err := checkText("env name", k, 4096); err != nil || strings.Contains(k, "=") {
-			return invalid("env name %q is empty, contains '=' or NUL, or is not UTF-8", k)
-		}
-		if strings.IndexByte(v, 0) >= 0 || !utf8.ValidString(v) {
-			return invalid("env %s: value contains NUL or is not UTF-8", k)
-		}
-		env = append(env, k+"="+v)
+	env, err := jobEnv(spec.Env)
+	if err != nil {
+		return containerSpec{}, 0, err
 	}
-
-	labels := map[string]string{LabelJob: spec.JobID, LabelWorker: spec.Worker}
-	for k, v := range spec.Labels {
-		if k == LabelJob || k == LabelWorker {
-			return invalid("label %s is reserved", k)
-		}
-		if err := checkText("label name", k, 1024); err != nil {
-			return invalid("%v", err)
-		}
-		if strings.IndexByte(v, 0) >= 0 || !utf8.ValidString(v) {
-			return invalid("label %s: value contains NUL or is not UTF-8", k)
-		}
-		labels[k] = v
+	labels, err := jobLabels(spec)
+	if err != nil {
+		return containerSpec{}, 0, err
 	}
-
-	var mounts []bindMount
-	for _, m := range []bindMount{{spec.JobDir, "/job", true}, {spec.WorkspaceDir, "/workspace", false}, {spec.ModelSocketDir, "/run/pidispatch", true}} {
-		if m.Source == "" {
-			continue
-		}
-		if !filepath.IsAbs(m.Source) || strings.IndexByte(m.Source, 0) >= 0 || !utf8.ValidString(m.Source) {
-			return invalid("mount source for %s must be an absolute path", m.Target)
-		}
-		m.Source = filepath.Clean(m.Source)
-		mounts = append(mounts, m)
+	mounts, err := jobMounts(spec)
+	if err != nil {
+		return containerSpec{}, 0, err
 	}
-
-	if spec.User != "" && !validUser(spec.User) {
-		return invalid("user %q must be UID or UID:GID in numbers (empty keeps the image's user)", spec.User)
+	if err := checkUserNetwork(spec); err != nil {
+		return containerSpec{}, 0, err
 	}
-
-	if n := strings.ToLower(spec.Network); n == "host" || strings.Contains(n, ":") {
-		return invalid("network %q would share the host's or another container's namespace", spec.Network)
+	memory, cpus, timeout, err := d.limits(spec)
+	if err != nil {
+		return containerSpec{}, 0, err
 	}
-	if err := checkText("network", spec.Network, 256); spec.Network != "" && err != nil {
-		return invalid("%v", err)
-	}
-
-	memory := spec.Memory
-	switch {
-	case memory < 0 || memory > 0 && memory < minMemory:
-		return invalid("memory %d must be 0 (the default) or at least 6 MiB", memory)
-	case memory == 0:
-		memory = d.cfg.Memory
-	}
-	cpus := spec.CPUs
-	switch {
-	case cpus < 0 || math.IsNaN(cpus) || math.IsInf(cpus, 0) || cpus > 1<<20:
-		return invalid("cpus %v must be 0 (the default) or a positive number", cpus)
-	case cpus == 0:
-		cpus = d.cfg.CPUs
-	}
-	timeout := spec.Timeout
-	switch {
-	case timeout < 0:
-		return invalid("timeout %v is negative", timeout)
-	case timeout == 0:
-		timeout = d.cfg.Timeout
-	}
-
-	return containerSpec{
+	cs := containerSpec{
 		Name:     ContainerName(spec.JobID),
 		Env:      env,
 		Labels:   labels,
@@ -374,19 +311,131 @@ func (d *Docker) prepare(spec Spec) (containerSpec, time.Duration, error) {
 		User:     spec.User,
 		Memory:   memory,
 		NanoCPUs: int64(math.Round(cpus * 1e9)),
+	}
+	isolate(&cs)
+	return cs, timeout, nil
+}
 
-		CapDrop:         []string{"ALL"},
-		NoNewPrivileges: true,
-		PidsLimit:       PidsLimit,
-		Init:            true,
-		ShmSize:         ShmSize,
-		ReadOnlyRoot:    true,
-		Tmpfs:           map[string]string{TmpfsPath: fmt.Sprintf("rw,nosuid,nodev,exec,mode=1777,size=%d", memory)},
-		MemorySwap:      memory, // memory plus swap equals memory: no swap
-		Nofile:          NofileLimit,
-		PrivateCgroupNS: true,
-		LogMax:          EngineLogMax,
-	}, timeout, nil
+// invalidSpec is an ErrInvalidSpec refusal of a Spec.
+func invalidSpec(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidSpec}, args...)...)
+}
+
+// checkIdentity checks the job id, worker and image, which name the job and its container.
+func checkIdentity(spec Spec) error {
+	if err := checkText("job id", spec.JobID, 1024); err != nil {
+		return invalidSpec("%v", err)
+	}
+	if err := checkText("worker name", spec.Worker, 256); err != nil {
+		return invalidSpec("%v", err)
+	}
+	return checkImageRef(spec.Image)
+}
+
+// jobEnv is the job's environment as NAME=value, sorted so the container does not depend on map order.
+func jobEnv(vars map[string]string) ([]string, error) {
+	env := make([]string, 0, len(vars))
+	for _, k := range slices.Sorted(maps.Keys(vars)) {
+		v := vars[k]
+		// The messages name the variable, never its value.
+		if err := checkText("env name", k, 4096); err != nil || strings.Contains(k, "=") {
+			return nil, invalidSpec("env name %q is empty, contains '=' or NUL, or is not UTF-8", k)
+		}
+		if strings.IndexByte(v, 0) >= 0 || !utf8.ValidString(v) {
+			return nil, invalidSpec("env %s: value contains NUL or is not UTF-8", k)
+		}
+		env = append(env, k+"="+v)
+	}
+	return env, nil
+}
+
+// jobLabels adds the job's labels to the runner's own, which it may not override: the reaper trusts them.
+func jobLabels(spec Spec) (map[string]string, error) {
+	labels := map[string]string{LabelJob: spec.JobID, LabelWorker: spec.Worker}
+	for k, v := range spec.Labels {
+		if k == LabelJob || k == LabelWorker {
+			return nil, invalidSpec("label %s is reserved", k)
+		}
+		if err := checkText("label name", k, 1024); err != nil {
+			return nil, invalidSpec("%v", err)
+		}
+		if strings.IndexByte(v, 0) >= 0 || !utf8.ValidString(v) {
+			return nil, invalidSpec("label %s: value contains NUL or is not UTF-8", k)
+		}
+		labels[k] = v
+	}
+	return labels, nil
+}
+
+// jobMounts mounts the folders the job sets at the fixed paths of the container contract.
+func jobMounts(spec Spec) ([]bindMount, error) {
+	var mounts []bindMount
+	for _, m := range []bindMount{{spec.JobDir, "/job", true}, {spec.WorkspaceDir, "/workspace", false}, {spec.ModelSocketDir, "/run/pidispatch", true}} {
+		if m.Source == "" {
+			continue
+		}
+		if !filepath.IsAbs(m.Source) || strings.IndexByte(m.Source, 0) >= 0 || !utf8.ValidString(m.Source) {
+			return nil, invalidSpec("mount source for %s must be an absolute path", m.Target)
+		}
+		m.Source = filepath.Clean(m.Source)
+		mounts = append(mounts, m)
+	}
+	return mounts, nil
+}
+
+// checkUserNetwork refuses a user an image could resolve to someone else and a shared network namespace.
+func checkUserNetwork(spec Spec) error {
+	if spec.User != "" && !validUser(spec.User) {
+		return invalidSpec("user %q must be UID or UID:GID in numbers (empty keeps the image's user)", spec.User)
+	}
+	if n := strings.ToLower(spec.Network); n == "host" || strings.Contains(n, ":") {
+		return invalidSpec("network %q would share the host's or another container's namespace", spec.Network)
+	}
+	if err := checkText("network", spec.Network, 256); spec.Network != "" && err != nil {
+		return invalidSpec("%v", err)
+	}
+	return nil
+}
+
+// limits are the job's memory, CPU and time limits, the Config's where the Spec leaves them zero.
+func (d *Docker) limits(spec Spec) (memory int64, cpus float64, timeout time.Duration, err error) {
+	memory = spec.Memory
+	switch {
+	case memory < 0 || memory > 0 && memory < minMemory:
+		return 0, 0, 0, invalidSpec("memory %d must be 0 (the default) or at least 6 MiB", memory)
+	case memory == 0:
+		memory = d.cfg.Memory
+	}
+	cpus = spec.CPUs
+	switch {
+	case cpus < 0 || math.IsNaN(cpus) || math.IsInf(cpus, 0) || cpus > 1<<20:
+		return 0, 0, 0, invalidSpec("cpus %v must be 0 (the default) or a positive number", cpus)
+	case cpus == 0:
+		cpus = d.cfg.CPUs
+	}
+	timeout = spec.Timeout
+	switch {
+	case timeout < 0:
+		return 0, 0, 0, invalidSpec("timeout %v is negative", timeout)
+	case timeout == 0:
+		timeout = d.cfg.Timeout
+	}
+	return memory, cpus, timeout, nil
+}
+
+// isolate adds the isolation every container gets, which a Spec cannot change (see the constants).
+func isolate(cs *containerSpec) {
+	cs.CapDrop = []string{"ALL"}
+	cs.NoNewPrivileges = true
+	cs.PidsLimit = PidsLimit
+	cs.Init = true
+	cs.ShmSize = ShmSize
+	cs.ReadOnlyRoot = true
+	cs.Tmpfs = map[string]string{TmpfsPath: fmt.Sprintf("rw,nosuid,nodev,exec,mode=1777,size=%d", cs.Memory)}
+	cs.MemorySwap = cs.Memory // memory plus swap equals memory: no swap
+	cs.Nofile = NofileLimit
+	cs.PrivateCgroupNS = true
+	cs.LogMax = EngineLogMax
 }
 
 // validUser accepts "UID" or "UID:GID", each 1 to 10 digits: numbers need
@@ -478,118 +527,171 @@ func (d *Docker) runCreated(ctx context.Context, id string, timeout time.Duratio
 	if err != nil {
 		return d.failedBeforeStart(ctx, res, fmt.Errorf("attach to container %s: %w", res.Container, err))
 	}
-	stdoutTail := newTailBuffer(container.TelemetryScanBytes)
-	combined := newTailBuffer(d.cfg.TailBytes)
-	stdoutW, stderrW := io.Writer(io.MultiWriter(stdoutTail, combined)), io.Writer(combined)
+	r := &jobRun{d: d, id: id, res: res, log: log}
+	r.collectOutput(stream, out)
+	defer r.finishOutput(0)
+	r.watchExit(ctx)
+	defer r.unwatchExit()
+
+	r.res.StartedAt = time.Now()
+	if err := d.eng.start(ctx, id); err != nil {
+		return r.startFailed(ctx, err)
+	}
+	r.res.NeverStarted = false
+	log.Info("job_container_started", "image", r.res.ImageID, "timeout", timeout.String())
+
+	runErr := r.await(ctx, timeout)
+	r.res.EndedAt = time.Now()
+	r.finishOutput(d.drainFor(r.res.ExitCode))
+	r.recordExit(ctx)
+	return r.res, runErr
+}
+
+// jobRun is the state runCreated's steps share about one attached container.
+type jobRun struct {
+	d   *Docker
+	id  string
+	res Result
+	log *slog.Logger
+
+	// The output: its stream, the copy's end, and the buffers it fills.
+	stream     outputStream
+	copied     chan error
+	stdoutTail *tailBuffer
+	combined   *tailBuffer
+	streamDone bool
+
+	// The engine's wait for the exit; exitSeen once it yielded a result.
+	exited     <-chan waitResult
+	exitSeen   bool
+	cancelWait context.CancelFunc
+}
+
+// collectOutput copies the output into the tail buffers (and the file) from before the start on.
+func (r *jobRun) collectOutput(stream outputStream, out *outputFile) {
+	r.stream = stream
+	r.stdoutTail = newTailBuffer(container.TelemetryScanBytes)
+	r.combined = newTailBuffer(r.d.cfg.TailBytes)
+	stdoutW, stderrW := io.Writer(io.MultiWriter(r.stdoutTail, r.combined)), io.Writer(r.combined)
 	if out != nil {
 		stdoutW, stderrW = io.MultiWriter(stdoutW, out), io.MultiWriter(stderrW, out)
 	}
 	copied := make(chan error, 1)
+	r.copied = copied
 	go func() { copied <- stream.demux(stdoutW, stderrW) }()
-	streamDone := false
-	// finishOutput waits up to bound for the output to end by itself (zero:
-	// not at all), then closes the stream and reads what was collected.
-	finishOutput := func(bound time.Duration) {
-		if streamDone {
-			return
-		}
-		streamDone = true
-		drained := false
-		if bound > 0 {
-			timer := time.NewTimer(bound)
-			select {
-			case <-copied:
-				drained = true
-			case <-timer.C:
-				log.Warn("job_output_drain_timeout", "waited", bound.String())
-			}
-			timer.Stop()
-		}
-		_ = stream.Close()
-		if !drained {
-			<-copied // Close unblocks the copy
-		}
-		res.Tail, res.TailTruncated = combined.Bytes(), combined.truncated()
-		if t, ok := container.ParseExitLine(stdoutTail.Bytes()); ok {
-			res.Telemetry = &t
-		}
+}
+
+// finishOutput waits up to bound for the output to end by itself (zero:
+// not at all), then closes the stream and reads what was collected.
+func (r *jobRun) finishOutput(bound time.Duration) {
+	if r.streamDone {
+		return
 	}
-	defer finishOutput(0)
-
-	waitCtx, cancelWait := context.WithCancel(context.WithoutCancel(ctx))
-	exited := d.eng.wait(waitCtx, id)
-	exitSeen := false
-	defer func() {
-		cancelWait()
-		if !exitSeen {
-			<-exited // the engine's wait has ended once it yields
+	r.streamDone = true
+	drained := false
+	if bound > 0 {
+		timer := time.NewTimer(bound)
+		select {
+		case <-r.copied:
+			drained = true
+		case <-timer.C:
+			r.log.Warn("job_output_drain_timeout", "waited", bound.String())
 		}
-	}()
-
-	res.StartedAt = time.Now()
-	if err := d.eng.start(ctx, id); err != nil {
-		if ctx.Err() != nil {
-			// The start may have happened; stop it like any cancelled job.
-			res.NeverStarted, res.Cancelled = false, true
-			res.ExitCode, exitSeen = d.halt(ctx, id, exited, log)
-			res.EndedAt = time.Now()
-			finishOutput(d.drainFor(res.ExitCode))
-			return res, ctx.Err()
-		}
-		res.StartError = err.Error()
-		res.ExitCode = 125
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		if info, ierr := d.eng.inspect(cctx, id); ierr == nil && info.ExitCode >= 125 && info.ExitCode <= 127 {
-			res.ExitCode = info.ExitCode
-		}
-		cancel()
-		res.EndedAt = time.Now()
-		finishOutput(0)
-		log.Warn("job_container_not_started", "exit_code", res.ExitCode)
-		return res, nil
+		timer.Stop()
 	}
-	res.NeverStarted = false
-	log.Info("job_container_started", "image", res.ImageID, "timeout", timeout.String())
+	_ = r.stream.Close()
+	if !drained {
+		<-r.copied // Close unblocks the copy
+	}
+	r.res.Tail, r.res.TailTruncated = r.combined.Bytes(), r.combined.truncated()
+	if t, ok := container.ParseExitLine(r.stdoutTail.Bytes()); ok {
+		r.res.Telemetry = &t
+	}
+}
 
+// watchExit starts the engine's wait before the start, so even an instant exit is seen.
+func (r *jobRun) watchExit(ctx context.Context) {
+	waitCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	r.exited, r.cancelWait = r.d.eng.wait(waitCtx, r.id), cancel
+}
+
+// unwatchExit ends the engine's wait and waits for it to yield, so the wait outlives no run.
+func (r *jobRun) unwatchExit() {
+	r.cancelWait()
+	if !r.exitSeen {
+		<-r.exited // the engine's wait has ended once it yields
+	}
+}
+
+// startFailed ends a run whose start failed: stopped when cancelled (it may have started), else never run.
+func (r *jobRun) startFailed(ctx context.Context, err error) (Result, error) {
+	if ctx.Err() != nil {
+		// The start may have happened; stop it like any cancelled job.
+		r.res.NeverStarted, r.res.Cancelled = false, true
+		r.res.ExitCode, r.exitSeen = r.d.halt(ctx, r.id, r.exited, r.log)
+		r.res.EndedAt = time.Now()
+		r.finishOutput(r.d.drainFor(r.res.ExitCode))
+		return r.res, ctx.Err()
+	}
+	r.res.StartError = err.Error()
+	r.res.ExitCode = 125
+	if info, ierr := r.d.inspectAfter(ctx, r.id); ierr == nil && info.ExitCode >= 125 && info.ExitCode <= 127 {
+		r.res.ExitCode = info.ExitCode
+	}
+	r.res.EndedAt = time.Now()
+	r.finishOutput(0)
+	r.log.Warn("job_container_not_started", "exit_code", r.res.ExitCode)
+	return r.res, nil
+}
+
+// await waits for the exit, the timeout or ctx's end, stopping the container in the last two cases.
+func (r *jobRun) await(ctx context.Context, timeout time.Duration) error {
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	var runErr error
 	select {
-	case w := <-exited:
-		exitSeen = true
+	case w := <-r.exited:
+		r.exitSeen = true
 		if w.Err == nil {
-			res.ExitCode = int(w.ExitCode)
+			r.res.ExitCode = int(w.ExitCode)
 			break
 		}
 		// The engine lost track of the wait: make sure the job is over.
-		runErr = fmt.Errorf("wait for container %s: %w", res.Container, w.Err)
-		res.ExitCode, _ = d.halt(ctx, id, nil, log)
+		runErr = fmt.Errorf("wait for container %s: %w", r.res.Container, w.Err)
+		r.res.ExitCode, _ = r.d.halt(ctx, r.id, nil, r.log)
 	case <-timer.C:
-		res.TimedOut = true
-		log.Warn("job_timed_out", "timeout", timeout.String())
-		res.ExitCode, exitSeen = d.halt(ctx, id, exited, log)
+		r.res.TimedOut = true
+		r.log.Warn("job_timed_out", "timeout", timeout.String())
+		r.res.ExitCode, r.exitSeen = r.d.halt(ctx, r.id, r.exited, r.log)
 	case <-ctx.Done():
-		res.Cancelled = true
+		r.res.Cancelled = true
 		runErr = ctx.Err()
-		log.Info("job_cancelled")
-		res.ExitCode, exitSeen = d.halt(ctx, id, exited, log)
+		r.log.Info("job_cancelled")
+		r.res.ExitCode, r.exitSeen = r.d.halt(ctx, r.id, r.exited, r.log)
 	}
-	res.EndedAt = time.Now()
-	finishOutput(d.drainFor(res.ExitCode))
+	return runErr
+}
 
+// recordExit reads what the exit code tells (never run, OOM-killed) and logs the job's end.
+func (r *jobRun) recordExit(ctx context.Context) {
+	res := &r.res
 	if res.ExitCode >= 125 && res.ExitCode <= 127 {
 		res.NeverStarted = true
 	}
 	if res.ExitCode == 137 && !res.TimedOut && !res.Cancelled {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		if info, err := d.eng.inspect(cctx, id); err == nil {
+		if info, err := r.d.inspectAfter(ctx, r.id); err == nil {
 			res.OOMKilled = info.OOMKilled
 		}
-		cancel()
 	}
-	log.Info("job_container_exited", "exit_code", res.ExitCode, "duration", res.EndedAt.Sub(res.StartedAt).String(),
+	r.log.Info("job_container_exited", "exit_code", res.ExitCode, "duration", res.EndedAt.Sub(res.StartedAt).String(),
 		"timed_out", res.TimedOut, "cancelled", res.Cancelled, "never_started", res.NeverStarted, "oom_killed", res.OOMKilled)
-	return res, runErr
+}
+
+// inspectAfter inspects the container within cleanupTimeout, whatever happened to ctx.
+func (d *Docker) inspectAfter(ctx context.Context, id string) (containerInfo, error) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	return d.eng.inspect(cctx, id)
 }
 
 // drainFor is how long to wait for the rest of the output of a container

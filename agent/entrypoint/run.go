@@ -240,64 +240,113 @@ func ErrorReason(msg string) string {
 // job's turn or cost limit is reached or ctx ends. stopped names why the
 // entrypoint stopped it ("" when it ended by itself).
 func runPi(ctx context.Context, o Options, job Job, env []string, sessionDir string, tr io.Writer) (t Tally, stopped string, err error) {
-	cmd := exec.Command(o.Pi[0], append(append([]string{}, o.Pi[1:]...), job.Args(sessionDir)...)...)
-	cmd.Dir = o.Workspace
-	cmd.Env = env
-	newGroup(cmd)
-	stderr := &lineWriter{w: tr}
-	cmd.Stderr = stderr
-	out, err := cmd.StdoutPipe()
+	p := &piRun{o: o, tr: tr}
+	out, err := p.start(job, env, sessionDir)
 	if err != nil {
 		return t, "", err
 	}
-	if err := cmd.Start(); err != nil {
-		return t, "", err
+	p.stopWhenAsked(ctx)
+	p.stopAfterSettle()
+	asked := p.follow(out, &t, job)
+	t.Finish()
+	err = p.cmd.Wait()
+	p.stderr.Flush()
+	p.release(asked)
+	if asked == "" && ctx.Err() != nil {
+		asked = ReasonTerminated
 	}
-	stop := make(chan string, 1)
-	halted := make(chan struct{})
+	if asked != "" || p.settleHalted.Load() {
+		err = nil // pi ended because it was told to
+	}
+	return t, asked, err
+}
+
+// piRun is one run of pi: its process and what its stoppers share.
+type piRun struct {
+	o      Options
+	tr     io.Writer
+	cmd    *exec.Cmd
+	stderr *lineWriter
+	// stop asks for pi to be stopped, with the reason ("" for no stop);
+	// halted is closed once that request, or ctx's end, is dealt with.
+	stop   chan string
+	halted chan struct{}
+	// settled is closed when pi's run settles; settleHalted is set when pi
+	// was then stopped for not exiting.
+	settled      chan struct{}
+	afterSettle  sync.WaitGroup
+	settleHalted atomic.Bool
+}
+
+// start starts pi in its own process group, so a stop reaches its children, and returns its stdout.
+func (p *piRun) start(job Job, env []string, sessionDir string) (io.Reader, error) {
+	cmd := exec.Command(p.o.Pi[0], append(append([]string{}, p.o.Pi[1:]...), job.Args(sessionDir)...)...)
+	cmd.Dir = p.o.Workspace
+	cmd.Env = env
+	newGroup(cmd)
+	p.stderr = &lineWriter{w: p.tr}
+	cmd.Stderr = p.stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p.cmd = cmd
+	return out, nil
+}
+
+// stopWhenAsked stops pi when a limit asks for it or ctx ends, so a stopped container still ends its run.
+func (p *piRun) stopWhenAsked(ctx context.Context) {
+	p.stop, p.halted = make(chan string, 1), make(chan struct{})
 	go func() {
-		defer close(halted)
+		defer close(p.halted)
 		var why string
 		select {
-		case why = <-stop:
+		case why = <-p.stop:
 		case <-ctx.Done():
 			why = ReasonTerminated
 		}
 		if why == "" {
 			return
 		}
-		fmt.Fprintf(tr, "pi-entrypoint: stopping pi: %s\n", why)
-		haltGroup(cmd.Process.Pid, o.StopGrace)
+		fmt.Fprintf(p.tr, "pi-entrypoint: stopping pi: %s\n", why)
+		haltGroup(p.cmd.Process.Pid, p.o.StopGrace)
 	}()
-	maxCost, _ := job.maxCost()
-	asked := ""
-	// Once pi's run has settled, pi only tidies up: one that does not exit
-	// (or leaves a child holding its output open) is stopped after
-	// SettleGrace, and the run ends as it settled.
-	settled := make(chan struct{})
-	var afterSettle sync.WaitGroup
-	var settleHalted atomic.Bool
-	afterSettle.Add(1)
+}
+
+// stopAfterSettle stops pi SettleGrace after its run settled, since a settled pi only tidies up.
+func (p *piRun) stopAfterSettle() {
+	// One that does not exit (or leaves a child holding its output open) is
+	// stopped, and the run ends as it settled.
+	p.settled = make(chan struct{})
+	p.afterSettle.Add(1)
 	go func() {
-		defer afterSettle.Done()
+		defer p.afterSettle.Done()
 		select {
-		case <-settled:
-		case <-halted:
+		case <-p.settled:
+		case <-p.halted:
 			return
 		}
 		select {
-		case <-time.After(o.SettleGrace):
-			settleHalted.Store(true)
-			fmt.Fprintf(tr, "pi-entrypoint: pi did not exit %v after its run settled: stopping it\n", o.SettleGrace)
-			haltGroup(cmd.Process.Pid, o.StopGrace)
-		case <-halted:
+		case <-time.After(p.o.SettleGrace):
+			p.settleHalted.Store(true)
+			fmt.Fprintf(p.tr, "pi-entrypoint: pi did not exit %v after its run settled: stopping it\n", p.o.SettleGrace)
+			haltGroup(p.cmd.Process.Pid, p.o.StopGrace)
+		case <-p.halted:
 		}
 	}()
+}
+
+// follow tallies pi's events until its output ends, asking for a stop at a turn past the job's limits.
+func (p *piRun) follow(out io.Reader, t *Tally, job Job) (asked string) {
+	maxCost, _ := job.maxCost()
 	readEvents(out, func(ev []byte) {
 		wasSettled := t.Settled
-		step := t.Feed(ev, tr)
+		step := t.Feed(ev, p.tr)
 		if t.Settled && !wasSettled {
-			close(settled)
+			close(p.settled)
 		}
 		if asked != "" || !step.TurnEnded || !step.Continues {
 			return
@@ -310,26 +359,21 @@ func runPi(ctx context.Context, o Options, job Job, env []string, sessionDir str
 		default:
 			return
 		}
-		stop <- asked
+		p.stop <- asked
 	})
-	t.Finish()
-	err = cmd.Wait()
-	stderr.Flush()
+	return asked
+}
+
+// release ends the stoppers once pi exited, so none halts a process group after runPi returns.
+func (p *piRun) release(asked string) {
 	if asked == "" {
 		select {
-		case stop <- "":
+		case p.stop <- "":
 		default:
 		}
 	}
-	<-halted
-	afterSettle.Wait()
-	if asked == "" && ctx.Err() != nil {
-		asked = ReasonTerminated
-	}
-	if asked != "" || settleHalted.Load() {
-		err = nil // pi ended because it was told to
-	}
-	return t, asked, err
+	<-p.halted
+	p.afterSettle.Wait()
 }
 
 // readEvents calls fn with each line of r. Lines longer than 64 MiB (a

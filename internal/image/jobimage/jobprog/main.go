@@ -73,110 +73,179 @@ func ignoreTerm() { signal.Ignore(syscall.SIGTERM) }
 
 // run is the whole program; it returns the exit code.
 func run(envLookup func(string) (string, bool), stdout, stderr io.Writer, p paths, ignoreTERM func()) int {
-	directives := taskDirectives(p.jobFile)
-	lookup := func(name string) (string, bool) {
-		if v, ok := envLookup(name); ok {
-			return v, true
-		}
-		v, ok := directives[name]
-		return v, ok
+	r := &prog{env: envLookup, directives: taskDirectives(p.jobFile), stdout: stdout, stderr: stderr}
+	if !r.fill() {
+		return 1
 	}
-	getenv := func(name string) string { v, _ := lookup(name); return v }
-	if raw := getenv("JOB_STDOUT_BYTES"); raw != "" {
-		n, err := strconv.Atoi(raw)
-		if err != nil || n < 0 {
-			fmt.Fprintf(stderr, "jobprog: bad JOB_STDOUT_BYTES %q\n", raw)
-			return 1
-		}
-		if err := filler(stdout, n); err != nil {
-			return 1
-		}
+	r.greet(p.jobFile)
+	checked := r.checkEnv()
+	if !r.writeFile(p.workspace) {
+		return 1
 	}
-
-	fmt.Fprintln(stdout, "hello from the pidispatch test job")
-	fmt.Fprintln(stderr, "jobprog: a line on stderr")
-
-	if data, err := readBounded(p.jobFile, jobFileLimit); err == nil {
-		fmt.Fprintf(stdout, "job.json (%d bytes): %s\n", len(data), bytes.TrimSpace(data))
+	r.writeRoot()
+	if !r.openFiles() {
+		return 1
 	}
-
-	// checked is what the env check found, carried in the exit line too so a
-	// worker's run record (its telemetry) shows it without reading output.
-	var checked map[string]string
-	if name := getenv("JOB_CHECK_ENV"); name != "" {
-		state := "absent"
-		if _, ok := envLookup(name); ok {
-			state = "present"
-		}
-		fmt.Fprintf(stdout, "env %s %s\n", name, state)
-		checked = map[string]string{name: state}
-	}
-
-	if name := getenv("JOB_WRITE_FILE"); name != "" {
-		target := filepath.Join(p.workspace, filepath.Base(filepath.Clean("/"+name)))
-		if err := os.WriteFile(target, []byte("written by jobprog\n"), 0o644); err != nil {
-			fmt.Fprintf(stderr, "jobprog: write %s: %v\n", target, err)
-			return 1
-		}
-		fmt.Fprintf(stdout, "wrote %s\n", target)
-	}
-
-	if getenv("JOB_WRITE_ROOT") == "1" {
-		for _, target := range []string{"/jobprog-root", "/tmp/jobprog-tmp"} {
-			state := "ok"
-			if err := os.WriteFile(target, []byte("hostile\n"), 0o644); err != nil {
-				state = "failed: " + err.Error()
-			}
-			fmt.Fprintf(stdout, "write %s %s\n", filepath.Dir(target), state)
-		}
-	}
-
-	if raw := getenv("JOB_OPEN_FILES"); raw != "" {
-		n, err := strconv.Atoi(raw)
-		if err != nil || n < 0 {
-			fmt.Fprintf(stderr, "jobprog: bad JOB_OPEN_FILES %q\n", raw)
-			return 1
-		}
-		var open []*os.File
-		var openErr error
-		for len(open) < n {
-			f, err := os.Open(os.DevNull)
-			if err != nil {
-				openErr = err
-				break
-			}
-			open = append(open, f)
-		}
-		fmt.Fprintf(stdout, "opened %d of %d files (%v)\n", len(open), n, openErr)
-		for _, f := range open {
-			f.Close()
-		}
-	}
-
-	if name := getenv("JOB_SHOW_FILE"); name != "" {
-		data, err := readBounded(name, jobFileLimit)
-		if err != nil {
-			fmt.Fprintf(stdout, "file %s: %v\n", name, err)
-		} else {
-			fmt.Fprintf(stdout, "file %s: %s\n", name, bytes.TrimSpace(data))
-		}
-	}
-
-	if getenv("JOB_IGNORE_TERM") == "1" && ignoreTERM != nil {
+	r.showFile()
+	if r.getenv("JOB_IGNORE_TERM") == "1" && ignoreTERM != nil {
 		ignoreTERM()
 	}
-
-	if raw := getenv("JOB_SLEEP"); raw != "" {
-		d, err := time.ParseDuration(raw)
-		if err != nil || d < 0 {
-			fmt.Fprintf(stderr, "jobprog: bad JOB_SLEEP %q\n", raw)
-			return 1
-		}
-		time.Sleep(d)
+	if !r.sleep() {
+		return 1
 	}
+	line := r.exitLine(checked)
+	if !r.requiredEnv() {
+		return 3
+	}
+	r.printExitLine(line)
+	return r.exitCode()
+}
 
+// prog is one run's variables and output, which every step reads or writes.
+type prog struct {
+	env        func(string) (string, bool)
+	directives map[string]string
+	stdout     io.Writer
+	stderr     io.Writer
+}
+
+// getenv reads a JOB_* variable from the environment, else from the task's directives.
+func (r *prog) getenv(name string) string {
+	if v, ok := r.env(name); ok {
+		return v
+	}
+	return r.directives[name]
+}
+
+// fill prints JOB_STDOUT_BYTES of filler, for tests of large outputs; false on a bad value.
+func (r *prog) fill() bool {
+	raw := r.getenv("JOB_STDOUT_BYTES")
+	if raw == "" {
+		return true
+	}
+	n, err := strconv.Atoi(raw)
+	if err != nil || n < 0 {
+		fmt.Fprintf(r.stderr, "jobprog: bad JOB_STDOUT_BYTES %q\n", raw)
+		return false
+	}
+	return filler(r.stdout, n) == nil
+}
+
+// greet prints the hello lines and the job file, the output of a job with no variables set.
+func (r *prog) greet(jobFile string) {
+	fmt.Fprintln(r.stdout, "hello from the pidispatch test job")
+	fmt.Fprintln(r.stderr, "jobprog: a line on stderr")
+	if data, err := readBounded(jobFile, jobFileLimit); err == nil {
+		fmt.Fprintf(r.stdout, "job.json (%d bytes): %s\n", len(data), bytes.TrimSpace(data))
+	}
+}
+
+// checkEnv reports whether JOB_CHECK_ENV's variable reached the job, never its value.
+func (r *prog) checkEnv() map[string]string {
+	name := r.getenv("JOB_CHECK_ENV")
+	if name == "" {
+		return nil
+	}
+	state := "absent"
+	if _, ok := r.env(name); ok {
+		state = "present"
+	}
+	fmt.Fprintf(r.stdout, "env %s %s\n", name, state)
+	// Carried in the exit line too, so a worker's run record (its
+	// telemetry) shows it without reading output.
+	return map[string]string{name: state}
+}
+
+// writeFile writes JOB_WRITE_FILE into the workspace, to show the job's writes reach it; false on failure.
+func (r *prog) writeFile(workspace string) bool {
+	name := r.getenv("JOB_WRITE_FILE")
+	if name == "" {
+		return true
+	}
+	target := filepath.Join(workspace, filepath.Base(filepath.Clean("/"+name)))
+	if err := os.WriteFile(target, []byte("written by jobprog\n"), 0o644); err != nil {
+		fmt.Fprintf(r.stderr, "jobprog: write %s: %v\n", target, err)
+		return false
+	}
+	fmt.Fprintf(r.stdout, "wrote %s\n", target)
+	return true
+}
+
+// writeRoot tries, with JOB_WRITE_ROOT=1, the writes a read-only root must refuse and its /tmp allow.
+func (r *prog) writeRoot() {
+	if r.getenv("JOB_WRITE_ROOT") != "1" {
+		return
+	}
+	for _, target := range []string{"/jobprog-root", "/tmp/jobprog-tmp"} {
+		state := "ok"
+		if err := os.WriteFile(target, []byte("hostile\n"), 0o644); err != nil {
+			state = "failed: " + err.Error()
+		}
+		fmt.Fprintf(r.stdout, "write %s %s\n", filepath.Dir(target), state)
+	}
+}
+
+// openFiles opens JOB_OPEN_FILES descriptors, to show where the open-files limit stops it; false on a bad value.
+func (r *prog) openFiles() bool {
+	raw := r.getenv("JOB_OPEN_FILES")
+	if raw == "" {
+		return true
+	}
+	n, err := strconv.Atoi(raw)
+	if err != nil || n < 0 {
+		fmt.Fprintf(r.stderr, "jobprog: bad JOB_OPEN_FILES %q\n", raw)
+		return false
+	}
+	var open []*os.File
+	var openErr error
+	for len(open) < n {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			openErr = err
+			break
+		}
+		open = append(open, f)
+	}
+	fmt.Fprintf(r.stdout, "opened %d of %d files (%v)\n", len(open), n, openErr)
+	for _, f := range open {
+		f.Close()
+	}
+	return true
+}
+
+// showFile prints the start of JOB_SHOW_FILE, to show what the job can read.
+func (r *prog) showFile() {
+	name := r.getenv("JOB_SHOW_FILE")
+	if name == "" {
+		return
+	}
+	data, err := readBounded(name, jobFileLimit)
+	if err != nil {
+		fmt.Fprintf(r.stdout, "file %s: %v\n", name, err)
+	} else {
+		fmt.Fprintf(r.stdout, "file %s: %s\n", name, bytes.TrimSpace(data))
+	}
+}
+
+// sleep sleeps JOB_SLEEP, so a test can stop or time out a running job; false on a bad value.
+func (r *prog) sleep() bool {
+	raw := r.getenv("JOB_SLEEP")
+	if raw == "" {
+		return true
+	}
+	d, err := time.ParseDuration(raw)
+	if err != nil || d < 0 {
+		fmt.Fprintf(r.stderr, "jobprog: bad JOB_SLEEP %q\n", raw)
+		return false
+	}
+	time.Sleep(d)
+	return true
+}
+
+// exitLine is the exit line to print ("" for none), as JOB_PRINT_EXIT_LINE and JOB_EXIT_LINE choose.
+func (r *prog) exitLine(checked map[string]string) string {
 	line := zeroLine
-	switch getenv("JOB_PRINT_EXIT_LINE") {
+	switch r.getenv("JOB_PRINT_EXIT_LINE") {
 	case "1":
 		line = telemetryLine
 	case "0":
@@ -185,34 +254,48 @@ func run(envLookup func(string) (string, bool), stdout, stderr io.Writer, p path
 	if line != "" && checked != nil {
 		line = withCheckedEnv(line, checked)
 	}
-	if name := getenv("JOB_REQUIRE_ENV"); name != "" {
-		if _, ok := envLookup(name); !ok {
-			fmt.Fprintf(stderr, "env %s absent\n", name)
-			return 3
-		}
-	}
-	if raw := getenv("JOB_EXIT_LINE"); raw != "" {
+	if raw := r.getenv("JOB_EXIT_LINE"); raw != "" {
 		// A hostile job's own exit line: ${NAME} takes the value of the
 		// environment variable NAME (a secret, say).
-		line = os.Expand(raw, func(name string) string { v, _ := envLookup(name); return v })
+		line = os.Expand(raw, func(name string) string { v, _ := r.env(name); return v })
 	}
-	if line != "" {
-		if getenv("JOB_GLUE") == "1" {
-			fmt.Fprint(stdout, "text without a newline")
-		}
-		fmt.Fprintln(stdout, line)
-	}
+	return line
+}
 
-	code := 0
-	if raw := getenv("JOB_EXIT_CODE"); raw != "" {
-		n, err := strconv.Atoi(raw)
-		if err != nil || n < 0 || n > 255 {
-			fmt.Fprintf(stderr, "jobprog: bad JOB_EXIT_CODE %q\n", raw)
-			return 1
+// requiredEnv reports whether JOB_REQUIRE_ENV's variable reached the job, saying so on stderr when not.
+func (r *prog) requiredEnv() bool {
+	if name := r.getenv("JOB_REQUIRE_ENV"); name != "" {
+		if _, ok := r.env(name); !ok {
+			fmt.Fprintf(r.stderr, "env %s absent\n", name)
+			return false
 		}
-		code = n
 	}
-	return code
+	return true
+}
+
+// printExitLine prints the exit line, after text without a newline with JOB_GLUE=1 (a glued line).
+func (r *prog) printExitLine(line string) {
+	if line == "" {
+		return
+	}
+	if r.getenv("JOB_GLUE") == "1" {
+		fmt.Fprint(r.stdout, "text without a newline")
+	}
+	fmt.Fprintln(r.stdout, line)
+}
+
+// exitCode is JOB_EXIT_CODE, so a test can end the job with any code; 1 on a bad value.
+func (r *prog) exitCode() int {
+	raw := r.getenv("JOB_EXIT_CODE")
+	if raw == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(raw)
+	if err != nil || n < 0 || n > 255 {
+		fmt.Fprintf(r.stderr, "jobprog: bad JOB_EXIT_CODE %q\n", raw)
+		return 1
+	}
+	return n
 }
 
 // withCheckedEnv adds "checkedEnv":{...} as the last field of the exit line
