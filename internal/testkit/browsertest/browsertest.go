@@ -64,6 +64,7 @@ type Browser struct {
 // or accepted after AcceptDialogs.
 func Chromium(t testing.TB, timeout time.Duration) *Browser {
 	t.Helper()
+	livetest.SkipShort(t)
 	bin, err := Path()
 	if err != nil {
 		if livetest.Required() {

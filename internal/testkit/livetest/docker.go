@@ -13,6 +13,7 @@ import (
 // It skips (or fails, when PIDISPATCH_REQUIRE_LIVE=1) when no daemon answers.
 func Docker(t testing.TB) *client.Client {
 	t.Helper()
+	SkipShort(t)
 	c, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		unavailable(t, "docker client: %v", err)

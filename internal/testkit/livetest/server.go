@@ -40,6 +40,7 @@ type Server struct {
 // PIDISPATCH_REQUIRE_LIVE=1) when no redis-server binary is installed.
 func StartServer(t testing.TB) *Server {
 	t.Helper()
+	SkipShort(t)
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		unavailable(t, "redis-server binary: %v", err)

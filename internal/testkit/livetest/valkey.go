@@ -39,6 +39,7 @@ type ValkeyDB struct {
 // It skips (or fails, when PIDISPATCH_REQUIRE_LIVE=1) when the server is absent.
 func Valkey(t testing.TB) *ValkeyDB {
 	t.Helper()
+	SkipShort(t)
 	raw := os.Getenv(EnvValkey)
 	if raw == "" {
 		unavailable(t, "%s is not set", EnvValkey)
