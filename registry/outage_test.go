@@ -12,9 +12,10 @@ import (
 	"github.com/pidispatch/pidispatch/internal/testkit/logtest"
 )
 
-// outageBound is what "every call returns within its bound" means in a test:
-// the 2 s CallTimeout plus scheduling slack.
-const outageBound = 2500 * time.Millisecond
+// outageBound is what "every call returns within its bound" means in a test
+// that must pass on a loaded machine: a hang-catching bound, 10x the 2 s
+// CallTimeout.
+const outageBound = 20 * time.Second
 
 // TestRegistry_Outage stops the server under a beating registry: every call
 // returns within its bound, one unreachable line is logged over many beats,
@@ -86,28 +87,30 @@ func TestRegistry_StartWithValkeyDown(t *testing.T) {
 func TestRegistry_HungServerBounded(t *testing.T) {
 	t.Parallel()
 	addr := hungServer(t)
-	c := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: time.Second, MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: 10 * time.Second, MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
 	logs := &logtest.Buffer{}
 	ctx := testCtx(t)
 	r := newRegistry(t, c, "mini1", staticFacts(), Config{CallTimeout: 200 * time.Millisecond, Logger: logs.Logger()})
 
-	// Unbounded, each call would wait for the client's 1 s read timeout.
+	// Unbounded, each call would wait for the client's 10 s read timeout;
+	// bounded, it takes 200 ms. The bound between, 10x the call timeout,
+	// tells them apart on a loaded machine.
 	within := func(call func() error) {
 		t.Helper()
 		start := time.Now()
 		require.ErrorIs(t, call(), ErrUnreachable)
-		require.Less(t, time.Since(start), 800*time.Millisecond)
+		require.Less(t, time.Since(start), 2*time.Second)
 	}
 	start := time.Now()
 	within(func() error { return r.Publish(ctx) })
 	within(func() error { _, err := r.ReadLive(ctx); return err })
 	within(func() error { _, err := ReadLive(ctx, c, 200*time.Millisecond); return err })
 
-	// Close waits for the calls that overran (up to the client's own 1 s read
-	// timeout), so no goroutine outlives it.
-	closeCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	// Close waits for the calls that overran (up to the client's own 10 s
+	// read timeout), so no goroutine outlives it.
+	closeCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	require.ErrorIs(t, r.Close(closeCtx), ErrUnreachable)
-	require.Less(t, time.Since(start), 3*time.Second)
+	require.Less(t, time.Since(start), 30*time.Second)
 }

@@ -97,7 +97,7 @@ func TestCancelRunningGolden(t *testing.T) {
 	start := time.Now()
 	expect(t, runCLI(t, vars(db.URL), "cancel", "--wait", "1s", "r2"), db.URL, 1, "",
 		"no worker acknowledged the cancel of running job r2 on pi-jobs@alpha within 1s — request withdrawn, nothing changed\n")
-	if el := time.Since(start); el < time.Second || el > 4*time.Second {
+	if el := time.Since(start); el < time.Second || el > 10*time.Second { // waits its second, and no hang
 		t.Fatalf("waited %s", el)
 	}
 	// The flag may follow the id too.

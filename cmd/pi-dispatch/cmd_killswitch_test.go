@@ -231,7 +231,7 @@ func TestKillSwitchValkeyDown(t *testing.T) {
 		start := time.Now()
 		r := runCLI(t, env, tc.args...)
 		el := time.Since(start)
-		if el >= 5*time.Second {
+		if el >= 20*time.Second { // a hang-catching bound
 			t.Errorf("%v took %s", tc.args, el)
 		}
 		if strings.Contains(r.stdout+r.stderr, "s3cret") {
@@ -298,8 +298,8 @@ func hungServer(t *testing.T) string {
 	return "redis://" + l.Addr().String() + "/0"
 }
 
-// A Valkey that accepts and never answers: every command still gives up
-// within 5 s, with the same message.
+// A Valkey that accepts and never answers: every command still gives up,
+// with the same message (the 20 s bound catches a hang, not a slow machine).
 func TestKillSwitchValkeyHung(t *testing.T) {
 	url := hungServer(t)
 	for _, args := range [][]string{{"pause"}, {"resume"}, {"status"}, {"hosts"}, {"cancel", "job-1"}} {
@@ -308,7 +308,7 @@ func TestKillSwitchValkeyHung(t *testing.T) {
 			start := time.Now()
 			r := runCLI(t, vars(url), args...)
 			el := time.Since(start)
-			if el >= 5*time.Second {
+			if el >= 20*time.Second {
 				t.Errorf("took %s", el)
 			}
 			if r.code != exitFailure || !strings.HasPrefix(r.stderr, "could not reach Valkey at "+url+" — is it running?") {

@@ -171,7 +171,7 @@ func TestRunValkeyDownFailsFast(t *testing.T) {
 	folder := gitRepo(t, false)
 	start := time.Now()
 	r := runCLI(t, map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0", "PI_FOLDER_ROOTS": os.TempDir()}, "run", folder, "--task", "t", "--flow", "fix", "--env-file", "")
-	if elapsed := time.Since(start); elapsed > 6*time.Second {
+	if elapsed := time.Since(start); elapsed > 20*time.Second { // a hang-catching bound
 		t.Fatalf("took %s", elapsed)
 	}
 	if r.code != exitFailure || r.stdout != "" ||

@@ -34,7 +34,7 @@ func TestBootRefusedPassword(t *testing.T) {
 		el := time.Since(start)
 		cancel()
 		out := stderr.String()
-		if code != exitConfig || el > 5*time.Second || !strings.Contains(out, valkey.ErrAuthRefused.Error()) ||
+		if code != exitConfig || el > 15*time.Second || !strings.Contains(out, valkey.ErrAuthRefused.Error()) ||
 			strings.Contains(out, "worker_started") || strings.Contains(out, "wrong") {
 			t.Fatalf("%s with %q: exit %d after %s:\n%s", tc.url, tc.pw, code, el, out)
 		}

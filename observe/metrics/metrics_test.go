@@ -222,7 +222,7 @@ pidispatch_scrape_source_up{host="h1",source="held"} 0
 	if err := testutil.GatherAndCompare(m.Registry(), strings.NewReader(want), names...); err != nil {
 		t.Fatal(err)
 	}
-	if d := time.Since(start); d > 2*time.Second {
+	if d := time.Since(start); d > 10*time.Second { // a hang-catching bound: the source never answers
 		t.Fatalf("scrape took %v with a 50ms timeout", d)
 	}
 }
