@@ -278,7 +278,7 @@ func TestRunTimeout(t *testing.T) {
 		if err != nil || !res.TimedOut || res.ExitCode != 143 || res.Cancelled {
 			t.Fatalf("err %v res %+v", err, res)
 		}
-		if time.Since(start) > 2*time.Second {
+		if time.Since(start) > 10*time.Second { // a hang-catching bound: the job never exits by itself
 			t.Fatal("timeout not honoured")
 		}
 		calls := eng.callLog()
@@ -350,7 +350,7 @@ func TestRunStopDidNotTake(t *testing.T) {
 	if err != nil || !res.TimedOut || res.ExitCode != -1 {
 		t.Fatalf("err %v res %+v", err, res)
 	}
-	if time.Since(start) > 2*time.Second || !strings.Contains(logs.String(), "job_stop_did_not_take") {
+	if time.Since(start) > 10*time.Second || !strings.Contains(logs.String(), "job_stop_did_not_take") {
 		t.Fatalf("took %v; log %s", time.Since(start), logs)
 	}
 	if eng.count() != 0 {
@@ -370,7 +370,7 @@ func TestRunOutputDrainBounded(t *testing.T) {
 	if err != nil || res.ExitCode != 0 || res.Telemetry == nil || res.Telemetry.Turns != 1 {
 		t.Fatalf("err %v res %+v", err, res)
 	}
-	if time.Since(start) > 2*time.Second || !strings.Contains(logs.String(), "job_output_drain_timeout") {
+	if time.Since(start) > 10*time.Second || !strings.Contains(logs.String(), "job_output_drain_timeout") {
 		t.Fatalf("took %v; log %s", time.Since(start), logs)
 	}
 }

@@ -279,7 +279,7 @@ func TestMainStopsAtMaxTurns(t *testing.T) {
 	if r.code != ExitPolicy || r.line.Outcome != OutcomePolicy || r.line.Reason != ReasonMaxTurns || r.line.Turns != 3 {
 		t.Fatalf("code %d, line %+v\n%s", r.code, r.line, r.stderr)
 	}
-	if d := time.Since(start); d > 10*time.Second {
+	if d := time.Since(start); d > 30*time.Second { // pi hangs forever unless stopped
 		t.Fatalf("stopping took %v: pi was not stopped at the limit", d)
 	}
 	if r.line.MaxTurns != 3 || r.line.Tokens.Total == 0 {
@@ -325,7 +325,7 @@ func TestMainStopsAPiThatLingersAfterSettling(t *testing.T) {
 	if r.code != ExitCompleted || r.line.Outcome != OutcomeCompleted || r.line.Turns != 2 || r.line.Tokens.Total != 4452 {
 		t.Fatalf("code %d, line %+v\n%s", r.code, r.line, r.stderr)
 	}
-	if d := time.Since(start); d > 10*time.Second {
+	if d := time.Since(start); d > 30*time.Second { // pi hangs forever unless stopped
 		t.Fatalf("took %v: pi was not stopped after settling", d)
 	}
 	if !strings.Contains(r.stderr, "after its run settled: stopping it") {
