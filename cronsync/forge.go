@@ -163,11 +163,7 @@ func ForgeTriggers(t *Triggers) ([]ForgeTrigger, error) {
 		p := &triggerParser{index: o.Index}
 		ft, ok := p.parseForge(o)
 		if ok {
-			if first, dup := names[ft.Name]; dup {
-				p.fail("on.id", "duplicate of triggers[%d]", first)
-			} else {
-				names[ft.Name] = o.Index
-			}
+			p.claimID(names, ft.Name)
 			if ft.Type == TypeComment {
 				if first, dup := comment[ft.Forge]; dup {
 					p.fail("on.type", "one comment trigger per forge; triggers[%d] is the %s one", first, ft.Forge)
@@ -198,6 +194,7 @@ func ParseForgeTriggers(data []byte) ([]ForgeTrigger, error) {
 	return ForgeTriggers(t)
 }
 
+// parseForge checks one forge trigger, reporting every problem in p.errs; ok is false when it has one.
 func (p *triggerParser) parseForge(o Other) (ForgeTrigger, bool) {
 	ft := ForgeTrigger{Index: o.Index, Type: o.Type}
 	trig, _ := object(o.Raw)
@@ -207,77 +204,93 @@ func (p *triggerParser) parseForge(o Other) (ForgeTrigger, bool) {
 		p.fail("on.type", "unknown type %s (want cron, label, comment, pull_request or issue)", check.Quote(o.Type))
 		return ft, false
 	}
-	if id, ok := stringValue(on["id"]); ok && id != "" {
-		if !check.Name(id) {
-			p.fail("on.id", "must match %s (at most %d bytes)", check.NameSyntax, check.MaxNameLen)
-		} else {
-			p.id, ft.Name = id, id
-		}
-	} else if _, present := on["id"]; present {
-		p.fail("on.id", "must be a non-empty string")
-	}
-	if ft.Name == "" {
-		ft.Name = fmt.Sprintf("%s-%d", strings.ReplaceAll(o.Type, "_", "-"), o.Index)
-	}
-	for _, k := range sortedKeys(trig) {
-		if !slices.Contains(forgeTriggerKeys, k) {
-			p.add(unknownKey("", k, forgeTriggerKeys))
-		}
-	}
-	ft.Publish = DefaultForgePublish
-	if raw, present := trig["publish"]; present {
-		var pub forgePublish
-		if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
-			p.fail("publish", "must be an object {\"allowCi\": bool, \"draft\": bool}")
-		} else if err := check.DecodeStrict(raw, MaxFileBytes, &pub); err != nil {
-			p.fail("publish", "%s", err)
-		} else {
-			if pub.AllowCI != nil {
-				ft.Publish.AllowCI = *pub.AllowCI
-			}
-			if pub.Draft != nil {
-				ft.Publish.Draft = *pub.Draft
-			}
-		}
-	}
-	for _, k := range sortedKeys(on) {
-		if !slices.Contains(known, k) {
-			p.add(unknownKey("on", k, known))
-		}
-	}
-
+	ft.Name = p.forgeName(on, o)
+	p.unknownKeys("", trig, forgeTriggerKeys)
+	ft.Publish = p.forgePublish(trig)
+	p.unknownKeys("on", on, known)
 	// run first: the forge decides the vocabulary of on.actions.
-	runRaw, present := trig["run"]
-	if !present {
-		p.fail("run", "required")
+	run, ok := p.forgeRunObject(trig)
+	if !ok {
 		return ft, false
 	}
-	var run forgeRun
-	if err := check.DecodeStrict(runRaw, MaxFileBytes, &run); err != nil {
-		p.fail("run", "%s", err)
-		return ft, false
-	}
-	switch jobs.Forge(run.Kind) {
-	case jobs.ForgeGitHub, jobs.ForgeGitLab, jobs.ForgeForgejo:
-		ft.Forge = jobs.Forge(run.Kind)
-	case "":
-		p.fail("run.kind", "required on a %s trigger (github, gitlab or forgejo)", o.Type)
-	default:
-		p.fail("run.kind", "%s is not a forge (want github, gitlab or forgejo)", check.Quote(run.Kind))
-	}
+	ft.Forge = p.forgeKind(run.Kind, o.Type)
 	p.forgeOn(on, &ft)
 	p.forgeRun(run, &ft)
 	return ft, len(p.errs) == 0
 }
 
-func (p *triggerParser) strings(on map[string]json.RawMessage, key string, max int, each func(string) string) []string {
-	raw, present := on[key]
-	if !present {
-		return nil
+// forgeName returns on.id, or "<type>-<index>" without one, and sets p.id so later messages name it.
+func (p *triggerParser) forgeName(on map[string]json.RawMessage, o Other) string {
+	name := ""
+	if id, ok := stringValue(on["id"]); ok && id != "" {
+		if !check.Name(id) {
+			p.fail("on.id", "must match %s (at most %d bytes)", check.NameSyntax, check.MaxNameLen)
+		} else {
+			p.id, name = id, id
+		}
+	} else if _, present := on["id"]; present {
+		p.fail("on.id", "must be a non-empty string")
 	}
-	var list []string
-	if err := json.Unmarshal(raw, &list); err != nil || list == nil {
-		p.fail("on."+key, "must be an array of strings")
+	if name == "" {
+		name = fmt.Sprintf("%s-%d", strings.ReplaceAll(o.Type, "_", "-"), o.Index)
+	}
+	return name
+}
+
+// forgePublish reads the publish object over DefaultForgePublish, as the host, not the job, decides it.
+func (p *triggerParser) forgePublish(trig map[string]json.RawMessage) ForgePublish {
+	out := DefaultForgePublish
+	raw, present := trig["publish"]
+	if !present {
+		return out
+	}
+	var pub forgePublish
+	if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		p.fail("publish", "must be an object {\"allowCi\": bool, \"draft\": bool}")
+	} else if err := check.DecodeStrict(raw, MaxFileBytes, &pub); err != nil {
+		p.fail("publish", "%s", err)
+	} else {
+		if pub.AllowCI != nil {
+			out.AllowCI = *pub.AllowCI
+		}
+		if pub.Draft != nil {
+			out.Draft = *pub.Draft
+		}
+	}
+	return out
+}
+
+// forgeRunObject decodes run strictly; ok is false when there is no run object to check further.
+func (p *triggerParser) forgeRunObject(trig map[string]json.RawMessage) (run forgeRun, ok bool) {
+	runRaw, present := trig["run"]
+	if !present {
+		p.fail("run", "required")
+		return run, false
+	}
+	if err := check.DecodeStrict(runRaw, MaxFileBytes, &run); err != nil {
+		p.fail("run", "%s", err)
+		return run, false
+	}
+	return run, true
+}
+
+// forgeKind returns run.kind as a forge, or "" (reported), since the forge decides on.actions.
+func (p *triggerParser) forgeKind(kind, typ string) jobs.Forge {
+	switch jobs.Forge(kind) {
+	case jobs.ForgeGitHub, jobs.ForgeGitLab, jobs.ForgeForgejo:
+		return jobs.Forge(kind)
+	case "":
+		p.fail("run.kind", "required on a %s trigger (github, gitlab or forgejo)", typ)
+	default:
+		p.fail("run.kind", "%s is not a forge (want github, gitlab or forgejo)", check.Quote(kind))
+	}
+	return ""
+}
+
+// strings reads on.key as at most max unique strings that each pass each, which returns a rule or "".
+func (p *triggerParser) strings(on map[string]json.RawMessage, key string, max int, each func(string) string) []string {
+	list := fieldReader{p: p, obj: on, prefix: "on"}.strs(key)
+	if list == nil {
 		return nil
 	}
 	if len(list) > max {
@@ -305,7 +318,35 @@ func utf8Printable(s string) bool {
 	return check.Text(s, 255) == "" && !strings.ContainsAny(s, "\n\r\t")
 }
 
+// forgeOn checks a forge trigger's event rule into ft, after its forge, which words on.actions.
 func (p *triggerParser) forgeOn(on map[string]json.RawMessage, ft *ForgeTrigger) {
+	f := fieldReader{p: p, obj: on, prefix: "on"}
+	p.forgeRepos(on, ft)
+	p.forgeLabels(on, ft)
+	switch ft.Type {
+	case TypeComment:
+		p.forgePhrase(on, ft)
+	case TypePullRequest, TypeIssue:
+		p.forgeActions(on, ft)
+	}
+	p.forgeReviewState(on, ft)
+	p.forgeNumber(on, ft)
+	if once, ok := f.boolean("once"); ok {
+		ft.Once = once
+		if once && ft.Number == 0 {
+			p.fail("on.once", "needs on.number: a one-shot rule is about one issue")
+		}
+	}
+	if raw, present := on["disarmed"]; present {
+		if _, ok := object(raw); !ok {
+			p.fail("on.disarmed", "must be an object {at, jobId}; delete it to re-arm the trigger")
+		}
+		ft.Disarmed = true
+	}
+}
+
+// forgeRepos reads on.repos, which is required: a trigger serves only the repositories it names.
+func (p *triggerParser) forgeRepos(on map[string]json.RawMessage, ft *ForgeTrigger) {
 	ft.Repos = p.strings(on, "repos", MaxForgeRepos, func(s string) string {
 		if !check.Repo(s) {
 			return "must be owner/name (groups allowed on GitLab)"
@@ -317,74 +358,81 @@ func (p *triggerParser) forgeOn(on map[string]json.RawMessage, ft *ForgeTrigger)
 	} else if len(ft.Repos) == 0 && len(p.errs) == 0 {
 		p.fail("on.repos", "must name at least one repository")
 	}
+}
+
+// forgeLabels reads the label selectors; a label trigger needs any or all, or it would fire on every label.
+func (p *triggerParser) forgeLabels(on map[string]json.RawMessage, ft *ForgeTrigger) {
 	ft.Any = p.strings(on, "any", MaxLabels, labelRule)
 	ft.All = p.strings(on, "all", MaxLabels, labelRule)
 	ft.None = p.strings(on, "none", MaxLabels, labelRule)
 	if ft.Type == TypeLabel && len(ft.Any) == 0 && len(ft.All) == 0 {
 		p.fail("on.any", "a label trigger needs any or all")
 	}
-	switch ft.Type {
-	case TypeComment:
-		phrase, ok := stringValue(on["phrase"])
-		switch {
-		case !ok:
-			p.fail("on.phrase", "required: a string the comment must contain")
-		case strings.TrimSpace(phrase) == "" || len(phrase) > MaxPhraseBytes || check.Text(phrase, MaxPhraseBytes) != "":
-			p.fail("on.phrase", "must be 1-%d bytes of text, not only spaces", MaxPhraseBytes)
-		default:
-			ft.Phrase = phrase
+}
+
+// forgePhrase reads a comment trigger's phrase, which must be more than spaces to select comments.
+func (p *triggerParser) forgePhrase(on map[string]json.RawMessage, ft *ForgeTrigger) {
+	phrase, ok := stringValue(on["phrase"])
+	switch {
+	case !ok:
+		p.fail("on.phrase", "required: a string the comment must contain")
+	case strings.TrimSpace(phrase) == "" || len(phrase) > MaxPhraseBytes || check.Text(phrase, MaxPhraseBytes) != "":
+		p.fail("on.phrase", "must be 1-%d bytes of text, not only spaces", MaxPhraseBytes)
+	default:
+		ft.Phrase = phrase
+	}
+}
+
+// forgeActions reads on.actions in the forge's words; an issue trigger without them takes every one.
+func (p *triggerParser) forgeActions(on map[string]json.RawMessage, ft *ForgeTrigger) {
+	vocab := prActions[ft.Forge]
+	if ft.Type == TypeIssue {
+		vocab = issueActions[ft.Forge]
+	}
+	ft.Actions = p.strings(on, "actions", 8, func(s string) string {
+		if ft.Forge != "" && !slices.Contains(vocab, s) {
+			return fmt.Sprintf("%s is not a %s %s action (want one of %s)", check.Quote(s), ft.Forge, ft.Type, strings.Join(vocab, " "))
 		}
-	case TypePullRequest, TypeIssue:
-		vocab := prActions[ft.Forge]
-		if ft.Type == TypeIssue {
-			vocab = issueActions[ft.Forge]
-		}
-		ft.Actions = p.strings(on, "actions", 8, func(s string) string {
-			if ft.Forge != "" && !slices.Contains(vocab, s) {
-				return fmt.Sprintf("%s is not a %s %s action (want one of %s)", check.Quote(s), ft.Forge, ft.Type, strings.Join(vocab, " "))
-			}
-			return ""
-		})
-		if len(ft.Actions) == 0 {
-			if ft.Type == TypeIssue && ft.Forge != "" {
-				ft.Actions = vocab
-			} else if _, present := on["actions"]; !present {
-				p.fail("on.actions", "required: the %s actions that fire it", ft.Type)
-			}
+		return ""
+	})
+	if len(ft.Actions) == 0 {
+		if ft.Type == TypeIssue && ft.Forge != "" {
+			ft.Actions = vocab
+		} else if _, present := on["actions"]; !present {
+			p.fail("on.actions", "required: the %s actions that fire it", ft.Type)
 		}
 	}
-	if raw, present := on["reviewState"]; present {
-		s, _ := stringValue(raw)
-		switch {
-		case !slices.Contains(reviewStates, s):
-			p.fail("on.reviewState", "must be one of %s", strings.Join(reviewStates, " "))
-		case !slices.Contains(ft.Actions, "review_submitted"):
-			p.fail("on.reviewState", "only with the review_submitted action (github)")
-		default:
-			ft.ReviewState = s
-		}
+}
+
+// forgeReviewState reads on.reviewState, which only narrows the review_submitted action.
+func (p *triggerParser) forgeReviewState(on map[string]json.RawMessage, ft *ForgeTrigger) {
+	raw, present := on["reviewState"]
+	if !present {
+		return
 	}
-	if raw, present := on["number"]; present {
-		var n int
-		if json.Unmarshal(raw, &n) != nil || n < 1 || n > jobs.MaxForgeNumber {
-			p.fail("on.number", "must be an integer from 1 to %d", jobs.MaxForgeNumber)
-		} else {
-			ft.Number = n
-		}
+	s, _ := stringValue(raw)
+	switch {
+	case !slices.Contains(reviewStates, s):
+		p.fail("on.reviewState", "must be one of %s", strings.Join(reviewStates, " "))
+	case !slices.Contains(ft.Actions, "review_submitted"):
+		p.fail("on.reviewState", "only with the review_submitted action (github)")
+	default:
+		ft.ReviewState = s
 	}
-	if raw, present := on["once"]; present {
-		if json.Unmarshal(raw, &ft.Once) != nil {
-			p.fail("on.once", "must be true or false")
-		} else if ft.Once && ft.Number == 0 {
-			p.fail("on.once", "needs on.number: a one-shot rule is about one issue")
-		}
+}
+
+// forgeNumber reads on.number, the one issue or pull request a trigger may be limited to.
+func (p *triggerParser) forgeNumber(on map[string]json.RawMessage, ft *ForgeTrigger) {
+	raw, present := on["number"]
+	if !present {
+		return
 	}
-	if raw, present := on["disarmed"]; present {
-		if _, ok := object(raw); !ok {
-			p.fail("on.disarmed", "must be an object {at, jobId}; delete it to re-arm the trigger")
-		}
-		ft.Disarmed = true
+	var n int
+	if json.Unmarshal(raw, &n) != nil || n < 1 || n > jobs.MaxForgeNumber {
+		p.fail("on.number", "must be an integer from 1 to %d", jobs.MaxForgeNumber)
+		return
 	}
+	ft.Number = n
 }
 
 func (p *triggerParser) forgeRun(run forgeRun, ft *ForgeTrigger) {
@@ -445,49 +493,15 @@ func Disarm(path string, index int, name string, at time.Time, jobID string) err
 	if err != nil {
 		return err
 	}
-	data, err := readFile(real)
-	if err != nil {
+	t, armed, err := readArmed(real, index, name)
+	if err != nil || !armed {
 		return err
-	}
-	t, err := ParseTriggers(data)
-	if err != nil {
-		return err
-	}
-	fts, err := ForgeTriggers(t)
-	if err != nil {
-		return err
-	}
-	i := slices.IndexFunc(fts, func(ft ForgeTrigger) bool { return ft.Index == index })
-	if i < 0 || fts[i].Name != name {
-		return fmt.Errorf("cronsync: disarm %s: triggers[%d] is no longer that trigger", name, index)
-	}
-	if fts[i].Disarmed {
-		return nil
 	}
 	for k := range t.Others {
 		if t.Others[k].Index != index {
 			continue
 		}
-		var trig map[string]json.RawMessage
-		if err := json.Unmarshal(t.Others[k].Raw, &trig); err != nil {
-			return err
-		}
-		var on map[string]json.RawMessage
-		if err := json.Unmarshal(trig["on"], &on); err != nil {
-			return err
-		}
-		mark, err := json.Marshal(struct {
-			At    string `json:"at"`
-			JobID string `json:"jobId"`
-		}{at.UTC().Format(time.RFC3339), jobID})
-		if err != nil {
-			return err
-		}
-		on["disarmed"] = mark
-		if trig["on"], err = json.Marshal(on); err != nil {
-			return err
-		}
-		if t.Others[k].Raw, err = json.Marshal(trig); err != nil {
+		if t.Others[k].Raw, err = markDisarmed(t.Others[k].Raw, at, jobID); err != nil {
 			return err
 		}
 	}
@@ -501,6 +515,50 @@ func Disarm(path string, index int, name string, at time.Time, jobID string) err
 	}
 	pretty.WriteByte('\n')
 	return writeAtomic(real, pretty.Bytes())
+}
+
+// readArmed rereads the file and reports whether index is still the armed trigger name: it may have been edited.
+func readArmed(path string, index int, name string) (t *Triggers, armed bool, err error) {
+	data, err := readFile(path)
+	if err != nil {
+		return nil, false, err
+	}
+	if t, err = ParseTriggers(data); err != nil {
+		return nil, false, err
+	}
+	fts, err := ForgeTriggers(t)
+	if err != nil {
+		return nil, false, err
+	}
+	i := slices.IndexFunc(fts, func(ft ForgeTrigger) bool { return ft.Index == index })
+	if i < 0 || fts[i].Name != name {
+		return nil, false, fmt.Errorf("cronsync: disarm %s: triggers[%d] is no longer that trigger", name, index)
+	}
+	return t, !fts[i].Disarmed, nil
+}
+
+// markDisarmed returns the trigger with on.disarmed = {at, jobId}, which keeps it from firing again.
+func markDisarmed(raw json.RawMessage, at time.Time, jobID string) (json.RawMessage, error) {
+	var trig map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &trig); err != nil {
+		return nil, err
+	}
+	var on map[string]json.RawMessage
+	if err := json.Unmarshal(trig["on"], &on); err != nil {
+		return nil, err
+	}
+	mark, err := json.Marshal(struct {
+		At    string `json:"at"`
+		JobID string `json:"jobId"`
+	}{at.UTC().Format(time.RFC3339), jobID})
+	if err != nil {
+		return nil, err
+	}
+	on["disarmed"] = mark
+	if trig["on"], err = json.Marshal(on); err != nil {
+		return nil, err
+	}
+	return json.Marshal(trig)
 }
 
 // writeAtomic replaces the triggers file, keeping its mode.

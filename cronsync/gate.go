@@ -85,19 +85,30 @@ func ReconcileGated(ctx context.Context, store SchedulerStore, peers Peers, own 
 	if !own.Configured {
 		return GateResult{Refused: RefusedCronDisabled}, nil
 	}
-	log := opts.logger()
 	mine, err := Fingerprint(own.Entries, opts.TZ)
 	if err != nil {
 		return GateResult{}, err
 	}
 	gr := GateResult{Mine: mine}
-	run := func() (GateResult, error) {
-		gr.Result, err = Reconcile(ctx, store, served, opts)
-		return gr, err
+	if hosts, known := livePeers(ctx, peers, opts); known {
+		opinions, disagreeing := peerOpinions(hosts, mine, opts.Host)
+		if gr.Refused, gr.Peers = refusal(mine, own, opinions, disagreeing, opts); gr.Refused != "" {
+			return gr, nil
+		}
+		if len(opinions) > 0 {
+			opts.logger().Info("cron_agreement", "host", opts.Host, "peers", len(opinions))
+		}
 	}
+	gr.Result, err = Reconcile(ctx, store, served, opts)
+	return gr, err
+}
+
+// livePeers publishes, then reads the live peers (the race-free order); known is false without a registry.
+func livePeers(ctx context.Context, peers Peers, opts Options) (hosts []registry.Host, known bool) {
 	if peers == nil {
-		return run()
+		return nil, false
 	}
+	log := opts.logger()
 	if err := peers.Publish(ctx); err != nil {
 		// Peers may see an older fingerprint of ours; our decision below still
 		// rests on theirs, and it only ever withholds.
@@ -106,12 +117,15 @@ func ReconcileGated(ctx context.Context, store SchedulerStore, peers Peers, own 
 	hosts, err := peers.LivePeers(ctx)
 	if err != nil {
 		log.Warn("cron_gate_registry_unreadable", "host", opts.Host, "reason", err.Error())
-		return run()
+		return nil, false
 	}
+	return hosts, true
+}
 
-	var opinions, disagreeing []PeerView
+// peerOpinions returns the peers that hold an opinion and those that disagree: abstainers never disagree.
+func peerOpinions(hosts []registry.Host, mine, self string) (opinions, disagreeing []PeerView) {
 	for _, h := range hosts {
-		if !h.AgeKnown || h.FPCron == "" || h.Name == opts.Host {
+		if !h.AgeKnown || h.FPCron == "" || h.Name == self {
 			continue
 		}
 		v := PeerView{Host: h.Name, FPCron: h.FPCron, CronCount: h.CronCount}
@@ -120,25 +134,24 @@ func ReconcileGated(ctx context.Context, store SchedulerStore, peers Peers, own 
 			disagreeing = append(disagreeing, v)
 		}
 	}
+	return opinions, disagreeing
+}
+
+// refusal returns why the reconcile is withheld and the peers that decided it, logged, or "" and the opinions.
+func refusal(mine string, own Own, opinions, disagreeing []PeerView, opts Options) (string, []PeerView) {
 	count := len(own.Entries)
 	if mine == "" && len(opinions) > 0 {
-		gr.Refused, gr.Peers = RefusedOwnUnreadable, opinions
 		attrs := []any{"host", opts.Host, "mine", mine, "reason", RefusedOwnUnreadable, "cronCount", count, "peers", opinions}
 		if own.Err != nil {
 			attrs = append(attrs, "error", own.Err.Error())
 		}
-		log.Warn("cron_divergence_refused", attrs...)
-		return gr, nil
+		opts.logger().Warn("cron_divergence_refused", attrs...)
+		return RefusedOwnUnreadable, opinions
 	}
 	if len(disagreeing) > 0 {
-		gr.Refused, gr.Peers = RefusedDivergence, disagreeing
-		log.Warn("cron_divergence_refused", "host", opts.Host, "mine", mine, "reason", RefusedDivergence,
+		opts.logger().Warn("cron_divergence_refused", "host", opts.Host, "mine", mine, "reason", RefusedDivergence,
 			"cronCount", count, "peers", disagreeing)
-		return gr, nil
+		return RefusedDivergence, disagreeing
 	}
-	gr.Peers = opinions
-	if len(opinions) > 0 {
-		log.Info("cron_agreement", "host", opts.Host, "peers", len(opinions))
-	}
-	return run()
+	return "", opinions
 }

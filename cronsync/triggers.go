@@ -184,73 +184,88 @@ var (
 //
 // Every problem is returned at once as errors.Join of *TriggerError values.
 func ParseTriggers(data []byte) (*Triggers, error) {
-	fileErr := func(field, format string, args ...any) error {
-		return &TriggerError{Index: -1, Field: field, Reason: fmt.Sprintf(format, args...)}
+	top, err := topObject(data)
+	if err != nil {
+		return nil, err
 	}
+	file := &triggerParser{index: -1} // the file's own problems come first
+	file.unknownKeys("", top, []string{"triggers"})
+	list, ok := file.triggerList(top)
+	if !ok {
+		return nil, errors.Join(file.errs...)
+	}
+	out, errs := parseTriggerList(list)
+	if errs = append(file.errs, errs...); len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return out, nil
+}
+
+// fileError is a problem of the file as a whole, which no trigger owns.
+func fileError(field, format string, args ...any) error {
+	return &TriggerError{Index: -1, Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// topObject reads the file's top-level object; text too big, not UTF-8 or not JSON is the one error to fix.
+func topObject(data []byte) (map[string]json.RawMessage, error) {
 	switch {
 	case len(data) > MaxFileBytes:
-		return nil, fileErr("", "file is %d bytes, more than %d", len(data), MaxFileBytes)
+		return nil, fileError("", "file is %d bytes, more than %d", len(data), MaxFileBytes)
 	case !utf8.Valid(data):
-		return nil, fileErr("", "file is not valid UTF-8")
+		return nil, fileError("", "file is not valid UTF-8")
 	case !json.Valid(data):
-		return nil, fileErr("", "%s", syntaxError(data))
+		return nil, fileError("", "%s", syntaxError(data))
 	}
 	// A duplicate key is refused because readers disagree on it: JavaScript's
 	// JSON.parse keeps the last, so a Node host and this one could read the
 	// same file differently. Keys are looked up exactly here, so only
 	// byte-equal keys are duplicates.
 	if err := check.Walk(data, check.ExactKeys); err != nil {
-		return nil, fileErr("", "%v", err)
+		return nil, fileError("", "%v", err)
 	}
 	top, ok := object(bytes.TrimSpace(data))
 	if !ok {
-		return nil, fileErr("", `must be a JSON object {"triggers": [...]}`)
+		return nil, fileError("", `must be a JSON object {"triggers": [...]}`)
 	}
-	var errs []error
-	for _, k := range sortedKeys(top) {
-		if k != "triggers" {
-			field, reason := unknownKey("", k, []string{"triggers"})
-			errs = append(errs, fileErr(field, "%s", reason))
-		}
-	}
+	return top, nil
+}
+
+// triggerList returns the "triggers" array; ok is false when there is none whose triggers could be parsed.
+func (p *triggerParser) triggerList(top map[string]json.RawMessage) (list []json.RawMessage, ok bool) {
 	rawList, present := top["triggers"]
-	var list []json.RawMessage
 	if !present || bytes.Equal(rawList, []byte("null")) || json.Unmarshal(rawList, &list) != nil {
-		errs = append(errs, fileErr("triggers", "must be an array"))
-		return nil, errors.Join(errs...)
+		p.fail("triggers", "must be an array")
+		return nil, false
 	}
 	if len(list) > MaxTriggers {
-		errs = append(errs, fileErr("triggers", "%d triggers, more than %d", len(list), MaxTriggers))
-		return nil, errors.Join(errs...)
+		p.fail("triggers", "%d triggers, more than %d", len(list), MaxTriggers)
+		return nil, false
 	}
+	return list, true
+}
 
+// parseTriggerList parses every trigger in file order, so all their problems are reported at once.
+func parseTriggerList(list []json.RawMessage) (*Triggers, []error) {
 	out := &Triggers{Cron: []Entry{}}
+	var errs []error
 	firstID := map[string]int{}
 	fires := map[string]bool{}
 	for i, raw := range list {
 		p := &triggerParser{index: i, fires: fires}
 		entry, other, isCron := p.parse(raw)
 		if isCron && p.id != "" {
-			if first, dup := firstID[p.id]; dup {
-				p.fail("on.id", "duplicate of triggers[%d]", first)
-			} else {
-				firstID[p.id] = i
-			}
+			p.claimID(firstID, p.id)
 		}
-		if len(p.errs) > 0 {
+		switch {
+		case len(p.errs) > 0:
 			errs = append(errs, p.errs...)
-			continue
-		}
-		if isCron {
+		case isCron:
 			out.Cron = append(out.Cron, entry)
-		} else {
+		default:
 			out.Others = append(out.Others, other)
 		}
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return out, nil
+	return out, errs
 }
 
 // MarshalJSON writes the triggers back as a triggers file that ParseTriggers
@@ -329,6 +344,24 @@ func (p *triggerParser) add(field, reason string) {
 	p.errs = append(p.errs, &TriggerError{Index: p.index, ID: p.id, Field: field, Reason: reason})
 }
 
+// unknownKeys reports each key of obj (at prefix) not in known, so a misspelled key is never ignored.
+func (p *triggerParser) unknownKeys(prefix string, obj map[string]json.RawMessage, known []string) {
+	for _, k := range sortedKeys(obj) {
+		if !slices.Contains(known, k) {
+			p.add(unknownKey(prefix, k, known))
+		}
+	}
+}
+
+// claimID records id as this trigger's in first, or reports it as a duplicate, as an id names one trigger.
+func (p *triggerParser) claimID(first map[string]int, id string) {
+	if i, dup := first[id]; dup {
+		p.fail("on.id", "duplicate of triggers[%d]", i)
+	} else {
+		first[id] = p.index
+	}
+}
+
 // parse checks one trigger. isCron reports which of entry and other it filled.
 func (p *triggerParser) parse(raw json.RawMessage) (entry Entry, other Other, isCron bool) {
 	trig, ok := object(raw)
@@ -360,11 +393,7 @@ func (p *triggerParser) parse(raw json.RawMessage) (entry Entry, other Other, is
 		p.id = id
 	}
 	entry = Entry{Index: p.index}
-	for _, k := range sortedKeys(trig) {
-		if !slices.Contains(triggerKeys, k) {
-			p.add(unknownKey("", k, triggerKeys))
-		}
-	}
+	p.unknownKeys("", trig, triggerKeys)
 	p.parseOn(on, &entry)
 	runRaw, present := trig["run"]
 	run, ok := object(runRaw)
@@ -382,11 +411,7 @@ func (p *triggerParser) parse(raw json.RawMessage) (entry Entry, other Other, is
 }
 
 func (p *triggerParser) parseOn(on map[string]json.RawMessage, e *Entry) {
-	for _, k := range sortedKeys(on) {
-		if !slices.Contains(cronOnKeys, k) {
-			p.add(unknownKey("on", k, cronOnKeys))
-		}
-	}
+	p.unknownKeys("on", on, cronOnKeys)
 	if raw, present := on["id"]; !present {
 		p.fail("on.id", "required")
 	} else if id, ok := stringValue(raw); !ok {
@@ -513,7 +538,20 @@ func zoneNameOK(v string) bool {
 	return true
 }
 
+// parseRun checks the shape of a cron trigger's run object into l. The values
+// of a job's fields are the worker's rules (jobs.Job.Validate), which
+// validateJob applies to the job data the scheduler will fire, so the file and
+// the worker cannot disagree.
 func (p *triggerParser) parseRun(run map[string]json.RawMessage, l *LocalRun) {
+	p.runKeys(run)
+	f := fieldReader{p: p, obj: run, prefix: "run"}
+	p.runTarget(f, l)
+	p.runWork(f, l)
+	p.runAgent(f, l)
+}
+
+// runKeys reports the run keys a cron trigger refuses or cannot honour, and the keys nobody knows.
+func (p *triggerParser) runKeys(run map[string]json.RawMessage) {
 	for _, k := range sortedKeys(run) {
 		if reason, refused := refusedOnCron[k]; refused {
 			p.fail("run."+k, "%s", reason)
@@ -524,49 +562,12 @@ func (p *triggerParser) parseRun(run map[string]json.RawMessage, l *LocalRun) {
 			p.add(unknownKey("run", k, cronRunKeys))
 		}
 	}
-	str := func(key string) (string, bool) {
-		raw, present := run[key]
-		if !present {
-			return "", false
-		}
-		s, ok := stringValue(raw)
-		if !ok {
-			p.fail("run."+key, "must be a string")
-			return "", false
-		}
-		return s, true
-	}
-	boolean := func(key string) (bool, bool) {
-		raw, present := run[key]
-		if !present {
-			return false, false
-		}
-		var b bool
-		if json.Unmarshal(raw, &b) != nil {
-			p.fail("run."+key, "must be true or false")
-			return false, false
-		}
-		return b, true
-	}
-	strs := func(key string) []string {
-		raw, present := run[key]
-		if !present {
-			return nil
-		}
-		var out []string
-		if json.Unmarshal(raw, &out) != nil || bytes.Equal(raw, []byte("null")) {
-			p.fail("run."+key, "must be an array of strings")
-			return nil
-		}
-		return out
-	}
+}
 
-	// The shape of the run object is checked here; the values of a job's
-	// fields are the worker's rules (jobs.Job.Validate), applied below to the
-	// job data the scheduler will fire, so the file and the worker cannot
-	// disagree.
-	if kind, ok := str("kind"); !ok {
-		if _, present := run["kind"]; !present {
+// runTarget reads kind and folder: a cron trigger always runs in a local folder.
+func (p *triggerParser) runTarget(f fieldReader, l *LocalRun) {
+	if kind, ok := f.str("kind"); !ok {
+		if _, present := f.obj["kind"]; !present {
 			p.fail("run.kind", `required ("local" for a cron trigger)`)
 		}
 	} else if kind != "local" {
@@ -574,43 +575,107 @@ func (p *triggerParser) parseRun(run map[string]json.RawMessage, l *LocalRun) {
 	} else {
 		l.Kind = kind
 	}
-	if _, present := run["folder"]; !present {
+	if _, present := f.obj["folder"]; !present {
 		p.fail("run.folder", "required: the absolute folder the job runs in")
 	} else {
-		l.Folder, _ = str("folder")
+		l.Folder, _ = f.str("folder")
 	}
-	l.Flow, _ = str("flow")
-	l.Command, _ = str("command")
-	l.Task, _ = str("task")
-	l.Image, _ = str("image")
-	l.SecretsProfile, _ = str("secretsProfile")
-	if raw, present := run["secrets"]; present {
+}
+
+// runWork reads what the job runs, and with which image and secrets.
+func (p *triggerParser) runWork(f fieldReader, l *LocalRun) {
+	l.Flow, _ = f.str("flow")
+	l.Command, _ = f.str("command")
+	l.Task, _ = f.str("task")
+	l.Image, _ = f.str("image")
+	l.SecretsProfile, _ = f.str("secretsProfile")
+	if raw, present := f.obj["secrets"]; present {
 		l.Secrets = p.secrets(raw)
 	}
-	if b, ok := boolean("packages"); ok {
+}
+
+// runAgent reads the agent settings, which travel to the job image in /job/job.json.
+func (p *triggerParser) runAgent(f fieldReader, l *LocalRun) {
+	if b, ok := f.boolean("packages"); ok {
 		l.Packages = &b
 	}
-	l.ExcludeTools = strs("excludeTools")
-	l.SkillsDir, _ = str("skillsDir")
-	l.GitHub, _ = boolean("github")
-	l.Network, _ = boolean("network")
-	l.Provider, _ = str("provider")
-	l.Model, _ = str("model")
-	if raw, present := run["maxTurns"]; present {
-		n, err := strconv.Atoi(string(raw))
-		if err != nil {
-			p.fail("run.maxTurns", "must be a whole number from 1 to %d", jobrule.MaxTurns)
-		} else {
-			l.MaxTurns = n
-		}
-	}
-	if _, present := run["models"]; present {
-		if l.Models = strs("models"); l.Models != nil && len(l.Models) == 0 {
+	l.ExcludeTools = f.strs("excludeTools")
+	l.SkillsDir, _ = f.str("skillsDir")
+	l.GitHub, _ = f.boolean("github")
+	l.Network, _ = f.boolean("network")
+	l.Provider, _ = f.str("provider")
+	l.Model, _ = f.str("model")
+	p.runMaxTurns(f, l)
+	if _, present := f.obj["models"]; present {
+		if l.Models = f.strs("models"); l.Models != nil && len(l.Models) == 0 {
 			p.fail("run.models", "must be an array of 1 to %d model names", jobrule.MaxModels)
 		}
 	}
-	l.MaxCostUSD, _ = str("maxCostUsd")
-	l.Backend, _ = str("backend")
+	l.MaxCostUSD, _ = f.str("maxCostUsd")
+	l.Backend, _ = f.str("backend")
+}
+
+// runMaxTurns reads maxTurns as a whole number; its bounds are the worker's rule, applied by validateJob.
+func (p *triggerParser) runMaxTurns(f fieldReader, l *LocalRun) {
+	raw, present := f.obj["maxTurns"]
+	if !present {
+		return
+	}
+	n, err := strconv.Atoi(string(raw))
+	if err != nil {
+		p.fail("run.maxTurns", "must be a whole number from 1 to %d", jobrule.MaxTurns)
+		return
+	}
+	l.MaxTurns = n
+}
+
+// fieldReader reads one object of a trigger, so cron and forge triggers word a wrong type alike.
+type fieldReader struct {
+	p      *triggerParser
+	obj    map[string]json.RawMessage
+	prefix string // "on" or "run"
+}
+
+// str returns the string at key; ok is false when it is absent or (reported) not a string.
+func (f fieldReader) str(key string) (string, bool) {
+	raw, present := f.obj[key]
+	if !present {
+		return "", false
+	}
+	s, ok := stringValue(raw)
+	if !ok {
+		f.p.fail(f.prefix+"."+key, "must be a string")
+		return "", false
+	}
+	return s, true
+}
+
+// boolean returns the boolean at key; ok is false when it is absent or (reported) not a boolean.
+func (f fieldReader) boolean(key string) (bool, bool) {
+	raw, present := f.obj[key]
+	if !present {
+		return false, false
+	}
+	var b bool
+	if json.Unmarshal(raw, &b) != nil {
+		f.p.fail(f.prefix+"."+key, "must be true or false")
+		return false, false
+	}
+	return b, true
+}
+
+// strs returns the array of strings at key, or nil when it is absent or (reported) anything else.
+func (f fieldReader) strs(key string) []string {
+	raw, present := f.obj[key]
+	if !present {
+		return nil
+	}
+	var out []string
+	if json.Unmarshal(raw, &out) != nil || bytes.Equal(raw, []byte("null")) {
+		f.p.fail(f.prefix+"."+key, "must be an array of strings")
+		return nil
+	}
+	return out
 }
 
 // validateJob applies the worker's job rules (jobs.ParseJob) to the data

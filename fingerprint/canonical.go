@@ -70,62 +70,73 @@ func appendCanonical(buf []byte, v any, depth int) ([]byte, error) {
 	case string:
 		return appendString(buf, x), nil
 	case []any:
-		if depth >= MaxDepth {
-			return nil, ErrTooDeep
-		}
-		buf = append(buf, '[')
-		for i, elem := range x {
-			if i > 0 {
-				buf = append(buf, ',')
-			}
-			var err error
-			if buf, err = appendCanonical(buf, elem, depth+1); err != nil {
-				return nil, err
-			}
-		}
-		return append(buf, ']'), nil
+		return appendArray(buf, x, depth)
 	case map[string]any:
-		if depth >= MaxDepth {
-			return nil, ErrTooDeep
-		}
-		keys := make([]string, 0, len(x))
-		for k := range x {
-			keys = append(keys, k)
-		}
-		slices.SortFunc(keys, compareKeys)
-		buf = append(buf, '{')
-		for i, k := range keys {
-			if i > 0 {
-				buf = append(buf, ',')
-			}
-			buf = appendString(buf, k)
-			buf = append(buf, ':')
-			var err error
-			if buf, err = appendCanonical(buf, x[k], depth+1); err != nil {
-				return nil, err
-			}
-		}
-		return append(buf, '}'), nil
+		return appendObject(buf, x, depth)
 	case json.RawMessage:
 		if x == nil {
 			return append(buf, "null"...), nil
 		}
-		parsed, err := decode(x)
-		if err != nil {
-			return nil, err
-		}
-		return appendCanonical(buf, parsed, depth)
+		return appendText(buf, x, depth)
 	default:
 		text, err := json.Marshal(x)
 		if err != nil {
 			return nil, fmt.Errorf("fingerprint: marshal %T: %w", x, err)
 		}
-		parsed, err := decode(text)
-		if err != nil {
+		return appendText(buf, text, depth)
+	}
+}
+
+// appendArray appends the elements in their own order, as JSON.stringify keeps an array's order.
+func appendArray(buf []byte, a []any, depth int) ([]byte, error) {
+	if depth >= MaxDepth {
+		return nil, ErrTooDeep
+	}
+	buf = append(buf, '[')
+	for i, elem := range a {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		var err error
+		if buf, err = appendCanonical(buf, elem, depth+1); err != nil {
 			return nil, err
 		}
-		return appendCanonical(buf, parsed, depth)
 	}
+	return append(buf, ']'), nil
+}
+
+// appendObject appends the members sorted by compareKeys, so key order never changes the hash.
+func appendObject(buf []byte, m map[string]any, depth int) ([]byte, error) {
+	if depth >= MaxDepth {
+		return nil, ErrTooDeep
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, compareKeys)
+	buf = append(buf, '{')
+	for i, k := range keys {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = appendString(buf, k)
+		buf = append(buf, ':')
+		var err error
+		if buf, err = appendCanonical(buf, m[k], depth+1); err != nil {
+			return nil, err
+		}
+	}
+	return append(buf, '}'), nil
+}
+
+// appendText appends JSON text read as JSON.parse reads it, so text hashes as the value it holds.
+func appendText(buf, text []byte, depth int) ([]byte, error) {
+	parsed, err := decode(text)
+	if err != nil {
+		return nil, err
+	}
+	return appendCanonical(buf, parsed, depth)
 }
 
 // appendNumberText prints a json.Number. It is checked against the JSON grammar first because
@@ -514,15 +525,7 @@ func (p *parser) string() (string, error) {
 	p.pos++ // '"'
 	var out []byte
 	for {
-		start := p.pos
-		for p.pos < len(p.data) {
-			c := p.data[p.pos]
-			if c == '"' || c == '\\' || c < 0x20 || c >= utf8.RuneSelf {
-				break
-			}
-			p.pos++
-		}
-		out = append(out, p.data[start:p.pos]...)
+		out = append(out, p.plain()...)
 		if p.pos >= len(p.data) {
 			return "", p.fail("unterminated string")
 		}
@@ -537,45 +540,69 @@ func (p *parser) string() (string, error) {
 			out = utf8.AppendRune(out, r)
 			p.pos += size
 		default: // '\\'
-			if p.pos+1 >= len(p.data) {
-				return "", p.fail("unterminated escape")
-			}
-			esc := p.data[p.pos+1]
-			p.pos += 2
-			switch esc {
-			case '"', '\\', '/':
-				out = append(out, esc)
-			case 'b':
-				out = append(out, '\b')
-			case 'f':
-				out = append(out, '\f')
-			case 'n':
-				out = append(out, '\n')
-			case 'r':
-				out = append(out, '\r')
-			case 't':
-				out = append(out, '\t')
-			case 'u':
-				r, ok := p.hex4()
-				if !ok {
-					return "", p.fail("malformed \\u escape")
-				}
-				if isHighSurrogate(r) && p.pos+1 < len(p.data) && p.data[p.pos] == '\\' && p.data[p.pos+1] == 'u' {
-					save := p.pos
-					p.pos += 2
-					if r2, ok := p.hex4(); ok && isLowSurrogate(r2) {
-						out = utf8.AppendRune(out, utf16.DecodeRune(r, r2))
-						continue
-					}
-					p.pos = save
-				}
-				out = appendUnit(out, r)
-			default:
-				p.pos -= 2
-				return "", p.fail("invalid escape")
+			var err error
+			if out, err = p.escape(out); err != nil {
+				return "", err
 			}
 		}
 	}
+}
+
+// plain returns the run of ASCII at p.pos that needs no decoding, which a string holds as written.
+func (p *parser) plain() []byte {
+	start := p.pos
+	for p.pos < len(p.data) {
+		c := p.data[p.pos]
+		if c == '"' || c == '\\' || c < 0x20 || c >= utf8.RuneSelf {
+			break
+		}
+		p.pos++
+	}
+	return p.data[start:p.pos]
+}
+
+// escape appends the character of the backslash escape at p.pos, refusing one JSON does not define.
+func (p *parser) escape(out []byte) ([]byte, error) {
+	if p.pos+1 >= len(p.data) {
+		return nil, p.fail("unterminated escape")
+	}
+	esc := p.data[p.pos+1]
+	p.pos += 2
+	switch esc {
+	case '"', '\\', '/':
+		return append(out, esc), nil
+	case 'b':
+		return append(out, '\b'), nil
+	case 'f':
+		return append(out, '\f'), nil
+	case 'n':
+		return append(out, '\n'), nil
+	case 'r':
+		return append(out, '\r'), nil
+	case 't':
+		return append(out, '\t'), nil
+	case 'u':
+		return p.unicodeEscape(out)
+	}
+	p.pos -= 2
+	return nil, p.fail("invalid escape")
+}
+
+// unicodeEscape appends the unit of a \u escape, joining an escaped surrogate pair as JSON.parse does.
+func (p *parser) unicodeEscape(out []byte) ([]byte, error) {
+	r, ok := p.hex4()
+	if !ok {
+		return nil, p.fail("malformed \\u escape")
+	}
+	if isHighSurrogate(r) && p.pos+1 < len(p.data) && p.data[p.pos] == '\\' && p.data[p.pos+1] == 'u' {
+		save := p.pos
+		p.pos += 2
+		if r2, ok := p.hex4(); ok && isLowSurrogate(r2) {
+			return utf8.AppendRune(out, utf16.DecodeRune(r, r2)), nil
+		}
+		p.pos = save
+	}
+	return appendUnit(out, r), nil
 }
 
 // hex4 reads the four hex digits of a \u escape.

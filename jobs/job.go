@@ -161,7 +161,21 @@ func (j Job) Validate() error {
 	return nil
 }
 
+// validate applies the model's rules in a fixed order, so a job always reports the same first broken one.
 func (j Job) validate() error {
+	for _, step := range []func() error{
+		j.validateKind, j.validateTarget, j.validateWork, j.validateRuntime, j.validateWait,
+		j.validateResume, j.validateScheduler, j.validateAgent, j.validateForge, j.validateParent,
+	} {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateKind checks that the kind targets what it must: a folder kind a folder, a forge job a repository.
+func (j Job) validateKind() error {
 	switch j.Kind {
 	case KindLocal, KindCron, KindChain:
 		if j.Folder == "" {
@@ -189,6 +203,11 @@ func (j Job) validate() error {
 	default:
 		return check.Field("kind", "unknown kind %s (want local, cron, chain, forge or manual)", check.Quote(string(j.Kind)))
 	}
+	return nil
+}
+
+// validateTarget checks the folder, repository and ref syntax, as they become paths and git arguments.
+func (j Job) validateTarget() error {
 	if j.Folder != "" {
 		if rule := check.AbsClean(j.Folder); rule != "" {
 			return check.Field("folder", "%s", rule)
@@ -200,6 +219,11 @@ func (j Job) validate() error {
 	if j.Ref != "" && !validRef(j.Ref) {
 		return check.Field("ref", "must be a git ref of [A-Za-z0-9._/-], not starting with '-' or '/', without '..' (at most %d bytes)", check.MaxRefLen)
 	}
+	return nil
+}
+
+// validateWork checks what runs: exactly one of a flow and a command, and a flow's task.
+func (j Job) validateWork() error {
 	if (j.Flow == "") == (j.Command == "") {
 		return check.Field("flow", "exactly one of flow and command is required")
 	}
@@ -215,56 +239,77 @@ func (j Job) validate() error {
 	if rule := check.Text(j.Task, MaxTaskBytes); rule != "" {
 		return check.Field("task", "%s", rule)
 	}
+	return nil
+}
+
+// validateRuntime checks the image and secrets profile, which name things on the host that runs the job.
+func (j Job) validateRuntime() error {
 	if j.Image != "" && !ValidImageRef(j.Image) {
 		return check.Field("image", "not a valid image reference ([registry/]name[:tag][@digest], lowercase name)")
 	}
 	if j.SecretsProfile != "" && !check.Name(j.SecretsProfile) {
 		return check.Field("secretsProfile", "must match %s (at most %d bytes)", check.NameSyntax, check.MaxNameLen)
 	}
-	if j.WaitFor != nil {
-		if err := validateWaitFor(j.WaitFor); err != nil {
-			return err
-		}
-		if j.Kind == KindCron {
-			return check.Field("waitFor", "a cron job cannot wait: its schedule is its condition")
-		}
+	return nil
+}
+
+// validateWait checks the wait conditions, which a cron job cannot have: its schedule is its condition.
+func (j Job) validateWait() error {
+	if j.WaitFor == nil {
+		return nil
 	}
-	if j.Resume {
-		switch {
-		case j.Kind == KindCron:
-			return check.Field("resume", "a cron job cannot resume a session")
-		case j.Command != "":
-			return check.Field("resume", "a command job cannot resume a session")
-		case j.SecretsProfile != "":
-			return check.Field("resume", "a job with a secrets profile cannot resume a session (the session would carry the secrets)")
-		}
-	}
-	if j.SchedulerID != "" {
-		if j.Kind != KindCron {
-			return check.Field("schedulerId", "only a cron job has a scheduler")
-		}
-		if !check.Name(strings.NewReplacer("@", "-", "#", "-").Replace(j.SchedulerID)) {
-			return check.Field("schedulerId", "must be letters, digits and . _ @ # - (at most %d bytes)", check.MaxNameLen)
-		}
-	}
-	if err := j.validateAgent(); err != nil {
+	if err := validateWaitFor(j.WaitFor); err != nil {
 		return err
 	}
-	if err := j.validateForge(); err != nil {
-		return err
+	if j.Kind == KindCron {
+		return check.Field("waitFor", "a cron job cannot wait: its schedule is its condition")
 	}
-	if j.Kind == KindChain {
-		if j.ParentJobID == "" {
-			return check.Field("parentJobId", "required for a chain job")
-		}
+	return nil
+}
+
+// validateResume refuses resume where a session cannot or must not be continued.
+func (j Job) validateResume() error {
+	if !j.Resume {
+		return nil
 	}
-	if j.ParentJobID != "" {
-		if j.Kind != KindChain {
-			return check.Field("parentJobId", "only a chain job has a parent")
-		}
-		if !ValidJobID(j.ParentJobID) {
-			return check.Field("parentJobId", "must match %s", jobIDSyntax)
-		}
+	switch {
+	case j.Kind == KindCron:
+		return check.Field("resume", "a cron job cannot resume a session")
+	case j.Command != "":
+		return check.Field("resume", "a command job cannot resume a session")
+	case j.SecretsProfile != "":
+		return check.Field("resume", "a job with a secrets profile cannot resume a session (the session would carry the secrets)")
+	}
+	return nil
+}
+
+// validateScheduler checks the scheduler id, which only a cron job carries and its job id embeds.
+func (j Job) validateScheduler() error {
+	if j.SchedulerID == "" {
+		return nil
+	}
+	if j.Kind != KindCron {
+		return check.Field("schedulerId", "only a cron job has a scheduler")
+	}
+	if !check.Name(strings.NewReplacer("@", "-", "#", "-").Replace(j.SchedulerID)) {
+		return check.Field("schedulerId", "must be letters, digits and . _ @ # - (at most %d bytes)", check.MaxNameLen)
+	}
+	return nil
+}
+
+// validateParent checks that a chain job, and only a chain job, names the job that asked for it.
+func (j Job) validateParent() error {
+	if j.Kind == KindChain && j.ParentJobID == "" {
+		return check.Field("parentJobId", "required for a chain job")
+	}
+	if j.ParentJobID == "" {
+		return nil
+	}
+	if j.Kind != KindChain {
+		return check.Field("parentJobId", "only a chain job has a parent")
+	}
+	if !ValidJobID(j.ParentJobID) {
+		return check.Field("parentJobId", "must match %s", jobIDSyntax)
 	}
 	return nil
 }

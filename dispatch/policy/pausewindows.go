@@ -104,7 +104,18 @@ func ParsePauseWindows(data []byte) (PauseWindows, error) {
 	return out, nil
 }
 
+// compile checks the window as read from the file at at and fills in its parsed form.
 func (w *PauseWindow) compile(at string) error {
+	for _, step := range []func(at string) error{w.compileScope, w.compileHours, w.compileZone, w.compileDays, w.compileDates} {
+		if err := step(at); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// compileScope checks the scope, which is required: an empty one would pause nothing.
+func (w *PauseWindow) compileScope(at string) error {
 	if w.Scope == "" {
 		return check.Field(at+".scope", `required ("*" for every job, an absolute folder or owner/name)`)
 	}
@@ -113,6 +124,11 @@ func (w *PauseWindow) compile(at string) error {
 			return check.Field(at+".scope", `%s, or "*"`, rule)
 		}
 	}
+	return nil
+}
+
+// compileHours reads from and to as minutes after midnight, which openAt compares.
+func (w *PauseWindow) compileHours(at string) error {
 	var ok bool
 	if w.from, ok = parseHHMM(w.From); !ok {
 		return check.Field(at+".from", "must be HH:MM between 00:00 and 23:59")
@@ -123,6 +139,11 @@ func (w *PauseWindow) compile(at string) error {
 	if w.from == w.to {
 		return check.Field(at+".to", "must differ from from (a window with no length is a mistake; From > To is overnight)")
 	}
+	return nil
+}
+
+// compileZone loads tz, refusing "Local" because it differs between the hosts of a fleet.
+func (w *PauseWindow) compileZone(at string) error {
 	switch w.TZ {
 	case "":
 		w.loc = time.UTC
@@ -135,25 +156,36 @@ func (w *PauseWindow) compile(at string) error {
 		}
 		w.loc = loc
 	}
+	return nil
+}
+
+// compileDays reads the start days (every day when omitted); an empty list would never open.
+func (w *PauseWindow) compileDays(at string) error {
 	if w.Days == nil {
 		for d := range w.days {
 			w.days[d] = true
 		}
-	} else {
-		if len(w.Days) == 0 {
-			return check.Field(at+".days", "empty: the window would never open (omit days for every day)")
-		}
-		for k, name := range w.Days {
-			d, ok := weekdays[name]
-			if !ok {
-				return check.Field(fmt.Sprintf("%s.days[%d]", at, k), "must be one of mon, tue, wed, thu, fri, sat, sun")
-			}
-			if w.days[d] {
-				return check.Field(fmt.Sprintf("%s.days[%d]", at, k), "%s is listed twice", name)
-			}
-			w.days[d] = true
-		}
+		return nil
 	}
+	if len(w.Days) == 0 {
+		return check.Field(at+".days", "empty: the window would never open (omit days for every day)")
+	}
+	for k, name := range w.Days {
+		d, ok := weekdays[name]
+		if !ok {
+			return check.Field(fmt.Sprintf("%s.days[%d]", at, k), "must be one of mon, tue, wed, thu, fri, sat, sun")
+		}
+		if w.days[d] {
+			return check.Field(fmt.Sprintf("%s.days[%d]", at, k), "%s is listed twice", name)
+		}
+		w.days[d] = true
+	}
+	return nil
+}
+
+// compileDates reads the optional date bounds as yyyymmdd, which compare as numbers.
+func (w *PauseWindow) compileDates(at string) error {
+	var ok bool
 	if w.DateFrom != "" {
 		if w.dateFrom, ok = parseDate(w.DateFrom); !ok {
 			return check.Field(at+".dateFrom", "must be a date YYYY-MM-DD")

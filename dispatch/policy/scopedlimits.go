@@ -142,40 +142,62 @@ func scopedLimitsRows(data []byte) ([]json.RawMessage, error) {
 	return rows, nil
 }
 
+// scopeRow is one row as the file spells it, so a limit left out is told from one set.
+type scopeRow struct {
+	Scope      string          `json:"scope"`
+	Concurrent *int            `json:"concurrent"`
+	Day        *int            `json:"day"`
+	Week       *int            `json:"week"`
+	Month      *int            `json:"month"`
+	DailyUSD   json.RawMessage `json:"dailyCostUsd"`
+	WeeklyUSD  json.RawMessage `json:"weeklyCostUsd"`
+	MonthlyUSD json.RawMessage `json:"monthlyCostUsd"`
+}
+
 // parseScopeRow parses row i strictly. first holds the index of each scope
 // the rows before it named; the row's scope is added.
 func parseScopeRow(raw json.RawMessage, i int, first map[string]int) (ScopeLimit, error) {
 	at := fmt.Sprintf("limits[%d]", i)
-	var r struct {
-		Scope      string          `json:"scope"`
-		Concurrent *int            `json:"concurrent"`
-		Day        *int            `json:"day"`
-		Week       *int            `json:"week"`
-		Month      *int            `json:"month"`
-		DailyUSD   json.RawMessage `json:"dailyCostUsd"`
-		WeeklyUSD  json.RawMessage `json:"weeklyCostUsd"`
-		MonthlyUSD json.RawMessage `json:"monthlyCostUsd"`
-	}
+	var r scopeRow
 	if err := check.DecodeRow(raw, &r, at); err != nil {
 		return ScopeLimit{}, err
 	}
-	switch {
-	case r.Scope == "":
-		return ScopeLimit{}, check.Field(at+".scope", "required (an absolute folder or owner/name)")
-	case r.Scope == "*":
-		return ScopeLimit{}, check.Field(at+".scope", `"*" is not a scope: the global caps are PI_DAILY_CAP and PI_WEEKLY_CAP`)
+	if err := claimScope(r.Scope, at, i, first); err != nil {
+		return ScopeLimit{}, err
 	}
-	if rule := scopeRule(r.Scope); rule != "" {
-		return ScopeLimit{}, check.Field(at+".scope", "%s", rule)
-	}
-	if j, dup := first[r.Scope]; dup {
-		return ScopeLimit{}, check.Field(at+".scope", "duplicate of limits[%d]", j)
-	}
-	first[r.Scope] = i
 	if r.Concurrent == nil && r.Day == nil && r.Week == nil && r.Month == nil && r.DailyUSD == nil && r.WeeklyUSD == nil && r.MonthlyUSD == nil {
 		return ScopeLimit{}, check.Field(at, "needs at least one of concurrent, day, week, month, dailyCostUsd, weeklyCostUsd, monthlyCostUsd")
 	}
 	row := ScopeLimit{Scope: r.Scope}
+	if err := r.counts(at, &row); err != nil {
+		return ScopeLimit{}, err
+	}
+	if err := r.dollars(at, &row); err != nil {
+		return ScopeLimit{}, err
+	}
+	return row, nil
+}
+
+// claimScope checks row i's scope and records it in first, as one scope may have one row only.
+func claimScope(scope, at string, i int, first map[string]int) error {
+	switch {
+	case scope == "":
+		return check.Field(at+".scope", "required (an absolute folder or owner/name)")
+	case scope == "*":
+		return check.Field(at+".scope", `"*" is not a scope: the global caps are PI_DAILY_CAP and PI_WEEKLY_CAP`)
+	}
+	if rule := scopeRule(scope); rule != "" {
+		return check.Field(at+".scope", "%s", rule)
+	}
+	if j, dup := first[scope]; dup {
+		return check.Field(at+".scope", "duplicate of limits[%d]", j)
+	}
+	first[scope] = i
+	return nil
+}
+
+// counts copies the row's count limits into row, each from 1 up: 0 means "not limited".
+func (r scopeRow) counts(at string, row *ScopeLimit) error {
 	for _, f := range []struct {
 		name string
 		v    *int
@@ -191,10 +213,15 @@ func parseScopeRow(raw json.RawMessage, i int, first map[string]int) (ScopeLimit
 			continue
 		}
 		if *f.v < 1 || *f.v > f.max {
-			return ScopeLimit{}, check.Field(at+"."+f.name, "must be between 1 and %d", f.max)
+			return check.Field(at+"."+f.name, "must be between 1 and %d", f.max)
 		}
 		*f.dst = *f.v
 	}
+	return nil
+}
+
+// dollars copies the row's dollar windows into row in micro-dollars, as ScopeLimit holds them.
+func (r scopeRow) dollars(at string, row *ScopeLimit) error {
 	for _, f := range []struct {
 		name string
 		raw  json.RawMessage
@@ -209,11 +236,11 @@ func parseScopeRow(raw json.RawMessage, i int, first map[string]int) (ScopeLimit
 		}
 		m, ok := parseRowUSD(f.raw)
 		if !ok {
-			return ScopeLimit{}, check.Field(at+"."+f.name, `must be a dollar amount above 0 and at most %d, with up to 6 decimals ("2.50")`, jobs.MaxUSD)
+			return check.Field(at+"."+f.name, `must be a dollar amount above 0 and at most %d, with up to 6 decimals ("2.50")`, jobs.MaxUSD)
 		}
 		*f.dst = m
 	}
-	return row, nil
+	return nil
 }
 
 // parseRowUSD reads a row's dollar amount, written as a string ("2.50") or a
