@@ -435,6 +435,7 @@ func (h delayHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // hungServer accepts connections and never answers: a Valkey that hangs.
 func hungServer(t testing.TB) string {
 	t.Helper()
+	livetest.SkipShort(t) // a hung server is waited out: not for the short lane
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	var mu sync.Mutex

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
+
 	"github.com/redis/go-redis/v9"
 )
 
@@ -49,6 +51,7 @@ func (l *switchLimiter) ReportResult(error) {}
 // hungServer accepts connections and never answers: a Valkey that hangs.
 func hungServer(t testing.TB) string {
 	t.Helper()
+	livetest.SkipShort(t) // a hung server is waited out: not for the short lane
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

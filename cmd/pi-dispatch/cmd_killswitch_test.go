@@ -271,6 +271,7 @@ func TestKillSwitchPassword(t *testing.T) {
 // (stopped with SIGSTOP, a full disk, a black-holed route after connect).
 func hungServer(t *testing.T) string {
 	t.Helper()
+	livetest.SkipShort(t) // a hung server is waited out: not for the short lane
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -78,6 +78,7 @@ func leakedGoroutines(timeout time.Duration) string {
 // workerBinary builds ./cmd/worker (this package) once and returns its path.
 func workerBinary(t *testing.T) string {
 	t.Helper()
+	livetest.SkipShort(t) // builds and runs the binary: not for the short lane
 	workerBin.once.Do(func() {
 		goBin, err := exec.LookPath("go")
 		if err != nil {

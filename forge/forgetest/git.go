@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
 )
 
 // GitServer serves the bare repositories under Root over git's smart HTTP at
@@ -31,6 +33,7 @@ type GitServer struct {
 // pair (nil: any request is refused).
 func StartGitServer(t testing.TB, allow func(user, password string) bool) *GitServer {
 	t.Helper()
+	livetest.SkipShort(t)
 	execPath, err := exec.Command("git", "--exec-path").Output()
 	if err != nil {
 		t.Fatalf("git --exec-path: %v", err)

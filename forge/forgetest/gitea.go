@@ -51,6 +51,7 @@ type Gitea struct {
 // fails naming the build script.
 func StartGitea(t testing.TB) *Gitea {
 	t.Helper()
+	livetest.SkipShort(t)
 	bin := waitGiteaBinary(t)
 	src, err := giteaSource()
 	if err != nil {

@@ -66,6 +66,7 @@ func (s *stopTB) Skipf(format string, args ...any) {
 
 // Without Chromium the test skips, and fails when live services are required.
 func TestMissingChromiumFailsWhenRequired(t *testing.T) {
+	livetest.SkipShort(t) // Chromium skips every -short run before it looks
 	t.Setenv(EnvChromium, "/nonexistent/chromium")
 	for _, tc := range []struct{ require, want string }{{"1", "fatal"}, {"", "skip"}} {
 		t.Setenv(livetest.EnvRequire, tc.require)
