@@ -127,6 +127,8 @@ type demo struct {
 	parent, ctx context.Context
 	// errw is e.stderr shared by the demo and its worker's logger.
 	errw *lockedWriter
+	// undo is what run undoes when it returns (atReturn).
+	undo []func()
 }
 
 // lockedWriter serialises writes from the demo and its worker's goroutines.
@@ -158,156 +160,231 @@ func (d *demo) fail(format string, args ...any) int {
 	return exitFailure
 }
 
+// run is the demo's steps in order: the store, the image, the folders, the
+// worker, the job, its record. A step that makes something registers its
+// undoing with atReturn, so a step that fails ends the demo cleanly.
 func (d *demo) run(parent context.Context) int {
 	ctx, cancel := context.WithTimeout(parent, d.timeout)
 	defer cancel()
-	d.parent, d.ctx = parent, ctx
-	d.errw = &lockedWriter{w: d.e.stderr}
+	d.parent, d.ctx, d.errw = parent, ctx, &lockedWriter{w: d.e.stderr}
+	defer d.unwind()
+	valkeyURL, password, code := d.openStore(ctx)
+	if code != exitOK {
+		return code
+	}
+	image, code := d.prepareImage(ctx)
+	if code != exitOK {
+		return code
+	}
+	dirs, code := d.makeFolders()
+	if code != exitOK {
+		return code
+	}
+	cfg, job := d.workerConfig(valkeyURL, password, image, dirs)
+	fp, code := d.startAgentProvider(&cfg, &job)
+	if code != exitOK {
+		return code
+	}
+	w, code := d.startWorker(ctx, cfg, dirs.jobs)
+	if code != exitOK {
+		return code
+	}
+	got, code := d.enqueueJob(ctx, w.stack.Valkey, cfg, job)
+	if code != exitOK {
+		return code
+	}
+	rec, code := d.awaitRecord(ctx, dirs.logs, got, w.done)
+	if code != exitOK {
+		return code
+	}
+	code = d.checkOutcome(rec, dirs.workspace, fp)
+	w.stop()
+	d.say("the job image %s is kept for next time (docker image rm %s removes it)", image, image)
+	return code
+}
 
-	// 1. The store: embedded unless VALKEY_URL names one.
-	valkeyURL, password := d.e.getenv("VALKEY_URL"), d.e.getenv("VALKEY_PASSWORD")
-	if valkeyURL == "" {
-		mini, err := miniredis.Run()
-		if err != nil {
-			return d.fail("start the embedded store: %v", err)
-		}
-		defer mini.Close()
-		valkeyURL, password = "redis://"+mini.Addr()+"/0", ""
-		d.banner()
-	} else {
+// atReturn registers the undoing of what a step made, run (like defer) when run returns, so a failed step undoes only what was made.
+func (d *demo) atReturn(f func()) { d.undo = append(d.undo, f) }
+
+// unwind runs the functions atReturn registered, the last one first.
+func (d *demo) unwind() {
+	for i := len(d.undo) - 1; i >= 0; i-- {
+		d.undo[i]()
+	}
+	d.undo = nil
+}
+
+// openStore is step 1: the embedded store unless VALKEY_URL names one, which must hold no pidispatch keys.
+func (d *demo) openStore(ctx context.Context) (valkeyURL, password string, code int) {
+	valkeyURL, password = d.e.getenv("VALKEY_URL"), d.e.getenv("VALKEY_PASSWORD")
+	if valkeyURL != "" {
 		code, cleanup := d.claimValkey(ctx, valkeyURL, password)
 		if code != exitOK {
-			return code
+			return "", "", code
 		}
-		defer cleanup()
+		d.atReturn(cleanup)
+		return valkeyURL, password, exitOK
 	}
+	mini, err := miniredis.Run()
+	if err != nil {
+		return "", "", d.fail("start the embedded store: %v", err)
+	}
+	d.atReturn(mini.Close)
+	d.banner()
+	return "redis://" + mini.Addr() + "/0", "", exitOK
+}
 
-	// 2. Docker, and the job image built from source.
+// prepareImage is step 2: a Docker daemon that answers and the job's image, built from source (the agent image with --agent).
+func (d *demo) prepareImage(ctx context.Context) (string, int) {
 	dc, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
-		return d.fail("docker client: %v\n  the demo runs its job in a Docker container; install Docker or set DOCKER_HOST", err)
+		return "", d.fail("docker client: %v\n  the demo runs its job in a Docker container; install Docker or set DOCKER_HOST", err)
 	}
-	defer dc.Close()
+	d.atReturn(func() { _ = dc.Close() })
 	pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
 	_, err = dc.Ping(pctx, client.PingOptions{NegotiateAPIVersion: true})
 	pcancel()
 	if err != nil {
-		return d.fail("no Docker daemon answers: %s\n  start Docker (or set DOCKER_HOST) and run the demo again", err)
+		return "", d.fail("no Docker daemon answers: %s\n  start Docker (or set DOCKER_HOST) and run the demo again", err)
 	}
 	image := jobimage.TestTag
 	if d.agent {
 		image = agentimage.Tag
 		if err := d.ensureAgentImage(ctx, dc); err != nil {
-			return d.fail("assembling the agent image failed: %s", err)
+			return "", d.fail("assembling the agent image failed: %s", err)
 		}
 	} else if err := d.ensureImage(ctx, dc, jobimage.TestTag); err != nil {
-		return d.fail("building the job image failed: %s", err)
+		return "", d.fail("building the job image failed: %s", err)
 	}
+	return image, exitOK
+}
 
-	// 3. Temporary folders: the job's workspace, the run records, the jobs dir.
+// demoDirs are the demo's temporary folders.
+type demoDirs struct {
+	workspace string // the job's folder
+	logs      string // the run records
+	jobs      string // the worker's jobs dir
+}
+
+// makeFolders is step 3: the job's workspace, the run records and the jobs dir, removed when run returns unless --keep.
+func (d *demo) makeFolders() (demoDirs, int) {
 	root, err := os.MkdirTemp("", "pidispatch-demo-")
 	if err == nil {
 		root, err = filepath.Abs(root)
 	}
 	if err != nil {
-		return d.fail("temporary folder: %v", err)
+		return demoDirs{}, d.fail("temporary folder: %v", err)
 	}
-	if d.keep {
-		defer d.say("kept the demo's folders (--keep): %s", root)
-	} else {
-		defer func() {
-			if err := os.RemoveAll(root); err != nil {
-				fmt.Fprintf(d.errw, "pi-dispatch demo: could not remove %s: %v\n", root, err)
-			}
-		}()
-	}
-	workspace, logs, jobDirs := filepath.Join(root, "workspace"), filepath.Join(root, "logs"), filepath.Join(root, "jobs")
-	for _, dir := range []string{workspace, logs, jobDirs} {
+	d.atReturn(func() { d.leaveFolders(root) })
+	dirs := demoDirs{workspace: filepath.Join(root, "workspace"), logs: filepath.Join(root, "logs"), jobs: filepath.Join(root, "jobs")}
+	for _, dir := range []string{dirs.workspace, dirs.logs, dirs.jobs} {
 		if err := os.Mkdir(dir, 0o700); err != nil {
-			return d.fail("temporary folder: %v", err)
+			return demoDirs{}, d.fail("temporary folder: %v", err)
 		}
 	}
 	// The job runs as the image's root user without capabilities, so it can
 	// write only to a folder open to everyone (this one is temporary).
-	if err := os.Chmod(workspace, 0o777); err != nil {
-		return d.fail("temporary folder: %v", err)
+	if err := os.Chmod(dirs.workspace, 0o777); err != nil {
+		return demoDirs{}, d.fail("temporary folder: %v", err)
 	}
-	d.say("workspace: %s", workspace)
+	d.say("workspace: %s", dirs.workspace)
+	return dirs, exitOK
+}
 
-	// 4. The worker, booted through the same wiring as cmd/worker.
+// leaveFolders removes the demo's folders, or with --keep says where they are.
+func (d *demo) leaveFolders(root string) {
+	if d.keep {
+		d.say("kept the demo's folders (--keep): %s", root)
+		return
+	}
+	if err := os.RemoveAll(root); err != nil {
+		fmt.Fprintf(d.errw, "pi-dispatch demo: could not remove %s: %v\n", root, err)
+	}
+}
+
+// workerConfig configures the demo worker (one job at a time, in the demo's folders only) and the job it runs.
+func (d *demo) workerConfig(valkeyURL, password, image string, dirs demoDirs) (config.Config, jobs.Job) {
 	cfg := config.Default()
 	cfg.ValkeyURL, cfg.ValkeyPassword = valkeyURL, password
 	cfg.WorkerName, cfg.WorkerNameDeclared = demoWorkerName(fleet.DefaultName(), os.Getpid()), true
 	cfg.JobImage = image
-	cfg.LogsDir = logs
+	cfg.LogsDir = dirs.logs
 	cfg.Concurrency = 1
 	cfg.JobTimeout = demoJobTimeout
 	cfg.JobMemory, cfg.JobCPUs = demoJobMemory, demoJobCPUs
 	// The demo's job works in its own temporary folder and nowhere else.
 	// Run as root, that folder is root's: the demo says so explicitly, as
 	// an operator would with PI_CONTAINER_USER.
-	cfg.FolderRoots = []string{workspace}
+	cfg.FolderRoots = []string{dirs.workspace}
 	cfg.ContainerUserExplicit = os.Geteuid() == 0
-	job := jobs.Job{Kind: jobs.KindLocal, Folder: workspace, Flow: demoFlow, Task: d.task}
-	var fp *fakeprovider.Server
-	if d.agent {
-		if fp, err = startDemoProvider(); err != nil {
-			return d.fail("start the fake provider: %v", err)
-		}
-		defer fp.Close()
-		d.say("fake model provider on %s (the job reaches it only through its model socket)", fp.URL())
-		cfg.ModelUpstream, cfg.JobMemory, cfg.JobTimeout = fp.URL(), demoAgentJobMemory, demoAgentJobTime
-		// The gateway adds this key to each model call on the host side; the
-		// fake provider takes any key, the container never sees one.
-		cfg.Gateway.ProviderKeys = map[string]string{"anthropic": demoProviderKey}
-		job.Task, job.Model = demoAgentTask, demoAgentModel
-	}
+	job := jobs.Job{Kind: jobs.KindLocal, Folder: dirs.workspace, Flow: demoFlow, Task: d.task}
+	return cfg, job
+}
+
+// demoWorker is the demo's worker, running in the background.
+type demoWorker struct {
+	d       *demo
+	stack   *stack.Stack
+	done    chan error // Worker.Run's result
+	cancel  context.CancelFunc
+	stopped bool
+}
+
+// startWorker is step 4: the worker, booted through the same wiring as cmd/worker, running until stopped or run returns.
+func (d *demo) startWorker(ctx context.Context, cfg config.Config, jobDirs string) (*demoWorker, int) {
 	// The worker's own events: warnings and errors only, so a problem shows.
 	logger := slog.New(slog.NewTextHandler(d.errw, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	s, err := stack.Build(ctx, cfg, logger, dispatch.Tuning{
 		Version: "demo", JobsDir: jobDirs, ShutdownGrace: demoShutdownGrace, Logger: logger,
 	})
 	if err != nil {
-		return d.fail("boot the demo worker: %v", err)
+		return nil, d.fail("boot the demo worker: %v", err)
 	}
-	defer s.Close()
+	d.atReturn(s.Close)
 	workerCtx, stopWorker := context.WithCancel(context.WithoutCancel(ctx))
-	workerDone := make(chan error, 1)
-	go func() { workerDone <- s.Worker.Run(workerCtx) }()
-	workerStopped := false
-	stop := func() {
-		if workerStopped {
-			return
-		}
-		workerStopped = true
-		stopWorker()
-		d.say("stopping the demo worker...")
-		if err := <-workerDone; err != nil {
-			fmt.Fprintf(d.errw, "pi-dispatch demo: worker: %v\n", err)
-		}
-	}
-	defer stop()
+	w := &demoWorker{d: d, stack: s, done: make(chan error, 1), cancel: stopWorker}
+	go func() { w.done <- s.Worker.Run(workerCtx) }()
+	d.atReturn(w.stop)
 	d.say("started worker %s (queues pi-jobs and pi-jobs@%s)", cfg.WorkerName, cfg.WorkerName)
+	return w, exitOK
+}
 
-	// 5. One local job on the workspace.
-	producer, err := enqueue.NewProducer(s.Valkey, enqueue.ProducerConfig{
+// stop stops the worker and waits for it, once: run stops it before its last words, an early return on the way out.
+func (w *demoWorker) stop() {
+	if w.stopped {
+		return
+	}
+	w.stopped = true
+	w.cancel()
+	w.d.say("stopping the demo worker...")
+	if err := <-w.done; err != nil {
+		fmt.Fprintf(w.d.errw, "pi-dispatch demo: worker: %v\n", err)
+	}
+}
+
+// enqueueJob is step 5: one local job on the workspace.
+func (d *demo) enqueueJob(ctx context.Context, vk *redis.Client, cfg config.Config, job jobs.Job) (enqueue.Enqueued, int) {
+	producer, err := enqueue.NewProducer(vk, enqueue.ProducerConfig{
 		WorkerName: cfg.WorkerName, WorkerNameDeclared: true, Attempts: 1, FleetKey: cfg.FleetKey,
 	})
 	if err != nil {
-		return d.fail("producer: %v", err)
+		return enqueue.Enqueued{}, d.fail("producer: %v", err)
 	}
 	qctx, qcancel := context.WithTimeout(ctx, 5*time.Second)
 	got, err := producer.EnqueueLocal(qctx, job)
 	qcancel()
 	if err != nil {
-		return d.fail("enqueue the demo job: %s", err)
+		return enqueue.Enqueued{}, d.fail("enqueue the demo job: %s", err)
 	}
 	d.say("queued job %s on %s", got.JobID, got.Queue)
+	return got, exitOK
+}
 
-	// 6. Wait for its run record.
+// awaitRecord is step 6: it waits for the job's run record and prints it, indented, so the operator sees what a worker records.
+func (d *demo) awaitRecord(ctx context.Context, logs string, got enqueue.Enqueued, workerDone <-chan error) (jobs.Record, int) {
 	rec, raw, err := d.waitRecord(ctx, logs, got.Queue, got.JobID, workerDone)
 	if err != nil {
-		return d.fail("%v", err)
+		return rec, d.fail("%v", err)
 	}
 	var pretty bytes.Buffer
 	if json.Indent(&pretty, bytes.TrimSpace(raw), "", "  ") != nil {
@@ -315,27 +392,26 @@ func (d *demo) run(parent context.Context) int {
 		pretty.Write(raw)
 	}
 	d.say("\nrun record (%s):\n%s", filepath.Join(logs, jobs.RecordName(got.Queue, got.JobID, 1)), pretty.String())
+	return rec, exitOK
+}
 
-	code := exitOK
+// checkOutcome decides the exit code: the job must have completed and left its file, and then the demo says what to try next.
+func (d *demo) checkOutcome(rec jobs.Record, workspace string, fp *fakeprovider.Server) int {
 	if rec.Outcome != jobs.OutcomeCompleted {
-		code = d.fail("the job did not complete: outcome %s, reason %s (see the worker's messages above)", rec.Outcome, rec.Reason)
-	} else {
-		written, err := os.ReadFile(filepath.Join(workspace, demoFile))
-		if err != nil {
-			code = d.fail("the job completed but its file is missing: %v", err)
-		} else {
-			d.say("\nthe job wrote %s in the workspace:\n  %s", demoFile, strings.TrimSpace(string(written)))
-			if fp != nil {
-				d.agentSummary(rec, fp)
-			} else {
-				d.say("(the test job reports made-up telemetry: no agent ran and nothing was spent)")
-			}
-			d.nextSteps()
-		}
+		return d.fail("the job did not complete: outcome %s, reason %s (see the worker's messages above)", rec.Outcome, rec.Reason)
 	}
-	stop()
-	d.say("the job image %s is kept for next time (docker image rm %s removes it)", image, image)
-	return code
+	written, err := os.ReadFile(filepath.Join(workspace, demoFile))
+	if err != nil {
+		return d.fail("the job completed but its file is missing: %v", err)
+	}
+	d.say("\nthe job wrote %s in the workspace:\n  %s", demoFile, strings.TrimSpace(string(written)))
+	if fp != nil {
+		d.agentSummary(rec, fp)
+	} else {
+		d.say("(the test job reports made-up telemetry: no agent ran and nothing was spent)")
+	}
+	d.nextSteps()
+	return exitOK
 }
 
 // ensureImage builds the job image when it is missing or stale, printing

@@ -8,6 +8,7 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/internal/image/agentimage"
 	"github.com/pidispatch/pidispatch/internal/testkit/fakeprovider"
 	"github.com/pidispatch/pidispatch/jobs"
@@ -35,6 +36,25 @@ func startDemoProvider() (*fakeprovider.Server, error) {
 		fakeprovider.WriteFile("/workspace/"+demoFile, demoAgentContent, fakeprovider.Usage{Input: 1200, Output: 40, CacheRead: 300, CacheWrite: 100}),
 		fakeprovider.Answer("I wrote "+demoFile+" in the workspace.", fakeprovider.Usage{Input: 1300, Output: 12, CacheRead: 1500}),
 	)
+}
+
+// startAgentProvider, with --agent, starts the fake provider the agent's model calls reach and points the worker and job at it.
+func (d *demo) startAgentProvider(cfg *config.Config, job *jobs.Job) (*fakeprovider.Server, int) {
+	if !d.agent {
+		return nil, exitOK
+	}
+	fp, err := startDemoProvider()
+	if err != nil {
+		return nil, d.fail("start the fake provider: %v", err)
+	}
+	d.atReturn(func() { _ = fp.Close() })
+	d.say("fake model provider on %s (the job reaches it only through its model socket)", fp.URL())
+	cfg.ModelUpstream, cfg.JobMemory, cfg.JobTimeout = fp.URL(), demoAgentJobMemory, demoAgentJobTime
+	// The gateway adds this key to each model call on the host side; the
+	// fake provider takes any key, the container never sees one.
+	cfg.Gateway.ProviderKeys = map[string]string{"anthropic": demoProviderKey}
+	job.Task, job.Model = demoAgentTask, demoAgentModel
+	return fp, exitOK
 }
 
 // ensureAgentImage assembles the offline agent image when it is missing or

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -11,6 +12,7 @@ import (
 	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/operator"
 	"github.com/pidispatch/pidispatch/registry"
+	"github.com/redis/go-redis/v9"
 )
 
 func init() {
@@ -40,18 +42,9 @@ type hostJSON struct {
 }
 
 func runHosts(ctx context.Context, e env, args []string) int {
-	asJSON := false
-	for _, a := range args {
-		switch a {
-		case "--json", "-json":
-			asJSON = true
-		case "-h", "--help":
-			fmt.Fprintln(e.stdout, "usage: pi-dispatch hosts [--json]")
-			return exitOK
-		default:
-			fmt.Fprintf(e.stderr, "pi-dispatch hosts: unexpected argument %q (usage: pi-dispatch hosts [--json])\n", a)
-			return exitUsage
-		}
+	asJSON, code, done := parseHostsArgs(e, args)
+	if done {
+		return code
 	}
 	key, code := fleetKeyFromEnv(e, "hosts")
 	if code != exitOK {
@@ -80,7 +73,33 @@ func runHosts(ctx context.Context, e env, args []string) int {
 		fmt.Fprintf(e.stdout, "no hosts: no worker has a registry row at %s (a worker beats every 15s; a row expires 90s after its last beat)\n", url)
 		return exitOK
 	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	if err := printHosts(e.stdout, hosts); err != nil {
+		return exitFailure
+	}
+	printHostNotes(ctx, e, client, hosts)
+	return exitOK
+}
+
+// parseHostsArgs reads hosts' only flag, --json; done means the command ends with code (help printed, or a bad argument named).
+func parseHostsArgs(e env, args []string) (asJSON bool, code int, done bool) {
+	for _, a := range args {
+		switch a {
+		case "--json", "-json":
+			asJSON = true
+		case "-h", "--help":
+			fmt.Fprintln(e.stdout, "usage: pi-dispatch hosts [--json]")
+			return false, exitOK, true
+		default:
+			fmt.Fprintf(e.stderr, "pi-dispatch hosts: unexpected argument %q (usage: pi-dispatch hosts [--json])\n", a)
+			return false, exitUsage, true
+		}
+	}
+	return asJSON, exitOK, false
+}
+
+// printHosts writes the hosts as a table, one row each, for a person.
+func printHosts(w io.Writer, hosts []registry.Host) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tAGE\tROUTES\tCAPS\tCONCURRENCY\tDIGEST\tTZ\tCRON")
 	for _, h := range hosts {
 		name := h.Name
@@ -91,9 +110,11 @@ func runHosts(ctx context.Context, e env, args []string) int {
 			name, hostAge(h), yesNo(h.Routes), orDash(h.Caps), concurrency(h.Concurrency),
 			shortDigest(h.ImageDigest), orDash(h.TZ), shortFingerprint(h.FPCron))
 	}
-	if err := tw.Flush(); err != nil {
-		return exitFailure
-	}
+	return tw.Flush()
+}
+
+// printHostNotes says, under the table, what the rows do not: held jobs, untrusted rows and refused values.
+func printHostNotes(ctx context.Context, e env, client *redis.Client, hosts []registry.Host) {
 	if held, err := fleetstate.HeldCount(ctx, client); err == nil && held > 0 {
 		fmt.Fprintf(e.stdout, "held: %d job(s) waiting on their wait-for conditions (any capable host continues them)\n", held)
 	}
@@ -105,7 +126,6 @@ func runHosts(ctx context.Context, e env, args []string) int {
 			fmt.Fprintf(e.stdout, "note: %s published values that were refused: %s\n", h.Name, strings.Join(h.Problems, "; "))
 		}
 	}
-	return exitOK
 }
 
 func toHostJSON(h registry.Host) hostJSON {

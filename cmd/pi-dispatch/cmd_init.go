@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"unicode"
 )
@@ -62,44 +63,69 @@ const initScopedLimits = `{
 `
 
 func cmdInit(ctx context.Context, e env, args []string) int {
+	dir, code, done := parseInitArgs(e, args)
+	if done {
+		return code
+	}
+	created, failed := writeInitFiles(e, dir)
+	printInitGuide(e, dir, created)
+	if len(created) > 0 && !printGitExclude(ctx, e, dir, created) {
+		failed = true
+	}
+	fmt.Fprintln(e.stdout, "next: pi-dispatch doctor")
+	if failed {
+		return exitFailure
+	}
+	return exitOK
+}
+
+// parseInitArgs reads init's arguments into the deployment folder; done means the command ends with code.
+func parseInitArgs(e env, args []string) (dir string, code int, done bool) {
 	fset := flag.NewFlagSet("init", flag.ContinueOnError)
 	fset.SetOutput(e.stderr)
 	fset.Usage = func() { fmt.Fprint(e.stderr, initUsage); fset.PrintDefaults() }
 	dirFlag := fset.String("dir", "", "the deployment folder (default: the current folder)")
 	if err := fset.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
+			return "", exitOK, true
 		}
-		return exitUsage
+		return "", exitUsage, true
 	}
 	if fset.NArg() > 0 {
 		fmt.Fprintf(e.stderr, "pi-dispatch init: unexpected argument %q (use --dir DIR)\n", fset.Arg(0))
-		return exitUsage
+		return "", exitUsage, true
 	}
 	dir, err := deploymentDir(*dirFlag)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "pi-dispatch init: %v\n", err)
-		return exitUsage
+		return "", exitUsage, true
 	}
+	return dir, exitOK, false
+}
 
-	files := []struct {
-		name    string
-		mode    fs.FileMode
-		content string
-	}{
+// initFile is one file init writes.
+type initFile struct {
+	name    string
+	mode    fs.FileMode
+	content string
+}
+
+// initFiles are the files init writes into dir, in the order it reports them.
+func initFiles(dir string) []initFile {
+	return []initFile{
 		{initEnvFile, 0o600, scaffoldEnv(envExample, dir)},
 		{initTriggersFile, 0o644, initTriggers},
 		{initScopedLimitsFile, 0o644, initScopedLimits},
 		{initPauseWindowsFile, 0o644, initPauseWindows},
 	}
-	failed := false
-	created := map[string]bool{}
-	var createdNames []string
-	for _, f := range files {
+}
+
+// writeInitFiles creates each file that is missing, never overwriting one, and says what it did with each.
+func writeInitFiles(e env, dir string) (created []string, failed bool) {
+	for _, f := range initFiles(dir) {
 		ok, err := createNew(filepath.Join(dir, f.name), f.mode, f.content)
-		created[f.name] = ok
 		if ok {
-			createdNames = append(createdNames, f.name)
+			created = append(created, f.name)
 		}
 		switch {
 		case err != nil:
@@ -116,20 +142,26 @@ func cmdInit(ctx context.Context, e env, args []string) int {
 			fmt.Fprintf(e.stdout, "created %s\n", f.name)
 		}
 	}
-	if len(createdNames) > 0 {
-		fmt.Fprintf(e.stdout, "\nin %s:\n", dir)
+	return created, failed
+}
+
+// printInitGuide says what each file init created is for; a kept file is the operator's already.
+func printInitGuide(e env, dir string, created []string) {
+	if len(created) == 0 {
+		return
 	}
-	if created[initEnvFile] {
+	fmt.Fprintf(e.stdout, "\nin %s:\n", dir)
+	if slices.Contains(created, initEnvFile) {
 		fmt.Fprint(e.stdout, `  .env                the worker's configuration, every variable with its default.
                       PI_SCOPED_LIMITS_FILE names ./scoped-limits.json (paths
                       resolve in the worker's working directory); set
                       PI_WORKER_NAME on each host of a fleet.
 `)
 	}
-	if created[initScopedLimitsFile] {
+	if slices.Contains(created, initScopedLimitsFile) {
 		fmt.Fprint(e.stdout, "  scoped-limits.json  per-scope limits; the example row limits acme/web.\n")
 	}
-	if created[initTriggersFile] {
+	if slices.Contains(created, initTriggersFile) {
 		fmt.Fprintf(e.stdout, `  triggers.json       cron triggers. It starts empty: JSON has no comments, and
                       the parser refuses unknown keys. A cron trigger looks like
     %s
@@ -137,17 +169,9 @@ func cmdInit(ctx context.Context, e env, args []string) int {
                       (unset, this host abstains from the fleet's cron agreement).
 `, triggersExample)
 	}
-	if created[initPauseWindowsFile] {
+	if slices.Contains(created, initPauseWindowsFile) {
 		fmt.Fprint(e.stdout, initPauseWindowsHelp)
 	}
-	if len(createdNames) > 0 && !printGitExclude(ctx, e, dir, createdNames) {
-		failed = true
-	}
-	fmt.Fprintln(e.stdout, "next: pi-dispatch doctor")
-	if failed {
-		return exitFailure
-	}
-	return exitOK
 }
 
 // deploymentDir is the --dir value made absolute, or the current folder; it

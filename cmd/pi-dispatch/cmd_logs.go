@@ -44,6 +44,36 @@ Reads VALKEY_URL, VALKEY_PASSWORD and PI_LOGS_DIR. See docs/logs-and-notificatio
 `
 
 func runLogs(ctx context.Context, e env, args []string) int {
+	e, la, code, done := parseLogsArgs(e, args)
+	if done {
+		return code
+	}
+	out := entryWriter(e.stdout, la.asJSON)
+	if !la.follow && printStored(e, la.jobID, la.attempt, out) {
+		return exitOK
+	}
+	client, url, code := ksConnect(e, "logs")
+	if code != exitOK {
+		return code
+	}
+	defer client.Close()
+	live := transcript.NewLive(client)
+	if !la.follow {
+		return printRecent(ctx, e, live, url, la.jobID, la.attempt, out)
+	}
+	return followLive(ctx, e, live, url, la.jobID, la.attempt, out)
+}
+
+// logsArgs is what the logs command's arguments ask for.
+type logsArgs struct {
+	jobID   string
+	attempt int // 0: the newest kept
+	follow  bool
+	asJSON  bool
+}
+
+// parseLogsArgs reads logs' arguments and layers the env file --env-file names; done means the command ends with code.
+func parseLogsArgs(e env, args []string) (env, logsArgs, int, bool) {
 	fs := flag.NewFlagSet("logs", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	attempt := fs.Int("attempt", 0, "the attempt (default: the newest kept)")
@@ -52,47 +82,45 @@ func runLogs(ctx context.Context, e env, args []string) int {
 	envFile := envFileFlag(fs)
 	pos, code := parseFlags(e, fs, args, logsUsage)
 	if code >= 0 {
-		return code
+		return e, logsArgs{}, code, true
 	}
 	switch {
 	case len(pos) != 1:
 		fmt.Fprintf(e.stderr, "pi-dispatch logs: give one job id (%s)\n", logsUsage)
-		return exitUsage
+		return e, logsArgs{}, exitUsage, true
 	case fleet.CheckJobID(pos[0]) != nil:
 		fmt.Fprintf(e.stderr, "pi-dispatch logs: %q is not a job id: %v\n", pos[0], fleet.CheckJobID(pos[0]))
-		return exitUsage
+		return e, logsArgs{}, exitUsage, true
 	case *attempt < 0:
 		fmt.Fprintf(e.stderr, "pi-dispatch logs: --attempt must be 1 or more (%s)\n", logsUsage)
-		return exitUsage
+		return e, logsArgs{}, exitUsage, true
 	}
-	jobID := pos[0]
 	e, err := applyEnvFileFlag(fs, e, *envFile)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "pi-dispatch logs: %v\n", err)
-		return exitUsage
+		return e, logsArgs{}, exitUsage, true
 	}
-	out := entryWriter(e.stdout, *asJSON)
-	if !*follow {
-		cfg, _ := operator.ConfigForDoctor(e.getenv)
-		if entries, ok := storedTranscript(cfg.LogsDir, jobID, *attempt); ok {
-			for _, en := range entries {
-				out.entry(en)
-			}
-			out.done()
-			return exitOK
-		}
+	return e, logsArgs{jobID: pos[0], attempt: *attempt, follow: *follow, asJSON: *asJSON}, exitOK, false
+}
+
+// printStored prints the attempt's transcript from this host's logs folder and reports whether it had one.
+func printStored(e env, jobID string, attempt int, out *entryOut) bool {
+	cfg, _ := operator.ConfigForDoctor(e.getenv)
+	entries, ok := storedTranscript(cfg.LogsDir, jobID, attempt)
+	if !ok {
+		return false
 	}
-	client, url, code := ksConnect(e, "logs")
-	if code != exitOK {
-		return code
+	for _, en := range entries {
+		out.entry(en)
 	}
-	defer client.Close()
-	live := transcript.NewLive(client)
-	if !*follow {
-		return printRecent(ctx, e, live, url, jobID, *attempt, out)
-	}
-	want := *attempt
+	out.done()
+	return true
+}
+
+// followLive prints the attempt's live events as they come until it ends (want 0: the newest, or the first to print).
+func followLive(ctx context.Context, e env, live *transcript.Live, url, jobID string, want int, out *entryOut) int {
 	if want == 0 {
+		var err error
 		if want, err = live.Latest(ctx, jobID); err != nil {
 			return logsValkeyFailed(e, url, err)
 		}
@@ -100,7 +128,7 @@ func runLogs(ctx context.Context, e env, args []string) int {
 			fmt.Fprintf(e.stderr, "waiting for job %s to print (Ctrl-C to stop)\n", jobID)
 		}
 	}
-	err = live.Follow(ctx, jobID, func(en transcript.Entry) bool {
+	err := live.Follow(ctx, jobID, func(en transcript.Entry) bool {
 		if want == 0 {
 			want = en.Attempt
 		}

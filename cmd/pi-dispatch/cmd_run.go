@@ -76,22 +76,29 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 		return code
 	}
 	ra.job.Folder = folder
-	// Said before anything is queued: a worker of this configuration would
-	// refuse the job folder-not-allowed. Only a warning: the worker that
-	// runs the job reads its own environment.
-	if _, err := cfg.ResolveFolder(folder); err != nil {
-		fmt.Fprintf(e.stderr, "pi-dispatch run: warning: a worker of this configuration refuses this job (folder-not-allowed): %v\n", err)
-		if len(cfg.FolderRoots) > 0 {
-			fmt.Fprintf(e.stderr, "  PI_FOLDER_ROOTS=%s; add a folder that holds %s to it\n", strings.Join(cfg.FolderRoots, ":"), folder)
-		}
-	}
-
+	warnFolderNotAllowed(e, cfg, folder)
 	client, err := dialConfigValkey(cfg)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "pi-dispatch run: %v\n", err)
 		return exitUsage
 	}
 	defer client.Close()
+	return queueRun(ctx, e, client, cfg, ra)
+}
+
+// warnFolderNotAllowed says before anything is queued that a worker of this configuration would refuse the job folder-not-allowed.
+func warnFolderNotAllowed(e env, cfg config.Config, folder string) {
+	// Only a warning: the worker that runs the job reads its own environment.
+	if _, err := cfg.ResolveFolder(folder); err != nil {
+		fmt.Fprintf(e.stderr, "pi-dispatch run: warning: a worker of this configuration refuses this job (folder-not-allowed): %v\n", err)
+		if len(cfg.FolderRoots) > 0 {
+			fmt.Fprintf(e.stderr, "  PI_FOLDER_ROOTS=%s; add a folder that holds %s to it\n", strings.Join(cfg.FolderRoots, ":"), folder)
+		}
+	}
+}
+
+// queueRun queues the job and reports it, with what will keep it from starting, all within one enqueue deadline.
+func queueRun(ctx context.Context, e env, client *redis.Client, cfg config.Config, ra runArgs) int {
 	producer, err := enqueue.NewProducer(client, enqueue.ProducerConfig{WorkerName: cfg.WorkerName, WorkerNameDeclared: cfg.WorkerNameDeclared, FleetKey: cfg.FleetKey,
 		Queue: queue.Config{Layout: queue.Layout(cfg.BullMQLayout)}})
 	if err != nil {
@@ -117,8 +124,8 @@ func cmdRun(ctx context.Context, e env, args []string) int {
 		fmt.Fprintf(e.stderr, "pi-dispatch run: could not reach Valkey at %s: %v\n  %s\n", config.RedactURL(cfg.ValkeyURL), err, valkeyFix)
 		return exitFailure
 	}
-	code = reportQueued(e, got)
-	fmt.Fprintf(e.stderr, "queue %s, folder %s%s\n", got.Queue, folder, envFrom(e, "PI_WORKER_NAME", "VALKEY_URL"))
+	code := reportQueued(e, got)
+	fmt.Fprintf(e.stderr, "queue %s, folder %s%s\n", got.Queue, ra.job.Folder, envFrom(e, "PI_WORKER_NAME", "VALKEY_URL"))
 	noteHold(qctx, e, client, got.Queue)
 	warnCannotStart(qctx, e, client, cfg, got.JobID, got.Queue)
 	return code

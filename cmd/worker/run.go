@@ -37,55 +37,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if boot, code := parseArgs(args, stdout, stderr); !boot {
 		return code
 	}
-	layered, err := envfile.Load(getenv) // the rule every pi-dispatch command applies too
-	if err != nil {
-		fmt.Fprintf(stderr, "worker: %v (nothing started)\n", err)
-		return exitConfig
-	}
-	cfg, err := config.Load(layered.Getenv)
-	if err != nil {
-		fmt.Fprintf(stderr, "worker: invalid configuration (nothing started):\n%v\n", err)
-		return exitConfig
-	}
-	// Checked before anything connects: without a place for its records the
-	// worker would spend money it cannot account for.
-	if err := dispatch.PrepareLogsDir(cfg.LogsDir); err != nil {
-		fmt.Fprintf(stderr, "worker: refused boot (nothing started): %v\n", err)
-		return exitConfig
+	layered, cfg, code := loadConfig(getenv, stderr)
+	if code != exitOK {
+		return code
 	}
 	logger := slog.New(slog.NewJSONHandler(stderr, nil))
 	redis.SetLogger(newRedisLog(logger.With("host", cfg.WorkerName)))
-	var opts []wiring.Option
-	// The forge triggers of this host's own triggers file decide what its
-	// forge jobs may publish; a file whose forge triggers do not parse
-	// refuses boot, as one whose cron triggers do not.
-	var policy func(jobs.Job) forgews.PublishPolicy
-	var policies *wiring.ForgePolicies
-	if cfg.TriggersFile != "" {
-		if policies, err = wiring.LoadForgePolicies(cfg.TriggersFile, cfg.WorkerName, logger); err != nil {
-			fmt.Fprintf(stderr, "worker: refused boot (nothing started): %v\n", err)
-			return exitConfig
-		}
-		policy = policies.Policy
-	}
-	if forge, err := wiring.ForgeWorkspacesFromEnv(layered.Getenv, cfg.WorkerName, logger, policy); err != nil {
-		fmt.Fprintf(stderr, "worker: invalid configuration (nothing started):\n%v\n", err)
-		return exitConfig
-	} else if forge != nil {
-		opts = append(opts, wiring.WithForgeWorkspaces(forge))
-		if policies != nil {
-			opts = append(opts, wiring.WithForgePolicies(policies))
-		}
+	opts, code := forgeOptions(layered, cfg, logger, stderr)
+	if code != exitOK {
+		return code
 	}
 	s, err := buildStack(ctx, cfg, logger, dispatch.Tuning{Version: buildinfo.Version(version)}, opts...)
 	if err != nil {
-		fmt.Fprintf(stderr, "worker: %v\n", err)
-		var ce *config.ConfigError
-		var ces config.ConfigErrors
-		if errors.As(err, &ce) || errors.As(err, &ces) || errors.Is(err, valkey.ErrAuthRefused) {
-			return exitConfig
-		}
-		return exitFailure
+		return buildFailed(stderr, err)
 	}
 	defer s.Shutdown(ctx)
 	stopMetrics, err := startMetrics(ctx, s, logger.With("host", cfg.WorkerName))
@@ -96,14 +60,81 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer stopMetrics()
 	reportDown(ctx, logger.With("host", cfg.WorkerName), cfg, s.Valkey, s.Docker)
 	if err := s.Worker.Run(ctx); err != nil {
-		fmt.Fprintf(stderr, "worker: boot refused: %v\n", err)
-		var ce *config.ConfigError
-		if errors.Is(err, registry.ErrNameInUse) || errors.As(err, &ce) {
-			return exitConfig
-		}
-		return exitFailure
+		return runFailed(stderr, err)
 	}
 	return exitOK
+}
+
+// loadConfig reads the configuration (the shell over the env file) and refuses boot before anything connects when it is invalid.
+func loadConfig(getenv func(string) string, stderr io.Writer) (layered func(string) string, cfg config.Config, code int) {
+	vars, err := envfile.Load(getenv) // the rule every pi-dispatch command applies too
+	if err != nil {
+		fmt.Fprintf(stderr, "worker: %v (nothing started)\n", err)
+		return nil, cfg, exitConfig
+	}
+	cfg, err = config.Load(vars.Getenv)
+	if err != nil {
+		fmt.Fprintf(stderr, "worker: invalid configuration (nothing started):\n%v\n", err)
+		return nil, cfg, exitConfig
+	}
+	// Checked before anything connects: without a place for its records the
+	// worker would spend money it cannot account for.
+	if err := dispatch.PrepareLogsDir(cfg.LogsDir); err != nil {
+		fmt.Fprintf(stderr, "worker: refused boot (nothing started): %v\n", err)
+		return nil, cfg, exitConfig
+	}
+	return vars.Getenv, cfg, exitOK
+}
+
+// forgeOptions wires the forge workspaces the environment configures, governed by this host's triggers file.
+func forgeOptions(getenv func(string) string, cfg config.Config, logger *slog.Logger, stderr io.Writer) ([]wiring.Option, int) {
+	// The forge triggers of this host's own triggers file decide what its
+	// forge jobs may publish; a file whose forge triggers do not parse
+	// refuses boot, as one whose cron triggers do not.
+	var policy func(jobs.Job) forgews.PublishPolicy
+	var policies *wiring.ForgePolicies
+	if cfg.TriggersFile != "" {
+		var err error
+		if policies, err = wiring.LoadForgePolicies(cfg.TriggersFile, cfg.WorkerName, logger); err != nil {
+			fmt.Fprintf(stderr, "worker: refused boot (nothing started): %v\n", err)
+			return nil, exitConfig
+		}
+		policy = policies.Policy
+	}
+	forge, err := wiring.ForgeWorkspacesFromEnv(getenv, cfg.WorkerName, logger, policy)
+	if err != nil {
+		fmt.Fprintf(stderr, "worker: invalid configuration (nothing started):\n%v\n", err)
+		return nil, exitConfig
+	}
+	if forge == nil {
+		return nil, exitOK
+	}
+	opts := []wiring.Option{wiring.WithForgeWorkspaces(forge)}
+	if policies != nil {
+		opts = append(opts, wiring.WithForgePolicies(policies))
+	}
+	return opts, exitOK
+}
+
+// buildFailed reports a stack that could not be built; a bad configuration or a refused password exits 2, since a restart cannot fix it.
+func buildFailed(stderr io.Writer, err error) int {
+	fmt.Fprintf(stderr, "worker: %v\n", err)
+	var ce *config.ConfigError
+	var ces config.ConfigErrors
+	if errors.As(err, &ce) || errors.As(err, &ces) || errors.Is(err, valkey.ErrAuthRefused) {
+		return exitConfig
+	}
+	return exitFailure
+}
+
+// runFailed reports a worker that ended in error; a name in use or a bad configuration exits 2, since a restart cannot fix it.
+func runFailed(stderr io.Writer, err error) int {
+	fmt.Fprintf(stderr, "worker: boot refused: %v\n", err)
+	var ce *config.ConfigError
+	if errors.Is(err, registry.ErrNameInUse) || errors.As(err, &ce) {
+		return exitConfig
+	}
+	return exitFailure
 }
 
 // buildStack and stack keep the tests' names for the shared wiring.
