@@ -90,92 +90,141 @@ func Build(ctx context.Context, cfg config.Config, logger *slog.Logger, tune dis
 	if err != nil {
 		return nil, err
 	}
-	rc, err := valkey.NewClient(cfg.ValkeyURL, valkey.Options{Password: cfg.ValkeyPassword})
+	b := &builder{ctx: ctx, cfg: cfg, tune: clocked(tune, logger)}
+	s, err := b.build(wcfg, opts)
 	if err != nil {
-		return nil, &config.ConfigError{Var: "VALKEY_URL", Value: config.RedactURL(cfg.ValkeyURL), Rule: err.Error()}
-	}
-	if err := refusedPassword(ctx, rc, cfg.ValkeyURL); err != nil {
-		_ = rc.Close()
+		b.undo()
 		return nil, err
 	}
+	return s, nil
+}
 
-	dc, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		_ = rc.Close()
-		return nil, fmt.Errorf("docker client: %w", err)
-	}
-	fail := func(err error) (*Stack, error) {
-		_ = rc.Close()
-		_ = dc.Close()
-		return nil, err
-	}
+// builder wires one Stack in order, remembering how to take back each part
+// it made, so a failed build leaves nothing open.
+type builder struct {
+	ctx  context.Context
+	cfg  config.Config
+	tune dispatch.Tuning
+	made []func() // undone last first when the build fails
+}
 
+// clocked gives the Tuning its logger and its one clock: the Worker's
+// (Tuning.Now) also stamps the registry's beats and dates the gateway's calls
+// and the transcript pruning.
+func clocked(tune dispatch.Tuning, logger *slog.Logger) dispatch.Tuning {
 	if tune.Logger == nil {
 		tune.Logger = logger
 	}
-	// One clock: the Worker's (Tuning.Now) stamps the registry's beats and
-	// dates the gateway's calls and the transcript pruning too.
 	if tune.Now == nil {
 		tune.Now = time.Now
 	}
-	log := tune.Logger.With("host", cfg.WorkerName)
+	return tune
+}
 
+// undo takes back what the build made, last made first.
+func (b *builder) undo() {
+	for i := len(b.made) - 1; i >= 0; i-- {
+		b.made[i]()
+	}
+}
+
+// build makes the parts in boot order: the clients, the runtime, the
+// triggers file (read before anything reaches Valkey), the fleet's stores,
+// the report, the gateway, the caller's options, the metrics, the Worker.
+func (b *builder) build(wcfg dispatch.Config, opts []Option) (*Stack, error) {
+	s := &Stack{metricsAddr: b.cfg.Gateway.MetricsAddr}
+	var err error
+	if s.Valkey, err = b.valkey(); err != nil {
+		return nil, err
+	}
+	if s.Docker, err = b.docker(); err != nil {
+		return nil, err
+	}
 	// Components that stamp the host themselves get the bare logger.
-	runtime, err := runner.NewDocker(dc, runner.Config{
-		Memory: cfg.JobMemory, CPUs: cfg.JobCPUs, Timeout: cfg.JobTimeout, OutputMax: cfg.JobOutputMax, Logger: tune.Logger,
+	runtime, err := runner.NewDocker(s.Docker, runner.Config{
+		Memory: b.cfg.JobMemory, CPUs: b.cfg.JobCPUs, Timeout: b.cfg.JobTimeout, OutputMax: b.cfg.JobOutputMax, Logger: b.tune.Logger,
 	})
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
-
-	// Cron: the triggers file is read before anything reaches Valkey; a file
-	// that does not parse refuses boot.
-	own, err := readTriggers(cfg)
-	if err != nil {
-		return fail(err)
-	}
-	tz := registry.LocalZone(os.Getenv)
-	live := cronsync.NewLiveSet(own, tz)
-
 	deps := dispatch.Deps{Runtime: runtime, Secrets: secretprofile.Resolver{}, ModelSockets: modelSockets{}}
-	fl := NewFleet(rc, FleetOptions{FleetKey: cfg.FleetKey, Layout: queue.Layout(cfg.BullMQLayout), RetentionDays: cfg.LogRetentionDays})
-	st, err := openStores(ctx, fl, cfg, tune, runtime, live, tz, &deps)
+	st, err := b.stores(s, runtime, &deps)
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
-	failOpen := fail
-	fail = func(err error) (*Stack, error) { _ = fl.Close(context.WithoutCancel(ctx)); return failOpen(err) }
-	deps.Stores = st.stores
-	deps.Cron = cronGate{live: live, peers: st.registry, host: cfg.WorkerName}
-	deps.Background = append(deps.Background, cronBackground(cfg, st.queues[len(st.queues)-1], st.registry, live, tz, tune, log))
-
-	report, err := newReport(ctx, cfg, rc, tune)
-	if err != nil {
-		return fail(err)
+	if err := b.reportAndGateway(s, st, &deps); err != nil {
+		return nil, err
 	}
-	failBuilt := fail
-	fail = func(err error) (*Stack, error) {
-		// The report's last write must happen though ctx may be what ended the build.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = report.close(cctx)
-		return failBuilt(err)
-	}
-	report.wire(&deps)
-	if err := wireGateway(cfg, st.limits, tune, &deps, report); err != nil {
-		return fail(err)
-	}
-
 	for _, o := range opts {
 		o(&deps)
 	}
-	mx, running := wireMetrics(cfg, rc, st.queues, st.budget, &deps)
-	w, err := dispatch.NewWorker(wcfg, deps, tune)
-	if err != nil {
-		return fail(err)
+	s.Metrics, s.consumers = wireMetrics(b.cfg, s.Valkey, st.queues, st.budget, &deps)
+	if s.Worker, err = dispatch.NewWorker(wcfg, deps, b.tune); err != nil {
+		return nil, err
 	}
-	return &Stack{Worker: w, Valkey: rc, Docker: dc, Registry: st.registry, Budget: st.budget, Holds: st.holds, Dollars: st.dollars,
-		RateLimits: st.limits, Metrics: mx, metricsAddr: cfg.Gateway.MetricsAddr, consumers: running, report: report, fleet: fl}, nil
+	s.Registry, s.Budget, s.Holds, s.Dollars, s.RateLimits = st.registry, st.budget, st.holds, st.dollars, st.limits
+	return s, nil
+}
+
+// valkey dials the one Valkey client; a password Valkey refuses stops boot.
+func (b *builder) valkey() (*redis.Client, error) {
+	rc, err := valkey.NewClient(b.cfg.ValkeyURL, valkey.Options{Password: b.cfg.ValkeyPassword})
+	if err != nil {
+		return nil, &config.ConfigError{Var: "VALKEY_URL", Value: config.RedactURL(b.cfg.ValkeyURL), Rule: err.Error()}
+	}
+	b.made = append(b.made, func() { _ = rc.Close() })
+	return rc, refusedPassword(b.ctx, rc, b.cfg.ValkeyURL)
+}
+
+// docker makes the Docker client (DOCKER_HOST and friends).
+func (b *builder) docker() (*client.Client, error) {
+	dc, err := client.New(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return nil, fmt.Errorf("docker client: %w", err)
+	}
+	b.made = append(b.made, func() { _ = dc.Close() })
+	return dc, nil
+}
+
+// stores reads the triggers file (a file that does not parse refuses boot,
+// before anything reaches Valkey), then opens the fleet's stores through the
+// Valkey driver and the cron gate and background on them.
+func (b *builder) stores(s *Stack, runtime *runner.Docker, deps *dispatch.Deps) (*valkeyStores, error) {
+	own, err := readTriggers(b.cfg)
+	if err != nil {
+		return nil, err
+	}
+	tz := registry.LocalZone(os.Getenv)
+	live := cronsync.NewLiveSet(own, tz)
+	s.fleet = NewFleet(s.Valkey, FleetOptions{FleetKey: b.cfg.FleetKey, Layout: queue.Layout(b.cfg.BullMQLayout), RetentionDays: b.cfg.LogRetentionDays})
+	st, err := openStores(b.ctx, s.fleet, b.cfg, b.tune, runtime, live, tz, deps)
+	if err != nil {
+		return nil, err
+	}
+	b.made = append(b.made, func() { _ = s.fleet.Close(context.WithoutCancel(b.ctx)) })
+	deps.Stores = st.stores
+	deps.Cron = cronGate{live: live, peers: st.registry, host: b.cfg.WorkerName}
+	log := b.tune.Logger.With("host", b.cfg.WorkerName)
+	deps.Background = append(deps.Background, cronBackground(b.cfg, st.queues[len(st.queues)-1], st.registry, live, tz, b.tune, log))
+	return st, nil
+}
+
+// reportAndGateway wires the report (transcripts, notifications, tracing)
+// and the model gateway.
+func (b *builder) reportAndGateway(s *Stack, st *valkeyStores, deps *dispatch.Deps) error {
+	report, err := newReport(b.ctx, b.cfg, s.Valkey, b.tune)
+	if err != nil {
+		return err
+	}
+	s.report = report
+	b.made = append(b.made, func() {
+		// The report's last write must happen though ctx may be what ended the build.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(b.ctx), 5*time.Second)
+		defer cancel()
+		_ = report.close(cctx)
+	})
+	report.wire(deps)
+	return wireGateway(b.cfg, st.limits, b.tune, deps, report)
 }
 
 // refusedPassword fails boot when Valkey refuses the password: unlike an
