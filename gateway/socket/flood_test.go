@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
+
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/gateway"
 	"github.com/pidispatch/pidispatch/gateway/socket"
@@ -193,6 +195,7 @@ func openFDs(t *testing.T) int {
 // than 512 MiB: at most PI_GATEWAY_MAX_CALLS bodies are held, the others
 // are answered 429 before they are read.
 func TestModelSocketMemoryBound(t *testing.T) {
+	livetest.SkipShort(t) // a stress run: not for the short lane
 	if raceEnabled {
 		t.Skip("the race detector multiplies memory; run without -race")
 	}
@@ -213,6 +216,7 @@ func TestModelSocketMemoryBound(t *testing.T) {
 // Five thousand connections held open raise the worker's open descriptors
 // by at most 200: PI_GATEWAY_MAX_CONNS are accepted, the others wait.
 func TestModelSocketDescriptorBound(t *testing.T) {
+	livetest.SkipShort(t) // a stress run: not for the short lane
 	sock, _ := floodRig(t)
 	base := openFDs(t)
 	peak := base
