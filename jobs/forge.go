@@ -38,6 +38,14 @@ type ForgeEvent struct {
 	Trigger string `json:"trigger,omitempty"`
 	// Instructions are the trigger's extra instructions to the agent.
 	Instructions string `json:"instructions,omitempty"`
+	// CommentID and ReviewID name the comment or review that triggered the
+	// job, Label the label whose adding did, and ActorID the forge's numeric
+	// id of who acted: the host reads each from the forge itself (never their
+	// text from the job data) when it builds the job's event.
+	CommentID int64  `json:"commentId,omitempty"`
+	ReviewID  int64  `json:"reviewId,omitempty"`
+	Label     string `json:"label,omitempty"`
+	ActorID   int64  `json:"actorId,omitempty"`
 	// Replica and Replicas number the copies of one event a trigger asked for
 	// (replicas 2..3); both 0 for a single job.
 	Replica  int `json:"replica,omitempty"`
@@ -75,6 +83,12 @@ func (j Job) validateForge() error {
 	}
 	if rule := check.Text(f.Instructions, MaxTaskBytes); rule != "" {
 		return check.Field("instructions", "%s", rule)
+	}
+	if f.CommentID < 0 || f.ReviewID < 0 || f.ActorID < 0 {
+		return check.Field("commentId", "ids must not be negative")
+	}
+	if f.Label != "" && (len(f.Label) > MaxEventNameBytes || ClipName(f.Label) != f.Label) {
+		return check.Field("label", "must be at most %d bytes of one line of text", MaxEventNameBytes)
 	}
 	if f.Replicas != 0 || f.Replica != 0 {
 		if f.Replicas < 2 || f.Replicas > MaxReplicas {

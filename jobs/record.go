@@ -170,6 +170,9 @@ type Record struct {
 	// BaseCommit the commit the job's workspace was cloned at (forge jobs).
 	PushedCommit string `json:"pushedCommit,omitempty"`
 	BaseCommit   string `json:"baseCommit,omitempty"`
+	// PromptDigest is the first 16 hex digits of the SHA-256 of the prompt
+	// the job was given (/job/prompt.md); omitted when it was given none.
+	PromptDigest string `json:"promptDigest,omitempty"`
 }
 
 // Spend basis: how Spend.Dollars was found.
@@ -252,6 +255,9 @@ func (r Record) Validate() error {
 	}
 	if r.Queue != "" && !ValidQueueName(r.Queue) {
 		return check.Field("queue", "must be 1 to %d bytes of [A-Za-z0-9._@-], not starting with '.'", maxQueueName)
+	}
+	if r.PromptDigest != "" && !isHex16(r.PromptDigest) {
+		return check.Field("promptDigest", "must be 16 hex digits")
 	}
 	if !validCommit(r.PushedCommit) || !validCommit(r.BaseCommit) {
 		return check.Field("pushedCommit", "commits must be 40 or 64 hex digits")
@@ -667,4 +673,8 @@ func tempRecordName(tmp string) (string, bool) {
 		return "", false
 	}
 	return name, true
+}
+
+func isHex16(s string) bool {
+	return len(s) == 16 && !strings.ContainsFunc(s, func(c rune) bool { return !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') })
 }
