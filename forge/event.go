@@ -60,6 +60,11 @@ type Event struct {
 	Added  []string
 	// Comment is the new comment's text (comments only).
 	Comment string
+	// CommentID and ReviewID are the forge's ids of the comment or review
+	// the event is about (0: none). The job carries the ids, never the text:
+	// the host reads the text from the forge when it builds the job's event.
+	CommentID int64
+	ReviewID  int64
 	// ReviewState is a submitted review's state, lower case.
 	ReviewState string
 }
@@ -86,7 +91,7 @@ func ParseGitHub(eventType, deliveryID string, body []byte) (Event, error) {
 	case *github.IssueCommentEvent:
 		githubOnIssue(&ev, p.GetRepo(), p.GetSender(), p.GetIssue(), p.GetAction())
 		if ev.Action == "created" {
-			ev.Kind, ev.Comment = KindComment, p.GetComment().GetBody()
+			ev.Kind, ev.Comment, ev.CommentID = KindComment, p.GetComment().GetBody(), p.GetComment().GetID()
 		}
 	case *github.PullRequestEvent:
 		githubOnPull(&ev, p.GetRepo(), p.GetSender(), p.GetPullRequest(), p.GetAction())
@@ -98,6 +103,7 @@ func ParseGitHub(eventType, deliveryID string, body []byte) (Event, error) {
 		githubOnPull(&ev, p.GetRepo(), p.GetSender(), p.GetPullRequest(), "review_"+p.GetAction())
 		if p.GetAction() == "submitted" {
 			ev.Kind, ev.ReviewState = KindPullRequest, strings.ToLower(p.GetReview().GetState())
+			ev.ReviewID = p.GetReview().GetID()
 		}
 	}
 	return ev, ev.check()
@@ -185,7 +191,7 @@ func ParseGitLab(eventType, deliveryID string, body []byte) (Event, error) {
 		gitlabSender(&ev, p.User)
 		ev.Repo, ev.ProjectID = p.Project.PathWithNamespace, p.ProjectID
 		ev.Number, ev.Action, ev.PullRequest = int(p.MergeRequest.IID), "note", true
-		ev.Kind, ev.Comment = KindComment, p.ObjectAttributes.Note
+		ev.Kind, ev.Comment, ev.CommentID = KindComment, p.ObjectAttributes.Note, int64(p.ObjectAttributes.ID)
 	}
 	return ev, ev.check()
 }
@@ -215,7 +221,7 @@ func gitlabIssueComment(ev *Event, p *gitlab.IssueCommentEvent) {
 	}
 	ev.Repo, ev.ProjectID = p.Project.PathWithNamespace, p.ProjectID
 	ev.Number, ev.Action = int(p.Issue.IID), "note"
-	ev.Kind, ev.Comment = KindComment, p.ObjectAttributes.Note
+	ev.Kind, ev.Comment, ev.CommentID = KindComment, p.ObjectAttributes.Note, int64(p.ObjectAttributes.ID)
 	for _, l := range p.Issue.Labels {
 		ev.Labels = append(ev.Labels, l.Title)
 	}
@@ -309,7 +315,7 @@ func ParseForgejo(eventType, deliveryID string, body []byte) (Event, error) {
 		}
 	case "issue_comment":
 		if ev.Action == "created" && p.Comment != nil {
-			ev.Kind, ev.Comment = KindComment, p.Comment.Body
+			ev.Kind, ev.Comment, ev.CommentID = KindComment, p.Comment.Body, p.Comment.ID
 		}
 	case "pull_request", "pull_request_label":
 		ev.Kind = KindPullRequest

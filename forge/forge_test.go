@@ -49,6 +49,7 @@ func TestParseGitHubKinds(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, forge.KindComment, ev.Kind)
 	assert.Contains(t, ev.Comment, "totally right")
+	assert.NotZero(t, ev.CommentID, "the job names the comment; the host reads its text")
 
 	ev, err = forge.ParseGitHub("pull_request", "d", fixtures.GitHub(t, "pull_request", "closed", 0))
 	require.NoError(t, err)
@@ -60,6 +61,7 @@ func TestParseGitHubKinds(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "review_submitted", ev.Action)
 	assert.Equal(t, "commented", ev.ReviewState)
+	assert.NotZero(t, ev.ReviewID)
 
 	ev, err = forge.ParseGitHub("issues", "d", fixtures.GitHub(t, "issues", "edited", 0))
 	require.NoError(t, err)
@@ -155,6 +157,7 @@ func TestParseForgejoPayloads(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, forge.KindComment, ev.Kind)
 	assert.Equal(t, "/pi fix please", ev.Comment)
+	assert.NotZero(t, ev.CommentID)
 	assert.Equal(t, 1, ev.Number)
 	assert.Equal(t, "pi-admin", ev.SenderLogin)
 	assert.False(t, ev.PullRequest)
@@ -537,6 +540,19 @@ func TestDeliveryJobIsValid(t *testing.T) {
 	assert.Equal(t, "gh-abc", d.JobID)
 	assert.Equal(t, "Be brief.", d.Job.Instructions)
 	assert.Equal(t, "answer", d.Job.Command)
+
+	// What the host needs to read the event from the forge: ids and the
+	// label, never a text of the delivery.
+	d = forge.Delivery(fts[1], forge.Event{Forge: jobs.ForgeGitHub, DeliveryID: "abd", Repo: "Codertocat/Hello-World", Number: 3,
+		SenderID: 21, CommentID: 99, ReviewID: 7, Added: []string{"bug\nx"}, Comment: "secret text"}, 1)
+	require.NoError(t, d.Job.Validate())
+	assert.Equal(t, int64(99), d.Job.CommentID)
+	assert.Equal(t, int64(7), d.Job.ReviewID)
+	assert.Equal(t, int64(21), d.Job.ActorID)
+	assert.Equal(t, "bug x", d.Job.Label)
+	data, err = json.Marshal(d.Job)
+	require.NoError(t, err)
+	assert.NotContains(t, string(data), "secret text")
 }
 
 func TestSelfIDs(t *testing.T) {

@@ -240,6 +240,8 @@ func Delivery(t cronsync.ForgeTrigger, ev Event, i int) enqueue.ForgeDelivery {
 	job.PullRequest = ev.PullRequest
 	job.DeliveryID = ev.DeliveryID
 	job.Trigger = t.Name
+	job.CommentID, job.ReviewID, job.ActorID = ev.CommentID, ev.ReviewID, ev.SenderID
+	job.Label = firstLabel(t, ev.Added)
 	id := JobIDPrefix(ev.Forge) + ev.DeliveryID
 	dedup := string(ev.Forge) + ":" + ev.Repo + "#" + strconv.Itoa(ev.Number) + ":" + t.Name
 	if t.Replicas > 1 {
@@ -248,4 +250,19 @@ func Delivery(t cronsync.ForgeTrigger, ev Event, i int) enqueue.ForgeDelivery {
 		dedup += ":r" + strconv.Itoa(i)
 	}
 	return enqueue.ForgeDelivery{JobID: id, DedupID: dedup, Job: job}
+}
+
+// firstLabel is the added label the trigger fired on: the first of added
+// that the trigger names (any or all), else the first added; one line, cut
+// to the job's bound.
+func firstLabel(t cronsync.ForgeTrigger, added []string) string {
+	for _, l := range added {
+		if contains(t.Any, l) || contains(t.All, l) {
+			return jobs.ClipName(l)
+		}
+	}
+	if len(added) > 0 {
+		return jobs.ClipName(added[0])
+	}
+	return ""
 }

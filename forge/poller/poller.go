@@ -421,6 +421,7 @@ func (p *Poller) pollComments(ctx context.Context, c *github.Client, repo string
 			Kind: forge.KindComment, Action: "created", Repo: repo,
 			Number: issueNumber(cm.GetIssueURL()), PullRequest: strings.Contains(cm.GetHTMLURL(), "/pull/"),
 			SenderID: cm.GetUser().GetID(), SenderLogin: cm.GetUser().GetLogin(), Comment: cm.GetBody(),
+			CommentID: cm.GetID(),
 		}
 		if ev.Number > 0 && ev.SenderID > 0 {
 			if _, err := p.cfg.Handler.Handle(ctx, ev); err != nil {
@@ -760,7 +761,7 @@ func (p *Poller) handReviews(ctx context.Context, repo string, n int, labels []s
 			Forge: jobs.ForgeGitHub, DeliveryID: "poll-r" + strconv.FormatInt(r.GetID(), 10),
 			Kind: forge.KindPullRequest, Action: "review_submitted", Repo: repo, Number: n, PullRequest: true,
 			SenderID: r.GetUser().GetID(), SenderLogin: r.GetUser().GetLogin(), Labels: labels,
-			ReviewState: strings.ToLower(r.GetState()),
+			ReviewState: strings.ToLower(r.GetState()), ReviewID: r.GetID(),
 		}
 		if ev.SenderID > 0 {
 			if _, err := p.cfg.Handler.Handle(ctx, ev); err != nil {
