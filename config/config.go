@@ -148,6 +148,14 @@ type Config struct {
 	ScopedLimitsFile string
 	// PauseWindowsFile holds pause windows; empty means none. PI_PAUSE_WINDOWS_FILE.
 	PauseWindowsFile string
+	// FlowsDir is a folder of the operator's flows, one <name>.md each,
+	// adding to or overriding the built-ins; Flows reads it (flows.go).
+	// PI_FLOWS_DIR, an absolute clean path; unset: the built-in flows only.
+	FlowsDir string
+	// EventMaxComments is how many of the thread's last comments a forge
+	// job's event carries (0: none). PI_EVENT_MAX_COMMENTS, 0..100,
+	// defaults to 20.
+	EventMaxComments int
 	// Spend holds the dollar and token caps and the monthly window.
 	Spend Spend
 	// Gateway holds the model gateway's settings and the metrics address.
@@ -194,9 +202,10 @@ func Default() Config {
 
 func defaultConfig(logsDir string) Config {
 	return Config{
-		ValkeyURL:    DefaultValkeyURL,
-		BullMQLayout: DefaultBullMQLayout,
-		DailyCap:     DefaultDailyCap,
+		ValkeyURL:        DefaultValkeyURL,
+		BullMQLayout:     DefaultBullMQLayout,
+		DailyCap:         DefaultDailyCap,
+		EventMaxComments: DefaultEventMaxComments,
 		Settings: dispatch.Settings{
 			WorkerName:           fleet.DefaultName(),
 			Concurrency:          DefaultConcurrency,
@@ -267,6 +276,7 @@ func Load(getenv func(string) string) (Config, error) {
 	r.readReport(&c)
 	r.readTrust(&c)
 	r.readFolders(&c)
+	r.readFlows(&c)
 
 	// An explicit 0 for the weekly cap is refused: unset is how the window is disabled,
 	// and a cap of 0 reads like "no starts allowed".
@@ -434,6 +444,7 @@ func (c Config) problems(raw map[string]string) ConfigErrors {
 	c.reportProblems(p)
 	c.trustProblems(p)
 	c.folderProblems(p)
+	c.flowProblems(p)
 	return p.errs
 }
 

@@ -99,9 +99,10 @@ func TestLoad_Defaults(t *testing.T) {
 	c, err := config.Load(envOf(nil))
 	require.NoError(t, err)
 	want := config.Config{
-		ValkeyURL:    "redis://127.0.0.1:6379",
-		BullMQLayout: 6,
-		DailyCap:     25,
+		ValkeyURL:        "redis://127.0.0.1:6379",
+		BullMQLayout:     6,
+		DailyCap:         25,
+		EventMaxComments: 20,
 		Settings: dispatch.Settings{
 			WorkerName:           fleet.DefaultName(),
 			Concurrency:          3,
