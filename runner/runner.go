@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -230,6 +232,11 @@ func (d *Docker) Run(ctx context.Context, spec Spec) (Result, error) {
 		return d.failedBeforeStart(ctx, res, fmt.Errorf("inspect image %q: %w", spec.Image, err))
 	}
 	cs.Image, res.ImageID = imageID, imageID
+	if spec.OutDir != "" {
+		if err := makeOutMountPoint(spec.JobDir); err != nil {
+			return res, err
+		}
+	}
 
 	log := d.log.With("host", spec.Worker, "job", spec.JobID, "container", cs.Name)
 	var out *outputFile
@@ -367,10 +374,15 @@ func jobLabels(spec Spec) (map[string]string, error) {
 	return labels, nil
 }
 
-// jobMounts mounts the folders the job sets at the fixed paths of the container contract.
+// OutTarget is where Spec.OutDir is mounted: inside the read-only /job.
+const OutTarget = "/job/out"
+
+// jobMounts mounts the folders the job sets at the fixed paths of the
+// container contract. /job/out follows /job, which it is mounted inside.
 func jobMounts(spec Spec) ([]bindMount, error) {
 	var mounts []bindMount
-	for _, m := range []bindMount{{spec.JobDir, "/job", true}, {spec.WorkspaceDir, "/workspace", false}, {spec.ModelSocketDir, "/run/pidispatch", true}} {
+	for _, m := range []bindMount{{spec.JobDir, "/job", true}, {spec.OutDir, OutTarget, false},
+		{spec.WorkspaceDir, "/workspace", false}, {spec.ModelSocketDir, "/run/pidispatch", true}} {
 		if m.Source == "" {
 			continue
 		}
@@ -380,7 +392,47 @@ func jobMounts(spec Spec) ([]bindMount, error) {
 		m.Source = filepath.Clean(m.Source)
 		mounts = append(mounts, m)
 	}
+	if err := checkOutDir(spec); err != nil {
+		return nil, err
+	}
 	return mounts, nil
+}
+
+// checkOutDir refuses an output folder that would not stay a folder inside a
+// read-only /job: one with no /job to be inside, or one that is the job
+// folder or holds it, through which the job could rewrite its own job.json.
+func checkOutDir(spec Spec) error {
+	if spec.OutDir == "" {
+		return nil
+	}
+	if spec.JobDir == "" {
+		return invalidSpec("an output folder (%s) needs the job folder (/job) it is mounted inside", OutTarget)
+	}
+	if rel, err := filepath.Rel(filepath.Clean(spec.OutDir), filepath.Clean(spec.JobDir)); err == nil &&
+		rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return invalidSpec("the output folder (%s) may not be the job folder or hold it: /job would be writable", OutTarget)
+	}
+	return nil
+}
+
+// makeOutMountPoint makes the folder /job/out is mounted on, an empty "out"
+// in the job folder, when it is missing: with /job mounted read-only the
+// engine cannot make it (runc's mkdir fails with EROFS), and the host's
+// folder is the only place it can be made. Something else of that name
+// (a file, a symbolic link) is an error.
+func makeOutMountPoint(jobDir string) error {
+	p := filepath.Join(jobDir, filepath.Base(OutTarget))
+	err := os.Mkdir(p, 0o755)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("mount point of %s: %w", OutTarget, err)
+	}
+	if fi, err := os.Lstat(p); err != nil || !fi.IsDir() {
+		return fmt.Errorf("mount point of %s: %s exists and is not a folder", OutTarget, p)
+	}
+	return nil
 }
 
 // checkUserNetwork refuses a user an image could resolve to someone else and a shared network namespace.

@@ -149,6 +149,11 @@ func TestRunRefusesInvalidSpec(t *testing.T) {
 		"container network":  func(s *Spec) { s.Network = "container:abc" },
 		"relative job dir":   func(s *Spec) { s.JobDir = "jobs/1" },
 		"relative workspace": func(s *Spec) { s.WorkspaceDir = "./ws" },
+		"relative out dir":   func(s *Spec) { s.JobDir, s.OutDir = "/srv/jobs/1", "out" },
+		"out dir, no job":    func(s *Spec) { s.OutDir = "/srv/out/1" },
+		"out dir is job dir": func(s *Spec) { s.JobDir, s.OutDir = "/srv/jobs/1", "/srv/jobs/1/." },
+		"out dir holds job":  func(s *Spec) { s.JobDir, s.OutDir = "/srv/jobs/1", "/srv/jobs" },
+		"out dir with NUL":   func(s *Spec) { s.JobDir, s.OutDir = "/srv/jobs/1", "/srv/out\x00" },
 		"negative memory":    func(s *Spec) { s.Memory = -1 },
 		"tiny memory":        func(s *Spec) { s.Memory = 1024 },
 		"NaN cpus":           func(s *Spec) { s.CPUs = math.NaN() },
@@ -178,6 +183,48 @@ func TestRunRefusesInvalidSpec(t *testing.T) {
 				t.Fatalf("engine was called: %q", eng.callLog())
 			}
 		})
+	}
+}
+
+// An output folder is mounted read-write at /job/out, after the read-only
+// /job it is inside, and its mount point is made in the job folder (the
+// engine cannot make it in a read-only /job); a job folder whose "out" is
+// something else than a folder is refused before anything is created.
+func TestRunMountsTheOutputFolder(t *testing.T) {
+	eng := newFakeEngine()
+	d, _ := newTestDocker(t, eng, Config{})
+	spec := baseSpec()
+	jobDir, out := t.TempDir(), t.TempDir()
+	spec.JobDir, spec.OutDir, spec.WorkspaceDir = jobDir, out+"/", "/srv/ws/1"
+	if _, err := d.Run(context.Background(), spec); err != nil {
+		t.Fatal(err)
+	}
+	want := []bindMount{{jobDir, "/job", true}, {out, "/job/out", false}, {"/srv/ws/1", "/workspace", false}}
+	if got := eng.created[0].Mounts; !slices.Equal(got, want) {
+		t.Fatalf("mounts %+v\nwant   %+v", got, want)
+	}
+	if fi, err := os.Lstat(filepath.Join(jobDir, "out")); err != nil || !fi.IsDir() {
+		t.Fatalf("mount point in the job folder: %v %v", fi, err)
+	}
+	// Made once, found the next time.
+	spec.JobID = "job-2"
+	if _, err := d.Run(context.Background(), spec); err != nil {
+		t.Fatal(err)
+	}
+
+	eng = newFakeEngine()
+	d, _ = newTestDocker(t, eng, Config{})
+	jobDir = t.TempDir()
+	if err := os.Symlink("/etc", filepath.Join(jobDir, "out")); err != nil {
+		t.Fatal(err)
+	}
+	spec.JobDir = jobDir
+	res, err := d.Run(context.Background(), spec)
+	if err == nil || !strings.Contains(err.Error(), "is not a folder") || !res.NeverStarted {
+		t.Fatalf("err %v res %+v", err, res)
+	}
+	if got := eng.callLog(); !slices.Equal(got, []string{"imageID job:latest"}) {
+		t.Fatalf("calls %q", got)
 	}
 }
 

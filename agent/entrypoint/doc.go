@@ -1,6 +1,7 @@
 // Package entrypoint is the agent image's entrypoint: it turns the job the
-// worker wrote to /job/job.json into one headless run of the pi coding agent
-// in /workspace, watches pi's JSON event stream, enforces the job's turn and
+// worker wrote to /job/job.json (and, for a flow job, the prompt the host
+// rendered into /job/prompt.md, given to pi on its stdin) into one headless
+// run of the pi coding agent in /workspace, watches pi's JSON event stream, enforces the job's turn and
 // cost limits (pi has no flag for either), and ends with the exit protocol of
 // docs/container-contract.md: a readable transcript on stderr, the exit line
 // with the run's telemetry last on stdout, and exit code 0 (completed), 1

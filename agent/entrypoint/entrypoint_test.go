@@ -185,32 +185,36 @@ func TestParseJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	args := j.Args("/workspace/.pi/sessions")
+	// The prompt is not an argument (pi reads it from stdin), so a task
+	// that looks like a flag needs no escaping.
 	want := []string{"--mode", "json", "--approve", "--provider", "anthropic", "--model", "claude-haiku-4-5", "--thinking", "low",
-		"--tools", "read,edit,write,grep,find,ls", "--no-session", " -rf everything"}
+		"--tools", "read,edit,write,grep,find,ls", "--no-session"}
 	if !slices.Equal(args, want) {
 		t.Fatalf("args = %q\nwant   %q", args, want)
 	}
-	if j.MaxTurns != DefaultMaxTurns {
-		t.Fatalf("maxTurns = %d", j.MaxTurns)
+	if j.MaxTurns != DefaultMaxTurns || j.Prompt() != "-rf everything" {
+		t.Fatalf("maxTurns = %d, prompt %q", j.MaxTurns, j.Prompt())
 	}
 	j.Resume, j.Command, j.Task = true, "review", "the diff"
-	if args := j.Args("/s"); !slices.Contains(args, "--continue") || args[len(args)-1] != "/review the diff" {
-		t.Fatalf("resume args = %q", args)
+	if args := j.Args("/s"); !slices.Equal(args[len(args)-3:], []string{"--continue", "--session-dir", "/s"}) || j.Prompt() != "/review the diff" {
+		t.Fatalf("resume args = %q, prompt %q", args, j.Prompt())
 	}
-	for _, bad := range []string{`{"task":`, `{"task":"x"} {}`, `{"jobId":"a"}`, `{"task":"x","maxCostUsd":"free"}`, `[]`} {
+	for _, bad := range []string{`{"task":`, `{"task":"x"} {}`, `{"task":"x","maxCostUsd":"free"}`, `[]`} {
 		if _, err := ParseJob([]byte(bad), func(string) string { return "" }); err == nil {
 			t.Errorf("ParseJob(%s) accepted", bad)
 		}
 	}
 }
 
-// fakePi writes a script that records its argv and environment, prints
-// events from a recorded file, then behaves as told ("exit" or "hang").
+// fakePi writes a script that records its argv (in argvFile), its stdin
+// (argvFile+".stdin") and environment, prints events from a recorded file,
+// then behaves as told ("exit" or "hang").
 func fakePi(t *testing.T, events, then string) (cmd []string, argvFile string) {
 	t.Helper()
 	dir := t.TempDir()
 	argvFile = filepath.Join(dir, "argv")
 	script := "#!/bin/sh\nprintf '%s\\n' \"$@\" > " + argvFile + "\n" +
+		"cat > " + argvFile + ".stdin\n" +
 		"cat \"$PI_CODING_AGENT_DIR/models.json\" > " + argvFile + ".models 2>/dev/null\n" +
 		"echo \"pi says the key is $ANTHROPIC_API_KEY\" >&2\n"
 	if events != "" {
@@ -240,7 +244,13 @@ type runResult struct {
 
 func runMain(t *testing.T, job string, pi []string, env map[string]string, o Options) runResult {
 	t.Helper()
-	dir := t.TempDir()
+	return runMainIn(t, t.TempDir(), job, pi, env, o)
+}
+
+// runMainIn runs Main with the job folder dir, where a test may have put a
+// prompt.md.
+func runMainIn(t *testing.T, dir, job string, pi []string, env map[string]string, o Options) runResult {
+	t.Helper()
 	o.JobFile = filepath.Join(dir, "job.json")
 	if err := os.WriteFile(o.JobFile, []byte(job), 0o644); err != nil {
 		t.Fatal(err)

@@ -111,11 +111,15 @@ func TestRecordPiRuns(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, pi[0], append(append([]string{}, pi[1:]...), job.Args(filepath.Join(ws, ".pi", "sessions"))...)...)
-			cmd.Dir, cmd.Env = ws, piEnv
+			// The prompt on stdin, as Main gives it.
+			cmd.Dir, cmd.Env, cmd.Stdin = ws, piEnv, strings.NewReader(job.Prompt())
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			if err := cmd.Run(); err != nil {
 				t.Fatalf("pi: %v\n%s", err, stderr.String())
+			}
+			if reqs := fp.Requests(); len(reqs) == 0 || !bytes.Contains(reqs[0].Body, []byte(jsonString(r.task))) {
+				t.Fatalf("pi's first request does not carry the task %q", r.task)
 			}
 			// The header's folder and the temporary paths are the machine's.
 			out := strings.ReplaceAll(stdout.String(), ws, "/workspace")

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode/utf8"
 )
 
 // Exit codes of the container contract.
@@ -47,15 +48,24 @@ const (
 
 // Fixed paths of the container contract.
 const (
-	JobFile     = "/job/job.json"
+	JobFile = "/job/job.json"
+	// PromptFile is the prompt the host rendered for a flow job (the flow's
+	// template, the operator's instructions, the task or the forge event).
+	PromptFile  = "/job/prompt.md"
 	Workspace   = "/workspace"
 	ModelSocket = "/run/pidispatch/model.sock"
 )
+
+// PromptShownBytes bounds how much of the prompt the transcript shows, so
+// a prompt of a few hundred KiB leaves the transcript room for the run.
+const PromptShownBytes = 64 << 10
 
 // Options are a run's surroundings; the zero value of each field is the
 // image's (see the constants above).
 type Options struct {
 	JobFile, Workspace, ModelSocket string
+	// PromptFile defaults to prompt.md beside JobFile.
+	PromptFile string
 	// Pi is the agent's command (default "pi").
 	Pi []string
 	// Getenv and Environ read the environment (default os.Getenv,
@@ -76,6 +86,7 @@ type Options struct {
 
 func (o Options) withDefaults() Options {
 	o.JobFile = firstOf(o.JobFile, JobFile)
+	o.PromptFile = firstOf(o.PromptFile, filepath.Join(filepath.Dir(o.JobFile), filepath.Base(PromptFile)))
 	o.Workspace = firstOf(o.Workspace, Workspace)
 	o.ModelSocket = firstOf(o.ModelSocket, ModelSocket)
 	if len(o.Pi) == 0 {
@@ -141,18 +152,15 @@ func Main(ctx context.Context, o Options) int {
 }
 
 func run(ctx context.Context, o Options, tr io.Writer, line *ExitLine) int {
-	data, err := readJob(o.JobFile)
-	var job Job
-	if err == nil {
-		job, err = ParseJob(data, o.Getenv)
-	}
+	job, err := LoadJob(o.JobFile, o.PromptFile, o.Getenv)
 	if err != nil {
-		fmt.Fprintf(tr, "pi-entrypoint: %s: %v\n", o.JobFile, err)
+		fmt.Fprintf(tr, "pi-entrypoint: %v\n", err)
 		line.Outcome, line.Reason = OutcomePolicy, ReasonInvalidJob
 		return ExitPolicy
 	}
 	line.MaxTurns, line.Provider, line.Model = job.MaxTurns, job.Provider, job.Model
 	fmt.Fprintf(tr, "pi-entrypoint: job %s attempt %d: %s/%s, at most %d turns\n", oneLine(job.JobID, 128), job.Attempt, job.Provider, job.Model, job.MaxTurns)
+	showPrompt(tr, job)
 
 	agentDir, err := os.MkdirTemp("", "pi-agent-")
 	if err != nil {
@@ -171,6 +179,31 @@ func run(ctx context.Context, o Options, tr io.Writer, line *ExitLine) int {
 		line.Provider, line.Model = t.Provider, t.Model
 	}
 	return classify(t, stopped, err, tr, line)
+}
+
+// showPrompt writes what pi is asked to the transcript, before anything of
+// pi's, so a reader of the run's log sees what the agent was asked. Every
+// line is quoted with "> ", so no line of the prompt can pass for the
+// entrypoint's or pi's; past PromptShownBytes the rest is only counted.
+func showPrompt(tr io.Writer, job Job) {
+	prompt := job.Prompt()
+	shown := prompt
+	if len(shown) > PromptShownBytes {
+		cut := PromptShownBytes
+		for cut > 0 && !utf8.RuneStart(shown[cut]) {
+			cut--
+		}
+		shown = shown[:cut]
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "pi-entrypoint: the prompt (from %s, %d bytes), given to pi on its standard input:\n", job.PromptFrom, len(prompt))
+	for _, l := range strings.Split(strings.TrimSuffix(shown, "\n"), "\n") {
+		b.WriteString("> " + l + "\n")
+	}
+	if len(shown) < len(prompt) {
+		fmt.Fprintf(&b, "pi-entrypoint: [the prompt goes on: %d of its %d bytes shown here; pi was given all of it]\n", len(shown), len(prompt))
+	}
+	_, _ = io.WriteString(tr, b.String())
 }
 
 func crashed(tr io.Writer, line *ExitLine, what string, err error) int {
@@ -250,6 +283,7 @@ func runPi(ctx context.Context, o Options, job Job, env []string, sessionDir str
 	asked := p.follow(out, &t, job)
 	t.Finish()
 	err = p.cmd.Wait()
+	<-p.fed
 	p.stderr.Flush()
 	p.release(asked)
 	if asked == "" && ctx.Err() != nil {
@@ -267,6 +301,9 @@ type piRun struct {
 	tr     io.Writer
 	cmd    *exec.Cmd
 	stderr *lineWriter
+	// fed is closed once the prompt was written to pi's stdin, or the
+	// write ended because pi exited without reading it.
+	fed chan struct{}
 	// stop asks for pi to be stopped, with the reason ("" for no stop);
 	// halted is closed once that request, or ctx's end, is dealt with.
 	stop   chan string
@@ -278,7 +315,8 @@ type piRun struct {
 	settleHalted atomic.Bool
 }
 
-// start starts pi in its own process group, so a stop reaches its children, and returns its stdout.
+// start starts pi in its own process group, so a stop reaches its children,
+// gives it the prompt on its stdin, and returns its stdout.
 func (p *piRun) start(job Job, env []string, sessionDir string) (io.Reader, error) {
 	cmd := exec.Command(p.o.Pi[0], append(append([]string{}, p.o.Pi[1:]...), job.Args(sessionDir)...)...)
 	cmd.Dir = p.o.Workspace
@@ -290,11 +328,32 @@ func (p *piRun) start(job Job, env []string, sessionDir string) (io.Reader, erro
 	if err != nil {
 		return nil, err
 	}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
 	p.cmd = cmd
+	p.fed = feed(in, job.Prompt())
 	return out, nil
+}
+
+// feed writes the prompt to pi's stdin and closes it. pi reads piped stdin
+// to its end as its first message (trimmed) before it starts, and a pipe,
+// unlike an argument, has no size limit and no '-' or '@' that pi's
+// argument parser would take for a flag or a file. The write goes on in
+// the background, since a pipe holds 64 KiB and pi reads only once it is
+// up; a pi that exits without reading ends it when Wait closes the pipe.
+func feed(w io.WriteCloser, prompt string) chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = io.WriteString(w, prompt)
+		_ = w.Close()
+	}()
+	return done
 }
 
 // stopWhenAsked stops pi when a limit asks for it or ctx ends, so a stopped container still ends its run.

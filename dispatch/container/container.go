@@ -36,6 +36,14 @@ type Spec struct {
 	// WorkspaceDir, when set, is an absolute host folder mounted read-write
 	// at /workspace.
 	WorkspaceDir string
+	// OutDir, when set, is an absolute host folder mounted read-write at
+	// /job/out, inside the read-only /job: the one place under /job the job
+	// may write, for what it hands back to the host (a pull request's
+	// title and body, say), which the host reads and checks after the run.
+	// It needs JobDir, in which the runtime makes the mount point (an
+	// empty folder "out") when it is missing, and may not be JobDir or a
+	// folder that holds it. Empty: none.
+	OutDir string
 	// ModelSocketDir, when set, is an absolute host folder mounted read-only
 	// at /run/pidispatch: the folder of the job's model socket.
 	ModelSocketDir string
