@@ -23,7 +23,9 @@ import (
 // GitHub is a double of GitHub's REST API, in go-github's types, for one App
 // installation whose repositories live on a GitServer. It mints installation
 // tokens (checking the App's RS256 JWT), answers repositories, branches, pull
-// requests and comments, and can be told to fail.
+// requests and comments, and what a job's event is read from (issues, their
+// comments and events, reviews, changed files: github_event.go), and can be
+// told to fail.
 type GitHub struct {
 	URL string
 
@@ -44,6 +46,8 @@ type GitHub struct {
 	calls map[string]int
 	// perms are people's permissions by "owner/name/login".
 	perms map[string]string
+	// ids numbers what the double makes (comments, events, reviews).
+	ids int64
 }
 
 // AppSlug is the double's App's slug; its bot user is AppSlug+"[bot]" with
@@ -70,6 +74,10 @@ type ghRepo struct {
 	pulls         []*github.PullRequest
 	comments      map[int][]string
 	gone          bool
+	// What an event is read from (github_event.go).
+	issues  map[int]*ghIssue
+	reviews map[int64]*ghReview
+	files   map[int][]*github.CommitFile
 }
 
 type fault struct {
@@ -97,6 +105,7 @@ func StartGitHub(t testing.TB, git *GitServer, appID int64, key *rsa.PublicKey, 
 	mux.HandleFunc("GET /app", g.app)
 	mux.HandleFunc("GET /users/{login}", g.user)
 	mux.HandleFunc("GET /repos/{owner}/{name}/collaborators/{user}/permission", g.permission)
+	g.eventRoutes(mux)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		g.mu.Lock()
 		g.calls[r.Method+" "+r.URL.Path]++
@@ -168,7 +177,13 @@ func (g *GitHub) permission(w http.ResponseWriter, r *http.Request) {
 	if !known {
 		p = "none"
 	}
-	writeJSON(w, http.StatusOK, github.RepositoryPermissionLevel{Permission: github.Ptr(p), RoleName: github.Ptr(p),
+	// As GitHub answers: the role's name, and the permission it grants of
+	// the older three (maintain is write, triage is read).
+	permission := map[string]string{"maintain": "write", "triage": "read"}[p]
+	if permission == "" {
+		permission = p
+	}
+	writeJSON(w, http.StatusOK, github.RepositoryPermissionLevel{Permission: github.Ptr(permission), RoleName: github.Ptr(p),
 		User: &github.User{Login: github.Ptr(login)}})
 }
 
@@ -183,7 +198,8 @@ func (g *GitHub) SetClock(now func() time.Time) {
 func (g *GitHub) AddRepo(repo, defaultBranch string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.repos[repo] = &ghRepo{defaultBranch: defaultBranch, protected: map[string]bool{defaultBranch: true}, comments: map[int][]string{}}
+	g.repos[repo] = &ghRepo{defaultBranch: defaultBranch, protected: map[string]bool{defaultBranch: true}, comments: map[int][]string{},
+		issues: map[int]*ghIssue{}, reviews: map[int64]*ghReview{}, files: map[int][]*github.CommitFile{}}
 }
 
 // Protect marks branch of repo protected.
@@ -385,6 +401,7 @@ func (g *GitHub) repo(w http.ResponseWriter, r *http.Request) {
 		FullName:      github.Ptr(repo),
 		CloneURL:      github.Ptr(g.git.CloneURL(repo)),
 		DefaultBranch: github.Ptr(rp.defaultBranch),
+		HTMLURL:       github.Ptr(g.URL + repo),
 	})
 }
 
@@ -488,8 +505,9 @@ func (g *GitHub) comment(w http.ResponseWriter, r *http.Request) {
 	}
 	g.mu.Lock()
 	rp.comments[n] = append(rp.comments[n], c.GetBody())
+	posted := g.addComment(rp, n, AppSlug+"[bot]", c.GetBody())
 	g.mu.Unlock()
-	writeJSON(w, http.StatusCreated, github.IssueComment{Body: c.Body})
+	writeJSON(w, http.StatusCreated, posted)
 }
 
 // OpenPull opens a pull request from head to base of repo (both branches of

@@ -17,7 +17,7 @@ import (
 // GitLab is a double of GitLab's REST API (v4), in client-go's types, whose
 // projects live on a GitServer. Parent is the host's token: it may create
 // project access tokens, which open the git server and the API to their
-// project.
+// project. What a job's event is read from is in gitlab_event.go.
 type GitLab struct {
 	URL    string
 	Parent string
@@ -30,6 +30,10 @@ type GitLab struct {
 	ids      map[int64]string  // token id -> token
 	revoked  []string
 	minted   []gitlab.CreateProjectAccessTokenOptions
+	users    map[string]int64 // login -> id
+	seq      int64            // numbers notes and events
+	faults   []fault
+	calls    map[string]int // "METHOD sub"
 }
 
 type glProject struct {
@@ -38,6 +42,8 @@ type glProject struct {
 	protected     []string
 	mrs           []*gitlab.MergeRequest
 	notes         map[string][]string // "issue/N" or "mr/N"
+	threads       map[string]*glThread
+	members       map[int64]gitlab.AccessLevelValue
 }
 
 // StartGitLab starts the double.
@@ -61,7 +67,8 @@ func (g *GitLab) AddProject(repo, defaultBranch string, protected ...string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.projects[repo] = &glProject{id: int64(len(g.projects) + 1), defaultBranch: defaultBranch,
-		protected: append([]string{defaultBranch}, protected...), notes: map[string][]string{}}
+		protected: append([]string{defaultBranch}, protected...), notes: map[string][]string{},
+		threads: map[string]*glThread{}, members: map[int64]gitlab.AccessLevelValue{}}
 }
 
 // MergeRequests are repo's merge requests.
@@ -118,15 +125,21 @@ func (g *GitLab) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.fail(w, r.Method, sub) {
+		return
+	}
 	p, ok := g.authorize(w, repo, tok)
 	if !ok {
 		return
 	}
 	parts := strings.Split(sub, "/")
+	if g.serveEvent(w, r, p, parts) {
+		return
+	}
 	switch {
 	case r.Method == http.MethodGet && sub == "":
 		writeJSON(w, http.StatusOK, gitlab.Project{ID: p.id, PathWithNamespace: repo, DefaultBranch: p.defaultBranch,
-			HTTPURLToRepo: g.git.CloneURL(repo)})
+			HTTPURLToRepo: g.git.CloneURL(repo), WebURL: g.URL + "/" + repo})
 	case r.Method == http.MethodPost && sub == "access_tokens":
 		g.mintToken(w, r, repo, tok)
 	case r.Method == http.MethodDelete && len(parts) == 2 && parts[0] == "access_tokens":
@@ -263,8 +276,10 @@ func (g *GitLab) createNote(w http.ResponseWriter, r *http.Request, p *glProject
 	if kind == "merge_requests" {
 		key = fmt.Sprintf("mr/%d", n)
 	}
-	if opt.Body != nil {
-		p.notes[key] = append(p.notes[key], *opt.Body)
+	if opt.Body == nil {
+		writeJSON(w, http.StatusBadRequest, glError{"400 body is missing"})
+		return
 	}
-	writeJSON(w, http.StatusCreated, gitlab.Note{Body: *opt.Body})
+	p.notes[key] = append(p.notes[key], *opt.Body)
+	writeJSON(w, http.StatusCreated, g.addNote(p, key, glBot, *opt.Body, false))
 }

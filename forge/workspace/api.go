@@ -2,13 +2,19 @@ package workspace
 
 import (
 	"context"
+	"time"
 
 	"github.com/pidispatch/pidispatch/forge/token"
+	"github.com/pidispatch/pidispatch/jobs"
 )
 
 // API is what the host asks of a forge's REST API for one job, with the job's
 // token. Errors wrap token.ErrRefused, token.ErrNoRepository or
 // token.ErrUnavailable where the forge's answer says which.
+//
+// The reading methods (Issue to Permission) build the job's event: they
+// answer the forge's text as it is, and the caller clips it (jobs.Clip)
+// before anyone sees it.
 type API interface {
 	// Repository answers the clone URL and default branch of repo.
 	Repository(ctx context.Context, tok token.Token, repo string) (Repository, error)
@@ -25,6 +31,28 @@ type API interface {
 	Comment(ctx context.Context, tok token.Token, repo string, number int, pullRequest bool, body string) error
 	// GitUser is the user name git sends with the token (basic auth).
 	GitUser() string
+
+	// Issue answers issue or pull request number: for a pull request, its
+	// conversation (title, description, labels).
+	Issue(ctx context.Context, tok token.Token, repo string, number int, pullRequest bool) (Issue, error)
+	// ChangedFiles answers the first limit files pull request number
+	// changes and how many it changes in all.
+	ChangedFiles(ctx context.Context, tok token.Token, repo string, number, limit int) ([]jobs.EventFile, int, error)
+	// GetComment answers comment id of issue or pull request number.
+	GetComment(ctx context.Context, tok token.Token, repo string, number int, pullRequest bool, id int64) (IssueComment, error)
+	// LastComments answers the last n comments of the thread of number,
+	// oldest first, and how many comments the thread has in all (the forge's
+	// own notes of events, such as a label added, are not comments).
+	LastComments(ctx context.Context, tok token.Token, repo string, number int, pullRequest bool, n int) ([]IssueComment, int, error)
+	// Review answers review id of pull request number with at most maxNotes
+	// of its inline comments; nil when the forge has no reviews (GitLab).
+	Review(ctx context.Context, tok token.Token, repo string, number int, id int64, maxNotes int) (*Review, error)
+	// LabelAddedBy answers who last added label to number; a zero Person
+	// when the forge does not say.
+	LabelAddedBy(ctx context.Context, tok token.Token, repo string, number int, pullRequest bool, label string) (Person, error)
+	// Permission answers who's permission on repo in jobs.EventPerson's
+	// words: admin, maintain, write, triage, read or none.
+	Permission(ctx context.Context, tok token.Token, repo string, who Person) (string, error)
 }
 
 // Repository is the forge's answer for a repository.
@@ -32,6 +60,8 @@ type Repository struct {
 	// CloneURL is the HTTP(S) URL git clones and pushes over.
 	CloneURL      string
 	DefaultBranch string
+	// WebURL is the repository's page, for the job's event.
+	WebURL string
 }
 
 // PullHead is where a pull request's head is.
@@ -45,6 +75,8 @@ type PullHead struct {
 	Branch string
 	// Base is the branch the pull request targets.
 	Base string
+	// Head is the head branch's name, in whichever repository it lives.
+	Head string
 }
 
 // NewPullRequest is a pull request to open.
@@ -52,4 +84,46 @@ type NewPullRequest struct {
 	Title, Body string
 	Head, Base  string
 	Draft       bool
+}
+
+// Person is someone on the forge as an answer names them: their login, and
+// the forge's numeric id when it gave one (GitLab's permission lookup needs
+// it).
+type Person struct {
+	Login string
+	ID    int64
+}
+
+// Issue is an issue or a pull request's conversation, as the forge wrote it.
+type Issue struct {
+	Number                  int
+	Title, Body, State, URL string
+	Author                  Person
+	Labels                  []string
+}
+
+// IssueComment is one comment of a thread.
+type IssueComment struct {
+	ID      int64
+	Author  Person
+	Body    string
+	Created time.Time
+}
+
+// Review is a submitted review of a pull request.
+type Review struct {
+	ID     int64
+	State  string
+	Author Person
+	Body   string
+	Notes  []ReviewNote
+}
+
+// ReviewNote is one inline comment of a review.
+type ReviewNote struct {
+	ID     int64
+	Path   string
+	Line   int
+	Author Person
+	Body   string
 }

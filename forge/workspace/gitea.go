@@ -2,13 +2,18 @@ package workspace
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 
 	"code.gitea.io/sdk/gitea"
 
 	"github.com/pidispatch/pidispatch/forge/token"
+	"github.com/pidispatch/pidispatch/jobs"
 )
 
 // Gitea is the API of a Forgejo or Gitea instance at URL (its web root).
@@ -54,7 +59,7 @@ func (g *Gitea) Repository(ctx context.Context, tok token.Token, repo string) (R
 	if err != nil {
 		return Repository{}, giteaErr(resp, err)
 	}
-	return Repository{CloneURL: r.CloneURL, DefaultBranch: r.DefaultBranch}, nil
+	return Repository{CloneURL: r.CloneURL, DefaultBranch: r.DefaultBranch, WebURL: r.HTMLURL}, nil
 }
 
 // PullRequest implements API.
@@ -73,7 +78,7 @@ func (g *Gitea) PullRequest(ctx context.Context, tok token.Token, repo string, n
 	}
 	h := PullHead{Ref: fmt.Sprintf("refs/pull/%d/head", number)}
 	if pr.Head != nil {
-		h.SHA = pr.Head.Sha
+		h.SHA, h.Head = pr.Head.Sha, pr.Head.Ref
 		if pr.Head.Repository != nil && strings.EqualFold(pr.Head.Repository.FullName, repo) {
 			h.Branch = pr.Head.Ref
 		}
@@ -170,4 +175,239 @@ func (g *Gitea) Comment(ctx context.Context, tok token.Token, repo string, numbe
 		return giteaErr(resp, err)
 	}
 	return nil
+}
+
+// giteaPageSize is the page Gitea and Forgejo answer by default at most.
+const giteaPageSize = 50
+
+func giteaPerson(u *gitea.User) Person {
+	if u == nil {
+		return Person{}
+	}
+	return Person{Login: u.UserName, ID: u.ID}
+}
+
+// Issue implements API: an issue, or a pull request's conversation (they
+// share their numbers).
+func (g *Gitea) Issue(ctx context.Context, tok token.Token, repo string, number int, _ bool) (Issue, error) {
+	owner, name, c, err := g.open(ctx, tok, repo)
+	if err != nil {
+		return Issue{}, err
+	}
+	is, resp, err := c.GetIssue(owner, name, int64(number))
+	if err != nil {
+		return Issue{}, giteaErr(resp, err)
+	}
+	out := Issue{Number: int(is.Index), Title: is.Title, Body: is.Body, State: string(is.State), URL: is.HTMLURL,
+		Author: giteaPerson(is.Poster)}
+	for _, l := range is.Labels {
+		out.Labels = append(out.Labels, l.Name)
+	}
+	return out, nil
+}
+
+func (g *Gitea) open(ctx context.Context, tok token.Token, repo string) (owner, name string, c *gitea.Client, err error) {
+	if owner, name, err = splitRepo(repo); err != nil {
+		return "", "", nil, err
+	}
+	c, err = g.client(ctx, tok)
+	return owner, name, c, err
+}
+
+// ChangedFiles implements API: a page at a time up to limit; the forge
+// counts them (X-Total-Count).
+func (g *Gitea) ChangedFiles(ctx context.Context, tok token.Token, repo string, number, limit int) ([]jobs.EventFile, int, error) {
+	owner, name, c, err := g.open(ctx, tok, repo)
+	if err != nil {
+		return nil, 0, err
+	}
+	var out []jobs.EventFile
+	total := 0
+	for page := 1; page > 0 && len(out) < limit; {
+		files, resp, err := c.ListPullRequestFiles(owner, name, int64(number), gitea.ListPullRequestFilesOptions{
+			ListOptions: gitea.ListOptions{Page: page, PageSize: giteaPageSize}})
+		if err != nil {
+			return nil, 0, giteaErr(resp, err)
+		}
+		if n, err := strconv.Atoi(resp.Header.Get("X-Total-Count")); err == nil {
+			total = n
+		}
+		for _, f := range files {
+			out = append(out, jobs.EventFile{Path: f.Filename, Status: f.Status, Additions: f.Additions, Deletions: f.Deletions})
+		}
+		page = resp.NextPage
+		if len(files) < giteaPageSize {
+			page = 0
+		}
+	}
+	out = out[:min(len(out), limit)]
+	return out, max(total, len(out)), nil
+}
+
+// GetComment implements API.
+func (g *Gitea) GetComment(ctx context.Context, tok token.Token, repo string, _ int, _ bool, id int64) (IssueComment, error) {
+	owner, name, c, err := g.open(ctx, tok, repo)
+	if err != nil {
+		return IssueComment{}, err
+	}
+	cm, resp, err := c.GetIssueComment(owner, name, id)
+	if err != nil {
+		return IssueComment{}, giteaErr(resp, err)
+	}
+	return giteaComment(cm), nil
+}
+
+func giteaComment(cm *gitea.Comment) IssueComment {
+	return IssueComment{ID: cm.ID, Author: giteaPerson(cm.Poster), Body: cm.Body, Created: cm.Created}
+}
+
+// LastComments implements API. The comments API answers the whole thread
+// at once (it takes no page), oldest first, comments only.
+func (g *Gitea) LastComments(ctx context.Context, tok token.Token, repo string, number int, _ bool, n int) ([]IssueComment, int, error) {
+	owner, name, c, err := g.open(ctx, tok, repo)
+	if err != nil {
+		return nil, 0, err
+	}
+	all, resp, err := c.ListIssueComments(owner, name, int64(number), gitea.ListIssueCommentOptions{})
+	if err != nil {
+		return nil, 0, giteaErr(resp, err)
+	}
+	last := all[max(len(all)-n, 0):]
+	out := make([]IssueComment, 0, len(last))
+	for _, cm := range last {
+		out = append(out, giteaComment(cm))
+	}
+	return out, len(all), nil
+}
+
+// giteaReviewStates are Gitea's review states in the words of GitHub's
+// (and of a trigger's reviewState).
+var giteaReviewStates = map[gitea.ReviewStateType]string{
+	gitea.ReviewStateApproved: "approved", gitea.ReviewStateRequestChanges: "changes_requested", gitea.ReviewStateComment: "commented",
+}
+
+// Review implements API.
+func (g *Gitea) Review(ctx context.Context, tok token.Token, repo string, number int, id int64, maxNotes int) (*Review, error) {
+	owner, name, c, err := g.open(ctx, tok, repo)
+	if err != nil {
+		return nil, err
+	}
+	rv, resp, err := c.GetPullReview(owner, name, int64(number), id)
+	if err != nil {
+		return nil, giteaErr(resp, err)
+	}
+	notes, resp, err := c.ListPullReviewComments(owner, name, int64(number), id)
+	if err != nil {
+		return nil, giteaErr(resp, err)
+	}
+	state, ok := giteaReviewStates[rv.State]
+	if !ok {
+		state = strings.ToLower(string(rv.State))
+	}
+	out := &Review{ID: rv.ID, State: state, Author: giteaPerson(rv.Reviewer), Body: rv.Body}
+	for _, nt := range notes[:min(len(notes), maxNotes)] {
+		out.Notes = append(out.Notes, ReviewNote{ID: nt.ID, Path: nt.Path, Line: int(nt.LineNum), Author: giteaPerson(nt.Reviewer), Body: nt.Body})
+	}
+	return out, nil
+}
+
+// giteaTimelinePages bounds the timeline pages read for a label's adding.
+const giteaTimelinePages = 20
+
+// giteaTimelineEntry is an entry of an issue's timeline. The SDK's own
+// TimelineComment declares "label" a list, while Gitea and Forgejo send one
+// object, so the SDK cannot read a label entry: this type reads what the
+// search needs, in the SDK's types.
+type giteaTimelineEntry struct {
+	Type   string       `json:"type"`
+	Body   string       `json:"body"`
+	Poster *gitea.User  `json:"user"`
+	Label  *gitea.Label `json:"label"`
+}
+
+// LabelAddedBy implements API: the latest "label" entry of the issue's
+// timeline adding that label (its body is "1" for an add). The timeline
+// says no total, so it is read from the first page on, at most
+// giteaTimelinePages.
+func (g *Gitea) LabelAddedBy(ctx context.Context, tok token.Token, repo string, number int, _ bool, label string) (Person, error) {
+	owner, name, err := splitRepo(repo)
+	if err != nil {
+		return Person{}, err
+	}
+	var who Person
+	for page := 1; page <= giteaTimelinePages; page++ {
+		entries, err := g.timelinePage(ctx, tok, owner, name, number, page)
+		if err != nil {
+			return Person{}, err
+		}
+		for _, e := range entries {
+			if e.Type == "label" && e.Body == "1" && e.Label != nil && e.Label.Name == label {
+				who = giteaPerson(e.Poster)
+			}
+		}
+		if len(entries) == 0 {
+			break // a page may be short of what it filtered out, so only an empty one ends the timeline
+		}
+	}
+	return who, nil
+}
+
+// maxTimelinePage bounds one timeline page's answer.
+const maxTimelinePage = 8 << 20
+
+// timelinePage reads one page of the issue's timeline with the token, over
+// the client the SDK would use (no redirect followed).
+func (g *Gitea) timelinePage(ctx context.Context, tok token.Token, owner, name string, number, page int) ([]giteaTimelineEntry, error) {
+	u := fmt.Sprintf("%s/api/v1/repos/%s/%s/issues/%d/timeline?page=%d&limit=%d", strings.TrimSuffix(g.URL, "/"),
+		url.PathEscape(owner), url.PathEscape(name), number, page, giteaPageSize)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "token "+tok.Reveal())
+	req.Header.Set("Accept", "application/json")
+	hc := g.HTTPClient
+	if hc == nil {
+		hc = token.NoRedirectClient()
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w: timeline: %w", token.ErrUnavailable, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return nil, token.ClassifyStatus(resp.StatusCode, fmt.Errorf("timeline: %s", resp.Status))
+	}
+	var entries []giteaTimelineEntry
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxTimelinePage)).Decode(&entries); err != nil {
+		return nil, fmt.Errorf("timeline: %w", err)
+	}
+	return entries, nil
+}
+
+// Permission implements API: the collaborator permission, owner shown as
+// admin; a user Gitea does not know has none.
+func (g *Gitea) Permission(ctx context.Context, tok token.Token, repo string, who Person) (string, error) {
+	owner, name, c, err := g.open(ctx, tok, repo)
+	if err != nil {
+		return "", err
+	}
+	p, resp, err := c.CollaboratorPermission(owner, name, who.Login)
+	if resp != nil && resp.StatusCode == http.StatusNotFound {
+		return jobs.PermissionNone, nil
+	}
+	if err != nil {
+		return "", giteaErr(resp, err)
+	}
+	switch p.Permission {
+	case gitea.AccessModeOwner, gitea.AccessModeAdmin:
+		return "admin", nil
+	case gitea.AccessModeWrite:
+		return "write", nil
+	case gitea.AccessModeRead:
+		return "read", nil
+	case gitea.AccessModeNone:
+		return jobs.PermissionNone, nil
+	}
+	return "", fmt.Errorf("gitea permission %q", p.Permission)
 }

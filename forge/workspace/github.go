@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-github/v84/github"
 
 	"github.com/pidispatch/pidispatch/forge/token"
+	"github.com/pidispatch/pidispatch/jobs"
 )
 
 // GitHub is the API of GitHub (or a GitHub Enterprise Server) at APIURL.
@@ -50,7 +51,7 @@ func (g *GitHub) Repository(ctx context.Context, tok token.Token, repo string) (
 	if err != nil {
 		return Repository{}, token.ClassifyHTTP(resp, err)
 	}
-	return Repository{CloneURL: r.GetCloneURL(), DefaultBranch: r.GetDefaultBranch()}, nil
+	return Repository{CloneURL: r.GetCloneURL(), DefaultBranch: r.GetDefaultBranch(), WebURL: r.GetHTMLURL()}, nil
 }
 
 // PullRequest implements API.
@@ -67,7 +68,8 @@ func (g *GitHub) PullRequest(ctx context.Context, tok token.Token, repo string, 
 	if err != nil {
 		return PullHead{}, token.ClassifyHTTP(resp, err)
 	}
-	h := PullHead{Ref: fmt.Sprintf("refs/pull/%d/head", number), SHA: pr.GetHead().GetSHA(), Base: pr.GetBase().GetRef()}
+	h := PullHead{Ref: fmt.Sprintf("refs/pull/%d/head", number), SHA: pr.GetHead().GetSHA(), Base: pr.GetBase().GetRef(),
+		Head: pr.GetHead().GetRef()}
 	if strings.EqualFold(pr.GetHead().GetRepo().GetFullName(), repo) {
 		h.Branch = pr.GetHead().GetRef()
 	}
@@ -151,4 +153,209 @@ func (g *GitHub) Comment(ctx context.Context, tok token.Token, repo string, numb
 		return token.ClassifyHTTP(resp, err)
 	}
 	return nil
+}
+
+// open splits repo and makes the client for tok: what every read needs.
+func (g *GitHub) open(tok token.Token, repo string) (owner, name string, c *github.Client, err error) {
+	if owner, name, err = splitRepo(repo); err != nil {
+		return "", "", nil, err
+	}
+	c, err = g.client(tok)
+	return owner, name, c, err
+}
+
+func ghPerson(u *github.User) Person { return Person{Login: u.GetLogin(), ID: u.GetID()} }
+
+// ghPerPage is the largest page GitHub answers.
+const ghPerPage = 100
+
+// Issue implements API: GitHub answers a pull request's conversation as an
+// issue.
+func (g *GitHub) Issue(ctx context.Context, tok token.Token, repo string, number int, _ bool) (Issue, error) {
+	owner, name, c, err := g.open(tok, repo)
+	if err != nil {
+		return Issue{}, err
+	}
+	is, resp, err := c.Issues.Get(ctx, owner, name, number)
+	if err != nil {
+		return Issue{}, token.ClassifyHTTP(resp, err)
+	}
+	out := Issue{Number: is.GetNumber(), Title: is.GetTitle(), Body: is.GetBody(), State: is.GetState(),
+		URL: is.GetHTMLURL(), Author: ghPerson(is.GetUser())}
+	for _, l := range is.Labels {
+		out.Labels = append(out.Labels, l.GetName())
+	}
+	return out, nil
+}
+
+// ChangedFiles implements API: the pull request says how many files it
+// changes; its files are read a page at a time up to limit.
+func (g *GitHub) ChangedFiles(ctx context.Context, tok token.Token, repo string, number, limit int) ([]jobs.EventFile, int, error) {
+	owner, name, c, err := g.open(tok, repo)
+	if err != nil {
+		return nil, 0, err
+	}
+	pr, resp, err := c.PullRequests.Get(ctx, owner, name, number)
+	if err != nil {
+		return nil, 0, token.ClassifyHTTP(resp, err)
+	}
+	var out []jobs.EventFile
+	for page := 1; page > 0 && len(out) < limit; {
+		files, resp, err := c.PullRequests.ListFiles(ctx, owner, name, number, &github.ListOptions{Page: page, PerPage: ghPerPage})
+		if err != nil {
+			return nil, 0, token.ClassifyHTTP(resp, err)
+		}
+		for _, f := range files {
+			out = append(out, jobs.EventFile{Path: f.GetFilename(), Status: f.GetStatus(), Additions: f.GetAdditions(), Deletions: f.GetDeletions()})
+		}
+		page = resp.NextPage
+	}
+	out = out[:min(len(out), limit)]
+	return out, max(pr.GetChangedFiles(), len(out)), nil
+}
+
+// GetComment implements API.
+func (g *GitHub) GetComment(ctx context.Context, tok token.Token, repo string, _ int, _ bool, id int64) (IssueComment, error) {
+	owner, name, c, err := g.open(tok, repo)
+	if err != nil {
+		return IssueComment{}, err
+	}
+	cm, resp, err := c.Issues.GetComment(ctx, owner, name, id)
+	if err != nil {
+		return IssueComment{}, token.ClassifyHTTP(resp, err)
+	}
+	return ghComment(cm), nil
+}
+
+func ghComment(cm *github.IssueComment) IssueComment {
+	return IssueComment{ID: cm.GetID(), Author: ghPerson(cm.GetUser()), Body: cm.GetBody(), Created: cm.GetCreatedAt().Time}
+}
+
+// LastComments implements API. An issue's comments come oldest first and
+// cannot be asked newest first, so they are read from the last page back
+// until n are in hand.
+func (g *GitHub) LastComments(ctx context.Context, tok token.Token, repo string, number int, _ bool, n int) ([]IssueComment, int, error) {
+	owner, name, c, err := g.open(tok, repo)
+	if err != nil {
+		return nil, 0, err
+	}
+	var got []*github.IssueComment
+	total, err := ghBackwards(func(p int) ([]*github.IssueComment, *github.Response, error) {
+		return c.Issues.ListComments(ctx, owner, name, number, &github.IssueListCommentsOptions{
+			ListOptions: github.ListOptions{Page: p, PerPage: ghPerPage}})
+	}, n/ghPerPage+2, func(page []*github.IssueComment) bool {
+		got = append(append([]*github.IssueComment(nil), page...), got...)
+		return len(got) >= n
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	got = got[max(len(got)-n, 0):]
+	out := make([]IssueComment, 0, len(got))
+	for _, cm := range got {
+		out = append(out, ghComment(cm))
+	}
+	return out, total, nil
+}
+
+// ghBackwards reads a list GitHub answers oldest first from its last page
+// back (the first page says which is the last), handing visit each page
+// until it says done or limit pages were visited. It answers how many items
+// the list holds.
+func ghBackwards[T any](list func(page int) ([]T, *github.Response, error), limit int, visit func([]T) bool) (int, error) {
+	first, resp, err := list(1)
+	if err != nil {
+		return 0, token.ClassifyHTTP(resp, err)
+	}
+	last := max(resp.LastPage, 1)
+	items, total := first, len(first)
+	for p, visited := last, 0; p >= 1 && visited < limit; p, visited = p-1, visited+1 {
+		if p > 1 {
+			if items, resp, err = list(p); err != nil {
+				return 0, token.ClassifyHTTP(resp, err)
+			}
+		} else {
+			items = first
+		}
+		if p == last {
+			total = (last-1)*ghPerPage + len(items)
+		}
+		if visit(items) {
+			break
+		}
+	}
+	return total, nil
+}
+
+// Review implements API.
+func (g *GitHub) Review(ctx context.Context, tok token.Token, repo string, number int, id int64, maxNotes int) (*Review, error) {
+	owner, name, c, err := g.open(tok, repo)
+	if err != nil {
+		return nil, err
+	}
+	rv, resp, err := c.PullRequests.GetReview(ctx, owner, name, number, id)
+	if err != nil {
+		return nil, token.ClassifyHTTP(resp, err)
+	}
+	notes, resp, err := c.PullRequests.ListReviewComments(ctx, owner, name, number, id,
+		&github.ListOptions{PerPage: min(max(maxNotes, 1), ghPerPage)})
+	if err != nil {
+		return nil, token.ClassifyHTTP(resp, err)
+	}
+	out := &Review{ID: rv.GetID(), State: strings.ToLower(rv.GetState()), Author: ghPerson(rv.GetUser()), Body: rv.GetBody()}
+	for _, nt := range notes[:min(len(notes), maxNotes)] {
+		line := nt.GetLine()
+		if line == 0 {
+			line = nt.GetOriginalLine()
+		}
+		out.Notes = append(out.Notes, ReviewNote{ID: nt.GetID(), Path: nt.GetPath(), Line: line, Author: ghPerson(nt.GetUser()), Body: nt.GetBody()})
+	}
+	return out, nil
+}
+
+// labelEventPages bounds how far back the issue's events are searched for
+// the label's adding.
+const labelEventPages = 5
+
+// LabelAddedBy implements API: the latest "labeled" event of the issue's
+// events for that label, read from the last page back.
+func (g *GitHub) LabelAddedBy(ctx context.Context, tok token.Token, repo string, number int, _ bool, label string) (Person, error) {
+	owner, name, c, err := g.open(tok, repo)
+	if err != nil {
+		return Person{}, err
+	}
+	var who Person
+	_, err = ghBackwards(func(p int) ([]*github.IssueEvent, *github.Response, error) {
+		return c.Issues.ListIssueEvents(ctx, owner, name, number, &github.ListOptions{Page: p, PerPage: ghPerPage})
+	}, labelEventPages, func(events []*github.IssueEvent) bool {
+		for i := len(events) - 1; i >= 0; i-- {
+			if e := events[i]; e.GetEvent() == "labeled" && e.GetLabel().GetName() == label {
+				who = ghPerson(e.GetActor())
+				return true
+			}
+		}
+		return false
+	})
+	return who, err
+}
+
+// Permission implements API: the role's name where it is one of GitHub's
+// five, else the permission; a person GitHub does not know has none.
+func (g *GitHub) Permission(ctx context.Context, tok token.Token, repo string, who Person) (string, error) {
+	owner, name, c, err := g.open(tok, repo)
+	if err != nil {
+		return "", err
+	}
+	lvl, resp, err := c.Repositories.GetPermissionLevel(ctx, owner, name, who.Login)
+	if resp != nil && resp.StatusCode == http.StatusNotFound {
+		return jobs.PermissionNone, nil
+	}
+	if err != nil {
+		return "", token.ClassifyHTTP(resp, err)
+	}
+	switch role := lvl.GetRoleName(); role {
+	case "admin", "maintain", "write", "triage", "read":
+		return role, nil
+	}
+	return lvl.GetPermission(), nil
 }

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"net/http"
 	"path"
+	"slices"
 	"strings"
 
 	gitlab "gitlab.com/gitlab-org/api/client-go/v2"
 
 	"github.com/pidispatch/pidispatch/forge/token"
+	"github.com/pidispatch/pidispatch/jobs"
 )
 
 // GitLab is the API of a GitLab instance at URL (its web root). A repository
@@ -56,7 +58,7 @@ func (g *GitLab) Repository(ctx context.Context, tok token.Token, repo string) (
 	if err != nil {
 		return Repository{}, gitlabErr(resp, err)
 	}
-	return Repository{CloneURL: p.HTTPURLToRepo, DefaultBranch: p.DefaultBranch}, nil
+	return Repository{CloneURL: p.HTTPURLToRepo, DefaultBranch: p.DefaultBranch, WebURL: p.WebURL}, nil
 }
 
 // PullRequest implements API: a merge request.
@@ -69,7 +71,7 @@ func (g *GitLab) PullRequest(ctx context.Context, tok token.Token, repo string, 
 	if err != nil {
 		return PullHead{}, gitlabErr(resp, err)
 	}
-	h := PullHead{Ref: fmt.Sprintf("refs/merge-requests/%d/head", number), SHA: mr.SHA, Base: mr.TargetBranch}
+	h := PullHead{Ref: fmt.Sprintf("refs/merge-requests/%d/head", number), SHA: mr.SHA, Base: mr.TargetBranch, Head: mr.SourceBranch}
 	if mr.SourceProjectID == mr.ProjectID {
 		h.Branch = mr.SourceBranch
 	}
@@ -159,4 +161,263 @@ func (g *GitLab) Comment(ctx context.Context, tok token.Token, repo string, numb
 		return gitlabErr(resp, err)
 	}
 	return nil
+}
+
+// glPerPage is the largest page GitLab answers.
+const glPerPage = 100
+
+// glPages bounds the pages one read of a list goes through.
+const glPages = 10
+
+// Issue implements API: an issue, or a merge request's description.
+func (g *GitLab) Issue(ctx context.Context, tok token.Token, repo string, number int, pullRequest bool) (Issue, error) {
+	c, err := g.client(tok)
+	if err != nil {
+		return Issue{}, err
+	}
+	if pullRequest {
+		mr, resp, err := c.MergeRequests.GetMergeRequest(repo, int64(number), nil, gitlab.WithContext(ctx))
+		if err != nil {
+			return Issue{}, gitlabErr(resp, err)
+		}
+		out := Issue{Number: int(mr.IID), Title: mr.Title, Body: mr.Description, State: mr.State, URL: mr.WebURL, Labels: mr.Labels}
+		if mr.Author != nil {
+			out.Author = Person{Login: mr.Author.Username, ID: mr.Author.ID}
+		}
+		return out, nil
+	}
+	is, resp, err := c.Issues.GetIssue(repo, int64(number), gitlab.WithContext(ctx))
+	if err != nil {
+		return Issue{}, gitlabErr(resp, err)
+	}
+	out := Issue{Number: int(is.IID), Title: is.Title, Body: is.Description, State: is.State, URL: is.WebURL, Labels: is.Labels}
+	if is.Author != nil {
+		out.Author = Person{Login: is.Author.Username, ID: is.Author.ID}
+	}
+	return out, nil
+}
+
+// ChangedFiles implements API: the merge request's diffs, a page at a time
+// up to limit; GitLab counts them (X-Total), and the lines each adds and
+// removes are counted in its diff.
+func (g *GitLab) ChangedFiles(ctx context.Context, tok token.Token, repo string, number, limit int) ([]jobs.EventFile, int, error) {
+	c, err := g.client(tok)
+	if err != nil {
+		return nil, 0, err
+	}
+	var out []jobs.EventFile
+	total := 0
+	for page := int64(1); page > 0 && len(out) < limit; {
+		diffs, resp, err := c.MergeRequests.ListMergeRequestDiffs(repo, int64(number), &gitlab.ListMergeRequestDiffsOptions{
+			ListOptions: gitlab.ListOptions{Page: page, PerPage: glPerPage}}, gitlab.WithContext(ctx))
+		if err != nil {
+			return nil, 0, gitlabErr(resp, err)
+		}
+		total = max(total, int(resp.TotalItems))
+		for _, d := range diffs {
+			out = append(out, glFile(d))
+		}
+		page = resp.NextPage
+	}
+	out = out[:min(len(out), limit)]
+	return out, max(total, len(out)), nil
+}
+
+func glFile(d *gitlab.MergeRequestDiff) jobs.EventFile {
+	f := jobs.EventFile{Path: d.NewPath, Status: "modified"}
+	switch {
+	case d.NewFile:
+		f.Status = "added"
+	case d.DeletedFile:
+		f.Status, f.Path = "removed", d.OldPath
+	case d.RenamedFile:
+		f.Status = "renamed"
+	}
+	for line := range strings.SplitSeq(d.Diff, "\n") {
+		switch {
+		case strings.HasPrefix(line, "+"):
+			f.Additions++
+		case strings.HasPrefix(line, "-"):
+			f.Deletions++
+		}
+	}
+	return f
+}
+
+// GetComment implements API: a note of the issue or the merge request.
+func (g *GitLab) GetComment(ctx context.Context, tok token.Token, repo string, number int, pullRequest bool, id int64) (IssueComment, error) {
+	c, err := g.client(tok)
+	if err != nil {
+		return IssueComment{}, err
+	}
+	var n *gitlab.Note
+	var resp *gitlab.Response
+	if pullRequest {
+		n, resp, err = c.Notes.GetMergeRequestNote(repo, int64(number), id, gitlab.WithContext(ctx))
+	} else {
+		n, resp, err = c.Notes.GetIssueNote(repo, int64(number), id, gitlab.WithContext(ctx))
+	}
+	if err != nil {
+		return IssueComment{}, gitlabErr(resp, err)
+	}
+	return glComment(n), nil
+}
+
+func glComment(n *gitlab.Note) IssueComment {
+	out := IssueComment{ID: n.ID, Author: Person{Login: n.Author.Username, ID: n.Author.ID}, Body: n.Body}
+	if n.CreatedAt != nil {
+		out.Created = *n.CreatedAt
+	}
+	return out
+}
+
+// LastComments implements API: the notes newest first, GitLab's own notes
+// of events (system notes) skipped; the issue's (or merge request's) count
+// of its people's notes is the total.
+func (g *GitLab) LastComments(ctx context.Context, tok token.Token, repo string, number int, pullRequest bool, n int) ([]IssueComment, int, error) {
+	c, err := g.client(tok)
+	if err != nil {
+		return nil, 0, err
+	}
+	total, err := g.userNotes(ctx, c, repo, number, pullRequest)
+	if err != nil {
+		return nil, 0, err
+	}
+	var newest []IssueComment
+	for page := int64(1); page > 0 && page <= glPages && len(newest) < n; {
+		notes, resp, err := g.notesPage(ctx, c, repo, number, pullRequest, page)
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, nt := range notes {
+			if !nt.System && len(newest) < n {
+				newest = append(newest, glComment(nt))
+			}
+		}
+		page = resp.NextPage
+	}
+	slices.Reverse(newest)
+	return newest, max(total, len(newest)), nil
+}
+
+// userNotes is the count GitLab keeps of an issue's or a merge request's
+// notes written by people.
+func (g *GitLab) userNotes(ctx context.Context, c *gitlab.Client, repo string, number int, pullRequest bool) (int, error) {
+	if pullRequest {
+		mr, resp, err := c.MergeRequests.GetMergeRequest(repo, int64(number), nil, gitlab.WithContext(ctx))
+		if err != nil {
+			return 0, gitlabErr(resp, err)
+		}
+		return int(mr.UserNotesCount), nil
+	}
+	is, resp, err := c.Issues.GetIssue(repo, int64(number), gitlab.WithContext(ctx))
+	if err != nil {
+		return 0, gitlabErr(resp, err)
+	}
+	return int(is.UserNotesCount), nil
+}
+
+// notesPage reads one page of an issue's or a merge request's notes, newest
+// first.
+func (g *GitLab) notesPage(ctx context.Context, c *gitlab.Client, repo string, number int, pullRequest bool, page int64) ([]*gitlab.Note, *gitlab.Response, error) {
+	list := gitlab.ListOptions{Page: page, PerPage: glPerPage}
+	order, sort := gitlab.Ptr("created_at"), gitlab.Ptr("desc")
+	var notes []*gitlab.Note
+	var resp *gitlab.Response
+	var err error
+	if pullRequest {
+		notes, resp, err = c.Notes.ListMergeRequestNotes(repo, int64(number),
+			&gitlab.ListMergeRequestNotesOptions{ListOptions: list, OrderBy: order, Sort: sort}, gitlab.WithContext(ctx))
+	} else {
+		notes, resp, err = c.Notes.ListIssueNotes(repo, int64(number),
+			&gitlab.ListIssueNotesOptions{ListOptions: list, OrderBy: order, Sort: sort}, gitlab.WithContext(ctx))
+	}
+	if err != nil {
+		return nil, nil, gitlabErr(resp, err)
+	}
+	return notes, resp, nil
+}
+
+// Review implements API: GitLab has no reviews with a body and a state (an
+// approval carries no text), so there is none to read.
+func (g *GitLab) Review(context.Context, token.Token, string, int, int64, int) (*Review, error) {
+	return nil, nil
+}
+
+// LabelAddedBy implements API: the latest "add" of the label among the
+// resource label events, which come oldest first: the first page says how
+// many pages there are, and they are read from the last back.
+func (g *GitLab) LabelAddedBy(ctx context.Context, tok token.Token, repo string, number int, pullRequest bool, label string) (Person, error) {
+	c, err := g.client(tok)
+	if err != nil {
+		return Person{}, err
+	}
+	first, resp, err := g.labelEvents(ctx, c, repo, number, pullRequest, 1)
+	if err != nil {
+		return Person{}, err
+	}
+	for page, visited := max(resp.TotalPages, 1), 0; page >= 1 && visited < labelEventPages; page, visited = page-1, visited+1 {
+		events := first
+		if page > 1 {
+			if events, _, err = g.labelEvents(ctx, c, repo, number, pullRequest, page); err != nil {
+				return Person{}, err
+			}
+		}
+		for i := len(events) - 1; i >= 0; i-- {
+			if e := events[i]; e.Action == "add" && e.Label.Name == label {
+				return Person{Login: e.User.Username, ID: e.User.ID}, nil
+			}
+		}
+	}
+	return Person{}, nil
+}
+
+func (g *GitLab) labelEvents(ctx context.Context, c *gitlab.Client, repo string, number int, pullRequest bool, page int64) ([]*gitlab.LabelEvent, *gitlab.Response, error) {
+	opt := &gitlab.ListLabelEventsOptions{ListOptions: gitlab.ListOptions{Page: page, PerPage: glPerPage}}
+	var events []*gitlab.LabelEvent
+	var resp *gitlab.Response
+	var err error
+	if pullRequest {
+		events, resp, err = c.ResourceLabelEvents.ListMergeRequestsLabelEvents(repo, int64(number), opt, gitlab.WithContext(ctx))
+	} else {
+		events, resp, err = c.ResourceLabelEvents.ListIssueLabelEvents(repo, int64(number), opt, gitlab.WithContext(ctx))
+	}
+	if err != nil {
+		return nil, nil, gitlabErr(resp, err)
+	}
+	return events, resp, nil
+}
+
+// Permission implements API: the person's access level on the project,
+// inherited membership included, in GitHub's words (Owner admin,
+// Maintainer maintain, Developer write, Planner and Reporter triage, Guest
+// read); one who is no member has none.
+func (g *GitLab) Permission(ctx context.Context, tok token.Token, repo string, who Person) (string, error) {
+	c, err := g.client(tok)
+	if err != nil {
+		return "", err
+	}
+	if who.ID == 0 {
+		return "", fmt.Errorf("gitlab permission of %q: no user id", who.Login)
+	}
+	m, resp, err := c.ProjectMembers.GetInheritedProjectMember(repo, who.ID, gitlab.WithContext(ctx))
+	if resp != nil && resp.StatusCode == http.StatusNotFound {
+		return jobs.PermissionNone, nil
+	}
+	if err != nil {
+		return "", gitlabErr(resp, err)
+	}
+	switch lvl := m.AccessLevel; {
+	case lvl >= gitlab.OwnerPermissions:
+		return "admin", nil
+	case lvl >= gitlab.MaintainerPermissions:
+		return "maintain", nil
+	case lvl >= gitlab.DeveloperPermissions:
+		return "write", nil
+	case lvl >= gitlab.PlannerPermissions:
+		return "triage", nil
+	case lvl >= gitlab.GuestPermissions:
+		return "read", nil
+	}
+	return jobs.PermissionNone, nil
 }

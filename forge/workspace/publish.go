@@ -13,7 +13,8 @@ import (
 	"github.com/pidispatch/pidispatch/jobs"
 )
 
-// Result is how the job ended, for the host's final comment.
+// Result is how the job ended, for the host's final comment and the pull
+// request.
 type Result struct {
 	// Outcome and Reason are the record's (jobs.Outcome*, jobs.Reason*).
 	Outcome string
@@ -21,7 +22,15 @@ type Result struct {
 	// Turns and Dollars are the run's, when known (0: unknown).
 	Turns   int
 	Dollars float64
+	// PullRequest is the title and body the job wrote for its pull request,
+	// already validated by the worker; nil: the pull request is titled from
+	// the job's issue.
+	PullRequest *PullRequestText
 }
+
+// PullRequestText is a pull request's title and body as the job wrote them
+// (jobs.ParsePullRequestText validated them).
+type PullRequestText = jobs.PullRequestText
 
 // Published is what a publish did.
 type Published struct {
@@ -61,7 +70,7 @@ func (c *Checkout) Publish(ctx context.Context, res Result) (Published, error) {
 		c.comment(ctx, failureComment(c.job, res))
 		return pub, nil
 	}
-	pub, err := c.publish(ctx, pub)
+	pub, err := c.publish(ctx, pub, res)
 	var refusal *RefusalError
 	switch {
 	case errors.As(err, &refusal):
@@ -76,7 +85,7 @@ func (c *Checkout) Publish(ctx context.Context, res Result) (Published, error) {
 	return pub, err
 }
 
-func (c *Checkout) publish(ctx context.Context, pub Published) (Published, error) {
+func (c *Checkout) publish(ctx context.Context, pub Published, res Result) (Published, error) {
 	m, j := c.m, c.job.Job
 	if err := c.checkHistory(ctx); err != nil {
 		return pub, err
@@ -115,7 +124,7 @@ func (c *Checkout) publish(ctx context.Context, pub Published) (Published, error
 		return pub, fmt.Errorf("push: %w", err)
 	}
 	pub.PushedCommit = commit
-	url, err := c.openPullRequest(ctx, branch)
+	url, err := c.openPullRequest(ctx, branch, res)
 	if err != nil {
 		return pub, err
 	}
@@ -125,9 +134,10 @@ func (c *Checkout) publish(ctx context.Context, pub Published) (Published, error
 
 // openPullRequest opens the pull request from branch, unless one is open
 // already: a retry (of this call or of the job) never opens a second.
-func (c *Checkout) openPullRequest(ctx context.Context, branch string) (string, error) {
+func (c *Checkout) openPullRequest(ctx context.Context, branch string, res Result) (string, error) {
 	j := c.job.Job
 	policy := c.policy()
+	title, body := pullTitle(c.job, c.event, res), pullBody(c.job, res)
 	var url string
 	err := c.call(ctx, func(tok token.Token) error {
 		found, err := c.forge.API.FindPullRequest(ctx, tok, j.Repo, branch)
@@ -139,7 +149,7 @@ func (c *Checkout) openPullRequest(ctx context.Context, branch string) (string, 
 			return nil
 		}
 		url, err = c.forge.API.OpenPullRequest(ctx, tok, j.Repo, NewPullRequest{
-			Title: pullTitle(c.job), Body: pullBody(c.job), Head: branch, Base: c.baseRef, Draft: !policy.Ready,
+			Title: title, Body: body, Head: branch, Base: c.baseRef, Draft: !policy.Ready,
 		})
 		return err
 	})

@@ -4,7 +4,11 @@
 // Prepare clones the repository's default branch (or a pull request's head),
 // shallow, into the job's workspace folder, with the credential handed to git
 // as an HTTP header through its environment and nothing left in .git/config.
-// A host-only copy of the same commit stays outside the workspace.
+// A host-only copy of the same commit stays outside the workspace. With the
+// same token it then reads what the job was asked (Checkout.Event): the
+// issue or pull request, the triggering comment, review or label, the last
+// comments of the thread and each person's permission, every text clipped,
+// the trigger's own section from the host's configuration (Config.Trigger).
 //
 // Publish reads the workspace after the job as untrusted data: the job's
 // history must descend from the commit it was given; the files it left
@@ -89,6 +93,17 @@ type Config struct {
 	// tried again; 0: 3. Backoff is the first wait, doubled each time; 0: 1s.
 	Retries int
 	Backoff time.Duration
+	// Trigger answers, from the host's own trigger configuration (looked up
+	// by job.Trigger and checked against the job's forge and repository, as
+	// Policy is), the trigger section of the job's event and a comment
+	// trigger's phrase, which is taken out of the triggering comment. Never
+	// from the job's data: what the agent is told its trigger asked is the
+	// operator's word. nil: an empty trigger section and no phrase.
+	Trigger func(job jobs.Job) TriggerInfo
+	// MaxComments is how many of the thread's last comments a job's event
+	// holds (the older ones are counted, not shown); 0:
+	// jobs.DefaultEventComments, negative: none, at most jobs.MaxEventComments.
+	MaxComments int
 }
 
 // Manager prepares and publishes forge jobs' workspaces.
@@ -131,6 +146,13 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Host == "" {
 		cfg.Host = "pidispatch"
 	}
+	switch {
+	case cfg.MaxComments == 0:
+		cfg.MaxComments = jobs.DefaultEventComments
+	case cfg.MaxComments < 0:
+		cfg.MaxComments = 0
+	}
+	cfg.MaxComments = min(cfg.MaxComments, jobs.MaxEventComments)
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -173,9 +195,11 @@ type Checkout struct {
 	dir      string // the workspace
 	state    string // the host-only repository
 	repo     Repository
-	base     string // the commit the workspace was cloned at
-	baseRef  string // the branch a pull request targets
-	branch   string // the branch the workspace has checked out
+	base     string      // the commit the workspace was cloned at
+	baseRef  string      // the branch a pull request targets
+	branch   string      // the branch the workspace has checked out
+	pull     PullHead    // a pull request job's head, as the forge answered it
+	event    *jobs.Event // what the job was asked, read at Prepare
 	log      *slog.Logger
 	tokMu    sync.Mutex
 	tok      token.Token
@@ -199,8 +223,11 @@ func (c *Checkout) Close() error {
 	return err
 }
 
-// Prepare clones the job's repository into dir (an empty folder), posts the
-// start comment, and returns the checkout to publish after the job.
+// Prepare clones the job's repository into dir (an empty folder), reads the
+// job's event from the forge (Checkout.Event), posts the start comment, and
+// returns the checkout to publish after the job. A job whose event cannot be
+// read does not run: the error is the forge's (token.ErrUnavailable is worth
+// a retry; token.ErrNoRepository, the issue or pull request gone, is not).
 func (m *Manager) Prepare(ctx context.Context, job Job, dir string) (*Checkout, error) {
 	f, ok := m.cfg.Forges[job.Job.Forge]
 	if !ok || job.Job.Repo == "" {
@@ -213,6 +240,7 @@ func (m *Manager) Prepare(ctx context.Context, job Job, dir string) (*Checkout, 
 	c := &Checkout{m: m, job: job, forge: f, dir: dir, state: state,
 		log: m.log.With("jobId", job.ID, "repo", job.Job.Repo, "forge", string(job.Job.Forge))}
 	if err := c.prepare(ctx); err != nil {
+		c.revokeUnstarted(ctx)
 		_ = c.Close()
 		return nil, err
 	}
@@ -231,6 +259,9 @@ func (c *Checkout) prepare(ctx context.Context) error {
 		return err
 	}
 	if err := c.initWorkspace(ctx); err != nil {
+		return err
+	}
+	if err := c.buildEvent(ctx); err != nil {
 		return err
 	}
 	c.log.Info("forge_workspace_prepared", "base", c.base, "branch", c.branch)
@@ -269,6 +300,7 @@ func (c *Checkout) checkoutRef(ctx context.Context) (string, error) {
 	}); err != nil {
 		return "", fmt.Errorf("pull request: %w", err)
 	}
+	c.pull = head
 	c.branch = fmt.Sprintf("pr-%d", j.Number)
 	c.baseRef = head.Base
 	if head.Branch != "" {
@@ -349,6 +381,14 @@ func (c *Checkout) revoke(ctx context.Context) {
 			c.log.Warn("forge_token_revoke_failed", "err", err)
 		}
 	}
+}
+
+// revokeUnstarted revokes the tokens of a job that does not start, even
+// when ctx ended: a GitLab project token would otherwise live for days.
+func (c *Checkout) revokeUnstarted(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	c.revoke(ctx)
 }
 
 // dropToken forgets a token the forge refused, so the next call mints anew.
