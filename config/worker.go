@@ -11,7 +11,8 @@ import (
 
 // Worker checks c and returns the Worker's configuration: the same
 // settings, typed, with the policy files (PI_SCOPED_LIMITS_FILE,
-// PI_PAUSE_WINDOWS_FILE) read and parsed, so NewWorker opens no file. A
+// PI_PAUSE_WINDOWS_FILE) and the flows (PI_FLOWS_DIR) read and parsed, so
+// NewWorker opens no file. A
 // file that does not parse, or a scope row the settings cannot enforce, is
 // a *ConfigError naming its variable.
 func (c Config) Worker() (dispatch.Config, error) {
@@ -19,6 +20,11 @@ func (c Config) Worker() (dispatch.Config, error) {
 		return dispatch.Config{}, err
 	}
 	w := dispatch.Config{Settings: c.Settings, Cron: c.TriggersFile != "", Spend: c.Spend.Spend, Gateway: c.Gateway.Gateway}
+	fl, err := c.Flows()
+	if err != nil {
+		return dispatch.Config{}, err
+	}
+	w.Flows = fl
 	if c.ScopedLimitsFile != "" {
 		l, err := LoadScopedLimits(c.ScopedLimitsFile)
 		if err != nil {

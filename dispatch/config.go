@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/pidispatch/pidispatch/agent/flows"
 	"github.com/pidispatch/pidispatch/dispatch/policy"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/check"
@@ -166,6 +167,11 @@ type Config struct {
 	// values have no rows.
 	ScopedLimits policy.ScopedLimits
 	PauseWindows policy.PauseWindows
+	// Flows are the flows a job may name, each a prompt template the
+	// Worker renders into the job's /job/prompt.md (package agent/flows);
+	// an empty catalog: the built-ins. A job naming another flow is refused
+	// invalid-job.
+	Flows flows.Catalog
 }
 
 // Spend holds the money settings the Worker applies. Amounts are
@@ -232,6 +238,7 @@ func DefaultConfig() Config {
 			WaitAfterMax:         30 * 24 * time.Hour,
 		},
 		Gateway: Gateway{DefaultProvider: "anthropic", MaxConns: 32},
+		Flows:   flows.Builtin(),
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/pidispatch/pidispatch/fleet"
@@ -34,6 +35,7 @@ var gates = []gate{
 	{"attempts", (*Worker).gateAttempts},
 	{"job-data", (*Worker).gateJobData},
 	{"job-signed", (*Worker).gateJobSigned},
+	{"flow", (*Worker).gateFlow},
 	{"image-allowed", (*Worker).gateImageAllowed},
 	{"folder", (*Worker).gateFolder},
 	{"cron", (*Worker).gateCron},
@@ -149,6 +151,21 @@ func (w *Worker) gateJobSigned(_ context.Context, h *held) verdict {
 	}
 	h.log.Warn("job_unsigned", "why", why)
 	return refuseFor(jobs.ReasonJobUnsigned)
+}
+
+// gateFlow refuses a job whose flow this host does not know: a flow is the
+// prompt the job is given, and a job never runs on a silent default. A
+// command job names no flow.
+func (w *Worker) gateFlow(_ context.Context, h *held) verdict {
+	if h.spec.Flow == "" {
+		return goOn
+	}
+	if _, ok := w.flows.Lookup(h.spec.Flow); !ok {
+		h.log.Warn("job_flow_unknown", "flow", h.spec.Flow, "flows", strings.Join(w.flows.Names(), ","),
+			"fix", "name one of the host's flows, or add "+h.spec.Flow+".md to PI_FLOWS_DIR")
+		return refuseFor(jobs.ReasonInvalidJob)
+	}
+	return goOn
 }
 
 // gateImageAllowed refuses a job whose data names an image this host did

@@ -18,6 +18,7 @@ func TestGateOrder(t *testing.T) {
 		"attempts (*Worker).gateAttempts",
 		"job-data (*Worker).gateJobData",
 		"job-signed (*Worker).gateJobSigned",
+		"flow (*Worker).gateFlow",
 		"image-allowed (*Worker).gateImageAllowed",
 		"folder (*Worker).gateFolder",
 		"cron (*Worker).gateCron",

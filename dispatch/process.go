@@ -34,6 +34,7 @@ type held struct {
 	gw       GatewaySession    // the job's model gateway session, while it runs
 	started  time.Time         // when the container started (zero: it did not)
 	ws       Workspace         // a forge job's prepared workspace, until published
+	outDir   string            // the job's output folder on the host (/job/out)
 }
 
 // handle walks one job from pickup to record, one verdict at a time: the
@@ -140,6 +141,10 @@ func (w *Worker) prepareRun(ctx context.Context, h *held) (spec container.Spec, 
 	if v := w.prepareWorkspace(ctx, h, workspace, user); v.act != actGoOn {
 		return container.Spec{}, cleanup, v
 	}
+	if err := w.writeInputs(h, jobDir, user); err != nil {
+		h.log.Error("job_inputs_failed", "err", err)
+		return container.Spec{}, cleanup, failFor(jobs.ReasonNeverStarted)
+	}
 	h.rec.Network = w.jobNetwork(h)
 	env := make(map[string]string, len(h.secrets)+2)
 	for k, v := range h.secrets {
@@ -163,6 +168,7 @@ func (w *Worker) prepareRun(ctx context.Context, h *held) (spec container.Spec, 
 		JobDir:         jobDir,
 		WorkspaceDir:   workspace,
 		ModelSocketDir: socketDir,
+		OutDir:         h.outDir,
 		Network:        h.rec.Network,
 		Memory:         w.cfg.JobMemory,
 		CPUs:           w.cfg.JobCPUs,
@@ -268,7 +274,7 @@ func (w *Worker) prepareDirs(h *held) (jobDir, workspace string, cleanup func(),
 		Attempt int    `json:"attempt"`
 		Host    string `json:"host"`
 		jobs.Job
-	}{h.job.ID, h.rec.Attempt, w.cfg.WorkerName, h.spec}
+	}{h.job.ID, h.rec.Attempt, w.cfg.WorkerName, w.withFlowTools(h.spec)}
 	b, err := json.MarshalIndent(desc, "", "  ")
 	if err != nil {
 		cleanup()

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pidispatch/pidispatch/agent/flows"
 	"github.com/pidispatch/pidispatch/dispatch/container"
 	"github.com/pidispatch/pidispatch/dispatch/internal/hold"
 	"github.com/pidispatch/pidispatch/dispatch/policy"
@@ -122,6 +123,7 @@ type Worker struct {
 	log    *slog.Logger
 	limits policy.ScopedLimits
 	pauses policy.PauseWindows
+	flows  flows.Catalog
 
 	slots chan struct{} // host-wide slots: PI_CONCURRENCY across every queue
 
@@ -170,6 +172,10 @@ func NewWorker(cfg Config, deps Deps, tune Tuning) (*Worker, error) {
 		inFlight: map[string]int{},
 		limits:   cfg.ScopedLimits,
 		pauses:   cfg.PauseWindows,
+		flows:    cfg.Flows,
+	}
+	if len(w.flows.Names()) == 0 {
+		w.flows = flows.Builtin()
 	}
 	w.fetch = reach.New(w.log, fetchEvents)
 	w.obs = append(Observers{logObserver{w.log}}, deps.Observers...)

@@ -21,6 +21,10 @@ type Workspaces interface {
 
 // Workspace is one job's prepared workspace.
 type Workspace interface {
+	// Event is what the job was asked, read from the forge on the host when
+	// the workspace was prepared: the Worker writes it to /job/event.json and
+	// shows it in the prompt as untrusted data. Nil for a job with none.
+	Event() *jobs.Event
 	// Publish finishes the job on its forge: a completed job's changes are
 	// proposed; any outcome is commented. An error is a *WorkspaceError.
 	Publish(ctx context.Context, res WorkspaceResult) (WorkspacePublished, error)
@@ -28,12 +32,16 @@ type Workspace interface {
 	Close() error
 }
 
-// WorkspaceResult is how the job ended.
+// WorkspaceResult is how the job ended, and what it wrote for the host to
+// publish, validated.
 type WorkspaceResult struct {
 	Outcome string
 	Reason  jobs.Reason
 	Turns   int
 	Dollars float64
+	// PullRequest is the title and body the job wrote in /job/out/pr.md;
+	// nil when it wrote none (or one the host refused).
+	PullRequest *jobs.PullRequestText
 }
 
 // WorkspacePublished is what Publish did, for the record.
@@ -153,7 +161,7 @@ func (w *Worker) publishWorkspace(ctx context.Context, h *held, v verdict) verdi
 // workspaceResult is how the run ended, for its publish: the outcome, and the
 // turns and dollars of its exit line, the metered spend preferred.
 func (w *Worker) workspaceResult(h *held, v verdict) WorkspaceResult {
-	res := WorkspaceResult{Outcome: v.outcome(), Reason: v.reason}
+	res := WorkspaceResult{Outcome: v.outcome(), Reason: v.reason, PullRequest: w.pullRequestText(h)}
 	var exit struct {
 		Turns *int64   `json:"turns"`
 		Cost  *float64 `json:"cost"`

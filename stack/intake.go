@@ -54,6 +54,13 @@ func PlanIntake(cfg config.Config, fc config.Forge) (*IntakePlan, error) {
 	if err != nil {
 		return nil, err
 	}
+	catalog, err := cfg.Flows()
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckTriggerFlows(cfg.TriggersFile, catalog); err != nil {
+		return nil, err
+	}
 	if !serving(fc) && len(fc.PollRepos) == 0 {
 		return nil, &config.ConfigError{Var: "WEBHOOK_SECRET", Rule: "nothing to receive: set WEBHOOK_SECRET, GITLAB_WEBHOOK_SECRET, FORGEJO_WEBHOOK_SECRET or POLL_REPOS (docs/forges.md)"}
 	}

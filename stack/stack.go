@@ -90,6 +90,9 @@ func Build(ctx context.Context, cfg config.Config, logger *slog.Logger, tune dis
 	if err != nil {
 		return nil, err
 	}
+	if err := CheckTriggerFlows(cfg.TriggersFile, wcfg.Flows); err != nil {
+		return nil, err
+	}
 	b := &builder{ctx: ctx, cfg: cfg, tune: clocked(tune, logger)}
 	s, err := b.build(wcfg, opts)
 	if err != nil {

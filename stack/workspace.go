@@ -68,16 +68,40 @@ func LoadForgePolicies(path, host string, logger *slog.Logger) (*ForgePolicies, 
 
 // Policy is job's publish policy (workspace.Config.Policy).
 func (p *ForgePolicies) Policy(job jobs.Job) workspace.PublishPolicy {
+	ft, ok := p.trigger(job)
+	if !ok {
+		return workspace.PublishPolicy{}
+	}
+	return workspace.PublishPolicy{AllowCI: ft.Publish.AllowCI, Ready: !ft.Publish.Draft}
+}
+
+// Trigger is what job's trigger says in the host's own file: the trigger
+// section of its event, with the operator's instructions, and a comment
+// trigger's phrase (workspace.Config.Trigger). A job naming a trigger the
+// file does not have, or one that does not cover its forge and repository,
+// gets none: what the agent is told the operator asked is never the job
+// data's word.
+func (p *ForgePolicies) Trigger(job jobs.Job) workspace.TriggerInfo {
+	ft, ok := p.trigger(job)
+	if !ok {
+		return workspace.TriggerInfo{}
+	}
+	return workspace.TriggerInfo{
+		Event:  jobs.EventTrigger{Name: ft.Name, Type: ft.Type, Instructions: ft.Job.Instructions},
+		Phrase: ft.Phrase,
+	}
+}
+
+// trigger finds job's trigger in the host's file, when it covers the job's
+// forge and repository.
+func (p *ForgePolicies) trigger(job jobs.Job) (cronsync.ForgeTrigger, bool) {
 	for _, ft := range *p.set.Load() {
 		if ft.Name != job.Trigger {
 			continue
 		}
-		if ft.Forge != job.Forge || !slices.Contains(ft.Repos, job.Repo) {
-			break
-		}
-		return workspace.PublishPolicy{AllowCI: ft.Publish.AllowCI, Ready: !ft.Publish.Draft}
+		return ft, ft.Forge == job.Forge && slices.Contains(ft.Repos, job.Repo)
 	}
-	return workspace.PublishPolicy{}
+	return cronsync.ForgeTrigger{}, false
 }
 
 // Run follows the triggers file until ctx ends: a valid new content
@@ -96,12 +120,16 @@ func WithForgePolicies(p *ForgePolicies) Option {
 
 // ForgeWorkspacesFromEnv builds the workspace manager from the environment
 // (config.LoadPublish and config.LoadForgeCredentials, the parser the
-// receiver uses too). policy answers a
-// trigger's publish policy from the host's own trigger configuration (nil:
-// no CI changes, draft pull requests). It returns nil, nil when no forge
-// credential is configured.
-func ForgeWorkspacesFromEnv(getenv func(string) string, host string, logger *slog.Logger, policy func(job jobs.Job) workspace.PublishPolicy) (*workspace.Manager, error) {
+// receiver uses too; PI_EVENT_MAX_COMMENTS). triggers answers each job's
+// publish policy and its trigger's instructions and phrase from the host's
+// own triggers file (nil: no CI changes, draft pull requests, no
+// instructions). It returns nil, nil when no forge credential is configured.
+func ForgeWorkspacesFromEnv(getenv func(string) string, host string, logger *slog.Logger, triggers *ForgePolicies) (*workspace.Manager, error) {
 	limits, err := config.LoadPublish(getenv)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := config.Load(getenv)
 	if err != nil {
 		return nil, err
 	}
@@ -135,10 +163,17 @@ func ForgeWorkspacesFromEnv(getenv func(string) string, host string, logger *slo
 	if len(forges) == 0 {
 		return nil, nil
 	}
-	return workspace.New(workspace.Config{
-		Forges: forges, Policy: policy, Host: host, Logger: logger,
+	wc := workspace.Config{
+		Forges: forges, Host: host, Logger: logger, MaxComments: cfg.EventMaxComments,
 		Limits: workspace.Limits{MaxFiles: limits.MaxFiles, MaxBytes: limits.MaxBytes},
-	})
+	}
+	if wc.MaxComments == 0 {
+		wc.MaxComments = -1 // PI_EVENT_MAX_COMMENTS=0: none
+	}
+	if triggers != nil {
+		wc.Policy, wc.Trigger = triggers.Policy, triggers.Trigger
+	}
+	return workspace.New(wc)
 }
 
 // workspaces adapts a workspace.Manager to dispatch.Workspaces.
@@ -154,8 +189,13 @@ func (w workspaces) Prepare(ctx context.Context, jobID string, job jobs.Job, dir
 
 type checkout struct{ c *workspace.Checkout }
 
+var _ dispatch.Workspace = checkout{}
+
+func (c checkout) Event() *jobs.Event { return c.c.Event() }
+
 func (c checkout) Publish(ctx context.Context, res dispatch.WorkspaceResult) (dispatch.WorkspacePublished, error) {
-	pub, err := c.c.Publish(ctx, workspace.Result{Outcome: res.Outcome, Reason: res.Reason, Turns: res.Turns, Dollars: res.Dollars})
+	pub, err := c.c.Publish(ctx, workspace.Result{Outcome: res.Outcome, Reason: res.Reason, Turns: res.Turns, Dollars: res.Dollars,
+		PullRequest: res.PullRequest})
 	out := dispatch.WorkspacePublished{PullRequestURL: pub.PullRequestURL, PushedCommit: pub.PushedCommit, BaseCommit: pub.BaseCommit}
 	if err != nil {
 		return out, workspaceError(err)

@@ -58,7 +58,7 @@ network, writes the file through a scripted fake provider on this machine.
 const (
 	demoDefaultTimeout = 3 * time.Minute
 	demoFile           = "hello.txt"
-	demoFlow           = "demo"
+	demoFlow           = "default"
 	// demoTask is the job's instruction. The test job program reads its
 	// JOB_X=value lines: print the telemetry exit line, write a file.
 	demoTask = "Say hello from a container and leave a file behind.\nJOB_PRINT_EXIT_LINE=1\nJOB_WRITE_FILE=" + demoFile

@@ -52,7 +52,7 @@ const initTriggers = `{
 // triggersExample is one cron trigger, printed by init; a test checks that
 // the triggers parser accepts it.
 const triggersExample = `{"on": {"type": "cron", "id": "nightly-deps", "pattern": "0 3 * * *", "tz": "Europe/Amsterdam"},
-     "run": {"kind": "local", "folder": "/srv/app", "flow": "update-deps", "task": "Update the dependencies and open a pull request"}}`
+     "run": {"kind": "local", "folder": "/srv/app", "flow": "fix", "task": "Update the dependencies"}}`
 
 const initScopedLimits = `{
   "version": 1,

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-github/v84/github"
 	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/cronsync"
 	"github.com/pidispatch/pidispatch/dispatch"
@@ -91,7 +93,7 @@ func TestSignedGitHubDeliveryPublishesPullRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ws, err := wiring.ForgeWorkspacesFromEnv(getenv, name, wlog.Logger(), policies.Policy)
+	ws, err := wiring.ForgeWorkspacesFromEnv(getenv, name, wlog.Logger(), policies)
 	if err != nil || ws == nil {
 		t.Fatalf("forge workspaces: %v, %v", ws, err)
 	}
@@ -149,6 +151,7 @@ func TestSignedGitHubDeliveryPublishesPullRequest(t *testing.T) {
 	defer srv.Close()
 
 	body := fixtures.GitHub(t, "issue_comment", "created", 0)
+	seedGitHubComment(t, gh, repo, body)
 	delivery := "e2e-" + randomHex(8)
 	post := func() int {
 		return fixtures.PostGitHub(t, srv.URL+"/github", "issue_comment", delivery, secret, body)
@@ -159,7 +162,7 @@ func TestSignedGitHubDeliveryPublishesPullRequest(t *testing.T) {
 
 	jobID := "gh-" + delivery
 	if waitJobState(t, testQueue(t, db, "pi-jobs"), jobID, queue.StateCompleted, 90*time.Second) == nil {
-		t.Fatal("job not completed")
+		t.Fatalf("job not completed; worker said:\n%s", w.logs.String())
 	}
 	rec := waitRecord(t, w.cfg.LogsDir, jobID, 10*time.Second)
 	if rec.JobID != jobID || rec.Kind != jobs.KindForge || rec.Outcome != jobs.OutcomeCompleted {
@@ -237,4 +240,18 @@ func TestSignedGitHubDeliveryPublishesPullRequest(t *testing.T) {
 	texts := secrettest.Texts(t, spy, w.cfg.LogsDir, db.Client)
 	texts = append(texts, tr.String(), w.logs.String(), wlog.String(), rlog.String())
 	secrettest.Absent(t, texts, tokens)
+}
+
+// seedGitHubComment puts on the GitHub double the issue and the comment an
+// issue_comment delivery names, under their own ids: the worker reads the
+// job's event from the forge, never from the delivery.
+func seedGitHubComment(t *testing.T, gh *forgetest.GitHub, repo string, body []byte) {
+	t.Helper()
+	var ev github.IssueCommentEvent
+	if err := json.Unmarshal(body, &ev); err != nil {
+		t.Fatal(err)
+	}
+	is, cm := ev.GetIssue(), ev.GetComment()
+	gh.AddIssue(repo, is.GetNumber(), is.GetUser().GetLogin(), is.GetTitle(), is.GetBody())
+	gh.AddDeliveredComment(repo, is.GetNumber(), cm.GetID(), cm.GetUser().GetLogin(), cm.GetBody())
 }

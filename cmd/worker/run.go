@@ -11,10 +11,8 @@ import (
 
 	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/dispatch"
-	forgews "github.com/pidispatch/pidispatch/forge/workspace"
 	"github.com/pidispatch/pidispatch/internal/buildinfo"
 	"github.com/pidispatch/pidispatch/internal/envfile"
-	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/registry"
 	wiring "github.com/pidispatch/pidispatch/stack"
 	"github.com/pidispatch/pidispatch/valkey"
@@ -91,7 +89,6 @@ func forgeOptions(getenv func(string) string, cfg config.Config, logger *slog.Lo
 	// The forge triggers of this host's own triggers file decide what its
 	// forge jobs may publish; a file whose forge triggers do not parse
 	// refuses boot, as one whose cron triggers do not.
-	var policy func(jobs.Job) forgews.PublishPolicy
 	var policies *wiring.ForgePolicies
 	if cfg.TriggersFile != "" {
 		var err error
@@ -99,9 +96,8 @@ func forgeOptions(getenv func(string) string, cfg config.Config, logger *slog.Lo
 			fmt.Fprintf(stderr, "worker: refused boot (nothing started): %v\n", err)
 			return nil, exitConfig
 		}
-		policy = policies.Policy
 	}
-	forge, err := wiring.ForgeWorkspacesFromEnv(getenv, cfg.WorkerName, logger, policy)
+	forge, err := wiring.ForgeWorkspacesFromEnv(getenv, cfg.WorkerName, logger, policies)
 	if err != nil {
 		fmt.Fprintf(stderr, "worker: invalid configuration (nothing started):\n%v\n", err)
 		return nil, exitConfig

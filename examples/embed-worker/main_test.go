@@ -59,7 +59,7 @@ func TestRun_BootsRunsAJobAndStops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := p.EnqueueLocal(ctx, jobs.Job{Kind: jobs.KindLocal, Folder: workspace, Flow: "hello", Task: "hi\nJOB_WRITE_FILE=out.txt"})
+	got, err := p.EnqueueLocal(ctx, jobs.Job{Kind: jobs.KindLocal, Folder: workspace, Flow: "default", Task: "hi\nJOB_WRITE_FILE=out.txt"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,17 +53,12 @@ func Read(dir, name string, max int64) ([]byte, error) {
 	return data, nil
 }
 
-// Make creates the output folder in base, for the container's user to write
-// (uid:gid; both -1 leave the owner as it is).
-func Make(base string, uid, gid int) (string, error) {
-	dir := filepath.Join(base, Name)
+// Make creates the output folder in the job's folder (0700; the caller
+// hands it to the container's user).
+func Make(jobDir string) (string, error) {
+	dir := filepath.Join(jobDir, Name)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return "", err
-	}
-	if uid >= 0 || gid >= 0 {
-		if err := os.Chown(dir, uid, gid); err != nil {
-			return "", err
-		}
 	}
 	return dir, nil
 }

@@ -52,7 +52,7 @@ func TestReadOnlyRegularBoundedFiles(t *testing.T) {
 }
 
 func TestMakeIsTheJobsToWrite(t *testing.T) {
-	dir, err := Make(t.TempDir(), -1, -1)
+	dir, err := Make(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
