@@ -157,3 +157,30 @@ type JobCancels interface {
 	// Cancelled reports whether jobID was stopped on an operator's request.
 	Cancelled(jobID string) bool
 }
+
+// Threads lines up the jobs of one forge thread (an issue or a pull request:
+// jobs.Job.Thread) fleet-wide, so they run one at a time, oldest first, and
+// never race on the thread's branch. *fleetstate.Threads implements it on
+// Valkey.
+type Threads interface {
+	// Turn puts job jobID, enqueued at enqueuedAt, in thread's line (once;
+	// a job asking again keeps its place and is seen alive) and answers
+	// whether it may run now: it may when it is the oldest live job of the
+	// line and no other job holds the thread; it then holds the thread for
+	// ttl. Otherwise the answer names the job it waits behind. A job in the
+	// line that has not asked for StaleAfter, and holds nothing, is dropped
+	// from the line (its queue lost it).
+	Turn(ctx context.Context, thread, jobID string, enqueuedAt time.Time, ttl time.Duration) (ThreadTurn, error)
+	// Done takes jobID out of thread's line and frees the thread when it
+	// holds it. Calling it again does nothing.
+	Done(ctx context.Context, thread, jobID string) error
+}
+
+// ThreadTurn is a thread's answer to a job asking for its turn.
+type ThreadTurn struct {
+	// Granted: the job holds the thread now.
+	Granted bool
+	// Behind is the job it waits behind (the holder, or an older job in the
+	// line); "" when granted.
+	Behind string
+}

@@ -56,6 +56,10 @@ type Stores struct {
 	// gateway writes it, the rate-limit gate reads it. Nil: no suspension is
 	// shared, each call meets the provider's limit itself.
 	RateLimits RateLimits
+	// Threads keeps one job per forge thread (an issue or a pull request)
+	// running at a time, fleet-wide, in the order the jobs were enqueued.
+	// Nil: a thread's jobs are held to one at a time on this host only.
+	Threads Threads
 }
 
 // FleetHost is what a Fleet driver needs to know of the host whose stores it

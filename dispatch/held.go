@@ -26,6 +26,9 @@ type HeldJob struct {
 	Attempts int
 	// ProcessedOn is when the job was last taken (zero when never).
 	ProcessedOn time.Time
+	// EnqueuedAt is when the job was added, by its queue's clock (BullMQ's
+	// timestamp); a deferral keeps it. Zero when the queue does not say.
+	EnqueuedAt time.Time
 	// SchedulerID is set on a job scheduler's runs.
 	SchedulerID string
 	// ProcessedBy is the worker name that last took the job, if it gave one.

@@ -42,11 +42,21 @@ type WorkspaceResult struct {
 	// PullRequest is the title and body the job wrote in /job/out/pr.md;
 	// nil when it wrote none (or one the host refused).
 	PullRequest *jobs.PullRequestText
+	// Outputs are the other files the job wrote to /job/out (comment.md,
+	// review.json, labels.json), by name, each read from a regular file and
+	// bounded (jobs.MaxOutputBytes), not yet validated: the workspace
+	// validates each against its forge and posts it, or refuses it whole.
+	Outputs map[string][]byte
+	// Refused are the outputs the Worker already refused (a link, a FIFO, a
+	// file too large), with the reason.
+	Refused []jobs.OutputResult
 }
 
 // WorkspacePublished is what Publish did, for the record.
 type WorkspacePublished struct {
 	PullRequestURL, PushedCommit, BaseCommit string
+	// Outputs says what became of each output the job wrote.
+	Outputs []jobs.OutputResult
 }
 
 // WorkspaceError is a workspace step the host refused (Outcome policy) or

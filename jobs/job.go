@@ -9,6 +9,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -452,6 +453,21 @@ func (j Job) Scope() string {
 		return j.Folder
 	}
 	return j.Repo
+}
+
+// Thread is the conversation a job answers: "<forge>:<repo>#<number>" for a
+// forge job about an issue or a pull request (GitLab's numbers are
+// iids), "local:<folder>" for a folder job, else "". Jobs of one thread run
+// one at a time, oldest first, share one branch and continue one agent
+// session.
+func (j Job) Thread() string {
+	switch {
+	case j.Forge != "" && j.Repo != "" && j.Number > 0:
+		return string(j.Forge) + ":" + j.Repo + "#" + strconv.Itoa(j.Number)
+	case j.Folder != "":
+		return "local:" + j.Folder
+	}
+	return ""
 }
 
 // Target is what a run record says the job worked on: "local:<basename>" for a folder

@@ -16,6 +16,35 @@ const (
 	MaxPullRequestTitle = 256
 )
 
+// The files a job may write to /job/out for the host to carry out, each
+// validated as a whole before anything is posted (docs/forges.md).
+const (
+	OutputPullRequest = "pr.md"       // the pull request's title and body
+	OutputComment     = "comment.md"  // one comment on the issue or pull request
+	OutputReview      = "review.json" // replies to review comments, inline comments
+	OutputLabels      = "labels.json" // labels to add or remove
+)
+
+// Outputs are the files a job may write, in the order the host reads them.
+var Outputs = []string{OutputPullRequest, OutputComment, OutputReview, OutputLabels}
+
+// MaxOutputBytes bounds what the host reads of any one output file.
+const MaxOutputBytes = 64 << 10
+
+// OutputResult is what the host did with one output file, for the record:
+// Status is OutputPosted or OutputRefused (with the Reason, one line).
+type OutputResult struct {
+	File   string `json:"file"`
+	Status string `json:"status"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Output statuses.
+const (
+	OutputPosted  = "posted"
+	OutputRefused = "refused"
+)
+
 // PullRequestText is the title and body a job wrote for its pull request.
 type PullRequestText struct {
 	Title, Body string

@@ -170,6 +170,9 @@ type Record struct {
 	// BaseCommit the commit the job's workspace was cloned at (forge jobs).
 	PushedCommit string `json:"pushedCommit,omitempty"`
 	BaseCommit   string `json:"baseCommit,omitempty"`
+	// Outputs says what the host did with each file the job wrote to
+	// /job/out: posted, or refused as a whole with the reason.
+	Outputs []OutputResult `json:"outputs,omitempty"`
 	// PromptDigest is the first 16 hex digits of the SHA-256 of the prompt
 	// the job was given (/job/prompt.md); omitted when it was given none.
 	PromptDigest string `json:"promptDigest,omitempty"`
@@ -255,6 +258,14 @@ func (r Record) Validate() error {
 	}
 	if r.Queue != "" && !ValidQueueName(r.Queue) {
 		return check.Field("queue", "must be 1 to %d bytes of [A-Za-z0-9._@-], not starting with '.'", maxQueueName)
+	}
+	if len(r.Outputs) > len(Outputs) {
+		return check.Field("outputs", "at most %d entries", len(Outputs))
+	}
+	for _, o := range r.Outputs {
+		if check.Text(o.File, 64) != "" || check.Text(o.Status, 16) != "" || check.Text(o.Reason, 512) != "" || strings.ContainsFunc(o.Reason, isControl) {
+			return check.Field("outputs", "each entry is a file, a status and a one-line reason of at most 512 bytes")
+		}
 	}
 	if r.PromptDigest != "" && !isHex16(r.PromptDigest) {
 		return check.Field("promptDigest", "must be 16 hex digits")
