@@ -44,6 +44,7 @@ var gates = []gate{
 	{"wait-profile", (*Worker).gateWaitProfiles},
 	{"hold", (*Worker).gateHold},
 	{"rate-limit", (*Worker).gateRateLimit},
+	{"thread", (*Worker).gateThread},
 	{"scope-slot", (*Worker).gateScopeSlot},
 	{"budget", (*Worker).gateBudget},
 	{"dollars", (*Worker).gateDollars},
@@ -262,6 +263,33 @@ func (w *Worker) gateWaitProfiles(_ context.Context, h *held) verdict {
 			return refuseFor(jobs.ReasonWaitProfileUnknown)
 		}
 	}
+	return goOn
+}
+
+// gateThread lines a forge job up behind the older jobs of its issue or pull
+// request, fleet-wide: one job of a thread runs at a time, oldest first, so
+// two of them never race on the thread's branch. The job keeps the thread
+// through a deferral or a retry; its final outcome frees it (threadDone).
+// A line that cannot be read defers the job.
+func (w *Worker) gateThread(ctx context.Context, h *held) verdict {
+	thread := h.spec.Thread()
+	if w.deps.Threads == nil || h.spec.Forge == "" || thread == "" {
+		return goOn
+	}
+	at := h.job.EnqueuedAt
+	if at.IsZero() {
+		at = h.job.ProcessedOn
+	}
+	turn, err := w.deps.Threads.Turn(ctx, thread, h.job.ID, at, w.cfg.JobTimeout+10*time.Minute)
+	if err != nil {
+		h.log.Warn("thread_unreachable_deferred", "err", err)
+		return deferFor(w.tune.UnreachableDeferral, jobs.ReasonThreadUnreachable)
+	}
+	if !turn.Granted {
+		h.log.Info("thread_busy_deferred", "behind", turn.Behind)
+		return deferFor(w.tune.BusyDeferral, jobs.ReasonThreadBusy)
+	}
+	h.thread = thread
 	return goOn
 }
 

@@ -27,6 +27,7 @@ func TestGateOrder(t *testing.T) {
 		"wait-profile (*Worker).gateWaitProfiles",
 		"hold (*Worker).gateHold",
 		"rate-limit (*Worker).gateRateLimit",
+		"thread (*Worker).gateThread",
 		"scope-slot (*Worker).gateScopeSlot",
 		"budget (*Worker).gateBudget",
 		"dollars (*Worker).gateDollars",

@@ -115,6 +115,41 @@ func (w *Worker) pullRequestText(h *held) *jobs.PullRequestText {
 	return nil
 }
 
+// readOutputs reads the other files the job wrote to /job/out for its forge
+// (comment.md, review.json, labels.json), each from a regular file and
+// bounded; one the host cannot read is refused here, with the reason. The
+// workspace validates the rest against its forge before posting any.
+func (w *Worker) readOutputs(h *held) (map[string][]byte, []jobs.OutputResult) {
+	if h.outDir == "" {
+		return nil, nil
+	}
+	out := map[string][]byte{}
+	var refused []jobs.OutputResult
+	for _, name := range jobs.Outputs {
+		if name == jobs.OutputPullRequest {
+			continue // the Worker validates pr.md itself (pullRequestText)
+		}
+		data, err := jobout.Read(h.outDir, name, jobs.MaxOutputBytes)
+		switch {
+		case errors.Is(err, jobout.ErrAbsent):
+		case err != nil:
+			h.log.Warn("job_output_refused", "file", name, "reason", err.Error())
+			refused = append(refused, jobs.OutputResult{File: name, Status: jobs.OutputRefused, Reason: err.Error()})
+		default:
+			out[name] = data
+		}
+	}
+	return out, refused
+}
+
+// changesNothing reports whether the job's flow cannot change code: one
+// that excludes both the edit and the write tools (answer, plan) publishes
+// its outputs and nothing else.
+func (w *Worker) changesNothing(h *held) bool {
+	flow, ok := w.flows.Lookup(h.spec.Flow)
+	return ok && slices.Contains(flow.ExcludeTools, "edit") && slices.Contains(flow.ExcludeTools, "write")
+}
+
 func writeJSON(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {

@@ -35,6 +35,7 @@ type held struct {
 	started  time.Time         // when the container started (zero: it did not)
 	ws       Workspace         // a forge job's prepared workspace, until published
 	outDir   string            // the job's output folder on the host (/job/out)
+	thread   string            // the forge thread the job holds (thread gate), until its final outcome
 }
 
 // handle walks one job from pickup to record, one verdict at a time: the

@@ -30,6 +30,7 @@ func (w *Worker) finishPolicy(ctx context.Context, h *held, reason jobs.Reason, 
 		w.log.Error("job_report_failed", "jobId", h.job.ID, "err", err)
 	}
 	w.log.Info("job_refused", "jobId", h.job.ID, "outcome", jobs.OutcomePolicy, "reason", reason)
+	w.threadDone(ctx, h)
 }
 
 func (w *Worker) complete(ctx context.Context, h *held, exit *int, telemetry json.RawMessage) {
@@ -42,6 +43,7 @@ func (w *Worker) complete(ctx context.Context, h *held, exit *int, telemetry jso
 		w.log.Error("job_report_failed", "jobId", h.job.ID, "err", err)
 	}
 	w.log.Info("job_completed", "jobId", h.job.ID, "outcome", jobs.OutcomeCompleted)
+	w.threadDone(ctx, h)
 }
 
 // fail records an infrastructure failure and fails the attempt; the queue
@@ -57,6 +59,22 @@ func (w *Worker) fail(ctx context.Context, h *held, reason jobs.Reason, exit *in
 		w.log.Error("job_report_failed", "jobId", h.job.ID, "err", err)
 	}
 	w.log.Warn("job_failed", "jobId", h.job.ID, "attempt", h.rec.Attempt, "reason", reason, "retried", retried)
+	if err == nil && !retried {
+		w.threadDone(ctx, h)
+	}
+}
+
+// threadDone frees the forge thread a job held once its outcome is final, so
+// the thread's next job may run. A retried job keeps its place.
+func (w *Worker) threadDone(ctx context.Context, h *held) {
+	if h.thread == "" || w.deps.Threads == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimCallTimeout)
+	defer cancel()
+	if err := w.deps.Threads.Done(ctx, h.thread, h.job.ID); err != nil {
+		h.log.Warn("thread_release_failed", "err", err)
+	}
 }
 
 // reportBackoffMin and reportBackoffMax are the first and the longest pause

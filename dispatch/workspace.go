@@ -50,6 +50,10 @@ type WorkspaceResult struct {
 	// Refused are the outputs the Worker already refused (a link, a FIFO, a
 	// file too large), with the reason.
 	Refused []jobs.OutputResult
+	// NoChanges: the job's flow changes no code (it cannot edit or write:
+	// answer, plan), so nothing but its outputs is published, whatever its
+	// workspace holds.
+	NoChanges bool
 }
 
 // WorkspacePublished is what Publish did, for the record.
@@ -155,6 +159,7 @@ func (w *Worker) publishWorkspace(ctx context.Context, h *held, v verdict) verdi
 	h.rec.BaseCommit = pub.BaseCommit
 	h.rec.PushedCommit = pub.PushedCommit
 	h.rec.PullRequestURL = pub.PullRequestURL
+	h.rec.Outputs = pub.Outputs
 	if err == nil || v.act != actComplete {
 		return v
 	}
@@ -171,7 +176,8 @@ func (w *Worker) publishWorkspace(ctx context.Context, h *held, v verdict) verdi
 // workspaceResult is how the run ended, for its publish: the outcome, and the
 // turns and dollars of its exit line, the metered spend preferred.
 func (w *Worker) workspaceResult(h *held, v verdict) WorkspaceResult {
-	res := WorkspaceResult{Outcome: v.outcome(), Reason: v.reason, PullRequest: w.pullRequestText(h)}
+	res := WorkspaceResult{Outcome: v.outcome(), Reason: v.reason, PullRequest: w.pullRequestText(h), NoChanges: w.changesNothing(h)}
+	res.Outputs, res.Refused = w.readOutputs(h)
 	var exit struct {
 		Turns *int64   `json:"turns"`
 		Cost  *float64 `json:"cost"`

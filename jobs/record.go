@@ -77,6 +77,8 @@ const (
 const (
 	ReasonPauseWindow          Reason = "pause-window"           // a pause window matches the job's scope
 	ReasonScopeBusy            Reason = "scope-busy"             // the job's scope slot is taken
+	ReasonThreadBusy           Reason = "thread-busy"            // an older job of the same issue or pull request runs or waits first
+	ReasonThreadUnreachable    Reason = "thread-unreachable"     // the thread's line could not be read
 	ReasonBudgetUnreachable    Reason = "budget-unreachable"     // the spend caps could not be read
 	ReasonDollarsUnreachable   Reason = "dollars-unreachable"    // the dollar windows could not be read
 	ReasonDockerUnreachable    Reason = "docker-unreachable"     // the runtime could not say whether the image is present

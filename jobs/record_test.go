@@ -423,10 +423,10 @@ func TestDeferralReasons(t *testing.T) {
 	got := []jobs.Reason{jobs.ReasonPauseWindow, jobs.ReasonScopeBusy, jobs.ReasonBudgetUnreachable,
 		jobs.ReasonDollarsUnreachable, jobs.ReasonDockerUnreachable, jobs.ReasonWaitAfter, jobs.ReasonWaitCheck,
 		jobs.ReasonWaitThrottled, jobs.ReasonWaitStateLost, jobs.ReasonWaitStateUnavailable,
-		jobs.ReasonWaitStateUnreachable, jobs.RateLimitedOn("anthropic")}
+		jobs.ReasonWaitStateUnreachable, jobs.RateLimitedOn("anthropic"), jobs.ReasonThreadBusy, jobs.ReasonThreadUnreachable}
 	want := []jobs.Reason{"pause-window", "scope-busy", "budget-unreachable", "dollars-unreachable",
 		"docker-unreachable", "wait-after", "wait-check", "wait-throttled", "wait-state-lost",
-		"wait-state-unavailable", "wait-state-unreachable", "rate-limited:anthropic"}
+		"wait-state-unavailable", "wait-state-unreachable", "rate-limited:anthropic", "thread-busy", "thread-unreachable"}
 	require.Equal(t, want, got)
 	for _, r := range got {
 		require.NotContains(t, jobs.Reasons, r, "a deferral is never a record's reason")

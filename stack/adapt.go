@@ -77,7 +77,7 @@ func heldJob(j *queue.Job) *dispatch.HeldJob {
 	}
 	return &dispatch.HeldJob{
 		ID: j.ID, Data: j.Data, DedupID: j.DedupID, AttemptsMade: j.AttemptsMade, Attempts: j.Attempts,
-		ProcessedOn: j.ProcessedOn, SchedulerID: j.SchedulerID, ProcessedBy: j.ProcessedBy,
+		ProcessedOn: j.ProcessedOn, EnqueuedAt: j.Timestamp, SchedulerID: j.SchedulerID, ProcessedBy: j.ProcessedBy,
 		DeferredFailure: j.DeferredFailure, State: dispatch.JobState(j.State), Corrupt: j.Corrupt,
 		Signature: j.Signature,
 	}

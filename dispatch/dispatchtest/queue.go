@@ -62,6 +62,7 @@ type queuedJob struct {
 	seq       int
 	processed time.Time
 	by        string
+	added     time.Time // by the queue's clock
 }
 
 // Queue is an in-memory dispatch.JobQueue with the semantics of package
@@ -129,7 +130,7 @@ func (q *Queue) Add(j Job) bool {
 		return false
 	}
 	q.seq++
-	q.jobs[j.ID] = &queuedJob{job: j, seq: q.seq, snap: Snapshot{State: StateWaiting, AttemptsMade: j.AttemptsMade}}
+	q.jobs[j.ID] = &queuedJob{job: j, seq: q.seq, added: q.now(), snap: Snapshot{State: StateWaiting, AttemptsMade: j.AttemptsMade}}
 	q.notify()
 	return true
 }
@@ -185,7 +186,7 @@ func (q *Queue) takeLocked(token, worker string) (*dispatch.HeldJob, time.Time) 
 func (j *queuedJob) held() *dispatch.HeldJob {
 	return &dispatch.HeldJob{
 		ID: j.job.ID, Data: slices.Clone(j.job.Data), DedupID: j.job.DedupID,
-		AttemptsMade: j.snap.AttemptsMade, Attempts: j.job.Attempts, ProcessedOn: j.processed, SchedulerID: j.job.SchedulerID,
+		AttemptsMade: j.snap.AttemptsMade, Attempts: j.job.Attempts, ProcessedOn: j.processed, EnqueuedAt: j.added, SchedulerID: j.job.SchedulerID,
 		ProcessedBy: j.by, DeferredFailure: j.job.DeferredFailure, State: j.snap.State, Corrupt: j.job.Corrupt,
 	}
 }
