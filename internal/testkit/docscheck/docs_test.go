@@ -44,14 +44,21 @@ func docFiles(t *testing.T) []string {
 }
 
 // TestDocsSpeakToUsers fails on a doc line that narrates the work behind the
-// software or cites a file outside the repository.
+// software or cites a file outside the repository. Fenced blocks are
+// examples of what the software writes (a prompt naming "issue #12"), not
+// narration, and are left out.
 func TestDocsSpeakToUsers(t *testing.T) {
 	for _, f := range docFiles(t) {
 		raw, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
+		fence := ""
 		for i, line := range strings.Split(string(raw), "\n") {
+			if fence != "" || isFence(line) {
+				fence = nextFence(fence, line)
+				continue
+			}
 			for _, re := range offTopic {
 				if m := re.FindString(line); m != "" {
 					t.Errorf("%s:%d: %q speaks about the work, not the software: %s", f, i+1, m, strings.TrimSpace(line))
@@ -184,4 +191,29 @@ func TestDocsSayWhereProviderKeysGo(t *testing.T) {
 			t.Errorf("%s sets %s: PI_MODEL_UPSTREAM sends every provider's calls there; use PI_PROVIDER_URLS", f, m)
 		}
 	}
+}
+
+// isFence reports whether line opens or closes a fenced block (``` or ~~~,
+// three or more, after at most three spaces).
+func isFence(line string) bool {
+	t := strings.TrimLeft(line, " ")
+	return len(line)-len(t) <= 3 && (strings.HasPrefix(t, "```") || strings.HasPrefix(t, "~~~"))
+}
+
+// nextFence is the fence open after line: a line that opens a block sets it
+// to the fence's run of characters, one that closes it (the same character,
+// at least as long, nothing after it) ends it.
+func nextFence(open, line string) string {
+	t := strings.TrimLeft(line, " ")
+	if open == "" {
+		if !isFence(line) {
+			return ""
+		}
+		return t[:len(t)-len(strings.TrimLeft(t, t[:1]))]
+	}
+	run := t[:len(t)-len(strings.TrimLeft(t, open[:1]))]
+	if len(run) >= len(open) && strings.TrimSpace(t[len(run):]) == "" && len(line)-len(t) <= 3 {
+		return ""
+	}
+	return open
 }
