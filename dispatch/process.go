@@ -36,6 +36,7 @@ type held struct {
 	ws       Workspace         // a forge job's prepared workspace, until published
 	outDir   string            // the job's output folder on the host (/job/out)
 	thread   string            // the forge thread the job holds (thread gate), until its final outcome
+	session  string            // the job's session folder on the host (/session), "" for none
 }
 
 // handle walks one job from pickup to record, one verdict at a time: the
@@ -110,6 +111,7 @@ func (w *Worker) run(ctx context.Context, h *held) (v verdict, started bool, cle
 	if started = !end.Result.NeverStarted; started {
 		h.rec.StartedAt = end.StartedAt
 		h.started = h.rec.StartedAt
+		w.keepSession(h, h.session)
 	}
 	h.rec.Spend = spendOf(h)
 	if h.rec.Spend != nil {
@@ -132,6 +134,10 @@ func (w *Worker) prepareRun(ctx context.Context, h *held) (spec container.Spec, 
 	if err != nil {
 		h.log.Error("job_dirs_failed", "err", err)
 		return container.Spec{}, cleanup, failFor(jobs.ReasonNeverStarted)
+	}
+	if h.session, err = w.prepareSession(h, filepath.Dir(jobDir), user); err != nil {
+		h.log.Error("job_session_failed", "err", err)
+		return container.Spec{}, removeDirs, failFor(jobs.ReasonNeverStarted)
 	}
 	socketDir, stopSocket, err := w.modelEndpoint(ctx, h, user)
 	if err != nil {
@@ -170,6 +176,7 @@ func (w *Worker) prepareRun(ctx context.Context, h *held) (spec container.Spec, 
 		WorkspaceDir:   workspace,
 		ModelSocketDir: socketDir,
 		OutDir:         h.outDir,
+		SessionDir:     h.session,
 		Network:        h.rec.Network,
 		Memory:         w.cfg.JobMemory,
 		CPUs:           w.cfg.JobCPUs,

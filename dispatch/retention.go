@@ -46,6 +46,11 @@ func (w *Worker) pruneOnce(cutoff time.Time) {
 	if n > 0 {
 		w.log.Info("records_pruned", "removed", n, "olderThan", older)
 	}
+	if n, err := w.pruneSessions(cutoff); err != nil {
+		w.log.Warn("sessions_prune_failed", "err", err)
+	} else if n > 0 {
+		w.log.Info("sessions_pruned", "removed", n, "olderThan", older)
+	}
 	p, ok := w.deps.Transcripts.(Pruner)
 	if !ok {
 		return

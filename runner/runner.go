@@ -377,12 +377,16 @@ func jobLabels(spec Spec) (map[string]string, error) {
 // OutTarget is where Spec.OutDir is mounted: inside the read-only /job.
 const OutTarget = "/job/out"
 
+// SessionTarget is where Spec.SessionDir is mounted.
+const SessionTarget = "/session"
+
 // jobMounts mounts the folders the job sets at the fixed paths of the
 // container contract. /job/out follows /job, which it is mounted inside.
 func jobMounts(spec Spec) ([]bindMount, error) {
 	var mounts []bindMount
 	for _, m := range []bindMount{{spec.JobDir, "/job", true}, {spec.OutDir, OutTarget, false},
-		{spec.WorkspaceDir, "/workspace", false}, {spec.ModelSocketDir, "/run/pidispatch", true}} {
+		{spec.WorkspaceDir, "/workspace", false}, {spec.SessionDir, SessionTarget, false},
+		{spec.ModelSocketDir, "/run/pidispatch", true}} {
 		if m.Source == "" {
 			continue
 		}

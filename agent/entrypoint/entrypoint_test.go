@@ -184,13 +184,18 @@ func TestParseJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := j.Args("/workspace/.pi/sessions")
+	args := j.Args("")
 	// The prompt is not an argument (pi reads it from stdin), so a task
-	// that looks like a flag needs no escaping.
+	// that looks like a flag needs no escaping. Without the host's session
+	// folder, no session is kept.
 	want := []string{"--mode", "json", "--approve", "--provider", "anthropic", "--model", "claude-haiku-4-5", "--thinking", "low",
 		"--tools", "read,edit,write,grep,find,ls", "--no-session"}
 	if !slices.Equal(args, want) {
 		t.Fatalf("args = %q\nwant   %q", args, want)
+	}
+	// With it, a new session is kept there for the thread's next job.
+	if args := j.Args("/session"); !slices.Equal(args[len(args)-2:], []string{"--session-dir", "/session"}) || slices.Contains(args, "--continue") {
+		t.Fatalf("session args = %q", args)
 	}
 	if j.MaxTurns != DefaultMaxTurns || j.Prompt() != "-rf everything" {
 		t.Fatalf("maxTurns = %d, prompt %q", j.MaxTurns, j.Prompt())

@@ -172,7 +172,8 @@ func (j Job) Tools() []string {
 // Args is pi's command line for the job: JSON mode, the provider and model,
 // the workspace's own pi resources trusted (its prompt templates are what a
 // command job names; the container, not pi, is the boundary), the tool
-// allowlist, and no session unless the job resumes. The prompt is not on
+// allowlist, and the session: none without the host's session folder, else
+// a new one kept there, or the last one continued when the job resumes. The prompt is not on
 // it: pi reads it from its standard input (see runPi), since one argument
 // is limited to 128 KiB on Linux and a rendered prompt may be larger. It
 // never carries a secret: keys reach pi through its environment.
@@ -186,10 +187,14 @@ func (j Job) Args(sessionDir string) []string {
 	} else {
 		args = append(args, "--no-tools")
 	}
-	if j.Resume {
+	switch {
+	case sessionDir == "":
+		return append(args, "--no-session")
+	case j.Resume:
 		return append(args, "--continue", "--session-dir", sessionDir)
 	}
-	return append(args, "--no-session")
+	return append(args, "--session-dir", sessionDir) // a new session, for the thread's next job
+
 }
 
 func firstOf(vals ...string) string {

@@ -54,6 +54,8 @@ const (
 	PromptFile  = "/job/prompt.md"
 	Workspace   = "/workspace"
 	ModelSocket = "/run/pidispatch/model.sock"
+	// SessionDir is the thread's session folder the host may mount.
+	SessionDir = "/session"
 )
 
 // PromptShownBytes bounds how much of the prompt the transcript shows, so
@@ -64,6 +66,9 @@ const PromptShownBytes = 64 << 10
 // image's (see the constants above).
 type Options struct {
 	JobFile, Workspace, ModelSocket string
+	// SessionDir is the thread's session folder the host mounts (default
+	// /session); when it is no folder, the run keeps no session.
+	SessionDir string
 	// PromptFile defaults to prompt.md beside JobFile.
 	PromptFile string
 	// Pi is the agent's command (default "pi").
@@ -89,6 +94,7 @@ func (o Options) withDefaults() Options {
 	o.PromptFile = firstOf(o.PromptFile, filepath.Join(filepath.Dir(o.JobFile), filepath.Base(PromptFile)))
 	o.Workspace = firstOf(o.Workspace, Workspace)
 	o.ModelSocket = firstOf(o.ModelSocket, ModelSocket)
+	o.SessionDir = firstOf(o.SessionDir, SessionDir)
 	if len(o.Pi) == 0 {
 		o.Pi = []string{"pi"}
 	}
@@ -173,7 +179,7 @@ func run(ctx context.Context, o Options, tr io.Writer, line *ExitLine) int {
 	}
 	defer stopFwd()
 
-	t, stopped, err := runPi(ctx, o, job, env, filepath.Join(o.Workspace, ".pi", "sessions"), tr)
+	t, stopped, err := runPi(ctx, o, job, env, o.sessionDir(), tr)
 	line.Turns, line.Tokens, line.Cost, line.Requests, line.Retries = t.Turns, t.Tokens, t.Cost, t.Requests, t.Retries
 	if t.Provider != "" {
 		line.Provider, line.Model = t.Provider, t.Model
@@ -469,4 +475,13 @@ func Exec(args []string, environ []string) error {
 		return err
 	}
 	return syscall.Exec(path, args, environ)
+}
+
+// sessionDir is the host's session folder when it mounted one, else "": the
+// session is kept outside the workspace, so it is never committed.
+func (o Options) sessionDir() string {
+	if fi, err := os.Stat(o.SessionDir); err == nil && fi.IsDir() {
+		return o.SessionDir
+	}
+	return ""
 }

@@ -44,6 +44,11 @@ type Spec struct {
 	// empty folder "out") when it is missing, and may not be JobDir or a
 	// folder that holds it. Empty: none.
 	OutDir string
+	// SessionDir, when set, is an absolute host folder mounted read-write at
+	// /session: the agent's session of the job's thread, which the host
+	// keeps between the thread's jobs, outside the workspace (never in a
+	// commit). Empty: none.
+	SessionDir string
 	// ModelSocketDir, when set, is an absolute host folder mounted read-only
 	// at /run/pidispatch: the folder of the job's model socket.
 	ModelSocketDir string
