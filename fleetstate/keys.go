@@ -39,6 +39,9 @@ import (
 //	ratelimit:<provider>                STRING "<until ms> <why>", PX to the reset
 //	ratelimit:providers                 SET: providers that were suspended; readers prune the gone
 //	runs:live:<stem>                    STREAM: a running job's redacted transcript entries, capped, with a TTL
+//	thread:{<hash16>}:line              ZSET: a forge thread's waiting and running job ids, scored by enqueue ms
+//	thread:{<hash16>}:seen              HASH: job id -> when it last asked for its turn (server ms)
+//	thread:{<hash16>}:holder            STRING: the job id that holds the thread, PX its ttl
 const (
 	budgetDayPrefix     = "budget:"
 	budgetWeekPrefix    = "budget:w:"
@@ -63,6 +66,7 @@ const (
 	waitDedupPrefix     = "wait:key:"
 	rateLimitPrefix     = "ratelimit:"
 	runLivePrefix       = "runs:live:"
+	threadPrefix        = "thread:"
 
 	// budgetDayLayout is the date suffix of every day and week window key,
 	// budgetMonthLayout that of every month window key.
@@ -238,3 +242,26 @@ func dollarSettleKey(token string) string { return dollarSettlePrefix + token }
 // expiring a while after the last one, so `pi-dispatch logs --follow` on any
 // host can read what the job prints where it runs.
 func RunLiveKey(jobID string) string { return runLivePrefix + jobs.SanitizeJobID(jobID) }
+
+// A forge thread's keys (an issue or a pull request, jobs.Job.Thread) carry
+// the thread's digest as a hash tag, {<hash16>}, so a Valkey Cluster keeps
+// the three in one slot and the turn script may touch them together. The
+// thread itself ("<forge>:<owner>/<name>#<n>") holds ':', '/' and '#', so it
+// is hashed as a scope is (fleet.ScopeHash) rather than used as a segment.
+func threadKeyPrefix(thread string) string {
+	return threadPrefix + "{" + fleet.ScopeHash(thread) + "}:"
+}
+
+// ThreadLineKey is the ZSET of thread's line: the ids of its jobs that asked
+// for a turn and are not done, scored by their enqueue time in milliseconds
+// (ties ordered by id).
+func ThreadLineKey(thread string) string { return threadKeyPrefix(thread) + "line" }
+
+// ThreadSeenKey is the HASH of when each job of thread's line last asked for
+// its turn, in milliseconds of the server's clock: a job that stops asking
+// (its queue lost it) is dropped from the line.
+func ThreadSeenKey(thread string) string { return threadKeyPrefix(thread) + "seen" }
+
+// ThreadHolderKey is the id of the job that holds thread (runs now), expiring
+// at the holder's ttl so a crashed holder does not keep the thread.
+func ThreadHolderKey(thread string) string { return threadKeyPrefix(thread) + "holder" }

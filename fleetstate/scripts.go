@@ -534,3 +534,150 @@ for i = 4, #ARGV, 2 do
 end
 return {string.format('%.0f', now), settled, held}
 `)
+
+// threadTurnScript lines a job up in its forge thread and answers whether it
+// may run now (Threads.Turn).
+//
+// KEYS[1] -> thread:{<hash16>}:line, ZSET of job ids scored by enqueue ms
+// KEYS[2] -> thread:{<hash16>}:seen, HASH job id -> last ask, server ms
+// KEYS[3] -> thread:{<hash16>}:holder, STRING: the job id holding the thread
+// ARGV[1] -> the asking job's id (checked by the caller: fleet.CheckJobID)
+// ARGV[2] -> its enqueue time, epoch ms ("" when unknown: the server's now)
+// ARGV[3] -> the holder's ttl in ms
+// ARGV[4] -> StaleAfter in ms: a job of the line that has not asked for it
+// is dropped, unless it holds the thread
+// ARGV[5] -> the most jobs the line holds
+// ARGV[6] -> the line's and the seen hash's life in ms: refreshed (never
+// shortened) at every ask, so an abandoned thread disappears
+// ARGV[7] -> the settle window in ms: the line's first takes the thread only
+// once it was enqueued that long ago, so a job enqueued a moment before it
+// on another host, not yet asking, lines up first
+//
+// In order, on the server's clock (TIME):
+//  1. A key of another type gets an expiry of ARGV[6] when it has none, and
+//     the script stops with an error reply naming it (the caller waits).
+//  2. A job already in the line is marked seen now.
+//  3. Every job of the line (its first ARGV[5]+1) not seen for ARGV[4] ms
+//     that is not the holder leaves the line and the seen hash. A seen value
+//     that is not a decimal count of ms, or is ahead of the clock, is
+//     rewritten to now: junk may make a job wait, at most ARGV[4] longer,
+//     never let it run.
+//  4. A job not in the line joins it (ZADD NX, scored by ARGV[2]) and is
+//     marked seen now, unless the line is full: then it is not added and
+//     waits behind the holder or the line's first.
+//  5. The holder is the asking job: its key is set again with PX ARGV[3]
+//     and the turn granted. Another holder: the answer is behind it (a
+//     holder key without expiry gets PX ARGV[3]). No holder and the asking
+//     job is the line's first, enqueued at least ARGV[7] ms ago: it becomes
+//     the holder (PX ARGV[3]) and the turn is granted; enqueued later, it
+//     waits behind itself (settling). Else the answer is behind the line's
+//     first.
+//
+// Returns {granted (1|0), behind ("" when granted), full (1 when the line
+// was full and the job was not added), dropped (stale jobs dropped),
+// repaired (seen values rewritten)}. The caller validates behind again.
+var threadTurnScript = redis.NewScript(`
+local line, seen, holder = KEYS[1], KEYS[2], KEYS[3]
+local job, ttl = ARGV[1], ARGV[3]
+local stale, max, life, settle = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local nows = string.format('%.0f', now)
+for _, c in ipairs({{line, 'zset'}, {seen, 'hash'}, {holder, 'string'}}) do
+  local ty = redis.call('TYPE', c[1]).ok
+  if ty ~= 'none' and ty ~= c[2] then
+    if redis.call('PTTL', c[1]) == -1 then
+      redis.call('PEXPIRE', c[1], ARGV[6])
+    end
+    return redis.error_reply('ERR threads: ' .. c[1] .. ' holds a ' .. ty)
+  end
+end
+local hold = redis.call('GET', holder)
+local inline = redis.call('ZSCORE', line, job)
+if inline then
+  redis.call('HSET', seen, job, nows)
+end
+local dropped, repaired = 0, 0
+local members = redis.call('ZRANGE', line, 0, max)
+if #members > 0 then
+  local asked = redis.call('HMGET', seen, unpack(members))
+  for i, m in ipairs(members) do
+    if m ~= hold then
+      local a, v = asked[i], nil
+      if a and string.match(a, '^%d+$') and #a <= 15 then
+        v = tonumber(a)
+      end
+      if v == nil or v > now then
+        redis.call('HSET', seen, m, nows)
+        repaired = repaired + 1
+      elseif now - v >= stale then
+        redis.call('ZREM', line, m)
+        redis.call('HDEL', seen, m)
+        dropped = dropped + 1
+      end
+    end
+  end
+end
+local full = 0
+if not inline then
+  if redis.call('ZCARD', line) >= max then
+    full = 1
+  else
+    local score = ARGV[2]
+    if score == '' then score = nows end
+    redis.call('ZADD', line, 'NX', score, job)
+    redis.call('HSET', seen, job, nows)
+  end
+end
+local granted, behind = 0, ''
+if hold == job then
+  redis.call('SET', holder, job, 'PX', ttl)
+  granted = 1
+elseif hold then
+  behind = hold
+  if redis.call('PTTL', holder) == -1 then
+    redis.call('PEXPIRE', holder, ttl)
+  end
+else
+  local first = redis.call('ZRANGE', line, 0, 0)[1]
+  if first == job and now - tonumber(redis.call('ZSCORE', line, job)) < settle then
+    behind = job
+  elseif first == job then
+    redis.call('SET', holder, job, 'PX', ttl)
+    granted = 1
+  else
+    behind = first or ''
+  end
+end
+for _, k in ipairs({line, seen}) do
+  if redis.call('EXISTS', k) == 1 and redis.call('PTTL', k) < life then
+    redis.call('PEXPIRE', k, ARGV[6])
+  end
+end
+return {granted, behind, full, dropped, repaired}
+`)
+
+// threadDoneScript takes a job out of its thread's line and frees the
+// thread when the job holds it (Threads.Done). Running it again does
+// nothing.
+//
+// KEYS[1] -> thread:{<hash16>}:line
+// KEYS[2] -> thread:{<hash16>}:seen
+// KEYS[3] -> thread:{<hash16>}:holder
+// ARGV[1] -> the job's id
+//
+// A key of another type is left alone (Turn reports it). Returns 1 when the
+// job held the thread and its key was deleted, else 0.
+var threadDoneScript = redis.NewScript(`
+if redis.call('TYPE', KEYS[1]).ok == 'zset' then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+end
+if redis.call('TYPE', KEYS[2]).ok == 'hash' then
+  redis.call('HDEL', KEYS[2], ARGV[1])
+end
+if redis.call('TYPE', KEYS[3]).ok == 'string' and redis.call('GET', KEYS[3]) == ARGV[1] then
+  redis.call('DEL', KEYS[3])
+  return 1
+end
+return 0
+`)

@@ -19,7 +19,8 @@ import (
 
 // Fleet is the Valkey driver of the fleet's stores (dispatch.Fleet): every
 // host it opens keeps its queues, start and dollar budgets, holds, leases,
-// registry row, run mirror, cancel requests and rate limits in one Valkey.
+// registry row, run mirror, cancel requests, rate limits and forge threads'
+// lines in one Valkey.
 // Close closes what it opened; the client stays the caller's.
 type Fleet struct {
 	rc  redis.UniversalClient
@@ -40,6 +41,10 @@ type FleetOptions struct {
 	Layout queue.Layout
 	// RetentionDays is how long the run mirror keeps a run (0: its default).
 	RetentionDays int
+	// ThreadSettle is how long a forge thread's first job waits after its
+	// enqueue before it takes the thread, so jobs enqueued a moment apart on
+	// two hosts run in order (fleetstate.ThreadsConfig.Settle; 0: none).
+	ThreadSettle time.Duration
 	// BlockTimeout bounds one wait of a Source for a job (0:
 	// queue.DefaultBlockTimeout): a cancelled wait returns within it.
 	BlockTimeout time.Duration
@@ -56,8 +61,8 @@ func NewFleet(rc redis.UniversalClient, o FleetOptions) *Fleet { return &Fleet{r
 // Open returns host's stores: the shared queue and, for a declared host,
 // its own (declared now, so the kill switch finds it before its first job;
 // it starts paused when the fleet is paused), a Source over them, the
-// budgets, holds, registry row, directory, run mirror, cancel watcher and
-// rate limits, and fleet leases for a declared host.
+// budgets, holds, registry row, directory, run mirror, cancel watcher,
+// rate limits and forge threads' lines, and fleet leases for a declared host.
 func (f *Fleet) Open(ctx context.Context, h dispatch.FleetHost) (dispatch.Stores, error) {
 	s, err := f.open(ctx, h)
 	if err != nil {
@@ -67,8 +72,8 @@ func (f *Fleet) Open(ctx context.Context, h dispatch.FleetHost) (dispatch.Stores
 }
 
 // Close closes every store Open opened: a Source's connection, the mirror's
-// writes in flight and the budgets' and holds' pending work. It does not
-// close the client.
+// writes in flight and the budgets', holds' and threads' pending work. It
+// does not close the client.
 func (f *Fleet) Close(ctx context.Context) error {
 	f.mu.Lock()
 	opened := f.opened
@@ -92,13 +97,15 @@ type valkeyStores struct {
 	holds    *fleetstate.Holds
 	dollars  *fleetstate.Dollars
 	limits   *fleetstate.RateLimits
+	threads  *fleetstate.Threads
 	mirror   *fleetstate.Mirror
 }
 
 func (s *valkeyStores) close(ctx context.Context) error {
 	return errors.Join(
 		s.consumer.Close(), s.mirror.Close(ctx),
-		s.budget.Close(ctx), s.dollars.Close(ctx), s.limits.Close(ctx), s.holds.Close(ctx))
+		s.budget.Close(ctx), s.dollars.Close(ctx), s.limits.Close(ctx), s.holds.Close(ctx),
+		s.threads.Close(ctx))
 }
 
 func (f *Fleet) open(ctx context.Context, h dispatch.FleetHost) (*valkeyStores, error) {
@@ -147,8 +154,9 @@ func (f *Fleet) open(ctx context.Context, h dispatch.FleetHost) (*valkeyStores, 
 			DailyMicros: h.Dollars.Daily, WeeklyMicros: h.Dollars.Weekly, MonthlyMicros: h.Dollars.Monthly,
 			CallTimeout: call, Host: h.Name, Logger: logger,
 		}),
-		limits: fleetstate.NewRateLimits(f.rc, fleetstate.RateLimitsConfig{CallTimeout: call, Host: h.Name, Logger: logger}),
-		mirror: fleetstate.NewMirror(f.rc, fleetstate.MirrorConfig{RetentionDays: f.opt.RetentionDays, CallTimeout: call, Host: h.Name, Logger: logger}),
+		limits:  fleetstate.NewRateLimits(f.rc, fleetstate.RateLimitsConfig{CallTimeout: call, Host: h.Name, Logger: logger}),
+		threads: fleetstate.NewThreads(f.rc, fleetstate.ThreadsConfig{CallTimeout: call, Host: h.Name, Logger: logger, Settle: f.opt.ThreadSettle}),
+		mirror:  fleetstate.NewMirror(f.rc, fleetstate.MirrorConfig{RetentionDays: f.opt.RetentionDays, CallTimeout: call, Host: h.Name, Logger: logger}),
 	}
 	fleetDir := SigningDirectory(dir, f.opt.FleetKey)
 	s.stores = dispatch.Stores{
@@ -162,6 +170,7 @@ func (f *Fleet) open(ctx context.Context, h dispatch.FleetHost) (*valkeyStores, 
 		Cancels:    cancels,
 		Dollars:    s.dollars,
 		RateLimits: s.limits,
+		Threads:    s.threads,
 	}
 	for _, q := range queues {
 		s.stores.Queues = append(s.stores.Queues, JobQueue(q))

@@ -199,7 +199,8 @@ func (b *builder) stores(s *Stack, runtime *runner.Docker, deps *dispatch.Deps) 
 	}
 	tz := registry.LocalZone(os.Getenv)
 	live := cronsync.NewLiveSet(own, tz)
-	s.fleet = NewFleet(s.Valkey, FleetOptions{FleetKey: b.cfg.FleetKey, Layout: queue.Layout(b.cfg.BullMQLayout), RetentionDays: b.cfg.LogRetentionDays})
+	s.fleet = NewFleet(s.Valkey, FleetOptions{FleetKey: b.cfg.FleetKey, Layout: queue.Layout(b.cfg.BullMQLayout),
+		RetentionDays: b.cfg.LogRetentionDays, ThreadSettle: DefaultThreadSettle})
 	st, err := openStores(b.ctx, s.fleet, b.cfg, b.tune, runtime, live, tz, deps)
 	if err != nil {
 		return nil, err
@@ -229,6 +230,12 @@ func (b *builder) reportAndGateway(s *Stack, st *valkeyStores, deps *dispatch.De
 	report.wire(deps)
 	return wireGateway(b.cfg, st.limits, b.tune, deps, report)
 }
+
+// DefaultThreadSettle is the settle window of the worker's forge threads:
+// a delivery's job waits this long after its enqueue before it takes its
+// thread, so a delivery received a moment before it, on another host, runs
+// first.
+const DefaultThreadSettle = 2 * time.Second
 
 // refusedPassword fails boot when Valkey refuses the password: unlike an
 // outage, waiting cannot mend it, and a worker that boots anyway fails every

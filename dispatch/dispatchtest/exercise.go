@@ -47,8 +47,9 @@ type TestFleet struct {
 // Exercise runs every store's conformance suite against the fleet driver
 // newFleet makes, a fresh fleet per case: the queue and the source, the
 // finder, the start and dollar budgets, the leases, the registry, the holds,
-// the run mirror, the rate limits and the cancel requests, each store
-// opened through the driver as a Worker's host opens it.
+// the run mirror, the rate limits, the cancel requests and the forge
+// threads' lines, each store opened through the driver as a Worker's host
+// opens it.
 func Exercise(t *testing.T, newFleet func(t *testing.T) TestFleet) {
 	t.Run("JobQueue", func(t *testing.T) {
 		TestJobQueue(t, func(t *testing.T) QueueHarness {
@@ -155,6 +156,47 @@ func Exercise(t *testing.T, newFleet func(t *testing.T) TestFleet) {
 			return CancelsHarness{Cancels: c, Request: f.RequestCancel}
 		})
 	})
+	t.Run("Threads", func(t *testing.T) {
+		TestThreads(t, func(t *testing.T) ThreadsHarness {
+			f := newFleet(t)
+			return ThreadsHarness{
+				Host: func(name string) dispatch.Threads {
+					fl, h := f.Fleet, dispatch.FleetHost{Name: name}
+					if name != "host-a" && f.Peer != nil {
+						fl, h.Machine = f.Peer, "machine-"+name
+					}
+					return staleThreads(t, Open(t, fl, h).Threads, ExerciseStaleAfter)
+				},
+				StaleAfter: ExerciseStaleAfter,
+				Wait:       f.Wait,
+			}
+		})
+	})
+}
+
+// ExerciseStaleAfter is the stale window Exercise gives a driver's Threads
+// (through their WithStaleAfter), so a live store's jobs go stale within
+// the test.
+const ExerciseStaleAfter = 2 * time.Second
+
+// staleTuner is a Threads whose stale window a test may set: the fake's and
+// fleetstate's both are.
+type staleTuner interface {
+	WithStaleAfter(d time.Duration) dispatch.Threads
+}
+
+// staleThreads is th with the stale window d, failing t when the driver
+// opened no Threads or one whose window cannot be set.
+func staleThreads(t *testing.T, th dispatch.Threads, d time.Duration) dispatch.Threads {
+	t.Helper()
+	if th == nil {
+		t.Fatal("the fleet's stores have no Threads")
+	}
+	s, ok := th.(staleTuner)
+	if !ok {
+		t.Fatalf("the fleet's Threads (%T) have no WithStaleAfter: the suite cannot make a job stale", th)
+	}
+	return s.WithStaleAfter(d)
 }
 
 // Open opens host's stores on fl, failing t on an error.

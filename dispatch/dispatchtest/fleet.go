@@ -34,7 +34,7 @@ func (c *Clock) Advance(d time.Duration) {
 
 // Fleet is an in-memory dispatch.Fleet: every host it opens shares one state
 // (the queues, the budgets, holds, leases, registry, run mirror, cancel
-// requests and rate limits), so several Workers on one Fleet are one fleet,
+// requests, rate limits and forge threads' lines), so several Workers on one Fleet are one fleet,
 // as several hosts on one Valkey are. Every store reads Clock. The exported
 // stores are there for assertions and to set a failure (Err); the caps are
 // set by the hosts Open is given, the last one winning, as every host of a
@@ -49,6 +49,7 @@ type Fleet struct {
 	Leases     *LeaseStore
 	Cancels    *Cancels
 	Directory  *Directory
+	Threads    *Threads
 
 	mu       sync.Mutex
 	lockTTL  time.Duration
@@ -70,8 +71,10 @@ func NewFleet() *Fleet {
 		Leases:     NewLeaseStore(),
 		Cancels:    NewCancels(),
 		Directory:  NewDirectory(),
+		Threads:    NewThreads(),
 	}
 	f.Budget.Now, f.Dollars.Now, f.RateLimits.Now, f.Holds.Now, f.Leases.Now = c.Now, c.Now, c.Now, c.Now, c.Now
+	f.Threads.Now = c.Now
 	return f
 }
 
@@ -98,7 +101,8 @@ func (f *Fleet) Shared() *Queue { return f.Queue(fleet.SharedQueue) }
 // Open returns host's stores on the fleet: the shared queue and, for a
 // declared host, its own queue; a Source taking jobs as host; a registry row
 // the other hosts' rows see; fleet leases for a declared host. The budgets,
-// holds, mirror, cancels and rate limits are the fleet's own, shared.
+// holds, mirror, cancels, rate limits and threads are the fleet's own,
+// shared.
 func (f *Fleet) Open(ctx context.Context, h dispatch.FleetHost) (dispatch.Stores, error) {
 	if err := fleet.ValidateName(h.Name); err != nil {
 		return dispatch.Stores{}, err
@@ -140,6 +144,7 @@ func (f *Fleet) Open(ctx context.Context, h dispatch.FleetHost) (dispatch.Stores
 		Cancels:    f.Cancels,
 		Dollars:    f.Dollars,
 		RateLimits: f.RateLimits,
+		Threads:    f.Threads,
 	}
 	for _, q := range queues {
 		s.Queues = append(s.Queues, q)
