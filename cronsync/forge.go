@@ -86,6 +86,9 @@ type ForgePublish struct {
 	AllowCI bool
 	// Draft (draft) opens the pull request as a draft. Default true.
 	Draft bool
+	// Labels (labels) are the labels a job's labels.json may add or remove;
+	// none (the default): every label change is refused.
+	Labels []string
 }
 
 // DefaultForgePublish is the publish setting of a trigger without one, and
@@ -97,8 +100,9 @@ var forgeTriggerKeys = []string{"on", "run", "publish"}
 
 // forgePublish is the publish object as written.
 type forgePublish struct {
-	AllowCI *bool `json:"allowCi"`
-	Draft   *bool `json:"draft"`
+	AllowCI *bool    `json:"allowCi"`
+	Draft   *bool    `json:"draft"`
+	Labels  []string `json:"labels"`
 }
 
 // Actions a trigger may name, per forge and type, in the forge's vocabulary.
@@ -246,7 +250,7 @@ func (p *triggerParser) forgePublish(trig map[string]json.RawMessage) ForgePubli
 	}
 	var pub forgePublish
 	if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
-		p.fail("publish", "must be an object {\"allowCi\": bool, \"draft\": bool}")
+		p.fail("publish", "must be an object {\"allowCi\": bool, \"draft\": bool, \"labels\": [...]}")
 	} else if err := check.DecodeStrict(raw, MaxFileBytes, &pub); err != nil {
 		p.fail("publish", "%s", err)
 	} else {
@@ -256,8 +260,26 @@ func (p *triggerParser) forgePublish(trig map[string]json.RawMessage) ForgePubli
 		if pub.Draft != nil {
 			out.Draft = *pub.Draft
 		}
+		out.Labels = p.publishLabels(pub.Labels)
 	}
 	return out
+}
+
+// publishLabels checks publish.labels: at most MaxLabels labels, each a
+// label's text, none twice.
+func (p *triggerParser) publishLabels(list []string) []string {
+	if len(list) > MaxLabels {
+		p.fail("publish.labels", "at most %d entries", MaxLabels)
+		return nil
+	}
+	for i, s := range list {
+		if rule := labelRule(s); rule != "" {
+			p.fail(fmt.Sprintf("publish.labels[%d]", i), "%s", rule)
+		} else if slices.Index(list, s) < i {
+			p.fail(fmt.Sprintf("publish.labels[%d]", i), "%s is listed twice", check.Quote(s))
+		}
+	}
+	return list
 }
 
 // forgeRunObject decodes run strictly; ok is false when there is no run object to check further.
