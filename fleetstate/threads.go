@@ -242,3 +242,23 @@ func truncate(s string, n int) string {
 	}
 	return s[:n]
 }
+
+// ReadThread reads thread's line, oldest first, and its holder ("" when
+// none), without lining anyone up: what `explain` shows of a waiting job.
+// Members and a holder that break the job id rule are left out.
+func ReadThread(ctx context.Context, client redis.Cmdable, thread string) (line []string, holder string, err error) {
+	members, err := client.ZRange(ctx, ThreadLineKey(thread), 0, DefaultThreadLineMax-1).Result()
+	if err != nil {
+		return nil, "", err
+	}
+	for _, m := range members {
+		if fleet.CheckJobID(m) == nil {
+			line = append(line, m)
+		}
+	}
+	holder, err = client.Get(ctx, ThreadHolderKey(thread)).Result()
+	if errors.Is(err, redis.Nil) || err == nil && fleet.CheckJobID(holder) != nil {
+		return line, "", nil
+	}
+	return line, holder, err
+}

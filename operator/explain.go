@@ -39,6 +39,7 @@ const (
 	FindPauseWindow   = "pause-window"   // a pause window matches its scope
 	FindWaitHold      = "wait-hold"      // held on its waitFor conditions
 	FindScopeBusy     = "scope-busy"     // its scope's fleet-wide slots are all held
+	FindThreadBusy    = "thread-busy"    // an older job of its issue or pull request runs or waits first
 	FindScopeLocal    = "scope-local"    // one job per folder, counted on each host only
 	FindRateLimited   = "rate-limited"   // its provider is suspended by a rate limit: deferred to the reset
 	FindBudgetFull    = "budget-full"    // a count window is at its cap: it will be refused
@@ -53,7 +54,7 @@ const (
 var findingRank = []string{
 	FindRunning, FindStalled, FindFinished, FindFleetPaused, FindQueuePaused,
 	FindHostGone, FindHostStale, FindHostUntrusted, FindNoHosts, FindNotCapable, FindInvalidJob, FindJobUnsigned, FindPauseWindow,
-	FindWaitHold, FindRateLimited, FindScopeBusy, FindBudgetFull, FindDollarsFull, FindImageMissing, FindReady,
+	FindWaitHold, FindRateLimited, FindThreadBusy, FindScopeBusy, FindBudgetFull, FindDollarsFull, FindImageMissing, FindReady,
 	FindScopeLocal, FindDelayed, FindUnread,
 }
 

@@ -49,6 +49,7 @@ func (x *explainer) pending(ctx context.Context) error {
 		now := x.opts.Now()
 		x.pauseWindow(now)
 		x.hold(ctx)
+		x.thread(ctx)
 		x.scope(ctx)
 		x.budget(ctx)
 		x.fit(hosts)
@@ -293,6 +294,32 @@ func (x *explainer) delayed() {
 		data["dueAt"] = at
 	}
 	x.add(FindDelayed, words, data)
+}
+
+// thread applies the thread gate's rule: a forge job waits while another
+// job holds its issue or pull request, or an older one is lined up first.
+func (x *explainer) thread(ctx context.Context) {
+	thread := x.spec.Thread()
+	if x.spec.Forge == "" || thread == "" {
+		return
+	}
+	line, holder, err := fleetstate.ReadThread(ctx, x.client, thread)
+	if err != nil {
+		x.unread("the thread's line", err)
+		return
+	}
+	before := line
+	if i := slices.Index(line, x.job.ID); i >= 0 {
+		before = line[:i]
+	}
+	switch {
+	case holder != "" && holder != x.job.ID:
+		x.add(FindThreadBusy, fmt.Sprintf("%s is busy: job %s holds it; one job of a thread runs at a time", thread, holder),
+			map[string]any{"thread": thread, "holder": holder, "ahead": before})
+	case holder == "" && len(before) > 0:
+		x.add(FindThreadBusy, fmt.Sprintf("%s: %d older job(s) of the thread go first (%s)", thread, len(before), strings.Join(before, ", ")),
+			map[string]any{"thread": thread, "ahead": before})
+	}
 }
 
 // scope applies the scope-slot gate's rule (dispatch's takeScope): a folder

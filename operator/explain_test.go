@@ -517,3 +517,29 @@ func TestExplainDollarsFull(t *testing.T) {
 		}
 	}
 }
+
+// A forge job whose issue another job holds, or an older job of which waits
+// first, is said to wait behind them.
+func TestExplainThreadBusy(t *testing.T) {
+	db := livetest.Valkey(t)
+	ctx := context.Background()
+	defer liveHost(t, db.Client, "alpha", digestA).Close(ctx)
+	q := mustQueue(t, db.Client, fleet.SharedQueue)
+	const job = `{"kind":"forge","repo":"acme/app","forge":"github","number":7,"flow":"fix","task":"t"}`
+	addData(t, q, "gh-2", job, queue.AddOptions{})
+	opts, err := operator.ExplainOptionsFromConfig(config.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex := explain(t, db.Client, "gh-2", opts); ex.Primary().Code != operator.FindReady {
+		t.Fatalf("a free thread: %+v", ex)
+	}
+	th := fleetstate.NewThreads(db.Client, fleetstate.ThreadsConfig{})
+	if r, err := th.Turn(ctx, "github:acme/app#7", "gh-1", time.Now().Add(-time.Minute), time.Hour); err != nil || !r.Granted {
+		t.Fatalf("turn: %+v %v", r, err)
+	}
+	ex := explain(t, db.Client, "gh-2", opts)
+	if f := ex.Primary(); f.Code != operator.FindThreadBusy || f.Data["holder"] != "gh-1" || !strings.Contains(f.Words, "gh-1") {
+		t.Fatalf("held: %+v", ex)
+	}
+}
