@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,6 +27,24 @@ const (
 	DefaultGitLabURL           = "https://gitlab.com"
 	DefaultPollIntervalSeconds = 60
 	MinPollIntervalSeconds     = 30
+
+	// DefaultReceiverStoreTimeout is RECEIVER_STORE_TIMEOUT's default: how
+	// long the receiver waits for Valkey to store a delivery before it
+	// writes it to the spool. Min and Max bound it, so a delivery is
+	// answered within 2 seconds.
+	DefaultReceiverStoreTimeout = time.Second
+	MinReceiverStoreTimeout     = 100 * time.Millisecond
+	MaxReceiverStoreTimeout     = 1500 * time.Millisecond
+	// DefaultReceiverSpoolMax is RECEIVER_SPOOL_MAX's default (256 MiB);
+	// Min and Max bound it.
+	DefaultReceiverSpoolMax = 256 << 20
+	MinReceiverSpoolMax     = 4 << 20
+	MaxReceiverSpoolMax     = 1 << 40
+	// DefaultReceiverInboxMax is RECEIVER_INBOX_MAX's default; Min and Max
+	// bound it.
+	DefaultReceiverInboxMax = 10000
+	MinReceiverInboxMax     = 100
+	MaxReceiverInboxMax     = 1000000
 )
 
 // GitHub credential sources (GITHUB_AUTH_SOURCE).
@@ -279,6 +298,41 @@ type Forge struct {
 
 	// ForgejoWebhookSecret is FORGEJO_WEBHOOK_SECRET.
 	ForgejoWebhookSecret string
+
+	// StoreTimeout is RECEIVER_STORE_TIMEOUT: how long a delivery waits for
+	// Valkey before it is written to the spool. 0: the default.
+	StoreTimeout time.Duration
+	// SpoolDir is RECEIVER_SPOOL_DIR: the folder of deliveries waiting for
+	// Valkey. "": DefaultSpoolDir(os.Getenv).
+	SpoolDir string
+	// SpoolVolatile: SpoolDir is the default under the temporary folder (no
+	// home known), which a reboot, or a unit's PrivateTmp at each restart,
+	// may empty.
+	SpoolVolatile bool
+	// SpoolMax is RECEIVER_SPOOL_MAX: the spool's bound in bytes. 0: the
+	// default.
+	SpoolMax int64
+	// InboxMax is RECEIVER_INBOX_MAX: how many deliveries each forge's inbox
+	// in Valkey holds at most. 0: the default.
+	InboxMax int
+}
+
+// DefaultSpoolDir is RECEIVER_SPOOL_DIR's default, beside the worker's run
+// records: $XDG_STATE_HOME/pidispatch/receiver-spool, else
+// $HOME/.local/state/pidispatch/receiver-spool, else (no home known)
+// $TMPDIR/pi-dispatch/receiver-spool, which a reboot may empty.
+func DefaultSpoolDir(getenv func(string) string) string {
+	if d := absEnvDir(getenv("XDG_STATE_HOME")); d != "" {
+		return filepath.Join(d, "pidispatch", "receiver-spool")
+	}
+	if d := absEnvDir(getenv("HOME")); d != "" {
+		return filepath.Join(d, ".local", "state", "pidispatch", "receiver-spool")
+	}
+	tmpdir := absEnvDir(getenv("TMPDIR"))
+	if tmpdir == "" {
+		tmpdir = "/tmp"
+	}
+	return filepath.Join(tmpdir, "pi-dispatch", "receiver-spool")
 }
 
 // ReceiverAddr is RECEIVER_BIND:RECEIVER_PORT.
@@ -344,6 +398,10 @@ func LoadForge(getenv func(string) string) (Forge, error) {
 	}
 	f.PollInterval = time.Duration(secs) * time.Second
 
+	if err := f.loadInbox(getenv); err != nil {
+		return Forge{}, err
+	}
+
 	switch f.GitLabWebhookMode {
 	case "", "token", "signature":
 	default:
@@ -368,6 +426,52 @@ func LoadForge(getenv func(string) string) (Forge, error) {
 		return fail("GITHUB_AUTH_SOURCE", "", "a credential (pat or app) is required with POLL_REPOS")
 	}
 	return f, nil
+}
+
+// loadInbox reads the receiver's inbox variables: RECEIVER_STORE_TIMEOUT,
+// RECEIVER_SPOOL_DIR, RECEIVER_SPOOL_MAX and RECEIVER_INBOX_MAX.
+func (f *Forge) loadInbox(getenv func(string) string) error {
+	f.StoreTimeout = DefaultReceiverStoreTimeout
+	if v := strings.TrimSpace(getenv("RECEIVER_STORE_TIMEOUT")); v != "" {
+		d, rule := check.Duration(v)
+		if rule == "" && (d < MinReceiverStoreTimeout || d > MaxReceiverStoreTimeout) {
+			rule = fmt.Sprintf("must be from %s to %s, so a delivery is answered within 2 seconds", MinReceiverStoreTimeout, MaxReceiverStoreTimeout)
+		}
+		if rule != "" {
+			return forgeError("RECEIVER_STORE_TIMEOUT", v, rule)
+		}
+		f.StoreTimeout = d
+	}
+	f.SpoolDir = strings.TrimSpace(getenv("RECEIVER_SPOOL_DIR"))
+	if f.SpoolDir == "" {
+		f.SpoolDir = DefaultSpoolDir(getenv)
+		f.SpoolVolatile = absEnvDir(getenv("XDG_STATE_HOME")) == "" && absEnvDir(getenv("HOME")) == ""
+	} else if rule := check.AbsClean(f.SpoolDir); rule != "" {
+		return forgeError("RECEIVER_SPOOL_DIR", f.SpoolDir, rule)
+	}
+	f.SpoolMax = DefaultReceiverSpoolMax
+	if v := strings.TrimSpace(getenv("RECEIVER_SPOOL_MAX")); v != "" {
+		n, rule := parseMemory(v)
+		if rule == "" && (n < MinReceiverSpoolMax || n > MaxReceiverSpoolMax) {
+			rule = "must be between 4m and 1t"
+		}
+		if rule != "" {
+			return forgeError("RECEIVER_SPOOL_MAX", v, rule)
+		}
+		f.SpoolMax = n
+	}
+	f.InboxMax = DefaultReceiverInboxMax
+	if v := strings.TrimSpace(getenv("RECEIVER_INBOX_MAX")); v != "" {
+		n, rule := check.PlainInt(v)
+		if rule == "" && (n < MinReceiverInboxMax || n > MaxReceiverInboxMax) {
+			rule = fmt.Sprintf("must be from %d to %d", MinReceiverInboxMax, MaxReceiverInboxMax)
+		}
+		if rule != "" {
+			return forgeError("RECEIVER_INBOX_MAX", v, rule)
+		}
+		f.InboxMax = int(n)
+	}
+	return nil
 }
 
 func positive(name, v string) (int64, error) {
@@ -404,7 +508,7 @@ func (f Forge) String() string {
 	if f.Credentials.GitHub != nil {
 		github = f.Credentials.GitHub.Source
 	}
-	return fmt.Sprintf("receiver=%s github=%s(%s) secret=%s poll=%d/%s gitlab=%s(%s) forgejo=%s",
+	return fmt.Sprintf("receiver=%s github=%s(%s) secret=%s poll=%d/%s gitlab=%s(%s) forgejo=%s spool=%s",
 		f.ReceiverAddr(), github, f.Credentials.GitHubAPIURL, set(f.WebhookSecret), len(f.PollRepos), f.PollInterval,
-		f.GitLabWebhookMode, f.Credentials.GitLabURL, set(f.ForgejoWebhookSecret))
+		f.GitLabWebhookMode, f.Credentials.GitLabURL, set(f.ForgejoWebhookSecret), f.SpoolDir)
 }

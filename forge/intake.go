@@ -69,7 +69,15 @@ const (
 	StatusEnqueued = "enqueued"
 	StatusRefused  = "refused"
 	StatusDropped  = "dropped"
+	// StatusIgnored: an event type no trigger handles (GitHub's ping, a
+	// push, an edited comment): nothing to decide, nothing to spend.
+	StatusIgnored = "ignored"
 )
+
+// ErrEnqueue marks an event whose jobs could not all be enqueued (Valkey
+// failed): the event is undecided, and enqueuing it again converges on the
+// same jobs.
+var ErrEnqueue = errors.New("enqueue failed")
 
 // Intake matches events against the forge triggers and enqueues the jobs
 // they start. It is safe for concurrent use; SetTriggers swaps the set.
@@ -112,10 +120,24 @@ func (in *Intake) Refuse(f jobs.Forge, delivery, reason string, attrs ...any) {
 	in.log.Warn("forge_refused", append([]any{"forge", f, "delivery", delivery, "reason", reason}, attrs...)...)
 }
 
+// Ignore logs an event of a type no trigger handles (forge_ignored, one
+// line): answered, never stored, nothing spent. eventType is the forge's word
+// for it (the event header).
+func (in *Intake) Ignore(f jobs.Forge, delivery, eventType string) {
+	in.log.Info("forge_ignored", "forge", f, "delivery", delivery, "event", eventType)
+}
+
 // Handle matches ev, checks its actor and enqueues its jobs. An error means
 // the event could be neither enqueued nor decided (a permission lookup or
-// Valkey failed): the sender should deliver it again.
+// Valkey failed): it must be handled again later (the inbox retries it; see
+// RetryAt for when the forge asked to be asked again). An event of a type no
+// trigger handles (an empty Kind) is ignored: forge_ignored, whatever its
+// repository.
 func (in *Intake) Handle(ctx context.Context, ev Event) (Outcome, error) {
+	if ev.Kind == "" {
+		in.log.Info("forge_ignored", "forge", ev.Forge, "delivery", ev.DeliveryID, "action", ev.Action)
+		return Outcome{Status: StatusIgnored, Reason: ReasonUnhandled}, nil
+	}
 	attrs := []any{"forge", ev.Forge, "delivery", ev.DeliveryID, "repo", ev.Repo, "number", ev.Number}
 	t, need, reason := Match(*in.triggers.Load(), ev)
 	switch {
@@ -159,7 +181,7 @@ func (in *Intake) authorize(ctx context.Context, ev Event, need Need, attrs []an
 	case errors.Is(err, ErrLookupForbidden):
 		return in.refuseEvent(attrs, ReasonLookupForbidden, "need", need.String(), "err", err.Error())
 	case err != nil:
-		in.log.Error("forge_permission_lookup_failed", append(attrs, "err", err.Error())...)
+		in.log.Error("forge_permission_lookup_failed", append(attrs, "rateLimited", errors.Is(err, ErrRateLimited), "err", err.Error())...)
 		return Outcome{}, err
 	case !ok:
 		return in.refuseEvent(attrs, ReasonAuthorNotAllowed, "need", need.String(), "sender", ev.SenderID)
@@ -178,7 +200,7 @@ func (in *Intake) enqueueReplicas(ctx context.Context, t cronsync.ForgeTrigger, 
 			// Replicas enqueued so far keep their ids: a redelivery
 			// converges on n jobs.
 			in.log.Error("forge_enqueue_failed", append(attrs, "jobId", d.JobID, "err", err.Error())...)
-			return Outcome{}, fmt.Errorf("enqueue %s: %w", d.JobID, err)
+			return Outcome{}, fmt.Errorf("%w: %s: %w", ErrEnqueue, d.JobID, err)
 		}
 		out.JobIDs = append(out.JobIDs, e.JobID)
 		in.log.Info("forge_enqueued", append(attrs, "jobId", e.JobID, "queue", e.Queue, "added", e.Added,

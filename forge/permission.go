@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -40,12 +41,109 @@ type Permissions interface {
 	Allowed(ctx context.Context, ev Event, need Need) (bool, error)
 }
 
-// ErrLookup marks a permission lookup that ended without an answer.
+// ErrLookup marks a permission lookup that ended without an answer: a
+// network failure, a 5xx, a rate limit. The event is decided later, never
+// refused for it.
 var ErrLookup = errors.New("permission lookup failed")
 
-// ErrLookupForbidden marks a lookup the forge refused to our token (403):
-// a configuration fault, reported as such rather than retried forever.
+// ErrRateLimited marks a lookup the forge turned away for its rate limit: a
+// 429, or GitHub's 403 with x-ratelimit-remaining: 0, a Retry-After or its
+// secondary-limit documentation. It is also an ErrLookup (ask again later),
+// never an ErrLookupForbidden.
+var ErrRateLimited = errors.New("permission lookup rate-limited")
+
+// ErrLookupForbidden marks a lookup the forge refused to our token (a 403
+// that is no rate limit): a configuration fault, reported as such rather than
+// retried forever.
 var ErrLookupForbidden = errors.New("permission lookup forbidden to the configured token")
+
+// MaxRetryWait bounds how far ahead a forge's Retry-After or rate-limit
+// reset is believed: a header cannot park an event for longer.
+const MaxRetryWait = time.Hour
+
+// LookupError is a permission lookup that ended without an answer. It
+// unwraps to ErrLookup (and ErrRateLimited) or to ErrLookupForbidden, and
+// says when the forge asked to be asked again.
+type LookupError struct {
+	// Status is the forge's HTTP status; 0 when it did not answer.
+	Status int
+	// RateLimited: the forge said the token is over its rate limit.
+	RateLimited bool
+	// RetryAfter is the forge's Retry-After (0: none).
+	RetryAfter time.Duration
+	// Reset is when the forge's rate-limit window resets, from
+	// x-ratelimit-reset or RateLimit-Reset (zero: not said).
+	Reset time.Time
+	err   error
+}
+
+func (e *LookupError) Error() string {
+	var b strings.Builder
+	switch {
+	case e.Status == http.StatusForbidden && !e.RateLimited:
+		b.WriteString(ErrLookupForbidden.Error())
+	case e.RateLimited:
+		b.WriteString(ErrRateLimited.Error())
+	default:
+		b.WriteString(ErrLookup.Error())
+	}
+	if e.Status != 0 {
+		fmt.Fprintf(&b, " (status %d)", e.Status)
+	}
+	if e.RetryAfter > 0 {
+		fmt.Fprintf(&b, ", retry after %s", e.RetryAfter)
+	}
+	if !e.Reset.IsZero() {
+		fmt.Fprintf(&b, ", resets at %s", e.Reset.UTC().Format(time.RFC3339))
+	}
+	if e.err != nil && e.Status == 0 {
+		fmt.Fprintf(&b, ": %v", e.err)
+	}
+	return b.String()
+}
+
+// Unwrap gives the sentinels errors.Is matches, and the cause.
+func (e *LookupError) Unwrap() []error {
+	var errs []error
+	switch {
+	case e.RateLimited:
+		errs = []error{ErrRateLimited, ErrLookup}
+	case e.Status == http.StatusForbidden:
+		errs = []error{ErrLookupForbidden}
+	default:
+		errs = []error{ErrLookup}
+	}
+	if e.err != nil {
+		errs = append(errs, e.err)
+	}
+	return errs
+}
+
+// RetryAt is when the forge asked, through err, to be asked again: now plus
+// its Retry-After, or its rate limit's reset, whichever is later, at most
+// MaxRetryWait ahead. ok is false when err says nothing of when.
+func RetryAt(err error, now time.Time) (at time.Time, ok bool) {
+	var le *LookupError
+	if !errors.As(err, &le) {
+		return time.Time{}, false
+	}
+	if le.RetryAfter > 0 {
+		at, ok = now.Add(le.RetryAfter), true
+	}
+	if !le.Reset.IsZero() && le.Reset.After(at) {
+		at, ok = le.Reset, true
+	}
+	if !ok {
+		return time.Time{}, false
+	}
+	if at.Before(now) {
+		at = now
+	}
+	if lim := now.Add(MaxRetryWait); at.After(lim) {
+		at = lim
+	}
+	return at, true
+}
 
 // httpClient never follows a redirect, so a token is sent to the configured
 // host only, and bounds every call.
@@ -61,14 +159,85 @@ func httpClient(c *http.Client) *http.Client {
 	}
 }
 
-func lookupErr(status int, err error) error {
-	if status == http.StatusForbidden {
-		return fmt.Errorf("%w (status 403)", ErrLookupForbidden)
+// lookupErr classifies a lookup that got no answer. resp is the forge's
+// reply (nil when none came): a 429, or a 403 that carries a rate limit's
+// headers (GitHub's x-ratelimit-remaining: 0, a Retry-After, a secondary
+// limit), is a rate limit to wait out; another 403 is ErrLookupForbidden;
+// the rest (5xx, network) is ErrLookup.
+func lookupErr(resp *http.Response, err error) error {
+	e := &LookupError{err: err}
+	var abuse *github.AbuseRateLimitError
+	isAbuse := errors.As(err, &abuse)
+	if resp == nil {
+		return e
 	}
-	if status != 0 {
-		return fmt.Errorf("%w: status %d", ErrLookup, status)
+	e.Status = resp.StatusCode
+	h := resp.Header
+	switch {
+	case e.Status == http.StatusTooManyRequests, isAbuse:
+		e.RateLimited = true
+	case e.Status == http.StatusForbidden:
+		e.RateLimited = h.Get("X-Ratelimit-Remaining") == "0" || h.Get("Retry-After") != ""
 	}
-	return fmt.Errorf("%w: %v", ErrLookup, err)
+	if !e.RateLimited {
+		return e
+	}
+	e.RetryAfter = retryAfter(h.Get("Retry-After"))
+	if e.RetryAfter == 0 && isAbuse {
+		// GitHub's secondary limit: its Retry-After, else at least a minute,
+		// as GitHub asks.
+		e.RetryAfter = time.Minute
+		if abuse.RetryAfter != nil && *abuse.RetryAfter > 0 {
+			e.RetryAfter = min(*abuse.RetryAfter, MaxRetryWait)
+		}
+	}
+	for _, name := range []string{"X-Ratelimit-Reset", "RateLimit-Reset"} {
+		if v := h.Get(name); v != "" {
+			if sec, perr := strconv.ParseInt(strings.TrimSpace(v), 10, 64); perr == nil && sec > 0 && sec < 1<<40 {
+				e.Reset = time.Unix(sec, 0)
+				break
+			}
+		}
+	}
+	return e
+}
+
+// httpResponse is the reply inside a forge client's response, nil when none
+// came. Each client embeds *http.Response in its own type.
+func httpResponse[R interface {
+	*github.Response | *gitlab.Response | *gitea.Response
+}](r R) *http.Response {
+	switch v := any(r).(type) {
+	case *github.Response:
+		if v != nil {
+			return v.Response
+		}
+	case *gitlab.Response:
+		if v != nil {
+			return v.Response
+		}
+	case *gitea.Response:
+		if v != nil {
+			return v.Response
+		}
+	}
+	return nil
+}
+
+// retryAfter reads a Retry-After header: whole seconds or an HTTP date; 0
+// when absent, unreadable or past.
+func retryAfter(v string) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if sec, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return time.Duration(min(max(sec, 0), int64(MaxRetryWait/time.Second))) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return min(max(time.Until(t), 0), MaxRetryWait)
+	}
+	return 0
 }
 
 // GitHubPermissions asks GitHub's collaborator permission endpoint.
@@ -98,10 +267,7 @@ func (g GitHubPermissions) Allowed(ctx context.Context, ev Event, need Need) (bo
 		if resp != nil && resp.StatusCode == http.StatusNotFound {
 			return false, nil
 		}
-		if resp != nil {
-			return false, lookupErr(resp.StatusCode, err)
-		}
-		return false, lookupErr(0, err)
+		return false, lookupErr(httpResponse(resp), err)
 	}
 	switch lvl.GetPermission() {
 	case "admin", "write":
@@ -163,10 +329,7 @@ func (g GitLabPermissions) Allowed(ctx context.Context, ev Event, need Need) (bo
 		if resp != nil && resp.StatusCode == http.StatusNotFound {
 			return false, nil
 		}
-		if resp != nil {
-			return false, lookupErr(resp.StatusCode, err)
-		}
-		return false, lookupErr(0, err)
+		return false, lookupErr(httpResponse(resp), err)
 	}
 	min := gitlab.DeveloperPermissions
 	if need == NeedTriage {
@@ -205,10 +368,7 @@ func (f ForgejoPermissions) Allowed(ctx context.Context, ev Event, _ Need) (bool
 		if resp != nil && resp.StatusCode == http.StatusNotFound {
 			return false, nil
 		}
-		if resp != nil {
-			return false, lookupErr(resp.StatusCode, err)
-		}
-		return false, lookupErr(0, err)
+		return false, lookupErr(httpResponse(resp), err)
 	}
 	switch p.Permission {
 	case gitea.AccessModeWrite, gitea.AccessModeAdmin, gitea.AccessModeOwner:

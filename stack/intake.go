@@ -17,6 +17,7 @@ import (
 	"github.com/pidispatch/pidispatch/cronsync"
 	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/forge"
+	"github.com/pidispatch/pidispatch/forge/inbox"
 	"github.com/pidispatch/pidispatch/forge/poller"
 	"github.com/pidispatch/pidispatch/forge/receiver"
 	"github.com/pidispatch/pidispatch/forge/token"
@@ -156,6 +157,10 @@ type Intake struct {
 	Intake *forge.Intake
 	// Receiver serves the webhook routes; nil when no webhook secret is set.
 	Receiver *receiver.Receiver
+	// Inbox keeps every verified delivery the Receiver takes until it is
+	// processed (Valkey, or the spool folder while Valkey does not answer);
+	// Run drains its spool and processes it. nil with the Receiver.
+	Inbox *inbox.Inbox
 	// Poller polls POLL_REPOS; nil without it.
 	Poller *poller.Poller
 	Valkey *redis.Client
@@ -179,7 +184,8 @@ func BuildIntake(ctx context.Context, cfg config.Config, fc config.Forge, logger
 
 // Build wires the plan, in order: the service's own user on each forge
 // (its own comments never start a job; a forge that cannot say refuses
-// boot), the Valkey client, the enqueue router and the intake, the receiver
+// boot), the Valkey client, the enqueue router and the intake, the inbox
+// (its spool folder, RECEIVER_SPOOL_DIR, opened and locked), the receiver
 // with its listener (RECEIVER_BIND:RECEIVER_PORT), the poller. Nothing runs
 // until Run.
 func (p *IntakePlan) Build(ctx context.Context, logger *slog.Logger) (*Intake, error) {
@@ -219,13 +225,34 @@ func (p *IntakePlan) wire(in *Intake, self map[jobs.Forge]int64, logger *slog.Lo
 	in.Intake.SetTriggers(p.triggers)
 	fc := p.forge
 	if serving(fc) {
+		spoolDir := fc.SpoolDir
+		if spoolDir == "" {
+			spoolDir = config.DefaultSpoolDir(os.Getenv)
+		}
+		if fc.SpoolVolatile {
+			logger.Warn("receiver_spool_volatile", "host", in.host, "dir", spoolDir,
+				"why", "no home folder is known: set RECEIVER_SPOOL_DIR to a folder that survives a restart")
+		}
+		in.Inbox, err = inbox.Open(inbox.Config{
+			Valkey: in.Valkey, Handler: in.Intake, SpoolDir: spoolDir, SpoolMax: fc.SpoolMax,
+			MaxBody: receiver.DefaultMaxBody, StoreTimeout: fc.StoreTimeout, MaxLength: fc.InboxMax,
+			Logger: logger, Host: in.host,
+		})
+		if err != nil {
+			return fmt.Errorf("RECEIVER_SPOOL_DIR: %w", err)
+		}
 		in.Receiver, err = receiver.New(receiver.Config{
-			Intake: in.Intake, Replay: receiver.ValkeyReplay{Client: in.Valkey},
+			Intake: in.Intake, Inbox: in.Inbox, MaxBody: receiver.DefaultMaxBody,
 			GitHubSecret: fc.WebhookSecret, GitLabMode: fc.GitLabWebhookMode, GitLabSecret: fc.GitLabWebhookSecret,
 			ForgejoSecret: fc.ForgejoWebhookSecret, Logger: logger, Host: in.host,
 		})
 		if err != nil {
 			return err
+		}
+		for _, c := range in.Inbox.Collectors() {
+			if err := in.Receiver.Registry().Register(c); err != nil {
+				return err
+			}
 		}
 		if in.listener, err = net.Listen("tcp", fc.ReceiverAddr()); err != nil {
 			return fmt.Errorf("RECEIVER_BIND/RECEIVER_PORT %s: %w", fc.ReceiverAddr(), err)
@@ -293,13 +320,14 @@ func (in *Intake) Addr() net.Addr {
 }
 
 // Run serves the intake until ctx ends or a part fails: the triggers file's
-// watch (a valid edit replaces the forge triggers), the receiver and the
-// poller. It returns the first part's failure, after every part stopped.
+// watch (a valid edit replaces the forge triggers), the receiver, the inbox
+// (its spool drained into Valkey, its deliveries processed) and the poller.
+// It returns the first part's failure, after every part stopped.
 func (in *Intake) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	failed := make(chan error, 3)
+	failed := make(chan error, 4)
 	start := func(f func(context.Context) error) {
 		wg.Go(func() {
 			if err := f(ctx); err != nil {
@@ -314,6 +342,9 @@ func (in *Intake) Run(ctx context.Context) error {
 	if in.Receiver != nil {
 		start(func(ctx context.Context) error { return in.Receiver.Serve(ctx, in.listener) })
 	}
+	if in.Inbox != nil {
+		start(in.Inbox.Run)
+	}
 	if in.Poller != nil {
 		start(in.Poller.Run)
 	}
@@ -322,12 +353,15 @@ func (in *Intake) Run(ctx context.Context) error {
 	return <-failed
 }
 
-// Close releases the Valkey client, and the listener when Run never served
-// it. Calls after the first do nothing.
+// Close releases the Valkey client, the spool folder, and the listener when
+// Run never served it. Calls after the first do nothing.
 func (in *Intake) Close() {
 	in.closeOnce.Do(func() {
 		if in.listener != nil {
 			_ = in.listener.Close()
+		}
+		if in.Inbox != nil {
+			in.Inbox.Close()
 		}
 		_ = in.Valkey.Close()
 	})

@@ -54,7 +54,7 @@ func TestReceiveAppMode(t *testing.T) {
 		"PI_ENV_FILE": "/dev/null", "VALKEY_URL": db.URL, "PI_TRIGGERS_FILE": triggers,
 		"WEBHOOK_SECRET": "app-secret", "GITHUB_APP_ID": "4242", "GITHUB_APP_INSTALLATION_ID": "7",
 		"GITHUB_APP_PRIVATE_KEY_PATH": keyPath, "GITHUB_API_URL": gh.URL,
-		"RECEIVER_BIND": "127.0.0.1", "RECEIVER_PORT": strconv.Itoa(port),
+		"RECEIVER_BIND": "127.0.0.1", "RECEIVER_PORT": strconv.Itoa(port), "RECEIVER_SPOOL_DIR": filepath.Join(dir, "spool"),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -99,9 +99,7 @@ func TestReceiveAppMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := q.Get(context.Background(), "gh-app-d1"); err != nil {
-		t.Fatalf("job gh-app-d1 not in Valkey: %v\n%s", err, stderr.String())
-	}
+	waitForJob(t, q, "gh-app-d1", &stderr)
 	mints := gh.Mints()
 	if len(mints) == 0 {
 		t.Fatal("no installation token was minted")
@@ -131,14 +129,15 @@ func TestReceiveAppMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := post("app-d2", botBody); got == http.StatusAccepted {
-		t.Fatalf("the bot's own comment was accepted:\n%s", stderr.String())
+	if got := post("app-d2", botBody); got != http.StatusAccepted {
+		t.Fatalf("the bot's own comment, verified: got %d\n%s", got, stderr.String())
+	}
+	refused := waitForLog(t, &stderr, "forge_refused", 1)
+	if refused[0]["reason"] != "self" || refused[0]["delivery"] != "app-d2" {
+		t.Fatalf("the bot's comment was not refused as the receiver's own: %v\n%s", refused, stderr.String())
 	}
 	if _, err := q.Get(context.Background(), "gh-app-d2"); err == nil {
 		t.Fatal("the bot's own comment became a job")
-	}
-	if !strings.Contains(stderr.String(), `"reason":"self"`) {
-		t.Fatalf("the bot's comment was not refused as the receiver's own:\n%s", stderr.String())
 	}
 	out := stderr.String() + stdout.String()
 	for _, tok := range gh.Tokens() {

@@ -66,7 +66,7 @@ func TestReceiveGiteaWebhookLive(t *testing.T) {
 	vars := map[string]string{
 		"PI_ENV_FILE": "/dev/null", "VALKEY_URL": db.URL, "PI_TRIGGERS_FILE": triggers,
 		"FORGEJO_URL": g.URL, "FORGEJO_TOKEN": bot.Token, "FORGEJO_WEBHOOK_SECRET": secret,
-		"RECEIVER_BIND": "127.0.0.1", "RECEIVER_PORT": strconv.Itoa(port),
+		"RECEIVER_BIND": "127.0.0.1", "RECEIVER_PORT": strconv.Itoa(port), "RECEIVER_SPOOL_DIR": filepath.Join(dir, "spool"),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

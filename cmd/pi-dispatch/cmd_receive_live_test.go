@@ -72,7 +72,7 @@ func TestReceiveServesUntilStopped(t *testing.T) {
 	vars := map[string]string{
 		"PI_ENV_FILE": "/dev/null", "VALKEY_URL": db.URL, "PI_TRIGGERS_FILE": triggers,
 		"WEBHOOK_SECRET": "live-secret", "GITHUB_PAT": "ghp_live", "GITHUB_API_URL": api.URL,
-		"RECEIVER_BIND": "127.0.0.1", "RECEIVER_PORT": strconv.Itoa(port),
+		"RECEIVER_BIND": "127.0.0.1", "RECEIVER_PORT": strconv.Itoa(port), "RECEIVER_SPOOL_DIR": filepath.Join(dir, "spool"),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -105,9 +105,11 @@ func TestReceiveServesUntilStopped(t *testing.T) {
 	post := func(delivery string) int {
 		return fixtures.PostGitHub(t, base+"/github", "issue_comment", delivery, "live-secret", body)
 	}
-	if got := post("live-d1"); got != http.StatusOK {
-		t.Fatalf("no trigger matches yet: got %d\n%s", got, stderr.String())
+	// Stored, then answered; no trigger matches it yet, so it is dropped.
+	if got := post("live-d1"); got != http.StatusAccepted {
+		t.Fatalf("a verified delivery: got %d\n%s", got, stderr.String())
 	}
+	waitForLog(t, &stderr, "forge_dropped", 1)
 	// The file changes: the receiver reloads it.
 	write("totally right")
 	deadline = time.Now().Add(15 * time.Second)
@@ -124,10 +126,7 @@ func TestReceiveServesUntilStopped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j, err := q.Get(context.Background(), "gh-live-d2")
-	if err != nil {
-		t.Fatalf("job gh-live-d2 not in Valkey: %v", err)
-	}
+	j := waitForJob(t, q, "gh-live-d2", &stderr)
 	got, err := jobs.ParseJob(j.Data)
 	if err != nil {
 		t.Fatal(err)
@@ -148,5 +147,37 @@ func TestReceiveServesUntilStopped(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("receive did not stop with its context")
+	}
+}
+
+// waitForJob waits until the job id is in q: the inbox enqueues it after
+// the delivery was answered.
+func waitForJob(t *testing.T, q *queue.Queue, id string, logs *logtest.Buffer) *queue.Job {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		j, err := q.Get(context.Background(), id)
+		if err == nil {
+			return j
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s not in Valkey: %v\n%s", id, err, logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitForLog waits until logs hold at least n lines whose msg is msg.
+func waitForLog(t *testing.T, logs *logtest.Buffer, msg string, n int) []map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if lines := logLines(t, logs.String(), msg); len(lines) >= n {
+			return lines
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fewer than %d %s lines:\n%s", n, msg, logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -46,7 +46,7 @@ func TestRun_ServesADeliveryAndStops(t *testing.T) {
 	vars := map[string]string{
 		"VALKEY_URL": db.URL, "PI_TRIGGERS_FILE": triggers, "WEBHOOK_SECRET": "embed-secret",
 		"GITHUB_PAT": "ghp_embed", "GITHUB_API_URL": api.URL,
-		"RECEIVER_BIND": "127.0.0.1", "RECEIVER_PORT": strconv.Itoa(port),
+		"RECEIVER_BIND": "127.0.0.1", "RECEIVER_PORT": strconv.Itoa(port), "RECEIVER_SPOOL_DIR": t.TempDir(),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -68,9 +68,15 @@ func TestRun_ServesADeliveryAndStops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j, err := q.Get(ctx, "gh-embed-d1")
-	if err != nil {
-		t.Fatalf("no job gh-embed-d1: %v", err)
+	// The delivery is stored, answered, then processed: the job follows.
+	var j *queue.Job
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if j, err = q.Get(ctx, "gh-embed-d1"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no job gh-embed-d1: %v\n%s", err, stderr.String())
+		}
 	}
 	if got, err := jobs.ParseJob(j.Data); err != nil || got.Repo != "Codertocat/Hello-World" || got.Trigger != "c" {
 		t.Fatalf("job %+v, %v", got, err)

@@ -1,8 +1,11 @@
 // Package receiver is the HTTP front door of forge webhooks: one route per
 // forge (/github, /gitlab, /forgejo), each verified with that forge's own
-// scheme over the raw body, bounded in size and time, protected against
-// replay by delivery id, and handed to a forge.Intake. It also serves
-// /healthz and its own Prometheus metrics at /metrics.
+// scheme over the raw body and bounded in size. A verified delivery of an
+// event type some trigger handles is stored durably in the inbox (package
+// forge/inbox: Valkey, or a local spool when Valkey does not answer in time)
+// and then answered; the inbox's processor decides it later. An event type
+// no trigger handles (GitHub's ping) is answered 200 and not stored. It also
+// serves /healthz and its own Prometheus metrics at /metrics.
 package receiver
 
 import (
@@ -28,6 +31,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/pidispatch/pidispatch/forge"
+	"github.com/pidispatch/pidispatch/forge/inbox"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 
@@ -44,12 +48,25 @@ const (
 	GitLabSignature = "signature" // Standard Webhooks HMAC over id.timestamp.body
 )
 
+// Storer keeps a verified delivery durably before it is answered: an
+// *inbox.Inbox. Put's error means it was stored nowhere (answered 503).
+type Storer interface {
+	Put(ctx context.Context, d inbox.Delivery) (inbox.Outcome, error)
+}
+
 // Config configures a Receiver. A forge whose secret is empty is not served:
 // its route answers 404, so nothing looks armed.
 type Config struct {
-	// Intake handles every verified event. Required.
+	// Intake logs every refusal and ignored event; in the synchronous mode
+	// (no Inbox) it also handles every verified event. Required.
 	Intake *forge.Intake
-	// Replay remembers delivery ids. Required: a delivery is processed once.
+	// Inbox stores each verified delivery before it is answered (202), and
+	// its processor decides it afterwards. Required unless Replay is set.
+	Inbox Storer
+	// Replay is the synchronous mode, used only without an Inbox: a
+	// delivery's id is claimed, the event handled, and the outcome answered
+	// (409 for a replay, 503 when undecided). Nothing is stored: a delivery
+	// the forge does not deliver again after a 503 is lost.
 	Replay ReplayStore
 	// GitHubSecret is WEBHOOK_SECRET (X-Hub-Signature-256).
 	GitHubSecret string
@@ -86,11 +103,21 @@ type Receiver struct {
 // New checks cfg and returns a Receiver. A GitLab signature secret that does
 // not decode, or a mode without a secret, is an error.
 func New(cfg Config) (*Receiver, error) {
-	if cfg.Intake == nil || cfg.Replay == nil {
-		return nil, errors.New("receiver: Intake and Replay are required")
+	if cfg.Intake == nil || (cfg.Inbox == nil && cfg.Replay == nil) {
+		return nil, errors.New("receiver: Intake and an Inbox (or a Replay store) are required")
+	}
+	var inboxMax int64 // what the inbox stores at most; 0: it does not say
+	if ib, ok := cfg.Inbox.(interface{ MaxBody() int64 }); ok {
+		inboxMax = ib.MaxBody()
 	}
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = DefaultMaxBody
+		if inboxMax > 0 {
+			cfg.MaxBody = min(cfg.MaxBody, inboxMax)
+		}
+	}
+	if inboxMax > 0 && cfg.MaxBody > inboxMax {
+		return nil, fmt.Errorf("receiver: MaxBody %d is over the inbox's %d", cfg.MaxBody, inboxMax)
 	}
 	if cfg.SignatureSkew <= 0 {
 		cfg.SignatureSkew = DefaultSignatureSkew
@@ -119,7 +146,7 @@ func New(cfg Config) (*Receiver, error) {
 	}
 	r.received = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "pidispatch_receiver_deliveries_total",
-		Help: "Webhook deliveries by forge and outcome (enqueued, dropped, or a refusal reason).",
+		Help: "Webhook deliveries by forge and outcome: stored, spooled, duplicate, ignored, inbox-full, unavailable, or a refusal reason (bad-signature, too-large, ...).",
 	}, []string{"forge", "outcome"})
 	r.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "pidispatch_receiver_delivery_seconds",
@@ -202,7 +229,8 @@ func answer(w http.ResponseWriter, status int, msg string) {
 }
 
 // serve answers one delivery and returns its outcome: a refusal reason, or
-// enqueued, dropped, error.
+// stored, spooled, duplicate, ignored, inbox-full, unavailable (the
+// synchronous mode: enqueued, dropped, error).
 func (r *Receiver) serve(f jobs.Forge, armed bool, verify verifier, w http.ResponseWriter, req *http.Request) string {
 	if outcome := screen(f, armed, w, req); outcome != "" {
 		return outcome
@@ -218,9 +246,19 @@ func (r *Receiver) serve(f jobs.Forge, armed bool, verify verifier, w http.Respo
 	if !validDelivery(v.delivery) {
 		return r.refuse(f, w, http.StatusBadRequest, forge.ReasonMissingDelivery, "")
 	}
-	ev, err := parseEvent(f, v, body)
+	d := inbox.Delivery{Forge: f, ID: v.delivery, Event: v.event, Body: body, Received: r.cfg.Now()}
+	ev, err := inbox.Parse(d)
 	if err != nil {
 		return r.refuse(f, w, http.StatusBadRequest, forge.ReasonMalformed, v.delivery, "event", v.event, "err", err.Error())
+	}
+	if ev.Kind == "" {
+		// A ping, a push, an edited comment: no trigger handles it, nothing is stored.
+		r.cfg.Intake.Ignore(f, v.delivery, printableEvent(v.event))
+		answer(w, http.StatusOK, "ignored")
+		return "ignored"
+	}
+	if r.cfg.Inbox != nil {
+		return r.store(f, w, req, d)
 	}
 	ctx, cancel := context.WithTimeout(req.Context(), handleTimeout)
 	defer cancel()
@@ -275,16 +313,46 @@ func (r *Receiver) readBody(f jobs.Forge, w http.ResponseWriter, req *http.Reque
 	return body, ""
 }
 
-// parseEvent parses a verified body with its forge's parser, so the intake sees one shape.
-func parseEvent(f jobs.Forge, v verified, body []byte) (forge.Event, error) {
-	switch f {
-	case jobs.ForgeGitHub:
-		return forge.ParseGitHub(v.event, v.delivery, body)
-	case jobs.ForgeGitLab:
-		return forge.ParseGitLab(v.event, v.delivery, body)
-	default:
-		return forge.ParseForgejo(v.event, v.delivery, body)
+var eventRE = regexp.MustCompile(`^[A-Za-z0-9 _.-]{1,64}$`)
+
+// printableEvent is an event header as it may be logged: the header is not
+// signed, so anything else is logged as "other".
+func printableEvent(s string) string {
+	if eventRE.MatchString(s) {
+		return s
 	}
+	return "other"
+}
+
+// store keeps a verified delivery in the inbox and answers where it is: 202
+// stored (Valkey or the spool), 200 a duplicate of a stored one, 503 when it
+// could be stored nowhere or the inbox is full.
+func (r *Receiver) store(f jobs.Forge, w http.ResponseWriter, req *http.Request, d inbox.Delivery) string {
+	// Not cut short by a client that hangs up: a store begun is finished.
+	out, err := r.cfg.Inbox.Put(context.WithoutCancel(req.Context()), d)
+	attrs := []any{"forge", f, "delivery", d.ID, "event", d.Event}
+	switch {
+	case err != nil:
+		reason := "store-failed"
+		var se *inbox.StoreError
+		if errors.As(err, &se) {
+			reason = se.Reason()
+		}
+		r.log.Error("receiver_store_failed", append(attrs, "reason", reason, "err", err.Error())...)
+		answer(w, http.StatusServiceUnavailable, "unavailable")
+		return "unavailable"
+	case out == inbox.Full:
+		r.log.Error("receiver_inbox_full", attrs...)
+		answer(w, http.StatusServiceUnavailable, string(inbox.Full))
+		return string(inbox.Full)
+	case out == inbox.Duplicate:
+		r.log.Info("forge_received", append(attrs, "outcome", string(out))...)
+		answer(w, http.StatusOK, "already received")
+		return string(out)
+	}
+	r.log.Info("forge_received", append(attrs, "outcome", string(out))...)
+	answer(w, http.StatusAccepted, "received")
+	return string(out)
 }
 
 // claim records the delivery id, so a delivery is processed once; "" lets a fresh one on.

@@ -14,7 +14,9 @@ import (
 // 31 days a forge job is kept, so a replay is refused even after its job is gone.
 const DefaultReplayTTL = 35 * 24 * time.Hour
 
-// ReplayStore remembers delivery ids.
+// ReplayStore remembers delivery ids for the synchronous mode (Config.Replay,
+// without an Inbox). The inbox keeps its own memory of ids (package
+// forge/inbox), 35 days too.
 type ReplayStore interface {
 	// Claim records the delivery and reports whether it is new.
 	Claim(ctx context.Context, f jobs.Forge, delivery string) (bool, error)

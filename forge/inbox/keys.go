@@ -1,0 +1,28 @@
+package inbox
+
+import "github.com/pidispatch/pidispatch/jobs"
+
+// Every Valkey key of the inbox is formatted here and nowhere else. Each
+// carries its forge as a hash tag ({github}), so the keys one script touches
+// (a delivery's and its forge's queues) share a Valkey Cluster slot:
+//
+//	inbox:{<forge>}:seen:<id>  STRING, EX 35 days: the delivery id was stored
+//	                            (server µs of receipt); a second delivery of
+//	                            the id is a duplicate while it lives.
+//	inbox:{<forge>}:d:<id>     HASH, EX EntryTTL: one stored delivery until it
+//	                            is done: env (the Encode form), recv (server µs
+//	                            of receipt), tries (claims so far), token (the
+//	                            lease holder's), why (the last retry's reason).
+//	inbox:{<forge>}:due        ZSET: ids waiting, scored by when they are due
+//	                            (server µs); a new one is due at once.
+//	inbox:{<forge>}:run        ZSET: ids being processed, scored by when the
+//	                            lease ends (server µs); past it, another
+//	                            processor takes the id again.
+const keyPrefix = "inbox:{"
+
+func forgeTag(f jobs.Forge) string { return keyPrefix + string(f) + "}:" }
+
+func seenKey(f jobs.Forge, id string) string  { return forgeTag(f) + "seen:" + id }
+func entryKey(f jobs.Forge, id string) string { return forgeTag(f) + "d:" + id }
+func dueKey(f jobs.Forge) string              { return forgeTag(f) + "due" }
+func runKey(f jobs.Forge) string              { return forgeTag(f) + "run" }
