@@ -23,6 +23,7 @@ import (
 	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/image/jobimage"
+	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/operator"
 	"github.com/pidispatch/pidispatch/queue"
@@ -98,6 +99,7 @@ func newScenarioAt(t *testing.T, tag string, url func(db int) string, client fun
 // could not be prepared (a missing service never skips a requested run).
 func requireFleet(t *testing.T) {
 	t.Helper()
+	livetest.SkipShort(t)
 	if os.Getenv(envFleet) != "1" {
 		t.Skip("the fleet suite runs with " + envFleet + "=1 (.ci/run sets it)")
 	}

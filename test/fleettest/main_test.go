@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -75,7 +76,8 @@ func TestMain(m *testing.M) {
 }
 
 func runSuite(m *testing.M) int {
-	if os.Getenv(envFleet) != "1" {
+	flag.Parse() // testing.Short needs the flags parsed
+	if os.Getenv(envFleet) != "1" || testing.Short() {
 		return m.Run() // every scenario skips
 	}
 	suite.setupErr = setup()
