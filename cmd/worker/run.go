@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 
 	"github.com/redis/go-redis/v9"
 
@@ -35,11 +36,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if boot, code := parseArgs(args, stdout, stderr); !boot {
 		return code
 	}
-	layered, cfg, code := loadConfig(getenv, stderr)
+	layered, cfg, unknown, code := loadConfig(getenv, stderr)
 	if code != exitOK {
 		return code
 	}
 	logger := slog.New(slog.NewJSONHandler(stderr, nil))
+	warnUnknownVars(logger.With("host", cfg.WorkerName), unknown)
 	redis.SetLogger(newRedisLog(logger.With("host", cfg.WorkerName)))
 	opts, code := forgeOptions(layered, cfg, logger, stderr)
 	if code != exitOK {
@@ -64,24 +66,33 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 // loadConfig reads the configuration (the shell over the env file) and refuses boot before anything connects when it is invalid.
-func loadConfig(getenv func(string) string, stderr io.Writer) (layered func(string) string, cfg config.Config, code int) {
+func loadConfig(getenv func(string) string, stderr io.Writer) (layered func(string) string, cfg config.Config, unknown []config.UnknownVar, code int) {
 	vars, err := envfile.Load(getenv) // the rule every pi-dispatch command applies too
 	if err != nil {
 		fmt.Fprintf(stderr, "worker: %v (nothing started)\n", err)
-		return nil, cfg, exitConfig
+		return nil, cfg, nil, exitConfig
 	}
 	cfg, err = config.Load(vars.Getenv)
 	if err != nil {
 		fmt.Fprintf(stderr, "worker: invalid configuration (nothing started):\n%v\n", err)
-		return nil, cfg, exitConfig
+		return nil, cfg, nil, exitConfig
 	}
 	// Checked before anything connects: without a place for its records the
 	// worker would spend money it cannot account for.
 	if err := dispatch.PrepareLogsDir(cfg.LogsDir); err != nil {
 		fmt.Fprintf(stderr, "worker: refused boot (nothing started): %v\n", err)
-		return nil, cfg, exitConfig
+		return nil, cfg, nil, exitConfig
 	}
-	return vars.Getenv, cfg, exitOK
+	return vars.Getenv, cfg, config.UnknownVars(vars.Names(os.Environ())), exitOK
+}
+
+// warnUnknownVars logs each variable of the env file or the environment that
+// looks like a setting but that nothing reads: a misspelt one is said, with
+// the known name it is closest to, never silently ignored.
+func warnUnknownVars(log *slog.Logger, unknown []config.UnknownVar) {
+	for _, u := range unknown {
+		log.Warn("config_unknown_variable", "name", u.Name, "closest", u.Closest, "fix", u.String())
+	}
 }
 
 // forgeOptions wires the forge workspaces the environment configures, governed by this host's triggers file.

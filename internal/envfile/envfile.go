@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -346,6 +347,22 @@ func LoadPath(shell func(string) string, path string, required bool) (*Env, erro
 	}
 	e.Path = path
 	return e, nil
+}
+
+// Names are the variables the process environment and the env file set,
+// sorted, each once: what a check for misspelt variables reads.
+func (e *Env) Names(environ []string) []string {
+	var out []string
+	for k := range e.file {
+		out = append(out, k)
+	}
+	for _, kv := range environ {
+		if k, _, ok := strings.Cut(kv, "="); ok {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // LoadLenient applies Load's rule for a command that must run whatever the
