@@ -12,6 +12,8 @@ import (
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/observe/transcript"
 	"github.com/pidispatch/pidispatch/operator"
+	"github.com/pidispatch/pidispatch/queue"
+	"github.com/redis/go-redis/v9"
 )
 
 func init() {
@@ -60,6 +62,9 @@ func runLogs(ctx context.Context, e env, args []string) int {
 	live := transcript.NewLive(client)
 	if !la.follow {
 		return printRecent(ctx, e, live, url, la.jobID, la.attempt, out)
+	}
+	if known, code := jobKnown(ctx, e, client, live, url, la.jobID); !known {
+		return code
 	}
 	return followLive(ctx, e, live, url, la.jobID, la.attempt, out)
 }
@@ -118,6 +123,31 @@ func printStored(e env, jobID string, attempt int, out *entryOut) bool {
 }
 
 // followLive prints the attempt's live events as they come until it ends (want 0: the newest, or the first to print).
+// jobKnown says, before a follow waits, whether there is anything to wait
+// for: the job on a queue of the fleet, or a live transcript of it. A job
+// known nowhere is said at once (exit 1), never waited for.
+func jobKnown(ctx context.Context, e env, client redis.UniversalClient, live *transcript.Live, url, jobID string) (bool, int) {
+	if n, err := live.Latest(ctx, jobID); err == nil && n > 0 {
+		return true, exitOK
+	}
+	dir, err := queue.NewDirectory(client, queue.Config{})
+	if err != nil {
+		return false, logsValkeyFailed(e, url, err)
+	}
+	_, job, err := dir.Find(ctx, jobID)
+	switch {
+	case errors.Is(err, queue.ErrNotFound):
+		fmt.Fprintf(e.stderr, "pi-dispatch logs: no job %s on any queue of the fleet, and no transcript of it: nothing to follow (check the id with pi-dispatch runs)\n", jobID)
+		return false, exitFailure
+	case err != nil:
+		return false, logsValkeyFailed(e, url, err)
+	case job.State == queue.StateCompleted || job.State == queue.StateFailed:
+		fmt.Fprintf(e.stderr, "pi-dispatch logs: job %s has ended (%s) and its live transcript is gone: run pi-dispatch logs %s on the host that ran it\n", jobID, job.State, jobID)
+		return false, exitFailure
+	}
+	return true, exitOK
+}
+
 func followLive(ctx context.Context, e env, live *transcript.Live, url, jobID string, want int, out *entryOut) int {
 	if want == 0 {
 		var err error
@@ -202,6 +232,7 @@ type entryOut struct {
 	w    io.Writer
 	json bool
 	r    *transcript.Renderer
+	n    int // entries written
 }
 
 func entryWriter(w io.Writer, asJSON bool) *entryOut {
@@ -209,6 +240,7 @@ func entryWriter(w io.Writer, asJSON bool) *entryOut {
 }
 
 func (o *entryOut) entry(en transcript.Entry) {
+	o.n++
 	if o.json {
 		b, _ := json.Marshal(en)
 		fmt.Fprintf(o.w, "%s\n", b)
@@ -218,7 +250,7 @@ func (o *entryOut) entry(en transcript.Entry) {
 }
 
 func (o *entryOut) done() {
-	if !o.json {
+	if !o.json && o.n > 0 {
 		o.r.Summary()
 	}
 }

@@ -61,3 +61,13 @@ func TestLogsFollowRunningJobFromAnotherHost(t *testing.T) {
 	require.Equal(t, exitFailure, run(context.Background(), []string{"logs", "no-such-job", "--env-file", ""}, func(k string) string { return other[k] }, &none, &noneErr))
 	require.Contains(t, noneErr.String(), "no transcript of job no-such-job")
 }
+
+// Following a job no queue has and no transcript names ends at once, saying
+// so, instead of waiting forever and printing an empty summary.
+func TestLogsFollowUnknownJobSaysSoAtOnce(t *testing.T) {
+	db := livetest.Valkey(t)
+	r := runCLI(t, map[string]string{"VALKEY_URL": db.URL, "PI_LOGS_DIR": t.TempDir()}, "logs", "no-such-job-1", "--follow")
+	if r.code != exitFailure || !strings.Contains(r.stderr, "no job no-such-job-1 on any queue") || strings.Contains(r.stdout, "turns") {
+		t.Fatalf("%+v", r)
+	}
+}
