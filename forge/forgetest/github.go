@@ -48,6 +48,8 @@ type GitHub struct {
 	perms map[string]string
 	// ids numbers what the double makes (comments, events, reviews).
 	ids int64
+	// edits counts the comment edits answered.
+	edits int
 }
 
 // AppSlug is the double's App's slug; its bot user is AppSlug+"[bot]" with
@@ -73,18 +75,23 @@ type ghRepo struct {
 	protected     map[string]bool
 	pulls         []*github.PullRequest
 	comments      map[int][]string
+	commentIDs    map[int][]int64 // the id of each of comments, in order
 	gone          bool
 	// What an event is read from (github_event.go).
 	issues  map[int]*ghIssue
 	reviews map[int64]*ghReview
 	files   map[int][]*github.CommitFile
+	// What the host posted of a job's outputs (github_publish.go).
+	posted  []PostedReview
+	replies []PostedReply
 }
 
 type fault struct {
 	method, path string // path prefix
 	status       int
 	times        int
-	after        bool // do the work, then answer status
+	after        bool   // do the work, then answer status
+	retryAfter   string // the Retry-After header answered with it
 }
 
 // StartGitHub starts the double. Installation tokens it mints live ttl and
@@ -102,10 +109,12 @@ func StartGitHub(t testing.TB, git *GitServer, appID int64, key *rsa.PublicKey, 
 	mux.HandleFunc("POST /repos/{owner}/{name}/pulls", g.createPull)
 	mux.HandleFunc("GET /repos/{owner}/{name}/pulls/{n}", g.getPull)
 	mux.HandleFunc("POST /repos/{owner}/{name}/issues/{n}/comments", g.comment)
+	mux.HandleFunc("PATCH /repos/{owner}/{name}/issues/comments/{id}", g.editComment)
 	mux.HandleFunc("GET /app", g.app)
 	mux.HandleFunc("GET /users/{login}", g.user)
 	mux.HandleFunc("GET /repos/{owner}/{name}/collaborators/{user}/permission", g.permission)
 	g.eventRoutes(mux)
+	g.publishRoutes(mux)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		g.mu.Lock()
 		g.calls[r.Method+" "+r.URL.Path]++
@@ -116,6 +125,9 @@ func StartGitHub(t testing.TB, git *GitServer, appID int64, key *rsa.PublicKey, 
 				f.times--
 				if !f.after {
 					g.mu.Unlock()
+					if f.retryAfter != "" {
+						w.Header().Set("Retry-After", f.retryAfter)
+					}
 					writeJSON(w, f.status, github.ErrorResponse{Message: http.StatusText(f.status)})
 					return
 				}
@@ -198,7 +210,7 @@ func (g *GitHub) SetClock(now func() time.Time) {
 func (g *GitHub) AddRepo(repo, defaultBranch string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.repos[repo] = &ghRepo{defaultBranch: defaultBranch, protected: map[string]bool{defaultBranch: true}, comments: map[int][]string{},
+	g.repos[repo] = &ghRepo{defaultBranch: defaultBranch, protected: map[string]bool{defaultBranch: true}, comments: map[int][]string{}, commentIDs: map[int][]int64{},
 		issues: map[int]*ghIssue{}, reviews: map[int64]*ghReview{}, files: map[int][]*github.CommitFile{}}
 }
 
@@ -223,6 +235,14 @@ func (g *GitHub) Fail(method, prefix string, status, times int, after bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.faults = append(g.faults, fault{method: method, path: prefix, status: status, times: times, after: after})
+}
+
+// FailRetryAfter answers the next times requests of method under prefix
+// with status and a Retry-After header of retryAfter.
+func (g *GitHub) FailRetryAfter(method, prefix string, status, times int, retryAfter string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.faults = append(g.faults, fault{method: method, path: prefix, status: status, times: times, retryAfter: retryAfter})
 }
 
 // ExpireTokens makes every token minted so far expired.
@@ -260,7 +280,8 @@ func (g *GitHub) Pulls(repo string) []*github.PullRequest {
 	return append([]*github.PullRequest(nil), g.repos[repo].pulls...)
 }
 
-// Comments are the comments on issue n of repo.
+// Comments are the comments the host wrote on issue n of repo, in order,
+// each as it reads now (edited in place where the host edited it).
 func (g *GitHub) Comments(repo string, n int) []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -424,7 +445,7 @@ func (g *GitHub) branch(w http.ResponseWriter, r *http.Request) {
 }
 
 func (g *GitHub) listPulls(w http.ResponseWriter, r *http.Request) {
-	rp, _, ok := g.authRepo(w, r)
+	rp, repo, ok := g.authRepo(w, r)
 	if !ok {
 		return
 	}
@@ -433,6 +454,7 @@ func (g *GitHub) listPulls(w http.ResponseWriter, r *http.Request) {
 	var out []*github.PullRequest
 	g.mu.Lock()
 	for _, pr := range rp.pulls {
+		g.refreshPull(repo, pr)
 		if pr.GetState() == "open" && (head == "" || head == owner+":"+pr.GetHead().GetRef()) {
 			out = append(out, pr)
 		}
@@ -466,17 +488,18 @@ func (g *GitHub) createPull(w http.ResponseWriter, r *http.Request) {
 	}
 	n := len(rp.pulls) + 1000
 	pr := &github.PullRequest{
-		Number: github.Ptr(n), State: github.Ptr("open"), Title: np.Title, Body: np.Body, Draft: np.Draft,
+		Number: github.Ptr(n), State: github.Ptr("open"), Title: np.Title, Body: np.Body, Draft: np.Draft, User: appBot(),
 		HTMLURL: github.Ptr(fmt.Sprintf("%s%s/pull/%d", strings.TrimSuffix(g.URL, "/")+"/", repo, n)),
 		Head:    &github.PullRequestBranch{Ref: np.Head, SHA: github.Ptr(sha), Repo: &github.Repository{FullName: github.Ptr(repo)}},
 		Base:    &github.PullRequestBranch{Ref: np.Base},
 	}
 	rp.pulls = append(rp.pulls, pr)
+	_ = gitCmd(g.git.Dir(repo), "update-ref", fmt.Sprintf("refs/pull/%d/head", n), sha).Run()
 	writeJSON(w, http.StatusCreated, pr)
 }
 
 func (g *GitHub) getPull(w http.ResponseWriter, r *http.Request) {
-	rp, _, ok := g.authRepo(w, r)
+	rp, repo, ok := g.authRepo(w, r)
 	if !ok {
 		return
 	}
@@ -485,6 +508,7 @@ func (g *GitHub) getPull(w http.ResponseWriter, r *http.Request) {
 	defer g.mu.Unlock()
 	for _, pr := range rp.pulls {
 		if pr.GetNumber() == n {
+			g.refreshPull(repo, pr)
 			writeJSON(w, http.StatusOK, pr)
 			return
 		}
@@ -506,8 +530,51 @@ func (g *GitHub) comment(w http.ResponseWriter, r *http.Request) {
 	g.mu.Lock()
 	rp.comments[n] = append(rp.comments[n], c.GetBody())
 	posted := g.addComment(rp, n, AppSlug+"[bot]", c.GetBody())
+	rp.commentIDs[n] = append(rp.commentIDs[n], posted.GetID())
 	g.mu.Unlock()
 	writeJSON(w, http.StatusCreated, posted)
+}
+
+// editComment answers PATCH issues/comments/{id}: the host may edit the
+// comments it wrote, as GitHub lets a bot edit its own (an App with
+// issues:write may edit anyone's; the host never tries).
+func (g *GitHub) editComment(w http.ResponseWriter, r *http.Request) {
+	rp, _, ok := g.authRepo(w, r)
+	if !ok {
+		return
+	}
+	id, _ := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	var c github.IssueComment
+	if err := json.NewDecoder(r.Body).Decode(&c); err != nil || c.Body == nil {
+		writeJSON(w, http.StatusUnprocessableEntity, github.ErrorResponse{Message: "Validation Failed"})
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.edits++
+	for n, is := range rp.issues {
+		for _, cm := range is.thread {
+			if cm.GetID() != id {
+				continue
+			}
+			cm.Body = c.Body
+			for i, posted := range rp.commentIDs[n] {
+				if posted == id {
+					rp.comments[n][i] = c.GetBody()
+				}
+			}
+			writeJSON(w, http.StatusOK, cm)
+			return
+		}
+	}
+	writeJSON(w, http.StatusNotFound, github.ErrorResponse{Message: "Not Found"})
+}
+
+// CommentEdits counts the comment edits the double answered.
+func (g *GitHub) CommentEdits() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.edits
 }
 
 // OpenPull opens a pull request from head to base of repo (both branches of

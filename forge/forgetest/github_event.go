@@ -56,6 +56,10 @@ func (g *GitHub) nextID() int64 {
 }
 
 func ghUser(login string) *github.User {
+	if login == AppSlug+"[bot]" {
+		// The App's bot, as GET /users answers it.
+		return &github.User{Login: github.Ptr(login), ID: github.Ptr(int64(AppBotID)), Type: github.Ptr("Bot")}
+	}
 	var id int64
 	for _, c := range login {
 		id = id*31 + int64(c)

@@ -22,28 +22,36 @@ type GitLab struct {
 	URL    string
 	Parent string
 
-	t        testing.TB
-	git      *GitServer
-	mu       sync.Mutex
-	projects map[string]*glProject
-	tokens   map[string]string // token -> project
-	ids      map[int64]string  // token id -> token
-	revoked  []string
-	minted   []gitlab.CreateProjectAccessTokenOptions
-	users    map[string]int64 // login -> id
-	seq      int64            // numbers notes and events
-	faults   []fault
-	calls    map[string]int // "METHOD sub"
+	t         testing.TB
+	git       *GitServer
+	mu        sync.Mutex
+	projects  map[string]*glProject
+	tokens    map[string]string // token -> project
+	ids       map[int64]string  // token id -> token
+	revoked   []string
+	minted    []gitlab.CreateProjectAccessTokenOptions
+	users     map[string]int64 // login -> id
+	bots      map[int64]bool   // the ids of project bot users
+	seq       int64            // numbers notes and events
+	noteEdits int
+	faults    []fault
+	calls     map[string]int // "METHOD sub"
 }
 
 type glProject struct {
 	id            int64
+	repo          string
 	defaultBranch string
 	protected     []string
 	mrs           []*gitlab.MergeRequest
 	notes         map[string][]string // "issue/N" or "mr/N"
+	noteIDs       map[string][]int64  // the id of each of notes, in order
 	threads       map[string]*glThread
 	members       map[int64]gitlab.AccessLevelValue
+	// What the host posted of a job's outputs (gitlab_publish.go).
+	discussions map[int64]glDiscussions
+	approved    map[int64]bool
+	actions     []QuickAction
 }
 
 // StartGitLab starts the double.
@@ -66,9 +74,10 @@ func StartGitLab(t testing.TB, git *GitServer) *GitLab {
 func (g *GitLab) AddProject(repo, defaultBranch string, protected ...string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.projects[repo] = &glProject{id: int64(len(g.projects) + 1), defaultBranch: defaultBranch,
-		protected: append([]string{defaultBranch}, protected...), notes: map[string][]string{},
-		threads: map[string]*glThread{}, members: map[int64]gitlab.AccessLevelValue{}}
+	g.projects[repo] = &glProject{id: int64(len(g.projects) + 1), repo: repo, defaultBranch: defaultBranch,
+		protected: append([]string{defaultBranch}, protected...), notes: map[string][]string{}, noteIDs: map[string][]int64{},
+		threads: map[string]*glThread{}, members: map[int64]gitlab.AccessLevelValue{},
+		discussions: map[int64]glDiscussions{}, approved: map[int64]bool{}}
 }
 
 // MergeRequests are repo's merge requests.
@@ -78,7 +87,9 @@ func (g *GitLab) MergeRequests(repo string) []*gitlab.MergeRequest {
 	return append([]*gitlab.MergeRequest(nil), g.projects[repo].mrs...)
 }
 
-// Notes are the notes on "issue/N" or "mr/N" of repo.
+// Notes are the notes the host wrote on "issue/N" or "mr/N" of repo, in
+// order, each as it was last written (edited in place where the host edited
+// it).
 func (g *GitLab) Notes(repo, on string) []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -115,6 +126,9 @@ type glError struct {
 }
 
 func (g *GitLab) serve(w http.ResponseWriter, r *http.Request) {
+	if g.serveUsers(w, r) {
+		return
+	}
 	repo, sub, ok := glProjectPath(w, r)
 	if !ok {
 		return
@@ -149,9 +163,15 @@ func (g *GitLab) serve(w http.ResponseWriter, r *http.Request) {
 	case r.Method == http.MethodGet && sub == "merge_requests":
 		g.listMergeRequests(w, r, p)
 	case r.Method == http.MethodPost && sub == "merge_requests":
-		g.createMergeRequest(w, r, p, repo)
+		g.createMergeRequest(w, r, p, repo, tok)
+	case r.Method == http.MethodPut && len(parts) == 2 && (parts[0] == "issues" || parts[0] == "merge_requests"):
+		g.update(w, r, p, parts[0], parts[1])
+	case len(parts) >= 3 && parts[0] == "merge_requests" && parts[2] == "discussions":
+		g.discussions(w, r, p, tok, parts)
 	case r.Method == http.MethodPost && len(parts) == 3 && (parts[0] == "issues" || parts[0] == "merge_requests") && parts[2] == "notes":
 		g.createNote(w, r, p, parts[0], parts[1])
+	case r.Method == http.MethodPut && len(parts) == 4 && (parts[0] == "issues" || parts[0] == "merge_requests") && parts[2] == "notes":
+		g.editNote(w, r, p, parts[0], parts[1], parts[3])
 	default:
 		writeJSON(w, http.StatusNotFound, glError{"404 Not Found"})
 	}
@@ -236,6 +256,7 @@ func (g *GitLab) listMergeRequests(w http.ResponseWriter, r *http.Request, p *gl
 	q := r.URL.Query()
 	out := []*gitlab.BasicMergeRequest{}
 	for _, mr := range p.mrs {
+		g.refreshMergeRequest(p.repo, mr)
 		if (q.Get("state") == "" || q.Get("state") == mr.State) && (q.Get("source_branch") == "" || q.Get("source_branch") == mr.SourceBranch) {
 			out = append(out, &mr.BasicMergeRequest)
 		}
@@ -244,13 +265,14 @@ func (g *GitLab) listMergeRequests(w http.ResponseWriter, r *http.Request, p *gl
 }
 
 // createMergeRequest answers POST merge_requests, refusing a source branch git lacks.
-func (g *GitLab) createMergeRequest(w http.ResponseWriter, r *http.Request, p *glProject, repo string) {
+func (g *GitLab) createMergeRequest(w http.ResponseWriter, r *http.Request, p *glProject, repo, tok string) {
 	var opt gitlab.CreateMergeRequestOptions
 	if err := json.NewDecoder(r.Body).Decode(&opt); err != nil || opt.SourceBranch == nil || opt.TargetBranch == nil {
 		writeJSON(w, http.StatusBadRequest, glError{"400 Bad request"})
 		return
 	}
-	if g.git.Head(g.t, repo, *opt.SourceBranch) == "" {
+	sha := g.git.Head(g.t, repo, *opt.SourceBranch)
+	if sha == "" {
 		writeJSON(w, http.StatusBadRequest, glError{"Source branch does not exist"})
 		return
 	}
@@ -263,7 +285,14 @@ func (g *GitLab) createMergeRequest(w http.ResponseWriter, r *http.Request, p *g
 	}
 	mr.Draft = strings.HasPrefix(mr.Title, "Draft: ")
 	mr.WebURL = fmt.Sprintf("%s/%s/-/merge_requests/%d", g.URL, repo, n)
+	author := g.author(p, tok)
+	mr.Author = &gitlab.BasicUser{ID: g.userID(author), Username: author}
+	mr.SHA = sha
+	target := g.git.Head(g.t, repo, mr.TargetBranch)
+	mr.DiffRefs = gitlab.MergeRequestDiffRefs{BaseSha: target, StartSha: target, HeadSha: sha}
 	p.mrs = append(p.mrs, mr)
+	mr.Description = g.quickActions(p, fmt.Sprintf("mr/%d", n), mr.Description)
+	_ = gitCmd(g.git.Dir(repo), "update-ref", fmt.Sprintf("refs/merge-requests/%d/head", n), sha).Run()
 	writeJSON(w, http.StatusCreated, mr)
 }
 
@@ -281,5 +310,58 @@ func (g *GitLab) createNote(w http.ResponseWriter, r *http.Request, p *glProject
 		return
 	}
 	p.notes[key] = append(p.notes[key], *opt.Body)
-	writeJSON(w, http.StatusCreated, g.addNote(p, key, glBot, *opt.Body, false))
+	body := g.quickActions(p, key, *opt.Body)
+	if body == "" {
+		// Only commands: GitLab carries them out and keeps no note.
+		p.noteIDs[key] = append(p.noteIDs[key], 0)
+		writeJSON(w, http.StatusAccepted, map[string]any{"commands_changes": map[string]any{}})
+		return
+	}
+	note := g.addNote(p, key, glBot, body, false)
+	p.noteIDs[key] = append(p.noteIDs[key], note.ID)
+	writeJSON(w, http.StatusCreated, note)
+}
+
+// editNote answers PUT issues/<n>/notes/<id> or merge_requests/<n>/notes/<id>:
+// a note the host wrote gets its new text (quick actions run again, as
+// GitLab runs those an edit adds).
+func (g *GitLab) editNote(w http.ResponseWriter, r *http.Request, p *glProject, kind, rawN, rawID string) {
+	n, _ := strconv.Atoi(rawN)
+	id, _ := strconv.ParseInt(rawID, 10, 64)
+	var opt gitlab.UpdateIssueNoteOptions
+	_ = json.NewDecoder(r.Body).Decode(&opt)
+	key := fmt.Sprintf("issue/%d", n)
+	if kind == "merge_requests" {
+		key = fmt.Sprintf("mr/%d", n)
+	}
+	if opt.Body == nil {
+		writeJSON(w, http.StatusBadRequest, glError{"400 body is missing"})
+		return
+	}
+	g.noteEdits++
+	for _, nt := range g.thread(p, key).notes {
+		if nt.ID != id {
+			continue
+		}
+		if nt.Author.Username != glBot {
+			writeJSON(w, http.StatusForbidden, glError{"403 Forbidden"})
+			return
+		}
+		nt.Body = g.quickActions(p, key, *opt.Body)
+		for i, posted := range p.noteIDs[key] {
+			if posted == id {
+				p.notes[key][i] = *opt.Body
+			}
+		}
+		writeJSON(w, http.StatusOK, nt)
+		return
+	}
+	writeJSON(w, http.StatusNotFound, glError{"404 Not found"})
+}
+
+// NoteEdits counts the note edits the double answered.
+func (g *GitLab) NoteEdits() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.noteEdits
 }

@@ -221,6 +221,7 @@ func (g *GitLab) getIssueOrMR(w http.ResponseWriter, p *glProject, kind, rawIID 
 	}
 	for _, mr := range p.mrs {
 		if mr.IID == iid {
+			g.refreshMergeRequest(p.repo, mr)
 			mr.UserNotesCount = g.thread(p, "mr/"+rawIID).userNotes()
 			writeJSON(w, http.StatusOK, mr)
 			return

@@ -129,7 +129,12 @@ func (a *GitHubApp) Mint(ctx context.Context, repo string) (Token, error) {
 		Permissions:  perms,
 	})
 	if err != nil {
-		return Token{}, fmt.Errorf("github app installation token: %w", ClassifyHTTP(resp, err))
+		err = ClassifyHTTP(resp, err)
+		if resp != nil && resp.StatusCode == http.StatusUnprocessableEntity {
+			// GitHub's answer for a repository the installation does not include.
+			err = fmt.Errorf("%w: %w", ErrNoRepository, err)
+		}
+		return Token{}, fmt.Errorf("github app installation token: %w", err)
 	}
 	return New(it.GetToken(), it.GetExpiresAt().Time), nil
 }
@@ -185,12 +190,14 @@ func NoRedirectClient() *http.Client {
 }
 
 // ClassifyHTTP wraps err with ErrRefused (401, 403 without a rate limit),
-// ErrNoRepository (404, 422) or ErrUnavailable (429, 5xx, no answer).
+// ErrNoRepository (404), ErrUnavailable (429, 5xx, 403 rate limited, no
+// answer; an *UnavailableError with the wait the forge asked for) or
+// ErrRejected (any other 4xx).
 func ClassifyHTTP(resp *github.Response, err error) error {
-	if resp == nil || resp.Response == nil {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	if resp == nil {
+		return ClassifyResponse(nil, err)
 	}
-	return classifyStatus(resp.StatusCode, resp.Header.Get("X-RateLimit-Remaining") == "0", err)
+	return ClassifyResponse(resp.Response, err)
 }
 
 func classifyStatus(status int, rateLimited bool, err error) error {
@@ -199,8 +206,10 @@ func classifyStatus(status int, rateLimited bool, err error) error {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
 		return fmt.Errorf("%w: %w", ErrRefused, err)
-	case status == http.StatusNotFound || status == http.StatusUnprocessableEntity:
+	case status == http.StatusNotFound:
 		return fmt.Errorf("%w: %w", ErrNoRepository, err)
+	case status >= 400 && status < 500:
+		return fmt.Errorf("%w: %w", ErrRejected, err)
 	}
 	return err
 }

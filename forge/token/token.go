@@ -12,6 +12,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -82,9 +85,78 @@ var (
 	// or the installation does not include it).
 	ErrNoRepository = errors.New("repository not reachable with the host's credential")
 	// ErrUnavailable: the forge failed (5xx, 429, network); a later try may
-	// succeed.
+	// succeed. RetryAfter says when the forge asked to be tried again.
 	ErrUnavailable = errors.New("forge unavailable")
+	// ErrRejected: the forge answered the request itself was wrong (another
+	// 4xx, such as 400, 409 or 410): the same request will not succeed later.
+	ErrRejected = errors.New("forge rejected the request")
 )
+
+// UnavailableError is ErrUnavailable with the wait the forge asked for
+// (Retry-After, or a rate limit's reset).
+type UnavailableError struct {
+	RetryAfter time.Duration
+	Err        error
+}
+
+func (e *UnavailableError) Error() string {
+	return fmt.Sprintf("%v: %v (retry after %s)", ErrUnavailable, e.Err, e.RetryAfter)
+}
+
+func (e *UnavailableError) Unwrap() []error { return []error{ErrUnavailable, e.Err} }
+
+// RetryAfter answers the wait the forge asked for with err, if it did.
+func RetryAfter(err error) (time.Duration, bool) {
+	var ue *UnavailableError
+	if errors.As(err, &ue) && ue.RetryAfter > 0 {
+		return ue.RetryAfter, true
+	}
+	return 0, false
+}
+
+// maxRetryAfter bounds a wait a forge asks for: a larger or unreadable one
+// is not honoured as given.
+const maxRetryAfter = time.Hour
+
+// ParseRetryAfter reads h's Retry-After (seconds or an HTTP date, relative
+// to now), else a rate limit's reset (X-RateLimit-Reset, RateLimit-Reset:
+// Unix seconds), bounded by an hour; 0 when none is given.
+func ParseRetryAfter(h http.Header, now time.Time) time.Duration {
+	var d time.Duration
+	if v := strings.TrimSpace(h.Get("Retry-After")); v != "" {
+		if secs, err := strconv.ParseInt(v, 10, 64); err == nil && secs >= 0 {
+			d = time.Duration(min(secs, int64(maxRetryAfter/time.Second))) * time.Second
+		} else if at, err := http.ParseTime(v); err == nil {
+			d = at.Sub(now)
+		}
+	} else {
+		for _, name := range []string{"X-RateLimit-Reset", "RateLimit-Reset"} {
+			if v := strings.TrimSpace(h.Get(name)); v != "" {
+				if unix, err := strconv.ParseInt(v, 10, 64); err == nil && unix > now.Unix() {
+					d = time.Unix(unix, 0).Sub(now)
+				}
+				break
+			}
+		}
+	}
+	return min(max(d, 0), maxRetryAfter)
+}
+
+// ClassifyResponse classifies a forge's answer to a request that failed
+// with err (resp nil: no answer, unavailable).
+func ClassifyResponse(resp *http.Response, err error) error {
+	if resp == nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	rateLimited := resp.Header.Get("X-RateLimit-Remaining") == "0"
+	out := classifyStatus(resp.StatusCode, rateLimited, err)
+	if errors.Is(out, ErrUnavailable) {
+		if d := ParseRetryAfter(resp.Header, time.Now()); d > 0 {
+			return &UnavailableError{RetryAfter: d, Err: err}
+		}
+	}
+	return out
+}
 
 // Static is a standing token (a personal access token, a GitLab project
 // token, a Forgejo/Gitea token) handed out for every repository.

@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -107,4 +109,25 @@ func TestParsePrivateKey(t *testing.T) {
 	}
 	_, err = token.ParsePrivateKey([]byte("nope"))
 	require.Error(t, err)
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name string
+		h    http.Header
+		want time.Duration
+	}{
+		{"seconds", http.Header{"Retry-After": {"3"}}, 3 * time.Second},
+		{"date", http.Header{"Retry-After": {now.Add(90 * time.Second).Format(http.TimeFormat)}}, 90 * time.Second},
+		{"past date", http.Header{"Retry-After": {now.Add(-time.Minute).Format(http.TimeFormat)}}, 0},
+		{"huge", http.Header{"Retry-After": {"999999999999"}}, time.Hour},
+		{"garbage", http.Header{"Retry-After": {"soon"}}, 0},
+		{"rate limit reset", http.Header{"X-Ratelimit-Reset": {strconv.FormatInt(now.Add(42*time.Second).Unix(), 10)}}, 42 * time.Second},
+		{"none", http.Header{}, 0},
+	} {
+		if got := token.ParseRetryAfter(c.h, now); got != c.want {
+			t.Errorf("%s: %s, want %s", c.name, got, c.want)
+		}
+	}
 }

@@ -27,10 +27,35 @@ type API interface {
 	FindPullRequest(ctx context.Context, tok token.Token, repo, head string) (string, error)
 	// OpenPullRequest opens a pull request and answers its URL.
 	OpenPullRequest(ctx context.Context, tok token.Token, repo string, pr NewPullRequest) (string, error)
-	// Comment writes a comment on issue or pull request number.
-	Comment(ctx context.Context, tok token.Token, repo string, number int, pullRequest bool, body string) error
+	// Comment writes a comment on issue or pull request number and answers
+	// its id.
+	Comment(ctx context.Context, tok token.Token, repo string, number int, pullRequest bool, body string) (int64, error)
+	// EditComment replaces the text of comment id on issue or pull request
+	// number (the job's status comment). A comment that is gone, or not
+	// the host's to edit, wraps token.ErrNoRepository or token.ErrRefused.
+	EditComment(ctx context.Context, tok token.Token, repo string, number int, pullRequest bool, id int64, body string) error
 	// GitUser is the user name git sends with the token (basic auth).
 	GitUser() string
+	// Self answers who the host is on the forge: the user tok acts as (for
+	// a GitHub App, the App's bot, found with minter's JWT). A pull request
+	// this user opened from a pi/ branch is the project's own.
+	Self(ctx context.Context, minter token.Minter, tok token.Token) (Person, error)
+
+	// The writing methods post a job's outputs (comment.md goes through
+	// Comment), each already validated by forge/output.
+
+	// ReplyToReviewComment answers inline review comment reply.To of pull
+	// request number in its own thread.
+	ReplyToReviewComment(ctx context.Context, tok token.Token, repo string, number int, reply ReviewReply) error
+	// CreateReview posts a review's text and its inline comments on pull
+	// request number's diff at review.Commit: one review where the forge
+	// has reviews (GitHub, Gitea); on a merge request (GitLab), the text
+	// as a note and each comment as a discussion on the diff. It never
+	// approves nor asks for changes.
+	CreateReview(ctx context.Context, tok token.Token, repo string, number int, review NewReview) error
+	// EditLabels adds and removes labels of issue or pull request number;
+	// removing a label it does not carry is no error.
+	EditLabels(ctx context.Context, tok token.Token, repo string, number int, pullRequest bool, add, remove []string) error
 
 	// Issue answers issue or pull request number: for a pull request, its
 	// conversation (title, description, labels).
@@ -77,6 +102,37 @@ type PullHead struct {
 	Base string
 	// Head is the head branch's name, in whichever repository it lives.
 	Head string
+	// Author opened the pull request; AuthorBot says the forge calls them
+	// a bot (GitLab: a bot user of this very project, as a project access
+	// token's is).
+	Author    Person
+	AuthorBot bool
+	// Body is the pull request's description as the forge holds it.
+	Body string
+}
+
+// ReviewReply is a reply to an inline review comment: To is its id, Path
+// and Line where it sits (a forge without replies gets a comment there).
+type ReviewReply struct {
+	To   int64
+	Path string
+	Line int
+	Body string
+}
+
+// NewReview is a review's own text and its inline comments on a pull
+// request's diff at Commit, the head they were written against.
+type NewReview struct {
+	Commit   string
+	Body     string
+	Comments []InlineComment
+}
+
+// InlineComment is a comment on new-side line Line of Path.
+type InlineComment struct {
+	Path string
+	Line int
+	Body string
 }
 
 // NewPullRequest is a pull request to open.

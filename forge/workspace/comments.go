@@ -11,8 +11,9 @@ import (
 // The texts the host writes. They name the job, the flow, the outcome and
 // the numbers of the run; never a token or a path on the host. The job's own
 // words appear only in its pull request's title and body (Result.PullRequest,
-// validated by the worker), and the issue's title, from the forge, only in
-// the pull request's title.
+// validated by the worker, the body sanitised) and in its outputs (posted
+// apart, outputs.go), and the issue's title, from the forge, only in the pull
+// request's title.
 
 func subject(j Job) string {
 	if j.Job.Number > 0 {
@@ -73,10 +74,15 @@ func pullBody(j Job, res Result) string {
 	if ref := issueRef(j); ref != "" {
 		b.WriteString("Refs " + ref + "\n\n")
 	}
-	fmt.Fprintf(&b, "---\nProposed by pidispatch job `%s` (flow `%s`; %s). Review before merging: it is never merged automatically.\n",
-		j.ID, orDash(j.Job.Flow), footerNumbers(res))
+	fmt.Fprintf(&b, "---\n%s%s` (flow `%s`; %s). Review before merging: it is never merged automatically.\n",
+		footerMarker, j.ID, orDash(j.Job.Flow), footerNumbers(res))
 	return b.String()
 }
+
+// footerMarker starts the host's footer of every pull request it opens:
+// on GitLab, where each job's project token is a bot user of its own, a
+// merge request by a project bot that carries it is the project's own.
+const footerMarker = "Proposed by pidispatch job `"
 
 // footerNumbers are the run's cost and turns, each "unknown" when the run
 // did not say.
@@ -101,30 +107,6 @@ func issueRef(j Job) string {
 		return fmt.Sprintf("!%d", j.Job.Number)
 	}
 	return fmt.Sprintf("#%d", j.Job.Number)
-}
-
-func startComment(j Job) string {
-	return fmt.Sprintf("pidispatch started job `%s` (flow `%s`).", j.ID, orDash(j.Job.Flow))
-}
-
-func finalComment(j Job, res Result, pub Published) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "pidispatch job `%s` %s.", j.ID, res.Outcome)
-	if pub.PullRequestURL != "" {
-		fmt.Fprintf(&b, " Pull request: %s", pub.PullRequestURL)
-	} else {
-		b.WriteString(" It changed nothing.")
-	}
-	b.WriteString(numbers(res))
-	return b.String()
-}
-
-func failureComment(j Job, res Result) string {
-	word := "failed"
-	if res.Outcome == jobs.OutcomePolicy {
-		word = "was stopped"
-	}
-	return fmt.Sprintf("pidispatch job `%s` %s: `%s`.%s", j.ID, word, res.Reason, numbers(res))
 }
 
 func numbers(res Result) string {

@@ -36,10 +36,10 @@ func (g *Gitea) client(ctx context.Context, tok token.Token) (*gitea.Client, err
 }
 
 func giteaErr(resp *gitea.Response, err error) error {
-	if resp == nil || resp.Response == nil {
-		return fmt.Errorf("%w: %w", token.ErrUnavailable, err)
+	if resp == nil {
+		return token.ClassifyResponse(nil, err)
 	}
-	return token.ClassifyStatus(resp.StatusCode, err)
+	return token.ClassifyResponse(resp.Response, err)
 }
 
 // GitUser: Gitea takes a token as the password of any user name.
@@ -86,6 +86,7 @@ func (g *Gitea) PullRequest(ctx context.Context, tok token.Token, repo string, n
 	if pr.Base != nil {
 		h.Base = pr.Base.Ref
 	}
+	h.Author, h.Body = giteaPerson(pr.Poster), pr.Body
 	return h, nil
 }
 
@@ -161,7 +162,24 @@ func (g *Gitea) OpenPullRequest(ctx context.Context, tok token.Token, repo strin
 }
 
 // Comment implements API.
-func (g *Gitea) Comment(ctx context.Context, tok token.Token, repo string, number int, _ bool, body string) error {
+func (g *Gitea) Comment(ctx context.Context, tok token.Token, repo string, number int, _ bool, body string) (int64, error) {
+	owner, name, err := splitRepo(repo)
+	if err != nil {
+		return 0, err
+	}
+	c, err := g.client(ctx, tok)
+	if err != nil {
+		return 0, err
+	}
+	cm, resp, err := c.CreateIssueComment(owner, name, int64(number), gitea.CreateIssueCommentOption{Body: body})
+	if err != nil {
+		return 0, giteaErr(resp, err)
+	}
+	return cm.ID, nil
+}
+
+// EditComment implements API.
+func (g *Gitea) EditComment(ctx context.Context, tok token.Token, repo string, _ int, _ bool, id int64, body string) error {
 	owner, name, err := splitRepo(repo)
 	if err != nil {
 		return err
@@ -170,7 +188,7 @@ func (g *Gitea) Comment(ctx context.Context, tok token.Token, repo string, numbe
 	if err != nil {
 		return err
 	}
-	_, resp, err := c.CreateIssueComment(owner, name, int64(number), gitea.CreateIssueCommentOption{Body: body})
+	_, resp, err := c.EditIssueComment(owner, name, id, gitea.EditIssueCommentOption{Body: body})
 	if err != nil {
 		return giteaErr(resp, err)
 	}
@@ -411,3 +429,108 @@ func (g *Gitea) Permission(ctx context.Context, tok token.Token, repo string, wh
 	}
 	return "", fmt.Errorf("gitea permission %q", p.Permission)
 }
+
+// Self implements API: the token's user.
+func (g *Gitea) Self(ctx context.Context, _ token.Minter, tok token.Token) (Person, error) {
+	c, err := g.client(ctx, tok)
+	if err != nil {
+		return Person{}, err
+	}
+	u, resp, err := c.GetMyUserInfo()
+	if err != nil {
+		return Person{}, giteaErr(resp, err)
+	}
+	return giteaPerson(u), nil
+}
+
+// ReplyToReviewComment implements API: Gitea's reply to a review comment
+// (1.27); a forge without that route (it answers 404 or 405) gets the reply
+// as a review comment on the same line, which it shows in the same
+// conversation.
+func (g *Gitea) ReplyToReviewComment(ctx context.Context, tok token.Token, repo string, number int, r ReviewReply) error {
+	owner, name, c, err := g.open(ctx, tok, repo)
+	if err != nil {
+		return err
+	}
+	_, resp, err := c.CreatePullReviewCommentReply(owner, name, int64(number), r.To, gitea.CreatePullReviewCommentReplyOptions{Body: r.Body})
+	if err == nil {
+		return nil
+	}
+	if resp == nil || (resp.StatusCode != http.StatusNotFound && resp.StatusCode != http.StatusMethodNotAllowed) || r.Path == "" || r.Line <= 0 {
+		return giteaErr(resp, err)
+	}
+	return g.CreateReview(ctx, tok, repo, number, NewReview{Comments: []InlineComment{{Path: r.Path, Line: r.Line, Body: r.Body}}})
+}
+
+// CreateReview implements API: one review of state COMMENT holding every
+// comment, each on the new side of its line.
+func (g *Gitea) CreateReview(ctx context.Context, tok token.Token, repo string, number int, rv NewReview) error {
+	owner, name, c, err := g.open(ctx, tok, repo)
+	if err != nil {
+		return err
+	}
+	opt := gitea.CreatePullReviewOptions{State: gitea.ReviewStateComment, CommitID: rv.Commit, Body: rv.Body}
+	for _, cm := range rv.Comments {
+		opt.Comments = append(opt.Comments, gitea.CreatePullReviewComment{Path: cm.Path, Body: cm.Body, NewLineNum: int64(cm.Line)})
+	}
+	if _, resp, err := c.CreatePullReview(owner, name, int64(number), opt); err != nil {
+		return giteaErr(resp, err)
+	}
+	return nil
+}
+
+// EditLabels implements API: Gitea labels by id, so the repository's
+// labels are read (at most giteaLabelPages pages) to find them; a name the
+// repository has no label of is an error.
+func (g *Gitea) EditLabels(ctx context.Context, tok token.Token, repo string, number int, _ bool, add, remove []string) error {
+	if len(add) == 0 && len(remove) == 0 {
+		return nil
+	}
+	owner, name, c, err := g.open(ctx, tok, repo)
+	if err != nil {
+		return err
+	}
+	ids := map[string]int64{}
+	for page := 1; page <= giteaLabelPages; page++ {
+		labels, resp, err := c.ListRepoLabels(owner, name, gitea.ListLabelsOptions{ListOptions: gitea.ListOptions{Page: page, PageSize: giteaPageSize}})
+		if err != nil {
+			return giteaErr(resp, err)
+		}
+		for _, l := range labels {
+			ids[l.Name] = l.ID
+		}
+		if len(labels) < giteaPageSize {
+			break
+		}
+	}
+	var addIDs []int64
+	for _, l := range add {
+		id, ok := ids[l]
+		if !ok {
+			return fmt.Errorf("the repository has no label %q", l)
+		}
+		addIDs = append(addIDs, id)
+	}
+	if len(addIDs) > 0 {
+		if _, resp, err := c.AddIssueLabels(owner, name, int64(number), gitea.IssueLabelsOption{Labels: addIDs}); err != nil {
+			return giteaErr(resp, err)
+		}
+	}
+	for _, l := range remove {
+		id, ok := ids[l]
+		if !ok {
+			continue // no such label: not on it either
+		}
+		resp, err := c.DeleteIssueLabel(owner, name, int64(number), id)
+		if resp != nil && resp.StatusCode == http.StatusNotFound {
+			continue
+		}
+		if err != nil {
+			return giteaErr(resp, err)
+		}
+	}
+	return nil
+}
+
+// giteaLabelPages bounds the pages of a repository's labels read.
+const giteaLabelPages = 10

@@ -231,12 +231,16 @@ func TestGiteaEvent(t *testing.T) {
 	})
 
 	t.Run("PublishTitle", func(t *testing.T) {
-		is := e.issue(t, e.alice, "Fix the parser", "It breaks on tabs.")
-		for _, res := range []workspace.Result{
+		// Two issues: the jobs of one issue share one pull request.
+		issues := []*gitea.Issue{
+			e.issue(t, e.alice, "Fix the parser", "It breaks on tabs."),
+			e.issue(t, e.alice, "Fix the parser", "It breaks on tabs, again."),
+		}
+		for i, res := range []workspace.Result{
 			{Outcome: jobs.OutcomeCompleted, Turns: 2, Dollars: 0.75},
 			{Outcome: jobs.OutcomeCompleted, Turns: 2, Dollars: 0.75, PullRequest: &workspace.PullRequestText{Title: "Parse tabs", Body: "Folds tabs."}},
 		} {
-			c, dir := e.prepare(t, m, e.job(int(is.Index)))
+			c, dir := e.prepare(t, m, e.job(int(issues[i].Index)))
 			require.NoError(t, os.WriteFile(filepath.Join(dir, "README.md"), []byte(fmt.Sprintf("%v\n", res.PullRequest != nil)), 0o644))
 			_, err := c.Publish(context.Background(), res)
 			require.NoError(t, err)
@@ -252,8 +256,8 @@ func TestGiteaEvent(t *testing.T) {
 		fromJob, ok := titles["WIP: Parse tabs"]
 		require.True(t, ok, "titled from the job's text: %v", titles)
 		require.True(t, strings.HasPrefix(fromJob, "Folds tabs.\n\nRefs #"), fromJob)
-		for _, body := range []string{fromIssue, fromJob} {
-			require.Contains(t, body, fmt.Sprintf("Refs #%d\n", is.Index))
+		for i, body := range []string{fromIssue, fromJob} {
+			require.Contains(t, body, fmt.Sprintf("Refs #%d\n", issues[i].Index))
 			require.Contains(t, body, "$0.75")
 			require.Contains(t, body, "2 turns")
 		}

@@ -69,7 +69,7 @@ func (g *GitHub) PullRequest(ctx context.Context, tok token.Token, repo string, 
 		return PullHead{}, token.ClassifyHTTP(resp, err)
 	}
 	h := PullHead{Ref: fmt.Sprintf("refs/pull/%d/head", number), SHA: pr.GetHead().GetSHA(), Base: pr.GetBase().GetRef(),
-		Head: pr.GetHead().GetRef()}
+		Head: pr.GetHead().GetRef(), Author: ghPerson(pr.GetUser()), AuthorBot: pr.GetUser().GetType() == "Bot", Body: pr.GetBody()}
 	if strings.EqualFold(pr.GetHead().GetRepo().GetFullName(), repo) {
 		h.Branch = pr.GetHead().GetRef()
 	}
@@ -139,16 +139,25 @@ func (g *GitHub) OpenPullRequest(ctx context.Context, tok token.Token, repo stri
 }
 
 // Comment implements API.
-func (g *GitHub) Comment(ctx context.Context, tok token.Token, repo string, number int, _ bool, body string) error {
-	owner, name, err := splitRepo(repo)
+func (g *GitHub) Comment(ctx context.Context, tok token.Token, repo string, number int, _ bool, body string) (int64, error) {
+	owner, name, c, err := g.open(tok, repo)
+	if err != nil {
+		return 0, err
+	}
+	cm, resp, err := c.Issues.CreateComment(ctx, owner, name, number, &github.IssueComment{Body: github.Ptr(body)})
+	if err != nil {
+		return 0, token.ClassifyHTTP(resp, err)
+	}
+	return cm.GetID(), nil
+}
+
+// EditComment implements API.
+func (g *GitHub) EditComment(ctx context.Context, tok token.Token, repo string, _ int, _ bool, id int64, body string) error {
+	owner, name, c, err := g.open(tok, repo)
 	if err != nil {
 		return err
 	}
-	c, err := g.client(tok)
-	if err != nil {
-		return err
-	}
-	_, resp, err := c.Issues.CreateComment(ctx, owner, name, number, &github.IssueComment{Body: github.Ptr(body)})
+	_, resp, err := c.Issues.EditComment(ctx, owner, name, id, &github.IssueComment{Body: github.Ptr(body)})
 	if err != nil {
 		return token.ClassifyHTTP(resp, err)
 	}
@@ -358,4 +367,102 @@ func (g *GitHub) Permission(ctx context.Context, tok token.Token, repo string, w
 		return role, nil
 	}
 	return lvl.GetPermission(), nil
+}
+
+// Self implements API: a GitHub App's bot (GET /app with the App's JWT
+// names its slug, GET /users/<slug>[bot] its user), else the token's user
+// (GET /user).
+func (g *GitHub) Self(ctx context.Context, minter token.Minter, tok token.Token) (Person, error) {
+	if app, ok := minter.(*token.GitHubApp); ok {
+		jwt, err := app.JWT()
+		if err != nil {
+			return Person{}, err
+		}
+		c, err := token.NewGitHubClient(g.APIURL, g.HTTPClient, jwt)
+		if err != nil {
+			return Person{}, err
+		}
+		a, resp, err := c.Apps.Get(ctx, "")
+		if err != nil {
+			return Person{}, token.ClassifyHTTP(resp, err)
+		}
+		if a.GetSlug() == "" {
+			return Person{}, fmt.Errorf("github app: no slug")
+		}
+		if c, err = g.client(tok); err != nil {
+			return Person{}, err
+		}
+		u, resp, err := c.Users.Get(ctx, a.GetSlug()+"[bot]")
+		if err != nil {
+			return Person{}, token.ClassifyHTTP(resp, err)
+		}
+		return ghPerson(u), nil
+	}
+	c, err := g.client(tok)
+	if err != nil {
+		return Person{}, err
+	}
+	u, resp, err := c.Users.Get(ctx, "")
+	if err != nil {
+		return Person{}, token.ClassifyHTTP(resp, err)
+	}
+	return ghPerson(u), nil
+}
+
+// ReplyToReviewComment implements API.
+func (g *GitHub) ReplyToReviewComment(ctx context.Context, tok token.Token, repo string, number int, r ReviewReply) error {
+	owner, name, c, err := g.open(tok, repo)
+	if err != nil {
+		return err
+	}
+	_, resp, err := c.PullRequests.CreateCommentInReplyTo(ctx, owner, name, number, r.Body, r.To)
+	if err != nil {
+		return token.ClassifyHTTP(resp, err)
+	}
+	return nil
+}
+
+// CreateReview implements API: one review, event COMMENT, each comment on
+// the right (new) side of its line.
+func (g *GitHub) CreateReview(ctx context.Context, tok token.Token, repo string, number int, rv NewReview) error {
+	owner, name, c, err := g.open(tok, repo)
+	if err != nil {
+		return err
+	}
+	req := &github.PullRequestReviewRequest{CommitID: github.Ptr(rv.Commit), Event: github.Ptr("COMMENT")}
+	if rv.Body != "" {
+		req.Body = github.Ptr(rv.Body)
+	}
+	for _, cm := range rv.Comments {
+		req.Comments = append(req.Comments, &github.DraftReviewComment{Path: github.Ptr(cm.Path), Line: github.Ptr(cm.Line),
+			Side: github.Ptr("RIGHT"), Body: github.Ptr(cm.Body)})
+	}
+	_, resp, err := c.PullRequests.CreateReview(ctx, owner, name, number, req)
+	if err != nil {
+		return token.ClassifyHTTP(resp, err)
+	}
+	return nil
+}
+
+// EditLabels implements API: GitHub labels a pull request as an issue.
+func (g *GitHub) EditLabels(ctx context.Context, tok token.Token, repo string, number int, _ bool, add, remove []string) error {
+	owner, name, c, err := g.open(tok, repo)
+	if err != nil {
+		return err
+	}
+	if len(add) > 0 {
+		if _, resp, err := c.Issues.AddLabelsToIssue(ctx, owner, name, number, add); err != nil {
+			return token.ClassifyHTTP(resp, err)
+		}
+	}
+	for _, l := range remove {
+		resp, err := c.Issues.RemoveLabelForIssue(ctx, owner, name, number, l)
+		if resp != nil && resp.StatusCode == http.StatusNotFound {
+			continue // not on it
+		}
+		if err != nil {
+			return token.ClassifyHTTP(resp, err)
+		}
+	}
+	return nil
 }

@@ -39,10 +39,10 @@ func NewGitLabClient(url string, hc *http.Client, tok token.Token) (*gitlab.Clie
 }
 
 func gitlabErr(resp *gitlab.Response, err error) error {
-	if resp == nil || resp.Response == nil {
-		return fmt.Errorf("%w: %w", token.ErrUnavailable, err)
+	if resp == nil {
+		return token.ClassifyResponse(nil, err)
 	}
-	return token.ClassifyStatus(resp.StatusCode, err)
+	return token.ClassifyResponse(resp.Response, err)
 }
 
 // GitUser: GitLab takes an access token as the password of "oauth2".
@@ -71,11 +71,35 @@ func (g *GitLab) PullRequest(ctx context.Context, tok token.Token, repo string, 
 	if err != nil {
 		return PullHead{}, gitlabErr(resp, err)
 	}
-	h := PullHead{Ref: fmt.Sprintf("refs/merge-requests/%d/head", number), SHA: mr.SHA, Base: mr.TargetBranch, Head: mr.SourceBranch}
+	h := PullHead{Ref: fmt.Sprintf("refs/merge-requests/%d/head", number), SHA: mr.SHA, Base: mr.TargetBranch, Head: mr.SourceBranch,
+		Body: mr.Description}
 	if mr.SourceProjectID == mr.ProjectID {
 		h.Branch = mr.SourceBranch
 	}
+	if mr.Author != nil {
+		h.Author = Person{Login: mr.Author.Username, ID: mr.Author.ID}
+		if h.AuthorBot, err = g.projectBot(ctx, c, mr.ProjectID, mr.Author.ID, mr.Author.Username); err != nil {
+			return PullHead{}, err
+		}
+	}
 	return h, nil
+}
+
+// projectBot reports whether user is a bot user of project: the user a
+// project access token acts as, named project_<project id>_bot... and a
+// bot by GitLab's own word (GET /users/:id).
+func (g *GitLab) projectBot(ctx context.Context, c *gitlab.Client, project, id int64, login string) (bool, error) {
+	if !strings.HasPrefix(login, fmt.Sprintf("project_%d_bot", project)) {
+		return false, nil
+	}
+	u, resp, err := c.Users.GetUser(id, nil, gitlab.WithContext(ctx))
+	if resp != nil && resp.StatusCode == http.StatusNotFound {
+		return false, nil
+	}
+	if err != nil {
+		return false, gitlabErr(resp, err)
+	}
+	return u.Bot && u.Username == login, nil
 }
 
 // BranchProtected implements API: a protection rule names the branch or a
@@ -146,16 +170,38 @@ func (g *GitLab) OpenPullRequest(ctx context.Context, tok token.Token, repo stri
 }
 
 // Comment implements API: a note on the issue or the merge request.
-func (g *GitLab) Comment(ctx context.Context, tok token.Token, repo string, number int, pullRequest bool, body string) error {
+func (g *GitLab) Comment(ctx context.Context, tok token.Token, repo string, number int, pullRequest bool, body string) (int64, error) {
+	c, err := g.client(tok)
+	if err != nil {
+		return 0, err
+	}
+	var resp *gitlab.Response
+	var n *gitlab.Note
+	if pullRequest {
+		n, resp, err = c.Notes.CreateMergeRequestNote(repo, int64(number), &gitlab.CreateMergeRequestNoteOptions{Body: gitlab.Ptr(body)}, gitlab.WithContext(ctx))
+	} else {
+		n, resp, err = c.Notes.CreateIssueNote(repo, int64(number), &gitlab.CreateIssueNoteOptions{Body: gitlab.Ptr(body)}, gitlab.WithContext(ctx))
+	}
+	if err != nil {
+		return 0, gitlabErr(resp, err)
+	}
+	if n == nil {
+		return 0, nil // a note of commands only: GitLab keeps none
+	}
+	return n.ID, nil
+}
+
+// EditComment implements API: the note's text.
+func (g *GitLab) EditComment(ctx context.Context, tok token.Token, repo string, number int, pullRequest bool, id int64, body string) error {
 	c, err := g.client(tok)
 	if err != nil {
 		return err
 	}
 	var resp *gitlab.Response
 	if pullRequest {
-		_, resp, err = c.Notes.CreateMergeRequestNote(repo, int64(number), &gitlab.CreateMergeRequestNoteOptions{Body: gitlab.Ptr(body)}, gitlab.WithContext(ctx))
+		_, resp, err = c.Notes.UpdateMergeRequestNote(repo, int64(number), id, &gitlab.UpdateMergeRequestNoteOptions{Body: gitlab.Ptr(body)}, gitlab.WithContext(ctx))
 	} else {
-		_, resp, err = c.Notes.CreateIssueNote(repo, int64(number), &gitlab.CreateIssueNoteOptions{Body: gitlab.Ptr(body)}, gitlab.WithContext(ctx))
+		_, resp, err = c.Notes.UpdateIssueNote(repo, int64(number), id, &gitlab.UpdateIssueNoteOptions{Body: gitlab.Ptr(body)}, gitlab.WithContext(ctx))
 	}
 	if err != nil {
 		return gitlabErr(resp, err)
@@ -420,4 +466,117 @@ func (g *GitLab) Permission(ctx context.Context, tok token.Token, repo string, w
 		return "read", nil
 	}
 	return jobs.PermissionNone, nil
+}
+
+// Self implements API: the token's own user (a project access token's is
+// a bot user of its project, a new one for each job).
+func (g *GitLab) Self(ctx context.Context, _ token.Minter, tok token.Token) (Person, error) {
+	c, err := g.client(tok)
+	if err != nil {
+		return Person{}, err
+	}
+	u, resp, err := c.Users.CurrentUser(gitlab.WithContext(ctx))
+	if err != nil {
+		return Person{}, gitlabErr(resp, err)
+	}
+	return Person{Login: u.Username, ID: u.ID}, nil
+}
+
+// ReplyToReviewComment implements API: a note added to the discussion that
+// holds note r.To, found among the merge request's discussions (at most
+// glPages pages).
+func (g *GitLab) ReplyToReviewComment(ctx context.Context, tok token.Token, repo string, number int, r ReviewReply) error {
+	c, err := g.client(tok)
+	if err != nil {
+		return err
+	}
+	discussion := ""
+	for page := int64(1); page > 0 && page <= glPages && discussion == ""; {
+		list, resp, err := c.Discussions.ListMergeRequestDiscussions(repo, int64(number), &gitlab.ListMergeRequestDiscussionsOptions{
+			ListOptions: gitlab.ListOptions{Page: page, PerPage: glPerPage}}, gitlab.WithContext(ctx))
+		if err != nil {
+			return gitlabErr(resp, err)
+		}
+		for _, d := range list {
+			for _, n := range d.Notes {
+				if n.ID == r.To {
+					discussion = d.ID
+				}
+			}
+		}
+		page = resp.NextPage
+	}
+	if discussion == "" {
+		return fmt.Errorf("no discussion of the merge request holds note %d", r.To)
+	}
+	_, resp, err := c.Discussions.AddMergeRequestDiscussionNote(repo, int64(number), discussion,
+		&gitlab.AddMergeRequestDiscussionNoteOptions{Body: gitlab.Ptr(r.Body)}, gitlab.WithContext(ctx))
+	if err != nil {
+		return gitlabErr(resp, err)
+	}
+	return nil
+}
+
+// CreateReview implements API: GitLab has no review to hold comments, so
+// the review's text is a note and each comment a discussion on the merge
+// request's diff, positioned on the new side of its line against the merge
+// request's diff refs.
+func (g *GitLab) CreateReview(ctx context.Context, tok token.Token, repo string, number int, rv NewReview) error {
+	c, err := g.client(tok)
+	if err != nil {
+		return err
+	}
+	mr, resp, err := c.MergeRequests.GetMergeRequest(repo, int64(number), nil, gitlab.WithContext(ctx))
+	if err != nil {
+		return gitlabErr(resp, err)
+	}
+	if rv.Body != "" {
+		if _, resp, err := c.Notes.CreateMergeRequestNote(repo, int64(number), &gitlab.CreateMergeRequestNoteOptions{Body: gitlab.Ptr(rv.Body)},
+			gitlab.WithContext(ctx)); err != nil {
+			return gitlabErr(resp, err)
+		}
+	}
+	refs := mr.DiffRefs
+	if refs.HeadSha == "" {
+		refs.HeadSha = rv.Commit
+	}
+	for _, cm := range rv.Comments {
+		pos := &gitlab.PositionOptions{BaseSHA: gitlab.Ptr(refs.BaseSha), StartSHA: gitlab.Ptr(refs.StartSha), HeadSHA: gitlab.Ptr(refs.HeadSha),
+			PositionType: gitlab.Ptr("text"), NewPath: gitlab.Ptr(cm.Path), OldPath: gitlab.Ptr(cm.Path), NewLine: gitlab.Ptr(int64(cm.Line))}
+		if _, resp, err := c.Discussions.CreateMergeRequestDiscussion(repo, int64(number), &gitlab.CreateMergeRequestDiscussionOptions{
+			Body: gitlab.Ptr(cm.Body), Position: pos}, gitlab.WithContext(ctx)); err != nil {
+			return gitlabErr(resp, err)
+		}
+	}
+	return nil
+}
+
+// EditLabels implements API: one update of the issue or the merge request.
+func (g *GitLab) EditLabels(ctx context.Context, tok token.Token, repo string, number int, pullRequest bool, add, remove []string) error {
+	if len(add) == 0 && len(remove) == 0 {
+		return nil
+	}
+	c, err := g.client(tok)
+	if err != nil {
+		return err
+	}
+	var addOpt, removeOpt *gitlab.LabelOptions
+	if len(add) > 0 {
+		addOpt = gitlab.Ptr(gitlab.LabelOptions(add))
+	}
+	if len(remove) > 0 {
+		removeOpt = gitlab.Ptr(gitlab.LabelOptions(remove))
+	}
+	var resp *gitlab.Response
+	if pullRequest {
+		_, resp, err = c.MergeRequests.UpdateMergeRequest(repo, int64(number), &gitlab.UpdateMergeRequestOptions{
+			AddLabels: addOpt, RemoveLabels: removeOpt}, gitlab.WithContext(ctx))
+	} else {
+		_, resp, err = c.Issues.UpdateIssue(repo, int64(number), &gitlab.UpdateIssueOptions{
+			AddLabels: addOpt, RemoveLabels: removeOpt}, gitlab.WithContext(ctx))
+	}
+	if err != nil {
+		return gitlabErr(resp, err)
+	}
+	return nil
 }

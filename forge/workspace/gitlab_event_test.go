@@ -96,7 +96,7 @@ func TestGitLabEvent(t *testing.T) {
 				{ID: third, Author: person("dave", "maintain"), Body: "Yes, only tabs.", CreatedAt: created(third)},
 			},
 		}, c.Event())
-		require.Len(t, b.gl.Notes(glProject, "issue/3"), 1, "the start note comes after the event")
+		require.Empty(t, b.gl.Notes(glProject, "issue/3"), "preparing writes nothing on the thread")
 	})
 
 	t.Run("MergeRequestWithDiffNotes", func(t *testing.T) {
@@ -184,7 +184,7 @@ func TestGitLabEvent(t *testing.T) {
 		require.ErrorIs(t, err, token.ErrUnavailable)
 		var refusal *workspace.RefusalError
 		require.False(t, errors.As(err, &refusal))
-		require.Empty(t, b.gl.Notes(glProject, "issue/3"), "no start note for a job that does not start")
+		require.Empty(t, b.gl.Notes(glProject, "issue/3"), "no note for a job that does not start")
 		require.NotEmpty(t, b.gl.Revoked())
 		require.ElementsMatch(t, b.gl.Tokens(), b.gl.Revoked(), "a job that does not start leaves no project token")
 	})
@@ -200,12 +200,14 @@ func TestGitLabEvent(t *testing.T) {
 	t.Run("PublishTitle", func(t *testing.T) {
 		t.Parallel()
 		b := glSetup(t, 0)
+		// Two issues: the jobs of one issue share one merge request.
 		b.gl.AddIssue(glProject, 3, "alice", "Fix the parser", "b")
+		b.gl.AddIssue(glProject, 4, "alice", "Fix the parser", "b")
 		for i, res := range []workspace.Result{
 			{Outcome: jobs.OutcomeCompleted, Turns: 4, Dollars: 1.5},
 			{Outcome: jobs.OutcomeCompleted, Turns: 4, Dollars: 1.5, PullRequest: &workspace.PullRequestText{Title: "Parse tabs", Body: "Folds tabs."}},
 		} {
-			b.job.ID = fmt.Sprintf("job-%d", i)
+			b.job.ID, b.job.Job.Number = fmt.Sprintf("job-%d", i), 3+i
 			c, dir := b.prepare(t)
 			require.NoError(t, os.WriteFile(filepath.Join(dir, "README.md"), []byte("fixed\n"), 0o644))
 			_, err := c.Publish(context.Background(), res)
@@ -215,8 +217,8 @@ func TestGitLabEvent(t *testing.T) {
 		require.Len(t, mrs, 2)
 		require.Equal(t, "Draft: pi: Fix the parser", mrs[0].Title)
 		require.Equal(t, "Draft: Parse tabs", mrs[1].Title)
-		for _, mr := range mrs {
-			require.Contains(t, mr.Description, "Refs #3\n")
+		for i, mr := range mrs {
+			require.Contains(t, mr.Description, fmt.Sprintf("Refs #%d\n", 3+i))
 			require.Contains(t, mr.Description, "$1.50")
 			require.Contains(t, mr.Description, "4 turns")
 		}

@@ -9,12 +9,13 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/pidispatch/pidispatch/forge/output"
 	"github.com/pidispatch/pidispatch/forge/token"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 
 // Result is how the job ended, for the host's final comment and the pull
-// request.
+// request, and what it wrote for the host to post.
 type Result struct {
 	// Outcome and Reason are the record's (jobs.Outcome*, jobs.Reason*).
 	Outcome string
@@ -24,8 +25,20 @@ type Result struct {
 	Dollars float64
 	// PullRequest is the title and body the job wrote for its pull request,
 	// already validated by the worker; nil: the pull request is titled from
-	// the job's issue.
+	// the job's issue. Its body is sanitised for the forge before it is sent.
 	PullRequest *PullRequestText
+	// Outputs are the other files the job wrote to /job/out (comment.md,
+	// review.json, labels.json) by name, read safely and bounded by the
+	// worker, not yet validated: each is validated with forge/output in
+	// this job's context and posted, or refused whole.
+	Outputs map[string][]byte
+	// Refused are the outputs the worker already refused, with the reason;
+	// they are recorded as they are.
+	Refused []jobs.OutputResult
+	// NoChanges marks a flow that must not change code (answer, plan): no
+	// commit, push or pull request is made even if the workspace changed;
+	// only the outputs are posted.
+	NoChanges bool
 }
 
 // PullRequestText is a pull request's title and body as the job wrote them
@@ -41,6 +54,10 @@ type Published struct {
 	// BaseCommit is the commit the workspace was cloned at.
 	BaseCommit string
 	Branch     string
+	// Outputs says what became of each output the job wrote: the worker's
+	// refusals (Result.Refused) first, then comment.md, review.json and
+	// labels.json, each posted or refused with its reason.
+	Outputs []jobs.OutputResult
 }
 
 // ciPaths are CI configuration: a file there runs with the repository's secrets.
@@ -58,16 +75,20 @@ func IsCIPath(p string) bool {
 }
 
 // Publish finishes the job on the forge. A completed job's changes are
-// checked, committed, pushed and proposed, then the final comment is
-// written; any other outcome writes the failure comment only. A
-// *RefusalError means the host refused the changes (a policy outcome).
+// checked, committed, pushed (fast-forward only) and proposed, unless its
+// flow may change nothing (Result.NoChanges); then its outputs are
+// validated and posted, each on its own. Any other outcome posts nothing.
+// A *RefusalError means the host refused the changes (a policy outcome);
+// the outputs are then not posted either. What became of the job is said
+// in its status comment (Manager.Status), not here.
 //
-// The job's tokens are revoked once it is done, where the forge allows it.
+// The job's tokens are revoked once it is done, where the forge allows it,
+// even when ctx ended.
 func (c *Checkout) Publish(ctx context.Context, res Result) (Published, error) {
-	defer c.revoke(ctx)
+	defer c.revokeDetached(ctx)
 	pub := Published{BaseCommit: c.base, Branch: c.Branch()}
 	if res.Outcome != jobs.OutcomeCompleted {
-		c.comment(ctx, failureComment(c.job, res))
+		pub.Outputs = unposted(res, "the job did not complete ("+string(res.Reason)+")")
 		return pub, nil
 	}
 	pub, err := c.publish(ctx, pub, res)
@@ -75,18 +96,22 @@ func (c *Checkout) Publish(ctx context.Context, res Result) (Published, error) {
 	switch {
 	case errors.As(err, &refusal):
 		c.log.Warn("forge_publish_refused", "reason", refusal.Reason, "path", refusal.Path)
-		c.comment(ctx, failureComment(c.job, Result{Outcome: jobs.OutcomePolicy, Reason: refusal.Reason, Turns: res.Turns, Dollars: res.Dollars}))
+		pub.Outputs = unposted(res, "the job's changes were refused ("+string(refusal.Reason)+")")
 	case err != nil:
 		c.log.Error("forge_publish_failed", "err", err)
+		pub.Outputs = unposted(res, "the job's changes could not be published")
 	default:
+		pub.Outputs = c.postOutputs(ctx, res, pub)
 		c.log.Info("forge_published", "branch", pub.Branch, "commit", pub.PushedCommit, "pullRequest", pub.PullRequestURL)
-		c.comment(ctx, finalComment(c.job, res, pub))
 	}
 	return pub, err
 }
 
 func (c *Checkout) publish(ctx context.Context, pub Published, res Result) (Published, error) {
-	m, j := c.m, c.job.Job
+	j := c.job.Job
+	if res.NoChanges {
+		return pub, nil // a flow that changes nothing: whatever the workspace holds stays there
+	}
 	if err := c.checkHistory(ctx); err != nil {
 		return pub, err
 	}
@@ -95,11 +120,19 @@ func (c *Checkout) publish(ctx context.Context, pub Published, res Result) (Publ
 		return pub, err
 	}
 	changed, err := c.check(ctx, tree)
-	if err != nil || !changed {
+	if err != nil {
 		return pub, err
 	}
+	if !changed {
+		return c.resumeUnproposed(ctx, pub, res)
+	}
 	branch := pub.Branch
-	if branch == c.repo.DefaultBranch || branch == c.baseRef {
+	if branch == "" {
+		// A pull request from a fork: its branch is not ours to push to, nor
+		// to propose a change onto.
+		return pub, &RefusalError{Reason: jobs.ReasonProtectedBranch, Path: c.pull.Head}
+	}
+	if branch == c.repo.DefaultBranch || branch == c.baseRef || !strings.HasPrefix(branch, ownBranchPrefix) {
 		return pub, &RefusalError{Reason: jobs.ReasonProtectedBranch}
 	}
 	var protected bool
@@ -116,15 +149,60 @@ func (c *Checkout) publish(ctx context.Context, pub Published, res Result) (Publ
 	if err != nil {
 		return pub, err
 	}
-	if err := c.call(ctx, func(tok token.Token) error {
-		_, err := m.git(c.state).auth(c.repo.CloneURL, c.forge.API.GitUser(), tok).
-			run(ctx, "push", "--quiet", "--force", c.repo.CloneURL, commit+":refs/heads/"+branch)
-		return err
-	}); err != nil {
-		return pub, fmt.Errorf("push: %w", err)
+	if err := c.push(ctx, commit, branch); err != nil {
+		return pub, err
 	}
 	pub.PushedCommit = commit
 	url, err := c.openPullRequest(ctx, branch, res)
+	if err != nil {
+		return pub, err
+	}
+	pub.PullRequestURL = url
+	return pub, nil
+}
+
+// push pushes commit to branch, fast-forward only: never with --force. A
+// push the forge refuses as not a fast-forward (someone pushed to the
+// branch since the job was prepared) rewrites nothing and is refused
+// history-rewritten.
+func (c *Checkout) push(ctx context.Context, commit, branch string) error {
+	err := c.call(ctx, func(tok token.Token) error {
+		_, err := c.m.git(c.state).auth(c.repo.CloneURL, c.forge.API.GitUser(), tok).
+			run(ctx, "push", "--quiet", c.repo.CloneURL, commit+":refs/heads/"+branch)
+		return err
+	})
+	var ge *GitError
+	if errors.As(err, &ge) && notFastForward(ge.Stderr) {
+		c.log.Warn("forge_push_not_fast_forward", "branch", branch)
+		return &RefusalError{Reason: jobs.ReasonHistoryRewritten, Path: branch}
+	}
+	if err != nil {
+		return fmt.Errorf("push: %w", err)
+	}
+	return nil
+}
+
+// notFastForward reads git push's account of a ref refused for not being a
+// fast-forward (git's own check, or the forge's).
+func notFastForward(stderr string) bool {
+	s := strings.ToLower(stderr)
+	return strings.Contains(s, "[rejected]") || strings.Contains(s, "non-fast-forward") || strings.Contains(s, "fetch first")
+}
+
+// resumeUnproposed finishes an earlier attempt of this very job: the job
+// changed nothing, but the thread's branch it was prepared on ends with
+// this job's own commit, pushed before that attempt failed to propose it.
+// Its pull request is found, or opened. Otherwise a job that changed
+// nothing proposes nothing.
+func (c *Checkout) resumeUnproposed(ctx context.Context, pub Published, res Result) (Published, error) {
+	if !c.resumed || c.own || pub.Branch == "" {
+		return pub, nil
+	}
+	msg, err := c.m.git(c.state).run(ctx, "log", "-1", "--format=%B", c.base)
+	if err != nil || !strings.Contains(msg, "\nJob "+c.job.ID+"\n") {
+		return pub, nil
+	}
+	url, err := c.openPullRequest(ctx, pub.Branch, res)
 	if err != nil {
 		return pub, err
 	}
@@ -137,6 +215,13 @@ func (c *Checkout) publish(ctx context.Context, pub Published, res Result) (Publ
 func (c *Checkout) openPullRequest(ctx context.Context, branch string, res Result) (string, error) {
 	j := c.job.Job
 	policy := c.policy()
+	if res.PullRequest != nil {
+		// The job's body is its text: neutralised for the forge (GitLab
+		// runs quick actions in a description) before the host's footer.
+		text := *res.PullRequest
+		text.Body = output.Sanitize(text.Body, output.Context{Forge: j.Forge, Actor: eventActor(c.event)})
+		res.PullRequest = &text
+	}
 	title, body := pullTitle(c.job, c.event, res), pullBody(c.job, res)
 	var url string
 	err := c.call(ctx, func(tok token.Token) error {

@@ -1,8 +1,10 @@
 // Package workspace gives a forge job its repository and publishes what the
 // job changed, on the host: the job itself never holds a forge credential.
 //
-// Prepare clones the repository's default branch (or a pull request's head),
-// shallow, into the job's workspace folder, with the credential handed to git
+// Prepare clones the commit the job continues from (its thread's branch
+// where an earlier job pushed it, the head of the project's own pull
+// request, another pull request's head, else the default branch), shallow,
+// into the job's workspace folder, with the credential handed to git
 // as an HTTP header through its environment and nothing left in .git/config.
 // A host-only copy of the same commit stays outside the workspace. With the
 // same token it then reads what the job was asked (Checkout.Event): the
@@ -15,10 +17,16 @@
 // (committed or not) become ONE commit the host makes on that base; the
 // changes are checked against the host's PublishPolicy (CI configuration,
 // submodules, symbolic links leaving the repository, files and bytes changed);
-// the commit is pushed to the branch pi/<job id>, never the default or a
-// protected branch; and a pull (merge) request, a draft by default, is opened
-// unless one from that branch is already open, so a retry never opens two.
-// Comments on the issue (start, outcome, failure) are the host's.
+// the commit is pushed, fast-forward only, to the thread's branch
+// (pi/issue-<n>, pi/pr-<n>) or the project's own pull request's head branch,
+// never the default or a protected branch, nor the branch of a pull request
+// the project did not open; and a pull (merge) request, a draft by default,
+// is opened unless one from that branch is already open, so the thread's
+// jobs and a retry share one. A flow that changes no code (Result.NoChanges)
+// publishes no change. Then the job's outputs (comment.md, review.json,
+// labels.json) are validated by forge/output in the job's context and
+// posted with the job's token, each on its own. The comments on the issue
+// (start, outcome, failure) are the host's.
 package workspace
 
 import (
@@ -60,6 +68,9 @@ type PublishPolicy struct {
 	AllowCI bool
 	// Ready opens the pull request ready for review instead of as a draft.
 	Ready bool
+	// Labels are the labels the job's labels.json may add or remove (the
+	// trigger's publish.labels); none: every label change is refused.
+	Labels []string
 }
 
 // Forge is what the host uses for one kind of forge: its minter and its API.
@@ -91,8 +102,12 @@ type Config struct {
 	Now func() time.Time
 	// Retries is how many times a forge call answered 5xx, 429 or nothing is
 	// tried again; 0: 3. Backoff is the first wait, doubled each time; 0: 1s.
-	Retries int
-	Backoff time.Duration
+	// A wait the forge asks for (Retry-After, a rate limit's reset) is
+	// honoured when it is longer, up to MaxRetryWait (0: 2 minutes); past
+	// it the call fails at once (forge-unavailable: the job is retried).
+	Retries      int
+	Backoff      time.Duration
+	MaxRetryWait time.Duration
 	// Trigger answers, from the host's own trigger configuration (looked up
 	// by job.Trigger and checked against the job's forge and repository, as
 	// Policy is), the trigger section of the job's event and a comment
@@ -108,8 +123,11 @@ type Config struct {
 
 // Manager prepares and publishes forge jobs' workspaces.
 type Manager struct {
-	cfg Config
-	log *slog.Logger
+	cfg    Config
+	log    *slog.Logger
+	status statuses
+	liveMu sync.Mutex
+	live   map[string]*Checkout // the prepared, unpublished checkouts by job id
 }
 
 // New makes a Manager.
@@ -140,6 +158,9 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Backoff <= 0 {
 		cfg.Backoff = time.Second
 	}
+	if cfg.MaxRetryWait <= 0 {
+		cfg.MaxRetryWait = 2 * time.Minute
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -160,7 +181,7 @@ func New(cfg Config) (*Manager, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("forge workspace state dir: %w", err)
 	}
-	return &Manager{cfg: cfg, log: log.With("host", cfg.Host)}, nil
+	return &Manager{cfg: cfg, log: log.With("host", cfg.Host), live: map[string]*Checkout{}}, nil
 }
 
 // Job is what Prepare needs of a job.
@@ -199,6 +220,9 @@ type Checkout struct {
 	baseRef  string      // the branch a pull request targets
 	branch   string      // the branch the workspace has checked out
 	pull     PullHead    // a pull request job's head, as the forge answered it
+	target   string      // the branch the job's changes are pushed to ("": none may be)
+	own      bool        // the job is on a pull request the project opened: target is its head
+	resumed  bool        // the workspace is the thread's branch as an earlier job left it
 	event    *jobs.Event // what the job was asked, read at Prepare
 	log      *slog.Logger
 	tokMu    sync.Mutex
@@ -210,16 +234,44 @@ type Checkout struct {
 // Base is the commit the workspace was cloned at.
 func (c *Checkout) Base() string { return c.base }
 
-// Branch is the branch the job's changes are published to: pi/<job id>.
-func (c *Checkout) Branch() string { return PublishBranch(c.job.ID) }
+// Branch is the branch the job's changes are published to: the thread's
+// branch (ThreadBranch), or the head branch of the project's own pull
+// request the job is on; "" when the job's changes may go nowhere (a pull
+// request from a fork).
+func (c *Checkout) Branch() string { return c.target }
 
-// PublishBranch is the branch a job's changes go to.
-func PublishBranch(jobID string) string { return "pi/" + jobs.SanitizeJobID(jobID) }
+// ThreadBranch is the branch the jobs of one thread publish to, one after
+// the other: pi/issue-<n> for issue n, pi/pr-<n> for pull (merge) request n
+// (GitLab numbers merge requests apart from issues), pi/<job id> for a job
+// about neither.
+func ThreadBranch(j Job) string {
+	switch {
+	case j.Job.Number > 0 && j.Job.PullRequest:
+		return fmt.Sprintf("pi/pr-%d", j.Job.Number)
+	case j.Job.Number > 0:
+		return fmt.Sprintf("pi/issue-%d", j.Job.Number)
+	}
+	return "pi/" + jobs.SanitizeJobID(j.ID)
+}
 
-// Close removes the host-only copy.
+// ownBranchPrefix is the prefix of every branch the project publishes to.
+const ownBranchPrefix = "pi/"
+
+// Close revokes the job's tokens (on a context of its own: a worker
+// stopping mid-job must not leave a token valid for its hour, or a GitLab
+// project token for days) and removes the host-only copy. Every path ends
+// here: a failed preparation, a publish, a cancelled or stopped job.
 func (c *Checkout) Close() error {
 	var err error
-	c.closeOne.Do(func() { err = os.RemoveAll(c.state) })
+	c.closeOne.Do(func() {
+		c.m.liveMu.Lock()
+		if c.m.live[c.job.ID] == c {
+			delete(c.m.live, c.job.ID)
+		}
+		c.m.liveMu.Unlock()
+		c.revokeDetached(context.Background())
+		err = os.RemoveAll(c.state)
+	})
 	return err
 }
 
@@ -240,11 +292,20 @@ func (m *Manager) Prepare(ctx context.Context, job Job, dir string) (*Checkout, 
 	c := &Checkout{m: m, job: job, forge: f, dir: dir, state: state,
 		log: m.log.With("jobId", job.ID, "repo", job.Job.Repo, "forge", string(job.Job.Forge))}
 	if err := c.prepare(ctx); err != nil {
-		c.revokeUnstarted(ctx)
 		_ = c.Close()
 		return nil, err
 	}
+	m.liveMu.Lock()
+	m.live[job.ID] = c
+	m.liveMu.Unlock()
 	return c, nil
+}
+
+// liveCheckout answers the job's prepared, unpublished checkout, if any.
+func (m *Manager) liveCheckout(jobID string) *Checkout {
+	m.liveMu.Lock()
+	defer m.liveMu.Unlock()
+	return m.live[jobID]
 }
 
 func (c *Checkout) prepare(ctx context.Context) error {
@@ -265,7 +326,6 @@ func (c *Checkout) prepare(ctx context.Context) error {
 		return err
 	}
 	c.log.Info("forge_workspace_prepared", "base", c.base, "branch", c.branch)
-	c.comment(ctx, startComment(c.job))
 	return nil
 }
 
@@ -286,27 +346,94 @@ func (c *Checkout) lookupRepository(ctx context.Context) error {
 	return nil
 }
 
-// checkoutRef sets the branches and returns the ref to clone: a pull request's head, else the default branch.
+// checkoutRef sets the branches and returns the ref to clone:
+//   - the project's own pull request: its head branch, which the job's
+//     changes are pushed to;
+//   - another pull request: its head (from the same repository, the job's
+//     changes are proposed onto its branch from pi/pr-<n>; from a fork,
+//     nowhere);
+//   - an issue: the default branch, the job's changes going to pi/issue-<n>.
+//
+// Where the thread's branch already exists (an earlier job of the thread
+// pushed it), the workspace is that branch as it is, so the job continues
+// it and its commit is a fast-forward.
 func (c *Checkout) checkoutRef(ctx context.Context) (string, error) {
 	j := c.job.Job
 	c.branch, c.baseRef = c.repo.DefaultBranch, c.repo.DefaultBranch
-	if !j.PullRequest {
-		return "refs/heads/" + c.repo.DefaultBranch, nil
+	c.target = ThreadBranch(c.job)
+	ref := "refs/heads/" + c.repo.DefaultBranch
+	if j.PullRequest {
+		var head PullHead
+		if err := c.call(ctx, func(tok token.Token) (err error) {
+			head, err = c.forge.API.PullRequest(ctx, tok, j.Repo, j.Number)
+			return err
+		}); err != nil {
+			return "", fmt.Errorf("pull request: %w", err)
+		}
+		c.pull = head
+		own, err := c.ownPull(ctx, head)
+		if err != nil {
+			return "", fmt.Errorf("pull request author: %w", err)
+		}
+		switch {
+		case own:
+			c.own, c.target, c.branch, c.baseRef = true, head.Branch, head.Branch, head.Base
+			return "refs/heads/" + head.Branch, nil
+		case head.Branch == "":
+			// A fork's branch is not ours to push to nor to propose onto.
+			c.target, c.branch, c.baseRef = "", fmt.Sprintf("pr-%d", j.Number), head.Base
+			return head.Ref, nil
+		}
+		c.branch, c.baseRef, ref = head.Branch, head.Branch, head.Ref
 	}
-	var head PullHead
+	if j.Number > 0 {
+		exists, err := c.remoteBranch(ctx, c.target)
+		if err != nil {
+			return "", fmt.Errorf("thread branch: %w", err)
+		}
+		if exists {
+			c.resumed, c.branch = true, c.target
+			return "refs/heads/" + c.target, nil
+		}
+	}
+	return ref, nil
+}
+
+// ownPull reports whether head is a pull request this project opened: its
+// head branch lives in the repository and is named pi/..., and it was
+// opened by the host's own identity. On GitLab each job's project token is
+// a bot user of its own, so there it is a bot user of the project whose
+// merge request carries the host's footer.
+func (c *Checkout) ownPull(ctx context.Context, head PullHead) (bool, error) {
+	if head.Branch == "" || !strings.HasPrefix(head.Branch, ownBranchPrefix) {
+		return false, nil
+	}
+	if c.job.Job.Forge == jobs.ForgeGitLab {
+		return head.AuthorBot && strings.Contains(head.Body, footerMarker), nil
+	}
+	var self Person
 	if err := c.call(ctx, func(tok token.Token) (err error) {
-		head, err = c.forge.API.PullRequest(ctx, tok, j.Repo, j.Number)
+		self, err = c.forge.API.Self(ctx, c.forge.Minter, tok)
 		return err
 	}); err != nil {
-		return "", fmt.Errorf("pull request: %w", err)
+		return false, err
 	}
-	c.pull = head
-	c.branch = fmt.Sprintf("pr-%d", j.Number)
-	c.baseRef = head.Base
-	if head.Branch != "" {
-		c.branch, c.baseRef = head.Branch, head.Branch
+	if self.ID != 0 && head.Author.ID != 0 {
+		return self.ID == head.Author.ID, nil
 	}
-	return head.Ref, nil
+	return self.Login != "" && strings.EqualFold(self.Login, head.Author.Login), nil
+}
+
+// remoteBranch reports whether branch exists on the forge (git ls-remote
+// with the job's token).
+func (c *Checkout) remoteBranch(ctx context.Context, branch string) (bool, error) {
+	var out string
+	err := c.call(ctx, func(tok token.Token) (err error) {
+		out, err = c.m.git(c.state).auth(c.repo.CloneURL, c.forge.API.GitUser(), tok).
+			run(ctx, "ls-remote", "--heads", c.repo.CloneURL, "refs/heads/"+branch)
+		return err
+	})
+	return strings.TrimSpace(out) != "", err
 }
 
 // fetchBase fetches ref into the host-only repository, the one git that holds the token, and pins its commit.
@@ -383,10 +510,13 @@ func (c *Checkout) revoke(ctx context.Context) {
 	}
 }
 
-// revokeUnstarted revokes the tokens of a job that does not start, even
-// when ctx ended: a GitLab project token would otherwise live for days.
-func (c *Checkout) revokeUnstarted(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+// revokeTimeout bounds the revocation of a job's tokens, which runs even
+// when the job's context ended.
+const revokeTimeout = 30 * time.Second
+
+// revokeDetached revokes the job's tokens even when ctx ended.
+func (c *Checkout) revokeDetached(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), revokeTimeout)
 	defer cancel()
 	c.revoke(ctx)
 }
@@ -419,29 +549,22 @@ func (c *Checkout) call(ctx context.Context, op func(token.Token) error) error {
 			c.log.Warn("forge_token_refused", "attempt", attempt+1)
 			continue
 		case errors.Is(err, token.ErrUnavailable) && attempt < c.m.cfg.Retries:
-			c.log.Warn("forge_unavailable", "attempt", attempt+1, "wait", wait)
+			asked, ok := token.RetryAfter(err)
+			if ok && asked > c.m.cfg.MaxRetryWait {
+				// Longer than a job should hold its slot: the job is retried later.
+				c.log.Warn("forge_unavailable", "attempt", attempt+1, "retryAfter", asked, "err", err)
+				return err
+			}
+			pause := max(wait, asked)
+			c.log.Warn("forge_unavailable", "attempt", attempt+1, "wait", pause)
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
-			case <-time.After(wait):
+			case <-time.After(pause):
 			}
 			wait *= 2
 			continue
 		}
 		return err
-	}
-}
-
-// comment writes a comment on the job's issue or pull request; a failure is
-// logged, never the job's.
-func (c *Checkout) comment(ctx context.Context, body string) {
-	j := c.job.Job
-	if j.Number == 0 {
-		return
-	}
-	if err := c.call(ctx, func(tok token.Token) error {
-		return c.forge.API.Comment(ctx, tok, j.Repo, j.Number, j.PullRequest, body)
-	}); err != nil {
-		c.log.Warn("forge_comment_failed", "err", err)
 	}
 }

@@ -1,0 +1,301 @@
+package workspace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pidispatch/pidispatch/forge/token"
+	"github.com/pidispatch/pidispatch/jobs"
+)
+
+// Status is what a forge job's status comment says now.
+type Status struct {
+	// State is one of the Status* constants.
+	State string
+	// Reason is why it waits, was refused or failed.
+	Reason jobs.Reason
+	// Attempt and Attempts count its tries.
+	Attempt, Attempts int
+	// Until is when a waiting job is due again (zero: not known).
+	Until time.Time
+	// PullRequestURL, Turns and Dollars are a final outcome's.
+	PullRequestURL string
+	Turns          int
+	Dollars        float64
+	// Outputs says what became of the job's outputs (a refused one gets
+	// one line).
+	Outputs []jobs.OutputResult
+}
+
+// The states of a status comment.
+const (
+	StatusWaiting   = "waiting"
+	StatusRunning   = "running"
+	StatusRetrying  = "retrying"
+	StatusCompleted = "completed"
+	StatusRefused   = "refused"
+	StatusFailed    = "failed"
+)
+
+// statusMemory bounds how many jobs' status comments a Manager remembers
+// (their comment id and last text); past it the oldest half is forgotten and
+// found again on the forge when needed.
+const statusMemory = 4096
+
+// statusSearch is how many of a thread's last comments are searched for a
+// job's status comment written by another host or attempt.
+const statusSearch = 100
+
+// statusComment is what the Manager remembers of one job's status comment.
+type statusComment struct {
+	id  int64
+	key string // statusKey of what it says
+	seq uint64
+}
+
+// statuses remembers the jobs' status comments on this host.
+type statuses struct {
+	mu   sync.Mutex
+	seq  uint64
+	jobs map[string]statusComment
+	self sync.Map // jobs.Forge -> Person: who the host is on each forge
+}
+
+func (s *statuses) get(jobID string) statusComment {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.jobs[jobID]
+}
+
+func (s *statuses) put(jobID string, sc statusComment) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.jobs == nil {
+		s.jobs = map[string]statusComment{}
+	}
+	if len(s.jobs) >= statusMemory {
+		cut := s.seq - statusMemory/2
+		for id, old := range s.jobs {
+			if old.seq <= cut {
+				delete(s.jobs, id)
+			}
+		}
+	}
+	s.seq++
+	sc.seq = s.seq
+	s.jobs[jobID] = sc
+}
+
+// statusMarker marks a job's status comment so another host, or a later
+// attempt, finds and edits it instead of writing another.
+func statusMarker(jobID string) string {
+	return "<!-- pidispatch:status job=" + jobs.SanitizeJobID(jobID) + " -->"
+}
+
+// Status shows s in the job's one status comment on its issue or pull
+// request: created the first time, edited in place after (a retry, another
+// host), so one job leaves one comment whatever happens to it. A job no
+// trigger of this host covers (Config.Trigger answers none) gets no comment:
+// whoever wrote its data decides nothing the host says. A job with no issue
+// or pull request has nowhere to show it. Writing the same text again is
+// skipped.
+func (m *Manager) Status(ctx context.Context, job Job, s Status) error {
+	j := job.Job
+	f, ok := m.cfg.Forges[j.Forge]
+	switch {
+	case !ok || j.Repo == "":
+		return fmt.Errorf("%w: forge %q", ErrNotForge, j.Forge)
+	case j.Number == 0:
+		return nil
+	case m.cfg.Trigger != nil && m.cfg.Trigger(j).Event.Name == "":
+		m.log.Warn("forge_status_skipped", "jobId", job.ID, "why", "no trigger of this host covers the job's trigger, forge and repository")
+		return nil
+	}
+	body := statusBody(job, s)
+	key := statusKey(job, s)
+	prev := m.status.get(job.ID)
+	if prev.key == key {
+		return nil
+	}
+	tok, release, err := m.statusToken(ctx, job, f)
+	if err != nil {
+		return err
+	}
+	defer release()
+	id, err := m.writeStatus(ctx, job, f, tok, prev.id, body)
+	if err != nil {
+		return err
+	}
+	m.status.put(job.ID, statusComment{id: id, key: key})
+	return nil
+}
+
+// writeStatus edits the job's status comment (id, else the one found on the
+// thread), or writes it when there is none it may edit, and answers its id.
+func (m *Manager) writeStatus(ctx context.Context, job Job, f Forge, tok token.Token, id int64, body string) (int64, error) {
+	j := job.Job
+	if id == 0 {
+		id = m.findStatus(ctx, job, f, tok)
+	}
+	if id != 0 {
+		err := f.API.EditComment(ctx, tok, j.Repo, j.Number, j.PullRequest, id, body)
+		if err == nil {
+			return id, nil
+		}
+		if !errors.Is(err, token.ErrRefused) && !errors.Is(err, token.ErrNoRepository) {
+			return 0, fmt.Errorf("edit status comment: %w", err)
+		}
+		// Deleted, or not ours to edit: a new one takes its place.
+		m.log.Warn("forge_status_comment_replaced", "jobId", job.ID, "comment", id, "err", err)
+	}
+	id, err := f.API.Comment(ctx, tok, j.Repo, j.Number, j.PullRequest, body)
+	if err != nil {
+		return 0, fmt.Errorf("write status comment: %w", err)
+	}
+	return id, nil
+}
+
+// findStatus answers the id of the job's status comment among the thread's
+// last comments (0: none): the newest carrying the job's marker, written by
+// the host's own identity where the forge gives one that lasts (on GitLab
+// each job's token is a user of its own, so an edit that is refused writes
+// a new comment instead).
+func (m *Manager) findStatus(ctx context.Context, job Job, f Forge, tok token.Token) int64 {
+	j := job.Job
+	comments, _, err := f.API.LastComments(ctx, tok, j.Repo, j.Number, j.PullRequest, statusSearch)
+	if err != nil {
+		m.log.Warn("forge_status_search_failed", "jobId", job.ID, "err", err)
+		return 0
+	}
+	marker := statusMarker(job.ID)
+	self, known := m.self(ctx, j.Forge, f, tok)
+	for i := len(comments) - 1; i >= 0; i-- {
+		cm := comments[i]
+		if !strings.Contains(cm.Body, marker) {
+			continue
+		}
+		if known && !samePerson(self, cm.Author) {
+			continue
+		}
+		return cm.ID
+	}
+	return 0
+}
+
+// self answers who the host is on forge, asked once; false where the forge
+// gives no identity that outlives a job (GitLab) or could not say.
+func (m *Manager) self(ctx context.Context, kind jobs.Forge, f Forge, tok token.Token) (Person, bool) {
+	if kind == jobs.ForgeGitLab {
+		return Person{}, false
+	}
+	if p, ok := m.status.self.Load(kind); ok {
+		return p.(Person), true
+	}
+	p, err := f.API.Self(ctx, f.Minter, tok)
+	if err != nil || (p.Login == "" && p.ID == 0) {
+		return Person{}, false
+	}
+	m.status.self.Store(kind, p)
+	return p, true
+}
+
+func samePerson(a, b Person) bool {
+	if a.ID != 0 && b.ID != 0 {
+		return a.ID == b.ID
+	}
+	return a.Login != "" && strings.EqualFold(a.Login, b.Login)
+}
+
+// statusToken answers a token for the job's status comment: the token of
+// the job's live workspace when it has one, else one minted for this and
+// revoked after it (release), on a context of its own.
+func (m *Manager) statusToken(ctx context.Context, job Job, f Forge) (token.Token, func(), error) {
+	if c := m.liveCheckout(job.ID); c != nil {
+		tok, err := c.token(ctx)
+		return tok, func() {}, err
+	}
+	tok, err := f.Minter.Mint(ctx, job.Job.Repo)
+	if err != nil {
+		return token.Token{}, nil, fmt.Errorf("mint: %w", err)
+	}
+	release := func() {
+		r, ok := f.Minter.(token.Revoker)
+		if !ok {
+			return
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), revokeTimeout)
+		defer cancel()
+		if err := r.Revoke(rctx, job.Job.Repo, tok); err != nil {
+			m.log.Warn("forge_token_revoke_failed", "jobId", job.ID, "err", err)
+		}
+	}
+	return tok, release, nil
+}
+
+// statusKey is what decides whether a status comment needs writing again: a
+// job deferred again and again for the same reason (a busy thread, a
+// closed window) changes only its due time, which is not worth an edit and
+// a token each time.
+func statusKey(job Job, s Status) string {
+	if s.State == StatusWaiting {
+		s.Until = time.Time{}
+	}
+	return statusBody(job, s)
+}
+
+// statusBody renders a status comment: one line of where the job stands,
+// the outputs refused, and the job's marker.
+func statusBody(job Job, s Status) string {
+	var b strings.Builder
+	b.WriteString("**pidispatch** job `" + jobs.SanitizeJobID(job.ID) + "`")
+	if job.Job.Flow != "" {
+		b.WriteString(" (flow `" + jobs.ClipName(job.Job.Flow) + "`)")
+	}
+	b.WriteString(": " + statusLine(s) + "\n\n")
+	for _, o := range s.Outputs {
+		if o.Status == jobs.OutputPosted {
+			continue
+		}
+		fmt.Fprintf(&b, "- `%s` was not posted: %s\n", jobs.ClipName(o.File), oneLine(o.Reason, 200))
+	}
+	b.WriteString(statusMarker(job.ID) + "\n")
+	return b.String()
+}
+
+// statusLine says where the job stands in words.
+func statusLine(s Status) string {
+	attempt := ""
+	if s.Attempts > 1 {
+		attempt = fmt.Sprintf(" (attempt %d of %d)", max(s.Attempt, 1), s.Attempts)
+	}
+	switch s.State {
+	case StatusWaiting:
+		line := "waiting: `" + string(s.Reason) + "`"
+		if !s.Until.IsZero() {
+			line += ", due again at " + s.Until.UTC().Format("2006-01-02 15:04 UTC")
+		}
+		return line + "."
+	case StatusRunning:
+		return "running" + attempt + "."
+	case StatusRetrying:
+		return fmt.Sprintf("attempt %d of %d ended (`%s`); it will be tried again.", max(s.Attempt, 1), max(s.Attempts, 1), s.Reason)
+	case StatusCompleted:
+		if s.PullRequestURL != "" {
+			return "done. Pull request: " + s.PullRequestURL + statusNumbers(s)
+		}
+		return "done." + statusNumbers(s)
+	case StatusRefused:
+		return "refused (`" + string(s.Reason) + "`)." + statusNumbers(s)
+	case StatusFailed:
+		return fmt.Sprintf("failed (`%s`) after %d attempt(s).%s", s.Reason, max(s.Attempt, 1), statusNumbers(s))
+	}
+	return "`" + oneLine(s.State, 40) + "`."
+}
+
+func statusNumbers(s Status) string {
+	return numbers(Result{Turns: s.Turns, Dollars: s.Dollars})
+}

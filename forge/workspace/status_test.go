@@ -1,0 +1,154 @@
+package workspace_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pidispatch/pidispatch/forge/workspace"
+	"github.com/pidispatch/pidispatch/jobs"
+)
+
+// statusJob is a job of the host's fix-comment trigger on issue 5.
+func statusJob(id string) workspace.Job {
+	j := issueJob(id, 5)
+	j.Job.Trigger = fixTrigger.Event.Name
+	return j
+}
+
+func TestStatusComment(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("OneCommentForThreeFailedAttempts", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, workspace.PublishPolicy{}, workspace.Limits{})
+		withGitHubConfig(t, b, nil)
+		job := statusJob("job-s1")
+		steps := []workspace.Status{
+			{State: workspace.StatusWaiting, Reason: jobs.ReasonDollarCap, Until: time.Date(2026, 12, 7, 18, 0, 0, 0, time.UTC)},
+			{State: workspace.StatusRunning, Attempt: 1, Attempts: 3},
+			{State: workspace.StatusRetrying, Reason: jobs.ReasonExitOther, Attempt: 1, Attempts: 3},
+			{State: workspace.StatusRunning, Attempt: 2, Attempts: 3},
+			{State: workspace.StatusRetrying, Reason: jobs.ReasonExitOther, Attempt: 2, Attempts: 3},
+			{State: workspace.StatusRunning, Attempt: 3, Attempts: 3},
+			{State: workspace.StatusFailed, Reason: jobs.ReasonExitOther, Attempt: 3, Attempts: 3, Turns: 4, Dollars: 0.5},
+		}
+		for i, s := range steps {
+			require.NoError(t, b.m.Status(ctx, job, s))
+			comments := b.gh.Comments(repo, 5)
+			require.Len(t, comments, 1, "step %d: one status comment, edited in place", i)
+			if s.State != workspace.StatusFailed {
+				require.NotContains(t, comments[0], "failed", "step %d: no failure text before the last attempt", i)
+			}
+		}
+		last := b.gh.Comments(repo, 5)[0]
+		require.Contains(t, last, "failed (`exit-other`) after 3 attempt(s)")
+		require.Contains(t, last, "4 turns, $0.50")
+		require.Contains(t, last, "job-s1")
+		require.Equal(t, len(steps)-1, b.gh.CommentEdits())
+		require.ElementsMatch(t, b.gh.Tokens(), b.gh.Revoked(), "every token minted for a status is revoked")
+	})
+
+	t.Run("SameStateWritesNothing", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, workspace.PublishPolicy{}, workspace.Limits{})
+		withGitHubConfig(t, b, nil)
+		job := statusJob("job-s2")
+		until := time.Date(2026, 12, 7, 18, 0, 0, 0, time.UTC)
+		for i := range 5 {
+			// Deferred again and again for the same reason: only its due time changes.
+			require.NoError(t, b.m.Status(ctx, job, workspace.Status{State: workspace.StatusWaiting, Reason: jobs.ReasonThreadBusy, Until: until.Add(time.Duration(i) * time.Second)}))
+		}
+		require.Len(t, b.gh.Comments(repo, 5), 1)
+		require.Zero(t, b.gh.CommentEdits(), "the same state is not written again")
+		require.Len(t, b.gh.Tokens(), 1, "nor is a token minted for it")
+	})
+
+	t.Run("AnotherHostEditsTheSameComment", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, workspace.PublishPolicy{}, workspace.Limits{})
+		withGitHubConfig(t, b, nil)
+		first := b.m
+		withGitHubConfig(t, b, nil) // a second host: a Manager that remembers nothing
+		job := statusJob("job-s3")
+		require.NoError(t, first.Status(ctx, job, workspace.Status{State: workspace.StatusRetrying, Reason: jobs.ReasonExitOther, Attempt: 1, Attempts: 2}))
+		require.NoError(t, b.m.Status(ctx, job, workspace.Status{State: workspace.StatusCompleted, PullRequestURL: "https://example.test/pr/1"}))
+		comments := b.gh.Comments(repo, 5)
+		require.Len(t, comments, 1, "the second host found the first's comment by its marker")
+		require.Contains(t, comments[0], "Pull request: https://example.test/pr/1")
+	})
+
+	t.Run("SomeoneElsesMarkerIsNotEdited", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, workspace.PublishPolicy{}, workspace.Limits{})
+		withGitHubConfig(t, b, nil)
+		job := statusJob("job-s4")
+		b.gh.AddIssueComment(repo, 5, "mallory", "spoof <!-- pidispatch:status job=job-s4 -->")
+		require.NoError(t, b.m.Status(ctx, job, workspace.Status{State: workspace.StatusRunning}))
+		require.Zero(t, b.gh.CommentEdits(), "a comment by another author is never edited")
+		require.Len(t, b.gh.Comments(repo, 5), 1, "the host wrote its own")
+	})
+
+	t.Run("RefusedOutputsGetALineEach", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, workspace.PublishPolicy{}, workspace.Limits{})
+		withGitHubConfig(t, b, nil)
+		job := statusJob("job-s5")
+		require.NoError(t, b.m.Status(ctx, job, workspace.Status{State: workspace.StatusCompleted, Outputs: []jobs.OutputResult{
+			{File: jobs.OutputComment, Status: jobs.OutputPosted},
+			{File: jobs.OutputLabels, Status: jobs.OutputRefused, Reason: "label \"admin\" is not allowed\nsecond line"},
+		}}))
+		body := b.gh.Comments(repo, 5)[0]
+		require.Contains(t, body, "`labels.json` was not posted: label \"admin\" is not allowed second line")
+		require.NotContains(t, body, "`comment.md`")
+	})
+
+	t.Run("NoTriggerOfTheHostNoComment", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, workspace.PublishPolicy{}, workspace.Limits{})
+		withGitHubConfig(t, b, nil)
+		job := statusJob("job-s6")
+		job.Job.Trigger = "written-by-someone-with-valkey"
+		require.NoError(t, b.m.Status(ctx, job, workspace.Status{State: workspace.StatusRefused, Reason: jobs.ReasonJobUnsigned}))
+		require.Empty(t, b.gh.Comments(repo, 5))
+		require.Empty(t, b.gh.Tokens(), "no token is minted for it either")
+	})
+
+	t.Run("GitLabOneNote", func(t *testing.T) {
+		t.Parallel()
+		b := glSetup(t, 0)
+		b.job.Job.Trigger = fixTrigger.Event.Name
+		for _, s := range []workspace.Status{
+			{State: workspace.StatusRunning, Attempt: 1, Attempts: 2},
+			{State: workspace.StatusRetrying, Reason: jobs.ReasonExitOther, Attempt: 1, Attempts: 2},
+			{State: workspace.StatusFailed, Reason: jobs.ReasonExitOther, Attempt: 2, Attempts: 2},
+		} {
+			require.NoError(t, b.m.Status(ctx, b.job, s))
+		}
+		notes := b.gl.Notes(glProject, "issue/3")
+		require.Len(t, notes, 1)
+		require.True(t, strings.Contains(notes[0], "failed (`exit-other`)"), notes[0])
+		require.Equal(t, 2, b.gl.NoteEdits())
+		require.ElementsMatch(t, b.gl.Tokens(), b.gl.Revoked(), "each project token minted for a status is revoked")
+	})
+}
+
+// TestCloseRevokesOnACancelledContext: a job stopped mid-run (its context
+// cancelled, the worker stopping) still has its tokens revoked.
+func TestCloseRevokesOnACancelledContext(t *testing.T) {
+	t.Parallel()
+	b := setup(t, workspace.PublishPolicy{}, workspace.Limits{})
+	ctx, cancel := context.WithCancel(context.Background())
+	c, err := b.m.Prepare(ctx, b.job, b.dir)
+	require.NoError(t, err)
+	require.NotEmpty(t, b.gh.Tokens())
+	cancel()
+	_, err = c.Publish(ctx, workspace.Result{Outcome: jobs.OutcomeFailed, Reason: jobs.ReasonWorkerShutdown})
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+	require.ElementsMatch(t, b.gh.Tokens(), b.gh.Revoked())
+}
