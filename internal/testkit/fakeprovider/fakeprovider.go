@@ -6,7 +6,8 @@
 // agent, and the model gateway, to run against it. Each request is answered
 // by the next step of a script: a tool call, a final text answer, an HTTP
 // error (429 or 529 with reset headers, 500), a hang, or a large stream for
-// benchmarks. Every answer carries usage figures unless its step says
+// benchmarks; or by the step a Respond hook computes from the request
+// itself. Every answer carries usage figures unless its step says
 // NoUsage, so a test can check the telemetry a job reports against what the
 // provider said. A streamed chat completion reports usage in a final chunk
 // only when the request asked for it (stream_options.include_usage), as
@@ -67,6 +68,14 @@ type Step struct {
 	// Before, when set, runs before the step answers (in the request's
 	// goroutine): a test looks at the running job while its agent waits.
 	Before func()
+	// Respond, when set, computes the answer from the request: it is
+	// called with the request's body (in the request's goroutine, after
+	// Before, never under the server's lock) and the Step it returns
+	// answers in this one's place, billed and reported as that step (its
+	// own Before and Respond are not run). A script of one Respond step
+	// answers every request from what it asks: a model that reads its
+	// prompt and its tools' results.
+	Respond func(body []byte) Step
 	// FillOutput bills (and reports) as many output tokens as the request
 	// allows (max_tokens, max_completion_tokens or max_output_tokens, times
 	// n), or Usage.Output when the request sets no bound: a model that
@@ -114,6 +123,9 @@ type Request struct {
 	// Billed is the usage the provider billed for this request (zero for an
 	// error or a hang), whether or not the client read the answer.
 	Billed Usage
+	// answered is the step that answered: the script's, or the one its
+	// Respond computed.
+	answered Step
 }
 
 // BigChunk is the text of one delta event of a Big step.
@@ -181,7 +193,7 @@ func (s *Server) Reported() (u Usage, answers int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, r := range s.requests {
-		st := s.steps[r.Step]
+		st := r.answered
 		if isAnswer(st) && !st.NoUsage {
 			u = u.Add(r.Billed)
 			answers++
@@ -290,11 +302,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	i := min(len(s.requests), len(s.steps)-1)
 	st := s.steps[i]
 	st.Usage = st.bill(body, raw)
+	n := len(s.requests)
 	s.requests = append(s.requests, Request{At: time.Now(), Path: r.URL.Path, Query: r.URL.RawQuery, Model: body.Model, APIKey: key, Step: i,
-		API: api, Stream: body.Stream, Header: r.Header.Clone(), Body: raw, Billed: st.Usage})
+		API: api, Stream: body.Stream, Header: r.Header.Clone(), Body: raw, Billed: st.Usage, answered: st})
 	s.mu.Unlock()
 	if st.Before != nil {
 		st.Before()
+	}
+	if st.Respond != nil {
+		st = st.Respond(raw)
+		st.Before, st.Respond = nil, nil
+		st.Usage = st.bill(body, raw)
+		s.mu.Lock()
+		s.requests[n].Billed, s.requests[n].answered = st.Usage, st
+		s.mu.Unlock()
 	}
 
 	switch {

@@ -2,6 +2,7 @@ package fakeprovider
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
@@ -160,5 +161,65 @@ func TestResetAndBig(t *testing.T) {
 	_, body = postBody(t, s.URL(), "/v1/messages", `{"model":"m","stream":true}`, nil)
 	if n := strings.Count(body, "x"); n < 100<<10 || n > 100<<10+100 || !strings.Contains(body, `"text":"end"`) {
 		t.Fatalf("big stream carried %d x", n)
+	}
+}
+
+// A Respond step computes each answer from the request it is given: after
+// the step's Before, in the script step's place, billed and reported as the
+// step it returned, whose own hooks are not run.
+func TestRespond(t *testing.T) {
+	var order []string
+	u := Usage{Input: 7, Output: 3}
+	s, err := Listen(Step{
+		Before: func() { order = append(order, "before") },
+		Respond: func(body []byte) Step {
+			order = append(order, "respond")
+			var req struct {
+				Messages []struct {
+					Content string `json:"content"`
+				} `json:"messages"`
+			}
+			if err := json.Unmarshal(body, &req); err != nil || len(req.Messages) == 0 {
+				return Step{Status: 500}
+			}
+			ask := req.Messages[len(req.Messages)-1].Content
+			if file, ok := strings.CutPrefix(ask, "write "); ok {
+				st := WriteFile("/workspace/"+file, "asked for "+file, u)
+				st.Before = func() { order = append(order, "returned before") }
+				st.Respond = func([]byte) Step { order = append(order, "returned respond"); return Step{Status: 500} }
+				return st
+			}
+			return Answer("you said: "+ask, u)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	_, body := postBody(t, s.URL(), "/v1/messages", `{"model":"m","messages":[{"role":"user","content":"write notes-42.txt"}]}`, nil)
+	if !strings.Contains(body, `"name":"write"`) || !strings.Contains(body, `"path":"/workspace/notes-42.txt"`) ||
+		!strings.Contains(body, `"content":"asked for notes-42.txt"`) || !strings.Contains(body, `"stop_reason":"tool_use"`) {
+		t.Fatalf("computed tool step: %s", body)
+	}
+	_, body = postBody(t, s.URL(), "/v1/messages", `{"model":"m","stream":true,"messages":[{"role":"user","content":"hello 7"}]}`, nil)
+	if !strings.Contains(body, `"text":"you said: hello 7"`) || !strings.Contains(body, "event: message_stop") {
+		t.Fatalf("computed streamed answer: %s", body)
+	}
+	resp, _ := postBody(t, s.URL(), "/v1/messages", `not json`, nil)
+	if resp.StatusCode != 500 {
+		t.Fatalf("computed error step answered %d", resp.StatusCode)
+	}
+	if strings.Join(order, ",") != "before,respond,before,respond,before,respond" {
+		t.Fatalf("hooks ran %v", order)
+	}
+	reqs := s.Requests()
+	if len(reqs) != 3 || reqs[0].Step != 0 || reqs[2].Step != 0 || reqs[0].Billed != u || reqs[2].Billed != (Usage{}) {
+		t.Fatalf("requests %+v", reqs)
+	}
+	if got, n := s.Reported(); n != 2 || got != u.Add(u) {
+		t.Fatalf("reported %+v in %d answers, want two answers of %+v (the error reports nothing)", got, n, u)
+	}
+	if s.Billed() != u.Add(u) {
+		t.Fatalf("billed %+v", s.Billed())
 	}
 }
