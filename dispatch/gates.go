@@ -36,6 +36,7 @@ var gates = []gate{
 	{"job-data", (*Worker).gateJobData},
 	{"job-signed", (*Worker).gateJobSigned},
 	{"flow", (*Worker).gateFlow},
+	{"forge", (*Worker).gateForge},
 	{"image-allowed", (*Worker).gateImageAllowed},
 	{"folder", (*Worker).gateFolder},
 	{"cron", (*Worker).gateCron},
@@ -165,6 +166,22 @@ func (w *Worker) gateFlow(_ context.Context, h *held) verdict {
 		h.log.Warn("job_flow_unknown", "flow", h.spec.Flow, "flows", strings.Join(w.flows.Names(), ","),
 			"fix", "name one of the host's flows, or add "+h.spec.Flow+".md to PI_FLOWS_DIR")
 		return refuseFor(jobs.ReasonInvalidJob)
+	}
+	return goOn
+}
+
+// gateForge refuses a forge job on a host that cannot clone and publish it
+// (no forge credential, or none for the job's forge), before anything is
+// spent: run without its repository, the job would report completed with no
+// clone, no pull request and no word to the person who asked.
+func (w *Worker) gateForge(_ context.Context, h *held) verdict {
+	if h.spec.Forge == "" || h.spec.Repo == "" || h.spec.Folder != "" {
+		return goOn
+	}
+	if w.deps.Workspaces == nil || !w.deps.Workspaces.Serves(h.spec.Forge) {
+		h.log.Warn("job_forge_not_configured", "forge", h.spec.Forge,
+			"fix", "give this host the forge's credential (docs/forges.md), or keep forge jobs off it")
+		return refuseFor(jobs.ReasonNoForge)
 	}
 	return goOn
 }

@@ -19,6 +19,7 @@ func TestGateOrder(t *testing.T) {
 		"job-data (*Worker).gateJobData",
 		"job-signed (*Worker).gateJobSigned",
 		"flow (*Worker).gateFlow",
+		"forge (*Worker).gateForge",
 		"image-allowed (*Worker).gateImageAllowed",
 		"folder (*Worker).gateFolder",
 		"cron (*Worker).gateCron",

@@ -15,6 +15,7 @@ import (
 // deferJob puts the job back in delayed for d. It is not an attempt.
 func (w *Worker) deferJob(ctx context.Context, h *held, d time.Duration, why jobs.Reason) {
 	w.observeJob(h, Event{Kind: EventGate, Gate: h.gate, Decision: DecisionDefer, Reason: why, Delay: d, Until: w.tune.Now().Add(d)})
+	w.status(ctx, h, JobStatus{State: StatusWaiting, Reason: why, Until: w.tune.Now().Add(d)})
 	if err := w.report(ctx, h, func(ctx context.Context) error { return h.q.Defer(ctx, h.job.ID, h.token, d) }); err != nil {
 		// The lock expires and the stalled check decides; nothing ran.
 		w.log.Error("job_defer_failed", "jobId", h.job.ID, "err", err)
@@ -30,6 +31,7 @@ func (w *Worker) finishPolicy(ctx context.Context, h *held, reason jobs.Reason, 
 		w.log.Error("job_report_failed", "jobId", h.job.ID, "err", err)
 	}
 	w.log.Info("job_refused", "jobId", h.job.ID, "outcome", jobs.OutcomePolicy, "reason", reason)
+	w.status(ctx, h, w.finalStatus(h, StatusRefused, reason))
 	w.threadDone(ctx, h)
 }
 
@@ -43,6 +45,7 @@ func (w *Worker) complete(ctx context.Context, h *held, exit *int, telemetry jso
 		w.log.Error("job_report_failed", "jobId", h.job.ID, "err", err)
 	}
 	w.log.Info("job_completed", "jobId", h.job.ID, "outcome", jobs.OutcomeCompleted)
+	w.status(ctx, h, w.finalStatus(h, StatusCompleted, jobs.ReasonCompleted))
 	w.threadDone(ctx, h)
 }
 
@@ -59,7 +62,11 @@ func (w *Worker) fail(ctx context.Context, h *held, reason jobs.Reason, exit *in
 		w.log.Error("job_report_failed", "jobId", h.job.ID, "err", err)
 	}
 	w.log.Warn("job_failed", "jobId", h.job.ID, "attempt", h.rec.Attempt, "reason", reason, "retried", retried)
+	if err == nil && retried {
+		w.status(ctx, h, JobStatus{State: StatusRetrying, Reason: reason, Attempt: h.rec.Attempt, Attempts: max(h.job.Attempts, 1)})
+	}
 	if err == nil && !retried {
+		w.status(ctx, h, w.finalStatus(h, StatusFailed, reason))
 		w.threadDone(ctx, h)
 	}
 }
@@ -218,4 +225,41 @@ func (w *Worker) ownRecord(rec jobs.Record) (jobs.Record, bool) {
 	name := jobs.RecordName(rec.Queue, rec.JobID, rec.Attempt)
 	have, err := jobs.ReadRecordFile(filepath.Join(w.cfg.LogsDir, name))
 	return have, err == nil && jobs.OwnName(strings.TrimSuffix(name, ".json"), have)
+}
+
+// statusTimeout bounds one update of a forge job's status comment: the forge
+// being slow must not hold the job's slot for long.
+const statusTimeout = 10 * time.Second
+
+// status shows s in a forge job's status comment, when this host serves
+// the job's forge; a failure is logged, never the job's.
+func (w *Worker) status(ctx context.Context, h *held, s JobStatus) {
+	ws := w.deps.Workspaces
+	if ws == nil || h.spec.Forge == "" || h.spec.Repo == "" || h.spec.Folder != "" || !ws.Serves(h.spec.Forge) {
+		return
+	}
+	if s.Attempt == 0 {
+		s.Attempt, s.Attempts = h.rec.Attempt, max(h.job.Attempts, 1)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), statusTimeout)
+	defer cancel()
+	if err := ws.Status(ctx, h.job.ID, h.spec, s); err != nil {
+		h.log.Warn("forge_status_failed", "state", s.State, "err", err)
+	}
+}
+
+// finalStatus is a job's last status: its outcome and, from its record, its
+// pull request, turns and spend.
+func (w *Worker) finalStatus(h *held, state string, reason jobs.Reason) JobStatus {
+	s := JobStatus{State: state, Reason: reason, PullRequestURL: h.rec.PullRequestURL, Outputs: h.rec.Outputs}
+	var exit struct {
+		Turns *int64 `json:"turns"`
+	}
+	if len(h.rec.Telemetry) > 0 && json.Unmarshal(h.rec.Telemetry, &exit) == nil && exit.Turns != nil {
+		s.Turns = int(*exit.Turns)
+	}
+	if h.rec.Spend != nil {
+		s.Dollars = h.rec.Spend.Dollars
+	}
+	return s
 }

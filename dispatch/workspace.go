@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"time"
 
 	"github.com/pidispatch/pidispatch/internal/hostfolder"
 	"github.com/pidispatch/pidispatch/jobs"
@@ -17,7 +18,44 @@ type Workspaces interface {
 	// Prepare fills dir (the job's empty workspace folder) with the job's
 	// repository. An error is a *WorkspaceError.
 	Prepare(ctx context.Context, jobID string, job jobs.Job, dir string) (Workspace, error)
+	// Serves reports whether this host holds a credential for forge.
+	Serves(forge jobs.Forge) bool
+	// Status shows how a forge job stands in its thread's one status
+	// comment, edited in place (created the first time): the Worker calls it
+	// when the job waits, is refused before it ran, starts, and when its
+	// outcome is final or it is retried. Best effort: an error is logged,
+	// never the job's.
+	Status(ctx context.Context, jobID string, job jobs.Job, s JobStatus) error
 }
+
+// JobStatus is what a forge job's status comment says now.
+type JobStatus struct {
+	// State is one of the Status* constants.
+	State string
+	// Reason is why it waits, was refused or failed (a jobs.Reason).
+	Reason jobs.Reason
+	// Attempt and Attempts count its tries (a retry says so).
+	Attempt, Attempts int
+	// Until is when a waiting job is due again (zero: not known).
+	Until time.Time
+	// PullRequestURL, Turns and Dollars are the final outcome's.
+	PullRequestURL string
+	Turns          int
+	Dollars        float64
+	// Outputs says what became of the job's outputs: a refused one is
+	// named with its reason.
+	Outputs []jobs.OutputResult
+}
+
+// The states a status comment shows.
+const (
+	StatusWaiting   = "waiting"   // a gate deferred it: Reason says why
+	StatusRunning   = "running"   // its container started
+	StatusRetrying  = "retrying"  // an attempt failed; another follows
+	StatusCompleted = "completed" // done: PullRequestURL when it opened one
+	StatusRefused   = "refused"   // refused (before or after it ran): Reason
+	StatusFailed    = "failed"    // failed for good: Reason
+)
 
 // Workspace is one job's prepared workspace.
 type Workspace interface {
@@ -165,11 +203,11 @@ func (w *Worker) publishWorkspace(ctx context.Context, h *held, v verdict) verdi
 	}
 	we := workspaceErr(err)
 	h.log.Error("forge_publish_failed", "reason", we.Reason, "err", err)
-	v.reason = we.Reason
-	v.act = actFail
-	if we.Outcome == jobs.OutcomePolicy {
-		v.act = actRefuse
-	}
+	// A refusal or a failure no retry can mend (the repository is gone) is
+	// final; only a forge that did not answer is retried. The run's exit
+	// code and exit line stay on the record.
+	pv := we.verdict()
+	v.act, v.reason = pv.act, pv.reason
 	return v
 }
 

@@ -107,6 +107,8 @@ const (
 	ReasonRepoGone         Reason = "repo-gone"         // the repository (or the pull request) no longer exists
 	ReasonForgeAuth        Reason = "forge-auth"        // the forge refused the host's credential
 	ReasonForgeUnavailable Reason = "forge-unavailable" // the forge kept failing (5xx, 429, network): retried
+	ReasonNoForge          Reason = "no-forge"          // this host has no credential for the job's forge: nothing was cloned or run
+	ReasonForgeRejected    Reason = "forge-rejected"    // the forge answered a request of the job's was wrong (a 4xx other than 401, 403, 404, 429): final
 )
 
 // Reasons lists every valid Record.Reason.
@@ -119,7 +121,8 @@ var Reasons = []Reason{
 	ReasonCronNotAgreed, ReasonCostCap, ReasonTokenCap, ReasonDollarCap, ReasonSoftHold,
 	ReasonJobUnsigned, ReasonFolderNotAllowed, ReasonImageNotAllowed, ReasonBudgetCorrupt,
 	ReasonProtectedBranch, ReasonHistoryRewritten, ReasonCIChange, ReasonTooManyFiles,
-	ReasonTooLarge, ReasonUnsafePath, ReasonRepoGone, ReasonForgeAuth, ReasonForgeUnavailable,
+	ReasonTooLarge, ReasonUnsafePath, ReasonRepoGone, ReasonForgeAuth, ReasonForgeUnavailable, ReasonNoForge,
+	ReasonForgeRejected,
 }
 
 // MaxTelemetryBytes bounds Record.Telemetry (the container's exit line is read from an

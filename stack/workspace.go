@@ -72,7 +72,7 @@ func (p *ForgePolicies) Policy(job jobs.Job) workspace.PublishPolicy {
 	if !ok {
 		return workspace.PublishPolicy{}
 	}
-	return workspace.PublishPolicy{AllowCI: ft.Publish.AllowCI, Ready: !ft.Publish.Draft}
+	return workspace.PublishPolicy{AllowCI: ft.Publish.AllowCI, Ready: !ft.Publish.Draft, Labels: ft.Publish.Labels}
 }
 
 // Trigger is what job's trigger says in the host's own file: the trigger
@@ -102,6 +102,33 @@ func (p *ForgePolicies) trigger(job jobs.Job) (cronsync.ForgeTrigger, bool) {
 		return ft, ft.Forge == job.Forge && slices.Contains(ft.Repos, job.Repo)
 	}
 	return cronsync.ForgeTrigger{}, false
+}
+
+// Forges lists the forges the file's forge triggers name, once each.
+func (p *ForgePolicies) Forges() []jobs.Forge {
+	var out []jobs.Forge
+	for _, ft := range *p.set.Load() {
+		if !slices.Contains(out, ft.Forge) {
+			out = append(out, ft.Forge)
+		}
+	}
+	return out
+}
+
+// CheckForgeCredentials refuses a host whose triggers file has forge
+// triggers for a forge it holds no credential for (m nil: none at all): its
+// jobs could only be refused no-forge. The error is a *config.ConfigError.
+func CheckForgeCredentials(p *ForgePolicies, m *workspace.Manager) error {
+	if p == nil {
+		return nil
+	}
+	for _, f := range p.Forges() {
+		if m == nil || !m.Serves(f) {
+			return &config.ConfigError{Var: "PI_TRIGGERS_FILE", Value: p.path,
+				Rule: fmt.Sprintf("has %s triggers but this host holds no %s credential: set it (docs/forges.md) or remove those triggers", f, f)}
+		}
+	}
+	return nil
 }
 
 // Run follows the triggers file until ctx ends: a valid new content
@@ -179,6 +206,8 @@ func ForgeWorkspacesFromEnv(getenv func(string) string, host string, logger *slo
 // workspaces adapts a workspace.Manager to dispatch.Workspaces.
 type workspaces struct{ m *workspace.Manager }
 
+func (w workspaces) Serves(forge jobs.Forge) bool { return w.m.Serves(forge) }
+
 func (w workspaces) Prepare(ctx context.Context, jobID string, job jobs.Job, dir string) (dispatch.Workspace, error) {
 	c, err := w.m.Prepare(ctx, workspace.Job{ID: jobID, Job: job}, dir)
 	if err != nil {
@@ -195,8 +224,9 @@ func (c checkout) Event() *jobs.Event { return c.c.Event() }
 
 func (c checkout) Publish(ctx context.Context, res dispatch.WorkspaceResult) (dispatch.WorkspacePublished, error) {
 	pub, err := c.c.Publish(ctx, workspace.Result{Outcome: res.Outcome, Reason: res.Reason, Turns: res.Turns, Dollars: res.Dollars,
-		PullRequest: res.PullRequest})
-	out := dispatch.WorkspacePublished{PullRequestURL: pub.PullRequestURL, PushedCommit: pub.PushedCommit, BaseCommit: pub.BaseCommit}
+		PullRequest: res.PullRequest, Outputs: res.Outputs, Refused: res.Refused, NoChanges: res.NoChanges})
+	out := dispatch.WorkspacePublished{PullRequestURL: pub.PullRequestURL, PushedCommit: pub.PushedCommit, BaseCommit: pub.BaseCommit,
+		Outputs: pub.Outputs}
 	if err != nil {
 		return out, workspaceError(err)
 	}
@@ -217,6 +247,16 @@ func workspaceError(err error) error {
 		return &dispatch.WorkspaceError{Outcome: jobs.OutcomeFailed, Reason: jobs.ReasonForgeAuth, Err: err}
 	case errors.Is(err, workspace.ErrNotForge):
 		return &dispatch.WorkspaceError{Outcome: jobs.OutcomeFailed, Reason: jobs.ReasonInvalidJob, Err: err}
+	case errors.Is(err, token.ErrRejected):
+		// The same request would be rejected again: a retry spends for nothing.
+		return &dispatch.WorkspaceError{Outcome: jobs.OutcomeFailed, Reason: jobs.ReasonForgeRejected, Err: err}
 	}
 	return &dispatch.WorkspaceError{Outcome: jobs.OutcomeFailed, Reason: jobs.ReasonForgeUnavailable, Retry: true, Err: fmt.Errorf("forge: %w", err)}
+}
+
+func (w workspaces) Status(ctx context.Context, jobID string, job jobs.Job, s dispatch.JobStatus) error {
+	return w.m.Status(ctx, workspace.Job{ID: jobID, Job: job}, workspace.Status{
+		State: s.State, Reason: s.Reason, Attempt: s.Attempt, Attempts: s.Attempts, Until: s.Until,
+		PullRequestURL: s.PullRequestURL, Turns: s.Turns, Dollars: s.Dollars, Outputs: s.Outputs,
+	})
 }

@@ -2,6 +2,7 @@ package stack_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -96,7 +97,7 @@ func TestForgeJobOnGitea(t *testing.T) {
 	require.Equal(t, jobs.OutcomeCompleted, rec.Outcome, rec.Reason)
 	require.Equal(t, main.Commit.ID, rec.BaseCommit)
 
-	branch, _, err := admin.GetRepoBranch(g.AdminUser, "web", "pi/fj-delivery-1")
+	branch, _, err := admin.GetRepoBranch(g.AdminUser, "web", fmt.Sprintf("pi/issue-%d", issue.Index))
 	require.NoError(t, err)
 	require.Equal(t, rec.PushedCommit, branch.Commit.ID)
 	readme, _, err := admin.GetFile(g.AdminUser, "web", rec.PushedCommit, "README.md")

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 	"github.com/pidispatch/pidispatch/internal/testkit/secrettest"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/observe/transcript"
+	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/stack"
 )
 
@@ -36,6 +38,9 @@ type forgeWorker struct {
 	logs   string
 	router *enqueue.Router
 	db     *livetest.ValkeyDB
+	// stop stops the worker and waits for it (once; the test's cleanup
+	// calls it too).
+	stop func()
 }
 
 const forgeRepo = "acme/web"
@@ -86,7 +91,7 @@ func startForgeWorkerWith(t *testing.T, limits workspace.Limits, policy func(job
 	runCtx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Worker.Run(runCtx) }()
-	t.Cleanup(func() {
+	f.stop = sync.OnceFunc(func() {
 		stop()
 		select {
 		case err := <-done:
@@ -96,6 +101,7 @@ func startForgeWorkerWith(t *testing.T, limits workspace.Limits, policy func(job
 		}
 		s.Close()
 	})
+	t.Cleanup(f.stop)
 	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{Attempts: 1})
 	require.NoError(t, err)
 	f.router = enqueue.NewRouter(p, enqueue.RouterConfig{})
@@ -136,13 +142,13 @@ func TestForgeJobPublishesPullRequest(t *testing.T) {
 	require.True(t, pulls[0].GetDraft())
 	require.Equal(t, pulls[0].GetHTMLURL(), rec.PullRequestURL)
 	require.Equal(t, base, rec.BaseCommit)
-	require.Equal(t, git.Head(t, repo, "pi/gh-delivery-1"), rec.PushedCommit)
+	require.Equal(t, git.Head(t, repo, "pi/issue-5"), rec.PushedCommit)
 	require.Equal(t, base, git.Head(t, repo, "main"))
 	require.Equal(t, "written by jobprog", forgetest.Git(t, git.Dir(repo), "show", rec.PushedCommit+":README.md"))
 	comments := gh.Comments(repo, 5)
-	require.Len(t, comments, 2)
-	require.Contains(t, comments[1], rec.PullRequestURL)
-	require.Contains(t, comments[1], "3 turns")
+	require.Len(t, comments, 1, "one status comment")
+	require.Contains(t, comments[0], rec.PullRequestURL)
+	require.Contains(t, comments[0], "3 turns")
 
 	entries, err := transcript.Read(logs, rec.JobID, 1)
 	require.NoError(t, err)
@@ -166,7 +172,7 @@ func TestForgeJobRefusalsAreRecorded(t *testing.T) {
 	require.Equal(t, f.base, rec.BaseCommit)
 	require.Empty(t, rec.PushedCommit)
 	require.Empty(t, rec.PullRequestURL)
-	require.Empty(t, f.git.Head(t, forgeRepo, "pi/gh-delivery-big"))
+	require.Empty(t, f.git.Head(t, forgeRepo, "pi/issue-5"))
 	require.Empty(t, f.gh.Pulls(forgeRepo))
 	comments := f.gh.Comments(forgeRepo, 5)
 	require.Contains(t, comments[len(comments)-1], "too-large")
@@ -193,4 +199,51 @@ func TestForgeJobFollowsItsTriggersPublishPolicy(t *testing.T) {
 	pulls := f.gh.Pulls(forgeRepo)
 	require.Len(t, pulls, 1)
 	require.False(t, pulls[0].GetDraft(), "the trigger asked for a pull request ready for review")
+}
+
+// A forge job failing all three of its attempts leaves exactly one comment
+// on its issue, its status comment, edited in place, whose last text is the
+// failure; every token minted for it is revoked.
+func TestForgeJobThreeFailedAttemptsOneStatusComment(t *testing.T) {
+	f := startForgeWorker(t, workspace.Limits{})
+	p, err := enqueue.NewProducer(f.db.Client, enqueue.ProducerConfig{Attempts: 3,
+		Backoff: queue.Backoff{Type: queue.BackoffFixed, Delay: 10 * time.Millisecond}})
+	require.NoError(t, err)
+	e, err := enqueue.NewRouter(p, enqueue.RouterConfig{}).EnqueueForge(context.Background(), enqueue.ForgeDelivery{JobID: "gh-delivery-3x", Job: jobs.Job{
+		Kind: jobs.KindForge, Repo: forgeRepo, Flow: "fix", Task: "JOB_EXIT_CODE=3",
+		ForgeEvent: jobs.ForgeEvent{Forge: jobs.ForgeGitHub, Number: 5, DeliveryID: "gh-delivery-3x", Trigger: "fix-label"},
+	}})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		recs, err := jobs.ReadRecords(f.logs, e.JobID)
+		return err == nil && len(recs) == 3
+	}, 3*time.Minute, 200*time.Millisecond, "three attempts of %s", e.JobID)
+	// The last status is written right after the last record.
+	require.Eventually(t, func() bool {
+		c := f.gh.Comments(forgeRepo, 5)
+		return len(c) == 1 && strings.Contains(c[0], "failed (`exit-other`) after 3 attempt(s)")
+	}, 30*time.Second, 50*time.Millisecond, "comments: %q", f.gh.Comments(forgeRepo, 5))
+	f.stop()
+	require.Len(t, f.gh.Comments(forgeRepo, 5), 1, "exactly one comment for three attempts")
+	require.Positive(t, f.gh.CommentEdits(), "edited in place")
+	require.ElementsMatch(t, f.gh.Tokens(), f.gh.Revoked(), "every token minted for the job is revoked")
+}
+
+// A worker stopped mid-job (SIGTERM's path: its context ends) revokes the
+// job's token at once, not at its expiry.
+func TestForgeJobStoppedMidRunRevokesItsToken(t *testing.T) {
+	f := startForgeWorker(t, workspace.Limits{})
+	_, err := f.router.EnqueueForge(context.Background(), enqueue.ForgeDelivery{JobID: "gh-delivery-stop", Job: jobs.Job{
+		Kind: jobs.KindForge, Repo: forgeRepo, Flow: "fix", Task: "JOB_SLEEP=5m",
+		ForgeEvent: jobs.ForgeEvent{Forge: jobs.ForgeGitHub, Number: 5, DeliveryID: "gh-delivery-stop", Trigger: "fix-label"},
+	}})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		c := f.gh.Comments(forgeRepo, 5)
+		return len(c) == 1 && strings.Contains(c[0], "running")
+	}, 90*time.Second, 50*time.Millisecond, "the job never ran")
+	require.NotEmpty(t, f.gh.Tokens())
+	f.stop()
+	require.NotEmpty(t, f.gh.Revoked())
+	require.ElementsMatch(t, f.gh.Tokens(), f.gh.Revoked(), "the stopped job's tokens are revoked")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
@@ -48,7 +49,7 @@ func TestForgePolicies(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte(`{"triggers": [
   {"on": {"type": "label", "id": "ci", "repos": ["acme/api"], "any": ["ci"]}, "run": {"kind": "github", "flow": "fix"}}]}`), 0o600))
 	require.Eventually(t, func() bool {
-		return p.Policy(forgeJob("ci", "acme/api", jobs.ForgeGitHub)) == workspace.PublishPolicy{}
+		return reflect.DeepEqual(p.Policy(forgeJob("ci", "acme/api", jobs.ForgeGitHub)), workspace.PublishPolicy{})
 	}, 10*time.Second, 50*time.Millisecond, "the reload was not applied")
 	cancel()
 	require.NoError(t, <-done)

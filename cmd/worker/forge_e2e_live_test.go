@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -173,7 +174,7 @@ func TestSignedGitHubDeliveryPublishesPullRequest(t *testing.T) {
 		t.Fatalf("%d pull requests, want one", len(pulls))
 	}
 	pr := pulls[0]
-	if !pr.GetDraft() || pr.GetHead().GetRef() != "pi/"+jobID || pr.GetBase().GetRef() != "master" {
+	if !pr.GetDraft() || pr.GetHead().GetRef() != fmt.Sprintf("pi/issue-%d", issue) || pr.GetBase().GetRef() != "master" {
 		t.Errorf("pull request draft=%v head=%q base=%q", pr.GetDraft(), pr.GetHead().GetRef(), pr.GetBase().GetRef())
 	}
 	if rec.PullRequestURL == "" || rec.PullRequestURL != pr.GetHTMLURL() {
@@ -182,7 +183,7 @@ func TestSignedGitHubDeliveryPublishesPullRequest(t *testing.T) {
 	if rec.BaseCommit != base {
 		t.Errorf("base commit %q, want %q", rec.BaseCommit, base)
 	}
-	if pushed := git.Head(t, repo, "pi/"+jobID); pushed == "" || rec.PushedCommit != pushed {
+	if pushed := git.Head(t, repo, fmt.Sprintf("pi/issue-%d", issue)); pushed == "" || rec.PushedCommit != pushed {
 		t.Errorf("pushed commit %q, the branch's %q", rec.PushedCommit, pushed)
 	}
 	if head := git.Head(t, repo, "master"); head != base {
@@ -191,7 +192,7 @@ func TestSignedGitHubDeliveryPublishesPullRequest(t *testing.T) {
 	if got := forgetest.Git(t, git.Dir(repo), "show", rec.PushedCommit+":README.md"); got != "written by jobprog" {
 		t.Errorf("README.md on the branch: %q", got)
 	}
-	if comments := gh.Comments(repo, issue); len(comments) < 2 || !strings.Contains(comments[len(comments)-1], rec.PullRequestURL) {
+	if comments := gh.Comments(repo, issue); len(comments) != 1 || !strings.Contains(comments[0], rec.PullRequestURL) {
 		t.Errorf("comments on #%d: %q", issue, comments)
 	}
 

@@ -19,7 +19,9 @@ import (
 
 // End to end: a GitHub delivery, signed with the webhook secret, reaches the
 // receiver; the commenter's permission is asked of a GitHub API double; a
-// live worker runs the job; exactly one record names the delivery.
+// live worker that holds no forge credential takes the job and refuses it
+// no-forge before anything runs (it could neither clone nor publish); exactly
+// one record names the delivery.
 func TestSignedDeliveryRunsOnALiveWorker(t *testing.T) {
 	ensureImage(t)
 	db := livetest.Valkey(t)
@@ -77,8 +79,8 @@ func TestSignedDeliveryRunsOnALiveWorker(t *testing.T) {
 		t.Fatal("job not completed")
 	}
 	rec := waitRecord(t, w.cfg.LogsDir, jobID, 10*time.Second)
-	if rec.JobID != jobID || rec.Kind != jobs.KindForge || rec.Outcome != jobs.OutcomeCompleted {
-		t.Fatalf("record %+v", rec)
+	if rec.JobID != jobID || rec.Kind != jobs.KindForge || rec.Outcome != jobs.OutcomePolicy || rec.Reason != jobs.ReasonNoForge || rec.ExitCode != nil {
+		t.Fatalf("record %+v, want refused no-forge before any container", rec)
 	}
 	recs, err := jobs.ReadRecords(w.cfg.LogsDir, jobID)
 	if err != nil {

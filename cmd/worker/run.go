@@ -113,6 +113,10 @@ func forgeOptions(getenv func(string) string, cfg config.Config, logger *slog.Lo
 		fmt.Fprintf(stderr, "worker: invalid configuration (nothing started):\n%v\n", err)
 		return nil, exitConfig
 	}
+	if err := wiring.CheckForgeCredentials(policies, forge); err != nil {
+		fmt.Fprintf(stderr, "worker: invalid configuration (nothing started):\n%v\n", err)
+		return nil, exitConfig
+	}
 	if forge == nil {
 		return nil, exitOK
 	}
