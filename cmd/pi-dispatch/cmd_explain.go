@@ -162,6 +162,9 @@ func printRecords(w io.Writer, ex operator.Explanation) {
 	fmt.Fprintf(w, "run records (%s):\n", from)
 	for _, r := range ex.Records {
 		fmt.Fprintf(w, "  attempt %d  ended %s  on %s  %s/%s%s\n", r.Attempt, r.EndedAt.UTC().Format("2006-01-02T15:04:05Z"), r.Host, r.Outcome, r.Reason, dollars(r, " "))
+		if r.PullRequestURL != "" {
+			fmt.Fprintf(w, "    pull request: %s\n", r.PullRequestURL)
+		}
 	}
 }
 

@@ -49,6 +49,12 @@ func runReceive(ctx context.Context, e env, args []string) int {
 		fmt.Fprintf(e.stderr, "pi-dispatch receive: unexpected argument %q\n", fset.Arg(0))
 		return exitUsage
 	}
+	if *checkOnly {
+		// A misspelt name is often why a check fails: said first.
+		for _, u := range unknownVars(e) {
+			fmt.Fprintf(e.stderr, "pi-dispatch receive: warning: %s\n", u)
+		}
+	}
 	cfg, err := config.Load(e.getenv)
 	if err != nil {
 		printConfigErrors(e.stderr, "pi-dispatch receive", err)
@@ -68,7 +74,9 @@ func runReceive(ctx context.Context, e env, args []string) int {
 		fmt.Fprintf(e.stdout, "ok: %s\n", plan)
 		return exitOK
 	}
-	intake, err := plan.Build(ctx, slog.New(slog.NewJSONHandler(e.stderr, nil)))
+	logger := slog.New(slog.NewJSONHandler(e.stderr, nil))
+	warnUnknownVars(e, logger.With("host", cfg.WorkerName))
+	intake, err := plan.Build(ctx, logger)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "pi-dispatch receive: %v\n", err)
 		return exitCodeOf(err)

@@ -137,10 +137,10 @@ func checkRunsFilter(f *operator.RunsFilter, since, until string, now time.Time)
 // printRuns writes the table and its totals line.
 func printRuns(w io.Writer, recs []jobs.Record, tot operator.Totals, logsDir string) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ENDED\tHOST\tJOB\tOUTCOME\tREASON\tATTEMPT\tDURATION\tDOLLARS")
+	fmt.Fprintln(tw, "ENDED\tHOST\tJOB\tOUTCOME\tREASON\tATTEMPT\tDURATION\tDOLLARS\tPULL REQUEST")
 	for _, r := range recs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.EndedAt.UTC().Format("2006-01-02T15:04:05Z"), r.Host, r.JobID,
-			r.Outcome, r.Reason, r.Attempt, r.EndedAt.Sub(r.StartedAt).Round(time.Second), orDash(dollars(r, "")))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.EndedAt.UTC().Format("2006-01-02T15:04:05Z"), r.Host, r.JobID,
+			r.Outcome, r.Reason, r.Attempt, r.EndedAt.Sub(r.StartedAt).Round(time.Second), orDash(dollars(r, "")), orDash(r.PullRequestURL))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

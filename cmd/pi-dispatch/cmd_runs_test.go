@@ -20,10 +20,17 @@ func cliRuns(now time.Time) []jobs.Record {
 			Outcome: outcome, Reason: reason, Attempt: 1, Host: host, Spend: spend}
 	}
 	return []jobs.Record{
-		mk("r-1", "alpha", jobs.OutcomeCompleted, jobs.ReasonCompleted, 1, &jobs.Spend{Dollars: 0.5, Micros: 500000, Basis: jobs.BasisMetered, Calls: 2}),
+		withPull(mk("r-1", "alpha", jobs.OutcomeCompleted, jobs.ReasonCompleted, 1, &jobs.Spend{Dollars: 0.5, Micros: 500000, Basis: jobs.BasisMetered, Calls: 2}),
+			"https://forge.example/acme/web/pull/7"),
 		mk("r-2", "beta", jobs.OutcomeFailed, jobs.ReasonExit1, 2, nil),
 		mk("r-3", "alpha", jobs.OutcomePolicy, jobs.ReasonTimeout, 3, &jobs.Spend{Dollars: 0.25, Micros: 250000, Basis: jobs.BasisMetered, Calls: 1}),
 	}
+}
+
+// withPull gives r the pull request its forge job opened.
+func withPull(r jobs.Record, url string) jobs.Record {
+	r.PullRequestURL = url
+	return r
 }
 
 // runs prints the mirror's runs as a table with totals, filters them, and
@@ -41,15 +48,15 @@ func TestRunsGolden(t *testing.T) {
 	}
 	ts := func(h int) string { return now.Add(-time.Duration(h) * time.Hour).Format("2006-01-02T15:04:05Z") }
 	expect(t, runCLI(t, env, "runs"), db.URL, 0, ""+
-		"ENDED                 HOST   JOB  OUTCOME    REASON     ATTEMPT  DURATION  DOLLARS\n"+
-		ts(1)+"  alpha  r-1  completed  completed  1        1m30s     $0.5000\n"+
-		ts(2)+"  beta   r-2  failed     exit-1     1        1m30s     -\n"+
-		ts(3)+"  alpha  r-3  policy     timeout    1        1m30s     $0.2500\n"+
+		"ENDED                 HOST   JOB  OUTCOME    REASON     ATTEMPT  DURATION  DOLLARS  PULL REQUEST\n"+
+		ts(1)+"  alpha  r-1  completed  completed  1        1m30s     $0.5000  https://forge.example/acme/web/pull/7\n"+
+		ts(2)+"  beta   r-2  failed     exit-1     1        1m30s     -        -\n"+
+		ts(3)+"  alpha  r-3  policy     timeout    1        1m30s     $0.2500  -\n"+
 		"total: 3 runs of 3 jobs (completed 1, failed 1, policy 1); $0.7500 spent over 2 priced runs\n"+
 		"source: the fleet's run mirror\n", "")
 	expect(t, runCLI(t, env, "runs", "--host", "alpha", "--since", "150m", "--limit", "5"), db.URL, 0, ""+
-		"ENDED                 HOST   JOB  OUTCOME    REASON     ATTEMPT  DURATION  DOLLARS\n"+
-		ts(1)+"  alpha  r-1  completed  completed  1        1m30s     $0.5000\n"+
+		"ENDED                 HOST   JOB  OUTCOME    REASON     ATTEMPT  DURATION  DOLLARS  PULL REQUEST\n"+
+		ts(1)+"  alpha  r-1  completed  completed  1        1m30s     $0.5000  https://forge.example/acme/web/pull/7\n"+
 		"total: 1 run of 1 job (completed 1); $0.5000 spent over 1 priced run\n"+
 		"source: the fleet's run mirror\n", "")
 

@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"log/slog"
+	"os"
 	"slices"
 	"strings"
 
@@ -113,6 +115,10 @@ func envSources(e env) []operator.Check {
 	}
 	b.WriteString("; every other variable: its default")
 	checks := []operator.Check{{Status: operator.CheckOK, Name: "env", Detail: b.String()}}
+	for _, u := range unknownVars(e) {
+		checks = append(checks, operator.Check{Status: operator.CheckWarn, Name: "env-unknown",
+			Detail: u.Name + " is set but nothing reads it", Fix: u.String()})
+	}
 	if len(overridden) > 0 {
 		checks = append(checks, operator.Check{
 			Status: operator.CheckWarn, Name: "env-override",
@@ -121,6 +127,23 @@ func envSources(e env) []operator.Check {
 		})
 	}
 	return checks
+}
+
+// unknownVars lists the variables of the env file and the shell that look
+// like the software's own but that nothing reads (config.UnknownVars).
+func unknownVars(e env) []config.UnknownVar {
+	if e.vars == nil {
+		return nil
+	}
+	return config.UnknownVars(e.vars.Names(os.Environ()))
+}
+
+// warnUnknownVars logs each unknown variable (config_unknown_variable), for
+// the long-running commands (receive, poll).
+func warnUnknownVars(e env, log *slog.Logger) {
+	for _, u := range unknownVars(e) {
+		log.Warn("config_unknown_variable", "name", u.Name, "closest", u.Closest, "fix", u.String())
+	}
 }
 
 // envFrom is run's note of where the values that route a job came from:

@@ -180,3 +180,19 @@ func TestDoctorNamesWhereEachValueCameFrom(t *testing.T) {
 		t.Fatalf("%+v", r)
 	}
 }
+
+// doctor and receive --check name a misspelt variable of the env file with
+// the known name closest to it.
+func TestDoctorAndReceiveCheckNameUnknownVariables(t *testing.T) {
+	db, vars := doctorHost(t)
+	writeDotEnv(t, "VALKEY_URL="+vars["VALKEY_URL"]+"\nPI_WORKER_NAME=doc-unknown\nPI_JOB_IMAGE="+vars["PI_JOB_IMAGE"]+"\nPI_JOB_MEMROY=2g\n")
+	writePeerRow(t, db.Client, "doc-unknown", "UTC", "", 0)
+	r := runCLI(t, map[string]string{"PI_LOGS_DIR": vars["PI_LOGS_DIR"], "TZ": "UTC"}, "doctor")
+	if !strings.Contains(r.stdout, "PI_JOB_MEMROY is set but nothing reads it") || !strings.Contains(r.stdout, "did you mean PI_JOB_MEMORY?") {
+		t.Fatalf("%+v", r)
+	}
+	r = runCLI(t, map[string]string{"PI_LOGS_DIR": vars["PI_LOGS_DIR"], "GITHUB_WEBHOOK_SECRET": "x"}, "receive", "--check")
+	if !strings.Contains(r.stderr, "warning: GITHUB_WEBHOOK_SECRET is not a variable pidispatch reads") {
+		t.Fatalf("%+v", r)
+	}
+}

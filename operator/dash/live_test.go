@@ -30,6 +30,8 @@ const (
 	hostileRun  = `<img src=x onerror="window.__pwned=1">done-7`
 	runningJob  = "running-job-1"
 	heldJob     = "held-job-1"
+	forgeRun    = "gh-run-1"
+	forgePull   = "https://forge.example/acme/web/pull/7"
 	liveTimeout = 90 * time.Second
 )
 
@@ -56,6 +58,11 @@ func liveFleet(t *testing.T) *livetest.ValkeyDB {
 		Reason: jobs.ReasonCompleted, ExitCode: &exit, Attempt: 1, Host: liveHost, Image: "pi-job:test",
 		Spend: &jobs.Spend{Dollars: 0.4321, Micros: 432100, Basis: jobs.BasisMetered, Calls: 3}}
 	require.NoError(t, fleetstate.NewMirror(db.Client, fleetstate.MirrorConfig{}).Mirror(ctx, rec))
+	forgeRec := jobs.Record{JobID: forgeRun, Kind: jobs.KindForge, Target: "acme/web", Flow: "fix",
+		StartedAt: end.Add(-2 * time.Minute), EndedAt: end.Add(-time.Minute), Outcome: jobs.OutcomeCompleted,
+		Reason: jobs.ReasonCompleted, ExitCode: &exit, Attempt: 1, Host: liveHost, Image: "pi-job:test",
+		PullRequestURL: forgePull}
+	require.NoError(t, fleetstate.NewMirror(db.Client, fleetstate.MirrorConfig{}).Mirror(ctx, forgeRec))
 
 	q, err := queue.New(db.Client, fleet.HostQueueName(liveHost), queue.Config{WorkerName: liveHost})
 	require.NoError(t, err)
@@ -129,9 +136,10 @@ func TestValkeySourceReadsALiveFleet(t *testing.T) {
 	runs, degraded, err := src.Runs(ctx, 10)
 	require.NoError(t, err)
 	require.Empty(t, degraded, "nothing to note")
-	require.Len(t, runs, 1)
-	require.Equal(t, hostileRun, runs[0].JobID)
+	require.Len(t, runs, 2)
+	require.Equal(t, hostileRun, runs[0].JobID, "newest first")
 	require.InDelta(t, 0.4321, runs[0].Spend.Dollars, 1e-9)
+	require.Equal(t, forgePull, runs[1].PullRequestURL)
 
 	starts, err := src.Starts(ctx)
 	require.NoError(t, err)
@@ -171,6 +179,10 @@ func TestDashboardInChromium(t *testing.T) {
 	require.Equal(t, false, check(`"__pwned" in window`))
 	require.Equal(t, float64(0), check(`document.querySelectorAll("img, script:not([src])").length`))
 	require.Equal(t, float64(0), check(`document.querySelectorAll("button").length`))
+	// Job ids link to the job page; a forge run links its pull request.
+	require.Equal(t, true, check(`[...document.querySelectorAll("#runs a")].some((a) => a.getAttribute("href") === "job?id=`+forgeRun+`")`))
+	require.Equal(t, true, check(`[...document.querySelectorAll("#running a")].some((a) => a.textContent === "`+runningJob+`")`))
+	require.Equal(t, true, check(`[...document.querySelectorAll("#runs a")].some((a) => a.href === "`+forgePull+`" && a.rel === "noopener noreferrer")`))
 	// The running job shows under its host.
 	require.Equal(t, true, check(`[...document.querySelectorAll("#hosts td")].some((td) => td.textContent === "`+runningJob+`")`))
 }

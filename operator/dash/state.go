@@ -75,6 +75,9 @@ type runView struct {
 	// gateway. Estimated marks a spend whose tokens were partly estimated.
 	Dollars   *float64 `json:"dollars"`
 	Estimated bool     `json:"estimated,omitempty"`
+	// PullRequestURL is a forge job's pull request (jobs.Record checked it
+	// is an http(s) URL; the page links only those).
+	PullRequestURL string `json:"pullRequestUrl,omitempty"`
 }
 
 type dollarView struct {
@@ -199,7 +202,7 @@ func toHostView(h registry.Host, running []Running) hostView {
 func toRunView(r jobs.Record) runView {
 	v := runView{JobID: r.JobID, Host: r.Host, Kind: string(r.Kind), Target: r.Target, Flow: r.Flow,
 		Outcome: r.Outcome, Reason: string(r.Reason), Attempt: r.Attempt, EndedAt: r.EndedAt.UTC(),
-		DurationMs: max(r.EndedAt.Sub(r.StartedAt).Milliseconds(), 0)}
+		DurationMs: max(r.EndedAt.Sub(r.StartedAt).Milliseconds(), 0), PullRequestURL: r.PullRequestURL}
 	if r.JobIDQuoted != "" {
 		v.JobID = r.JobIDQuoted
 	}

@@ -2,7 +2,7 @@
 // Every value is data and is set with textContent, never parsed as markup.
 'use strict';
 (function () {
-  const { el, table } = window.pidash;
+  const { el, table, jobLink, urlLink } = window.pidash;
   const refreshMs = Number(document.body.dataset.refreshMs) || 3000;
   let timer = null;
 
@@ -61,16 +61,16 @@
     const runHead = ['job id', 'queue', 'host', 'running for', 'kind', 'target'];
     if (s.actions) runHead.push('');
     table('running', runHead, s.running.map((r) => {
-      const row = [r.jobId, r.queue, r.host || '?', age(r.ageMs), r.kind || '-', r.target || '-'];
+      const row = [jobLink(r.jobId), r.queue, r.host || '?', age(r.ageMs), r.kind || '-', r.target || '-'];
       if (s.actions) row.push(cancelButton(r.jobId));
       return row;
     }), 'no running jobs');
-    table('held', ['job id', 'held for', 'checks'], s.held.map((h) => [h.jobId, age(h.ageMs), h.checks]), 'no held jobs');
+    table('held', ['job id', 'held for', 'checks'], s.held.map((h) => [jobLink(h.jobId), age(h.ageMs), h.checks]), 'no held jobs');
     document.getElementById('runs-note').textContent = s.runsNote ? 'run mirror: ' + s.runsNote : '';
-    table('runs', ['ended', 'job id', 'host', 'kind', 'outcome', 'reason', 'attempt', 'took', 'cost'],
-      s.runs.map((r) => [new Date(r.endedAt).toISOString().replace('T', ' ').slice(0, 19), r.jobId, r.host,
+    table('runs', ['ended', 'job id', 'host', 'kind', 'outcome', 'reason', 'attempt', 'took', 'cost', 'pull request'],
+      s.runs.map((r) => [new Date(r.endedAt).toISOString().replace('T', ' ').slice(0, 19), jobLink(r.jobId), r.host,
         r.kind, el('span', r.outcome, 'outcome-' + r.outcome), r.reason, r.attempt, age(r.durationMs),
-        dollars(r.dollars) + (r.estimated ? ' (estimated)' : '')]),
+        dollars(r.dollars) + (r.estimated ? ' (estimated)' : ''), urlLink(r.pullRequestUrl) || '-']),
       'no runs recorded');
     document.getElementById('updated').textContent = 'updated ' + new Date(s.now).toLocaleTimeString();
     document.body.dataset.loaded = '1';

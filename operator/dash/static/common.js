@@ -33,5 +33,25 @@ window.pidash = (function () {
     box.replaceChildren(t);
   }
 
-  return Object.freeze({ el, table });
+  // jobLink is a link to a job's page.
+  function jobLink(jobId) {
+    const a = el('a', jobId);
+    a.href = 'job?id=' + encodeURIComponent(jobId);
+    return a;
+  }
+
+  // urlLink links url when it is an http(s) URL, and is its text otherwise
+  // (an allow-list of schemes: nothing else is ever made clickable).
+  function urlLink(url, text) {
+    if (!url) return '';
+    let u = null;
+    try { u = new URL(url); } catch (e) { return String(url); }
+    if (u.protocol !== 'https:' && u.protocol !== 'http:') return String(url);
+    const a = el('a', text || url);
+    a.href = u.href;
+    a.rel = 'noopener noreferrer';
+    return a;
+  }
+
+  return Object.freeze({ el, table, jobLink, urlLink });
 })();

@@ -3,15 +3,9 @@
 // delayed jobs of every queue. Every value is set with textContent.
 'use strict';
 (function () {
-  const { el, table } = window.pidash;
+  const { el, table, jobLink, urlLink } = window.pidash;
   const refreshMs = Number(document.body.dataset.refreshMs) || 3000;
   const id = new URLSearchParams(location.search).get('id');
-
-  function jobLink(jobId) {
-    const a = el('a', jobId);
-    a.href = 'job?id=' + encodeURIComponent(jobId);
-    return a;
-  }
 
   function message(text) {
     document.getElementById('message').textContent = text;
@@ -30,8 +24,11 @@
 
   function renderJob(j) {
     document.getElementById('title').textContent = 'job ' + j.jobId;
+    const recs = j.records || [];
+    const pr = recs.map(r => r.pullRequestUrl).filter(Boolean).pop();
     const facts = [
       ['state', j.found ? j.state : 'on no queue'],
+      ['pull request', pr ? urlLink(pr) : ''],
       ['queue', j.queue || ''],
       ['host', j.host || ''],
       ['attempt', j.attempt ? j.attempt + (j.attempts ? ' of ' + j.attempts : '') : ''],
@@ -40,9 +37,9 @@
     table(document.getElementById('job'), ['', ''], facts, '');
     table(document.getElementById('findings'), ['code', 'what'],
       (j.findings || []).map(f => [f.code, f.words]), 'nothing holds it');
-    table(document.getElementById('records'), ['attempt', 'host', 'outcome', 'reason', 'ended', 'dollars'],
-      (j.records || []).map(r => [r.attempt, r.host, r.outcome, r.reason, r.endedAt,
-        r.spend ? '$' + Number(r.spend.dollars).toFixed(4) : '']), 'no run recorded');
+    table(document.getElementById('records'), ['attempt', 'host', 'outcome', 'reason', 'ended', 'dollars', 'pull request'],
+      recs.map(r => [r.attempt, r.host, r.outcome, r.reason, r.endedAt,
+        r.spend ? '$' + Number(r.spend.dollars).toFixed(4) : '', urlLink(r.pullRequestUrl)]), 'no run recorded');
     let title = 'Transcript';
     if (j.transcriptAttempt) title += ' of attempt ' + j.transcriptAttempt + (j.transcriptFrom === 'live' ? ' (live)' : '');
     if (j.running) title += ' · running, refreshed every ' + Math.round(refreshMs / 1000) + 's';
