@@ -315,6 +315,40 @@ type StatusReport struct {
 	Queues int `json:"queues"`
 	// Held counts jobs held on their wait conditions, fleet-wide.
 	Held int `json:"held"`
+	// PullRequests are the pull requests of the newest forge runs, when
+	// the caller read them (RecentPullRequests).
+	PullRequests []PullRequestRun `json:"pullRequests,omitempty"`
+}
+
+// PullRequestRun is a forge run and the pull request it opened or added to.
+type PullRequestRun struct {
+	JobID          string    `json:"jobId"`
+	Target         string    `json:"target"`
+	Outcome        string    `json:"outcome"`
+	EndedAt        time.Time `json:"endedAt"`
+	PullRequestURL string    `json:"pullRequestUrl"`
+}
+
+// RecentPullRequests answers the pull requests of the newest forge runs of
+// the fleet's run mirror (at most limit, newest first): where an operator
+// finds what the agent opened.
+func RecentPullRequests(ctx context.Context, client redis.UniversalClient, limit int) ([]PullRequestRun, error) {
+	recs, _, err := Runs(ctx, client, RunsFilter{Limit: DefaultRunsLimit})
+	if err != nil {
+		return nil, err
+	}
+	var out []PullRequestRun
+	for _, r := range recs {
+		if r.PullRequestURL == "" {
+			continue
+		}
+		out = append(out, PullRequestRun{JobID: r.JobID, Target: r.Target, Outcome: r.Outcome,
+			EndedAt: r.EndedAt.UTC(), PullRequestURL: r.PullRequestURL})
+		if len(out) == limit {
+			break
+		}
+	}
+	return out, nil
 }
 
 // Status reads the pause state and the counts of every queue of set, and the

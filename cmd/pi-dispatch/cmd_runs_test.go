@@ -82,6 +82,19 @@ func TestRunsGolden(t *testing.T) {
 			t.Errorf("%v: %+v", bad, r)
 		}
 	}
+
+	// status --json lists the newest runs' pull requests.
+	r = runCLI(t, env, "status", "--json")
+	var st struct {
+		PullRequests []struct {
+			JobID string `json:"jobId"`
+			URL   string `json:"pullRequestUrl"`
+		} `json:"pullRequests"`
+	}
+	if r.code != exitOK || json.Unmarshal([]byte(r.stdout), &st) != nil || len(st.PullRequests) != 1 ||
+		st.PullRequests[0].JobID != "r-1" || st.PullRequests[0].URL != "https://forge.example/acme/web/pull/7" {
+		t.Fatalf("%+v", r)
+	}
 }
 
 // With no mirror, runs reads this host's PI_LOGS_DIR and says so.

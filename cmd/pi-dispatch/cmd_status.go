@@ -18,7 +18,8 @@ with --per-queue, then the total), or one JSON line with --json. Finished jobs
 are counted by outcome: completed (the run succeeded), refused (a gate or the
 agent refused, or it timed out), cancelled (an operator's cancel) and failed.
 WAITING counts the jobs ready to run, those that arrived during a pause
-included.
+included. --json also lists the pull requests of the newest forge runs
+(pullRequests).
 `
 
 func runStatus(ctx context.Context, e env, args []string) int {
@@ -68,6 +69,10 @@ func runStatus(ctx context.Context, e env, args []string) int {
 		rep.Spend = &spend
 	}
 	if asJSON {
+		// Where the agent's work is: the newest runs' pull requests.
+		if prs, err := operator.RecentPullRequests(ctx, client, 20); err == nil {
+			rep.PullRequests = prs
+		}
 		return writeJSONLine(e, "status", rep)
 	}
 	if err := printStatus(e.stdout, rep); err != nil {
