@@ -183,6 +183,11 @@ func (w *Worker) gateForge(_ context.Context, h *held) verdict {
 			"fix", "give this host the forge's credential (docs/forges.md), or keep forge jobs off it")
 		return refuseFor(jobs.ReasonNoForge)
 	}
+	if err := w.deps.Workspaces.Admit(h.spec); err != nil {
+		h.log.Warn("job_forge_not_agreed", "forge", h.spec.Forge, "repo", h.spec.Repo, "trigger", h.spec.Trigger, "why", err.Error(),
+			"fix", "a forge job runs only when this host's PI_TRIGGERS_FILE has its trigger for its forge and repository")
+		return refuseFor(jobs.ReasonForgeNotAgreed)
+	}
 	return goOn
 }
 

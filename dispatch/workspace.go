@@ -20,6 +20,11 @@ type Workspaces interface {
 	Prepare(ctx context.Context, jobID string, job jobs.Job, dir string) (Workspace, error)
 	// Serves reports whether this host holds a credential for forge.
 	Serves(forge jobs.Forge) bool
+	// Admit reports whether the host's own triggers cover the job (its
+	// trigger, forge, repository, event and flow); an error says why not.
+	// Asked before anything is minted or spent: job data alone never
+	// decides where the host clones, pushes or comments.
+	Admit(job jobs.Job) error
 	// Status shows how a forge job stands in its thread's one status
 	// comment, edited in place (created the first time): the Worker calls it
 	// when the job waits, is refused before it ran, starts, and when its

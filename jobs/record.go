@@ -109,6 +109,7 @@ const (
 	ReasonForgeUnavailable Reason = "forge-unavailable" // the forge kept failing (5xx, 429, network): retried
 	ReasonNoForge          Reason = "no-forge"          // this host has no credential for the job's forge: nothing was cloned or run
 	ReasonForgeRejected    Reason = "forge-rejected"    // the forge answered a request of the job's was wrong (a 4xx other than 401, 403, 404, 429): final
+	ReasonForgeNotAgreed   Reason = "forge-not-agreed"  // no forge trigger of this host's triggers file covers the job (trigger, forge, repository, event, flow): nothing minted
 )
 
 // Reasons lists every valid Record.Reason.
@@ -122,7 +123,7 @@ var Reasons = []Reason{
 	ReasonJobUnsigned, ReasonFolderNotAllowed, ReasonImageNotAllowed, ReasonBudgetCorrupt,
 	ReasonProtectedBranch, ReasonHistoryRewritten, ReasonCIChange, ReasonTooManyFiles,
 	ReasonTooLarge, ReasonUnsafePath, ReasonRepoGone, ReasonForgeAuth, ReasonForgeUnavailable, ReasonNoForge,
-	ReasonForgeRejected,
+	ReasonForgeRejected, ReasonForgeNotAgreed,
 }
 
 // MaxTelemetryBytes bounds Record.Telemetry (the container's exit line is read from an

@@ -298,7 +298,7 @@ func TestReasons(t *testing.T) {
 		"exit-other", "worker-shutdown", "cron-not-agreed", "cost-cap", "token-cap", "dollar-cap", "soft-hold",
 		"folder-not-allowed", "image-not-allowed", "budget-corrupt", "job-unsigned",
 		"protected-branch", "history-rewritten", "ci-change", "too-many-files", "too-large", "unsafe-path",
-		"repo-gone", "forge-auth", "forge-unavailable", "no-forge", "forge-rejected"}
+		"repo-gone", "forge-auth", "forge-unavailable", "no-forge", "forge-rejected", "forge-not-agreed"}
 	require.ElementsMatch(t, want, jobs.Reasons)
 	for _, reason := range jobs.Reasons {
 		r := goodRecord()

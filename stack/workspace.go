@@ -92,6 +92,43 @@ func (p *ForgePolicies) Trigger(job jobs.Job) workspace.TriggerInfo {
 	}
 }
 
+// errNoTriggersFile refuses every forge job of a host with forge
+// credentials and no triggers file.
+var errNoTriggersFile = errors.New("this host has no triggers file (PI_TRIGGERS_FILE) to check it against")
+
+// Admit answers whether the host's own triggers file covers job: a
+// trigger of that name for the job's forge and repository, whose event
+// the job's fields agree with (a comment trigger's job names its comment,
+// a label trigger's its label, one of the trigger's any or all, a pull_request
+// trigger's a pull request, a numbered trigger's that number), and whose
+// flow is the job's. Anything else is refused (workspace.Config.Admit).
+func (p *ForgePolicies) Admit(job jobs.Job) error {
+	ft, ok := p.trigger(job)
+	switch {
+	case !ok:
+		return fmt.Errorf("trigger %q does not cover %s %s", jobs.ClipName(job.Trigger), job.Forge, jobs.ClipName(job.Repo))
+	case ft.Job.Flow != "" && job.Flow != ft.Job.Flow:
+		return fmt.Errorf("trigger %q runs flow %q, the job asks %q", ft.Name, ft.Job.Flow, jobs.ClipName(job.Flow))
+	case ft.Number != 0 && job.Number != ft.Number:
+		return fmt.Errorf("trigger %q is for #%d only", ft.Name, ft.Number)
+	}
+	switch ft.Type {
+	case cronsync.TypeComment:
+		if job.CommentID == 0 {
+			return fmt.Errorf("comment trigger %q: the job names no comment", ft.Name)
+		}
+	case cronsync.TypeLabel:
+		if job.Label == "" || (len(ft.Any) > 0 && !slices.Contains(ft.Any, job.Label) && !slices.Contains(ft.All, job.Label)) {
+			return fmt.Errorf("label trigger %q: the job's label %q is not one of its labels", ft.Name, jobs.ClipName(job.Label))
+		}
+	case cronsync.TypePullRequest:
+		if !job.PullRequest {
+			return fmt.Errorf("pull_request trigger %q: the job is not about a pull request", ft.Name)
+		}
+	}
+	return nil
+}
+
 // trigger finds job's trigger in the host's file, when it covers the job's
 // forge and repository.
 func (p *ForgePolicies) trigger(job jobs.Job) (cronsync.ForgeTrigger, bool) {
@@ -164,6 +201,30 @@ func ForgeWorkspacesFromEnv(getenv func(string) string, host string, logger *slo
 	if err != nil {
 		return nil, err
 	}
+	forges, err := ForgesFromCredentials(creds)
+	if err != nil || len(forges) == 0 {
+		return nil, err
+	}
+	wc := workspace.Config{
+		Forges: forges, Host: host, Logger: logger, MaxComments: cfg.EventMaxComments,
+		Limits: workspace.Limits{MaxFiles: limits.MaxFiles, MaxBytes: limits.MaxBytes},
+	}
+	if wc.MaxComments == 0 {
+		wc.MaxComments = -1 // PI_EVENT_MAX_COMMENTS=0: none
+	}
+	if triggers != nil {
+		wc.Policy, wc.Trigger, wc.Admit = triggers.Policy, triggers.Trigger, triggers.Admit
+	} else {
+		// Without the host's own triggers no forge job can be checked.
+		wc.Admit = func(jobs.Job) error { return errNoTriggersFile }
+	}
+	return workspace.New(wc)
+}
+
+// ForgesFromCredentials makes each forge's minter and API from its
+// credential, as the workers use them: a GitHub App's key is read (a
+// *config.ConfigError when it cannot be). None configured: an empty map.
+func ForgesFromCredentials(creds config.ForgeCredentials) (map[jobs.Forge]workspace.Forge, error) {
 	forges := map[jobs.Forge]workspace.Forge{}
 	if gh := creds.GitHub; gh != nil {
 		api := &workspace.GitHub{APIURL: gh.APIURL}
@@ -187,26 +248,15 @@ func ForgeWorkspacesFromEnv(getenv func(string) string, host string, logger *slo
 		forges[jobs.ForgeGitLab] = workspace.Forge{API: &workspace.GitLab{URL: gl.URL},
 			Minter: &token.GitLabProject{URL: gl.URL, Parent: token.New(gl.Token.Reveal(), time.Time{})}}
 	}
-	if len(forges) == 0 {
-		return nil, nil
-	}
-	wc := workspace.Config{
-		Forges: forges, Host: host, Logger: logger, MaxComments: cfg.EventMaxComments,
-		Limits: workspace.Limits{MaxFiles: limits.MaxFiles, MaxBytes: limits.MaxBytes},
-	}
-	if wc.MaxComments == 0 {
-		wc.MaxComments = -1 // PI_EVENT_MAX_COMMENTS=0: none
-	}
-	if triggers != nil {
-		wc.Policy, wc.Trigger = triggers.Policy, triggers.Trigger
-	}
-	return workspace.New(wc)
+	return forges, nil
 }
 
 // workspaces adapts a workspace.Manager to dispatch.Workspaces.
 type workspaces struct{ m *workspace.Manager }
 
 func (w workspaces) Serves(forge jobs.Forge) bool { return w.m.Serves(forge) }
+
+func (w workspaces) Admit(job jobs.Job) error { return w.m.Admit(job) }
 
 func (w workspaces) Prepare(ctx context.Context, jobID string, job jobs.Job, dir string) (dispatch.Workspace, error) {
 	c, err := w.m.Prepare(ctx, workspace.Job{ID: jobID, Job: job}, dir)

@@ -72,3 +72,48 @@ func TestLoadForgePoliciesRefusals(t *testing.T) {
 	require.Equal(t, bad, ce.Value)
 	require.Contains(t, ce.Rule, "triggers[0]: publish")
 }
+
+// Admit lets through only a forge job the host's own triggers cover, with
+// the fields its trigger's event gives it: what a raw Valkey writer puts
+// in a job's data never decides where the host clones or comments.
+func TestForgePoliciesAdmit(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "triggers.json")
+	require.NoError(t, os.WriteFile(path, []byte(policyTriggers), 0o600))
+	p, err := stack.LoadForgePolicies(path, "h1", nil)
+	require.NoError(t, err)
+	comment := func() jobs.Job {
+		j := forgeJob("plain", "acme/api", jobs.ForgeGitHub)
+		j.Flow, j.Number, j.CommentID = "fix", 3, 77
+		return j
+	}
+	label := func(l string) jobs.Job {
+		j := forgeJob("ci", "acme/api", jobs.ForgeGitHub)
+		j.Flow, j.Number, j.Label = "fix", 3, l
+		return j
+	}
+	require.NoError(t, p.Admit(comment()))
+	require.NoError(t, p.Admit(label("ci")))
+	for name, j := range map[string]jobs.Job{
+		"unknown trigger":         forgeJob("nope", "acme/api", jobs.ForgeGitHub),
+		"another repository":      func() jobs.Job { j := comment(); j.Repo = "acme/secrets"; return j }(),
+		"another forge":           func() jobs.Job { j := comment(); j.Forge = jobs.ForgeGitLab; return j }(),
+		"another flow":            func() jobs.Job { j := comment(); j.Flow = "review"; return j }(),
+		"comment job, no comment": func() jobs.Job { j := comment(); j.CommentID = 0; return j }(),
+		"label not the trigger's": label("deploy"),
+		"label job, no label":     label(""),
+	} {
+		require.Error(t, p.Admit(j), name)
+	}
+}
+
+// A host with forge credentials and no triggers file admits no forge job.
+func TestForgeWorkspacesWithoutTriggersAdmitNone(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"GITHUB_PAT": "ghp_x", "PI_LOGS_DIR": t.TempDir()}
+	m, err := stack.ForgeWorkspacesFromEnv(func(k string) string { return env[k] }, "h1", nil, nil)
+	require.NoError(t, err)
+	require.NotNil(t, m)
+	j := forgeJob("plain", "acme/api", jobs.ForgeGitHub)
+	require.ErrorIs(t, m.Admit(j), workspace.ErrNotAgreed)
+}

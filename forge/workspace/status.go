@@ -99,7 +99,7 @@ func statusMarker(jobID string) string {
 // Status shows s in the job's one status comment on its issue or pull
 // request: created the first time, edited in place after (a retry, another
 // host), so one job leaves one comment whatever happens to it. A job no
-// trigger of this host covers (Config.Trigger answers none) gets no comment:
+// trigger of this host covers (Config.Admit) gets no comment:
 // whoever wrote its data decides nothing the host says. A job with no issue
 // or pull request has nowhere to show it. Writing the same text again is
 // skipped.
@@ -111,8 +111,9 @@ func (m *Manager) Status(ctx context.Context, job Job, s Status) error {
 		return fmt.Errorf("%w: forge %q", ErrNotForge, j.Forge)
 	case j.Number == 0:
 		return nil
-	case m.cfg.Trigger != nil && m.cfg.Trigger(j).Event.Name == "":
-		m.log.Warn("forge_status_skipped", "jobId", job.ID, "why", "no trigger of this host covers the job's trigger, forge and repository")
+	}
+	if err := m.Admit(j); err != nil {
+		m.log.Warn("forge_status_skipped", "jobId", job.ID, "why", err.Error())
 		return nil
 	}
 	body := statusBody(job, s)

@@ -2,6 +2,7 @@ package workspace_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -110,7 +111,7 @@ func TestStatusComment(t *testing.T) {
 	t.Run("NoTriggerOfTheHostNoComment", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, workspace.PublishPolicy{}, workspace.Limits{})
-		withGitHubConfig(t, b, nil)
+		withGitHubConfig(t, b, func(c *workspace.Config) { c.Admit = admitFix })
 		job := statusJob("job-s6")
 		job.Job.Trigger = "written-by-someone-with-valkey"
 		require.NoError(t, b.m.Status(ctx, job, workspace.Status{State: workspace.StatusRefused, Reason: jobs.ReasonJobUnsigned}))
@@ -151,4 +152,24 @@ func TestCloseRevokesOnACancelledContext(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, c.Close())
 	require.ElementsMatch(t, b.gh.Tokens(), b.gh.Revoked())
+}
+
+// admitFix admits the jobs of the host's fix-comment trigger only.
+func admitFix(j jobs.Job) error {
+	if j.Trigger != fixTrigger.Event.Name {
+		return errors.New("trigger " + j.Trigger + " is not in this host's triggers file")
+	}
+	return nil
+}
+
+// A job no trigger of the host covers is refused by Prepare before any
+// token is minted.
+func TestPrepareRefusesAJobNoTriggerCovers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, workspace.PublishPolicy{}, workspace.Limits{})
+	withGitHubConfig(t, b, func(c *workspace.Config) { c.Admit = admitFix })
+	_, err := b.m.Prepare(context.Background(), b.job, b.dir) // trigger fix-label
+	require.ErrorIs(t, err, workspace.ErrNotAgreed)
+	require.Empty(t, b.gh.Tokens(), "no token minted")
+	require.Empty(t, b.gh.Comments(repo, 5))
 }

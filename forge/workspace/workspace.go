@@ -115,6 +115,13 @@ type Config struct {
 	// from the job's data: what the agent is told its trigger asked is the
 	// operator's word. nil: an empty trigger section and no phrase.
 	Trigger func(job jobs.Job) TriggerInfo
+	// Admit answers whether the host's own trigger configuration covers the
+	// job (its trigger, forge, repository, event and flow): an error says
+	// why not, and the job is refused before any token is minted, so
+	// whoever can write job data cannot have the host clone, push or
+	// comment where no trigger of the operator's says. nil: every job is
+	// admitted (a caller that vouches for its jobs itself).
+	Admit func(job jobs.Job) error
 	// MaxComments is how many of the thread's last comments a job's event
 	// holds (the older ones are counted, not shown); 0:
 	// jobs.DefaultEventComments, negative: none, at most jobs.MaxEventComments.
@@ -207,6 +214,22 @@ func (e *RefusalError) Error() string {
 // ErrNotForge: the job is not a forge job (no forge or no repository).
 var ErrNotForge = errors.New("not a forge job")
 
+// ErrNotAgreed: no trigger of the host's own configuration covers the job
+// (Config.Admit).
+var ErrNotAgreed = errors.New("no trigger of this host covers the forge job")
+
+// Admit reports whether the host's own trigger configuration covers job
+// (Config.Admit); the error wraps ErrNotAgreed and says why.
+func (m *Manager) Admit(job jobs.Job) error {
+	if m.cfg.Admit == nil {
+		return nil
+	}
+	if err := m.cfg.Admit(job); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotAgreed, err)
+	}
+	return nil
+}
+
 // Checkout is one job's prepared workspace. Publish it after the job ran,
 // then Close it.
 type Checkout struct {
@@ -284,6 +307,9 @@ func (m *Manager) Prepare(ctx context.Context, job Job, dir string) (*Checkout, 
 	f, ok := m.cfg.Forges[job.Job.Forge]
 	if !ok || job.Job.Repo == "" {
 		return nil, fmt.Errorf("%w: forge %q", ErrNotForge, job.Job.Forge)
+	}
+	if err := m.Admit(job.Job); err != nil {
+		return nil, err // before any token is minted
 	}
 	state, err := os.MkdirTemp(m.cfg.StateDir, jobs.SanitizeJobID(job.ID)+"-")
 	if err != nil {
