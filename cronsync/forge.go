@@ -80,9 +80,10 @@ type ForgeTrigger struct {
 // the trigger's jobs lets them publish. It is read from the host's own
 // triggers file, never from a job.
 type ForgePublish struct {
-	// AllowCI (allowCi) lets the changes touch CI configuration
-	// (.github/workflows, .gitlab-ci.yml, .forgejo/workflows,
-	// .gitea/workflows). Default false: such a change is refused.
+	// AllowCI (allowCi) lets the changes touch CI and automation
+	// configuration (workspace.IsCIPath: .github/, .gitlab-ci.yml,
+	// .circleci/, Jenkinsfile, CODEOWNERS, ...). Default false: such a
+	// change is refused.
 	AllowCI bool
 	// Draft (draft) opens the pull request as a draft. Default true.
 	Draft bool

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -60,18 +61,34 @@ type Published struct {
 	Outputs []jobs.OutputResult
 }
 
-// ciPaths are CI configuration: a file there runs with the repository's secrets.
-var ciPaths = []string{".github/workflows/", ".github/actions/", ".gitlab-ci.yml", ".gitlab/ci/", ".forgejo/workflows/", ".forgejo/actions/", ".gitea/workflows/", ".gitea/actions/"}
+// CIPaths are the paths, from the repository's root, of CI and automation
+// configuration: a file there runs with the repository's secrets, or
+// decides who reviews. A name ending in / is a folder and all it holds.
+var CIPaths = []string{
+	".github/", ".gitlab-ci.yml", ".gitlab/", ".forgejo/", ".gitea/",
+	".circleci/", ".travis.yml", "azure-pipelines.yml", "azure-pipelines.yaml", ".azure-pipelines/",
+	".buildkite/", ".woodpecker.yml", ".woodpecker.yaml", ".woodpecker/", ".drone.yml", ".drone.yaml",
+	"bitbucket-pipelines.yml", ".pipelines/", "appveyor.yml", ".appveyor.yml", "cloudbuild.yaml", "cloudbuild.yml",
+	"codefresh.yml", ".semaphore/", "buildspec.yml", ".teamcity/",
+}
 
-// IsCIPath reports whether p (slash-separated, relative) is CI configuration.
+// CIFileNames are file names that are CI or automation configuration in
+// any folder: a Jenkins pipeline, a GitHub Action's metadata (an action is
+// run from any path), code owners.
+var CIFileNames = []string{"jenkinsfile", "action.yml", "action.yaml", "codeowners"}
+
+// IsCIPath reports whether p (slash-separated, relative) is CI or
+// automation configuration (CIPaths, CIFileNames), compared without case: a
+// forge on a case-insensitive file system reads .GitHub as .github.
 func IsCIPath(p string) bool {
-	lp := strings.ToLower(p)
-	for _, c := range ciPaths {
-		if lp == strings.TrimSuffix(c, "/") || strings.HasPrefix(lp, c) {
+	lp := strings.ToLower(strings.TrimPrefix(p, "./"))
+	for _, c := range CIPaths {
+		if lp == strings.TrimSuffix(c, "/") || (strings.HasSuffix(c, "/") && strings.HasPrefix(lp, c)) {
 			return true
 		}
 	}
-	return false
+	base := path.Base(lp)
+	return slices.Contains(CIFileNames, base) || strings.HasPrefix(base, "jenkinsfile.")
 }
 
 // Publish finishes the job on the forge. A completed job's changes are
@@ -305,7 +322,7 @@ func (c *Checkout) check(ctx context.Context, tree string) (bool, error) {
 	if len(changes) > limits.MaxFiles {
 		return false, &RefusalError{Reason: jobs.ReasonTooManyFiles}
 	}
-	blobs, err := c.checkChanges(ctx, changes, policy)
+	blobs, err := c.checkChanges(ctx, tree, changes, policy)
 	if err != nil {
 		return false, err
 	}
@@ -334,7 +351,7 @@ func parseChanges(out string) ([]treeChange, error) {
 }
 
 // checkChanges refuses CI configuration, submodules and escaping links, and returns the blobs whose sizes count.
-func (c *Checkout) checkChanges(ctx context.Context, changes []treeChange, policy PublishPolicy) ([]string, error) {
+func (c *Checkout) checkChanges(ctx context.Context, tree string, changes []treeChange, policy PublishPolicy) ([]string, error) {
 	var blobs []string
 	for _, ch := range changes {
 		switch {
@@ -343,11 +360,11 @@ func (c *Checkout) checkChanges(ctx context.Context, changes []treeChange, polic
 		case ch.mode == "160000" || ch.path == ".gitmodules" || strings.HasSuffix(ch.path, "/.gitmodules"):
 			return nil, &RefusalError{Reason: jobs.ReasonUnsafePath, Path: ch.path}
 		case ch.mode == "120000":
-			target, err := c.m.git(c.state).run(ctx, "cat-file", "blob", ch.sha)
+			escapes, err := c.linkChainEscapes(ctx, tree, ch.path)
 			if err != nil {
 				return nil, err
 			}
-			if linkEscapes(ch.path, target) {
+			if escapes {
 				return nil, &RefusalError{Reason: jobs.ReasonUnsafePath, Path: ch.path}
 			}
 		}
@@ -384,14 +401,73 @@ func (c *Checkout) checkSize(ctx context.Context, blobs []string, maxBytes int64
 	return nil
 }
 
-// linkEscapes reports whether a symbolic link at p pointing to target leads
-// out of the repository.
-func linkEscapes(p, target string) bool {
-	if target == "" || strings.HasPrefix(target, "/") || strings.ContainsRune(target, 0) {
-		return true
+// maxLinkHops bounds the links one resolution follows (Linux's own bound).
+const maxLinkHops = 40
+
+// linkChainEscapes reports whether the symbolic link at p leads out of the
+// repository or into its .git, following its whole chain as a checkout
+// would: each component of each target is looked up in the published tree
+// tree, and a component that is itself a link is replaced by its
+// target. Too long a chain counts as escaping.
+func (c *Checkout) linkChainEscapes(ctx context.Context, tree, p string) (bool, error) {
+	var resolved []string
+	todo := []string{p}
+	for hops := 0; len(todo) > 0; {
+		comp := todo[0]
+		todo = todo[1:]
+		if strings.Contains(comp, "/") {
+			todo = append(strings.Split(comp, "/"), todo...)
+			continue
+		}
+		switch comp {
+		case "", ".":
+			continue
+		case "..":
+			if len(resolved) == 0 {
+				return true, nil
+			}
+			resolved = resolved[:len(resolved)-1]
+			continue
+		}
+		resolved = append(resolved, comp)
+		if strings.EqualFold(resolved[0], ".git") {
+			return true, nil
+		}
+		mode, target, err := c.treeLink(ctx, tree, strings.Join(resolved, "/"))
+		if err != nil {
+			return false, err
+		}
+		if mode != "120000" {
+			continue
+		}
+		if hops++; hops > maxLinkHops || target == "" || strings.HasPrefix(target, "/") || strings.ContainsRune(target, 0) {
+			return true, nil
+		}
+		resolved = resolved[:len(resolved)-1]
+		todo = append([]string{target}, todo...)
 	}
-	joined := path.Join(path.Dir(p), target)
-	return joined == ".." || strings.HasPrefix(joined, "../") || joined == ".git" || strings.HasPrefix(joined, ".git/")
+	return false, nil
+}
+
+// treeLink answers the mode of path p in tree and, for
+// a symbolic link, its target ("" mode: no such path).
+func (c *Checkout) treeLink(ctx context.Context, tree, p string) (mode, target string, err error) {
+	g := c.m.git(c.state)
+	g.env = append(g.env, "GIT_LITERAL_PATHSPECS=1") // a path, never a pattern
+	out, err := g.run(ctx, "ls-tree", "-z", tree, "--", p)
+	if err != nil || out == "" {
+		return "", "", err
+	}
+	meta, _, _ := strings.Cut(out, "\t")
+	f := strings.Fields(meta)
+	if len(f) < 3 {
+		return "", "", fmt.Errorf("ls-tree: unexpected line %q", out)
+	}
+	if f[0] != "120000" {
+		return f[0], "", nil
+	}
+	t, err := c.m.git(c.state).run(ctx, "cat-file", "blob", f[2])
+	return f[0], t, err
 }
 
 // commit makes the one host commit of tree on the base.

@@ -276,6 +276,40 @@ func TestPublish(t *testing.T) {
 		requireRefused(t, b, err, jobs.ReasonUnsafePath)
 	})
 
+	// Each link of a chain stays inside, lexically, but the chain leads out
+	// (or into .git): resolved whole, it is refused.
+	for name, links := range map[string][][2]string{
+		// Lexically sub/etc/passwd; sub/up is the root, so ../etc/passwd.
+		"ChainOutOfTheRepository": {{"sub/up", ".."}, {"x", "sub/up/../etc/passwd"}},
+		// Lexically sub/.git/config; resolved, the repository's own.
+		"ChainIntoDotGit":   {{"sub/up", ".."}, {"y", "sub/up/.git/config"}},
+		"ChainOfThreeLinks": {{"a/b/c", "../.."}, {"p", "a/b/c"}, {"q", "p/../../home"}},
+		"EndlessChain":      {{"l1", "l2"}, {"l2", "l1"}},
+	} {
+		t.Run("SymlinkChain"+name+"Refused", func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, workspace.PublishPolicy{}, workspace.Limits{})
+			c := b.prepare(t)
+			for _, l := range links {
+				p := filepath.Join(b.dir, filepath.FromSlash(l[0]))
+				require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+				require.NoError(t, os.Symlink(l[1], p))
+			}
+			_, err := c.Publish(context.Background(), completed)
+			requireRefused(t, b, err, jobs.ReasonUnsafePath)
+		})
+	}
+
+	t.Run("InnerSymlinkChainPublished", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, workspace.PublishPolicy{}, workspace.Limits{})
+		c := b.prepare(t)
+		require.NoError(t, os.Symlink("src", filepath.Join(b.dir, "code")))
+		require.NoError(t, os.Symlink("../code/app.go", filepath.Join(b.dir, "src", "main.go")))
+		_, err := c.Publish(context.Background(), completed)
+		require.NoError(t, err)
+	})
+
 	t.Run("InnerSymlinkPublished", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, workspace.PublishPolicy{}, workspace.Limits{})
@@ -465,4 +499,17 @@ func TestPublish(t *testing.T) {
 		var refusal *workspace.RefusalError
 		require.False(t, errors.As(err, &refusal))
 	})
+}
+
+func TestIsCIPath(t *testing.T) {
+	t.Parallel()
+	for _, p := range []string{".github/workflows/ci.yml", ".github/dependabot.yml", ".GitHub/CODEOWNERS", "CODEOWNERS", "docs/CODEOWNERS",
+		".gitlab-ci.yml", ".gitlab/ci/x.yml", ".circleci/config.yml", "Jenkinsfile", "ci/Jenkinsfile.release", ".travis.yml",
+		"azure-pipelines.yml", ".buildkite/pipeline.yml", "tools/deploy/action.yml", "action.yaml", ".forgejo/workflows/a.yml",
+		".gitea/actions/x", ".woodpecker.yml", ".woodpecker/build.yml", ".drone.yml", "bitbucket-pipelines.yml"} {
+		require.True(t, workspace.IsCIPath(p), p)
+	}
+	for _, p := range []string{"src/app.go", "README.md", "docs/github.md", "github/x", "actions.yml", "ci.go", ".gitignore"} {
+		require.False(t, workspace.IsCIPath(p), p)
+	}
 }
