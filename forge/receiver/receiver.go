@@ -29,6 +29,7 @@ import (
 	"github.com/google/go-github/v84/github"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/net/netutil"
 
 	"github.com/pidispatch/pidispatch/forge"
 	"github.com/pidispatch/pidispatch/forge/inbox"
@@ -39,6 +40,8 @@ import (
 const (
 	DefaultMaxBody       = 2 << 20 // 2 MiB, as the original
 	DefaultSignatureSkew = 5 * time.Minute
+	DefaultMaxInFlight   = 32
+	DefaultMaxConns      = 256
 	handleTimeout        = 20 * time.Second
 )
 
@@ -79,6 +82,13 @@ type Config struct {
 	ForgejoSecret string
 	// MaxBody bounds a delivery; larger ones get 413. Default 2 MiB.
 	MaxBody int64
+	// MaxInFlight bounds the deliveries whose bodies are read at once, so
+	// the memory a flood can take is MaxInFlight × MaxBody; one more is
+	// answered 503 with Retry-After before its body is read. Default 32.
+	MaxInFlight int
+	// MaxConns bounds the connections Serve accepts at once; more wait in
+	// the kernel's backlog. Default 256.
+	MaxConns int
 	// SignatureSkew is how far a GitLab signature timestamp may be from now.
 	// Default 5 minutes.
 	SignatureSkew time.Duration
@@ -92,6 +102,7 @@ type Config struct {
 // Receiver serves the webhook routes.
 type Receiver struct {
 	cfg       Config
+	inFlight  chan struct{} // one token per delivery whose body is being read
 	log       *slog.Logger
 	gitlabKey []byte
 	reg       *prometheus.Registry
@@ -122,6 +133,12 @@ func New(cfg Config) (*Receiver, error) {
 	if cfg.SignatureSkew <= 0 {
 		cfg.SignatureSkew = DefaultSignatureSkew
 	}
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = DefaultMaxInFlight
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -129,7 +146,8 @@ func New(cfg Config) (*Receiver, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &Receiver{cfg: cfg, log: log.With("host", cfg.Host), reg: prometheus.NewRegistry()}
+	r := &Receiver{cfg: cfg, log: log.With("host", cfg.Host), reg: prometheus.NewRegistry(),
+		inFlight: make(chan struct{}, cfg.MaxInFlight)}
 	switch {
 	case cfg.GitLabSecret == "" && cfg.GitLabMode == "":
 	case cfg.GitLabSecret == "":
@@ -186,6 +204,7 @@ func (r *Receiver) Serve(ctx context.Context, ln net.Listener) error {
 		ErrorLog:          slog.NewLogLogger(r.log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
+	ln = netutil.LimitListener(ln, r.cfg.MaxConns)
 	r.log.Info("receiver_started", "addr", ln.Addr().String())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
@@ -234,6 +253,19 @@ func answer(w http.ResponseWriter, status int, msg string) {
 func (r *Receiver) serve(f jobs.Forge, armed bool, verify verifier, w http.ResponseWriter, req *http.Request) string {
 	if outcome := screen(f, armed, w, req); outcome != "" {
 		return outcome
+	}
+	// Nothing unsigned is read: the headers the signature needs come first.
+	if reason, status := r.preverify(f, req.Header); reason != "" {
+		return r.refuse(f, w, status, reason, "")
+	}
+	select {
+	case r.inFlight <- struct{}{}:
+		defer func() { <-r.inFlight }()
+	default:
+		w.Header().Set("Retry-After", "1")
+		answer(w, http.StatusServiceUnavailable, "busy")
+		r.log.Warn("receiver_busy", "forge", string(f), "inFlight", r.cfg.MaxInFlight)
+		return "busy"
 	}
 	body, outcome := r.readBody(f, w, req)
 	if outcome != "" {
@@ -413,6 +445,40 @@ func (r *Receiver) verifyGitHub(h http.Header, body []byte) (verified, string, i
 		return v, forge.ReasonMalformed, http.StatusBadRequest
 	}
 	return v, "", 0
+}
+
+// sha256Hex matches a hex HMAC-SHA256.
+var sha256Hex = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
+
+// preverify checks, before the body is read, the headers its signature
+// check needs: present and well formed (GitHub: sha256= and 64 hex digits,
+// never sha1=; Forgejo: 64 hex digits; GitLab's token mode: the token
+// itself, which signs no body). An empty reason lets the body be read.
+func (r *Receiver) preverify(f jobs.Forge, h http.Header) (string, int) {
+	var sig string
+	switch f {
+	case jobs.ForgeGitHub:
+		sig = h.Get(github.SHA256SignatureHeader)
+		hexPart, ok := strings.CutPrefix(sig, "sha256=")
+		if sig != "" && (!ok || !sha256Hex.MatchString(hexPart)) {
+			return forge.ReasonBadSignature, http.StatusUnauthorized
+		}
+	case jobs.ForgeForgejo:
+		sig = first(h, "X-Forgejo-Signature", "X-Gitea-Signature")
+		if sig != "" && !sha256Hex.MatchString(sig) {
+			return forge.ReasonBadSignature, http.StatusUnauthorized
+		}
+	case jobs.ForgeGitLab:
+		if r.cfg.GitLabMode == GitLabToken {
+			_, reason, status := r.verifyGitLab(h, nil)
+			return reason, status
+		}
+		sig = h.Get("Webhook-Signature")
+	}
+	if sig == "" {
+		return forge.ReasonNoSignature, http.StatusUnauthorized
+	}
+	return "", 0
 }
 
 // verifyForgejo checks X-Forgejo-Signature (or Gitea's X-Gitea-Signature):
