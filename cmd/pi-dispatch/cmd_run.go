@@ -270,6 +270,9 @@ func gitCheck(ctx context.Context, e env, folder string, force bool) int {
 	case gitBroken:
 		refusal = fmt.Sprintf("git cannot read the repository at %s: %s\n  Fix the repository (git status must succeed there), or pass --force.", folder, detail)
 		warning = fmt.Sprintf("git cannot read %s (%s); queued anyway (--force)", folder, detail)
+	case gitUnsafe:
+		refusal = fmt.Sprintf("the git configuration of %s sets %s, which makes git run a program: pidispatch runs no git there.\n  A job may have written it: inspect the repository's .git/config (git config --file .git/config --list), remove the key, or pass --force.", folder, detail)
+		warning = fmt.Sprintf("the git configuration of %s sets %s; not checked, queued anyway (--force)", folder, detail)
 	case gitMissing:
 		fmt.Fprintf(e.stderr, "pi-dispatch run: warning: git is not installed, so uncommitted changes in %s were not checked\n", folder)
 		return exitOK

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -252,6 +253,59 @@ func TestGitStatus(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
 	if s, _ := gitStatus(ctx, dirty); s != gitMissing {
 		t.Errorf("no git: %v", s)
+	}
+}
+
+// Written as a job that left its folder's .git/config behind: an fsmonitor,
+// a clean filter (status runs it on a changed file), an include of another
+// file. run's check reads the configuration as data and runs no git
+// command there that would execute it: the marker is never written, and
+// the check refuses naming the key.
+func TestGitStatusRunsNothingAJobConfigured(t *testing.T) {
+	ctx := context.Background()
+	marker := filepath.Join(t.TempDir(), "pwned")
+	script := filepath.Join(t.TempDir(), "evil.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\ntouch "+marker+"\ncat\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	included := filepath.Join(t.TempDir(), "included.config")
+	if err := os.WriteFile(included, []byte("[core]\n\tfsmonitor = "+script+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for key, value := range map[string]string{
+		"core.fsmonitor":             script,
+		"filter.evil.clean":          script,
+		"include.path":               included,
+		"diff.evil.textconv":         script,
+		"core.hooksPath":             filepath.Dir(script),
+		"uploadpack.packObjectsHook": script,
+	} {
+		repo := gitRepo(t, false)
+		cfg := filepath.Join(repo, ".git", "config")
+		f, err := os.OpenFile(cfg, os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		section, name, _ := strings.Cut(key, ".")
+		if sub, leaf, ok := strings.Cut(name, "."); ok {
+			fmt.Fprintf(f, "[%s %q]\n\t%s = %s\n", section, sub, leaf, value)
+		} else {
+			fmt.Fprintf(f, "[%s]\n\t%s = %s\n", section, name, value)
+		}
+		f.Close()
+		if err := os.WriteFile(filepath.Join(repo, ".gitattributes"), []byte("* filter=evil diff=evil\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(repo, "README"), []byte("changed\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s, detail := gitStatus(ctx, repo)
+		if s != gitUnsafe || !strings.EqualFold(detail, key) {
+			t.Errorf("%s: %v %q, want unsafe naming it", key, s, detail)
+		}
+		if _, err := os.Stat(marker); err == nil {
+			t.Fatalf("%s: the job's program ran", key)
+		}
 	}
 }
 
