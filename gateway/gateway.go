@@ -3,6 +3,8 @@ package gateway
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -260,6 +263,34 @@ func callOf(ctx context.Context) *call {
 	return c
 }
 
+// knownModel matches a model name that may be shown as it is once the
+// host's own configuration names it.
+var knownModel = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$`)
+
+// shownModel is model as a log line, a record, a span or a transcript may
+// name it. The job chooses the name it sends, so it may carry a secret its
+// profile gave it: only a model the host's own configuration names exactly
+// (the price table, or an AllowedModels entry without a wildcard) is
+// shown as it is; any other is "model-" and the first 12 hex digits of its
+// SHA-256, enough to tell two apart and never the name.
+func (g *Gateway) shownModel(provider, model string) string {
+	if model == "" {
+		return ""
+	}
+	if knownModel.MatchString(model) {
+		if g.cfg.Pricing != nil {
+			if _, ok := g.cfg.Pricing.prices[provider+"/"+model]; ok {
+				return model
+			}
+		}
+		if slices.Contains(g.cfg.AllowedModels, provider+"/"+model) {
+			return model
+		}
+	}
+	sum := sha256.Sum256([]byte(model))
+	return "model-" + hex.EncodeToString(sum[:6])
+}
+
 // modelAllowed reports whether AllowedModels lets a job call model.
 func (g *Gateway) modelAllowed(provider, model string) bool {
 	if len(g.cfg.AllowedModels) == 0 {
@@ -353,6 +384,6 @@ func (g *Gateway) upstreamFailed(w http.ResponseWriter, r *http.Request, err err
 	case r.Context().Err() != nil:
 		return // the container went away
 	}
-	c.s.log.Warn("model_upstream_failed", "provider", c.provider, "model", c.model, "err", err)
+	c.s.log.Warn("model_upstream_failed", "provider", c.provider, "model", c.shown, "err", err)
 	writeError(w, shapeOf(c.provider), failUpstream, "pidispatch: the provider could not be reached")
 }

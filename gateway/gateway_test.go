@@ -3,6 +3,8 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -312,13 +314,21 @@ func TestNoUsageIsEstimated(t *testing.T) {
 	}
 }
 
-// A model the table does not price is listed, its tokens counted.
+// mystery is how the gateway shows claude-mystery, a model the host's
+// configuration does not name: by digest, never as the job wrote it.
+var mystery = func() string {
+	sum := sha256.Sum256([]byte("claude-mystery"))
+	return "model-" + hex.EncodeToString(sum[:6])
+}()
+
+// A model the table does not price is listed by its digest, its tokens
+// counted.
 func TestUnpricedModelIsListed(t *testing.T) {
 	r := newRig(t, Config{}, dispatch.GatewayJob{}, fakeprovider.Answer("hi", fakeprovider.Usage{Input: 10, Output: 5}))
 	r.post(t, "/anthropic/v1/messages", `{"model":"claude-mystery","stream":true}`)
 	r.post(t, "/anthropic/v1/messages", antStream)
 	sp := r.sess.Spend()
-	if len(sp.Unpriced) != 1 || sp.Unpriced[0] != "anthropic/claude-mystery" || sp.Tokens.Input != 20 || sp.Micros != 10*3+5*15 {
+	if len(sp.Unpriced) != 1 || sp.Unpriced[0] != "anthropic/"+mystery || sp.Tokens.Input != 20 || sp.Micros != 10*3+5*15 {
 		t.Fatalf("spend %+v", sp)
 	}
 }
@@ -414,7 +424,7 @@ func TestFirstCallEstimatedFromItsBytes(t *testing.T) {
 func TestUnpricedRefusedUnderCostCap(t *testing.T) {
 	r := newRig(t, Config{}, dispatch.GatewayJob{MaxMicros: 1_000_000}, fakeprovider.Answer("a", fakeprovider.Usage{Input: 1}))
 	resp, body := r.post(t, "/anthropic/v1/messages", `{"model":"claude-mystery","stream":true}`)
-	if resp.StatusCode != 400 || !strings.Contains(body, `model \"anthropic/claude-mystery\" has no price`) || len(r.fp.Requests()) != 0 {
+	if resp.StatusCode != 400 || !strings.Contains(body, `model \"anthropic/`+mystery+`\" has no price`) || len(r.fp.Requests()) != 0 {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}
 	if sp := r.sess.Spend(); sp.CapHit != jobs.ReasonCostCap || sp.Refused != 1 {
@@ -570,5 +580,26 @@ func TestUpstreamUnreachable(t *testing.T) {
 	}
 	if l := logs.String(); !strings.Contains(l, "model_upstream_failed") || strings.Contains(l, "sk-secret") {
 		t.Fatalf("logs: %s", l)
+	}
+}
+
+// A job's secret in the model name it sends reaches no log, event or
+// record: the name is shown by digest unless the host's configuration
+// names the model exactly.
+func TestModelNameCarryingASecretIsShownByDigest(t *testing.T) {
+	const secret = "sk-live-0123456789abcdef"
+	var events []CallEvent
+	logs := &logtest.Buffer{}
+	r := newRig(t, Config{Logger: logs.Logger(), OnCall: func(e CallEvent) { events = append(events, e) }}, dispatch.GatewayJob{},
+		fakeprovider.Answer("hi", fakeprovider.Usage{Input: 10, Output: 5}))
+	r.post(t, "/anthropic/v1/messages", `{"model":"`+secret+`","stream":true}`)
+	r.post(t, "/anthropic/v1/messages", `{"model":"claude-test","stream":true}`)
+	sp := r.sess.Spend()
+	seen := fmt.Sprintf("%+v %+v %s", sp, events, logs.String())
+	if strings.Contains(seen, secret) {
+		t.Fatalf("the secret in the model name was shown: %s", seen)
+	}
+	if len(events) != 2 || !strings.HasPrefix(events[0].Model, "model-") || events[1].Model != "claude-test" {
+		t.Fatalf("events %+v", events)
 	}
 }

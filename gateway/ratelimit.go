@@ -102,7 +102,7 @@ func (s *Session) rateGate(w http.ResponseWriter, r *http.Request, c *call) bool
 		s.mu.Lock()
 		s.refused++
 		s.mu.Unlock()
-		s.log.Info("model_call_refused", "provider", c.provider, "model", c.model, "reason", "rate-limit", "until", until.UTC().Format(time.RFC3339))
+		s.log.Info("model_call_refused", "provider", c.provider, "model", c.shown, "reason", "rate-limit", "until", until.UTC().Format(time.RFC3339))
 		w.Header().Set("retry-after", strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10))
 		writeError(w, shapeOf(c.provider), failRateLimited, "pidispatch: provider "+quote(c.provider)+" is rate limited until "+until.UTC().Format(time.RFC3339))
 		return false

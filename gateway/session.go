@@ -52,6 +52,8 @@ type call struct {
 	s        *Session
 	provider string
 	model    string
+	// shown is model as logs, records and events may name it (shownModel).
+	shown    string
 	key      string
 	base     *url.URL
 	rest     string
@@ -143,9 +145,10 @@ func (s *Session) checkRequest(w http.ResponseWriter, c *call, body []byte) (req
 			return info, false
 		}
 		c.model = info.model
+		c.shown = s.g.shownModel(c.provider, c.model)
 	}
 	if len(body) > 0 && !s.g.modelAllowed(c.provider, c.model) {
-		s.refuseCall(w, c, "model-not-allowed", failModelNotAllowed, "pidispatch: model "+quote(c.provider+"/"+c.model)+" is not allowed on this host (PI_ALLOWED_MODELS)")
+		s.refuseCall(w, c, "model-not-allowed", failModelNotAllowed, "pidispatch: model "+quote(c.provider+"/"+c.shown)+" is not allowed on this host (PI_ALLOWED_MODELS)")
 		return info, false
 	}
 	return info, true
@@ -248,7 +251,7 @@ func (s *Session) refuseCall(w http.ResponseWriter, c *call, reason string, f fa
 	s.mu.Lock()
 	s.refused++
 	s.mu.Unlock()
-	s.log.Info("model_call_refused", "provider", c.provider, "model", c.model, "reason", reason)
+	s.log.Info("model_call_refused", "provider", c.provider, "model", c.shown, "reason", reason)
 	writeError(w, shapeOf(c.provider), f, msg)
 }
 
@@ -279,7 +282,7 @@ func (s *Session) admit(w http.ResponseWriter, c *call, body []byte, info reqInf
 			// It fits once the calls in flight settle: not the job's cap.
 			s.refused++
 			s.mu.Unlock()
-			s.log.Info("model_call_refused", "provider", c.provider, "model", c.model, "reason", "calls-in-flight")
+			s.log.Info("model_call_refused", "provider", c.provider, "model", c.shown, "reason", "calls-in-flight")
 			w.Header().Set("retry-after", "1")
 			writeError(w, shapeOf(c.provider), failTooMany, "pidispatch: the job's calls in flight hold what is left of its cap; retry when one ends")
 			return nil, false
@@ -305,7 +308,7 @@ func (s *Session) admit(w http.ResponseWriter, c *call, body []byte, info reqInf
 	s.heldTokens += c.heldTokens
 	s.mu.Unlock()
 	if out != want && !free {
-		s.log.Info("model_call_bounded", "provider", c.provider, "model", c.model, "asked", want, "bound", out)
+		s.log.Info("model_call_bounded", "provider", c.provider, "model", c.shown, "asked", want, "bound", out)
 		return withBound(body, info, boundField(c.provider, c.rest), out), true
 	}
 	return net.Buffers{body}, true
@@ -387,14 +390,14 @@ func (s *Session) capMessage(hit jobs.Reason, c *call) string {
 		return "pidispatch: job token cap of " + itoa(s.job.MaxTokens) + " tokens reached (used " + itoa(s.tokens.Total()) + ")"
 	case !s.g.cfg.Pricing.Covers(c.provider, c.model):
 		return "pidispatch: job cost cap of $" + jobs.FormatUSD(s.job.MaxMicros) + " cannot be checked: model " +
-			quote(c.provider+"/"+c.model) + " has no price (add it to the pricing file)"
+			quote(c.provider+"/"+c.shown) + " has no price (add it to the pricing file)"
 	default:
 		return "pidispatch: job cost cap of $" + jobs.FormatUSD(s.job.MaxMicros) + " reached (spent $" + jobs.FormatUSD(s.micros) + ")"
 	}
 }
 
 func (s *Session) refuse(w http.ResponseWriter, c *call, hit jobs.Reason, msg string) {
-	s.log.Info("model_call_refused", "provider", c.provider, "model", c.model, "reason", hit)
+	s.log.Info("model_call_refused", "provider", c.provider, "model", c.shown, "reason", hit)
 	f := failCostCap
 	if hit == jobs.ReasonTokenCap {
 		f = failTokenCap
@@ -425,6 +428,7 @@ func (s *Session) settle(c *call, answered bool) {
 	if model == "" {
 		model = m.model
 	}
+	shown := s.g.shownModel(c.provider, model)
 	ok := c.status >= 200 && c.status < 300
 	u, known := m.usage, m.final
 	price, priced := s.g.cfg.Pricing.lookup(c.provider, model)
@@ -453,7 +457,7 @@ func (s *Session) settle(c *call, answered bool) {
 	s.micros += micros
 	s.estimated = s.estimated || estimated
 	if !priced && (ok || u.Total() > 0) {
-		s.unpriced[c.provider+"/"+model] = true
+		s.unpriced[c.provider+"/"+shown] = true
 	}
 	over := c.reserved && (s.job.MaxMicros > 0 && micros > c.heldMicros || s.job.MaxTokens > 0 && u.Total() > c.heldTokens)
 	if over {
@@ -466,12 +470,12 @@ func (s *Session) settle(c *call, answered bool) {
 	}
 	s.mu.Unlock()
 	if over {
-		s.log.Warn("model_call_overshoot", "provider", c.provider, "model", model, "reservedMicros", c.heldMicros, "micros", micros,
+		s.log.Warn("model_call_overshoot", "provider", c.provider, "model", shown, "reservedMicros", c.heldMicros, "micros", micros,
 			"reservedTokens", c.heldTokens, "tokens", u.Total())
 	}
 	s.log.Info("model_call", "provider", c.provider, "model", model, "status", c.status, "input", u.Input, "output", u.Output,
 		"cacheRead", u.CacheRead, "cacheWrite", u.CacheWrite, "micros", micros, "priced", priced, "estimated", estimated)
-	s.callDone(c, model, u, micros, priced, estimated)
+	s.callDone(c, shown, u, micros, priced, estimated)
 }
 
 // inFlight is the number of calls admitted and not yet settled.
