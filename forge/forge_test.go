@@ -622,3 +622,31 @@ func TestIntakeOnceStaysDisarmedWhenTheFileCannotBeWritten(t *testing.T) {
 	assert.Equal(t, forge.ReasonDisarmed, out.Reason)
 	assert.Len(t, r.got, 1)
 }
+
+// On GitLab each job's project token is a bot user of its own, which no
+// SelfIDs entry can name: a merge request or a note by any project or group
+// token bot starts no job (the host's own merge requests cannot loop).
+func TestIntakeGitLabTokenBotIsSelf(t *testing.T) {
+	r := &fakeRouter{}
+	in, err := forge.NewIntake(forge.IntakeConfig{
+		Enqueuer:    r,
+		Permissions: map[jobs.Forge]forge.Permissions{jobs.ForgeGitLab: &fakePerms{allow: true}},
+	})
+	require.NoError(t, err)
+	in.SetTriggers(triggers(t, `{"triggers": [
+ {"on": {"type": "pull_request", "repos": ["gitlabhq/gitlab-test"], "actions": ["open"]}, "run": {"kind": "gitlab", "flow": "review"}}]}`))
+	for _, login := range []string{"project_278964_bot_3f8a5cf1c2e24b0e8ba7d0a45a0d2b11", "project_7_bot", "group_12_bot_ab12"} {
+		ev := forge.Event{Forge: jobs.ForgeGitLab, Kind: forge.KindPullRequest, Action: "open", Repo: "gitlabhq/gitlab-test",
+			Number: 3, PullRequest: true, SenderID: 99, SenderLogin: login, DeliveryID: "d-" + login}
+		out, err := in.Handle(context.Background(), ev)
+		require.NoError(t, err)
+		assert.Equal(t, forge.ReasonSelf, out.Reason, login)
+	}
+	assert.Empty(t, r.got)
+	// A person whose name only looks alike is not a bot.
+	ev := forge.Event{Forge: jobs.ForgeGitLab, Kind: forge.KindPullRequest, Action: "open", Repo: "gitlabhq/gitlab-test",
+		Number: 3, PullRequest: true, SenderID: 98, SenderLogin: "project_bot_fan", DeliveryID: "d-person"}
+	out, err := in.Handle(context.Background(), ev)
+	require.NoError(t, err)
+	assert.NotEqual(t, forge.ReasonSelf, out.Reason)
+}

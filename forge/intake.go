@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -161,6 +162,11 @@ func (in *Intake) Handle(ctx context.Context, ev Event) (Outcome, error) {
 	return out, nil
 }
 
+// gitlabTokenBot matches the user names GitLab gives the bot user of a
+// project or group access token (project_<id>_bot_<hex>, and the older
+// project_<id>_bot, project_<id>_bot1).
+var gitlabTokenBot = regexp.MustCompile(`^(project|group)_[0-9]+_bot[0-9]*(_[0-9a-f]{1,64})?$`)
+
 // refuseEvent logs forge_refused with the event's attributes and the reason: a refusal is decided, never redelivered.
 func (in *Intake) refuseEvent(attrs []any, reason string, more ...any) (Outcome, error) {
 	in.log.Warn("forge_refused", append(append(attrs, "reason", reason), more...)...)
@@ -171,6 +177,11 @@ func (in *Intake) refuseEvent(attrs []any, reason string, more ...any) (Outcome,
 func (in *Intake) authorize(ctx context.Context, ev Event, need Need, attrs []any) (Outcome, error) {
 	if self, ok := in.cfg.SelfIDs[ev.Forge]; ok && self == ev.SenderID {
 		return in.refuseEvent(attrs, ReasonSelf)
+	}
+	if ev.Forge == jobs.ForgeGitLab && gitlabTokenBot.MatchString(ev.SenderLogin) {
+		// Each job's project token is a bot user of its own, unknown to
+		// SelfIDs: its merge requests and notes must not start jobs.
+		return in.refuseEvent(attrs, ReasonSelf, "why", "a GitLab project or group access token's bot user")
 	}
 	perms := in.cfg.Permissions[ev.Forge]
 	if perms == nil {
