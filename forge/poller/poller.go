@@ -24,6 +24,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/go-github/v84/github"
@@ -77,6 +78,46 @@ type Config struct {
 type Poller struct {
 	cfg Config
 	log *slog.Logger
+	// marks are the cursors this process itself stored, by repo and
+	// source: a cursor read back from Valkey behind its mark was moved by
+	// someone else, and the mark wins (no history is replayed).
+	marks sync.Map
+}
+
+// markKey names a cursor's mark.
+func markKey(repo, source string) string { return repo + "\x00" + source }
+
+// behindMark answers the cursor to use: cur, or this process's own mark for
+// it when cur is behind the mark (logged poll_state_invalid).
+func (p *Poller) behindMark(repo, source string, cur int64) int64 {
+	v, ok := p.marks.Load(markKey(repo, source))
+	if !ok || cur >= v.(int64) {
+		return cur
+	}
+	p.log.Warn("poll_state_invalid", "repo", repo, "source", source, "why", "the stored cursor moved backwards; this process's own is used",
+		"stored", cur, "own", v.(int64))
+	return v.(int64)
+}
+
+// mark records the cursor this process stored.
+func (p *Poller) mark(repo, source string, cur int64) { p.marks.Store(markKey(repo, source), cur) }
+
+// maxETagBytes bounds an ETag read back from Valkey.
+const maxETagBytes = 256
+
+// validETag reports whether an ETag read back from Valkey may be sent: at
+// most maxETagBytes of printable ASCII (no control character can reach a
+// request header).
+func validETag(s string) bool {
+	if len(s) > maxETagBytes {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // New checks cfg and returns a Poller.
@@ -192,6 +233,10 @@ func (p *Poller) storedETag(ctx context.Context, repo, name string) (string, err
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return "", err
 	}
+	if !validETag(old) {
+		p.log.Warn("poll_state_invalid", "repo", repo, "source", name, "why", "a stored ETag with control characters or over 256 bytes; dropped")
+		return "", nil
+	}
 	return old, nil
 }
 
@@ -281,6 +326,9 @@ func (p *Poller) pollEvents(ctx context.Context, c *github.Client, repo string) 
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return err
 	}
+	if armed {
+		cur = p.behindMark(repo, "events", cur)
+	}
 	fresh, etag, unchanged, err := p.readEvents(ctx, c, repo, cur, armed)
 	if err != nil || unchanged {
 		return err
@@ -329,6 +377,7 @@ func (p *Poller) armEvents(ctx context.Context, repo string, fresh []*github.Iss
 		top = max(top, e.GetID())
 	}
 	p.log.Info("poll_armed", "repo", repo, "source", "events")
+	p.mark(repo, "events", top)
 	return p.cfg.Valkey.Set(ctx, p.key(repo, "events"), top, StateTTL).Err()
 }
 
@@ -341,6 +390,7 @@ func (p *Poller) handEvents(ctx context.Context, repo string, fresh []*github.Is
 				return err // the cursor stays before this event
 			}
 		}
+		p.mark(repo, "events", e.GetID())
 		if err := p.cfg.Valkey.Set(ctx, p.key(repo, "events"), e.GetID(), StateTTL).Err(); err != nil {
 			return err
 		}
@@ -402,6 +452,13 @@ func (p *Poller) pollComments(ctx context.Context, c *github.Client, repo string
 	if err != nil {
 		return fmt.Errorf("cursor %q: %w", raw, err)
 	}
+	if now := p.cfg.Now().UTC().Truncate(time.Second); since.After(now.Add(time.Minute)) {
+		// Past now, it would skip every comment until then.
+		p.log.Warn("poll_state_invalid", "repo", repo, "source", "comments", "why", "the stored cursor is ahead of now; now is used")
+		since = now
+	}
+	since = time.Unix(p.behindMark(repo, "comments", since.Unix()), 0).UTC()
+	raw = since.Format(time.RFC3339)
 	var list []*github.IssueComment
 	path := fmt.Sprintf("repos/%s/issues/comments?sort=created&direction=asc&per_page=100&since=%s", repo, url.QueryEscape(raw))
 	etag, nm, err := p.get(ctx, c, repo, "comments", path, &list)
@@ -430,6 +487,7 @@ func (p *Poller) pollComments(ctx context.Context, c *github.Client, repo string
 		}
 		if created.After(newest) {
 			newest = created
+			p.mark(repo, "comments", newest.Unix())
 			if err := p.cfg.Valkey.Set(ctx, cursorKey, newest.UTC().Format(time.RFC3339), StateTTL).Err(); err != nil {
 				return err
 			}
