@@ -33,24 +33,35 @@ func Read(dir, name string, max int64) ([]byte, error) {
 		return nil, ErrAbsent
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: not a regular file (%w)", name, err)
+		return nil, fmt.Errorf("%s: not a regular file (%w)", name, pathless(err))
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, fmt.Errorf("%s: %w", name, pathless(err))
 	}
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("%s: not a regular file (%s)", name, fi.Mode().Type())
 	}
 	data, err := io.ReadAll(io.LimitReader(f, max+1))
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, fmt.Errorf("%s: %w", name, pathless(err))
 	}
 	if int64(len(data)) > max {
 		return nil, fmt.Errorf("%s: larger than %d bytes", name, max)
 	}
 	return data, nil
+}
+
+// pathless is err without the host path an *fs.PathError names: a refusal's
+// reason goes to the record and to the job's status comment on the forge,
+// which must not learn where the host keeps its jobs.
+func pathless(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
 
 // Make creates the output folder in the job's folder (0700; the caller

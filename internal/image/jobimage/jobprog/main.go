@@ -11,10 +11,20 @@
 //	JOB_CHECK_ENV=NAME     print "env NAME present" or "env NAME absent" (never the value),
 //	                       and add "checkedEnv":{"NAME":"present"|"absent"} to the exit line
 //	JOB_WRITE_FILE=NAME    write /workspace/NAME (base name only)
+//	JOB_OUT_TEXT=NAME:TEXT write /job/out/NAME (base name only, as for every JOB_OUT_*)
+//	                       holding TEXT and a newline
+//	JOB_OUT_BYTES=NAME:N   write /job/out/NAME holding N bytes of filler lines (a huge output)
+//	JOB_OUT_LINK=NAME:DEST make /job/out/NAME a symbolic link to DEST (a hostile output)
+//	JOB_OUT_REVIEW=N       write /job/out/review.json holding a body and N inline comments
+//	                       on README.md line 1 (more than the host ever posts)
 //	JOB_WRITE_ROOT=1       try to write /jobprog-root and /tmp/jobprog-tmp; print
 //	                       "write / ok|failed" and "write /tmp ok|failed"
 //	JOB_OPEN_FILES=N       open /dev/null N times; print "opened K of N files"
 //	JOB_SHOW_FILE=PATH     print "file PATH: <first 4 KiB>" (or the error)
+//	JOB_WAIT_FILE=PATH     wait until PATH exists (it is not opened: a FIFO counts), so a
+//	                       test can put something in the job's folders while it runs (a
+//	                       FIFO: the standard library has no mkfifo on every platform this
+//	                       program builds for); exit 1 when it has not appeared within 5 minutes
 //	JOB_IGNORE_TERM=1      ignore SIGTERM, so only a kill ends the job
 //	JOB_SLEEP=DURATION     sleep (Go duration syntax) before the exit line
 //	JOB_PRINT_EXIT_LINE=1  exit line {"event":"exit","turns":3,"tokens":1234,"cost":0.05};
@@ -63,10 +73,11 @@ const (
 type paths struct {
 	jobFile   string
 	workspace string
+	out       string // the output folder, /job/out
 }
 
 func main() {
-	os.Exit(run(os.LookupEnv, os.Stdout, os.Stderr, paths{jobFile: "/job/job.json", workspace: "/workspace"}, ignoreTerm))
+	os.Exit(run(os.LookupEnv, os.Stdout, os.Stderr, paths{jobFile: "/job/job.json", workspace: "/workspace", out: "/job/out"}, ignoreTerm))
 }
 
 func ignoreTerm() { signal.Ignore(syscall.SIGTERM) }
@@ -79,7 +90,7 @@ func run(envLookup func(string) (string, bool), stdout, stderr io.Writer, p path
 	}
 	r.greet(p.jobFile)
 	checked := r.checkEnv()
-	if !r.writeFile(p.workspace) {
+	if !r.writeFile(p.workspace) || !r.writeOutputs(p.out) {
 		return 1
 	}
 	r.writeRoot()
@@ -87,6 +98,9 @@ func run(envLookup func(string) (string, bool), stdout, stderr io.Writer, p path
 		return 1
 	}
 	r.showFile()
+	if !r.waitFile() {
+		return 1
+	}
 	if r.getenv("JOB_IGNORE_TERM") == "1" && ignoreTERM != nil {
 		ignoreTERM()
 	}
@@ -169,6 +183,109 @@ func (r *prog) writeFile(workspace string) bool {
 	}
 	fmt.Fprintf(r.stdout, "wrote %s\n", target)
 	return true
+}
+
+// writeOutputs writes the JOB_OUT_* files into the output folder, as a job
+// (a hostile one too) leaves them for the host; false on a bad value or a
+// failed write.
+func (r *prog) writeOutputs(out string) bool {
+	steps := []struct {
+		name  string
+		write func(target, arg string) error
+	}{
+		{"JOB_OUT_TEXT", func(target, text string) error { return os.WriteFile(target, []byte(text+"\n"), 0o644) }},
+		{"JOB_OUT_BYTES", writeFiller},
+		{"JOB_OUT_LINK", func(target, dest string) error { return os.Symlink(dest, target) }},
+	}
+	for _, st := range steps {
+		raw := r.getenv(st.name)
+		if raw == "" {
+			continue
+		}
+		name, arg, ok := strings.Cut(raw, ":")
+		if !ok || name == "" || out == "" {
+			fmt.Fprintf(r.stderr, "jobprog: bad %s %q (want NAME:VALUE, with an output folder)\n", st.name, raw)
+			return false
+		}
+		target := filepath.Join(out, filepath.Base(filepath.Clean("/"+name)))
+		if err := st.write(target, arg); err != nil {
+			fmt.Fprintf(r.stderr, "jobprog: %s %s: %v\n", st.name, target, err)
+			return false
+		}
+		fmt.Fprintf(r.stdout, "out %s\n", target)
+	}
+	return r.writeReview(out)
+}
+
+// writeFiller writes n (arg) bytes of filler lines to target.
+func writeFiller(target, arg string) error {
+	n, err := strconv.Atoi(arg)
+	if err != nil || n < 0 {
+		return fmt.Errorf("bad byte count %q", arg)
+	}
+	f, err := os.Create(target)
+	if err != nil {
+		return err
+	}
+	if err := filler(f, n); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// writeReview writes JOB_OUT_REVIEW's review.json: a body and N inline
+// comments; false on a bad value or a failed write.
+func (r *prog) writeReview(out string) bool {
+	raw := r.getenv("JOB_OUT_REVIEW")
+	if raw == "" {
+		return true
+	}
+	n, err := strconv.Atoi(raw)
+	if err != nil || n < 0 || out == "" {
+		fmt.Fprintf(r.stderr, "jobprog: bad JOB_OUT_REVIEW %q\n", raw)
+		return false
+	}
+	var b bytes.Buffer
+	b.WriteString(`{"body":"review by jobprog","comments":[`)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"path":"README.md","line":1,"body":"inline comment %d"}`, i+1)
+	}
+	b.WriteString("]}\n")
+	target := filepath.Join(out, "review.json")
+	if err := os.WriteFile(target, b.Bytes(), 0o644); err != nil {
+		fmt.Fprintf(r.stderr, "jobprog: write %s: %v\n", target, err)
+		return false
+	}
+	fmt.Fprintf(r.stdout, "out %s (%d inline comments)\n", target, n)
+	return true
+}
+
+// waitFileLimit bounds JOB_WAIT_FILE's wait.
+var waitFileLimit = 5 * time.Minute
+
+// waitFile waits until JOB_WAIT_FILE exists (Lstat: a FIFO is never opened,
+// a link need not lead anywhere); false when it did not appear in time.
+func (r *prog) waitFile() bool {
+	name := r.getenv("JOB_WAIT_FILE")
+	if name == "" {
+		return true
+	}
+	deadline := time.Now().Add(waitFileLimit)
+	for {
+		if _, err := os.Lstat(name); err == nil {
+			fmt.Fprintf(r.stdout, "found %s\n", name)
+			return true
+		}
+		if time.Now().After(deadline) {
+			fmt.Fprintf(r.stderr, "jobprog: %s did not appear within %s\n", name, waitFileLimit)
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // writeRoot tries, with JOB_WRITE_ROOT=1, the writes a read-only root must refuse and its /tmp allow.

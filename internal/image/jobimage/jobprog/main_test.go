@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func env(vars map[string]string) func(string) (string, bool) {
@@ -135,4 +136,65 @@ func TestTaskDirectives(t *testing.T) {
 func strconvQuote(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+// The JOB_OUT_* directives leave files in the output folder, as a job (a
+// hostile one too) leaves them for the host: a text, filler of an exact
+// size, a link, a review with many inline comments; names are confined to
+// the folder. JOB_WAIT_FILE waits for a file someone else makes.
+func TestOutputDirectives(t *testing.T) {
+	dir, out := t.TempDir(), t.TempDir()
+	vars := map[string]string{
+		"JOB_OUT_TEXT":   "../comment.md:hello there",
+		"JOB_OUT_BYTES":  "big.md:100000",
+		"JOB_OUT_LINK":   "pr.md:/etc/passwd",
+		"JOB_OUT_REVIEW": "3",
+	}
+	code, stdout, stderr := runWith(t, vars, paths{workspace: dir, out: out})
+	if code != 0 {
+		t.Fatalf("code %d: %s %s", code, stdout, stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(out, "comment.md")); err != nil || string(b) != "hello there\n" {
+		t.Fatalf("comment.md: %q %v", b, err)
+	}
+	if fi, err := os.Stat(filepath.Join(out, "big.md")); err != nil || fi.Size() != 100000 {
+		t.Fatalf("big.md: %v %v", fi, err)
+	}
+	if dest, err := os.Readlink(filepath.Join(out, "pr.md")); err != nil || dest != "/etc/passwd" {
+		t.Fatalf("pr.md link: %q %v", dest, err)
+	}
+	var review struct {
+		Body     string `json:"body"`
+		Comments []struct {
+			Path string `json:"path"`
+			Line int    `json:"line"`
+			Body string `json:"body"`
+		} `json:"comments"`
+	}
+	b, err := os.ReadFile(filepath.Join(out, "review.json"))
+	if err != nil || json.Unmarshal(b, &review) != nil || len(review.Comments) != 3 || review.Comments[2].Body != "inline comment 3" {
+		t.Fatalf("review.json: %s %v", b, err)
+	}
+
+	for _, bad := range []map[string]string{
+		{"JOB_OUT_TEXT": "no-colon"}, {"JOB_OUT_BYTES": "big.md:lots"}, {"JOB_OUT_REVIEW": "-1"},
+	} {
+		if code, _, _ := runWith(t, bad, paths{workspace: dir, out: out}); code != 1 {
+			t.Errorf("%v: code %d, want 1", bad, code)
+		}
+	}
+
+	ready := filepath.Join(out, "ready")
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		_ = os.WriteFile(ready, nil, 0o600)
+	}()
+	if code, stdout, _ := runWith(t, map[string]string{"JOB_WAIT_FILE": ready}, paths{workspace: dir, out: out}); code != 0 || !strings.Contains(stdout, "found "+ready) {
+		t.Fatalf("wait: code %d, %q", code, stdout)
+	}
+	waitFileLimit = 10 * time.Millisecond
+	t.Cleanup(func() { waitFileLimit = 5 * time.Minute })
+	if code, _, _ := runWith(t, map[string]string{"JOB_WAIT_FILE": filepath.Join(out, "never")}, paths{workspace: dir, out: out}); code != 1 {
+		t.Fatalf("a file that never appears: code %d, want 1", code)
+	}
 }
