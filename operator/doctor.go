@@ -49,7 +49,8 @@ type Check struct {
 	Status CheckStatus
 	// Name is the check's stable id, for programs and tests: valkey, docker,
 	// job-image, config, triggers, scoped-limits, pause-windows, logs-dir,
-	// fleet, fleet-name, fleet-image, fleet-tz, fleet-stale, fleet-registry.
+	// fleet, fleet-name, fleet-image, fleet-tz, fleet-stale, fleet-registry,
+	// forge-credential (added by the pi-dispatch command).
 	Name string
 	// Detail is what was found, one line.
 	Detail string

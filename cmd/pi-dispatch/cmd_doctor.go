@@ -27,7 +27,10 @@ Prints one line per check (✓ fine, ⚠ suspicious, ✗ broken), each one not �
 followed by its fix, and exits 1 when any check is ✗. It reads the same
 environment as the worker (the env file $PI_ENV_FILE, else ./.env, under the
 shell's variables; its first line says where each value came from) and
-changes nothing: it never pulls an image.
+changes nothing: it never pulls an image. With a forge credential set, it
+asks that forge what the credential may do, on the repositories of the
+forge triggers, and names each scope, permission or role it lacks
+(docs/forges.md).
 `
 
 func cmdDoctor(ctx context.Context, e env, args []string) int {
@@ -65,6 +68,7 @@ func cmdDoctor(ctx context.Context, e env, args []string) int {
 	if cfgErr == nil {
 		checks = append(checks, folderRootsCheck(cfg))
 	}
+	checks = append(checks, doctorForgeChecks(ctx, e.getenv, cfg.TriggersFile)...)
 	printChecks(e.stdout, checks)
 	if operator.Failed(checks) {
 		return exitFailure

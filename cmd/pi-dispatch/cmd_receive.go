@@ -28,17 +28,21 @@ GITHUB_AUTH_SOURCE=app, GitHub is read with the App's installation tokens
 (read-only, one repository each, minted again before they expire) and the
 App's bot user is the receiver's own.
 
-  --check   validate the configuration and the triggers file, then exit
+  --check   validate the configuration and the triggers file, ask each forge
+            what its credential may do (on the forge triggers'
+            repositories), then exit
 
 Exit codes: 0 stopped by SIGTERM/SIGINT (or --check passed), 1 a runtime
-failure, 2 an invalid configuration or triggers file. docs/forges.md.
+failure, 2 an invalid configuration or triggers file, or (--check) a
+credential that lacks a scope, permission or role docs/forges.md asks for.
+docs/forges.md.
 `
 
 func runReceive(ctx context.Context, e env, args []string) int {
 	fset := flag.NewFlagSet("receive", flag.ContinueOnError)
 	fset.SetOutput(e.stderr)
 	fset.Usage = func() { fmt.Fprint(e.stderr, receiveHelp) }
-	checkOnly := fset.Bool("check", false, "validate the configuration and the triggers file, then exit")
+	checkOnly := fset.Bool("check", false, "validate the configuration, the triggers file and the forge credentials, then exit")
 	if err := fset.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
@@ -72,6 +76,14 @@ func runReceive(ctx context.Context, e env, args []string) int {
 	}
 	if *checkOnly {
 		fmt.Fprintf(e.stdout, "ok: %s\n", plan)
+		found, err := checkForgeCredentials(ctx, fc.Credentials, cfg.TriggersFile)
+		if err != nil {
+			printConfigErrors(e.stderr, "pi-dispatch receive", err)
+			return exitUsage
+		}
+		if printCredentialChecks(e.stdout, e.stderr, "pi-dispatch receive", found) {
+			return exitUsage
+		}
 		return exitOK
 	}
 	logger := slog.New(slog.NewJSONHandler(e.stderr, nil))

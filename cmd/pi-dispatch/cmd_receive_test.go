@@ -21,6 +21,9 @@ func receiveVars(t *testing.T, triggers string) map[string]string {
 	return map[string]string{
 		"PI_ENV_FILE": "/dev/null", "PI_TRIGGERS_FILE": path,
 		"WEBHOOK_SECRET": "s3cret-value", "GITHUB_PAT": "ghp_secretvalue",
+		// --check asks GitHub about the credential: here nothing answers
+		// (a warning), so the test never reaches the real GitHub.
+		"GITHUB_API_URL": "http://127.0.0.1:1",
 	}
 }
 

@@ -50,6 +50,9 @@ type GitHub struct {
 	ids int64
 	// edits counts the comment edits answered.
 	edits int
+	// install and pats are what the credential checks read (github_check.go).
+	install ghInstall
+	pats    map[string]ghPAT
 }
 
 // AppSlug is the double's App's slug; its bot user is AppSlug+"[bot]" with
@@ -115,6 +118,7 @@ func StartGitHub(t testing.TB, git *GitServer, appID int64, key *rsa.PublicKey, 
 	mux.HandleFunc("GET /repos/{owner}/{name}/collaborators/{user}/permission", g.permission)
 	g.eventRoutes(mux)
 	g.publishRoutes(mux)
+	g.checkRoutes(mux)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		g.mu.Lock()
 		g.calls[r.Method+" "+r.URL.Path]++
@@ -305,6 +309,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func (g *GitHub) validToken(tok, repo string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if _, ok := g.pats[tok]; ok {
+		return true // a personal token reaches every repository
+	}
 	it, ok := g.tokens[tok]
 	if !ok || !g.now().Before(it.expires) {
 		return false
@@ -348,6 +355,10 @@ func (g *GitHub) mint(w http.ResponseWriter, r *http.Request) {
 	var opts github.InstallationTokenOptions
 	if err := json.NewDecoder(r.Body).Decode(&opts); err != nil || len(opts.Repositories) == 0 {
 		writeJSON(w, http.StatusUnprocessableEntity, github.ErrorResponse{Message: "repositories required"})
+		return
+	}
+	if msg := g.refuseMint(opts); msg != "" {
+		writeJSON(w, http.StatusUnprocessableEntity, github.ErrorResponse{Message: msg})
 		return
 	}
 	b := make([]byte, 20)
@@ -423,6 +434,7 @@ func (g *GitHub) repo(w http.ResponseWriter, r *http.Request) {
 		CloneURL:      github.Ptr(g.git.CloneURL(repo)),
 		DefaultBranch: github.Ptr(rp.defaultBranch),
 		HTMLURL:       github.Ptr(g.URL + repo),
+		Permissions:   g.patPermissions(r, repo),
 	})
 }
 

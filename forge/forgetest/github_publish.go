@@ -44,8 +44,12 @@ func appBot() *github.User {
 	return &github.User{Login: github.Ptr(AppSlug + "[bot]"), ID: github.Ptr(int64(AppBotID)), Type: github.Ptr("Bot")}
 }
 
-// self answers GET /user: an installation token has no user, as on GitHub.
-func (g *GitHub) self(w http.ResponseWriter, _ *http.Request) {
+// self answers GET /user: an installation token has no user, as on GitHub;
+// a personal token's is its own (patUser).
+func (g *GitHub) self(w http.ResponseWriter, r *http.Request) {
+	if g.patUser(w, r) {
+		return
+	}
 	writeJSON(w, http.StatusForbidden, github.ErrorResponse{Message: "Resource not accessible by integration"})
 }
 

@@ -36,6 +36,8 @@ type GitLab struct {
 	noteEdits int
 	faults    []fault
 	calls     map[string]int // "METHOD sub"
+	// parentScopes are the parent token's scopes (gitlab_check.go).
+	parentScopes *[]string
 }
 
 type glProject struct {
@@ -126,7 +128,7 @@ type glError struct {
 }
 
 func (g *GitLab) serve(w http.ResponseWriter, r *http.Request) {
-	if g.serveUsers(w, r) {
+	if g.serveUsers(w, r) || g.serveTokenSelf(w, r) {
 		return
 	}
 	repo, sub, ok := glProjectPath(w, r)
@@ -153,7 +155,7 @@ func (g *GitLab) serve(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodGet && sub == "":
 		writeJSON(w, http.StatusOK, gitlab.Project{ID: p.id, PathWithNamespace: repo, DefaultBranch: p.defaultBranch,
-			HTTPURLToRepo: g.git.CloneURL(repo), WebURL: g.URL + "/" + repo})
+			HTTPURLToRepo: g.git.CloneURL(repo), WebURL: g.URL + "/" + repo, Permissions: g.parentAccess(p, tok)})
 	case r.Method == http.MethodPost && sub == "access_tokens":
 		g.mintToken(w, r, repo, tok)
 	case r.Method == http.MethodDelete && len(parts) == 2 && parts[0] == "access_tokens":
