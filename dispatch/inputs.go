@@ -97,22 +97,26 @@ func (w *Worker) withFlowTools(j jobs.Job) jobs.Job {
 // request. A file the host refuses (not a regular file, too large, a control
 // character, no title) is logged and left out as a whole: the pull request
 // is then titled from its request.
-func (w *Worker) pullRequestText(h *held) *jobs.PullRequestText {
+//
+// A pr.md refused is also answered as an output result (else nil), so the
+// record and the status comment say why the pull request has the host's
+// title.
+func (w *Worker) pullRequestText(h *held) (*jobs.PullRequestText, *jobs.OutputResult) {
 	if h.outDir == "" {
-		return nil
+		return nil, nil
 	}
 	data, err := jobout.Read(h.outDir, PullRequestFile, jobs.MaxPullRequestBytes)
 	if errors.Is(err, jobout.ErrAbsent) {
-		return nil
+		return nil, nil
 	}
 	if err == nil {
 		var pr jobs.PullRequestText
 		if pr, err = jobs.ParsePullRequestText(data); err == nil {
-			return &pr
+			return &pr, nil
 		}
 	}
 	h.log.Warn("job_output_refused", "file", PullRequestFile, "reason", err.Error())
-	return nil
+	return nil, &jobs.OutputResult{File: PullRequestFile, Status: jobs.OutputRefused, Reason: err.Error()}
 }
 
 // readOutputs reads the other files the job wrote to /job/out for its forge

@@ -219,8 +219,12 @@ func (w *Worker) publishWorkspace(ctx context.Context, h *held, v verdict) verdi
 // workspaceResult is how the run ended, for its publish: the outcome, and the
 // turns and dollars of its exit line, the metered spend preferred.
 func (w *Worker) workspaceResult(h *held, v verdict) WorkspaceResult {
-	res := WorkspaceResult{Outcome: v.outcome(), Reason: v.reason, PullRequest: w.pullRequestText(h), NoChanges: w.changesNothing(h)}
+	pr, prRefused := w.pullRequestText(h)
+	res := WorkspaceResult{Outcome: v.outcome(), Reason: v.reason, PullRequest: pr, NoChanges: w.changesNothing(h)}
 	res.Outputs, res.Refused = w.readOutputs(h)
+	if prRefused != nil {
+		res.Refused = append([]jobs.OutputResult{*prRefused}, res.Refused...)
+	}
 	var exit struct {
 		Turns *int64   `json:"turns"`
 		Cost  *float64 `json:"cost"`

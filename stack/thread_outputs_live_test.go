@@ -408,11 +408,13 @@ func TestForgeJobHostileOutputsAreRefused(t *testing.T) {
 	require.Len(t, f.gh.Comments(forgeRepo, 13), 1, "the status comment only")
 
 	// (d) pr.md a FIFO: the worker does not block on it; the pull request is
-	// titled from the issue, and the refusal is logged.
+	// titled from the issue, and the refusal is logged, recorded and said.
 	r = recs[fifo]
 	posted(r, jobs.OutputComment)
+	require.Contains(t, refused(r, jobs.OutputPullRequest).Reason, "not a regular file")
 	require.NotEmpty(t, r.PullRequestURL)
-	f.statusComment(t, 14, fifo, "done. Pull request: "+r.PullRequestURL)
+	status = f.statusComment(t, 14, fifo, "done. Pull request: "+r.PullRequestURL)
+	require.Contains(t, status, "- `pr.md` was not posted: ")
 	var fifoPull string
 	for _, p := range f.gh.Pulls(forgeRepo) {
 		if p.GetHTMLURL() == r.PullRequestURL {
