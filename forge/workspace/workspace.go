@@ -25,8 +25,11 @@
 // jobs and a retry share one. A flow that changes no code (Result.NoChanges)
 // publishes no change. Then the job's outputs (comment.md, review.json,
 // labels.json) are validated by forge/output in the job's context and
-// posted with the job's token, each on its own. The comments on the issue
-// (start, outcome, failure) are the host's.
+// posted with the job's token, each on its own. What became of the job is
+// said in its one status comment (Manager.Status), edited in place. A job
+// no trigger of the host covers (Config.Admit) is refused before any token
+// is minted, and every token a job got is revoked when it ends, whichever
+// way it ends (Checkout.Close).
 package workspace
 
 import (
