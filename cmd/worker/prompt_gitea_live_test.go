@@ -207,7 +207,11 @@ func TestPromptGiteaTriggers(t *testing.T) {
 	// answers a collaborator's permission lookup only about themselves
 	// (see the subtest PermissionLookupNeedsRepoAdmin), so a writer's token
 	// would show every other person as "unknown".
-	bot := g.CreateUser(t, "pi-bot", false)
+	// Its token has exactly the scopes docs/forges.md names, nothing more:
+	// the whole loop works with them.
+	scoped := g.CreateScopedUser(t, "pi-bot")
+	bot := forgetest.GiteaUser{ID: scoped.ID, Login: scoped.Login,
+		Token: scoped.Token(t, "host", "write:repository", "write:issue", "read:user")}
 	writer := g.CreateUser(t, "pi-writer", false)
 	for _, c := range []struct {
 		login string
