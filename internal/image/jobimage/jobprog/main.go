@@ -189,16 +189,17 @@ func (r *prog) writeFile(workspace string) bool {
 // (a hostile one too) leaves them for the host; false on a bad value or a
 // failed write.
 func (r *prog) writeOutputs(out string) bool {
+	// Each name is read as a literal, so the configuration check sees it.
 	steps := []struct {
-		name  string
-		write func(target, arg string) error
+		name, raw string
+		write     func(target, arg string) error
 	}{
-		{"JOB_OUT_TEXT", func(target, text string) error { return os.WriteFile(target, []byte(text+"\n"), 0o644) }},
-		{"JOB_OUT_BYTES", writeFiller},
-		{"JOB_OUT_LINK", func(target, dest string) error { return os.Symlink(dest, target) }},
+		{"JOB_OUT_TEXT", r.getenv("JOB_OUT_TEXT"), func(target, text string) error { return os.WriteFile(target, []byte(text+"\n"), 0o644) }},
+		{"JOB_OUT_BYTES", r.getenv("JOB_OUT_BYTES"), writeFiller},
+		{"JOB_OUT_LINK", r.getenv("JOB_OUT_LINK"), func(target, dest string) error { return os.Symlink(dest, target) }},
 	}
 	for _, st := range steps {
-		raw := r.getenv(st.name)
+		raw := st.raw
 		if raw == "" {
 			continue
 		}
