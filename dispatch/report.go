@@ -243,8 +243,12 @@ func (w *Worker) status(ctx context.Context, h *held, s JobStatus) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), statusTimeout)
 	defer cancel()
-	if err := ws.Status(ctx, h.job.ID, h.spec, s); err != nil {
+	url, err := ws.Status(ctx, h.job.ID, h.spec, s)
+	if err != nil {
 		h.log.Warn("forge_status_failed", "state", s.State, "err", err)
+	}
+	if url != "" {
+		h.rec.StatusCommentURL = url
 	}
 }
 

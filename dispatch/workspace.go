@@ -28,9 +28,10 @@ type Workspaces interface {
 	// Status shows how a forge job stands in its thread's one status
 	// comment, edited in place (created the first time): the Worker calls it
 	// when the job waits, is refused before it ran, starts, and when its
-	// outcome is final or it is retried. Best effort: an error is logged,
-	// never the job's.
-	Status(ctx context.Context, jobID string, job jobs.Job, s JobStatus) error
+	// outcome is final or it is retried. It answers the comment's web
+	// address ("" when unknown), which the job's record keeps. Best effort:
+	// an error is logged, never the job's.
+	Status(ctx context.Context, jobID string, job jobs.Job, s JobStatus) (string, error)
 }
 
 // JobStatus is what a forge job's status comment says now.

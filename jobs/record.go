@@ -172,6 +172,9 @@ type Record struct {
 	// PullRequestURL is the pull (merge) request a forge job's changes were
 	// published as; omitted when nothing was published.
 	PullRequestURL string `json:"pullRequestUrl,omitempty"`
+	// StatusCommentURL is the forge job's status comment, where the person
+	// who asked follows it; omitted when none was written before the record.
+	StatusCommentURL string `json:"statusCommentUrl,omitempty"`
 	// PushedCommit is the commit the host pushed to the job's branch, and
 	// BaseCommit the commit the job's workspace was cloned at (forge jobs).
 	PushedCommit string `json:"pushedCommit,omitempty"`
@@ -279,8 +282,10 @@ func (r Record) Validate() error {
 	if !validCommit(r.PushedCommit) || !validCommit(r.BaseCommit) {
 		return check.Field("pushedCommit", "commits must be 40 or 64 hex digits")
 	}
-	if u := r.PullRequestURL; u != "" && (len(u) > 1024 || !(strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "http://")) || strings.ContainsFunc(u, isControl)) {
-		return check.Field("pullRequestUrl", "must be an http(s) URL of at most 1024 bytes")
+	for _, f := range []struct{ name, v string }{{"pullRequestUrl", r.PullRequestURL}, {"statusCommentUrl", r.StatusCommentURL}} {
+		if u := f.v; u != "" && (len(u) > 1024 || !(strings.HasPrefix(u, "https://") || strings.HasPrefix(u, "http://")) || strings.ContainsFunc(u, isControl)) {
+			return check.Field(f.name, "must be an http(s) URL of at most 1024 bytes")
+		}
 	}
 	for _, f := range []struct{ name, v string }{{"target", r.Target}, {"flow", r.Flow}, {"image", r.Image}, {"network", r.Network}} {
 		if check.Text(f.v, 1024) != "" || strings.ContainsFunc(f.v, isControl) {

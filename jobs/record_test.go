@@ -452,11 +452,13 @@ func TestRecordForgeFields(t *testing.T) {
 	r.BaseCommit = strings.Repeat("0", 64)
 	require.NoError(t, r.Validate())
 	for name, mut := range map[string]func(*jobs.Record){
-		"ShortCommit":  func(r *jobs.Record) { r.PushedCommit = "abc" },
-		"UpperCommit":  func(r *jobs.Record) { r.BaseCommit = strings.Repeat("A", 40) },
-		"NotURL":       func(r *jobs.Record) { r.PullRequestURL = "javascript:alert(1)" },
-		"ControlInURL": func(r *jobs.Record) { r.PullRequestURL = "https://x/\n" },
-		"URLTooLong":   func(r *jobs.Record) { r.PullRequestURL = "https://x/" + strings.Repeat("a", 1024) },
+		"ShortCommit":   func(r *jobs.Record) { r.PushedCommit = "abc" },
+		"UpperCommit":   func(r *jobs.Record) { r.BaseCommit = strings.Repeat("A", 40) },
+		"NotURL":        func(r *jobs.Record) { r.PullRequestURL = "javascript:alert(1)" },
+		"ControlInURL":  func(r *jobs.Record) { r.PullRequestURL = "https://x/\n" },
+		"URLTooLong":    func(r *jobs.Record) { r.PullRequestURL = "https://x/" + strings.Repeat("a", 1024) },
+		"StatusNotURL":  func(r *jobs.Record) { r.StatusCommentURL = "javascript:alert(1)" },
+		"StatusControl": func(r *jobs.Record) { r.StatusCommentURL = "https://x/#\x1b" },
 	} {
 		bad := r
 		mut(&bad)

@@ -304,7 +304,7 @@ func workspaceError(err error) error {
 	return &dispatch.WorkspaceError{Outcome: jobs.OutcomeFailed, Reason: jobs.ReasonForgeUnavailable, Retry: true, Err: fmt.Errorf("forge: %w", err)}
 }
 
-func (w workspaces) Status(ctx context.Context, jobID string, job jobs.Job, s dispatch.JobStatus) error {
+func (w workspaces) Status(ctx context.Context, jobID string, job jobs.Job, s dispatch.JobStatus) (string, error) {
 	return w.m.Status(ctx, workspace.Job{ID: jobID, Job: job}, workspace.Status{
 		State: s.State, Reason: s.Reason, Attempt: s.Attempt, Attempts: s.Attempts, Until: s.Until,
 		PullRequestURL: s.PullRequestURL, Turns: s.Turns, Dollars: s.Dollars, Outputs: s.Outputs,

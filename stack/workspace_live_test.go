@@ -225,6 +225,12 @@ func TestForgeJobThreeFailedAttemptsOneStatusComment(t *testing.T) {
 	}, 30*time.Second, 50*time.Millisecond, "comments: %q", f.gh.Comments(forgeRepo, 5))
 	f.stop()
 	require.Len(t, f.gh.Comments(forgeRepo, 5), 1, "exactly one comment for three attempts")
+	recs, err := jobs.ReadRecords(f.logs, e.JobID)
+	require.NoError(t, err)
+	for _, r := range recs {
+		require.Regexp(t, `/acme/web/issues/5#issuecomment-\d+$`, r.StatusCommentURL, "each attempt's record links the one status comment")
+		require.Equal(t, recs[0].StatusCommentURL, r.StatusCommentURL)
+	}
 	require.Positive(t, f.gh.CommentEdits(), "edited in place")
 	require.ElementsMatch(t, f.gh.Tokens(), f.gh.Revoked(), "every token minted for the job is revoked")
 }

@@ -165,6 +165,9 @@ func printRecords(w io.Writer, ex operator.Explanation) {
 		if r.PullRequestURL != "" {
 			fmt.Fprintf(w, "    pull request: %s\n", r.PullRequestURL)
 		}
+		if r.StatusCommentURL != "" {
+			fmt.Fprintf(w, "    status comment: %s\n", r.StatusCommentURL)
+		}
 	}
 }
 

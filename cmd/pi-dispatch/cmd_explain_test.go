@@ -77,7 +77,7 @@ func TestExplainFinishedUnknownAndBadIDs(t *testing.T) {
 	ended := time.Now().UTC().Truncate(time.Second)
 	rec := jobs.Record{JobID: "d-1", Kind: jobs.KindForge, Target: "acme/app", Flow: "fix", StartedAt: ended.Add(-time.Minute), EndedAt: ended,
 		Outcome: jobs.OutcomePolicy, Reason: jobs.ReasonOverBudget, Attempt: 1, Host: "alpha",
-		PullRequestURL: "https://forge.example/acme/app/pull/3"}
+		PullRequestURL: "https://forge.example/acme/app/pull/3", StatusCommentURL: "https://forge.example/acme/app/issues/2#issuecomment-9"}
 	if err := fleetstate.NewMirror(db.Client, fleetstate.MirrorConfig{}).Mirror(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,8 @@ func TestExplainFinishedUnknownAndBadIDs(t *testing.T) {
 		!strings.HasSuffix(r.stdout, " after 1 attempt(s); its last record says policy/over-budget on host alpha\n"+
 			"run records (the run mirror):\n"+
 			"  attempt 1  ended "+at+"  on alpha  policy/over-budget\n"+
-			"    pull request: https://forge.example/acme/app/pull/3\n") {
+			"    pull request: https://forge.example/acme/app/pull/3\n"+
+			"    status comment: https://forge.example/acme/app/issues/2#issuecomment-9\n") {
 		t.Fatalf("%+v", r)
 	}
 

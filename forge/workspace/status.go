@@ -54,6 +54,7 @@ const statusSearch = 100
 type statusComment struct {
 	id  int64
 	key string // statusKey of what it says
+	url string // where it is on the forge's web pages
 	seq uint64
 }
 
@@ -63,6 +64,7 @@ type statuses struct {
 	seq  uint64
 	jobs map[string]statusComment
 	self sync.Map // jobs.Forge -> Person: who the host is on each forge
+	web  sync.Map // "<forge>:<repo>" -> the repository's web page
 }
 
 func (s *statuses) get(jobID string) statusComment {
@@ -103,36 +105,71 @@ func statusMarker(jobID string) string {
 // whoever wrote its data decides nothing the host says. A job with no issue
 // or pull request has nowhere to show it. Writing the same text again is
 // skipped.
-func (m *Manager) Status(ctx context.Context, job Job, s Status) error {
+//
+// It answers the comment's address on the forge's web pages ("" when it
+// wrote none, or the forge did not say where the repository's pages are).
+func (m *Manager) Status(ctx context.Context, job Job, s Status) (string, error) {
 	j := job.Job
 	f, ok := m.cfg.Forges[j.Forge]
 	switch {
 	case !ok || j.Repo == "":
-		return fmt.Errorf("%w: forge %q", ErrNotForge, j.Forge)
+		return "", fmt.Errorf("%w: forge %q", ErrNotForge, j.Forge)
 	case j.Number == 0:
-		return nil
+		return "", nil
 	}
 	if err := m.Admit(j); err != nil {
 		m.log.Warn("forge_status_skipped", "jobId", job.ID, "why", err.Error())
-		return nil
+		return "", nil
 	}
 	body := statusBody(job, s)
 	key := statusKey(job, s)
 	prev := m.status.get(job.ID)
 	if prev.key == key {
-		return nil
+		return prev.url, nil
 	}
 	tok, release, err := m.statusToken(ctx, job, f)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer release()
 	id, err := m.writeStatus(ctx, job, f, tok, prev.id, body)
 	if err != nil {
-		return err
+		return "", err
 	}
-	m.status.put(job.ID, statusComment{id: id, key: key})
-	return nil
+	url := prev.url
+	if id != prev.id || url == "" {
+		url = m.statusURL(ctx, job, f, tok, id)
+	}
+	m.status.put(job.ID, statusComment{id: id, key: key, url: url})
+	return url, nil
+}
+
+// statusURL is where comment id of the job's thread is on the forge's web
+// pages: the repository's page (asked once per repository) and the
+// forge's own path and anchor; "" when the forge does not say where the
+// repository's pages are.
+func (m *Manager) statusURL(ctx context.Context, job Job, f Forge, tok token.Token, id int64) string {
+	j := job.Job
+	if id == 0 {
+		return ""
+	}
+	web, ok := m.status.web.Load(string(j.Forge) + ":" + j.Repo)
+	if !ok {
+		repo, err := f.API.Repository(ctx, tok, j.Repo)
+		if err != nil || !strings.HasPrefix(repo.WebURL, "http") {
+			return ""
+		}
+		web = strings.TrimSuffix(repo.WebURL, "/")
+		m.status.web.Store(string(j.Forge)+":"+j.Repo, web)
+	}
+	switch {
+	case j.Forge == jobs.ForgeGitLab && j.PullRequest:
+		return fmt.Sprintf("%s/-/merge_requests/%d#note_%d", web, j.Number, id)
+	case j.Forge == jobs.ForgeGitLab:
+		return fmt.Sprintf("%s/-/issues/%d#note_%d", web, j.Number, id)
+	}
+	// GitHub and Gitea show a pull request's conversation under /issues/N too.
+	return fmt.Sprintf("%s/issues/%d#issuecomment-%d", web, j.Number, id)
 }
 
 // writeStatus edits the job's status comment (id, else the one found on the

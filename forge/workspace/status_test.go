@@ -22,7 +22,6 @@ func statusJob(id string) workspace.Job {
 
 func TestStatusComment(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 
 	t.Run("OneCommentForThreeFailedAttempts", func(t *testing.T) {
 		t.Parallel()
@@ -39,7 +38,7 @@ func TestStatusComment(t *testing.T) {
 			{State: workspace.StatusFailed, Reason: jobs.ReasonExitOther, Attempt: 3, Attempts: 3, Turns: 4, Dollars: 0.5},
 		}
 		for i, s := range steps {
-			require.NoError(t, b.m.Status(ctx, job, s))
+			writeStatus(t, b.m, job, s)
 			comments := b.gh.Comments(repo, 5)
 			require.Len(t, comments, 1, "step %d: one status comment, edited in place", i)
 			if s.State != workspace.StatusFailed {
@@ -62,7 +61,7 @@ func TestStatusComment(t *testing.T) {
 		until := time.Date(2026, 12, 7, 18, 0, 0, 0, time.UTC)
 		for i := range 5 {
 			// Deferred again and again for the same reason: only its due time changes.
-			require.NoError(t, b.m.Status(ctx, job, workspace.Status{State: workspace.StatusWaiting, Reason: jobs.ReasonThreadBusy, Until: until.Add(time.Duration(i) * time.Second)}))
+			writeStatus(t, b.m, job, workspace.Status{State: workspace.StatusWaiting, Reason: jobs.ReasonThreadBusy, Until: until.Add(time.Duration(i) * time.Second)})
 		}
 		require.Len(t, b.gh.Comments(repo, 5), 1)
 		require.Zero(t, b.gh.CommentEdits(), "the same state is not written again")
@@ -76,8 +75,8 @@ func TestStatusComment(t *testing.T) {
 		first := b.m
 		withGitHubConfig(t, b, nil) // a second host: a Manager that remembers nothing
 		job := statusJob("job-s3")
-		require.NoError(t, first.Status(ctx, job, workspace.Status{State: workspace.StatusRetrying, Reason: jobs.ReasonExitOther, Attempt: 1, Attempts: 2}))
-		require.NoError(t, b.m.Status(ctx, job, workspace.Status{State: workspace.StatusCompleted, PullRequestURL: "https://example.test/pr/1"}))
+		writeStatus(t, first, job, workspace.Status{State: workspace.StatusRetrying, Reason: jobs.ReasonExitOther, Attempt: 1, Attempts: 2})
+		writeStatus(t, b.m, job, workspace.Status{State: workspace.StatusCompleted, PullRequestURL: "https://example.test/pr/1"})
 		comments := b.gh.Comments(repo, 5)
 		require.Len(t, comments, 1, "the second host found the first's comment by its marker")
 		require.Contains(t, comments[0], "Pull request: https://example.test/pr/1")
@@ -89,7 +88,7 @@ func TestStatusComment(t *testing.T) {
 		withGitHubConfig(t, b, nil)
 		job := statusJob("job-s4")
 		b.gh.AddIssueComment(repo, 5, "mallory", "spoof <!-- pidispatch:status job=job-s4 -->")
-		require.NoError(t, b.m.Status(ctx, job, workspace.Status{State: workspace.StatusRunning}))
+		writeStatus(t, b.m, job, workspace.Status{State: workspace.StatusRunning})
 		require.Zero(t, b.gh.CommentEdits(), "a comment by another author is never edited")
 		require.Len(t, b.gh.Comments(repo, 5), 1, "the host wrote its own")
 	})
@@ -99,10 +98,10 @@ func TestStatusComment(t *testing.T) {
 		b := setup(t, workspace.PublishPolicy{}, workspace.Limits{})
 		withGitHubConfig(t, b, nil)
 		job := statusJob("job-s5")
-		require.NoError(t, b.m.Status(ctx, job, workspace.Status{State: workspace.StatusCompleted, Outputs: []jobs.OutputResult{
+		writeStatus(t, b.m, job, workspace.Status{State: workspace.StatusCompleted, Outputs: []jobs.OutputResult{
 			{File: jobs.OutputComment, Status: jobs.OutputPosted},
 			{File: jobs.OutputLabels, Status: jobs.OutputRefused, Reason: "label \"admin\" is not allowed\nsecond line"},
-		}}))
+		}})
 		body := b.gh.Comments(repo, 5)[0]
 		require.Contains(t, body, "`labels.json` was not posted: label \"admin\" is not allowed second line")
 		require.NotContains(t, body, "`comment.md`")
@@ -114,7 +113,7 @@ func TestStatusComment(t *testing.T) {
 		withGitHubConfig(t, b, func(c *workspace.Config) { c.Admit = admitFix })
 		job := statusJob("job-s6")
 		job.Job.Trigger = "written-by-someone-with-valkey"
-		require.NoError(t, b.m.Status(ctx, job, workspace.Status{State: workspace.StatusRefused, Reason: jobs.ReasonJobUnsigned}))
+		writeStatus(t, b.m, job, workspace.Status{State: workspace.StatusRefused, Reason: jobs.ReasonJobUnsigned})
 		require.Empty(t, b.gh.Comments(repo, 5))
 		require.Empty(t, b.gh.Tokens(), "no token is minted for it either")
 	})
@@ -128,7 +127,7 @@ func TestStatusComment(t *testing.T) {
 			{State: workspace.StatusRetrying, Reason: jobs.ReasonExitOther, Attempt: 1, Attempts: 2},
 			{State: workspace.StatusFailed, Reason: jobs.ReasonExitOther, Attempt: 2, Attempts: 2},
 		} {
-			require.NoError(t, b.m.Status(ctx, b.job, s))
+			writeStatus(t, b.m, b.job, s)
 		}
 		notes := b.gl.Notes(glProject, "issue/3")
 		require.Len(t, notes, 1)
@@ -172,4 +171,13 @@ func TestPrepareRefusesAJobNoTriggerCovers(t *testing.T) {
 	require.ErrorIs(t, err, workspace.ErrNotAgreed)
 	require.Empty(t, b.gh.Tokens(), "no token minted")
 	require.Empty(t, b.gh.Comments(repo, 5))
+}
+
+// writeStatus writes s to job's status comment through m, and answers the
+// comment's address.
+func writeStatus(t *testing.T, m *workspace.Manager, job workspace.Job, s workspace.Status) string {
+	t.Helper()
+	url, err := m.Status(context.Background(), job, s)
+	require.NoError(t, err)
+	return url
 }

@@ -32,6 +32,7 @@ const (
 	heldJob     = "held-job-1"
 	forgeRun    = "gh-run-1"
 	forgePull   = "https://forge.example/acme/web/pull/7"
+	forgeStatus = "https://forge.example/acme/web/issues/5#issuecomment-77"
 	liveTimeout = 90 * time.Second
 )
 
@@ -61,7 +62,7 @@ func liveFleet(t *testing.T) *livetest.ValkeyDB {
 	forgeRec := jobs.Record{JobID: forgeRun, Kind: jobs.KindForge, Target: "acme/web", Flow: "fix",
 		StartedAt: end.Add(-2 * time.Minute), EndedAt: end.Add(-time.Minute), Outcome: jobs.OutcomeCompleted,
 		Reason: jobs.ReasonCompleted, ExitCode: &exit, Attempt: 1, Host: liveHost, Image: "pi-job:test",
-		PullRequestURL: forgePull}
+		PullRequestURL: forgePull, StatusCommentURL: forgeStatus}
 	require.NoError(t, fleetstate.NewMirror(db.Client, fleetstate.MirrorConfig{}).Mirror(ctx, forgeRec))
 
 	q, err := queue.New(db.Client, fleet.HostQueueName(liveHost), queue.Config{WorkerName: liveHost})
@@ -183,6 +184,7 @@ func TestDashboardInChromium(t *testing.T) {
 	require.Equal(t, true, check(`[...document.querySelectorAll("#runs a")].some((a) => a.getAttribute("href") === "job?id=`+forgeRun+`")`))
 	require.Equal(t, true, check(`[...document.querySelectorAll("#running a")].some((a) => a.textContent === "`+runningJob+`")`))
 	require.Equal(t, true, check(`[...document.querySelectorAll("#runs a")].some((a) => a.href === "`+forgePull+`" && a.rel === "noopener noreferrer")`))
+	require.Equal(t, true, check(`[...document.querySelectorAll("#runs a")].some((a) => a.href === "`+forgeStatus+`" && a.textContent === "status")`))
 	// The running job shows under its host.
 	require.Equal(t, true, check(`[...document.querySelectorAll("#hosts td")].some((td) => td.textContent === "`+runningJob+`")`))
 }

@@ -78,6 +78,9 @@ type runView struct {
 	// PullRequestURL is a forge job's pull request (jobs.Record checked it
 	// is an http(s) URL; the page links only those).
 	PullRequestURL string `json:"pullRequestUrl,omitempty"`
+	// StatusCommentURL is its status comment on the forge (checked as the
+	// pull request's is).
+	StatusCommentURL string `json:"statusCommentUrl,omitempty"`
 }
 
 type dollarView struct {
@@ -202,7 +205,8 @@ func toHostView(h registry.Host, running []Running) hostView {
 func toRunView(r jobs.Record) runView {
 	v := runView{JobID: r.JobID, Host: r.Host, Kind: string(r.Kind), Target: r.Target, Flow: r.Flow,
 		Outcome: r.Outcome, Reason: string(r.Reason), Attempt: r.Attempt, EndedAt: r.EndedAt.UTC(),
-		DurationMs: max(r.EndedAt.Sub(r.StartedAt).Milliseconds(), 0), PullRequestURL: r.PullRequestURL}
+		DurationMs: max(r.EndedAt.Sub(r.StartedAt).Milliseconds(), 0), PullRequestURL: r.PullRequestURL,
+		StatusCommentURL: r.StatusCommentURL}
 	if r.JobIDQuoted != "" {
 		v.JobID = r.JobIDQuoted
 	}

@@ -67,10 +67,19 @@
     }), 'no running jobs');
     table('held', ['job id', 'held for', 'checks'], s.held.map((h) => [jobLink(h.jobId), age(h.ageMs), h.checks]), 'no held jobs');
     document.getElementById('runs-note').textContent = s.runsNote ? 'run mirror: ' + s.runsNote : '';
-    table('runs', ['ended', 'job id', 'host', 'kind', 'outcome', 'reason', 'attempt', 'took', 'cost', 'pull request'],
+    const forgeLinks = (r) => {
+      const box = el('span');
+      const pr = urlLink(r.pullRequestUrl, 'pull request');
+      const st = urlLink(r.statusCommentUrl, 'status');
+      if (pr) box.append(pr);
+      if (pr && st) box.append(' · ');
+      if (st) box.append(st);
+      return pr || st ? box : '-';
+    };
+    table('runs', ['ended', 'job id', 'host', 'kind', 'outcome', 'reason', 'attempt', 'took', 'cost', 'forge'],
       s.runs.map((r) => [new Date(r.endedAt).toISOString().replace('T', ' ').slice(0, 19), jobLink(r.jobId), r.host,
         r.kind, el('span', r.outcome, 'outcome-' + r.outcome), r.reason, r.attempt, age(r.durationMs),
-        dollars(r.dollars) + (r.estimated ? ' (estimated)' : ''), urlLink(r.pullRequestUrl) || '-']),
+        dollars(r.dollars) + (r.estimated ? ' (estimated)' : ''), forgeLinks(r)]),
       'no runs recorded');
     document.getElementById('updated').textContent = 'updated ' + new Date(s.now).toLocaleTimeString();
     document.body.dataset.loaded = '1';

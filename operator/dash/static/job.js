@@ -26,9 +26,11 @@
     document.getElementById('title').textContent = 'job ' + j.jobId;
     const recs = j.records || [];
     const pr = recs.map(r => r.pullRequestUrl).filter(Boolean).pop();
+    const status = recs.map(r => r.statusCommentUrl).filter(Boolean).pop();
     const facts = [
       ['state', j.found ? j.state : 'on no queue'],
       ['pull request', pr ? urlLink(pr) : ''],
+      ['status comment', status ? urlLink(status) : ''],
       ['queue', j.queue || ''],
       ['host', j.host || ''],
       ['attempt', j.attempt ? j.attempt + (j.attempts ? ' of ' + j.attempts : '') : ''],
