@@ -85,6 +85,9 @@ func ParseGitHub(eventType, deliveryID string, body []byte) (Event, error) {
 	if err != nil {
 		return ev, err
 	}
+	if err := githubComplete(payload); err != nil {
+		return ev, err
+	}
 	switch p := payload.(type) {
 	case *github.IssuesEvent:
 		githubIssues(&ev, p)
@@ -107,6 +110,26 @@ func ParseGitHub(eventType, deliveryID string, body []byte) (Event, error) {
 		}
 	}
 	return ev, ev.check()
+}
+
+// githubComplete refuses a handled payload without the issue or pull
+// request it is about: the readers below dereference them.
+func githubComplete(payload any) error {
+	missing := false
+	switch p := payload.(type) {
+	case *github.IssuesEvent:
+		missing = p.Issue == nil
+	case *github.IssueCommentEvent:
+		missing = p.Issue == nil
+	case *github.PullRequestEvent:
+		missing = p.PullRequest == nil
+	case *github.PullRequestReviewEvent:
+		missing = p.PullRequest == nil
+	}
+	if missing {
+		return malformed("no issue or pull request in the payload")
+	}
+	return nil
 }
 
 // githubEvents are the GitHub event types a trigger handles: only they are parsed.

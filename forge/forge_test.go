@@ -650,3 +650,12 @@ func TestIntakeGitLabTokenBotIsSelf(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotEqual(t, forge.ReasonSelf, out.Reason)
 }
+
+// A handled event type whose payload lacks the issue or pull request it is
+// about is malformed, never a panic.
+func TestParseGitHubWithoutItsSubjectIsMalformed(t *testing.T) {
+	for _, event := range []string{"issues", "issue_comment", "pull_request", "pull_request_review"} {
+		_, err := forge.ParseGitHub(event, "d", []byte(`{"action":"opened"}`))
+		require.Error(t, err, event)
+	}
+}

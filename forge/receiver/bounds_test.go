@@ -4,8 +4,8 @@ import (
 	"crypto/hmac"
 	"crypto/sha1"
 	"encoding/hex"
-	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -92,29 +92,26 @@ func TestInFlightBoundAnswers503(t *testing.T) {
 	srv := httptest.NewServer(r.Handler())
 	t.Cleanup(srv.Close)
 
-	// The first delivery's body never ends: it holds the one slot.
-	pr, pw := io.Pipe()
-	t.Cleanup(func() { pw.Close() })
-	slow, err := http.NewRequest(http.MethodPost, srv.URL+"/github", pr)
+	// The first delivery's body never ends: it holds the one slot. It is
+	// written on a connection of its own, its headers and the start of its
+	// body flushed, so the server is reading it.
+	conn, err := net.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
 	require.NoError(t, err)
-	for k, v := range githubHeaders("issues", "slow", []byte("{}")) {
-		slow.Header.Set(k, v)
+	t.Cleanup(func() { conn.Close() })
+	hdr := "POST /github HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n"
+	for k, v := range githubHeaders("ping", "slow", []byte("{}")) {
+		hdr += k + ": " + v + "\r\n"
 	}
-	slow.Header.Set("Content-Type", "application/json")
-	go func() {
-		if resp, err := http.DefaultClient.Do(slow); err == nil {
-			resp.Body.Close()
-		}
-	}()
-	_, err = pw.Write([]byte(`{"action":`)) // the handler is reading it
+	_, err = conn.Write([]byte(hdr + "\r\n" + `{"zen":`))
 	require.NoError(t, err)
 
-	body := []byte("{}")
+	// A ping: answered 200 when it gets a slot, 503 while the slow one holds it.
+	body := []byte(`{"zen":"ok"}`)
 	var status int
 	var retry string
 	require.Eventually(t, func() bool {
 		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/github", strings.NewReader(string(body)))
-		for k, v := range githubHeaders("issues", "second", body) {
+		for k, v := range githubHeaders("ping", "second", body) {
 			req.Header.Set(k, v)
 		}
 		req.Header.Set("Content-Type", "application/json")
