@@ -162,30 +162,7 @@ func deadValkey(t *testing.T) *redis.Client {
 // answers: a Valkey that stalls.
 func hungValkey(t *testing.T) *redis.Client {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-	})
-	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), ReadTimeout: time.Minute, WriteTimeout: time.Minute, MaxRetries: 3})
+	c := redis.NewClient(&redis.Options{Addr: livetest.HungServer(t), ReadTimeout: time.Minute, WriteTimeout: time.Minute, MaxRetries: 3})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }

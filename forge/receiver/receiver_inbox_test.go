@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -164,39 +163,10 @@ func TestPingIsAnswered200InTheSynchronousMode(t *testing.T) {
 	assert.Empty(t, h.logs.Events(t, "forge_refused"))
 }
 
-// hungServer accepts connections and never answers: a stalled Valkey.
-func hungServer(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return ln.Addr().String()
-}
-
 // Valkey stalls (a client whose own timeouts add up to minutes): the
 // delivery is answered 202 within the bound, from the spool.
 func TestStalledValkeyIsAnsweredWithinTheBound(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: hungServer(t), ReadTimeout: time.Minute, WriteTimeout: time.Minute})
+	c := redis.NewClient(&redis.Options{Addr: livetest.HungServer(t), ReadTimeout: time.Minute, WriteTimeout: time.Minute})
 	t.Cleanup(func() { _ = c.Close() })
 	h := newInboxHarness(t, c, func(cfg *inbox.Config) { cfg.StoreTimeout = inbox.DefaultStoreTimeout })
 	body := fixtures.GitHub(t, "issue_comment", "created", 0)
