@@ -378,7 +378,9 @@ func spoolFiles(t *testing.T, dir string) []string {
 
 // rateLimitedGitHub is a GitHub API double whose permission endpoint is over
 // its rate limit until reset (403, x-ratelimit-remaining: 0), and answers
-// write after it. It records when each lookup came.
+// write after it. The reset is set at the first lookup, a whole second
+// ahead of it, so the first lookup is always refused however slowly the
+// test reaches it. It records when each lookup came.
 type rateLimitedGitHub struct {
 	*httptest.Server
 	reset time.Time
@@ -388,20 +390,25 @@ type rateLimitedGitHub struct {
 
 func newRateLimitedGitHub(t *testing.T) *rateLimitedGitHub {
 	t.Helper()
-	g := &rateLimitedGitHub{reset: time.Unix(time.Now().Unix()+1, 0)}
+	g := &rateLimitedGitHub{}
 	g.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		now := time.Now()
 		g.mu.Lock()
-		g.calls = append(g.calls, time.Now())
+		g.calls = append(g.calls, now)
+		if g.reset.IsZero() {
+			g.reset = time.Unix(now.Unix()+1, 0)
+		}
+		reset := g.reset
 		g.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		if r.URL.Path != "/repos/Codertocat/Hello-World/collaborators/Codertocat/permission" {
 			http.Error(w, `{"message":"Not Found"}`, http.StatusNotFound)
 			return
 		}
-		if time.Now().Before(g.reset) {
+		if now.Before(reset) {
 			w.Header().Set("X-RateLimit-Limit", "5000")
 			w.Header().Set("X-RateLimit-Remaining", "0")
-			w.Header().Set("X-RateLimit-Reset", strconv.FormatInt(g.reset.Unix(), 10))
+			w.Header().Set("X-RateLimit-Reset", strconv.FormatInt(reset.Unix(), 10))
 			w.WriteHeader(http.StatusForbidden)
 			fmt.Fprint(w, `{"message":"API rate limit exceeded for installation ID 1."}`)
 			return
@@ -410,6 +417,12 @@ func newRateLimitedGitHub(t *testing.T) *rateLimitedGitHub {
 	}))
 	t.Cleanup(g.Close)
 	return g
+}
+
+func (g *rateLimitedGitHub) resetAt() time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.reset
 }
 
 func (g *rateLimitedGitHub) lookups() []time.Time {
@@ -438,7 +451,7 @@ func TestRateLimitedLookupIsProcessedAfterTheReset(t *testing.T) {
 
 	calls := gh.lookups()
 	require.Len(t, calls, 2, "one lookup refused for the limit, one after its reset; none in between")
-	assert.False(t, calls[1].Before(gh.reset), "looked up again only after the reset")
+	assert.False(t, calls[1].Before(gh.resetAt()), "looked up again only after the reset")
 	assert.Equal(t, []string{"gh-limited-1"}, pendingJobs(t, db.Client))
 	assert.Empty(t, logs.Events(t, "forge_refused"), "a rate limit is no refusal")
 	retry := logs.Events(t, "forge_delivery_retry")
