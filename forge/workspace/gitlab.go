@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"path"
 	"slices"
 	"strings"
 
@@ -103,7 +102,7 @@ func (g *GitLab) projectBot(ctx context.Context, c *gitlab.Client, project, id i
 }
 
 // BranchProtected implements API: a protection rule names the branch or a
-// wildcard pattern matching it.
+// wildcard pattern matching it, by GitLab's rule (gitlabProtects).
 func (g *GitLab) BranchProtected(ctx context.Context, tok token.Token, repo, branch string) (bool, error) {
 	c, err := g.client(tok)
 	if err != nil {
@@ -117,7 +116,7 @@ func (g *GitLab) BranchProtected(ctx context.Context, tok token.Token, repo, bra
 			return false, gitlabErr(resp, err)
 		}
 		for _, r := range rules {
-			if ok, _ := path.Match(r.Name, branch); ok || r.Name == branch {
+			if gitlabProtects(r.Name, branch) {
 				return true, nil
 			}
 		}
@@ -579,4 +578,34 @@ func (g *GitLab) EditLabels(ctx context.Context, tok token.Token, repo string, n
 		return gitlabErr(resp, err)
 	}
 	return nil
+}
+
+// gitlabProtects follows GitLab's own rule for a protected branch name
+// (Gitlab::RefMatcher), not a shell glob: a name without * protects that one
+// branch; with *, the whole branch name must match, each * standing for any
+// run of characters, / included, so "pi/*" protects pi/issue/3 and "*" every
+// branch. No other character is special.
+func gitlabProtects(rule, branch string) bool {
+	if rule == "" {
+		return false
+	}
+	parts := strings.Split(rule, "*")
+	if len(parts) == 1 {
+		return rule == branch
+	}
+	first, last := parts[0], parts[len(parts)-1]
+	if len(branch) < len(first)+len(last) || !strings.HasPrefix(branch, first) || !strings.HasSuffix(branch, last) {
+		return false
+	}
+	// Each middle part at its earliest place leaves the most room for the
+	// rest: a greedy scan decides the match.
+	rest := branch[len(first) : len(branch)-len(last)]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(rest, p)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(p):]
+	}
+	return true
 }
