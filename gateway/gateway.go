@@ -12,13 +12,13 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/internal/jobrule"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 
@@ -263,10 +263,6 @@ func callOf(ctx context.Context) *call {
 	return c
 }
 
-// knownModel matches a model name that may be shown as it is once the
-// host's own configuration names it.
-var knownModel = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$`)
-
 // shownModel is model as a log line, a record, a span or a transcript may
 // name it. The job chooses the name it sends, so it may carry a secret its
 // profile gave it: only a model the host's own configuration names exactly
@@ -277,7 +273,7 @@ func (g *Gateway) shownModel(provider, model string) string {
 	if model == "" {
 		return ""
 	}
-	if knownModel.MatchString(model) {
+	if jobrule.ShownName(model) {
 		if g.cfg.Pricing != nil {
 			if _, ok := g.cfg.Pricing.prices[provider+"/"+model]; ok {
 				return model

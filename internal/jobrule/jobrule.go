@@ -48,6 +48,17 @@ func Token(s string) bool {
 	return true
 }
 
+// shownName is the character set of a model or provider name that a log, a
+// record, a comment or a notification may show as it is: it starts with a
+// letter or a digit and holds no blank, control or format character (bidi
+// controls), markup (< > ` [ ] ( ) ! & |) or quote.
+var shownName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$`)
+
+// ShownName reports whether s is a model or provider name that may be shown
+// as it is; the gateway shows any other model by its digest, and the exit
+// line keeps no other.
+func ShownName(s string) bool { return shownName.MatchString(s) }
+
 // Models returns the index of the first entry of models that is not a Token,
 // or -1; and whether the list is short enough (at most MaxModels).
 func Models(models []string) (bad int, shortEnough bool) {
