@@ -75,7 +75,11 @@ func (w *Worker) classify(h *held, end runclass.End) verdict {
 	case runclass.EventRunFailed:
 		h.log.Error(c.Event, "err", end.Err)
 	}
-	v := verdict{reason: c.Reason, exit: end.ExitCode(), telemetry: exitline.Clean(end.Telemetry(), h.secrets, false)}
+	telemetry, refused := exitline.Check(end.Telemetry(), h.secrets, false)
+	for _, r := range refused {
+		h.log.Warn("job_exit_field_refused", "field", r.Field, "why", r.Why)
+	}
+	v := verdict{reason: c.Reason, exit: end.ExitCode(), telemetry: telemetry}
 	switch c.Report {
 	case runclass.ReportNothing:
 		v.act = actLockLost

@@ -7,9 +7,12 @@ package exitline
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/pidispatch/pidispatch/internal/jobrule"
 	"github.com/pidispatch/pidispatch/jobs"
@@ -57,6 +60,12 @@ type exitTokens struct {
 	Total      *int64 `json:"total,omitempty"`
 }
 
+// Refusal is a string field of an exit line that was not kept, and why. Why
+// never repeats the field's value: it is the job's, and may hold a secret.
+type Refusal struct {
+	Field, Why string
+}
+
 // Clean rebuilds a job's exit line (raw, as the container printed
 // it) from its documented fields, each validated; anything else the job
 // printed is dropped. The job is untrusted: it may print a resolved secret
@@ -65,9 +74,20 @@ type exitTokens struct {
 // longer known (a run recorded after a restart): then every free-text
 // string (provider, model) is dropped. nil when nothing is left.
 func Clean(raw json.RawMessage, secrets map[string]string, unknownSecrets bool) json.RawMessage {
+	out, _ := Check(raw, secrets, unknownSecrets)
+	return out
+}
+
+// Check is Clean, and says which string fields it refused and why. A
+// provider or model name is kept only when it obeys the rule by which the
+// gateway shows a model as it is (jobrule.ShownName): a name holding a
+// bidi control, another control or format character, markup (<!channel>,
+// a link, a backtick) or that starts with - or @ is refused, never stored
+// as it came.
+func Check(raw json.RawMessage, secrets map[string]string, unknownSecrets bool) (json.RawMessage, []Refusal) {
 	var fields map[string]json.RawMessage
 	if len(raw) == 0 || json.Unmarshal(raw, &fields) != nil {
-		return nil
+		return nil, nil
 	}
 	leaks := func(s string) bool {
 		for _, v := range secrets {
@@ -77,16 +97,28 @@ func Clean(raw json.RawMessage, secrets map[string]string, unknownSecrets bool) 
 		}
 		return false
 	}
+	var refused []Refusal
 	token := func(key string, allowed []string) string {
-		var s string
-		if json.Unmarshal(fields[key], &s) != nil || leaks(s) {
+		rawField, present := fields[key]
+		if !present {
 			return ""
 		}
-		if allowed != nil {
-			if !slices.Contains(allowed, s) {
-				return ""
-			}
-		} else if unknownSecrets || !jobrule.Token(s) {
+		var s string
+		why := ""
+		switch {
+		case json.Unmarshal(rawField, &s) != nil:
+			why = "not a string"
+		case leaks(s):
+			why = "holds a secret value"
+		case allowed != nil && !slices.Contains(allowed, s):
+			why = "not one of the contract's tokens"
+		case allowed == nil && unknownSecrets:
+			why = "free text, and the job's secret values are no longer known"
+		case allowed == nil:
+			why = nameFault(s)
+		}
+		if why != "" {
+			refused = append(refused, Refusal{Field: key, Why: why})
 			return ""
 		}
 		return s
@@ -124,9 +156,37 @@ func Clean(raw json.RawMessage, secrets map[string]string, unknownSecrets bool) 
 	}
 	b, err := json.Marshal(out)
 	if err != nil || len(b) > jobs.MaxTelemetryBytes {
-		return nil
+		return nil, refused
 	}
-	return bytes.Clone(b)
+	return bytes.Clone(b), refused
+}
+
+// nameFault says why s is not a name that may be shown as it is, naming the
+// first character at fault by its code point; "" when it is one.
+func nameFault(s string) string {
+	if jobrule.ShownName(s) {
+		return ""
+	}
+	switch {
+	case s == "":
+		return "empty"
+	case len(s) > jobrule.MaxNameBytes:
+		return fmt.Sprintf("longer than %d bytes", jobrule.MaxNameBytes)
+	case !utf8.ValidString(s):
+		return "not UTF-8"
+	}
+	for i, r := range s {
+		ok := r < utf8.RuneSelf && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' ||
+			i > 0 && strings.ContainsRune("._:@/-", r))
+		if !ok {
+			kind := "character"
+			if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == '\u2028' || r == '\u2029' {
+				kind = "control or format character"
+			}
+			return fmt.Sprintf("holds %s %U at byte %d: a name is a letter or digit, then letters, digits and . _ : @ / -", kind, r, i)
+		}
+	}
+	return "not a name"
 }
 
 // count is a JSON integer in 0..limit, else nil.

@@ -1,6 +1,7 @@
 package exitline
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -34,5 +35,36 @@ func TestClean(t *testing.T) {
 	}
 	if got := Clean(nil, secrets, false); got != nil {
 		t.Errorf("no exit line: %s", got)
+	}
+}
+
+// A hostile job reports names made to ping, link, inject HTML or turn text
+// around (bidi controls) wherever the record is shown: each such field is
+// refused, with why, and the rest of the line is kept.
+func TestHostileStringsRefused(t *testing.T) {
+	for _, name := range []string{
+		"@org/everyone", "<!channel>", "<@U123>", "<http://x|y>", "--output=/tmp/x",
+		"claude\u202egnp.exe", "a\u2066b", "a\u200eb", "a\u200fb", "a\u061cb", "a\u202ab",
+		"`code`", "[x](http://evil)", "![i](http://evil/i.png)", "<img src=x>", "a&amp;b",
+		"a\x7fb", "a\u0085b", "a\u2028b", "a\ufeffb",
+	} {
+		raw, _ := json.Marshal(map[string]any{"event": "exit", "turns": 1, "model": name, "provider": name})
+		got, refused := Check(raw, nil, false)
+		if string(got) != `{"event":"exit","turns":1}` {
+			t.Errorf("%q: kept %s", name, got)
+		}
+		if len(refused) != 2 || refused[0].Field != "provider" || refused[1].Field != "model" || refused[0].Why == "" {
+			t.Errorf("%q: refusals %+v", name, refused)
+		}
+		for _, r := range refused {
+			if strings.Contains(r.Why, name) {
+				t.Errorf("%q: the reason repeats the job's text: %s", name, r.Why)
+			}
+		}
+	}
+	// A name the gateway would show as it is passes.
+	got, refused := Check([]byte(`{"event":"exit","provider":"anthropic","model":"claude-haiku-4-5@20251001"}`), nil, false)
+	if string(got) != `{"event":"exit","provider":"anthropic","model":"claude-haiku-4-5@20251001"}` || len(refused) != 0 {
+		t.Errorf("a plain name: %s %+v", got, refused)
 	}
 }
