@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/google/go-github/v84/github"
 	gitlab "gitlab.com/gitlab-org/api/client-go/v2"
 
+	"github.com/pidispatch/pidispatch/internal/check"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 
@@ -67,6 +69,11 @@ type Event struct {
 	ReviewID  int64
 	// ReviewState is a submitted review's state, lower case.
 	ReviewState string
+	// CloneURL is the repository's HTTP(S) clone URL as the payload names
+	// it ("" when it names none). Nothing clones from it: the workspace asks
+	// the forge's API. It is checked (CheckCloneURL) because a payload whose
+	// clone URL is not the forge's own was not written by that forge.
+	CloneURL string
 }
 
 // ErrMalformed marks a payload that does not parse as its declared event.
@@ -109,7 +116,23 @@ func ParseGitHub(eventType, deliveryID string, body []byte) (Event, error) {
 			ev.ReviewID = p.GetReview().GetID()
 		}
 	}
-	return ev, ev.check()
+	ev.CloneURL = githubRepo(payload).GetCloneURL()
+	return ev, ev.Validate()
+}
+
+// githubRepo is the repository a handled payload names (nil for none).
+func githubRepo(payload any) *github.Repository {
+	switch p := payload.(type) {
+	case *github.IssuesEvent:
+		return p.Repo
+	case *github.IssueCommentEvent:
+		return p.Repo
+	case *github.PullRequestEvent:
+		return p.Repo
+	case *github.PullRequestReviewEvent:
+		return p.Repo
+	}
+	return nil
 }
 
 // githubComplete refuses a handled payload without the issue or pull
@@ -207,7 +230,7 @@ func ParseGitLab(eventType, deliveryID string, body []byte) (Event, error) {
 		ev.Repo, ev.ProjectID = p.Project.PathWithNamespace, p.Project.ID
 		ev.Number, ev.Action, ev.PullRequest = int(p.ObjectAttributes.IID), p.ObjectAttributes.Action, true
 		ev.Labels, ev.Added = gitlabLabels(p.Labels), gitlabAdded(p.Changes.Labels)
-		ev.Kind = KindPullRequest
+		ev.Kind, ev.CloneURL = KindPullRequest, p.Project.GitHTTPURL
 	case *gitlab.IssueCommentEvent:
 		gitlabIssueComment(&ev, p)
 	case *gitlab.MergeCommentEvent:
@@ -215,8 +238,9 @@ func ParseGitLab(eventType, deliveryID string, body []byte) (Event, error) {
 		ev.Repo, ev.ProjectID = p.Project.PathWithNamespace, p.ProjectID
 		ev.Number, ev.Action, ev.PullRequest = int(p.MergeRequest.IID), "note", true
 		ev.Kind, ev.Comment, ev.CommentID = KindComment, p.ObjectAttributes.Note, int64(p.ObjectAttributes.ID)
+		ev.CloneURL = p.Project.GitHTTPURL
 	}
-	return ev, ev.check()
+	return ev, ev.Validate()
 }
 
 // gitlabIssue reads an issue event: one closed, opened with its labels, or given new labels.
@@ -224,7 +248,7 @@ func gitlabIssue(ev *Event, p *gitlab.IssueEvent) {
 	gitlabSender(ev, p.User)
 	ev.Repo, ev.ProjectID = p.Project.PathWithNamespace, p.Project.ID
 	ev.Number, ev.Action = int(p.ObjectAttributes.IID), p.ObjectAttributes.Action
-	ev.Labels = gitlabLabels(p.Labels)
+	ev.Labels, ev.CloneURL = gitlabLabels(p.Labels), p.Project.GitHTTPURL
 	switch ev.Action {
 	case "close":
 		ev.Kind = KindClose
@@ -245,6 +269,7 @@ func gitlabIssueComment(ev *Event, p *gitlab.IssueCommentEvent) {
 	ev.Repo, ev.ProjectID = p.Project.PathWithNamespace, p.ProjectID
 	ev.Number, ev.Action = int(p.Issue.IID), "note"
 	ev.Kind, ev.Comment, ev.CommentID = KindComment, p.ObjectAttributes.Note, int64(p.ObjectAttributes.ID)
+	ev.CloneURL = p.Project.GitHTTPURL
 	for _, l := range p.Issue.Labels {
 		ev.Labels = append(ev.Labels, l.Title)
 	}
@@ -310,7 +335,7 @@ func ParseForgejo(eventType, deliveryID string, body []byte) (Event, error) {
 	if p.Repository == nil || p.Sender == nil {
 		return ev, malformed("%s: no repository or sender", eventType)
 	}
-	ev.Action, ev.Repo = p.Action, p.Repository.FullName
+	ev.Action, ev.Repo, ev.CloneURL = p.Action, p.Repository.FullName, p.Repository.CloneURL
 	ev.SenderID, ev.SenderLogin = p.Sender.ID, p.Sender.UserName
 	labels := func(ls []*gitea.Label) []string {
 		out := make([]string, 0, len(ls))
@@ -346,22 +371,123 @@ func ParseForgejo(eventType, deliveryID string, body []byte) (Event, error) {
 			ev.Added = ev.Labels
 		}
 	}
-	return ev, ev.check()
+	return ev, ev.Validate()
 }
 
-func (ev Event) check() error {
+// Validate checks an event a trigger may handle (an empty Kind is no such
+// event and always valid) against what its job will carry, so an event
+// either is refused here as malformed or makes a valid job: a repository of
+// the job's syntax, a sender, a number within the job's bounds, a delivery id
+// of the receiver's alphabet, and a clone URL, when the payload names one,
+// that is http(s) without credentials (CheckCloneURL).
+func (ev Event) Validate() error {
 	if ev.Kind == "" {
 		return nil
 	}
 	switch {
 	case ev.Repo == "":
 		return malformed("no repository")
+	case !check.Repo(ev.Repo):
+		return malformed("repository %q is not owner/name of [A-Za-z0-9._-] segments", clip(ev.Repo))
 	case ev.SenderID <= 0:
 		return malformed("no sender id")
 	case ev.Number <= 0 || ev.Number > jobs.MaxForgeNumber:
 		return malformed("no issue or pull request number")
+	case !validDelivery(ev.DeliveryID):
+		return malformed("delivery id %q is not 1-%d bytes of [A-Za-z0-9._-]", clip(ev.DeliveryID), maxDeliveryBytes)
+	case ev.CommentID < 0 || ev.ReviewID < 0:
+		return malformed("a negative comment or review id")
+	}
+	if ev.CloneURL != "" {
+		return CheckCloneURL(ev.CloneURL, "")
 	}
 	return nil
+}
+
+// maxDeliveryBytes bounds a delivery id: the receiver's bound, within the job's.
+const maxDeliveryBytes = 100
+
+// validDelivery: the delivery id becomes part of a job id, so its alphabet is
+// the receiver's (a GUID, a UUID, a number), narrower than a job's.
+func validDelivery(s string) bool {
+	if s == "" || len(s) > maxDeliveryBytes {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// clip cuts a payload's value for an error message.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}
+
+// ErrCloneURL marks a clone URL that is not the forge's own https (or, for a
+// forge configured on http, http) URL. It is also an ErrMalformed.
+var ErrCloneURL = errors.New("clone URL refused")
+
+// CheckCloneURL checks a clone URL a payload or a forge's API names against
+// forgeURL, the forge's own configured URL (its web root): https, or http
+// only when forgeURL is http itself; forgeURL's host and port; no user or
+// password. An empty forgeURL checks only what holds for every forge: http or
+// https, a host, no credentials. ssh://, git://, file://, ext:: and
+// scp-like user@host:path URLs are refused: the token git sends goes over
+// HTTP(S) only, and never to another host.
+func CheckCloneURL(cloneURL, forgeURL string) error {
+	refuse := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %w: %s", ErrMalformed, ErrCloneURL, fmt.Sprintf(format, args...))
+	}
+	u, err := url.Parse(cloneURL)
+	switch {
+	case err != nil:
+		return refuse("not a URL")
+	case u.Scheme != "https" && u.Scheme != "http":
+		return refuse("scheme %q: only https, or http on a forge configured on http", clip(u.Scheme))
+	case u.User != nil:
+		return refuse("it carries a user or password")
+	case u.Host == "" || u.Opaque != "":
+		return refuse("no host")
+	}
+	if forgeURL == "" {
+		return nil
+	}
+	f, err := url.Parse(forgeURL)
+	if err != nil || f.Host == "" {
+		return refuse("the forge's own URL %q is not a URL", clip(forgeURL))
+	}
+	switch {
+	case u.Scheme == "http" && f.Scheme != "http":
+		return refuse("http while the forge is %s: a token sent over http is readable on the way", f.Scheme)
+	case !sameHost(u, f):
+		return refuse("host %q is not the forge's %q", clip(u.Host), f.Host)
+	}
+	return nil
+}
+
+// sameHost compares host names without case, and ports where either URL names
+// one, each URL's own scheme giving its default.
+func sameHost(a, b *url.URL) bool {
+	port := func(u *url.URL) string {
+		if p := u.Port(); p != "" {
+			return p
+		}
+		if u.Scheme == "http" {
+			return "80"
+		}
+		return "443"
+	}
+	if !strings.EqualFold(a.Hostname(), b.Hostname()) {
+		return false
+	}
+	return a.Port() == "" && b.Port() == "" || port(a) == port(b)
 }
 
 func contains(list []string, s string) bool {

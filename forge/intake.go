@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +44,14 @@ type IntakeConfig struct {
 	// SelfIDs are this service's own user ids per forge: their events never
 	// start a job (a bot answering itself). Optional.
 	SelfIDs map[jobs.Forge]int64
+	// ForgeURLs are each forge's own web URL (https://github.com, the
+	// GitLab or Forgejo root): a payload whose clone URL is on another host,
+	// or on http while the forge is https, is refused malformed. A forge
+	// without an entry is read from its Permissions (GitLabPermissions' and
+	// ForgejoPermissions' BaseURL; GitHubPermissions' API URL, api.<host>
+	// or <host>/api/v3, gives <host>); with neither, a clone URL is only
+	// held to http(s) without credentials. Optional.
+	ForgeURLs map[jobs.Forge]string
 	// Disarm, when set, is called after a one-shot trigger enqueued its job.
 	Disarm Disarmer
 	// Logger receives forge_enqueued, forge_refused and forge_dropped.
@@ -140,6 +150,11 @@ func (in *Intake) Handle(ctx context.Context, ev Event) (Outcome, error) {
 		return Outcome{Status: StatusIgnored, Reason: ReasonUnhandled}, nil
 	}
 	attrs := []any{"forge", ev.Forge, "delivery", ev.DeliveryID, "repo", ev.Repo, "number", ev.Number}
+	if ev.CloneURL != "" {
+		if err := CheckCloneURL(ev.CloneURL, in.forgeURL(ev.Forge)); err != nil {
+			return in.refuseEvent(attrs, ReasonMalformed, "why", err.Error())
+		}
+	}
 	t, need, reason := Match(*in.triggers.Load(), ev)
 	switch {
 	case reason == ReasonUnknownRepository:
@@ -160,6 +175,45 @@ func (in *Intake) Handle(ctx context.Context, ev Event) (Outcome, error) {
 		in.disarm(t, out.JobIDs[0], attrs)
 	}
 	return out, nil
+}
+
+// forgeURL is f's own web URL: ForgeURLs, else the one its permission lookup
+// asks; "" when neither says.
+func (in *Intake) forgeURL(f jobs.Forge) string {
+	if u := in.cfg.ForgeURLs[f]; u != "" {
+		return u
+	}
+	p := in.cfg.Permissions[f]
+	if c, ok := p.(*CachedPermissions); ok {
+		p = c.Inner
+	}
+	switch p := p.(type) {
+	case GitLabPermissions:
+		return p.BaseURL
+	case ForgejoPermissions:
+		return p.BaseURL
+	case GitHubPermissions:
+		return githubWebURL(p.BaseURL)
+	}
+	return ""
+}
+
+// githubWebURL is the web root of GitHub's API at api: https://api.github.com
+// (or api.<tenant>.ghe.com) serves the host without its api. prefix, GitHub
+// Enterprise Server serves <host>/api/v3 from <host>; any other API URL (a
+// test double) names no web root.
+func githubWebURL(api string) string {
+	u, err := url.Parse(api)
+	if err != nil || u.Host == "" {
+		return ""
+	}
+	switch p := strings.TrimSuffix(u.Path, "/"); {
+	case p == "" && strings.HasPrefix(u.Host, "api."):
+		return u.Scheme + "://" + strings.TrimPrefix(u.Host, "api.")
+	case p == "/api/v3":
+		return u.Scheme + "://" + u.Host
+	}
+	return ""
 }
 
 // gitlabTokenBot matches the user names GitLab gives the bot user of a
