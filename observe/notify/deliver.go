@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"os/exec"
 	"time"
+
+	"github.com/pidispatch/pidispatch/internal/sinktext"
 )
 
 // hookPath is the only environment the hook gets: no secret of the worker's.
@@ -20,7 +22,10 @@ const hookPath = "PATH=/usr/local/bin:/usr/bin:/bin"
 func (n *Notifier) runHook(ctx context.Context, ev Event) (retry bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.HookTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, n.cfg.Hook, ev.JobID, ev.Outcome, ev.Reason, ev.Host)
+	// Each value is written by sinktext.Arg: an id starting with - (a
+	// Valkey writer's --output=/tmp/x) must not reach the hook's option
+	// parser as an option.
+	cmd := exec.CommandContext(ctx, n.cfg.Hook, sinktext.Arg(ev.JobID), sinktext.Arg(ev.Outcome), sinktext.Arg(ev.Reason), sinktext.Arg(ev.Host))
 	cmd.Env = []string{hookPath}
 	cmd.WaitDelay = time.Second
 	if err := cmd.Start(); err != nil {

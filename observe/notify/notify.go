@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/internal/sinktext"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 
@@ -75,7 +76,8 @@ const (
 type Config struct {
 	// Hook is the absolute path of the failure hook, run as
 	// <Hook> <jobId> <outcome> <reason> <host> for each job-failed and
-	// cap-hit event, with only PATH in its environment.
+	// cap-hit event, with only PATH in its environment. A value starting
+	// with - is passed with _ before it (sinktext.Arg).
 	Hook string
 	// HookTimeout bounds one run of Hook. Defaults to HookTimeoutDefault.
 	HookTimeout time.Duration
@@ -224,25 +226,28 @@ func (n *Notifier) fill(ev Event) Event {
 	return ev
 }
 
-// text is the event's one plain line.
+// text is the event's one plain line, as Slack's mrkdwn shows it: every
+// value in it is written by sinktext.Slack, since a job's id is whatever a
+// Valkey writer chose and must not form <!channel>, a mention or a link.
 func text(ev Event) string {
+	id, reason, host, provider := sinktext.Slack(ev.JobID), sinktext.Slack(ev.Reason), sinktext.Slack(ev.Host), sinktext.Slack(ev.Provider)
 	switch ev.Kind {
 	case KindJobFailed:
-		return fmt.Sprintf("pidispatch: job %s failed (%s, attempt %d) on %s", ev.JobID, ev.Reason, ev.Attempt, ev.Host)
+		return fmt.Sprintf("pidispatch: job %s failed (%s, attempt %d) on %s", id, reason, ev.Attempt, host)
 	case KindCapHit:
-		return fmt.Sprintf("pidispatch: job %s stopped at a cap (%s) on %s", ev.JobID, ev.Reason, ev.Host)
+		return fmt.Sprintf("pidispatch: job %s stopped at a cap (%s) on %s", id, reason, host)
 	case KindProviderSuspended:
 		until := ""
 		if ev.Until != nil {
 			until = " until " + ev.Until.Format(time.RFC3339)
 		}
-		return fmt.Sprintf("pidispatch: provider %s rate-limited%s (seen by %s)", ev.Provider, until, ev.Host)
+		return fmt.Sprintf("pidispatch: provider %s rate-limited%s (seen by %s)", provider, until, host)
 	case KindFleetPaused:
-		return "pidispatch: the fleet was paused by " + ev.Host
+		return "pidispatch: the fleet was paused by " + host
 	case KindFleetResumed:
-		return "pidispatch: the fleet was resumed by " + ev.Host
+		return "pidispatch: the fleet was resumed by " + host
 	}
-	return "pidispatch: " + ev.Kind
+	return "pidispatch: " + sinktext.Slack(ev.Kind)
 }
 
 // Run delivers queued events until ctx ends, a few at once; a delivery in
