@@ -72,7 +72,7 @@ func Code(s string) string {
 var markdownEntity = map[byte]string{
 	'\\': "&#92;", '`': "&#96;", '*': "&#42;", '_': "&#95;", '[': "&#91;", ']': "&#93;",
 	'(': "&#40;", ')': "&#41;", '|': "&#124;", '~': "&#126;", '<': "&lt;", '>': "&gt;",
-	'&': "&amp;", '"': "&quot;", '$': "&#36;", '%': "&#37;",
+	'&': "&amp;", '$': "&#36;", '%': "&#37;",
 }
 
 // Markdown writes s as inline Markdown text, on one line, shown as it is:
