@@ -5,11 +5,13 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/pidispatch/pidispatch/internal/sinktext"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 
 // The texts the host writes. They name the job, the flow, the outcome and
-// the numbers of the run; never a token or a path on the host. The job's own
+// the numbers of the run; never a token or a path on the host. A string a
+// job or its producer chose reaches Markdown only through sinktext. The job's own
 // words appear only in its pull request's title and body (Result.PullRequest,
 // validated by the worker, the body sanitised) and in its outputs (posted
 // apart, outputs.go), and the issue's title, from the forge, only in the pull
@@ -74,14 +76,18 @@ func pullBody(j Job, res Result) string {
 	if ref := issueRef(j); ref != "" {
 		b.WriteString("Refs " + ref + "\n\n")
 	}
-	fmt.Fprintf(&b, "---\n%s%s` (flow `%s`; %s). Review before merging: it is never merged automatically.\n",
-		footerMarker, j.ID, orDash(j.Job.Flow), footerNumbers(res))
+	// The id and the flow are the producer's: each in a code span it cannot
+	// close (sinktext.Code), so no mention, link or HTML forms from them.
+	fmt.Fprintf(&b, "---\n%s%s (flow %s; %s). Review before merging: it is never merged automatically.\n",
+		strings.TrimSuffix(footerMarker, "`"), sinktext.Code(j.ID), sinktext.Code(orDash(j.Job.Flow)), footerNumbers(res))
 	return b.String()
 }
 
 // footerMarker starts the host's footer of every pull request it opens:
 // on GitLab, where each job's project token is a bot user of its own, a
 // merge request by a project bot that carries it is the project's own.
+// The job's id follows it in a code span, whose fence starts with this
+// backtick.
 const footerMarker = "Proposed by pidispatch job `"
 
 // footerNumbers are the run's cost and turns, each "unknown" when the run

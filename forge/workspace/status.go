@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/forge/token"
+	"github.com/pidispatch/pidispatch/internal/sinktext"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 
@@ -286,19 +287,23 @@ func statusKey(job Job, s Status) string {
 }
 
 // statusBody renders a status comment: one line of where the job stands,
-// the outputs refused, and the job's marker.
+// the outputs refused, and the job's marker. Every string in it that a job
+// or its producer chose (the id, the flow, a file's name, a refusal's
+// reason, which may quote what the job wrote) is written by sinktext: a
+// code span it cannot close, or Markdown text that pings, links and renders
+// nothing.
 func statusBody(job Job, s Status) string {
 	var b strings.Builder
-	b.WriteString("**pidispatch** job `" + jobs.SanitizeJobID(job.ID) + "`")
+	b.WriteString("**pidispatch** job " + sinktext.Code(jobs.SanitizeJobID(job.ID)))
 	if job.Job.Flow != "" {
-		b.WriteString(" (flow `" + jobs.ClipName(job.Job.Flow) + "`)")
+		b.WriteString(" (flow " + sinktext.Code(jobs.ClipName(job.Job.Flow)) + ")")
 	}
 	b.WriteString(": " + statusLine(s) + "\n\n")
 	for _, o := range s.Outputs {
 		if o.Status == jobs.OutputPosted {
 			continue
 		}
-		fmt.Fprintf(&b, "- `%s` was not posted: %s\n", jobs.ClipName(o.File), oneLine(o.Reason, 200))
+		fmt.Fprintf(&b, "- %s was not posted: %s\n", sinktext.Code(jobs.ClipName(o.File)), sinktext.Markdown(oneLine(o.Reason, 200)))
 	}
 	b.WriteString(statusMarker(job.ID) + "\n")
 	return b.String()
@@ -310,9 +315,10 @@ func statusLine(s Status) string {
 	if s.Attempts > 1 {
 		attempt = fmt.Sprintf(" (attempt %d of %d)", max(s.Attempt, 1), s.Attempts)
 	}
+	reason := sinktext.Code(string(s.Reason))
 	switch s.State {
 	case StatusWaiting:
-		line := "waiting: `" + string(s.Reason) + "`"
+		line := "waiting: " + reason
 		if !s.Until.IsZero() {
 			line += ", due again at " + s.Until.UTC().Format("2006-01-02 15:04 UTC")
 		}
@@ -320,18 +326,18 @@ func statusLine(s Status) string {
 	case StatusRunning:
 		return "running" + attempt + "."
 	case StatusRetrying:
-		return fmt.Sprintf("attempt %d of %d ended (`%s`); it will be tried again.", max(s.Attempt, 1), max(s.Attempts, 1), s.Reason)
+		return fmt.Sprintf("attempt %d of %d ended (%s); it will be tried again.", max(s.Attempt, 1), max(s.Attempts, 1), reason)
 	case StatusCompleted:
 		if s.PullRequestURL != "" {
 			return "done. Pull request: " + s.PullRequestURL + statusNumbers(s)
 		}
 		return "done." + statusNumbers(s)
 	case StatusRefused:
-		return "refused (`" + string(s.Reason) + "`)." + statusNumbers(s)
+		return "refused (" + reason + ")." + statusNumbers(s)
 	case StatusFailed:
-		return fmt.Sprintf("failed (`%s`) after %d attempt(s).%s", s.Reason, max(s.Attempt, 1), statusNumbers(s))
+		return fmt.Sprintf("failed (%s) after %d attempt(s).%s", reason, max(s.Attempt, 1), statusNumbers(s))
 	}
-	return "`" + oneLine(s.State, 40) + "`."
+	return sinktext.Code(oneLine(s.State, 40)) + "."
 }
 
 func statusNumbers(s Status) string {
