@@ -432,7 +432,45 @@ func eventOf(repo string, e *github.IssueEvent) (forge.Event, bool) {
 	default:
 		return ev, false
 	}
-	return ev, ev.Number > 0 && ev.SenderID > 0
+	return ev, ev.Validate() == nil
+}
+
+// commentEvent turns a listed comment into the intake event the webhook's
+// issue_comment/created carries; false for one no job could be made of.
+func commentEvent(repo string, cm *github.IssueComment) (forge.Event, bool) {
+	ev := forge.Event{
+		Forge: jobs.ForgeGitHub, DeliveryID: "poll-c" + strconv.FormatInt(cm.GetID(), 10),
+		Kind: forge.KindComment, Action: "created", Repo: repo,
+		Number: issueNumber(cm.GetIssueURL()), PullRequest: strings.Contains(cm.GetHTMLURL(), "/pull/"),
+		SenderID: cm.GetUser().GetID(), SenderLogin: cm.GetUser().GetLogin(), Comment: cm.GetBody(),
+		CommentID: cm.GetID(),
+	}
+	return ev, ev.Validate() == nil
+}
+
+// pullEvent turns a listed pull request with a new head into the event the
+// webhook's pull_request/<action> carries; false for one no job could be made of.
+func pullEvent(repo string, pr *github.PullRequest, action string) (forge.Event, bool) {
+	sha := headSHA(pr)
+	ev := forge.Event{
+		Forge: jobs.ForgeGitHub, DeliveryID: "poll-pr" + strconv.Itoa(pr.GetNumber()) + "-" + sha[:min(7, len(sha))],
+		Kind: forge.KindPullRequest, Action: action, Repo: repo, Number: pr.GetNumber(), PullRequest: true,
+		SenderID: pr.GetUser().GetID(), SenderLogin: pr.GetUser().GetLogin(), Labels: labelNames(pr.Labels),
+	}
+	return ev, ev.Validate() == nil
+}
+
+// reviewEvent turns a listed review of pull request n into the event the
+// webhook's pull_request_review/submitted carries; false for one no job
+// could be made of.
+func reviewEvent(repo string, n int, labels []string, r *github.PullRequestReview) (forge.Event, bool) {
+	ev := forge.Event{
+		Forge: jobs.ForgeGitHub, DeliveryID: "poll-r" + strconv.FormatInt(r.GetID(), 10),
+		Kind: forge.KindPullRequest, Action: "review_submitted", Repo: repo, Number: n, PullRequest: true,
+		SenderID: r.GetUser().GetID(), SenderLogin: r.GetUser().GetLogin(), Labels: labels,
+		ReviewState: strings.ToLower(r.GetState()), ReviewID: r.GetID(),
+	}
+	return ev, ev.Validate() == nil
 }
 
 // pollComments reads the comments created since the cursor (a second-precise
@@ -473,14 +511,7 @@ func (p *Poller) pollComments(ctx context.Context, c *github.Client, repo string
 		}
 		// A comment of the cursor's own second may come again: its
 		// delivery id (the comment id) makes it one job.
-		ev := forge.Event{
-			Forge: jobs.ForgeGitHub, DeliveryID: "poll-c" + strconv.FormatInt(cm.GetID(), 10),
-			Kind: forge.KindComment, Action: "created", Repo: repo,
-			Number: issueNumber(cm.GetIssueURL()), PullRequest: strings.Contains(cm.GetHTMLURL(), "/pull/"),
-			SenderID: cm.GetUser().GetID(), SenderLogin: cm.GetUser().GetLogin(), Comment: cm.GetBody(),
-			CommentID: cm.GetID(),
-		}
-		if ev.Number > 0 && ev.SenderID > 0 {
+		if ev, ok := commentEvent(repo, cm); ok {
 			if _, err := p.cfg.Handler.Handle(ctx, ev); err != nil {
 				return err
 			}
@@ -637,12 +668,7 @@ func (p *Poller) handleHeads(ctx context.Context, repo string, list []*github.Pu
 		if !seen && pr.CreatedAt != nil && pr.GetCreatedAt().Before(armedAt) {
 			action = "" // history beyond what arming read
 		}
-		if action != "" {
-			ev := forge.Event{
-				Forge: jobs.ForgeGitHub, DeliveryID: "poll-pr" + n + "-" + sha[:min(7, len(sha))],
-				Kind: forge.KindPullRequest, Action: action, Repo: repo, Number: pr.GetNumber(), PullRequest: true,
-				SenderID: pr.GetUser().GetID(), SenderLogin: pr.GetUser().GetLogin(), Labels: labelNames(pr.Labels),
-			}
+		if ev, ok := pullEvent(repo, pr, action); ok && action != "" {
 			if _, err := p.cfg.Handler.Handle(ctx, ev); err != nil {
 				return err
 			}
@@ -815,13 +841,7 @@ func (p *Poller) readReviews(ctx context.Context, c *github.Client, repo string,
 // handReviews hands fresh over, storing cur after each review, so a failure resumes there.
 func (p *Poller) handReviews(ctx context.Context, repo string, n int, labels []string, fresh []*github.PullRequestReview, cur *reviewCursor) error {
 	for _, r := range fresh {
-		ev := forge.Event{
-			Forge: jobs.ForgeGitHub, DeliveryID: "poll-r" + strconv.FormatInt(r.GetID(), 10),
-			Kind: forge.KindPullRequest, Action: "review_submitted", Repo: repo, Number: n, PullRequest: true,
-			SenderID: r.GetUser().GetID(), SenderLogin: r.GetUser().GetLogin(), Labels: labels,
-			ReviewState: strings.ToLower(r.GetState()), ReviewID: r.GetID(),
-		}
-		if ev.SenderID > 0 {
+		if ev, ok := reviewEvent(repo, n, labels, r); ok {
 			if _, err := p.cfg.Handler.Handle(ctx, ev); err != nil {
 				return err // the cursor stays before this review
 			}
