@@ -404,6 +404,9 @@ func (p *Poller) handEvents(ctx context.Context, repo string, fresh []*github.Is
 // is a close.
 func eventOf(repo string, e *github.IssueEvent) (forge.Event, bool) {
 	iss := e.GetIssue()
+	if iss == nil {
+		return forge.Event{}, false // no issue to start a job on
+	}
 	ev := forge.Event{
 		Forge: jobs.ForgeGitHub, DeliveryID: "poll-e" + strconv.FormatInt(e.GetID(), 10),
 		Repo: repo, Number: iss.GetNumber(), PullRequest: iss.IsPullRequest(),
@@ -451,6 +454,9 @@ func commentEvent(repo string, cm *github.IssueComment) (forge.Event, bool) {
 // pullEvent turns a listed pull request with a new head into the event the
 // webhook's pull_request/<action> carries; false for one no job could be made of.
 func pullEvent(repo string, pr *github.PullRequest, action string) (forge.Event, bool) {
+	if pr == nil {
+		return forge.Event{}, false
+	}
 	sha := headSHA(pr)
 	ev := forge.Event{
 		Forge: jobs.ForgeGitHub, DeliveryID: "poll-pr" + strconv.Itoa(pr.GetNumber()) + "-" + sha[:min(7, len(sha))],
