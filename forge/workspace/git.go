@@ -18,11 +18,15 @@ import (
 // maxGitOutput bounds what a git error quotes of git's standard error.
 const maxGitOutput = 512
 
-// gitCmd is one git invocation by the host. Its configuration comes only from
-// the command line and the environment: no system or global file, no
-// terminal prompt, no hooks, and the credential (when given) as an HTTP
-// header git is told about through GIT_CONFIG_* variables, never argv or a
-// file.
+// gitCmd is one git invocation by the host, always in a repository the host
+// made (the job's repository is read as data: jobrepo.go). Its
+// configuration comes from that repository's own file, which only the host
+// writes, then the environment: no system or global file, no terminal
+// prompt, no hooks, no program any setting could name, no lazy fetch, and
+// the credential (when given) as an HTTP header git is told about through
+// GIT_CONFIG_* variables, never argv or a file. The overrides are a second
+// wall, not the first: they hold only for the settings listed, so the first
+// is that no job-written configuration is ever read.
 type gitCmd struct {
 	git    string
 	dir    string // working directory ("" : inherit)
@@ -33,6 +37,12 @@ type gitCmd struct {
 
 func (m *Manager) git(dir string) *gitCmd {
 	return &gitCmd{git: m.cfg.Git, dir: dir}
+}
+
+// gitDir is git in the bare repository dir, named (GIT_DIR) rather than
+// found from the working folder.
+func (m *Manager) gitDir(dir string) *gitCmd {
+	return &gitCmd{git: m.cfg.Git, dir: dir, env: []string{"GIT_DIR=" + dir}}
 }
 
 // with adds a configuration pair (passed by environment).
@@ -59,8 +69,13 @@ func (g *gitCmd) run(ctx context.Context, args ...string) (string, error) {
 	env := []string{
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=/nonexistent",
+		"XDG_CONFIG_HOME=/nonexistent",
 		"GIT_CONFIG_NOSYSTEM=1",
 		"GIT_CONFIG_GLOBAL=/dev/null",
+		"GIT_ATTR_NOSYSTEM=1",
+		"GIT_NO_LAZY_FETCH=1",
+		"GIT_NO_REPLACE_OBJECTS=1",
+		"GIT_PROTOCOL_FROM_USER=0",
 		"GIT_TERMINAL_PROMPT=0",
 		"GIT_ASKPASS=/bin/false",
 		"SSH_ASKPASS=/bin/false",
@@ -68,13 +83,19 @@ func (g *gitCmd) run(ctx context.Context, args ...string) (string, error) {
 	}
 	config := append([][2]string{
 		{"core.hooksPath", "/dev/null"},
-		{"http.followRedirects", "false"},
+		{"core.fsmonitor", ""}, // empty: off, read alike before and after git 2.36
+		{"core.sshCommand", "/bin/false"},
+		{"core.askPass", "/bin/false"},
+		{"core.gitProxy", ""},
+		{"core.alternateRefsCommand", ""},
+		{"core.attributesFile", "/dev/null"},
+		{"diff.external", ""},
 		{"credential.helper", ""},
+		{"http.followRedirects", "false"},
 		{"protocol.allow", "never"},
 		{"protocol.https.allow", "always"},
 		{"protocol.http.allow", "always"},
-		{"safe.directory", "*"},
-		{"core.fsmonitor", "false"},
+		{"commit.gpgSign", "false"},
 		{"init.defaultBranch", "main"},
 	}, g.config...)
 	env = append(env, "GIT_CONFIG_COUNT="+strconv.Itoa(len(config)))

@@ -129,6 +129,9 @@ func (c *Checkout) publish(ctx context.Context, pub Published, res Result) (Publ
 	if res.NoChanges {
 		return pub, nil // a flow that changes nothing: whatever the workspace holds stays there
 	}
+	if err := c.checkGrowth(); err != nil {
+		return pub, err
+	}
 	if err := c.checkHistory(ctx); err != nil {
 		return pub, err
 	}
@@ -266,25 +269,6 @@ func (c *Checkout) policy() PublishPolicy {
 		return PublishPolicy{}
 	}
 	return c.m.cfg.Policy(c.job.Job)
-}
-
-// checkHistory fetches the job's HEAD from the workspace's repository (read
-// as untrusted data, by git's upload-pack) and refuses a history that does
-// not descend from the base.
-func (c *Checkout) checkHistory(ctx context.Context) error {
-	g := c.m.git(c.state).with("protocol.file.allow", "always")
-	// A local fetch runs upload-pack without the configuration of our
-	// environment; it is given the one setting it needs, the workspace
-	// belonging to the container's user.
-	if _, err := g.run(ctx, "fetch", "--quiet", "--no-tags", "--upload-pack=git -c 'safe.directory=*' upload-pack",
-		"file://"+c.dir, "+HEAD:refs/pi/job"); err != nil {
-		c.log.Warn("forge_job_history_unreadable", "err", err)
-		return &RefusalError{Reason: jobs.ReasonHistoryRewritten}
-	}
-	if _, err := c.m.git(c.state).run(ctx, "merge-base", "--is-ancestor", c.base, "refs/pi/job"); err != nil {
-		return &RefusalError{Reason: jobs.ReasonHistoryRewritten}
-	}
-	return nil
 }
 
 // snapshot writes the workspace's files (committed or not, the job's .git

@@ -249,6 +249,7 @@ type Checkout struct {
 	target   string      // the branch the job's changes are pushed to ("": none may be)
 	own      bool        // the job is on a pull request the project opened: target is its head
 	resumed  bool        // the workspace is the thread's branch as an earlier job left it
+	fresh    footprint   // the workspace as the host made it, before the job
 	event    *jobs.Event // what the job was asked, read at Prepare
 	log      *slog.Logger
 	tokMu    sync.Mutex
@@ -349,6 +350,9 @@ func (c *Checkout) prepare(ctx context.Context) error {
 		return err
 	}
 	if err := c.initWorkspace(ctx); err != nil {
+		return err
+	}
+	if c.fresh, err = measureFresh(c.dir); err != nil {
 		return err
 	}
 	if err := c.buildEvent(ctx); err != nil {

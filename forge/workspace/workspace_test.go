@@ -43,26 +43,38 @@ type bundle struct {
 	dir  string
 	base string
 	job  workspace.Job
+	// state is the Manager's StateDir, where the host-only copies live.
+	state string
 }
 
 func setup(t *testing.T, policy workspace.PublishPolicy, limits workspace.Limits) *bundle {
 	t.Helper()
-	b := &bundle{dir: t.TempDir()}
+	return setupWith(t, policy, limits, nil)
+}
+
+// setupWith is setup with the Manager's configuration changed by edit first.
+func setupWith(t *testing.T, policy workspace.PublishPolicy, limits workspace.Limits, edit func(*workspace.Config)) *bundle {
+	t.Helper()
+	b := &bundle{dir: t.TempDir(), state: t.TempDir()}
 	b.git = forgetest.StartGitServer(t, nil)
 	b.base = b.git.CreateRepo(t, repo, "main", map[string]string{"README.md": "hello\n", "src/app.go": "package app\n"})
 	b.gh = forgetest.StartGitHub(t, b.git, 42, &key(t).PublicKey, time.Hour)
 	b.gh.AddRepo(repo, "main")
-	m, err := workspace.New(workspace.Config{
+	cfg := workspace.Config{
 		Forges: map[jobs.Forge]workspace.Forge{jobs.ForgeGitHub: {
 			Minter: &token.GitHubApp{AppID: 42, InstallationID: 7, Key: key(t), APIURL: b.gh.URL},
 			API:    &workspace.GitHub{APIURL: b.gh.URL},
 		}},
 		Policy:   func(jobs.Job) workspace.PublishPolicy { return policy },
 		Limits:   limits,
-		StateDir: t.TempDir(),
+		StateDir: b.state,
 		Host:     "h1",
 		Backoff:  time.Millisecond,
-	})
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	m, err := workspace.New(cfg)
 	require.NoError(t, err)
 	b.m = m
 	b.job = workspace.Job{ID: "job-1", Job: jobs.Job{Kind: jobs.KindForge, Repo: repo, Flow: "fix", Task: "t",
