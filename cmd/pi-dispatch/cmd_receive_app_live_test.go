@@ -15,7 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pidispatch/pidispatch/forge/inbox"
 	"github.com/pidispatch/pidispatch/internal/testkit/logtest"
+	"github.com/pidispatch/pidispatch/jobs"
 
 	"github.com/pidispatch/pidispatch/forge/forgetest"
 	fixtures "github.com/pidispatch/pidispatch/internal/testkit/forgefixtures"
@@ -99,7 +101,7 @@ func TestReceiveAppMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitForJob(t, q, "gh-app-d1", &stderr)
+	waitForJob(t, q, "gh-"+inbox.Delivery{Forge: jobs.ForgeGitHub, Body: body}.Key(), &stderr)
 	mints := gh.Mints()
 	if len(mints) == 0 {
 		t.Fatal("no installation token was minted")
@@ -133,10 +135,11 @@ func TestReceiveAppMode(t *testing.T) {
 		t.Fatalf("the bot's own comment, verified: got %d\n%s", got, stderr.String())
 	}
 	refused := waitForLog(t, &stderr, "forge_refused", 1)
-	if refused[0]["reason"] != "self" || refused[0]["delivery"] != "app-d2" {
+	botKey := inbox.Delivery{Forge: jobs.ForgeGitHub, Body: botBody}.Key()
+	if refused[0]["reason"] != "self" || refused[0]["delivery"] != botKey {
 		t.Fatalf("the bot's comment was not refused as the receiver's own: %v\n%s", refused, stderr.String())
 	}
-	if _, err := q.Get(context.Background(), "gh-app-d2"); err == nil {
+	if _, err := q.Get(context.Background(), "gh-"+botKey); err == nil {
 		t.Fatal("the bot's own comment became a job")
 	}
 	out := stderr.String() + stdout.String()

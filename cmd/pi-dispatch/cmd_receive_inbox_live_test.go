@@ -15,9 +15,11 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/forge/forgetest"
+	"github.com/pidispatch/pidispatch/forge/inbox"
 	fixtures "github.com/pidispatch/pidispatch/internal/testkit/forgefixtures"
 	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
 	"github.com/pidispatch/pidispatch/internal/testkit/logtest"
+	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 )
 
@@ -148,17 +150,18 @@ func TestReceiveValkeyOutageLosesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitForJob(t, q, "gh-outage-1", r.stderr)
+	key := inbox.Delivery{Forge: jobs.ForgeGitHub, Body: body}.Key() // the job is named after the signed body
+	waitForJob(t, q, "gh-"+key, r.stderr)
 	waitForLog(t, r.stderr, "receiver_spool_drained", 1)
 	ids, err := q.PendingIDs(context.Background(), 100)
-	if err != nil || len(ids) != 1 || ids[0] != "gh-outage-1" {
-		t.Fatalf("pending %v, %v: want exactly gh-outage-1", ids, err)
+	if err != nil || len(ids) != 1 || ids[0] != "gh-"+key {
+		t.Fatalf("pending %v, %v: want exactly gh-%s", ids, err, key)
 	}
 	if enq := logLines(t, r.stderr.String(), "forge_enqueued"); len(enq) != 1 {
 		t.Fatalf("enqueued %d times: %v", len(enq), enq)
 	}
 	deadline := time.Now().Add(20 * time.Second)
-	for !r.metric(t, "pidispatch_receiver_spool_files 0") || srv.Client().Exists(context.Background(), "inbox:{github}:d:outage-1").Val() != 0 {
+	for !r.metric(t, "pidispatch_receiver_spool_files 0") || srv.Client().Exists(context.Background(), "inbox:{github}:d:"+key).Val() != 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("the spool or the inbox still holds the delivery:\n%s", r.stderr.String())
 		}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pidispatch/pidispatch/forge/inbox"
 	"github.com/pidispatch/pidispatch/internal/testkit/logtest"
 
 	fixtures "github.com/pidispatch/pidispatch/internal/testkit/forgefixtures"
@@ -102,11 +103,11 @@ func TestReceiveServesUntilStopped(t *testing.T) {
 	}
 
 	body := fixtures.GitHub(t, "issue_comment", "created", 0)
-	post := func(delivery string) int {
+	post := func(delivery string, body []byte) int {
 		return fixtures.PostGitHub(t, base+"/github", "issue_comment", delivery, "live-secret", body)
 	}
 	// Stored, then answered; no trigger matches it yet, so it is dropped.
-	if got := post("live-d1"); got != http.StatusAccepted {
+	if got := post("live-d1", body); got != http.StatusAccepted {
 		t.Fatalf("a verified delivery: got %d\n%s", got, stderr.String())
 	}
 	waitForLog(t, &stderr, "forge_dropped", 1)
@@ -119,19 +120,22 @@ func TestReceiveServesUntilStopped(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if got := post("live-d2"); got != http.StatusAccepted {
+	// A new comment (the same body again would be the same delivery).
+	body = fixtures.Edit(t, body, func(m map[string]any) { m["comment"].(map[string]any)["id"] = 2 })
+	if got := post("live-d2", body); got != http.StatusAccepted {
 		t.Fatalf("after the reload: got %d\n%s", got, stderr.String())
 	}
 	q, err := queue.New(db.Client, "pi-jobs", queue.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := waitForJob(t, q, "gh-live-d2", &stderr)
+	key := inbox.Delivery{Forge: jobs.ForgeGitHub, Body: body}.Key()
+	j := waitForJob(t, q, "gh-"+key, &stderr)
 	got, err := jobs.ParseJob(j.Data)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Repo != "Codertocat/Hello-World" || got.DeliveryID != "live-d2" || got.Trigger != "c" || got.Number != 1 {
+	if got.Repo != "Codertocat/Hello-World" || got.DeliveryID != key || got.Trigger != "c" || got.Number != 1 {
 		t.Fatalf("job %+v", got)
 	}
 	for _, secret := range []string{"live-secret", "ghp_live"} {

@@ -24,6 +24,7 @@ import (
 	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/forge"
 	"github.com/pidispatch/pidispatch/forge/forgetest"
+	"github.com/pidispatch/pidispatch/forge/inbox"
 	"github.com/pidispatch/pidispatch/forge/receiver"
 	"github.com/pidispatch/pidispatch/forge/token"
 	fixtures "github.com/pidispatch/pidispatch/internal/testkit/forgefixtures"
@@ -161,7 +162,8 @@ func TestSignedGitHubDeliveryPublishesPullRequest(t *testing.T) {
 		t.Fatalf("delivery answered %d, want 202", got)
 	}
 
-	jobID := "gh-" + delivery
+	bodyKey := inbox.Delivery{Forge: jobs.ForgeGitHub, Body: body}.Key()
+	jobID := "gh-" + bodyKey // named after the signed body
 	if waitJobState(t, testQueue(t, db, "pi-jobs"), jobID, queue.StateCompleted, 90*time.Second) == nil {
 		t.Fatalf("job not completed; worker said:\n%s", w.logs.String())
 	}
@@ -202,7 +204,7 @@ func TestSignedGitHubDeliveryPublishesPullRequest(t *testing.T) {
 	}
 	// Past the receiver's memory of it (its replay key expired, say), the
 	// delivery is the same job, which ran already: no second run.
-	if err := (receiver.ValkeyReplay{Client: db.Client}).Release(context.Background(), jobs.ForgeGitHub, delivery); err != nil {
+	if err := (receiver.ValkeyReplay{Client: db.Client}).Release(context.Background(), jobs.ForgeGitHub, bodyKey); err != nil {
 		t.Fatal(err)
 	}
 	if got := post(); got/100 != 2 {

@@ -10,6 +10,7 @@ import (
 	"github.com/pidispatch/pidispatch/cronsync"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/forge"
+	"github.com/pidispatch/pidispatch/forge/inbox"
 	"github.com/pidispatch/pidispatch/forge/receiver"
 	fixtures "github.com/pidispatch/pidispatch/internal/testkit/forgefixtures"
 	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
@@ -73,7 +74,7 @@ func TestSignedDeliveryRunsOnALiveWorker(t *testing.T) {
 		t.Fatalf("replayed delivery answered %d, want 409", got)
 	}
 
-	jobID := "gh-" + delivery
+	jobID := "gh-" + inbox.Delivery{Forge: jobs.ForgeGitHub, Body: body}.Key() // named after the signed body
 	j := waitJobState(t, testQueue(t, db, "pi-jobs"), jobID, queue.StateCompleted, 90*time.Second)
 	if j == nil {
 		t.Fatal("job not completed")

@@ -17,10 +17,12 @@ import (
 // Delivery is one verified forge delivery as the inbox keeps it: what the
 // receiver verified (the raw body, signed by the forge) and the headers the
 // event is read with. It is stored before it is answered, and read back, in
-// Valkey and in the spool, in one format (Encode).
+// Valkey and in the spool, in one format (Encode). It is stored once by its
+// Key, not by its ID.
 type Delivery struct {
 	Forge jobs.Forge
-	// ID is the forge's delivery id, [A-Za-z0-9._-]{1,100}.
+	// ID is the forge's delivery id header, [A-Za-z0-9._-]{1,100}: logged,
+	// never trusted to tell deliveries apart (no forge signs it).
 	ID string
 	// Event is the forge's event type header (X-GitHub-Event, X-Gitlab-Event,
 	// X-Forgejo-Event): [A-Za-z0-9 _.-]{1,64}.
@@ -35,6 +37,28 @@ var (
 	deliveryIDRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,100}$`)
 	eventTypeRE  = regexp.MustCompile(`^[A-Za-z0-9 _.-]{1,64}$`)
 )
+
+// keyHexLen is a delivery key's length: 128 bits of SHA-256 in hex. Only the
+// forge can sign a body, so keys collide only by chance among its own.
+const keyHexLen = 32
+
+// Key is the delivery's identity: the inbox stores a delivery once by it,
+// and the jobs it starts are named after it (gh-<key>). It is a digest of the
+// forge and of the body the forge signed, and of nothing the sender may
+// change: the delivery id and the event type are headers no signature covers
+// (GitHub, Forgejo, GitLab's token mode), so a signed body re-sent under a
+// new id, or under another event type that reads it alike (Forgejo's
+// "issues" and "issue_label"), is the same delivery. A forge gives each event
+// a body of its own (its ids and times), so two real events never share a
+// key, and the forge's own redelivery of one is the same delivery.
+func (d Delivery) Key() string {
+	h := sha256.New()
+	h.Write([]byte("pidispatch-delivery-key 1\x00"))
+	h.Write([]byte(d.Forge))
+	h.Write([]byte{0})
+	h.Write(d.Body)
+	return hex.EncodeToString(h.Sum(nil))[:keyHexLen]
+}
 
 // ValidID reports whether s is a delivery id the inbox keeps: it becomes
 // part of a Valkey key, a job id and a log line.
@@ -157,15 +181,20 @@ func Decode(data []byte, maxBody int64) (Delivery, error) {
 }
 
 // Parse reads d's body with its forge's own parser, as the receiver did
-// before storing it.
-func Parse(d Delivery) (forge.Event, error) {
+// before storing it. The event's DeliveryID is d's Key, so its jobs are
+// named after the body, whatever id header it came with.
+func Parse(d Delivery) (forge.Event, error) { return parseAs(d, d.Key()) }
+
+// parseAs reads d as the delivery id: its Key, or the id an entry stored
+// before keys existed was stored (and its jobs named) under.
+func parseAs(d Delivery, id string) (forge.Event, error) {
 	switch d.Forge {
 	case jobs.ForgeGitHub:
-		return forge.ParseGitHub(d.Event, d.ID, d.Body)
+		return forge.ParseGitHub(d.Event, id, d.Body)
 	case jobs.ForgeGitLab:
-		return forge.ParseGitLab(d.Event, d.ID, d.Body)
+		return forge.ParseGitLab(d.Event, id, d.Body)
 	case jobs.ForgeForgejo:
-		return forge.ParseForgejo(d.Event, d.ID, d.Body)
+		return forge.ParseForgejo(d.Event, id, d.Body)
 	}
 	return forge.Event{}, invalid("unknown forge")
 }

@@ -102,3 +102,24 @@ func TestRetryReason(t *testing.T) {
 	assert.Equal(t, "enqueue-failed", retryReason(fmt.Errorf("%w: gh-1: down", forge.ErrEnqueue)))
 	assert.Equal(t, "failed", retryReason(errors.New("x")))
 }
+
+// The key is what the forge signed and the forge it came from: no header
+// the sender may change moves it.
+func TestKeyIsTheForgeAndTheBody(t *testing.T) {
+	d := Delivery{Forge: jobs.ForgeGitHub, ID: "a", Event: "issues", Body: []byte(`{"x":1}`), Received: time.Unix(1, 0)}
+	same := d
+	same.ID, same.Event, same.Received = "b", "issue_comment", time.Unix(2, 0)
+	if d.Key() != same.Key() {
+		t.Fatalf("another id, event or receipt time changed the key: %s, %s", d.Key(), same.Key())
+	}
+	body := d
+	body.Body = []byte(`{"x":2}`)
+	other := d
+	other.Forge = jobs.ForgeForgejo
+	if d.Key() == body.Key() || d.Key() == other.Key() || body.Key() == other.Key() {
+		t.Fatalf("another body or forge kept the key: %s %s %s", d.Key(), body.Key(), other.Key())
+	}
+	if !ValidID(d.Key()) {
+		t.Fatalf("the key %q is no valid delivery id", d.Key())
+	}
+}

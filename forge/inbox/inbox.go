@@ -10,9 +10,11 @@
 // delivery under a lease, hands it to the forge intake (matching, the
 // permission lookup, the enqueue), and ends it, or puts it back with a
 // backoff that honours the forge's Retry-After and rate-limit reset, for at
-// most MaxAge. Both loops are Run. Delivery ids are stored once; a delivery
-// is processed at least once, and its effects are idempotent (its job id is
-// its delivery id), so it starts its jobs once.
+// most MaxAge. Both loops are Run. A delivery is stored once by its Key, the
+// digest of the body the forge signed, never by its unsigned id header, so a
+// body replayed under a new id is a duplicate; it is processed at least
+// once, and its effects are idempotent (its job id is its key), so it starts
+// its jobs once.
 package inbox
 
 import (
@@ -78,7 +80,7 @@ type Config struct {
 	// MaxLength bounds each forge's inbox in Valkey (RECEIVER_INBOX_MAX).
 	// Default 10000.
 	MaxLength int
-	// SeenTTL is how long a delivery id is remembered. Default 35 days.
+	// SeenTTL is how long a delivery's key is remembered. Default 35 days.
 	SeenTTL time.Duration
 	// Lease is how long a processor holds a delivery before another may
 	// take it again. Default 1 minute.
@@ -236,8 +238,8 @@ func (e *StoreError) Unwrap() []error { return []error{e.Valkey, e.Spool} }
 
 // Put stores d durably and says where: Stored (Valkey), Spooled (the local
 // spool, because Valkey did not answer within StoreTimeout or the spool
-// holds earlier deliveries), Duplicate (its id was stored before; nothing
-// stored) or Full (the forge's inbox holds MaxLength; nothing stored). An
+// holds earlier deliveries), Duplicate (its body was stored before, under
+// any id; nothing stored) or Full (the forge's inbox holds MaxLength; nothing stored). An
 // error, a *StoreError, means it was stored nowhere. Put returns within about
 // StoreTimeout plus one spool write, whatever Valkey does.
 func (ib *Inbox) Put(ctx context.Context, d Delivery) (Outcome, error) {
@@ -264,7 +266,7 @@ func (ib *Inbox) Put(ctx context.Context, d Delivery) (Outcome, error) {
 	ib.mu.Lock()
 	ib.spooled = true
 	ib.mu.Unlock()
-	ib.log.Warn("receiver_spooled", "forge", d.Forge, "delivery", d.ID, "why", verr.Error(),
+	ib.log.Warn("receiver_spooled", "forge", d.Forge, "delivery", d.Key(), "forgeDelivery", d.ID, "why", verr.Error(),
 		"files", ib.spool.Files(), "bytes", ib.spool.Bytes())
 	wake(ib.wakeDrain)
 	return Spooled, nil
@@ -493,14 +495,17 @@ func newToken() string {
 func (ib *Inbox) process(ctx context.Context, c *Claimed) {
 	attrs := []any{"forge", c.Forge, "delivery", c.ID, "tries", c.Tries}
 	d, err := Decode(c.Env, ib.cfg.MaxBody)
-	if err == nil && (d.Forge != c.Forge || d.ID != c.ID) {
-		err = invalid("stored under another forge or id")
+	// An entry stored before keys existed is under its delivery id, and its
+	// jobs are named after it: processed as it was stored.
+	if err == nil && (d.Forge != c.Forge || (c.ID != d.Key() && c.ID != d.ID)) {
+		err = invalid("stored under another forge or key")
 	}
 	if err != nil {
 		ib.abandon(ctx, c, attrs, "invalid", err)
 		return
 	}
-	ev, err := Parse(d)
+	attrs = append(attrs, "forgeDelivery", d.ID)
+	ev, err := parseAs(d, c.ID)
 	if err != nil {
 		ib.abandon(ctx, c, attrs, forge.ReasonMalformed, err)
 		return

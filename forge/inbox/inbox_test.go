@@ -78,10 +78,27 @@ func pendingJobs(t *testing.T, c redis.UniversalClient) []string {
 	return ids
 }
 
+// delivery is a GitHub comment the forge sent under id: each id its own
+// event, so its own body (as a forge's deliveries are).
 func delivery(t *testing.T, id string) inbox.Delivery {
 	t.Helper()
-	return inbox.Delivery{Forge: jobs.ForgeGitHub, ID: id, Event: "issue_comment",
-		Body: fixtures.GitHub(t, "issue_comment", "created", 0), Received: time.Now()}
+	body := fixtures.Edit(t, fixtures.GitHub(t, "issue_comment", "created", 0), func(m map[string]any) {
+		m["comment"].(map[string]any)["node_id"] = "test-" + id
+	})
+	return inbox.Delivery{Forge: jobs.ForgeGitHub, ID: id, Event: "issue_comment", Body: body, Received: time.Now()}
+}
+
+// keyOf is the key the delivery of id is stored and its job named under.
+func keyOf(t *testing.T, id string) string { t.Helper(); return delivery(t, id).Key() }
+
+// keysOf are the keys of the deliveries of ids, in order.
+func keysOf(t *testing.T, ids ...string) []string {
+	t.Helper()
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = keyOf(t, id)
+	}
+	return out
 }
 
 // open opens an inbox with a spool folder of its own (or dir), quick loops
@@ -167,7 +184,7 @@ func hungValkey(t *testing.T) *redis.Client {
 	return c
 }
 
-func TestPutStoresOnceByID(t *testing.T) {
+func TestPutStoresOnceByBody(t *testing.T) {
 	db := livetest.Valkey(t)
 	ctx := context.Background()
 	ib := open(t, db.Client, nil, &logtest.Buffer{}, "")
@@ -176,22 +193,51 @@ func TestPutStoresOnceByID(t *testing.T) {
 	assert.Equal(t, inbox.Stored, out)
 	out, err = ib.Put(ctx, delivery(t, "once-1"))
 	require.NoError(t, err)
-	assert.Equal(t, inbox.Duplicate, out, "a second delivery of the id is not stored again")
+	assert.Equal(t, inbox.Duplicate, out, "the forge's second delivery of it is not stored again")
+	// The signed body re-sent under new ids, and under another event type
+	// header, neither of which the signature covers: the same delivery.
+	for _, id := range []string{"replay-2", "replay-3"} {
+		d := delivery(t, "once-1")
+		d.ID = id
+		out, err = ib.Put(ctx, d)
+		require.NoError(t, err)
+		assert.Equal(t, inbox.Duplicate, out, "the body under the new id %s", id)
+	}
+	d := delivery(t, "once-1")
+	d.Event = "issues"
+	out, err = ib.Put(ctx, d)
+	require.NoError(t, err)
+	assert.Equal(t, inbox.Duplicate, out, "the body under another event type")
 	n, err := ib.Store().Length(ctx, jobs.ForgeGitHub)
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), n)
 
-	// The layout: hash-tagged by forge, the id remembered for 35 days.
+	// The layout: hash-tagged by forge, the key remembered for 35 days.
+	key := keyOf(t, "once-1")
+	assert.Regexp(t, `^[0-9a-f]{32}$`, key)
 	keys, err := db.Client.Keys(ctx, "*").Result()
 	require.NoError(t, err)
-	assert.ElementsMatch(t, []string{"inbox:{github}:seen:once-1", "inbox:{github}:d:once-1", "inbox:{github}:due"}, keys)
-	ttl, err := db.Client.TTL(ctx, "inbox:{github}:seen:once-1").Result()
+	assert.ElementsMatch(t, []string{"inbox:{github}:body:" + key, "inbox:{github}:d:" + key, "inbox:{github}:due"}, keys)
+	ttl, err := db.Client.TTL(ctx, "inbox:{github}:body:"+key).Result()
 	require.NoError(t, err)
 	assert.InDelta(t, (35 * 24 * time.Hour).Seconds(), ttl.Seconds(), 10)
 
-	// Per forge: the same id from another forge is another delivery.
-	d := delivery(t, "once-1")
-	d.Forge, d.Event, d.Body = jobs.ForgeForgejo, "issues", fixtures.File(t, "forgejo", "issues_label_updated.json")
+	// Another event of the forge is another body, so another delivery.
+	out, err = ib.Put(ctx, delivery(t, "once-2"))
+	require.NoError(t, err)
+	assert.Equal(t, inbox.Stored, out)
+
+	// A delivery id stored before deliveries had keys is still remembered:
+	// the forge's redelivery of it is a duplicate.
+	require.NoError(t, db.Client.Set(ctx, "inbox:{github}:seen:before-keys", "1", time.Hour).Err())
+	out, err = ib.Put(ctx, delivery(t, "before-keys"))
+	require.NoError(t, err)
+	assert.Equal(t, inbox.Duplicate, out)
+
+	// Per forge: the same bytes from another forge are another delivery.
+	d = delivery(t, "once-1")
+	d.Forge = jobs.ForgeForgejo
+	assert.NotEqual(t, key, d.Key())
 	out, err = ib.Put(ctx, d)
 	require.NoError(t, err)
 	assert.Equal(t, inbox.Stored, out)
@@ -273,6 +319,11 @@ func TestSpoolDrainsInOrderWhenValkeyReturns(t *testing.T) {
 	out, err := ib.Put(context.Background(), delivery(t, "m-second"))
 	require.NoError(t, err)
 	assert.Equal(t, inbox.Duplicate, out)
+	replayed := delivery(t, "m-second")
+	replayed.ID = "m-replayed"
+	out, err = ib.Put(context.Background(), replayed)
+	require.NoError(t, err)
+	assert.Equal(t, inbox.Duplicate, out, "its body under a new id takes no room in the spool")
 	_, err = ib.Drain(context.Background())
 	require.Error(t, err, "Valkey is still down")
 	assert.Equal(t, int64(3), ib.Spool().Files())
@@ -285,7 +336,7 @@ func TestSpoolDrainsInOrderWhenValkeyReturns(t *testing.T) {
 	assert.Zero(t, ib.Spool().Bytes())
 	due, err := client.ZRange(context.Background(), "inbox:{github}:due", 0, -1).Result()
 	require.NoError(t, err)
-	assert.Equal(t, ids, due, "due in the order received")
+	assert.Equal(t, keysOf(t, ids...), due, "due in the order received")
 	entries, err := os.ReadDir(ib.Spool().Dir())
 	require.NoError(t, err)
 	for _, e := range entries {
@@ -350,14 +401,14 @@ func TestRestartDrainsTheSpoolInOrderAndSkipsBrokenFiles(t *testing.T) {
 	eventually(t, "the spool drained and processed", func() bool {
 		return second.Spool().Files() == 0 && len(rec.seen()) == 3
 	})
-	assert.Equal(t, []string{"r-3", "r-1", "r-2"}, rec.seen(), "oldest first; the cut file and the partial one never")
+	assert.Equal(t, keysOf(t, "r-3", "r-1", "r-2"), rec.seen(), "oldest first; the cut file and the partial one never")
 	corrupt := logs.Events(t, "receiver_spool_corrupt")
 	require.Len(t, corrupt, 1)
 	assert.Equal(t, names[2], corrupt[0]["file"])
 	assert.Empty(t, spoolFiles(t, dir))
 	_, err = os.Stat(filepath.Join(dir, ".tmp-99999999999999999999.dlv"))
 	assert.ErrorIs(t, err, os.ErrNotExist)
-	exists, err := db.Client.Exists(context.Background(), "inbox:{github}:seen:r-4", "inbox:{github}:seen:r-partial").Result()
+	exists, err := db.Client.Exists(context.Background(), "inbox:{github}:body:"+keyOf(t, "r-4"), "inbox:{github}:body:"+keyOf(t, "r-partial")).Result()
 	require.NoError(t, err)
 	assert.Zero(t, exists, "neither broken delivery reached Valkey")
 }
@@ -452,7 +503,7 @@ func TestRateLimitedLookupIsProcessedAfterTheReset(t *testing.T) {
 	calls := gh.lookups()
 	require.Len(t, calls, 2, "one lookup refused for the limit, one after its reset; none in between")
 	assert.False(t, calls[1].Before(gh.resetAt()), "looked up again only after the reset")
-	assert.Equal(t, []string{"gh-limited-1"}, pendingJobs(t, db.Client))
+	assert.Equal(t, []string{"gh-" + keyOf(t, "limited-1")}, pendingJobs(t, db.Client))
 	assert.Empty(t, logs.Events(t, "forge_refused"), "a rate limit is no refusal")
 	retry := logs.Events(t, "forge_delivery_retry")
 	require.Len(t, retry, 1)
@@ -525,10 +576,10 @@ func TestFailedLookupIsRetriedAndAnOutsiderRefused(t *testing.T) {
 		n, err := ib.Store().Length(context.Background(), jobs.ForgeGitHub)
 		return err == nil && n == 0
 	})
-	assert.Equal(t, []string{"gh-flaky-1"}, pendingJobs(t, db.Client))
+	assert.Equal(t, []string{"gh-" + keyOf(t, "flaky-1")}, pendingJobs(t, db.Client))
 	refused := logs.Events(t, "forge_refused")
 	require.Len(t, refused, 1)
-	assert.Equal(t, "outsider-1", refused[0]["delivery"])
+	assert.Equal(t, outsider.Key(), refused[0]["delivery"])
 	assert.Equal(t, "author-not-allowed", refused[0]["reason"])
 	mu.Lock()
 	defer mu.Unlock()
@@ -569,7 +620,7 @@ func TestCrashedProcessorLeavesItToAnother(t *testing.T) {
 		t.Fatal("the first processor never took the delivery")
 	}
 	runA.cancel() // it takes nothing more: dead
-	require.Equal(t, []string{"gh-crash-1"}, pendingJobs(t, db.Client))
+	require.Equal(t, []string{"gh-" + keyOf(t, "crash-1")}, pendingJobs(t, db.Client))
 
 	logsB := &logtest.Buffer{}
 	b := open(t, db.Client, in, logsB, "", short)
@@ -578,7 +629,7 @@ func TestCrashedProcessorLeavesItToAnother(t *testing.T) {
 		n, err := b.Store().Length(context.Background(), jobs.ForgeGitHub)
 		return err == nil && n == 0
 	})
-	assert.Equal(t, []string{"gh-crash-1"}, pendingJobs(t, db.Client), "one job")
+	assert.Equal(t, []string{"gh-" + keyOf(t, "crash-1")}, pendingJobs(t, db.Client), "one job")
 	enq := logs.Events(t, "forge_enqueued")
 	require.Len(t, enq, 2, "processed twice (at least once)...")
 	assert.Equal(t, true, enq[0]["added"])
@@ -589,7 +640,7 @@ func TestCrashedProcessorLeavesItToAnother(t *testing.T) {
 	wake()
 	runA.stop()
 	require.Len(t, logsA.Events(t, "forge_delivery_lease_lost"), 1)
-	assert.Equal(t, []string{"gh-crash-1"}, pendingJobs(t, db.Client))
+	assert.Equal(t, []string{"gh-" + keyOf(t, "crash-1")}, pendingJobs(t, db.Client))
 }
 
 // A delivery that cannot be decided within MaxAge is given up, logged with
@@ -609,7 +660,8 @@ func TestGivesUpAfterMaxAge(t *testing.T) {
 	eventually(t, "given up", func() bool { return len(logs.Events(t, "forge_delivery_abandoned")) == 1 })
 	ab := logs.Events(t, "forge_delivery_abandoned")[0]
 	assert.Equal(t, "lookup-failed", ab["reason"])
-	assert.Equal(t, "doomed-1", ab["delivery"])
+	assert.Equal(t, keyOf(t, "doomed-1"), ab["delivery"])
+	assert.Equal(t, "doomed-1", ab["forgeDelivery"])
 	assert.Equal(t, "h1", ab["host"])
 	assert.NotEmpty(t, logs.Events(t, "forge_delivery_retry"), "retried before giving up")
 	n, err := ib.Store().Length(context.Background(), jobs.ForgeGitHub)
@@ -630,9 +682,28 @@ func TestChangedEntryIsNeverHandled(t *testing.T) {
 	_, err := ib.Put(context.Background(), delivery(t, "changed-1"))
 	require.NoError(t, err)
 	other := delivery(t, "other-1").Encode()
-	require.NoError(t, db.Client.HSet(context.Background(), "inbox:{github}:d:changed-1", "env", other).Err())
+	require.NoError(t, db.Client.HSet(context.Background(), "inbox:{github}:d:"+keyOf(t, "changed-1"), "env", other).Err())
 	start(t, ib)
 	eventually(t, "given up", func() bool { return len(logs.Events(t, "forge_delivery_abandoned")) == 1 })
 	assert.Equal(t, "invalid", logs.Events(t, "forge_delivery_abandoned")[0]["reason"])
 	assert.Empty(t, rec.seen())
+}
+
+// An entry stored before deliveries had keys sits under its delivery id:
+// it is still processed, its job named after that id as it was then.
+func TestEntryStoredBeforeKeysIsProcessed(t *testing.T) {
+	db := livetest.Valkey(t)
+	ctx := context.Background()
+	logs := &logtest.Buffer{}
+	ib := open(t, db.Client, newIntake(t, realRouter(t, db.Client), allowAll, logs), logs, "")
+	d := delivery(t, "old-1")
+	require.NoError(t, db.Client.HSet(ctx, "inbox:{github}:d:old-1", "env", d.Encode(), "recv", time.Now().UnixMicro(), "tries", 0).Err())
+	require.NoError(t, db.Client.ZAdd(ctx, "inbox:{github}:due", redis.Z{Score: float64(time.Now().UnixMicro()), Member: "old-1"}).Err())
+	start(t, ib)
+	eventually(t, "the old entry processed", func() bool {
+		n, err := ib.Store().Length(ctx, jobs.ForgeGitHub)
+		return err == nil && n == 0
+	})
+	assert.Equal(t, []string{"gh-old-1"}, pendingJobs(t, db.Client))
+	assert.Empty(t, logs.Events(t, "forge_delivery_abandoned"))
 }

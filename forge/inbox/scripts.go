@@ -15,17 +15,19 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local nowstr = string.format('%.0f', now)
 `
 
-// storeScript stores a verified delivery once.
+// storeScript stores a verified delivery once by its key.
 //
-//	KEYS[1] seen:<id>   KEYS[2] d:<id>   KEYS[3] due   KEYS[4] run
-//	ARGV[1] id  ARGV[2] the Encode form  ARGV[3] seen TTL (s)
+//	KEYS[1] body:<key>  KEYS[2] d:<key>  KEYS[3] due  KEYS[4] run
+//	KEYS[5] seen:<delivery id> (written before keys existed; only read)
+//	ARGV[1] key  ARGV[2] the Encode form  ARGV[3] seen TTL (s)
 //	ARGV[4] entry TTL (s)  ARGV[5] the inbox's length bound
 //
-// Returns {status, now µs}: status 'duplicate' (the id was stored before,
-// nothing written), 'full' (due and run hold the bound already, nothing
-// written) or 'stored' (seen set, the entry written, the id due now).
+// Returns {status, now µs}: status 'duplicate' (the body, or the id before
+// keys, was stored before; nothing written), 'full' (due and run hold the
+// bound already, nothing written) or 'stored' (body set, the entry written,
+// the key due now).
 var storeScript = redis.NewScript(nowLua + `
-if redis.call('EXISTS', KEYS[1]) == 1 then
+if redis.call('EXISTS', KEYS[1]) == 1 or redis.call('EXISTS', KEYS[5]) == 1 then
   return {'duplicate', now}
 end
 if redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[4]) >= tonumber(ARGV[5]) then
@@ -90,8 +92,8 @@ return #ids
 //	KEYS[1] run   KEYS[2] due   KEYS[3] d:<id>
 //	ARGV[1] id  ARGV[2] the claimer's token
 //
-// Returns 1, the entry deleted and the id out of both queues (seen stays:
-// a later delivery of the id is a duplicate); 0 when the token no longer
+// Returns 1, the entry deleted and the id out of both queues (body stays:
+// a later delivery of the body is a duplicate); 0 when the token no longer
 // holds the entry (its lease ended and another claimer took it), nothing
 // changed.
 var doneScript = redis.NewScript(`

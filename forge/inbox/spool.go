@@ -1,7 +1,6 @@
 package inbox
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -67,10 +66,12 @@ type Spool struct {
 type spoolFile struct {
 	name string
 	size int64
-	key  string // forge/id, "" when the header did not read
+	key  string // forge/key, "" when the file did not read
 }
 
-func idKey(d Delivery) string { return string(d.Forge) + "/" + d.ID }
+// idKey is what the spool tells deliveries apart by: the forge and the Key,
+// so a body replayed under new ids takes no more room.
+func idKey(d Delivery) string { return string(d.Forge) + "/" + d.Key() }
 
 // OpenSpool opens (creating it, mode 0700) the spool folder dir, bounded to
 // maxBytes of files, each delivery's body to maxBody. It takes the folder's
@@ -121,7 +122,10 @@ func (s *Spool) scan() error {
 			}
 			seq, _ := strconv.ParseUint(spoolNameRE.FindStringSubmatch(name)[1], 10, 64)
 			s.seq = max(s.seq, seq)
-			f := spoolFile{name: name, size: info.Size(), key: peekKey(filepath.Join(s.dir, name))}
+			f := spoolFile{name: name, size: info.Size()}
+			if d, err := s.read(filepath.Join(s.dir, name)); err == nil {
+				f.key = idKey(d)
+			}
 			s.add(f)
 		}
 	}
@@ -133,28 +137,6 @@ func (s *Spool) scan() error {
 		s.log.Info("receiver_spool_found", "dir", s.dir, "files", len(s.files), "bytes", s.nBytes.Load())
 	}
 	return nil
-}
-
-// peekKey reads the forge and id from a spool file's header, "" when it
-// does not read (the drain then finds the file bad).
-func peekKey(path string) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	head := make([]byte, maxHeader)
-	n, _ := io.ReadFull(f, head)
-	lines := bytes.SplitN(head[:n], []byte("\n"), 4)
-	if len(lines) < 4 || string(lines[0]) != magic {
-		return ""
-	}
-	fg, ok1 := bytes.CutPrefix(lines[1], []byte("forge "))
-	id, ok2 := bytes.CutPrefix(lines[2], []byte("id "))
-	if !ok1 || !ok2 || !ValidID(string(id)) {
-		return ""
-	}
-	return string(fg) + "/" + string(id)
 }
 
 func (s *Spool) add(f spoolFile) {
@@ -192,7 +174,7 @@ func (s *Spool) Files() int64 { return s.nFiles.Load() }
 // Bytes is the size of the files the spool holds.
 func (s *Spool) Bytes() int64 { return s.nBytes.Load() }
 
-// Has reports whether a delivery of f with id waits in the spool.
+// Has reports whether a delivery of d's forge and body waits in the spool.
 func (s *Spool) Has(d Delivery) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -13,9 +13,9 @@ import (
 
 // Defaults of the Valkey side.
 const (
-	// DefaultSeenTTL is how long a delivery id is remembered: longer than the
-	// 31 days a forge job is kept, so a replay is refused even after its job
-	// is gone.
+	// DefaultSeenTTL is how long a delivery's key is remembered: longer than
+	// the 31 days a forge job is kept, so a replay is refused even after its
+	// job is gone, and while the job exists its id (the key) refuses it too.
 	DefaultSeenTTL = 35 * 24 * time.Hour
 	// DefaultMaxLength bounds the deliveries an inbox holds per forge
 	// (waiting and being processed); past it a delivery is answered 503.
@@ -29,16 +29,16 @@ type Outcome string
 const (
 	Stored    Outcome = "stored"     // in Valkey, to be processed
 	Spooled   Outcome = "spooled"    // on the local disk, to be moved to Valkey
-	Duplicate Outcome = "duplicate"  // the delivery id was stored before; nothing stored
+	Duplicate Outcome = "duplicate"  // the delivery's body was stored before; nothing stored
 	Full      Outcome = "inbox-full" // the inbox holds its bound; nothing stored
 )
 
-// Store keeps deliveries in Valkey: stored once by delivery id, claimed
+// Store keeps deliveries in Valkey: stored once by key (Delivery.Key), claimed
 // under a lease, finished or put back to retry. Every key is formatted in
 // keys.go, every script documented in scripts.go.
 type Store struct {
 	Client redis.UniversalClient
-	// SeenTTL is how long a delivery id is remembered. Default DefaultSeenTTL.
+	// SeenTTL is how long a delivery's key is remembered. Default DefaultSeenTTL.
 	SeenTTL time.Duration
 	// EntryTTL bounds how long a stored delivery lives even if nothing ends
 	// it. Default 2 days.
@@ -66,15 +66,16 @@ func orDefault(d, def time.Duration) time.Duration {
 	return d
 }
 
-// Put stores d unless its id was stored before (Duplicate) or the forge's
-// inbox is full (Full). An error means Valkey did not answer: nothing is
-// known to be stored.
+// Put stores d under its Key unless its body was stored before, under any
+// delivery id (Duplicate), or the forge's inbox is full (Full). An error
+// means Valkey did not answer: nothing is known to be stored.
 func (s *Store) Put(ctx context.Context, d Delivery) (Outcome, error) {
 	if err := d.check(s.MaxBody); err != nil {
 		return "", err
 	}
-	keys := []string{seenKey(d.Forge, d.ID), entryKey(d.Forge, d.ID), dueKey(d.Forge), runKey(d.Forge)}
-	res, err := storeScript.Run(ctx, s.Client, keys, d.ID, d.Encode(),
+	key := d.Key()
+	keys := []string{bodyKey(d.Forge, key), entryKey(d.Forge, key), dueKey(d.Forge), runKey(d.Forge), seenKey(d.Forge, d.ID)}
+	res, err := storeScript.Run(ctx, s.Client, keys, key, d.Encode(),
 		int64(s.seenTTL()/time.Second), int64(s.entryTTL()/time.Second), s.maxLength()).Slice()
 	if err != nil {
 		return "", err
@@ -97,7 +98,9 @@ func (s *Store) Put(ctx context.Context, d Delivery) (Outcome, error) {
 // Claimed is a delivery a processor holds under a lease.
 type Claimed struct {
 	Forge jobs.Forge
-	ID    string
+	// ID is what it is stored under: its Key (or, stored before keys
+	// existed, its delivery id).
+	ID string
 	// Env is the stored form, not yet decoded.
 	Env []byte
 	// Received and Now are the server's times of receipt and of the claim.

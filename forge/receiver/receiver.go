@@ -67,7 +67,7 @@ type Config struct {
 	// its processor decides it afterwards. Required unless Replay is set.
 	Inbox Storer
 	// Replay is the synchronous mode, used only without an Inbox: a
-	// delivery's id is claimed, the event handled, and the outcome answered
+	// delivery's key (the digest of its body) is claimed, the event handled, and the outcome answered
 	// (409 for a replay, 503 when undecided). Nothing is stored: a delivery
 	// the forge does not deliver again after a 503 is lost.
 	Replay ReplayStore
@@ -294,10 +294,11 @@ func (r *Receiver) serve(f jobs.Forge, armed bool, verify verifier, w http.Respo
 	}
 	ctx, cancel := context.WithTimeout(req.Context(), handleTimeout)
 	defer cancel()
-	if outcome := r.claim(ctx, f, w, v.delivery); outcome != "" {
+	// Claimed by the body's digest: the id header is no forge's to sign.
+	if outcome := r.claim(ctx, f, w, d.Key(), v.delivery); outcome != "" {
 		return outcome
 	}
-	return r.handle(ctx, f, w, v.delivery, ev)
+	return r.handle(ctx, f, w, d.Key(), ev)
 }
 
 // refuse answers a refusal and reports it to the intake, so every refusal is logged alike.
@@ -362,7 +363,7 @@ func printableEvent(s string) string {
 func (r *Receiver) store(f jobs.Forge, w http.ResponseWriter, req *http.Request, d inbox.Delivery) string {
 	// Not cut short by a client that hangs up: a store begun is finished.
 	out, err := r.cfg.Inbox.Put(context.WithoutCancel(req.Context()), d)
-	attrs := []any{"forge", f, "delivery", d.ID, "event", d.Event}
+	attrs := []any{"forge", f, "delivery", d.Key(), "forgeDelivery", d.ID, "event", d.Event}
 	switch {
 	case err != nil:
 		reason := "store-failed"
@@ -387,8 +388,9 @@ func (r *Receiver) store(f jobs.Forge, w http.ResponseWriter, req *http.Request,
 	return string(out)
 }
 
-// claim records the delivery id, so a delivery is processed once; "" lets a fresh one on.
-func (r *Receiver) claim(ctx context.Context, f jobs.Forge, w http.ResponseWriter, delivery string) string {
+// claim records the delivery's key, so a body is processed once whatever
+// id it comes under; "" lets a fresh one on.
+func (r *Receiver) claim(ctx context.Context, f jobs.Forge, w http.ResponseWriter, delivery, forgeDelivery string) string {
 	fresh, err := r.cfg.Replay.Claim(ctx, f, delivery)
 	if err != nil {
 		r.log.Error("receiver_replay_store_failed", "forge", f, "delivery", delivery, "err", err.Error())
@@ -396,7 +398,7 @@ func (r *Receiver) claim(ctx context.Context, f jobs.Forge, w http.ResponseWrite
 		return "error"
 	}
 	if !fresh {
-		return r.refuse(f, w, http.StatusConflict, forge.ReasonReplayed, delivery)
+		return r.refuse(f, w, http.StatusConflict, forge.ReasonReplayed, delivery, "forgeDelivery", forgeDelivery)
 	}
 	return ""
 }

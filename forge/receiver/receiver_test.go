@@ -25,6 +25,7 @@ import (
 	"github.com/pidispatch/pidispatch/cronsync"
 	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/forge"
+	"github.com/pidispatch/pidispatch/forge/inbox"
 	"github.com/pidispatch/pidispatch/forge/receiver"
 	fixtures "github.com/pidispatch/pidispatch/internal/testkit/forgefixtures"
 	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
@@ -180,6 +181,11 @@ func (h *harness) post(t *testing.T, path string, body []byte, headers map[strin
 	return resp.StatusCode, string(out)
 }
 
+// ghKey is the key a GitHub delivery of body is known by, and its job named after.
+func ghKey(body []byte) string {
+	return (inbox.Delivery{Forge: jobs.ForgeGitHub, Body: body}).Key()
+}
+
 func githubHeaders(event, delivery string, body []byte) map[string]string {
 	return map[string]string{
 		"X-GitHub-Event":      event,
@@ -194,7 +200,8 @@ func TestGitHubSignedDeliveryIsEnqueued(t *testing.T) {
 	status, out := h.post(t, "/github", body, githubHeaders("issue_comment", "72d3162e-cc78-11e3-81ab-4c9367dc0958", body))
 	require.Equal(t, http.StatusAccepted, status, out+h.logs.String())
 	require.Equal(t, 1, h.router.count())
-	assert.Equal(t, "gh-72d3162e-cc78-11e3-81ab-4c9367dc0958", h.router.got[0].JobID)
+	// Named after the body the forge signed, not the id header.
+	assert.Equal(t, "gh-"+ghKey(body), h.router.got[0].JobID)
 	assert.Contains(t, h.logs.String(), `"msg":"forge_enqueued"`)
 }
 
@@ -209,7 +216,7 @@ func TestGitLabSignedDeliveryIsEnqueued(t *testing.T) {
 	})
 	require.Equal(t, http.StatusAccepted, status, out+h.logs.String())
 	require.Equal(t, 1, h.router.count())
-	assert.Equal(t, "gl-"+id, h.router.got[0].JobID)
+	assert.Equal(t, "gl-"+(inbox.Delivery{Forge: jobs.ForgeGitLab, Body: body}).Key(), h.router.got[0].JobID)
 	assert.Equal(t, jobs.ForgeGitLab, h.router.got[0].Job.Forge)
 
 	// A correct signature over a stale timestamp is a replay.
@@ -255,9 +262,11 @@ func TestForgejoSignedDeliveryIsEnqueued(t *testing.T) {
 	status, out := h.post(t, "/forgejo", body, recorded)
 	require.Equal(t, http.StatusAccepted, status, out+h.logs.String())
 	require.Equal(t, 1, h.router.count())
-	assert.Equal(t, "fj-"+recorded["X-Gitea-Delivery"], h.router.got[0].JobID)
+	assert.Equal(t, "fj-"+(inbox.Delivery{Forge: jobs.ForgeForgejo, Body: body}).Key(), h.router.got[0].JobID)
 
-	// Forgejo's header names work too.
+	// Forgejo's header names work too (for another event: the same body
+	// would be the same delivery).
+	body = fixtures.Edit(t, body, func(m map[string]any) { m["forgejo"] = true })
 	status, _ = h.post(t, "/forgejo", body, map[string]string{
 		"X-Forgejo-Event": "issues", "X-Forgejo-Delivery": "6b2c1a80", "X-Forgejo-Signature": fixtures.HexHMAC(fjSecret, body),
 	})

@@ -10,29 +10,31 @@ import (
 	"github.com/pidispatch/pidispatch/jobs"
 )
 
-// DefaultReplayTTL is how long a delivery id is remembered: longer than the
-// 31 days a forge job is kept, so a replay is refused even after its job is gone.
+// DefaultReplayTTL is how long a delivery's key is remembered: longer than
+// the 31 days a forge job is kept, so a replay is refused even after its job
+// is gone.
 const DefaultReplayTTL = 35 * 24 * time.Hour
 
-// ReplayStore remembers delivery ids for the synchronous mode (Config.Replay,
-// without an Inbox). The inbox keeps its own memory of ids (package
-// forge/inbox), 35 days too.
+// ReplayStore remembers deliveries for the synchronous mode (Config.Replay,
+// without an Inbox), by their key (inbox.Delivery.Key, the digest of the
+// signed body), never by the id header, which no forge signs. The inbox keeps
+// its own memory of keys (package forge/inbox), 35 days too.
 type ReplayStore interface {
-	// Claim records the delivery and reports whether it is new.
+	// Claim records the delivery's key and reports whether it is new.
 	Claim(ctx context.Context, f jobs.Forge, delivery string) (bool, error)
 	// Release forgets a claimed delivery that could not be handled, so the
 	// forge's redelivery is processed.
 	Release(ctx context.Context, f jobs.Forge, delivery string) error
 }
 
-// ValkeyReplay keeps delivery ids in Valkey as <Prefix><forge>:<delivery>
+// ValkeyReplay keeps delivery keys in Valkey as <Prefix><forge>:<key>
 // with a TTL (SET NX EX), so every receiver of a fleet shares them and a
 // restart forgets none.
 type ValkeyReplay struct {
 	Client redis.UniversalClient
 	// Prefix of the keys. Default "pidispatch:forge:delivery:".
 	Prefix string
-	// TTL of an id. Default DefaultReplayTTL.
+	// TTL of a key. Default DefaultReplayTTL.
 	TTL time.Duration
 }
 
