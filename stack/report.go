@@ -30,7 +30,8 @@ func newReport(ctx context.Context, cfg config.Config, rc redis.UniversalClient,
 	r := &report{dir: cfg.LogsDir}
 	var err error
 	r.transcripts, err = transcript.NewStore(transcript.Config{
-		Dir: cfg.LogsDir, MaxBytes: cfg.Report.TranscriptMax(), Live: transcript.NewLive(rc),
+		Dir: cfg.LogsDir, MaxBytes: cfg.Report.TranscriptMax(),
+		Live:   transcript.NewLiveWith(rc, transcript.LiveConfig{Key: cfg.FleetKey, Logger: tune.Logger}),
 		Logger: tune.Logger, Host: cfg.WorkerName,
 	})
 	if err != nil {

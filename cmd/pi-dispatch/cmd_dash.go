@@ -206,5 +206,12 @@ func dashCaps(e env) (dash.ValkeyConfig, int) {
 	}
 	// The job page explains a job with this host's view, as explain does.
 	caps.Explain, _ = operator.ExplainOptionsFromConfig(cfg)
+	// The job page shows only live entries the fleet key signed.
+	key, code := fleetKeyFromEnv(e, "dash")
+	if code != exitOK {
+		return caps, code
+	}
+	caps.FleetKey = key
+	caps.Logger = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	return caps, exitOK
 }

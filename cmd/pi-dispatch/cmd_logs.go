@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
 
 	"github.com/pidispatch/pidispatch/fleet"
@@ -42,7 +43,10 @@ flags:
   --env-file PATH   the env file under the shell's variables, instead of
                     $PI_ENV_FILE or ./.env ("" reads none)
 
-Reads VALKEY_URL, VALKEY_PASSWORD and PI_LOGS_DIR. See docs/logs-and-notifications.md.
+With PI_FLEET_KEY_FILE, a live entry the fleet key did not sign is not
+shown (and said once on stderr).
+
+Reads VALKEY_URL, VALKEY_PASSWORD, PI_LOGS_DIR and PI_FLEET_KEY_FILE. See docs/logs-and-notifications.md.
 `
 
 func runLogs(ctx context.Context, e env, args []string) int {
@@ -59,7 +63,14 @@ func runLogs(ctx context.Context, e env, args []string) int {
 		return code
 	}
 	defer client.Close()
-	live := transcript.NewLive(client)
+	key, code := fleetKeyFromEnv(e, "logs")
+	if code != exitOK {
+		return code
+	}
+	// With the fleet key, only entries it signed are shown: a Valkey writer
+	// without it cannot put lines in front of the operator.
+	live := transcript.NewLiveWith(client, transcript.LiveConfig{Key: key,
+		Logger: slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if !la.follow {
 		return printRecent(ctx, e, live, url, la.jobID, la.attempt, out)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/jobs"
+	"github.com/pidispatch/pidispatch/observe/transcript"
 	"github.com/pidispatch/pidispatch/operator"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/registry"
@@ -37,6 +39,13 @@ type ValkeyConfig struct {
 	LogsDir string
 	// Explain is the host's view the job page explains a job with.
 	Explain operator.ExplainOptions
+	// FleetKey is the fleet key (PI_FLEET_KEY_FILE): set, the job page shows
+	// only live transcript entries it signed, so no Valkey writer without
+	// it can put lines there.
+	FleetKey fleet.Key
+	// Logger receives transcript_live_unsigned when the job page drops such
+	// an entry. Default: discarded.
+	Logger *slog.Logger
 }
 
 // Valkey is the Source and Actions over a fleet's Valkey. It reads through
@@ -47,6 +56,7 @@ type Valkey struct {
 	cfg    ValkeyConfig
 	mirror *fleetstate.Mirror
 	budget *fleetstate.Budget
+	live   *transcript.Live
 }
 
 var (
@@ -66,6 +76,7 @@ func NewValkey(client redis.UniversalClient, cfg ValkeyConfig) (*Valkey, error) 
 		client: client, cfg: cfg,
 		mirror: fleetstate.NewMirror(client, fleetstate.MirrorConfig{}),
 		budget: fleetstate.NewBudget(client, fleetstate.BudgetConfig{DailyCap: cfg.DailyCap, WeeklyCap: cfg.WeeklyCap}),
+		live:   transcript.NewLiveWith(client, transcript.LiveConfig{Key: cfg.FleetKey, Logger: cfg.Logger}),
 	}, nil
 }
 

@@ -35,7 +35,7 @@ func (v *Valkey) Job(ctx context.Context, jobID string) (JobDetail, error) {
 			}
 		}
 	}
-	entries, lerr := transcript.NewLive(v.client).Recent(ctx, jobID)
+	entries, lerr := v.live.Recent(ctx, jobID)
 	if lerr != nil {
 		return d, errors.Join(err, lerr)
 	}
