@@ -19,14 +19,17 @@ import (
 
 // GitServer serves the bare repositories under Root over git's smart HTTP at
 // URL/<owner>/<name>.git, pushes included, behind basic auth that Allow
-// decides.
+// decides. A forge double serves the same repositories on its own address
+// too (ServeHTTP), as a forge serves git where its API is.
 type GitServer struct {
 	URL  string
 	Root string
 
-	mu    sync.Mutex
-	allow func(user, password string) bool
-	seen  []string // every password presented
+	backend http.Handler
+	mu      sync.Mutex
+	allow   func(user, password string) bool
+	seen    []string // every password presented
+	hits    int      // every request, answered or refused
 }
 
 // StartGitServer starts a git server on loopback; allow decides a basic-auth
@@ -49,25 +52,42 @@ func StartGitServer(t testing.TB, allow func(user, password string) bool) *GitSe
 			"GIT_CONFIG_KEY_1=uploadpack.allowAnySHA1InWant", "GIT_CONFIG_VALUE_1=true",
 		},
 	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		user, pass, ok := r.BasicAuth()
-		s.mu.Lock()
-		if ok {
-			s.seen = append(s.seen, pass)
-		}
-		allow := s.allow
-		s.mu.Unlock()
-		if !ok || allow == nil || !allow(user, pass) {
-			w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
-			http.Error(w, "unauthorized", http.StatusUnauthorized)
-			return
-		}
-		h.ServeHTTP(w, r)
-	}))
+	s.backend = h
+	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
 	s.URL = srv.URL
 	return s
 }
+
+// ServeHTTP serves git's smart HTTP for the repositories, behind the basic
+// auth Allow decides, recording every password presented.
+func (s *GitServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	user, pass, ok := r.BasicAuth()
+	s.mu.Lock()
+	s.hits++
+	if ok {
+		s.seen = append(s.seen, pass)
+	}
+	allow := s.allow
+	s.mu.Unlock()
+	if !ok || allow == nil || !allow(user, pass) {
+		w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		return
+	}
+	s.backend.ServeHTTP(w, r)
+}
+
+// Requests counts the requests the server was sent, refused ones included.
+func (s *GitServer) Requests() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.hits
+}
+
+// isGitPath reports whether path is a request of git's to a repository
+// (<owner>/<name>.git/...), which a forge double hands to its GitServer.
+func isGitPath(path string) bool { return strings.Contains(path, ".git/") }
 
 // SetAllow replaces the auth decision.
 func (s *GitServer) SetAllow(allow func(user, password string) bool) {
@@ -83,7 +103,8 @@ func (s *GitServer) Passwords() []string {
 	return append([]string(nil), s.seen...)
 }
 
-// CloneURL is repo's URL on the server.
+// CloneURL is repo's URL on the git server's own address; a forge double
+// answers its own (GitHub.CloneURL, GitLab.CloneURL).
 func (s *GitServer) CloneURL(repo string) string { return s.URL + "/" + repo + ".git" }
 
 // Dir is repo's bare repository on disk.

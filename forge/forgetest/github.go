@@ -53,6 +53,8 @@ type GitHub struct {
 	// install and pats are what the credential checks read (github_check.go).
 	install ghInstall
 	pats    map[string]ghPAT
+	// cloneURLs are the clone URLs SetCloneURL put in place of CloneURL.
+	cloneURLs map[string]string
 }
 
 // AppSlug is the double's App's slug; its bot user is AppSlug+"[bot]" with
@@ -120,6 +122,11 @@ func StartGitHub(t testing.TB, git *GitServer, appID int64, key *rsa.PublicKey, 
 	g.publishRoutes(mux)
 	g.checkRoutes(mux)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isGitPath(r.URL.Path) {
+			// git is served where the API is, as a forge serves it.
+			git.ServeHTTP(w, r)
+			return
+		}
 		g.mu.Lock()
 		g.calls[r.Method+" "+r.URL.Path]++
 		var after *fault
@@ -152,6 +159,32 @@ func StartGitHub(t testing.TB, git *GitServer, appID int64, key *rsa.PublicKey, 
 	g.URL = srv.URL + "/"
 	git.SetAllow(func(_, password string) bool { return g.validToken(password, "") })
 	return g
+}
+
+// CloneURL is repo's URL on the double's own address, where it serves the
+// GitServer's repositories.
+func (g *GitHub) CloneURL(repo string) string {
+	return strings.TrimSuffix(g.URL, "/") + "/" + repo + ".git"
+}
+
+// SetCloneURL makes the double answer url as repo's clone URL, as a forge
+// that was tampered with, or that sits behind another host, would.
+func (g *GitHub) SetCloneURL(repo, url string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.cloneURLs == nil {
+		g.cloneURLs = map[string]string{}
+	}
+	g.cloneURLs[repo] = url
+}
+
+func (g *GitHub) answeredCloneURL(repo string) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if u, ok := g.cloneURLs[repo]; ok {
+		return u
+	}
+	return g.CloneURL(repo)
 }
 
 // SetPermission gives login the permission (admin, maintain, write,
@@ -431,7 +464,7 @@ func (g *GitHub) repo(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, github.Repository{
 		FullName:      github.Ptr(repo),
-		CloneURL:      github.Ptr(g.git.CloneURL(repo)),
+		CloneURL:      github.Ptr(g.answeredCloneURL(repo)),
 		DefaultBranch: github.Ptr(rp.defaultBranch),
 		HTMLURL:       github.Ptr(g.URL + repo),
 		Permissions:   g.patPermissions(r, repo),

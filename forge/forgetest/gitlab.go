@@ -60,7 +60,14 @@ type glProject struct {
 func StartGitLab(t testing.TB, git *GitServer) *GitLab {
 	t.Helper()
 	g := &GitLab{t: t, git: git, Parent: "glpat-parent-" + randHex(8), projects: map[string]*glProject{}, tokens: map[string]string{}, ids: map[int64]string{}}
-	srv := httptest.NewServer(http.HandlerFunc(g.serve))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isGitPath(r.URL.Path) {
+			// git is served where the API is, as a forge serves it.
+			git.ServeHTTP(w, r)
+			return
+		}
+		g.serve(w, r)
+	}))
 	t.Cleanup(srv.Close)
 	g.URL = srv.URL
 	git.SetAllow(func(_, password string) bool {
@@ -71,6 +78,10 @@ func StartGitLab(t testing.TB, git *GitServer) *GitLab {
 	})
 	return g
 }
+
+// CloneURL is repo's URL on the double's own address, where it serves the
+// GitServer's repositories.
+func (g *GitLab) CloneURL(repo string) string { return g.URL + "/" + repo + ".git" }
 
 // AddProject declares a project (already on the git server).
 func (g *GitLab) AddProject(repo, defaultBranch string, protected ...string) {
@@ -155,7 +166,7 @@ func (g *GitLab) serve(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodGet && sub == "":
 		writeJSON(w, http.StatusOK, gitlab.Project{ID: p.id, PathWithNamespace: repo, DefaultBranch: p.defaultBranch,
-			HTTPURLToRepo: g.git.CloneURL(repo), WebURL: g.URL + "/" + repo, Permissions: g.parentAccess(p, tok)})
+			HTTPURLToRepo: g.CloneURL(repo), WebURL: g.URL + "/" + repo, Permissions: g.parentAccess(p, tok)})
 	case r.Method == http.MethodPost && sub == "access_tokens":
 		g.mintToken(w, r, repo, tok)
 	case r.Method == http.MethodDelete && len(parts) == 2 && parts[0] == "access_tokens":

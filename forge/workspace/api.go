@@ -36,6 +36,11 @@ type API interface {
 	EditComment(ctx context.Context, tok token.Token, repo string, number int, pullRequest bool, id int64, body string) error
 	// GitUser is the user name git sends with the token (basic auth).
 	GitUser() string
+	// ForgeURL is the forge's own web root as the host configured it: a
+	// clone URL the forge answers must be on its scheme, host and port
+	// (forge.CheckCloneURL), so an answer cannot send git, and the token
+	// with it, elsewhere.
+	ForgeURL() string
 	// Self answers who the host is on the forge: the user tok acts as (for
 	// a GitHub App, the App's bot, found with minter's JWT). A pull request
 	// this user opened from a pi/ branch is the project's own.

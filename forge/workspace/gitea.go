@@ -42,6 +42,9 @@ func giteaErr(resp *gitea.Response, err error) error {
 	return token.ClassifyResponse(resp.Response, err)
 }
 
+// ForgeURL is URL, the instance's web root, where it serves git too.
+func (g *Gitea) ForgeURL() string { return g.URL }
+
 // GitUser: Gitea takes a token as the password of any user name.
 func (g *Gitea) GitUser() string { return "oauth2" }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/google/go-github/v84/github"
@@ -32,6 +33,27 @@ func splitRepo(repo string) (string, string, error) {
 		return "", "", fmt.Errorf("repository %q is not owner/name", repo)
 	}
 	return owner, name, nil
+}
+
+// ForgeURL is where GitHub serves git for the API at APIURL: github.com for
+// api.github.com (<tenant>.ghe.com for api.<tenant>.ghe.com), a GitHub
+// Enterprise Server's host for its <host>/api/v3, and for any other API URL
+// (a proxy, a test forge) that URL's own scheme and host, never a host the
+// operator did not name.
+func (g *GitHub) ForgeURL() string {
+	api := g.APIURL
+	if api == "" {
+		api = "https://api.github.com/"
+	}
+	u, err := url.Parse(api)
+	if err != nil || u.Host == "" {
+		return api // refused by CheckCloneURL as not a URL
+	}
+	host := u.Host
+	if strings.TrimSuffix(u.Path, "/") == "" {
+		host, _ = strings.CutPrefix(host, "api.")
+	}
+	return u.Scheme + "://" + host
 }
 
 // GitUser is the user name of an installation or personal token over git.

@@ -44,6 +44,9 @@ func gitlabErr(resp *gitlab.Response, err error) error {
 	return token.ClassifyResponse(resp.Response, err)
 }
 
+// ForgeURL is URL, the instance's web root, where it serves git too.
+func (g *GitLab) ForgeURL() string { return g.URL }
+
 // GitUser: GitLab takes an access token as the password of "oauth2".
 func (g *GitLab) GitUser() string { return "oauth2" }
 

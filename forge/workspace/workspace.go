@@ -37,13 +37,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/pidispatch/pidispatch/forge"
 	"github.com/pidispatch/pidispatch/forge/token"
 	"github.com/pidispatch/pidispatch/jobs"
 )
@@ -362,7 +362,11 @@ func (c *Checkout) prepare(ctx context.Context) error {
 	return nil
 }
 
-// lookupRepository asks the forge for the clone URL and default branch, refusing a URL that carries credentials.
+// lookupRepository asks the forge for the clone URL and default branch. The
+// clone URL is the forge's word, and git sends the job's token to it: one
+// that is not https (http only on a forge configured on http), not on the
+// forge's configured host and port, or carries credentials (they would end
+// in the workspace's .git/config) is refused before any clone.
 func (c *Checkout) lookupRepository(ctx context.Context) error {
 	var repo Repository
 	if err := c.call(ctx, func(tok token.Token) (err error) {
@@ -371,9 +375,13 @@ func (c *Checkout) lookupRepository(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("repository: %w", err)
 	}
-	if u, err := url.Parse(repo.CloneURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil || repo.DefaultBranch == "" {
-		// A URL with credentials in it would end in the workspace's .git/config.
-		return fmt.Errorf("repository: the forge answered no http(s) clone URL without credentials, or no default branch")
+	if err := forge.CheckCloneURL(repo.CloneURL, c.forge.API.ForgeURL()); err != nil {
+		c.log.Warn("forge_clone_url_refused", "forgeUrl", c.forge.API.ForgeURL(), "error", err)
+		return fmt.Errorf("repository: the forge answered a clone URL the host refuses: %w (the forge URL configured is %s)",
+			err, c.forge.API.ForgeURL())
+	}
+	if repo.DefaultBranch == "" {
+		return fmt.Errorf("repository: the forge answered no default branch")
 	}
 	c.repo = repo
 	return nil

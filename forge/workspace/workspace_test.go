@@ -155,7 +155,7 @@ func TestPublish(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "hello\n", string(data))
 		remote := forgetest.Git(t, b.dir, "remote", "get-url", "origin")
-		require.Equal(t, b.git.CloneURL(repo), remote, "origin is the public URL")
+		require.Equal(t, b.gh.CloneURL(repo), remote, "origin is the public URL")
 		// The job: one commit, one uncommitted change.
 		b.write(t, "src/app.go", "package app\n\nfunc Fixed() {}\n")
 		forgetest.Git(t, b.dir, "commit", "-qam", "fix")
