@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -167,6 +168,60 @@ func CheckForgeCredentials(p *ForgePolicies, m *workspace.Manager) error {
 	}
 	return nil
 }
+
+// CheckForgeGit refuses a host that holds forge credentials (m not nil)
+// when its git is older than workspace.MinGitVersion, answers no version or
+// cannot be run: an older git silently ignores the environment publish
+// configures it with, the token header among it, so the worker stops at
+// boot rather than at its first forge job. The error is CheckHostGit's.
+func CheckForgeGit(ctx context.Context, m *workspace.Manager) error {
+	if m == nil {
+		return nil
+	}
+	_, err := CheckHostGit(ctx, m.GitProgram())
+	return err
+}
+
+// CheckHostGit runs program ("": "git") --version and answers its version,
+// or a *config.ConfigError naming the program, the version found, the one
+// required and the fix, with the workspace's error (workspace.ErrGitTooOld,
+// workspace.ErrGitVersionUnknown, or the failure to run it) under it.
+func CheckHostGit(ctx context.Context, program string) (workspace.GitVersion, error) {
+	if program == "" {
+		program = "git"
+	}
+	v, err := workspace.ReadGitVersion(ctx, program)
+	if err == nil {
+		return v, nil
+	}
+	if p, lookErr := exec.LookPath(program); lookErr == nil {
+		program = p
+	}
+	need := workspace.MinGitVersion
+	fix := fmt.Sprintf("install git %s or later (first on PATH), or remove this host's forge credentials", need)
+	var ge *workspace.GitVersionError
+	var rule string
+	switch {
+	case errors.As(err, &ge) && errors.Is(err, workspace.ErrGitTooOld):
+		rule = fmt.Sprintf("is git %s; forge jobs need git %s or later: %s", ge.Found, need, fix)
+	case errors.As(err, &ge):
+		rule = fmt.Sprintf("--version answered %q, not a git version; forge jobs need git %s or later: %s",
+			strings.TrimSpace(ge.Said), need, fix)
+	default:
+		rule = fmt.Sprintf("could not be run (%v); forge jobs need git %s or later: %s", err, need, fix)
+	}
+	return v, &forgeGitError{ce: &config.ConfigError{Var: "git", Value: program, Rule: rule}, err: err}
+}
+
+// forgeGitError is CheckHostGit's refusal: a *config.ConfigError (a boot
+// refused, exit 2) over the workspace's own error, which callers branch on.
+type forgeGitError struct {
+	ce  *config.ConfigError
+	err error
+}
+
+func (e *forgeGitError) Error() string   { return e.ce.Error() }
+func (e *forgeGitError) Unwrap() []error { return []error{e.ce, e.err} }
 
 // Run follows the triggers file until ctx ends: a valid new content
 // replaces the set, an invalid one keeps the last good set (logged

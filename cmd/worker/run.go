@@ -43,7 +43,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	logger := slog.New(slog.NewJSONHandler(stderr, nil))
 	warnUnknownVars(logger.With("host", cfg.WorkerName), unknown)
 	redis.SetLogger(newRedisLog(logger.With("host", cfg.WorkerName)))
-	opts, code := forgeOptions(layered, cfg, logger, stderr)
+	opts, code := forgeOptions(ctx, layered, cfg, logger, stderr)
 	if code != exitOK {
 		return code
 	}
@@ -96,7 +96,7 @@ func warnUnknownVars(log *slog.Logger, unknown []config.UnknownVar) {
 }
 
 // forgeOptions wires the forge workspaces the environment configures, governed by this host's triggers file.
-func forgeOptions(getenv func(string) string, cfg config.Config, logger *slog.Logger, stderr io.Writer) ([]wiring.Option, int) {
+func forgeOptions(ctx context.Context, getenv func(string) string, cfg config.Config, logger *slog.Logger, stderr io.Writer) ([]wiring.Option, int) {
 	// The forge triggers of this host's own triggers file decide what its
 	// forge jobs may publish; a file whose forge triggers do not parse
 	// refuses boot, as one whose cron triggers do not.
@@ -119,6 +119,12 @@ func forgeOptions(getenv func(string) string, cfg config.Config, logger *slog.Lo
 	}
 	if forge == nil {
 		return nil, exitOK
+	}
+	// Forge jobs run host git: one too old to honour the environment
+	// publish sets refuses boot here rather than at the first forge job.
+	if err := wiring.CheckForgeGit(ctx, forge); err != nil {
+		fmt.Fprintf(stderr, "worker: invalid configuration (nothing started):\n%v\n", err)
+		return nil, exitConfig
 	}
 	opts := []wiring.Option{wiring.WithForgeWorkspaces(forge)}
 	if policies != nil {

@@ -78,6 +78,13 @@ const gitVersionTimeout = 10 * time.Second
 // forge job, so an old git stops the worker with the fix rather than
 // running publish on a git that ignores its environment.
 func CheckGit(ctx context.Context, program string) error {
+	_, err := ReadGitVersion(ctx, program)
+	return err
+}
+
+// ReadGitVersion is CheckGit that also answers the version found, for a
+// check that reports it.
+func ReadGitVersion(ctx context.Context, program string) (GitVersion, error) {
 	if program == "" {
 		program = "git"
 	}
@@ -87,7 +94,7 @@ func CheckGit(ctx context.Context, program string) error {
 	cmd.Env = []string{"LC_ALL=C", "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "HOME=/nonexistent"}
 	out, err := cmd.Output()
 	if err != nil {
-		return fmt.Errorf("%s --version: %w", program, err)
+		return GitVersion{}, fmt.Errorf("%s --version: %w", program, err)
 	}
 	said := string(out)
 	if len(said) > 200 {
@@ -95,16 +102,20 @@ func CheckGit(ctx context.Context, program string) error {
 	}
 	v, ok := parseGitVersion(said)
 	if !ok {
-		return &GitVersionError{Program: program, Said: said, Required: MinGitVersion}
+		return GitVersion{}, &GitVersionError{Program: program, Said: said, Required: MinGitVersion}
 	}
 	if v.Less(MinGitVersion) {
-		return &GitVersionError{Program: program, Found: v, Said: said, Required: MinGitVersion}
+		return v, &GitVersionError{Program: program, Found: v, Said: said, Required: MinGitVersion}
 	}
-	return nil
+	return v, nil
 }
 
 // CheckGit checks the Manager's git program (Config.Git): see CheckGit.
 func (m *Manager) CheckGit(ctx context.Context) error { return CheckGit(ctx, m.cfg.Git) }
+
+// GitProgram is the git program the Manager runs (Config.Git, "git" when
+// unset), for a boot check's message.
+func (m *Manager) GitProgram() string { return m.cfg.Git }
 
 // parseGitVersion reads "git version 2.39.5", "git version 2.45.2 (Apple
 // Git-154)" or "git version 2.47.1.windows.1".
