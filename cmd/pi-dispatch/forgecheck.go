@@ -19,6 +19,9 @@ import (
 // forgeCredentialName is the doctor check of each forge's credential.
 const forgeCredentialName = "forge-credential"
 
+// forgeGitName is the doctor check of the host's git, which forge jobs run.
+const forgeGitName = "forge-git"
+
 // checkForgeCredentials calls each forge creds holds a credential for, with
 // it, and answers what the forge says it lacks (docs/forges.md, "Permissions
 // each forge needs"), for the repositories the forge triggers of the
@@ -105,7 +108,24 @@ func doctorForgeChecks(ctx context.Context, getenv func(string) string, triggers
 			Detail: "forge credentials invalid: " + err.Error(),
 			Fix:    "fix it in .env (docs/forges.md); the worker refuses to boot with it (exit 2)"}}
 	}
-	return credentialChecks(found)
+	out := credentialChecks(found)
+	if creds.GitHub != nil || creds.GitLab != nil || creds.Forgejo != nil {
+		out = append(out, forgeGitCheck(ctx, "git"))
+	}
+	return out
+}
+
+// forgeGitCheck is doctor's line of the git a worker holding forge
+// credentials runs (program, "": "git"): ✓ with its version, or ✗ with the
+// worker's own refusal (stack.CheckHostGit), which stops its boot.
+func forgeGitCheck(ctx context.Context, program string) operator.Check {
+	v, err := stack.CheckHostGit(ctx, program)
+	if err != nil {
+		return operator.Check{Status: operator.CheckFail, Name: forgeGitName, Detail: err.Error(),
+			Fix: "the worker refuses to boot with it (exit 2) while this host holds forge credentials"}
+	}
+	return operator.Check{Status: operator.CheckOK, Name: forgeGitName,
+		Detail: fmt.Sprintf("git %s (forge jobs need %s or later)", v, workspace.MinGitVersion)}
 }
 
 // printCredentialChecks writes receive --check's lines of the findings: OK
