@@ -19,17 +19,27 @@ const (
 func (r *envReader) readTrust(c *Config) {
 	r.envText("PI_FLEET_KEY_FILE", &c.FleetKeyFile)
 	if v, ok := r.lookupEnv("PI_UNSIGNED_QUEUES"); ok {
-		for _, q := range strings.Split(v, ",") {
-			if q = strings.TrimSpace(q); q != "" {
-				c.UnsignedQueues = append(c.UnsignedQueues, q)
-			}
-		}
+		c.UnsignedQueues = SplitQueues(v)
 	}
 	parseEnv(r, "PI_JOB_OUTPUT_MAX", parseMemory, &c.JobOutputMax)
 }
 
+// SplitQueues reads a PI_UNSIGNED_QUEUES value: queue names (or *),
+// comma-separated, blanks ignored. It does not validate them (Validate does).
+func SplitQueues(v string) []string {
+	var out []string
+	for _, q := range strings.Split(v, ",") {
+		if q = strings.TrimSpace(q); q != "" {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
 // trustProblems checks the fleet key file (readable, at least 32 bytes, not
-// world-readable), the unsigned-queue allowance and the output cap.
+// world-readable), the unsigned-queue allowance and the output cap. A host
+// without a key is valid: it refuses every job the key did not sign, unless
+// PI_UNSIGNED_QUEUES opts its queues in.
 func (c Config) trustProblems(p *problemList) {
 	if c.FleetKeyFile != "" {
 		if rule := filePathRule(c.FleetKeyFile); rule != "" {
@@ -39,13 +49,10 @@ func (c Config) trustProblems(p *problemList) {
 		}
 	}
 	for _, q := range c.UnsignedQueues {
-		if !validQueueName(q) {
-			p.add("PI_UNSIGNED_QUEUES", strings.Join(c.UnsignedQueues, ","), "must list queue names (pi-jobs or pi-jobs@<worker name>), comma-separated")
+		if q != fleet.EveryQueue && !validQueueName(q) {
+			p.add("PI_UNSIGNED_QUEUES", strings.Join(c.UnsignedQueues, ","), "must list queue names (pi-jobs or pi-jobs@<worker name>) or *, comma-separated")
 			break
 		}
-	}
-	if len(c.UnsignedQueues) > 0 && c.FleetKeyFile == "" && !c.FleetKey.IsSet() {
-		p.add("PI_UNSIGNED_QUEUES", strings.Join(c.UnsignedQueues, ","), "only means something with PI_FLEET_KEY_FILE: without a key every queue takes unsigned jobs")
 	}
 	if c.JobOutputMax < MinJobOutputMax || c.JobOutputMax > MaxJobOutputMax {
 		p.add("PI_JOB_OUTPUT_MAX", strconv.FormatInt(c.JobOutputMax, 10), "must be between 64k and 1g")

@@ -28,13 +28,13 @@ func TestLoad_FleetKeyFile(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		"missing":                       {map[string]string{"PI_FLEET_KEY_FILE": filepath.Join(dir, "nope")}, "can read"},
-		"short":                         {map[string]string{"PI_FLEET_KEY_FILE": write("short", "abc", 0o600)}, "at least 32 bytes"},
-		"world-readable":                {map[string]string{"PI_FLEET_KEY_FILE": write("world", long, 0o644)}, "not be readable by every user"},
-		"relative":                      {map[string]string{"PI_FLEET_KEY_FILE": "fleet.key"}, ""},
-		"unsigned queues without a key": {map[string]string{"PI_UNSIGNED_QUEUES": "pi-jobs"}, "only means something with PI_FLEET_KEY_FILE"},
-		"bad queue":                     {map[string]string{"PI_FLEET_KEY_FILE": write("ok1", long, 0o600), "PI_UNSIGNED_QUEUES": "pi-jobs,bull:x"}, "queue names"},
-		"output too small":              {map[string]string{"PI_JOB_OUTPUT_MAX": "1k"}, "between 64k and 1g"},
+		"missing":          {map[string]string{"PI_FLEET_KEY_FILE": filepath.Join(dir, "nope")}, "can read"},
+		"short":            {map[string]string{"PI_FLEET_KEY_FILE": write("short", "abc", 0o600)}, "at least 32 bytes"},
+		"world-readable":   {map[string]string{"PI_FLEET_KEY_FILE": write("world", long, 0o644)}, "not be readable by every user"},
+		"relative":         {map[string]string{"PI_FLEET_KEY_FILE": "fleet.key"}, ""},
+		"a queue pattern":  {map[string]string{"PI_UNSIGNED_QUEUES": "pi-jobs@*"}, "queue names"},
+		"bad queue":        {map[string]string{"PI_FLEET_KEY_FILE": write("ok1", long, 0o600), "PI_UNSIGNED_QUEUES": "pi-jobs,bull:x"}, "queue names"},
+		"output too small": {map[string]string{"PI_JOB_OUTPUT_MAX": "1k"}, "between 64k and 1g"},
 	} {
 		_, err := config.Load(func(k string) string { return tc.env[k] })
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -53,5 +53,19 @@ func TestLoad_FleetKeyFile(t *testing.T) {
 	}
 	if strings.Contains(c.String(), long) {
 		t.Fatal("the key is in the config's summary")
+	}
+}
+
+// Without a key, PI_UNSIGNED_QUEUES is the operator's opt-in to run jobs
+// nobody signed: accepted, with * for every queue.
+func TestLoad_UnsignedQueuesWithoutAKey(t *testing.T) {
+	for _, v := range []string{"pi-jobs", "*", "pi-jobs,pi-jobs@web"} {
+		c, err := config.Load(func(k string) string { return map[string]string{"PI_UNSIGNED_QUEUES": v}[k] })
+		if err != nil {
+			t.Fatalf("%s: %v", v, err)
+		}
+		if c.FleetKey.IsSet() || strings.Join(c.UnsignedQueues, ",") != v {
+			t.Fatalf("%s: %+v", v, c.UnsignedQueues)
+		}
 	}
 }

@@ -112,14 +112,16 @@ type Settings struct {
 	// PI_LOG_RETENTION_DAYS, 1..3650, defaults to 30.
 	LogRetentionDays int
 	// FleetKey is the fleet's signing key: with it, this host signs its
-	// registry row and the jobs it enqueues, ignores unsigned rows when
-	// routing and refuses unsigned jobs (job-unsigned). Package config reads
-	// it from PI_FLEET_KEY_FILE; the zero Key signs nothing.
+	// registry row and the jobs it enqueues and ignores unsigned rows when
+	// routing. Package config reads it from PI_FLEET_KEY_FILE; the zero Key
+	// signs nothing. With or without it, a job the key did not sign is
+	// refused job-unsigned unless its queue is in UnsignedQueues.
 	FleetKey fleet.Key
-	// UnsignedQueues are the queues whose unsigned jobs this host still
-	// runs when it holds a key: the explicit allowance for a producer that
-	// cannot sign (a Node BullMQ client). PI_UNSIGNED_QUEUES, comma-separated;
-	// none by default.
+	// UnsignedQueues are the queues whose unsigned jobs this host runs: the
+	// explicit allowance for a producer that cannot sign (a Node BullMQ
+	// client), or, with no key, the opt-in to run jobs anyone who can write
+	// to Valkey can queue. fleet.EveryQueue ("*") names every queue.
+	// PI_UNSIGNED_QUEUES, comma-separated; none by default.
 	UnsignedQueues []string
 	// SecretProfiles maps a profile name to the absolute path of its resolver.
 	// PI_SECRET_PROFILES ("name:/abs/resolver,...").

@@ -59,6 +59,9 @@ func newFakeHost(t *testing.T) *fakeHost {
 	// runs the tests (root in a container).
 	cfg.FolderRoots = []string{os.TempDir()}
 	cfg.ContainerUserExplicit = true
+	// The fake queue's jobs carry no signature: this host takes them (the
+	// signature gate's own tests clear this).
+	cfg.UnsignedQueues = []string{fleet.EveryQueue}
 	h := &fakeHost{
 		cfg: cfg,
 		tune: dispatch.Tuning{

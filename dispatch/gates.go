@@ -3,7 +3,6 @@ package dispatch
 import (
 	"context"
 	"errors"
-	"slices"
 	"strings"
 	"time"
 
@@ -128,21 +127,27 @@ func (w *Worker) gateJobData(_ context.Context, h *held) verdict {
 	return goOn
 }
 
-// gateJobSigned lets a job through when this host holds no fleet key, when
-// the fleet key signed it for this queue and id, or when its queue is
-// allowed unsigned jobs (PI_UNSIGNED_QUEUES). A job scheduler's run is made
-// inside Valkey, where no key is: it goes on to the cron gate, which runs it
-// only when this host's own triggers file names exactly that run. Anything
-// else is refused job-unsigned: a Valkey writer without the key cannot have
-// this host run a job of its choosing.
+// gateJobSigned lets a job through when the fleet key signed it for this
+// queue and id, or when its queue takes unsigned jobs (PI_UNSIGNED_QUEUES,
+// the operator's explicit opt-in). A job scheduler's run is made inside
+// Valkey, where no key is: it goes on to the cron gate, which runs it only
+// when this host's own triggers file names exactly that run. Anything else
+// is refused job-unsigned, a host without a key included: every other job
+// names a folder or a repository, and a Valkey writer without the key must
+// not have this host run one of its choosing.
 func (w *Worker) gateJobSigned(_ context.Context, h *held) verdict {
-	key := w.cfg.FleetKey
-	if !key.IsSet() || h.job.SchedulerID != "" || h.spec.Kind == jobs.KindCron {
+	if h.job.SchedulerID != "" || h.spec.Kind == jobs.KindCron {
 		return goOn
 	}
 	queue := h.q.Name()
-	if slices.Contains(w.cfg.UnsignedQueues, queue) {
+	if fleet.UnsignedAllowed(w.cfg.UnsignedQueues, queue) {
 		return goOn
+	}
+	key := w.cfg.FleetKey
+	if !key.IsSet() {
+		h.log.Warn("job_unsigned", "why", "this host holds no fleet key",
+			"fix", "set PI_FLEET_KEY_FILE on every host (pi-dispatch init writes one), or PI_UNSIGNED_QUEUES="+queue+" to run jobs anyone who can write to Valkey can queue")
+		return refuseFor(jobs.ReasonJobUnsigned)
 	}
 	if key.VerifyJob(queue, h.job.ID, h.job.Data, h.job.Signature) {
 		return goOn

@@ -434,3 +434,37 @@ func TestWorkerWritesOnlyItsOwnClock(t *testing.T) {
 		})
 	}
 }
+
+// Without a fleet key (the zero Key) every job but a scheduler's run is
+// refused job-unsigned, forge and folder jobs alike, before anything is
+// spent: any Valkey writer could have queued it. Listing its queue in
+// UnsignedQueues, or every queue, is the operator's opt-in.
+func TestGateUnsignedWithoutAKey(t *testing.T) {
+	folderJob := fmt.Sprintf(`{"kind":"local","folder":%q,"flow":"fix","task":"t"}`, t.TempDir())
+	for name, data := range map[string]string{"forge": forgeJob, "folder": folderJob} {
+		t.Run(name, func(t *testing.T) {
+			h := newFakeHost(t)
+			h.cfg.UnsignedQueues = nil
+			h.start(t)
+			h.add(t, "u-1", data, 1)
+			refusedBefore(t, h, "u-1", jobs.ReasonJobUnsigned)
+		})
+	}
+	for name, list := range map[string][]string{"its queue": {fleet.SharedQueue}, "every queue": {fleet.EveryQueue}} {
+		t.Run("opted in/"+name, func(t *testing.T) {
+			h := newFakeHost(t)
+			h.cfg.UnsignedQueues = list
+			h.start(t)
+			h.add(t, "u-2", folderJob, 1)
+			h.wait(t, "u-2", finished)
+			h.oneRecord(t, "u-2", jobs.OutcomeCompleted, jobs.ReasonCompleted)
+		})
+	}
+	t.Run("another host's queue opted in", func(t *testing.T) {
+		h := newFakeHost(t)
+		h.cfg.UnsignedQueues = []string{fleet.HostQueueName("other")}
+		h.start(t)
+		h.add(t, "u-3", folderJob, 1)
+		refusedBefore(t, h, "u-3", jobs.ReasonJobUnsigned)
+	})
+}

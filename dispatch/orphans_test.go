@@ -87,6 +87,7 @@ func newFakeOrphanFixture(t *testing.T) *orphanFixture {
 	cfg.WorkerName, cfg.WorkerNameDeclared = "orph", true
 	cfg.LogsDir = t.TempDir()
 	cfg.FolderRoots, cfg.ContainerUserExplicit = []string{os.TempDir()}, true
+	cfg.UnsignedQueues = []string{fleet.EveryQueue} // the fixture's jobs carry no signature
 	fq := TestFakes.Queue(fleet.SharedQueue, cfg.WorkerName)
 	m, read := TestFakes.Mirror()
 	return &orphanFixture{cfg: cfg, tune: Tuning{JobsDir: t.TempDir()}, shared: fakeShared{fq}, fake: fq, fakeMirror: m, mirrored: read}

@@ -58,7 +58,18 @@ type ProducerConfig struct {
 	// ignore registry rows the key did not sign. Workers of a fleet with a
 	// key refuse unsigned jobs (job-unsigned).
 	FleetKey fleet.Key
+	// UnsignedQueues are the queues that take unsigned jobs
+	// (PI_UNSIGNED_QUEUES; fleet.EveryQueue for all). Without a FleetKey,
+	// the producer adds a job only to such a queue (anything else a worker
+	// would refuse: ErrUnsigned), and the Router trusts only the registry
+	// rows of such host queues.
+	UnsignedQueues []string
 }
+
+// ErrUnsigned refuses a job the producer cannot sign (it holds no fleet
+// key) for a queue that does not take unsigned jobs: every worker would
+// refuse it job-unsigned.
+var ErrUnsigned = errors.New("no fleet key to sign the job, and its queue does not take unsigned jobs: set PI_FLEET_KEY_FILE (pi-dispatch init writes one), or list the queue in PI_UNSIGNED_QUEUES")
 
 // Producer adds jobs through the enqueue paths of docs/fleet.md:
 // host-only work to this host's queue when its name is declared, forge
@@ -142,10 +153,13 @@ func (p *Producer) add(ctx context.Context, queueName, id string, job jobs.Job, 
 		return Enqueued{}, err
 	}
 	opts.JobID = id
-	if p.cfg.FleetKey.IsSet() {
+	switch {
+	case p.cfg.FleetKey.IsSet():
 		if opts.Signature, err = p.cfg.FleetKey.SignJob(queueName, id, data); err != nil {
 			return Enqueued{}, fmt.Errorf("sign %s: %w", id, err)
 		}
+	case !fleet.UnsignedAllowed(p.cfg.UnsignedQueues, queueName):
+		return Enqueued{}, fmt.Errorf("enqueue %s on %s: %w", id, queueName, ErrUnsigned)
 	}
 	got, added, err := q.Add(ctx, JobName, data, opts)
 	if err != nil {
@@ -365,7 +379,7 @@ func (r *Router) hostsCached(ctx context.Context) ([]capabilities.Host, error) {
 		cancel()
 		var hosts []capabilities.Host
 		if err == nil {
-			hosts = registry.CapabilityHosts(registry.Trust(live, r.p.cfg.FleetKey))
+			hosts = registry.CapabilityHosts(registry.Trust(live, r.p.cfg.FleetKey, r.p.cfg.UnsignedQueues))
 		}
 		r.mu.Lock()
 		r.readAt = time.Now()

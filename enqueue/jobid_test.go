@@ -22,7 +22,7 @@ func TestJobIDEntrances(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := enqueue.NewProducer(dbForge.Client, enqueue.ProducerConfig{})
+	p, err := enqueue.NewProducer(dbForge.Client, enqueue.ProducerConfig{UnsignedQueues: []string{fleet.EveryQueue}})
 	if err != nil {
 		t.Fatal(err)
 	}

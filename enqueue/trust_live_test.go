@@ -106,7 +106,7 @@ func TestLiveRoutingIgnoresUnsignedRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, h := range registry.Trust(hosts, key) {
+	for _, h := range registry.Trust(hosts, key, nil) {
 		if h.Untrusted != strings.HasPrefix(h.Name, "evil-") {
 			t.Errorf("%s: untrusted %v", h.Name, h.Untrusted)
 		}

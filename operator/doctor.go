@@ -112,6 +112,7 @@ func Doctor(ctx context.Context, cfg config.Config, deps DoctorDeps) []Check {
 	dockerUp := d.docker(ctx)
 	imagePresent := d.jobImage(ctx, dockerUp)
 	d.config()
+	d.fleetKey()
 	d.spend()
 	d.triggers()
 	d.policyFile("scoped-limits", "PI_SCOPED_LIMITS_FILE", "scoped limits", cfg.ScopedLimitsFile, func(p string) (int, error) {
@@ -257,6 +258,28 @@ func (d *doctor) config() {
 	}
 	for _, ce := range errs {
 		d.fail("config", "fix "+ce.Var+" in .env; the worker refuses to boot with it (exit 2)", "%v", ce)
+	}
+}
+
+// fleetKey says what this host's signing setup lets a Valkey writer do:
+// with a key, nothing unsigned runs outside the opted-in queues; without
+// one, every job but a cron run is refused unless its queue opted in, and
+// an opted-in queue runs whatever anyone who can write to Valkey queues.
+func (d *doctor) fleetKey() {
+	key, unsigned := d.cfg.FleetKey.IsSet(), d.cfg.UnsignedQueues
+	fix := "set PI_FLEET_KEY_FILE to the fleet's key on every host (pi-dispatch init writes one)"
+	switch {
+	case key && len(unsigned) == 0:
+		d.ok("fleet-key", "fleet key set (PI_FLEET_KEY_FILE): jobs and registry rows are signed; unsigned ones are refused")
+	case key:
+		d.warn("fleet-key", "remove PI_UNSIGNED_QUEUES once its producers sign (docs/security.md)",
+			"fleet key set, but %s take unsigned jobs (PI_UNSIGNED_QUEUES): anyone who can write to Valkey can queue jobs there", strings.Join(unsigned, ","))
+	case len(unsigned) == 0:
+		d.warn("fleet-key", fix,
+			"no fleet key: every job but a cron run is refused job-unsigned, and routing ignores every host's registry row")
+	default:
+		d.warn("fleet-key", fix,
+			"no fleet key, and PI_UNSIGNED_QUEUES=%s: anyone who can write to Valkey can queue forge and folder jobs there and steer routing to those hosts", strings.Join(unsigned, ","))
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/config"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
 	"github.com/pidispatch/pidispatch/operator"
 	"github.com/pidispatch/pidispatch/registry"
@@ -52,8 +53,13 @@ const (
 // fresh folder.
 func doctorConfig(t *testing.T, self string) config.Config {
 	t.Helper()
+	keyFile := filepath.Join(t.TempDir(), "fleet.key")
+	if err := os.WriteFile(keyFile, []byte("the doctor tests' fleet key, 32 bytes or more"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cfg, err := config.Load(func(k string) string {
 		return map[string]string{
+			"PI_FLEET_KEY_FILE": keyFile,
 			"PI_WORKER_NAME":    self,
 			"PI_LOGS_DIR":       t.TempDir(),
 			"PI_JOB_IMAGE":      "pi-job:test",
@@ -130,7 +136,7 @@ func TestDoctorHealthySingleHost(t *testing.T) {
 		}
 		names = append(names, c.Name)
 	}
-	if got, want := strings.Join(names, ","), "valkey,docker,job-image,config,gateway-key,pricing,logs-dir"; got != want {
+	if got, want := strings.Join(names, ","), "valkey,docker,job-image,config,fleet-key,gateway-key,pricing,logs-dir"; got != want {
 		t.Fatalf("checks %s, want %s", got, want)
 	}
 	if n := docker.digestCalls.Load(); n != 0 {
@@ -454,6 +460,32 @@ func TestCheckStatusString(t *testing.T) {
 	for s, want := range map[operator.CheckStatus]string{operator.CheckOK: "ok", operator.CheckWarn: "warn", operator.CheckFail: "fail", 7: "CheckStatus(7)"} {
 		if s.String() != want {
 			t.Errorf("%d: %s", int(s), s)
+		}
+	}
+}
+
+// doctor says what the signing setup gives away: a host without a key, or
+// with queues opted in to unsigned jobs, is warned with the fix.
+func TestDoctorFleetKey(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		mutate   func(*config.Config)
+		status   operator.CheckStatus
+		contains string
+	}{
+		{"key", func(*config.Config) {}, operator.CheckOK, "signed"},
+		{"key and unsigned queues", func(c *config.Config) { c.UnsignedQueues = []string{"pi-jobs"} }, operator.CheckWarn, "pi-jobs take unsigned jobs"},
+		{"no key", func(c *config.Config) { c.FleetKey, c.FleetKeyFile = fleet.Key{}, "" }, operator.CheckWarn, "every job but a cron run is refused"},
+		{"no key, opted in", func(c *config.Config) { c.FleetKey, c.FleetKeyFile, c.UnsignedQueues = fleet.Key{}, "", []string{"*"} }, operator.CheckWarn, "anyone who can write to Valkey"},
+	} {
+		cfg := doctorConfig(t, "doc-k")
+		tc.mutate(&cfg)
+		c := oneCheck(t, operator.Doctor(context.Background(), cfg, operator.DoctorDeps{Docker: &fakeDoctorDocker{present: true, digest: doctorDigestA}, TZ: "UTC"}), "fleet-key")
+		if c.Status != tc.status || !strings.Contains(c.Detail, tc.contains) {
+			t.Errorf("%s: %+v, want %v with %q", tc.name, c, tc.status, tc.contains)
+		}
+		if tc.status == operator.CheckWarn && !strings.Contains(c.Fix, "PI_") {
+			t.Errorf("%s: no fix named: %+v", tc.name, c)
 		}
 	}
 }

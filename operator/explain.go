@@ -160,9 +160,10 @@ type ExplainOptions struct {
 }
 
 // ExplainOptionsFromConfig loads the policy files cfg names with dispatch's
-// own loaders. A file that does not load is an error naming it.
+// own loaders, and takes its fleet key and unsigned queues. A file that does not load is an error naming it.
 func ExplainOptionsFromConfig(cfg config.Config) (ExplainOptions, error) {
-	o := ExplainOptions{DailyCap: cfg.DailyCap, WeeklyCap: cfg.WeeklyCap, MonthlyCap: cfg.Spend.MonthlyCap, DefaultImage: cfg.JobImage, LogsDir: cfg.LogsDir}
+	o := ExplainOptions{DailyCap: cfg.DailyCap, WeeklyCap: cfg.WeeklyCap, MonthlyCap: cfg.Spend.MonthlyCap, DefaultImage: cfg.JobImage, LogsDir: cfg.LogsDir,
+		FleetKey: cfg.FleetKey, UnsignedQueues: cfg.UnsignedQueues}
 	var errs []error
 	if cfg.PauseWindowsFile != "" {
 		w, err := config.LoadPauseWindows(cfg.PauseWindowsFile)

@@ -67,12 +67,17 @@ func (x *explainer) pending(ctx context.Context) error {
 	return nil
 }
 
-// signed says, with the fleet key, when the worker's signature gate will
-// refuse the job: by the gate's own rule (a scheduler's run and a queue
-// allowed unsigned jobs pass).
+// signed says when the worker's signature gate will refuse the job, by
+// the gate's own rule (a scheduler's run and a queue allowed unsigned jobs
+// pass; without a key nothing else does), for a worker configured as this
+// command is.
 func (x *explainer) signed() {
 	key, j := x.opts.FleetKey, x.job
-	if !key.IsSet() || j.SchedulerID != "" || (x.spec != nil && x.spec.Kind == jobs.KindCron) || slices.Contains(x.opts.UnsignedQueues, x.ex.Queue) {
+	if j.SchedulerID != "" || (x.spec != nil && x.spec.Kind == jobs.KindCron) || fleet.UnsignedAllowed(x.opts.UnsignedQueues, x.ex.Queue) {
+		return
+	}
+	if !key.IsSet() {
+		x.add(FindJobUnsigned, fmt.Sprintf("no fleet key here (PI_FLEET_KEY_FILE) and PI_UNSIGNED_QUEUES does not list %s: a worker configured alike refuses it job-unsigned", x.ex.Queue), nil)
 		return
 	}
 	if key.VerifyJob(x.ex.Queue, j.ID, j.Data, j.Signature) {
@@ -117,7 +122,7 @@ func (x *explainer) hosts(ctx context.Context) []registry.Host {
 		x.unread("the registry", err)
 		return nil
 	}
-	hosts = registry.Trust(hosts, x.opts.FleetKey)
+	hosts = registry.Trust(hosts, x.opts.FleetKey, x.opts.UnsignedQueues)
 	name, onHost := strings.CutPrefix(x.ex.Queue, fleet.HostQueuePrefix)
 	if !onHost {
 		if len(hosts) == 0 {
@@ -130,8 +135,11 @@ func (x *explainer) hosts(ctx context.Context) []registry.Host {
 			continue
 		}
 		if h.Untrusted {
-			x.add(FindHostUntrusted, fmt.Sprintf("routed to host %s, whose registry row carries no valid signature of the fleet key: anyone who can write Valkey may have written it, and routing ignores it", name),
-				map[string]any{"host": name})
+			words := fmt.Sprintf("routed to host %s, whose registry row carries no valid signature of the fleet key: anyone who can write Valkey may have written it, and routing ignores it", name)
+			if !x.opts.FleetKey.IsSet() {
+				words = fmt.Sprintf("routed to host %s, whose registry row no fleet key can check here (PI_FLEET_KEY_FILE unset) and whose queue PI_UNSIGNED_QUEUES does not list: routing ignores it", name)
+			}
+			x.add(FindHostUntrusted, words, map[string]any{"host": name})
 		}
 		if !h.AgeKnown || h.Age > capabilities.RouteFresh {
 			age := "an undatable beat"

@@ -28,6 +28,11 @@ import (
 const forgeJob = `{"kind":"forge","repo":"acme/app","flow":"fix","task":"fix it"}`
 
 // addData adds a job with the given data to q.
+// takesUnsigned explains for a fleet without a key whose queues all take
+// unsigned jobs, as the jobs these tests write carry no signature (the
+// signature findings have their own tests).
+var takesUnsigned = operator.ExplainOptions{UnsignedQueues: []string{fleet.EveryQueue}}
+
 func addData(t *testing.T, q *queue.Queue, id, data string, opts queue.AddOptions) {
 	t.Helper()
 	opts.JobID = id
@@ -98,11 +103,11 @@ func writeFile(t *testing.T, name, body string) string {
 func TestExplainUnknownAndInvalidIDs(t *testing.T) {
 	db := livetest.Valkey(t)
 	ctx := context.Background()
-	ex, err := operator.Explain(ctx, db.Client, "nope", operator.ExplainOptions{})
+	ex, err := operator.Explain(ctx, db.Client, "nope", takesUnsigned)
 	if !errors.Is(err, operator.ErrJobNotFound) || ex.Found || len(ex.Records) != 0 {
 		t.Fatalf("unknown: %+v %v", ex, err)
 	}
-	if _, err := operator.Explain(ctx, db.Client, "bad\nid", operator.ExplainOptions{}); !errors.Is(err, operator.ErrInvalidJobID) {
+	if _, err := operator.Explain(ctx, db.Client, "bad\nid", takesUnsigned); !errors.Is(err, operator.ErrInvalidJobID) {
 		t.Fatalf("invalid id: %v", err)
 	}
 }
@@ -115,7 +120,7 @@ func TestExplainReadyRunningStalled(t *testing.T) {
 	defer liveHost(t, db.Client, "alpha", digestA).Close(ctx)
 	shared := mustQueue(t, db.Client, fleet.SharedQueue)
 	addData(t, shared, "ready-1", forgeJob, queue.AddOptions{})
-	ex := explain(t, db.Client, "ready-1", operator.ExplainOptions{})
+	ex := explain(t, db.Client, "ready-1", takesUnsigned)
 	if ex.State != "waiting" || ex.Queue != fleet.SharedQueue || ex.Attempt != 1 || len(ex.Findings) != 1 || ex.Primary().Code != operator.FindReady {
 		t.Fatalf("ready: %+v", ex)
 	}
@@ -128,14 +133,14 @@ func TestExplainReadyRunningStalled(t *testing.T) {
 	if j, err := worker.Fetch(ctx, queue.NewToken()); err != nil || j == nil {
 		t.Fatalf("fetch: %v %v", j, err)
 	}
-	ex = explain(t, db.Client, "run-1", operator.ExplainOptions{})
+	ex = explain(t, db.Client, "run-1", takesUnsigned)
 	if f := ex.Primary(); f.Code != operator.FindRunning || ex.Host != "alpha" || f.Data["host"] != "alpha" || !strings.Contains(f.Words, "on host alpha") {
 		t.Fatalf("running: %+v", ex)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for ex.Primary().Code == operator.FindRunning && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
-		ex = explain(t, db.Client, "run-1", operator.ExplainOptions{})
+		ex = explain(t, db.Client, "run-1", takesUnsigned)
 	}
 	if ex.Primary().Code != operator.FindStalled {
 		t.Fatalf("lock expired: %+v", ex)
@@ -155,7 +160,7 @@ func TestExplainFleetPaused(t *testing.T) {
 	if _, err := operator.Pause(ctx, db.Client, set); err != nil {
 		t.Fatal(err)
 	}
-	ex := explain(t, db.Client, "p-1", operator.ExplainOptions{})
+	ex := explain(t, db.Client, "p-1", takesUnsigned)
 	if f := ex.Primary(); f.Code != operator.FindFleetPaused || f.Words != "not running: the fleet is paused (pi-dispatch resume)" || ex.State != "waiting" {
 		t.Fatalf("%+v", ex)
 	}
@@ -165,7 +170,7 @@ func TestExplainFleetPaused(t *testing.T) {
 	if err := mustQueue(t, db.Client, fleet.SharedQueue).Pause(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if ex := explain(t, db.Client, "p-1", operator.ExplainOptions{}); ex.Primary().Code != operator.FindQueuePaused {
+	if ex := explain(t, db.Client, "p-1", takesUnsigned); ex.Primary().Code != operator.FindQueuePaused {
 		t.Fatalf("queue paused alone: %+v", ex)
 	}
 }
@@ -180,6 +185,7 @@ func TestExplainPauseWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	opts.UnsignedQueues = takesUnsigned.UnsignedQueues
 	opts.Now = func() time.Time { return time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC) }
 	ex := explain(t, db.Client, "w-1", opts)
 	f := finding(t, ex, operator.FindPauseWindow)
@@ -202,7 +208,7 @@ func TestExplainWaitHold(t *testing.T) {
 	defer liveHostCaps(t, db.Client, "alpha", digestA, caps(nil, "ci")).Close(ctx)
 	q := mustQueue(t, db.Client, fleet.SharedQueue)
 	addData(t, q, "h-1", `{"kind":"forge","repo":"acme/app","flow":"fix","task":"t","waitFor":[{"profile":"ci","args":["x"]},{"after":"1h"}]}`, queue.AddOptions{})
-	ex := explain(t, db.Client, "h-1", operator.ExplainOptions{})
+	ex := explain(t, db.Client, "h-1", takesUnsigned)
 	if f := ex.Primary(); f.Code != operator.FindWaitHold || f.Data["begun"] != false {
 		t.Fatalf("before the hold: %+v", ex)
 	}
@@ -221,7 +227,7 @@ func TestExplainWaitHold(t *testing.T) {
 	if err := q.Defer(ctx, "h-1", tok, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	ex = explain(t, db.Client, "h-1", operator.ExplainOptions{})
+	ex = explain(t, db.Client, "h-1", takesUnsigned)
 	f := ex.Primary()
 	conds, _ := f.Data["conditions"].([]map[string]any)
 	if f.Code != operator.FindWaitHold || f.Data["checks"] != 1 || len(conds) != 2 || conds[0]["met"] != true || conds[1]["met"] != false ||
@@ -232,7 +238,7 @@ func TestExplainWaitHold(t *testing.T) {
 		t.Fatalf("after 1h is due at %v", conds[1]["at"])
 	}
 	// An hour later by the clock Explain is given, the `after` is met.
-	later := explain(t, db.Client, "h-1", operator.ExplainOptions{Now: func() time.Time { return time.Now().Add(61 * time.Minute) }})
+	later := explain(t, db.Client, "h-1", operator.ExplainOptions{UnsignedQueues: takesUnsigned.UnsignedQueues, Now: func() time.Time { return time.Now().Add(61 * time.Minute) }})
 	if !strings.Contains(later.Primary().Words, "2 of 2 met") {
 		t.Fatalf("later: %+v", later.Primary())
 	}
@@ -256,6 +262,7 @@ func TestExplainScopeBusy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	opts.UnsignedQueues = takesUnsigned.UnsignedQueues
 	hash := fleet.ScopeHash("acme/app")
 	keyFor := func(i int) string { return fleet.ScopeSlotKey(hash, i) }
 	h1, err := lease.New(db.Client, "beta", lease.Config{}).Acquire(ctx, "other-1", 2, time.Minute, keyFor)
@@ -294,6 +301,7 @@ func TestExplainBudgetFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	opts.UnsignedQueues = takesUnsigned.UnsignedQueues
 	budget := fleetstate.NewBudget(db.Client, fleetstate.BudgetConfig{DailyCap: 3})
 	limit, _ := opts.ScopedLimits.Lookup("acme/app")
 	if r, err := budget.Reserve(ctx, "acme/app", &limit); err != nil || !r.Granted {
@@ -334,7 +342,7 @@ func TestExplainHostGoneAndNoHosts(t *testing.T) {
 	host := mustQueue(t, db.Client, fleet.HostQueueName("gamma"))
 	addData(t, host, "g-1", forgeJob, queue.AddOptions{})
 	addData(t, mustQueue(t, db.Client, fleet.SharedQueue), "n-1", forgeJob, queue.AddOptions{})
-	if ex := explain(t, db.Client, "g-1", operator.ExplainOptions{}); ex.Primary().Code != operator.FindReady {
+	if ex := explain(t, db.Client, "g-1", takesUnsigned); ex.Primary().Code != operator.FindReady {
 		t.Fatalf("live host: %+v", ex)
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -351,11 +359,11 @@ func TestExplainHostGoneAndNoHosts(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	ex := explain(t, db.Client, "g-1", operator.ExplainOptions{})
+	ex := explain(t, db.Client, "g-1", takesUnsigned)
 	if f := ex.Primary(); f.Code != operator.FindHostGone || f.Data["host"] != "gamma" {
 		t.Fatalf("gone: %+v", ex)
 	}
-	if ex := explain(t, db.Client, "n-1", operator.ExplainOptions{}); ex.Primary().Code != operator.FindNoHosts {
+	if ex := explain(t, db.Client, "n-1", takesUnsigned); ex.Primary().Code != operator.FindNoHosts {
 		t.Fatalf("no hosts: %+v", ex)
 	}
 }
@@ -368,14 +376,14 @@ func TestExplainImageMissing(t *testing.T) {
 	defer liveHost(t, db.Client, "beta", "").Close(ctx)
 	q := mustQueue(t, db.Client, fleet.SharedQueue)
 	addData(t, q, "i-1", forgeJob, queue.AddOptions{})
-	ex := explain(t, db.Client, "i-1", operator.ExplainOptions{})
+	ex := explain(t, db.Client, "i-1", takesUnsigned)
 	f := ex.Primary()
 	if missing, _ := f.Data["missingOn"].([]string); f.Code != operator.FindImageMissing || len(missing) != 1 || missing[0] != "beta" || f.Data["capableHosts"] != 2 {
 		t.Fatalf("%+v", ex)
 	}
 	// An image override the registry does not describe is not called missing.
 	addData(t, q, "i-2", `{"kind":"forge","repo":"acme/app","flow":"fix","task":"t","image":"other:1"}`, queue.AddOptions{})
-	if ex := explain(t, db.Client, "i-2", operator.ExplainOptions{}); ex.Primary().Code != operator.FindReady {
+	if ex := explain(t, db.Client, "i-2", takesUnsigned); ex.Primary().Code != operator.FindReady {
 		t.Fatalf("override: %+v", ex)
 	}
 }
@@ -403,7 +411,7 @@ func TestExplainFinished(t *testing.T) {
 	if err := fleetstate.NewMirror(db.Client, fleetstate.MirrorConfig{}).Mirror(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
-	ex := explain(t, db.Client, "d-1", operator.ExplainOptions{})
+	ex := explain(t, db.Client, "d-1", takesUnsigned)
 	f := ex.Primary()
 	if f.Code != operator.FindFinished || f.Data["finished"] != operator.FinishedRefused || ex.RecordsFrom != operator.RunsFromMirror ||
 		len(ex.Records) != 1 || ex.Records[0].Host != "alpha" || !strings.Contains(f.Words, "policy/over-budget on host alpha") {
@@ -414,7 +422,7 @@ func TestExplainFinished(t *testing.T) {
 	if _, err := jobs.WriteRecord(dir, rec); err != nil {
 		t.Fatal(err)
 	}
-	ex = explain(t, db.Client, "d-2", operator.ExplainOptions{LogsDir: dir})
+	ex = explain(t, db.Client, "d-2", operator.ExplainOptions{UnsignedQueues: takesUnsigned.UnsignedQueues, LogsDir: dir})
 	if ex.RecordsFrom != operator.RunsFromLogsDir || len(ex.Records) != 1 || ex.Records[0].Host != "beta" {
 		t.Fatalf("local: %+v", ex)
 	}
@@ -422,7 +430,7 @@ func TestExplainFinished(t *testing.T) {
 	if err := q.Remove(ctx, "d-1"); err != nil {
 		t.Fatal(err)
 	}
-	ex, err := operator.Explain(ctx, db.Client, "d-1", operator.ExplainOptions{})
+	ex, err := operator.Explain(ctx, db.Client, "d-1", takesUnsigned)
 	if !errors.Is(err, operator.ErrJobNotFound) || len(ex.Records) != 1 {
 		t.Fatalf("removed: %+v %v", ex, err)
 	}
@@ -446,7 +454,7 @@ func TestExplainNotCapable(t *testing.T) {
 	defer liveHostCaps(t, db.Client, "alpha", "", caps([]string{"gh"}, "ci")).Close(ctx)
 	defer liveHostCaps(t, db.Client, "beta", digestA, caps(nil, "ci")).Close(ctx)
 	addData(t, mustQueue(t, db.Client, fleet.SharedQueue), "c-1", `{"kind":"forge","repo":"acme/app","flow":"fix","task":"t","secretsProfile":"gh","waitFor":[{"profile":"ci"}]}`, queue.AddOptions{})
-	ex := explain(t, db.Client, "c-1", operator.ExplainOptions{})
+	ex := explain(t, db.Client, "c-1", takesUnsigned)
 	f := ex.Primary()
 	if lacking, _ := f.Data["lacking"].([]string); f.Code != operator.FindNotCapable || len(lacking) != 1 || lacking[0] != "beta" ||
 		!strings.Contains(f.Words, "(s:gh, w:ci): beta; one that takes it refuses it secret-profile-unknown or wait-profile-unknown") {
@@ -463,11 +471,11 @@ func TestExplainFindingSources(t *testing.T) {
 	db := livetest.Valkey(t)
 	defer liveHost(t, db.Client, "alpha", digestA).Close(context.Background())
 	addData(t, mustQueue(t, db.Client, fleet.SharedQueue), "x-1", forgeJob, queue.AddOptions{})
-	ex := explain(t, db.Client, "x-1", operator.ExplainOptions{Sources: []operator.FindingSource{dollarSource{}}})
+	ex := explain(t, db.Client, "x-1", operator.ExplainOptions{UnsignedQueues: takesUnsigned.UnsignedQueues, Sources: []operator.FindingSource{dollarSource{}}})
 	if f := finding(t, ex, "dollar-window"); f.Words != "the day's dollars are spent (acme/app)" || len(ex.Findings) != 1 {
 		t.Fatalf("%+v", ex)
 	}
-	ex = explain(t, db.Client, "x-1", operator.ExplainOptions{Sources: []operator.FindingSource{dollarSource{err: errors.New("boom")}}})
+	ex = explain(t, db.Client, "x-1", operator.ExplainOptions{UnsignedQueues: takesUnsigned.UnsignedQueues, Sources: []operator.FindingSource{dollarSource{err: errors.New("boom")}}})
 	if f := finding(t, ex, operator.FindUnread); !strings.Contains(f.Words, "the dollar windows: boom") {
 		t.Fatalf("%+v", ex)
 	}
@@ -484,7 +492,7 @@ func TestExplainRateLimited(t *testing.T) {
 	if err := fleetstate.NewRateLimits(db.Client, fleetstate.RateLimitsConfig{}).Suspend(context.Background(), cfg.Gateway.DefaultProvider, until, "429"); err != nil {
 		t.Fatal(err)
 	}
-	ex := explain(t, db.Client, "rl-1", operator.ExplainOptions{Sources: operator.SpendSources(db.Client, cfg)})
+	ex := explain(t, db.Client, "rl-1", operator.ExplainOptions{UnsignedQueues: takesUnsigned.UnsignedQueues, Sources: operator.SpendSources(db.Client, cfg)})
 	f := finding(t, ex, operator.FindRateLimited)
 	if f.Data["provider"] != "anthropic" || !f.Data["until"].(time.Time).Equal(until) || ex.Primary().Code != operator.FindRateLimited {
 		t.Fatalf("%+v", ex)
@@ -503,14 +511,14 @@ func TestExplainDollarsFull(t *testing.T) {
 	if res, err := d.ReserveDollars(context.Background(), "other", "", nil, 2_000_000, time.Minute); err != nil || !res.Granted {
 		t.Fatalf("%+v %v", res, err)
 	}
-	ex := explain(t, db.Client, "usd-1", operator.ExplainOptions{Sources: operator.SpendSources(db.Client, cfg)})
+	ex := explain(t, db.Client, "usd-1", operator.ExplainOptions{UnsignedQueues: takesUnsigned.UnsignedQueues, Sources: operator.SpendSources(db.Client, cfg)})
 	f := finding(t, ex, operator.FindDollarsFull)
 	if f.Data["window"] != "day" || f.Data["usedUsd"] != 2.0 || f.Data["capUsd"] != 3.0 || !strings.Contains(f.Words, "dollar-cap") {
 		t.Fatalf("%+v", f)
 	}
 	// With room for the cap, nothing holds it.
 	cfg.Spend.MaxCostMicros = 1_000_000
-	ex = explain(t, db.Client, "usd-1", operator.ExplainOptions{Sources: operator.SpendSources(db.Client, cfg)})
+	ex = explain(t, db.Client, "usd-1", operator.ExplainOptions{UnsignedQueues: takesUnsigned.UnsignedQueues, Sources: operator.SpendSources(db.Client, cfg)})
 	for _, f := range ex.Findings {
 		if f.Code == operator.FindDollarsFull {
 			t.Fatalf("a window with room was called full: %+v", f)
@@ -531,6 +539,7 @@ func TestExplainThreadBusy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	opts.UnsignedQueues = takesUnsigned.UnsignedQueues
 	if ex := explain(t, db.Client, "gh-2", opts); ex.Primary().Code != operator.FindReady {
 		t.Fatalf("a free thread: %+v", ex)
 	}

@@ -49,11 +49,16 @@ func TestExplainUnsignedJobAndUntrustedHost(t *testing.T) {
 			}
 		}
 	}
-	// Without the key nothing is said about signatures.
+	// Without a key, a worker configured alike refuses every unsigned job
+	// and routing trusts no row, unless PI_UNSIGNED_QUEUES opts the queue in.
 	ex = explain(t, db.Client, "forged-1", operator.ExplainOptions{})
+	if f := finding(t, ex, operator.FindJobUnsigned); !strings.Contains(f.Words, "PI_UNSIGNED_QUEUES") {
+		t.Fatalf("no key: %+v", f)
+	}
+	ex = explain(t, db.Client, "forged-1", operator.ExplainOptions{UnsignedQueues: []string{fleet.EveryQueue}})
 	for _, f := range ex.Findings {
 		if f.Code == operator.FindJobUnsigned || f.Code == operator.FindHostUntrusted {
-			t.Fatalf("no key: %+v", f)
+			t.Fatalf("no key, every queue opted in: %+v", f)
 		}
 	}
 }

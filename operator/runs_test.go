@@ -4,11 +4,12 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"github.com/pidispatch/pidispatch/fleet"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/pidispatch/pidispatch/fleet"
 
 	"github.com/redis/go-redis/v9"
 

@@ -57,13 +57,17 @@ func (h Host) SignedBy(k fleet.Key) bool {
 }
 
 // Trust marks every row that k did not sign Untrusted, in place, and
-// returns hosts. With no key (a fleet that does not sign) it marks none.
-func Trust(hosts []Host, k fleet.Key) []Host {
-	if !k.IsSet() {
-		return hosts
-	}
+// returns hosts. With no key nothing can be checked, so a row is trusted
+// only when its host queue takes unsigned jobs (unsigned, the operator's
+// PI_UNSIGNED_QUEUES): a row steers jobs to its queue, and a Valkey writer
+// must not steer them to a queue nobody drains, or one it reads itself.
+func Trust(hosts []Host, k fleet.Key, unsigned []string) []Host {
 	for i := range hosts {
-		hosts[i].Untrusted = !hosts[i].SignedBy(k)
+		if k.IsSet() {
+			hosts[i].Untrusted = !hosts[i].SignedBy(k)
+		} else {
+			hosts[i].Untrusted = !fleet.UnsignedAllowed(unsigned, fleet.HostQueueName(hosts[i].Name))
+		}
 	}
 	return hosts
 }

@@ -46,7 +46,7 @@ func TestBuildReadsThePolicyFilesFirst(t *testing.T) {
 			_ = c.Close()
 		}
 	}()
-	env := map[string]string{"VALKEY_URL": "redis://" + ln.Addr().String() + "/0", "PI_LOGS_DIR": dir, "PI_PAUSE_WINDOWS_FILE": bad}
+	env := map[string]string{"VALKEY_URL": "redis://" + ln.Addr().String() + "/0", "PI_UNSIGNED_QUEUES": "*", "PI_LOGS_DIR": dir, "PI_PAUSE_WINDOWS_FILE": bad}
 	cfg, err := config.Load(func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +89,7 @@ func (b *beats) first() (time.Time, bool) {
 // One clock: the Worker's Tuning.Now stamps the registry's beats too.
 func TestBuildStampsBeatsWithTheWorkersClock(t *testing.T) {
 	db := livetest.Valkey(t)
-	env := map[string]string{"VALKEY_URL": db.URL, "PI_WORKER_NAME": fmt.Sprintf("clock-%d", db.DB), "PI_LOGS_DIR": t.TempDir(), "PI_JOB_IMAGE": "never-pulled:1"}
+	env := map[string]string{"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*", "PI_WORKER_NAME": fmt.Sprintf("clock-%d", db.DB), "PI_LOGS_DIR": t.TempDir(), "PI_JOB_IMAGE": "never-pulled:1"}
 	cfg, err := config.Load(func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)

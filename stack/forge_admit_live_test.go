@@ -18,6 +18,7 @@ import (
 	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/enqueue"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/forge/forgetest"
 	"github.com/pidispatch/pidispatch/internal/image/jobimage"
 	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
@@ -56,7 +57,7 @@ func TestRawWriterForgeJobMintsNoToken(t *testing.T) {
 	name := "admit-worker-1"
 	logs := t.TempDir()
 	env := map[string]string{
-		"VALKEY_URL": db.URL, "PI_WORKER_NAME": name, "PI_JOB_IMAGE": jobimage.TestTag, "PI_LOGS_DIR": logs,
+		"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*", "PI_WORKER_NAME": name, "PI_JOB_IMAGE": jobimage.TestTag, "PI_LOGS_DIR": logs,
 		"PI_JOB_MEMORY": "256m", "PI_JOB_CPUS": "0.5", "PI_CONTAINER_USER": "65534:65534", "PI_TRIGGERS_FILE": triggers,
 		"GITHUB_API_URL": gh.URL, "GITHUB_APP_ID": "42", "GITHUB_APP_INSTALLATION_ID": "7", "GITHUB_APP_PRIVATE_KEY_PATH": keyPath,
 	}
@@ -78,7 +79,7 @@ func TestRawWriterForgeJobMintsNoToken(t *testing.T) {
 		<-done
 		s.Close()
 	})
-	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{Attempts: 1})
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{UnsignedQueues: []string{fleet.EveryQueue}, Attempts: 1})
 	require.NoError(t, err)
 	router := enqueue.NewRouter(p, enqueue.RouterConfig{})
 	run := func(id string, job jobs.Job) jobs.Record {

@@ -16,6 +16,7 @@ import (
 	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/cronsync"
 	"github.com/pidispatch/pidispatch/enqueue"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/forge"
 	"github.com/pidispatch/pidispatch/forge/inbox"
 	"github.com/pidispatch/pidispatch/forge/poller"
@@ -65,11 +66,27 @@ func PlanIntake(cfg config.Config, fc config.Forge) (*IntakePlan, error) {
 	if !serving(fc) && len(fc.PollRepos) == 0 {
 		return nil, &config.ConfigError{Var: "WEBHOOK_SECRET", Rule: "nothing to receive: set WEBHOOK_SECRET, GITLAB_WEBHOOK_SECRET, FORGEJO_WEBHOOK_SECRET or POLL_REPOS (docs/forges.md)"}
 	}
+	if err := checkCanSign(cfg); err != nil {
+		return nil, err
+	}
 	p := &IntakePlan{cfg: cfg, forge: fc, triggers: triggers, perms: map[jobs.Forge]forge.Permissions{}}
 	if err := p.planReaders(); err != nil {
 		return nil, err
 	}
 	return p, nil
+}
+
+// checkCanSign refuses an intake that could queue only jobs every worker
+// refuses: without the fleet key its forge jobs carry no signature, and a
+// worker runs them only from a queue the operator opted in
+// (PI_UNSIGNED_QUEUES), since anyone who can write to Valkey could queue
+// the same.
+func checkCanSign(cfg config.Config) error {
+	if cfg.FleetKey.IsSet() || fleet.UnsignedAllowed(cfg.UnsignedQueues, fleet.SharedQueue) {
+		return nil
+	}
+	return &config.ConfigError{Var: "PI_FLEET_KEY_FILE", Rule: "must be set to queue forge jobs: workers refuse a job the fleet key did not sign " +
+		"(pi-dispatch init writes a key; copy it to every host). To run unsigned jobs anyway, set PI_UNSIGNED_QUEUES=* on the receiver and the workers (docs/security.md)"}
 }
 
 // String says what the plan serves, no secret in it.
@@ -210,7 +227,7 @@ func (p *IntakePlan) Build(ctx context.Context, logger *slog.Logger) (*Intake, e
 func (p *IntakePlan) wire(in *Intake, self map[jobs.Forge]int64, logger *slog.Logger) error {
 	producer, err := enqueue.NewProducer(in.Valkey, enqueue.ProducerConfig{
 		WorkerName: p.cfg.WorkerName, WorkerNameDeclared: p.cfg.WorkerNameDeclared, FleetKey: p.cfg.FleetKey,
-		Queue: queue.Config{Layout: queue.Layout(p.cfg.BullMQLayout)}, Logger: logger,
+		UnsignedQueues: p.cfg.UnsignedQueues, Queue: queue.Config{Layout: queue.Layout(p.cfg.BullMQLayout)}, Logger: logger,
 	})
 	if err != nil {
 		return err

@@ -34,7 +34,7 @@ func intakeEnv(t *testing.T, spool string) map[string]string {
 	require.NoError(t, os.WriteFile(triggers, []byte(`{"triggers": [{"on": {"type": "comment", "id": "c",
 	  "repos": ["acme/api"], "phrase": "/pi"}, "run": {"kind": "github", "flow": "fix"}}]}`), 0o600))
 	return map[string]string{
-		"PI_ENV_FILE": "/dev/null", "VALKEY_URL": "redis://127.0.0.1:1/0", "PI_TRIGGERS_FILE": triggers,
+		"PI_ENV_FILE": "/dev/null", "VALKEY_URL": "redis://127.0.0.1:1/0", "PI_UNSIGNED_QUEUES": "*", "PI_TRIGGERS_FILE": triggers,
 		"WEBHOOK_SECRET": "s", "GITHUB_PAT": "ghp_x", "GITHUB_API_URL": api.URL,
 		"RECEIVER_BIND": "127.0.0.1", "RECEIVER_PORT": strconv.Itoa(freePort(t)), "RECEIVER_SPOOL_DIR": spool,
 	}
@@ -106,4 +106,30 @@ func TestBuildIntakePollOnlyHasNoInbox(t *testing.T) {
 	assert.Nil(t, in.Receiver)
 	_, err = os.Stat(spool)
 	assert.ErrorIs(t, err, os.ErrNotExist)
+}
+
+// A receiver without the fleet key could queue only jobs every worker
+// refuses: it refuses to boot, naming the variable and the opt-in, unless
+// the shared queue takes unsigned jobs.
+func TestBuildIntakeWithoutAFleetKey(t *testing.T) {
+	env := intakeEnv(t, filepath.Join(t.TempDir(), "spool"))
+	delete(env, "PI_UNSIGNED_QUEUES")
+	_, err := buildIntake(t, env)
+	var ce *config.ConfigError
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, "PI_FLEET_KEY_FILE", ce.Var)
+	assert.Contains(t, ce.Rule, "PI_UNSIGNED_QUEUES")
+
+	keyFile := filepath.Join(t.TempDir(), "fleet.key")
+	require.NoError(t, os.WriteFile(keyFile, []byte("a receiver's fleet key, 32 bytes or more"), 0o600))
+	for _, extra := range []map[string]string{{"PI_FLEET_KEY_FILE": keyFile}, {"PI_UNSIGNED_QUEUES": "pi-jobs"}} {
+		env := intakeEnv(t, filepath.Join(t.TempDir(), "spool"))
+		delete(env, "PI_UNSIGNED_QUEUES")
+		for k, v := range extra {
+			env[k] = v
+		}
+		in, err := buildIntake(t, env)
+		require.NoError(t, err, "%v", extra)
+		in.Close()
+	}
 }

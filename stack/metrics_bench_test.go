@@ -42,7 +42,7 @@ func BenchmarkWorkerThroughput(b *testing.B) {
 func benchWorker(b *testing.B, metricsOn bool) {
 	db := livetest.Valkey(b)
 	name := fmt.Sprintf("bench-%d", db.DB)
-	env := map[string]string{"VALKEY_URL": db.URL, "PI_WORKER_NAME": name, "PI_LOGS_DIR": b.TempDir(),
+	env := map[string]string{"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*", "PI_WORKER_NAME": name, "PI_LOGS_DIR": b.TempDir(),
 		"PI_JOB_IMAGE": "never-pulled:1", "PI_CONCURRENCY": "16", "PI_DAILY_CAP": "1000000"}
 	if metricsOn {
 		env["PI_METRICS_ADDR"] = "127.0.0.1:0"
@@ -71,7 +71,7 @@ func benchWorker(b *testing.B, metricsOn bool) {
 		wg.Go(func() { scrapeEverySecond(ctx, "http://"+srv.Addr().String()+"/metrics") })
 	}
 
-	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{WorkerName: name, WorkerNameDeclared: true})
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{UnsignedQueues: []string{fleet.EveryQueue}, WorkerName: name, WorkerNameDeclared: true})
 	if err != nil {
 		b.Fatal(err)
 	}

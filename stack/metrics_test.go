@@ -20,7 +20,7 @@ import (
 
 func metricsStack(t *testing.T, db *livetest.ValkeyDB, metricsAddr string, extra ...string) *stack.Stack {
 	t.Helper()
-	env := map[string]string{"VALKEY_URL": db.URL, "PI_WORKER_NAME": fmt.Sprintf("mx-%d", db.DB), "PI_LOGS_DIR": t.TempDir(),
+	env := map[string]string{"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*", "PI_WORKER_NAME": fmt.Sprintf("mx-%d", db.DB), "PI_LOGS_DIR": t.TempDir(),
 		"PI_JOB_IMAGE": "never-pulled:1", "PI_METRICS_ADDR": metricsAddr}
 	for i := 0; i+1 < len(extra); i += 2 {
 		env[extra[i]] = extra[i+1]

@@ -14,6 +14,7 @@ import (
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/dispatch/container"
 	"github.com/pidispatch/pidispatch/enqueue"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/stack"
@@ -52,7 +53,7 @@ func (r *scriptedRuntime) ran() []string {
 func TestBuildOptionReplacesAPart(t *testing.T) {
 	db := livetest.Valkey(t)
 	name := fmt.Sprintf("opt-%d", db.DB)
-	env := map[string]string{"VALKEY_URL": db.URL, "PI_WORKER_NAME": name, "PI_LOGS_DIR": t.TempDir(), "PI_JOB_IMAGE": "never-pulled:1",
+	env := map[string]string{"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*", "PI_WORKER_NAME": name, "PI_LOGS_DIR": t.TempDir(), "PI_JOB_IMAGE": "never-pulled:1",
 		"PI_FOLDER_ROOTS": os.TempDir(), "PI_CONTAINER_USER": "owner"}
 	cfg, err := config.Load(func(k string) string { return env[k] })
 	if err != nil {
@@ -76,7 +77,7 @@ func TestBuildOptionReplacesAPart(t *testing.T) {
 		}
 	}()
 
-	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{WorkerName: name, WorkerNameDeclared: true})
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{UnsignedQueues: []string{fleet.EveryQueue}, WorkerName: name, WorkerNameDeclared: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +109,7 @@ func TestBuildOptionReplacesAPart(t *testing.T) {
 func TestBuildSaysTheJobImageIsMissing(t *testing.T) {
 	livetest.Docker(t)
 	db := livetest.Valkey(t)
-	env := map[string]string{"VALKEY_URL": db.URL, "PI_WORKER_NAME": fmt.Sprintf("img-%d", db.DB), "PI_LOGS_DIR": t.TempDir(), "PI_JOB_IMAGE": "never-pulled:1"}
+	env := map[string]string{"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*", "PI_WORKER_NAME": fmt.Sprintf("img-%d", db.DB), "PI_LOGS_DIR": t.TempDir(), "PI_JOB_IMAGE": "never-pulled:1"}
 	cfg, err := config.Load(func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)

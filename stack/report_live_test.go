@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pidispatch/pidispatch/enqueue"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
 	"github.com/pidispatch/pidispatch/internal/testkit/livetest/liveworker"
 	"github.com/pidispatch/pidispatch/jobs"
@@ -78,7 +79,7 @@ func TestFailedJobTranscriptRedactedAndNotified(t *testing.T) {
 		"PI_ON_FAILURE": hook, "PI_NOTIFY_URL": srv.URL + "/notify",
 	})
 
-	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{WorkerName: name, WorkerNameDeclared: true, Attempts: 1})
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{UnsignedQueues: []string{fleet.EveryQueue}, WorkerName: name, WorkerNameDeclared: true, Attempts: 1})
 	require.NoError(t, err)
 	e, err := p.EnqueueLocal(context.Background(), jobs.Job{Folder: t.TempDir(), Flow: "fix", SecretsProfile: "deploy",
 		Task: "JOB_EXIT_CODE=1\nprint " + secret + " and " + hostKey})

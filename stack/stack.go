@@ -273,6 +273,11 @@ func openStores(ctx context.Context, fl *Fleet, cfg config.Config, tune dispatch
 		tune.Logger.Warn("job_image_missing", "host", cfg.WorkerName, "image", cfg.JobImage,
 			"fix", "build or pull it on this host (images are never pulled; pi-dispatch doctor names the command): until then every job is refused job-image-missing")
 	}
+	if !cfg.FleetKey.IsSet() && len(cfg.UnsignedQueues) == 0 {
+		// Said at boot, before any job is refused for it.
+		tune.Logger.Warn("fleet_key_missing", "host", cfg.WorkerName,
+			"fix", "set PI_FLEET_KEY_FILE (pi-dispatch init writes one; the same file on every host): until then every job but a cron run is refused job-unsigned, or opt in with PI_UNSIGNED_QUEUES")
+	}
 	return fl.open(ctx, dispatch.FleetHost{
 		Name:     cfg.WorkerName,
 		Declared: cfg.WorkerNameDeclared,

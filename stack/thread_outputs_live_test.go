@@ -24,6 +24,7 @@ import (
 	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/enqueue"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/forge/forgetest"
 	"github.com/pidispatch/pidispatch/forge/token"
 	"github.com/pidispatch/pidispatch/forge/workspace"
@@ -120,7 +121,7 @@ func startForgeFleet(t *testing.T, tune dispatch.Tuning, env map[string]string, 
 	for _, name := range names {
 		h := &fleetHost{name: name, logs: t.TempDir(), jobs: t.TempDir()}
 		vars := map[string]string{
-			"VALKEY_URL": db.URL, "PI_WORKER_NAME": name, "PI_JOB_IMAGE": jobimage.TestTag,
+			"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*", "PI_WORKER_NAME": name, "PI_JOB_IMAGE": jobimage.TestTag,
 			"PI_LOGS_DIR": h.logs, "PI_JOB_MEMORY": "256m", "PI_JOB_CPUS": "0.5", "PI_CONTAINER_USER": "65534:65534",
 		}
 		for k, v := range env {
@@ -155,7 +156,7 @@ func startForgeFleet(t *testing.T, tune dispatch.Tuning, env map[string]string, 
 		})
 		f.hosts = append(f.hosts, h)
 	}
-	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{Attempts: 1})
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{UnsignedQueues: []string{fleet.EveryQueue}, Attempts: 1})
 	require.NoError(t, err)
 	f.router = enqueue.NewRouter(p, enqueue.RouterConfig{})
 	return f

@@ -17,6 +17,7 @@ import (
 	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/enqueue"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/forge/forgetest"
 	"github.com/pidispatch/pidispatch/forge/token"
 	"github.com/pidispatch/pidispatch/forge/workspace"
@@ -50,7 +51,7 @@ func TestForgeJobOnGitea(t *testing.T) {
 
 	logs, name := t.TempDir(), "gitea-worker-1"
 	env := map[string]string{
-		"VALKEY_URL": db.URL, "PI_WORKER_NAME": name, "PI_JOB_IMAGE": jobimage.TestTag,
+		"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*", "PI_WORKER_NAME": name, "PI_JOB_IMAGE": jobimage.TestTag,
 		"PI_LOGS_DIR": logs, "PI_JOB_MEMORY": "256m", "PI_JOB_CPUS": "0.5", "PI_CONTAINER_USER": "65534:65534",
 	}
 	cfg, err := config.Load(func(k string) string { return env[k] })
@@ -80,7 +81,7 @@ func TestForgeJobOnGitea(t *testing.T) {
 		s.Close()
 	})
 
-	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{Attempts: 1})
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{UnsignedQueues: []string{fleet.EveryQueue}, Attempts: 1})
 	require.NoError(t, err)
 	e, err := enqueue.NewRouter(p, enqueue.RouterConfig{}).EnqueueForge(ctx, enqueue.ForgeDelivery{JobID: "fj-delivery-1", Job: jobs.Job{
 		Kind: jobs.KindForge, Repo: g.AdminUser + "/web", Flow: "fix",

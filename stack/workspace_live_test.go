@@ -18,6 +18,7 @@ import (
 	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/enqueue"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/forge/forgetest"
 	"github.com/pidispatch/pidispatch/forge/token"
 	"github.com/pidispatch/pidispatch/forge/workspace"
@@ -71,7 +72,7 @@ func startForgeWorkerWith(t *testing.T, limits workspace.Limits, policy func(job
 
 	name := "forge-worker-1"
 	env := map[string]string{
-		"VALKEY_URL": db.URL, "PI_WORKER_NAME": name, "PI_JOB_IMAGE": jobimage.TestTag,
+		"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*", "PI_WORKER_NAME": name, "PI_JOB_IMAGE": jobimage.TestTag,
 		"PI_LOGS_DIR": f.logs, "PI_JOB_MEMORY": "256m", "PI_JOB_CPUS": "0.5", "PI_CONTAINER_USER": "65534:65534",
 	}
 	cfg, err := config.Load(func(k string) string { return env[k] })
@@ -102,7 +103,7 @@ func startForgeWorkerWith(t *testing.T, limits workspace.Limits, policy func(job
 		s.Close()
 	})
 	t.Cleanup(f.stop)
-	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{Attempts: 1})
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{UnsignedQueues: []string{fleet.EveryQueue}, Attempts: 1})
 	require.NoError(t, err)
 	f.router = enqueue.NewRouter(p, enqueue.RouterConfig{})
 	return f
@@ -206,7 +207,7 @@ func TestForgeJobFollowsItsTriggersPublishPolicy(t *testing.T) {
 // failure; every token minted for it is revoked.
 func TestForgeJobThreeFailedAttemptsOneStatusComment(t *testing.T) {
 	f := startForgeWorker(t, workspace.Limits{})
-	p, err := enqueue.NewProducer(f.db.Client, enqueue.ProducerConfig{Attempts: 3,
+	p, err := enqueue.NewProducer(f.db.Client, enqueue.ProducerConfig{UnsignedQueues: []string{fleet.EveryQueue}, Attempts: 3,
 		Backoff: queue.Backoff{Type: queue.BackoffFixed, Delay: 10 * time.Millisecond}})
 	require.NoError(t, err)
 	e, err := enqueue.NewRouter(p, enqueue.RouterConfig{}).EnqueueForge(context.Background(), enqueue.ForgeDelivery{JobID: "gh-delivery-3x", Job: jobs.Job{

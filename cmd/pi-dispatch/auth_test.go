@@ -35,7 +35,7 @@ func TestCommandsAuthRefused(t *testing.T) {
 		{"wrong password in the URL", "redis://:wrong@" + srv.Addr() + "/0", "pw1", "WRONGPASS"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			env := map[string]string{"VALKEY_URL": tc.url, "VALKEY_PASSWORD": tc.pw, "PI_FOLDER_ROOTS": os.TempDir()}
+			env := map[string]string{"VALKEY_URL": tc.url, "PI_UNSIGNED_QUEUES": "*", "VALKEY_PASSWORD": tc.pw, "PI_FOLDER_ROOTS": os.TempDir()}
 			shown := config.RedactURL(tc.url)
 			for _, args := range commands {
 				start := time.Now()
@@ -64,7 +64,7 @@ func TestCommandsAuthRefused(t *testing.T) {
 		t.Fatalf("refused commands wrote %d keys (%v)", n, err)
 	}
 
-	env := map[string]string{"VALKEY_URL": srv.URL(), "VALKEY_PASSWORD": "pw1"}
+	env := map[string]string{"VALKEY_URL": srv.URL(), "PI_UNSIGNED_QUEUES": "*", "VALKEY_PASSWORD": "pw1"}
 	expect(t, runCLI(t, env, "pause"), "", exitOK, pausedLine+"\n", "")
 	if !pauseFlag(t, admin) {
 		t.Fatal("pause with the password set no flag")

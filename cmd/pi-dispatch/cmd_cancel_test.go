@@ -117,7 +117,7 @@ func TestCancelUsage(t *testing.T) {
 		{[]string{"cancel", "a\x00b"}, "pi-dispatch cancel: invalid job id: contains control character U+0000\n"},
 	} {
 		// A dead port: usage errors must be found before any connection.
-		r := runCLI(t, map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0"}, tc.args...)
+		r := runCLI(t, map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0", "PI_UNSIGNED_QUEUES": "*"}, tc.args...)
 		expect(t, r, "", exitUsage, "", tc.stderr)
 	}
 }

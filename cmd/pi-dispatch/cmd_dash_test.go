@@ -187,7 +187,7 @@ func TestDashServesReadOnlyAndStopsOnInterrupt(t *testing.T) {
 func TestDashAllowRemoteWarns(t *testing.T) {
 	db := livetest.Valkey(t)
 	var stderr logtest.Buffer
-	login, stop := startDashErr(t, map[string]string{"VALKEY_URL": db.URL}, &stderr, "--listen", "0.0.0.0:0", "--allow-remote", "--allow-actions")
+	login, stop := startDashErr(t, map[string]string{"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*"}, &stderr, "--listen", "0.0.0.0:0", "--allow-remote", "--allow-actions")
 	url := dashBase(login)
 	if !strings.Contains(stderr.String(), "WARNING: serving the dashboard on 0.0.0.0:0, which is not loopback") ||
 		!strings.Contains(stderr.String(), "can pause it and cancel its jobs") {
@@ -208,7 +208,7 @@ func TestDashAllowRemoteWarns(t *testing.T) {
 }
 
 func TestDashReportsAnUnreachableValkey(t *testing.T) {
-	r := runCLI(t, map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0"}, "dash", "--listen", "127.0.0.1:0")
+	r := runCLI(t, map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0", "PI_UNSIGNED_QUEUES": "*"}, "dash", "--listen", "127.0.0.1:0")
 	if r.code != exitFailure || !strings.Contains(r.stderr, "could not reach Valkey") {
 		t.Fatalf("%+v", r)
 	}
@@ -232,7 +232,7 @@ func TestDashPauseButtonInChromium(t *testing.T) {
 	if err := hostQueue.Declare(ctx); err != nil {
 		t.Fatal(err)
 	}
-	url, _ := startDash(t, map[string]string{"VALKEY_URL": db.URL}, "--allow-actions")
+	url, _ := startDash(t, map[string]string{"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*"}, "--allow-actions")
 	b := browsertest.Chromium(t, 90*time.Second)
 	if err := chromedp.Do(b.Ctx, chromedp.Navigate(url), browsertest.WaitText(30*time.Second, host, "fleet: running")); err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -317,6 +318,9 @@ func (d *demo) workerConfig(valkeyURL, password, image string, dirs demoDirs) (c
 	// an operator would with PI_CONTAINER_USER.
 	cfg.FolderRoots = []string{dirs.workspace}
 	cfg.ContainerUserExplicit = os.Geteuid() == 0
+	// A fleet key of the demo's own, as init writes one: its job is signed
+	// and checked like any other.
+	cfg.FleetKey = demoFleetKey()
 	job := jobs.Job{Kind: jobs.KindLocal, Folder: dirs.workspace, Flow: demoFlow, Task: d.task}
 	return cfg, job
 }
@@ -360,6 +364,14 @@ func (w *demoWorker) stop() {
 	if err := <-w.done; err != nil {
 		fmt.Fprintf(w.d.errw, "pi-dispatch demo: worker: %v\n", err)
 	}
+}
+
+// demoFleetKey is a fresh random key, held in memory for the demo's run.
+func demoFleetKey() fleet.Key {
+	b := make([]byte, 48)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24)
+	k, _ := fleet.NewKey(b)
+	return k
 }
 
 // enqueueJob is step 5: one local job on the workspace.

@@ -131,7 +131,7 @@ func TestDemo_GivenValkey(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := runtime.NumGoroutine()
-	r := runCLI(t, map[string]string{"VALKEY_URL": db.URL}, "demo")
+	r := runCLI(t, map[string]string{"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*"}, "demo")
 	demoOutcome(t, docker, r)
 	goroutinesSettle(t, before)
 	if strings.Contains(r.stdout, "EMBEDDED") {
@@ -149,7 +149,7 @@ func TestDemo_GivenValkey(t *testing.T) {
 		t.Fatalf("keys left in the database: %v", keys)
 	}
 	// A second demo on the same database is accepted: nothing was left behind.
-	if r2 := runCLI(t, map[string]string{"VALKEY_URL": db.URL}, "demo"); r2.code != exitOK {
+	if r2 := runCLI(t, map[string]string{"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*"}, "demo"); r2.code != exitOK {
 		t.Fatalf("second demo exited %d: %s", r2.code, r2.stderr)
 	}
 }
@@ -157,7 +157,7 @@ func TestDemo_GivenValkey(t *testing.T) {
 func TestDemo_KeepLeavesTheFolders(t *testing.T) {
 	livetest.Docker(t)
 	db := livetest.Valkey(t)
-	r := runCLI(t, map[string]string{"VALKEY_URL": db.URL}, "demo", "--keep")
+	r := runCLI(t, map[string]string{"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*"}, "demo", "--keep")
 	if r.code != exitOK {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
@@ -203,7 +203,7 @@ func TestDemo_RefusesADeploymentsDatabase(t *testing.T) {
 				t.Fatal(err)
 			}
 			start := time.Now()
-			r := runCLI(t, map[string]string{"VALKEY_URL": db.URL}, "demo")
+			r := runCLI(t, map[string]string{"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*"}, "demo")
 			if r.code != exitUsage {
 				t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", r.code, exitUsage, r.stdout, r.stderr)
 			}
@@ -240,8 +240,8 @@ func TestDemo_BadInvocations(t *testing.T) {
 		{"ExtraArgument", nil, []string{"demo", "now"}, exitUsage, `unexpected argument "now"`},
 		{"BadTimeout", nil, []string{"demo", "--timeout", "0s"}, exitUsage, "--timeout must be positive"},
 		{"UnknownFlag", nil, []string{"demo", "--fast"}, exitUsage, "flag provided but not defined"},
-		{"NotAURL", map[string]string{"VALKEY_URL": "http://u:hunter2@example.com"}, []string{"demo"}, exitUsage, "is not a redis://, rediss:// or unix:// URL"},
-		{"Unreachable", map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/15"}, []string{"demo"}, exitFailure, "could not check database 15"},
+		{"NotAURL", map[string]string{"VALKEY_URL": "http://u:hunter2@example.com", "PI_UNSIGNED_QUEUES": "*"}, []string{"demo"}, exitUsage, "is not a redis://, rediss:// or unix:// URL"},
+		{"Unreachable", map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/15", "PI_UNSIGNED_QUEUES": "*"}, []string{"demo"}, exitFailure, "could not check database 15"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

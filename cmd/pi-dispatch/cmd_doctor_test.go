@@ -31,8 +31,12 @@ func doctorHost(t *testing.T) (*livetest.ValkeyDB, map[string]string) {
 	if err := jobimage.Ensure(ctx, dc, jobimage.TestTag); err != nil {
 		t.Fatal(err)
 	}
+	keyFile := filepath.Join(t.TempDir(), "fleet.key")
+	if err := os.WriteFile(keyFile, []byte("the doctor command's fleet key, 32 bytes+"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	return db, map[string]string{
-		"VALKEY_URL":     db.URL,
+		"VALKEY_URL": db.URL, "PI_FLEET_KEY_FILE": keyFile,
 		"PI_WORKER_NAME": "doc-a",
 		"PI_JOB_IMAGE":   jobimage.TestTag,
 		"PI_LOGS_DIR":    t.TempDir(),

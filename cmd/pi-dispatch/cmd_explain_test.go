@@ -18,7 +18,7 @@ const cliForgeJob = `{"kind":"forge","repo":"acme/app","flow":"fix","task":"fix 
 
 // explainVars is a host's environment: its Valkey and its records folder.
 func explainVars(t *testing.T, url string) map[string]string {
-	return map[string]string{"VALKEY_URL": url, "PI_LOGS_DIR": t.TempDir()}
+	return map[string]string{"VALKEY_URL": url, "PI_UNSIGNED_QUEUES": "*", "PI_LOGS_DIR": t.TempDir()}
 }
 
 func addJobData(t *testing.T, q *queue.Queue, id, data string) {

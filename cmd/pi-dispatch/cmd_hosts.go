@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/operator"
 	"github.com/pidispatch/pidispatch/registry"
@@ -37,7 +38,8 @@ type hostJSON struct {
 	Pid         int      `json:"pid"`
 	Problems    []string `json:"problems,omitempty"`
 	// Untrusted: the fleet key (PI_FLEET_KEY_FILE) is set here and the
-	// row does not carry its signature; routing ignores the host.
+	// row does not carry its signature, or no key is set and the host's
+	// queue is not in PI_UNSIGNED_QUEUES; routing ignores the host.
 	Untrusted bool `json:"untrusted,omitempty"`
 }
 
@@ -61,7 +63,7 @@ func runHosts(ctx context.Context, e env, args []string) int {
 	if err != nil {
 		return ksUnreachable(e.stderr, url, err)
 	}
-	hosts = registry.Trust(hosts, key)
+	hosts = registry.Trust(hosts, key, config.SplitQueues(e.getenv("PI_UNSIGNED_QUEUES")))
 	if asJSON {
 		out := make([]hostJSON, len(hosts))
 		for i, h := range hosts {

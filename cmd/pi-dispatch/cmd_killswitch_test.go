@@ -56,7 +56,7 @@ func expect(t *testing.T, r result, url string, code int, stdout, stderr string)
 // configuration that config.Load would refuse, to prove it is never read.
 func vars(url string) map[string]string {
 	return map[string]string{
-		"VALKEY_URL":         url,
+		"VALKEY_URL": url, "PI_UNSIGNED_QUEUES": "*",
 		"PI_CONCURRENCY":     "banana",
 		"PI_WORKER_NAME":     "not a valid name",
 		"PI_DAILY_CAP":       "-3",
@@ -244,7 +244,7 @@ func TestKillSwitchValkeyDown(t *testing.T) {
 // A VALKEY_URL that does not parse is a usage error, without its password.
 func TestKillSwitchBadURL(t *testing.T) {
 	for _, cmd := range []string{"pause", "resume", "status", "hosts"} {
-		r := runCLI(t, map[string]string{"VALKEY_URL": "redis://:s3cret@127.0.0.1:notaport/0"}, cmd)
+		r := runCLI(t, map[string]string{"VALKEY_URL": "redis://:s3cret@127.0.0.1:notaport/0", "PI_UNSIGNED_QUEUES": "*"}, cmd)
 		if r.code != exitUsage || strings.Contains(r.stderr, "s3cret") || !strings.Contains(r.stderr, "VALKEY_URL=redis://xxxxx@127.0.0.1:notaport/0") {
 			t.Fatalf("%s: %+v", cmd, r)
 		}
@@ -259,9 +259,9 @@ func TestKillSwitchPassword(t *testing.T) {
 		t.Fatal(err)
 	}
 	url := srv.URL()
-	r := runCLI(t, map[string]string{"VALKEY_URL": url, "VALKEY_PASSWORD": "pw1"}, "pause")
+	r := runCLI(t, map[string]string{"VALKEY_URL": url, "PI_UNSIGNED_QUEUES": "*", "VALKEY_PASSWORD": "pw1"}, "pause")
 	expect(t, r, url, 0, pausedLine+"\n", "")
-	r = runCLI(t, map[string]string{"VALKEY_URL": url}, "status")
+	r = runCLI(t, map[string]string{"VALKEY_URL": url, "PI_UNSIGNED_QUEUES": "*"}, "status")
 	if r.code != exitFailure || !strings.Contains(r.stderr, "NOAUTH") {
 		t.Fatalf("without the password: %+v", r)
 	}

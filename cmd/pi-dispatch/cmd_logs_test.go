@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pidispatch/pidispatch/enqueue"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
 	"github.com/pidispatch/pidispatch/internal/testkit/livetest/liveworker"
 	"github.com/pidispatch/pidispatch/internal/testkit/logtest"
@@ -23,12 +24,12 @@ import (
 func TestLogsFollowRunningJobFromAnotherHost(t *testing.T) {
 	db := livetest.Valkey(t)
 	logs := liveworker.Boot(t, db, "logs-host-a", nil).LogsDir
-	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{WorkerName: "logs-host-a", WorkerNameDeclared: true, Attempts: 1})
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{UnsignedQueues: []string{fleet.EveryQueue}, WorkerName: "logs-host-a", WorkerNameDeclared: true, Attempts: 1})
 	require.NoError(t, err)
 	e, err := p.EnqueueLocal(context.Background(), jobs.Job{Folder: t.TempDir(), Flow: "fix", Task: "JOB_SLEEP=4s\nJOB_EXIT_CODE=1"})
 	require.NoError(t, err)
 
-	other := map[string]string{"VALKEY_URL": db.URL, "PI_WORKER_NAME": "logs-host-b", "PI_LOGS_DIR": t.TempDir()}
+	other := map[string]string{"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*", "PI_WORKER_NAME": "logs-host-b", "PI_LOGS_DIR": t.TempDir()}
 	out, errOut := &logtest.Buffer{}, &logtest.Buffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -49,7 +50,7 @@ func TestLogsFollowRunningJobFromAnotherHost(t *testing.T) {
 	require.Contains(t, out.String(), `exit {"event":"exit"`)
 
 	require.Eventually(t, func() bool { recs, _ := jobs.ReadRecords(logs, e.JobID); return len(recs) == 1 }, 30*time.Second, 100*time.Millisecond)
-	here := map[string]string{"VALKEY_URL": db.URL, "PI_LOGS_DIR": logs}
+	here := map[string]string{"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*", "PI_LOGS_DIR": logs}
 	var stored, js strings.Builder
 	require.Equal(t, exitOK, run(context.Background(), []string{"logs", e.JobID, "--env-file", ""}, func(k string) string { return here[k] }, &stored, io.Discard))
 	require.Contains(t, stored.String(), "hello from the pidispatch test job")
@@ -66,7 +67,7 @@ func TestLogsFollowRunningJobFromAnotherHost(t *testing.T) {
 // so, instead of waiting forever and printing an empty summary.
 func TestLogsFollowUnknownJobSaysSoAtOnce(t *testing.T) {
 	db := livetest.Valkey(t)
-	r := runCLI(t, map[string]string{"VALKEY_URL": db.URL, "PI_LOGS_DIR": t.TempDir()}, "logs", "no-such-job-1", "--follow")
+	r := runCLI(t, map[string]string{"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*", "PI_LOGS_DIR": t.TempDir()}, "logs", "no-such-job-1", "--follow")
 	if r.code != exitFailure || !strings.Contains(r.stderr, "no job no-such-job-1 on any queue") || strings.Contains(r.stdout, "turns") {
 		t.Fatalf("%+v", r)
 	}

@@ -53,7 +53,7 @@ func TestReceiveAppMode(t *testing.T) {
 	}
 	port := freeTCPPort(t)
 	vars := map[string]string{
-		"PI_ENV_FILE": "/dev/null", "VALKEY_URL": db.URL, "PI_TRIGGERS_FILE": triggers,
+		"PI_ENV_FILE": "/dev/null", "VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*", "PI_TRIGGERS_FILE": triggers,
 		"WEBHOOK_SECRET": "app-secret", "GITHUB_APP_ID": "4242", "GITHUB_APP_INSTALLATION_ID": "7",
 		"GITHUB_APP_PRIVATE_KEY_PATH": keyPath, "GITHUB_API_URL": gh.URL,
 		"RECEIVER_BIND": "127.0.0.1", "RECEIVER_PORT": strconv.Itoa(port), "RECEIVER_SPOOL_DIR": filepath.Join(dir, "spool"),

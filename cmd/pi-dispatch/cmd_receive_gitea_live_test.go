@@ -64,7 +64,7 @@ func TestReceiveGiteaWebhookLive(t *testing.T) {
 	}
 	port := freeTCPPort(t)
 	vars := map[string]string{
-		"PI_ENV_FILE": "/dev/null", "VALKEY_URL": db.URL, "PI_TRIGGERS_FILE": triggers,
+		"PI_ENV_FILE": "/dev/null", "VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*", "PI_TRIGGERS_FILE": triggers,
 		"FORGEJO_URL": g.URL, "FORGEJO_TOKEN": bot.Token, "FORGEJO_WEBHOOK_SECRET": secret,
 		"RECEIVER_BIND": "127.0.0.1", "RECEIVER_PORT": strconv.Itoa(port), "RECEIVER_SPOOL_DIR": filepath.Join(dir, "spool"),
 	}

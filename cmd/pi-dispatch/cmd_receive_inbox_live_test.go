@@ -120,7 +120,7 @@ func TestReceiveValkeyOutageLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := startReceive(t, map[string]string{
-		"PI_ENV_FILE": "/dev/null", "VALKEY_URL": srv.URL(), "PI_TRIGGERS_FILE": triggers,
+		"PI_ENV_FILE": "/dev/null", "VALKEY_URL": srv.URL(), "PI_UNSIGNED_QUEUES": "*", "PI_TRIGGERS_FILE": triggers,
 		"WEBHOOK_SECRET": "outage-secret", "GITHUB_PAT": "ghp_outage", "GITHUB_API_URL": api.URL,
 		"RECEIVER_SPOOL_DIR": filepath.Join(dir, "spool"),
 	})
@@ -203,7 +203,7 @@ func TestReceiveGiteaWebhookDuringAValkeyOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := startReceive(t, map[string]string{
-		"PI_ENV_FILE": "/dev/null", "VALKEY_URL": srv.URL(), "PI_TRIGGERS_FILE": triggers,
+		"PI_ENV_FILE": "/dev/null", "VALKEY_URL": srv.URL(), "PI_UNSIGNED_QUEUES": "*", "PI_TRIGGERS_FILE": triggers,
 		"FORGEJO_URL": g.URL, "FORGEJO_TOKEN": bot.Token, "FORGEJO_WEBHOOK_SECRET": secret,
 		"RECEIVER_SPOOL_DIR": filepath.Join(dir, "spool"),
 	})

@@ -71,7 +71,7 @@ func TestReceiveServesUntilStopped(t *testing.T) {
 	write("no such phrase")
 	port := freeTCPPort(t)
 	vars := map[string]string{
-		"PI_ENV_FILE": "/dev/null", "VALKEY_URL": db.URL, "PI_TRIGGERS_FILE": triggers,
+		"PI_ENV_FILE": "/dev/null", "VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*", "PI_TRIGGERS_FILE": triggers,
 		"WEBHOOK_SECRET": "live-secret", "GITHUB_PAT": "ghp_live", "GITHUB_API_URL": api.URL,
 		"RECEIVER_BIND": "127.0.0.1", "RECEIVER_PORT": strconv.Itoa(port), "RECEIVER_SPOOL_DIR": filepath.Join(dir, "spool"),
 	}

@@ -19,7 +19,7 @@ func receiveVars(t *testing.T, triggers string) map[string]string {
 		t.Fatal(err)
 	}
 	return map[string]string{
-		"PI_ENV_FILE": "/dev/null", "PI_TRIGGERS_FILE": path,
+		"PI_ENV_FILE": "/dev/null", "PI_TRIGGERS_FILE": path, "PI_UNSIGNED_QUEUES": "*",
 		"WEBHOOK_SECRET": "s3cret-value", "GITHUB_PAT": "ghp_secretvalue",
 		// --check asks GitHub about the credential: here nothing answers
 		// (a warning), so the test never reaches the real GitHub.

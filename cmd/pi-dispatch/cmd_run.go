@@ -100,20 +100,24 @@ func warnFolderNotAllowed(e env, cfg config.Config, folder string) {
 // queueRun queues the job and reports it, with what will keep it from starting, all within one enqueue deadline.
 func queueRun(ctx context.Context, e env, client *redis.Client, cfg config.Config, ra runArgs) int {
 	producer, err := enqueue.NewProducer(client, enqueue.ProducerConfig{WorkerName: cfg.WorkerName, WorkerNameDeclared: cfg.WorkerNameDeclared, FleetKey: cfg.FleetKey,
-		Queue: queue.Config{Layout: queue.Layout(cfg.BullMQLayout)}})
+		UnsignedQueues: cfg.UnsignedQueues, Queue: queue.Config{Layout: queue.Layout(cfg.BullMQLayout)}})
 	if err != nil {
 		fmt.Fprintf(e.stderr, "pi-dispatch run: %v\n", err)
 		return exitUsage
 	}
 	qctx, cancel := context.WithTimeout(ctx, runEnqueueTimeout)
 	defer cancel()
-	enqueue := producer.EnqueueLocal
+	add := producer.EnqueueLocal
 	if ra.fresh {
-		enqueue = producer.EnqueueLocalNew
+		add = producer.EnqueueLocalNew
 	}
-	got, err := enqueue(qctx, ra.job)
+	got, err := add(qctx, ra.job)
 	if errors.Is(err, jobs.ErrInvalidJob) {
 		fmt.Fprintf(e.stderr, "pi-dispatch run: %v\n", err)
+		return exitUsage
+	}
+	if errors.Is(err, enqueue.ErrUnsigned) {
+		fmt.Fprintf(e.stderr, "pi-dispatch run: not queued: %v%s\n", err, envFrom(e, "PI_FLEET_KEY_FILE", "PI_UNSIGNED_QUEUES"))
 		return exitUsage
 	}
 	if errors.Is(err, valkey.ErrAuthRefused) {

@@ -101,7 +101,7 @@ func dbEmpty(t *testing.T, db *livetest.ValkeyDB) {
 func TestRunQueuesACleanFolderOnThisHostsQueue(t *testing.T) {
 	db := livetest.Valkey(t)
 	folder := gitRepo(t, false)
-	vars := map[string]string{"VALKEY_URL": db.URL, "PI_WORKER_NAME": "web", "PI_FOLDER_ROOTS": os.TempDir()}
+	vars := map[string]string{"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*", "PI_WORKER_NAME": "web", "PI_FOLDER_ROOTS": os.TempDir()}
 	// Flags after the folder, and a relative spelling of it.
 	rel, err := filepath.Rel(mustGetwd(t), folder)
 	if err != nil {
@@ -141,7 +141,7 @@ func TestRunQueuesACleanFolderOnThisHostsQueue(t *testing.T) {
 func TestRunUndeclaredGoesToTheSharedQueue(t *testing.T) {
 	db := livetest.Valkey(t)
 	folder := gitRepo(t, false)
-	r := runCLI(t, map[string]string{"VALKEY_URL": db.URL, "PI_FOLDER_ROOTS": os.TempDir()}, "run", folder, "--task", "fix the tests", "--flow", "fix", "--env-file", "")
+	r := runCLI(t, map[string]string{"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*", "PI_FOLDER_ROOTS": os.TempDir()}, "run", folder, "--task", "fix the tests", "--flow", "fix", "--env-file", "")
 	if r.code != exitOK || !strings.HasPrefix(r.stderr, "queue pi-jobs, folder "+folder+"\n") ||
 		!strings.Contains(r.stderr, "warning: no worker has a live registry row: nothing takes jobs from pi-jobs (start a worker)") {
 		t.Fatalf("%+v", r)
@@ -152,7 +152,7 @@ func TestRunUndeclaredGoesToTheSharedQueue(t *testing.T) {
 func TestRunRefusesADirtyFolderUnlessForced(t *testing.T) {
 	db := livetest.Valkey(t)
 	folder := gitRepo(t, true)
-	vars := map[string]string{"VALKEY_URL": db.URL, "PI_WORKER_NAME": "web"}
+	vars := map[string]string{"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*", "PI_WORKER_NAME": "web"}
 	r := runCLI(t, vars, "run", folder, "--task", "fix the tests", "--flow", "fix", "--env-file", "")
 	if r.code != exitFailure || r.stdout != "" ||
 		!strings.Contains(r.stderr, folder+" has uncommitted changes (?? notes.txt)") ||
@@ -171,7 +171,7 @@ func TestRunRefusesADirtyFolderUnlessForced(t *testing.T) {
 func TestRunValkeyDownFailsFast(t *testing.T) {
 	folder := gitRepo(t, false)
 	start := time.Now()
-	r := runCLI(t, map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0", "PI_FOLDER_ROOTS": os.TempDir()}, "run", folder, "--task", "t", "--flow", "fix", "--env-file", "")
+	r := runCLI(t, map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0", "PI_UNSIGNED_QUEUES": "*", "PI_FOLDER_ROOTS": os.TempDir()}, "run", folder, "--task", "t", "--flow", "fix", "--env-file", "")
 	if elapsed := time.Since(start); elapsed > 20*time.Second { // a hang-catching bound
 		t.Fatalf("took %s", elapsed)
 	}
@@ -189,7 +189,7 @@ func TestRunRefusesBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Valkey is never reached for these: a dead URL proves it (exit 2, not 1).
-	vars := map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0"}
+	vars := map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0", "PI_UNSIGNED_QUEUES": "*"}
 	for _, tc := range []struct {
 		vars map[string]string
 		args []string
@@ -207,8 +207,8 @@ func TestRunRefusesBadInput(t *testing.T) {
 		{vars, []string{folder, "--flow", "bad flow", "--task", "t"}, "flow"},
 		{vars, []string{folder, "--flow", "a", "--task", "t", "--image", "NOT A REF"}, "image"},
 		{vars, []string{folder, "--flow", "a", "--task", "t", "--bogus"}, "bogus"},
-		{map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0", "PI_CONCURRENCY": "lots"}, []string{folder, "--flow", "a", "--task", "t"}, "PI_CONCURRENCY=\"lots\""},
-		{map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0", "PI_WORKER_NAME": "bad name"}, []string{folder, "--flow", "a", "--task", "t"}, "PI_WORKER_NAME"},
+		{map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0", "PI_UNSIGNED_QUEUES": "*", "PI_CONCURRENCY": "lots"}, []string{folder, "--flow", "a", "--task", "t"}, "PI_CONCURRENCY=\"lots\""},
+		{map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0", "PI_UNSIGNED_QUEUES": "*", "PI_WORKER_NAME": "bad name"}, []string{folder, "--flow", "a", "--task", "t"}, "PI_WORKER_NAME"},
 	} {
 		args := append([]string{"run", "--env-file", ""}, tc.args...)
 		r := runCLI(t, tc.vars, args...)
@@ -313,7 +313,7 @@ func TestRunWithoutGitWarnsAndQueues(t *testing.T) {
 	db := livetest.Valkey(t)
 	folder := gitRepo(t, true)
 	t.Setenv("PATH", t.TempDir())
-	r := runCLI(t, map[string]string{"VALKEY_URL": db.URL}, "run", folder, "--task", "fix the tests", "--flow", "fix", "--env-file", "")
+	r := runCLI(t, map[string]string{"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*"}, "run", folder, "--task", "fix the tests", "--flow", "fix", "--env-file", "")
 	if r.code != exitOK || !strings.Contains(r.stderr, "git is not installed") {
 		t.Fatalf("%+v", r)
 	}
@@ -357,7 +357,7 @@ func mustGetwd(t *testing.T) string {
 func TestRunWithoutAFlowRunsTheDefaultFlow(t *testing.T) {
 	db := livetest.Valkey(t)
 	folder := gitRepo(t, false)
-	r := runCLI(t, map[string]string{"VALKEY_URL": db.URL}, "run", folder, "--task", "fix the tests", "--env-file", "")
+	r := runCLI(t, map[string]string{"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*"}, "run", folder, "--task", "fix the tests", "--env-file", "")
 	if r.code != exitOK {
 		t.Fatalf("%+v", r)
 	}
@@ -365,7 +365,7 @@ func TestRunWithoutAFlowRunsTheDefaultFlow(t *testing.T) {
 		t.Fatalf("queued %+v, want the default flow", job)
 	}
 	// A command replaces the default flow, and needs no task.
-	r = runCLI(t, map[string]string{"VALKEY_URL": db.URL}, "run", folder, "--command", "lint", "--env-file", "")
+	r = runCLI(t, map[string]string{"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*"}, "run", folder, "--command", "lint", "--env-file", "")
 	if r.code != exitOK {
 		t.Fatalf("%+v", r)
 	}
@@ -377,7 +377,7 @@ func TestRunWithoutAFlowRunsTheDefaultFlow(t *testing.T) {
 func TestRunRefusesAFolderOutsideGitUnlessForced(t *testing.T) {
 	db := livetest.Valkey(t)
 	folder := t.TempDir()
-	vars := map[string]string{"VALKEY_URL": db.URL}
+	vars := map[string]string{"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*"}
 	r := runCLI(t, vars, "run", folder, "--task", "fix the tests", "--flow", "fix", "--env-file", "")
 	if r.code != exitFailure || r.stdout != "" ||
 		!strings.Contains(r.stderr, folder+" is not in a git repository") ||
@@ -415,7 +415,7 @@ func runSameMinute(t *testing.T, vars map[string]string, runs ...[]string) []res
 func TestRunDuplicateNamesTheJobAndItsState(t *testing.T) {
 	db := livetest.Valkey(t)
 	folder := gitRepo(t, false)
-	vars := map[string]string{"VALKEY_URL": db.URL}
+	vars := map[string]string{"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*"}
 	base := []string{folder, "--task", "fix the tests", "--flow", "fix"}
 	rs := runSameMinute(t, vars,
 		base,
@@ -513,7 +513,7 @@ func runWithStdin(t *testing.T, vars map[string]string, stdin string, args ...st
 func TestRunTaskFromAFileOrStdin(t *testing.T) {
 	db := livetest.Valkey(t)
 	folder := gitRepo(t, false)
-	vars := map[string]string{"VALKEY_URL": db.URL}
+	vars := map[string]string{"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*"}
 	long := strings.Repeat("Step one of a long task.\n", 200) + "Last line.\n"
 	file := filepath.Join(t.TempDir(), "task.md")
 	if err := os.WriteFile(file, []byte(long), 0o600); err != nil {
@@ -549,7 +549,7 @@ func TestRunRefusesBadTaskInput(t *testing.T) {
 	empty := write("empty", "\n\n")
 	tooLong := write("long", strings.Repeat("x", jobs.MaxTaskBytes+1))
 	atLimit := write("limit", strings.Repeat("x", jobs.MaxTaskBytes))
-	vars := map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0"}
+	vars := map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0", "PI_UNSIGNED_QUEUES": "*"}
 	for _, tc := range []struct {
 		stdin string
 		args  []string
@@ -586,7 +586,7 @@ func TestRunWarnsWhenTheJobCannotStart(t *testing.T) {
 	reg := publish(t, db.Client, "alpha", registry.Facts{Routes: registry.Value(true)})
 	defer reg.Close(ctx)
 	folder := gitRepo(t, false)
-	r := runCLI(t, map[string]string{"VALKEY_URL": db.URL, "PI_DAILY_CAP": "1"}, "run", folder, "--task", "fix the tests", "--flow", "fix", "--env-file", "")
+	r := runCLI(t, map[string]string{"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*", "PI_DAILY_CAP": "1"}, "run", folder, "--task", "fix the tests", "--flow", "fix", "--env-file", "")
 	if r.code != exitOK {
 		t.Fatalf("%+v", r)
 	}
@@ -601,13 +601,52 @@ func TestRunWarnsWhenTheJobCannotStart(t *testing.T) {
 // configuration would run, and says how to set PI_FOLDER_ROOTS.
 func TestRunRefusesFolderOutsideRoots(t *testing.T) {
 	folder := gitRepo(t, false)
-	r := runCLI(t, map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0"}, "run", folder, "--task", "t", "--flow", "fix", "--env-file", "")
+	r := runCLI(t, map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0", "PI_UNSIGNED_QUEUES": "*"}, "run", folder, "--task", "t", "--flow", "fix", "--env-file", "")
 	if !strings.Contains(r.stderr, "warning: a worker of this configuration refuses this job (folder-not-allowed)") ||
 		!strings.Contains(r.stderr, "PI_FOLDER_ROOTS is not set") || !strings.Contains(r.stderr, "pi-dispatch init") {
 		t.Fatalf("unset: %+v", r)
 	}
-	r = runCLI(t, map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0", "PI_FOLDER_ROOTS": t.TempDir()}, "run", folder, "--task", "t", "--flow", "fix", "--env-file", "")
+	r = runCLI(t, map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0", "PI_UNSIGNED_QUEUES": "*", "PI_FOLDER_ROOTS": t.TempDir()}, "run", folder, "--task", "t", "--flow", "fix", "--env-file", "")
 	if !strings.Contains(r.stderr, "outside every PI_FOLDER_ROOTS folder") {
 		t.Fatalf("outside: %+v", r)
+	}
+}
+
+// Without a fleet key, run queues nothing a worker would refuse: it stops
+// with exit 2 naming the key and the opt-in, and the queue stays empty.
+// With the key, the job it queues carries the key's signature.
+func TestRunWithoutAFleetKeyQueuesNothing(t *testing.T) {
+	db := livetest.Valkey(t)
+	folder := gitRepo(t, false)
+	vars := map[string]string{"VALKEY_URL": db.URL, "PI_WORKER_NAME": "web", "PI_FOLDER_ROOTS": os.TempDir()}
+	r := runCLI(t, vars, "run", folder, "--task", "t", "--flow", "fix", "--env-file", "")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "PI_FLEET_KEY_FILE") || !strings.Contains(r.stderr, "PI_UNSIGNED_QUEUES") {
+		t.Fatalf("%+v", r)
+	}
+	if keys, _ := db.Client.Keys(context.Background(), "bull:*").Result(); len(keys) != 0 {
+		t.Fatalf("queued anyway: %v", keys)
+	}
+
+	keyFile := filepath.Join(t.TempDir(), "fleet.key")
+	if err := os.WriteFile(keyFile, []byte("the run command's fleet key, 32 bytes+"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	vars["PI_FLEET_KEY_FILE"] = keyFile
+	r = runCLI(t, vars, "run", folder, "--task", "t", "--flow", "fix", "--env-file", "")
+	if r.code != exitOK {
+		t.Fatalf("%+v", r)
+	}
+	id, _ := queuedAny(t, db, "pi-jobs@web", r.stdout, folder)
+	q, err := queue.New(db.Client, "pi-jobs@web", queue.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := q.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := fleet.LoadKey(keyFile)
+	if err != nil || !key.VerifyJob(q.Name(), j.ID, j.Data, j.Signature) {
+		t.Fatalf("the queued job is not signed with the key: %q %v", j.Signature, err)
 	}
 }

@@ -85,7 +85,7 @@ func TestStatusCountsByOutcomeGolden(t *testing.T) {
 // run says when the job it queued waits for a resume.
 func TestRunSaysTheJobWaitsForAResume(t *testing.T) {
 	db := livetest.Valkey(t)
-	env := map[string]string{"VALKEY_URL": db.URL}
+	env := map[string]string{"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*"}
 	folder := gitRepo(t, false)
 	r := runCLI(t, env, "run", folder, "--task", "fix the tests", "--flow", "fix", "--env-file", "")
 	if r.code != exitOK || strings.Contains(r.stderr, "resume") {
@@ -117,7 +117,7 @@ func TestStatusShowsSpendAndRateLimits(t *testing.T) {
 	if err := fleetstate.NewRateLimits(db.Client, fleetstate.RateLimitsConfig{}).Suspend(ctx, "anthropic", until, "429 rate_limit_error"); err != nil {
 		t.Fatal(err)
 	}
-	env := map[string]string{"VALKEY_URL": db.URL, "PI_MAX_COST_USD": "2", "PI_DAILY_COST_USD": "10"}
+	env := map[string]string{"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*", "PI_MAX_COST_USD": "2", "PI_DAILY_COST_USD": "10"}
 	r := runCLI(t, env, "status")
 	for _, want := range []string{
 		"container starts day: 0/25 (resets ",
@@ -160,7 +160,7 @@ func TestStatusAlwaysShowsTheCountWindows(t *testing.T) {
 			t.Fatalf("reserve %d: %+v %v", i, res, err)
 		}
 	}
-	r := runCLI(t, map[string]string{"VALKEY_URL": db.URL, "PI_DAILY_CAP": "2"}, "status")
+	r := runCLI(t, map[string]string{"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*", "PI_DAILY_CAP": "2"}, "status")
 	if r.code != exitOK || !strings.Contains(r.stdout, "container starts day: 2/2 (resets ") ||
 		!strings.Contains(r.stdout, "FULL: new jobs are refused over-budget until the reset") {
 		t.Fatalf("status (exit %d):\n%s%s", r.code, r.stdout, r.stderr)

@@ -31,7 +31,7 @@ func writeDotEnv(t *testing.T, content string) string {
 func TestRunReadsTheWholeEnvFile(t *testing.T) {
 	db := livetest.Valkey(t)
 	folder := gitRepo(t, false)
-	path := writeDotEnv(t, "# deployment\nVALKEY_URL="+db.URL+"\nPI_WORKER_NAME=from-file\n")
+	path := writeDotEnv(t, "# deployment\nVALKEY_URL="+db.URL+"\nPI_WORKER_NAME=from-file\nPI_UNSIGNED_QUEUES=*\n")
 	r := runCLI(t, nil, "run", folder, "--task", "fix the tests", "--flow", "fix")
 	if r.code != exitOK || !strings.Contains(r.stderr, "queue pi-jobs@from-file, folder "+folder+
 		" (PI_WORKER_NAME from .env file "+path+":3, VALKEY_URL from .env file "+path+":2)") {
@@ -41,7 +41,7 @@ func TestRunReadsTheWholeEnvFile(t *testing.T) {
 
 	// The shell wins, and the note says it overrode the file.
 	db2 := livetest.Valkey(t)
-	r = runCLI(t, map[string]string{"VALKEY_URL": db2.URL, "PI_WORKER_NAME": "other"}, "run", folder, "--task", "fix the tests", "--flow", "fix")
+	r = runCLI(t, map[string]string{"VALKEY_URL": db2.URL, "PI_UNSIGNED_QUEUES": "*", "PI_WORKER_NAME": "other"}, "run", folder, "--task", "fix the tests", "--flow", "fix")
 	if r.code != exitOK || !strings.Contains(r.stderr, "PI_WORKER_NAME from shell (overrides "+path+":3)") {
 		t.Fatalf("%+v", r)
 	}
@@ -49,13 +49,13 @@ func TestRunReadsTheWholeEnvFile(t *testing.T) {
 
 	// --env-file "" reads none; --env-file PATH reads that one instead.
 	folder2 := gitRepo(t, false)
-	r = runCLI(t, map[string]string{"VALKEY_URL": db.URL}, "run", folder2, "--task", "fix the tests", "--flow", "fix", "--env-file", "")
+	r = runCLI(t, map[string]string{"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*"}, "run", folder2, "--task", "fix the tests", "--flow", "fix", "--env-file", "")
 	if r.code != exitOK || strings.Contains(r.stderr, "from-file") {
 		t.Fatalf("--env-file \"\" still read ./.env: %+v", r)
 	}
 	queuedJob(t, db, fleet.SharedQueue, r.stdout, folder2)
 	other := filepath.Join(t.TempDir(), "other.env")
-	if err := os.WriteFile(other, []byte("VALKEY_URL="+db2.URL+"\nPI_WORKER_NAME=named\n"), 0o600); err != nil {
+	if err := os.WriteFile(other, []byte("VALKEY_URL="+db2.URL+"\nPI_WORKER_NAME=named\nPI_UNSIGNED_QUEUES=*\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	folder3 := gitRepo(t, false)
@@ -85,7 +85,7 @@ func TestRunAndDoctorRefuseAMalformedEnvFile(t *testing.T) {
 	}
 	dbEmpty(t, db)
 	// PI_ENV_FILE=/dev/null reads no file.
-	if r := runCLI(t, map[string]string{"PI_ENV_FILE": "/dev/null", "VALKEY_URL": db.URL}, "status"); r.code != exitOK {
+	if r := runCLI(t, map[string]string{"PI_ENV_FILE": "/dev/null", "VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*"}, "status"); r.code != exitOK {
 		t.Fatalf("%+v", r)
 	}
 }
@@ -142,7 +142,7 @@ func TestKillSwitchRefusesAMalformedValkeyURLLine(t *testing.T) {
 	}
 	// The shell's VALKEY_URL wins over the file, so the bad line no longer matters.
 	db := livetest.Valkey(t)
-	if r := runCLI(t, map[string]string{"VALKEY_URL": db.URL}, "pause"); r.code != exitOK {
+	if r := runCLI(t, map[string]string{"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*"}, "pause"); r.code != exitOK {
 		t.Fatalf("%+v", r)
 	}
 }

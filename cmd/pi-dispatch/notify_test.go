@@ -33,7 +33,7 @@ func TestPauseAndResumeNotifyTheWebhook(t *testing.T) {
 		got = append(got, ev)
 	}))
 	defer srv.Close()
-	env := map[string]string{"VALKEY_URL": db.URL, "PI_NOTIFY_URL": srv.URL, "PI_WORKER_NAME": "ops-1"}
+	env := map[string]string{"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*", "PI_NOTIFY_URL": srv.URL, "PI_WORKER_NAME": "ops-1"}
 	require.Equal(t, exitOK, runCLI(t, env, "pause").code)
 	require.Equal(t, exitOK, runCLI(t, env, "resume").code)
 	mu.Lock()

@@ -18,6 +18,7 @@ import (
 	"github.com/pidispatch/pidispatch/agent/entrypoint"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/enqueue"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/image/agentimage"
 	"github.com/pidispatch/pidispatch/internal/testkit/fakeprovider"
 	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
@@ -84,7 +85,7 @@ func bootAgentWorker(t *testing.T, extra map[string]string, attempts int, steps 
 		env[k] = v
 	}
 	w := bootWorker(t, testEnv(t, db.URL, env), dispatch.Tuning{})
-	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{UnsignedQueues: []string{fleet.EveryQueue},
 		WorkerName: name, WorkerNameDeclared: true,
 		Attempts: attempts, Backoff: queue.Backoff{Type: queue.BackoffFixed, Delay: 200 * time.Millisecond},
 	})

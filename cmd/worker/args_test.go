@@ -175,7 +175,7 @@ func TestUnwritableLogsDirRefusesBoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := map[string]string{
-		"VALKEY_URL":  "redis://" + valkey.ln.Addr().String() + "/0",
+		"VALKEY_URL": "redis://" + valkey.ln.Addr().String() + "/0", "PI_UNSIGNED_QUEUES": "*",
 		"PI_LOGS_DIR": filepath.Join(file, "runs"),
 	}
 	var stderr bytes.Buffer

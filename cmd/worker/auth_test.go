@@ -26,7 +26,7 @@ func TestBootRefusedPassword(t *testing.T) {
 		{srv.URL(), "wrong"},
 		{"redis://:wrong@" + srv.Addr() + "/0", "pw1"},
 	} {
-		env := map[string]string{"VALKEY_URL": tc.url, "VALKEY_PASSWORD": tc.pw, "PI_WORKER_NAME": "authcheck", "PI_LOGS_DIR": t.TempDir()}
+		env := map[string]string{"VALKEY_URL": tc.url, "PI_UNSIGNED_QUEUES": "*", "VALKEY_PASSWORD": tc.pw, "PI_WORKER_NAME": "authcheck", "PI_LOGS_DIR": t.TempDir()}
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		var stderr bytes.Buffer
 		start := time.Now()
@@ -49,7 +49,7 @@ func TestBootRefusedPassword(t *testing.T) {
 	}
 
 	// With the password the worker boots, and stops cleanly with its context.
-	env := map[string]string{"VALKEY_URL": srv.URL(), "VALKEY_PASSWORD": "pw1", "PI_WORKER_NAME": "authcheck", "PI_LOGS_DIR": t.TempDir()}
+	env := map[string]string{"VALKEY_URL": srv.URL(), "PI_UNSIGNED_QUEUES": "*", "VALKEY_PASSWORD": "pw1", "PI_WORKER_NAME": "authcheck", "PI_LOGS_DIR": t.TempDir()}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	var stderr bytes.Buffer

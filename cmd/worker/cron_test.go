@@ -158,7 +158,7 @@ func TestCronDivergenceLeavesWorkerDraining(t *testing.T) {
 	if s, err := q.Schedulers(context.Background()); err != nil || len(s) != 0 {
 		t.Fatalf("a refusing host installed schedulers: %+v %v", s, err)
 	}
-	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{WorkerName: second, WorkerNameDeclared: true})
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{UnsignedQueues: []string{fleet.EveryQueue}, WorkerName: second, WorkerNameDeclared: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -120,7 +120,7 @@ func TestKilledWorkerReleasesItsReservationByTheJobTimeout(t *testing.T) {
 	name := uniqueName("usdkill", db)
 	const timeout = 20 * time.Second
 	env := processEnv(map[string]string{
-		"VALKEY_URL": db.URL, "PI_WORKER_NAME": name, "PI_JOB_IMAGE": jobimage.TestTag,
+		"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*", "PI_WORKER_NAME": name, "PI_JOB_IMAGE": jobimage.TestTag,
 		"PI_LOGS_DIR": t.TempDir(), "PI_JOB_MEMORY": "256m", "PI_JOB_CPUS": "0.5",
 		"PI_JOB_TIMEOUT": timeout.String(), "PI_MAX_COST_USD": "2", "PI_DAILY_COST_USD": "10",
 		"TMPDIR": t.TempDir(),

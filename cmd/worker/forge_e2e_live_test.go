@@ -22,6 +22,7 @@ import (
 	"github.com/pidispatch/pidispatch/cronsync"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/enqueue"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/forge"
 	"github.com/pidispatch/pidispatch/forge/forgetest"
 	"github.com/pidispatch/pidispatch/forge/inbox"
@@ -130,7 +131,7 @@ func TestSignedGitHubDeliveryPublishesPullRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	rlog := &logtest.Buffer{}
-	producer, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{WorkerName: "receiver-" + name, Logger: rlog.Logger()})
+	producer, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{UnsignedQueues: []string{fleet.EveryQueue}, WorkerName: "receiver-" + name, Logger: rlog.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ func TestForgeTriggersWithoutCredentialRefuseBoot(t *testing.T) {
 	}
 	valkey := listenRecorder(t, "tcp", "127.0.0.1:0")
 	p := startProcess(t, bin, processEnv(map[string]string{
-		"VALKEY_URL": "redis://" + valkey.ln.Addr().String() + "/0", "PI_WORKER_NAME": "nocred-boot-" + randomHex(4),
+		"VALKEY_URL": "redis://" + valkey.ln.Addr().String() + "/0", "PI_UNSIGNED_QUEUES": "*", "PI_WORKER_NAME": "nocred-boot-" + randomHex(4),
 		"PI_TRIGGERS_FILE": triggers, "PI_LOGS_DIR": filepath.Join(dir, "logs"), "PI_JOB_IMAGE": jobimage.TestTag,
 	}))
 	code := p.exit(t, argsGuard)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/enqueue"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/forge/forgetest"
 	"github.com/pidispatch/pidispatch/internal/image/jobimage"
 	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
@@ -49,13 +50,13 @@ func TestSIGTERMMidForgeJobRevokesItsToken(t *testing.T) {
 	}
 	logs := filepath.Join(dir, "logs")
 	p := startProcess(t, bin, processEnv(map[string]string{
-		"VALKEY_URL": db.URL, "PI_WORKER_NAME": name, "PI_JOB_IMAGE": jobimage.TestTag, "PI_LOGS_DIR": logs,
+		"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*", "PI_WORKER_NAME": name, "PI_JOB_IMAGE": jobimage.TestTag, "PI_LOGS_DIR": logs,
 		"PI_JOB_MEMORY": "256m", "PI_JOB_CPUS": "0.5", "PI_CONTAINER_USER": "65534:65534", "PI_TRIGGERS_FILE": triggers,
 		"GITHUB_API_URL": gh.URL, "GITHUB_APP_ID": "42", "GITHUB_APP_INSTALLATION_ID": "7", "GITHUB_APP_PRIVATE_KEY_PATH": keyPath,
 	}))
 	p.waitEvent(t, "worker_started", 60*time.Second)
 
-	producer, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{Attempts: 1})
+	producer, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{UnsignedQueues: []string{fleet.EveryQueue}, Attempts: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/enqueue"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
@@ -241,7 +242,7 @@ func forgeJob(repo, task string) jobs.Job {
 // newRouter is a front-end's router over the test's database.
 func newRouter(t *testing.T, db *livetest.ValkeyDB) *enqueue.Router {
 	t.Helper()
-	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{})
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{UnsignedQueues: []string{fleet.EveryQueue}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func TestIdleFootprintReport(t *testing.T) {
 	ticks := clockTicks(t)
 
 	p := startProcess(t, bin, processEnv(map[string]string{
-		"VALKEY_URL":     srv.URL(),
+		"VALKEY_URL": srv.URL(), "PI_UNSIGNED_QUEUES": "*",
 		"PI_WORKER_NAME": "idle-bench",
 		"PI_JOB_IMAGE":   jobimage.TestTag,
 		"PI_LOGS_DIR":    t.TempDir(),

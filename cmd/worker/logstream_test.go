@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/enqueue"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/image/jobimage"
 	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
@@ -131,7 +132,7 @@ func TestWorkerLogStreamIsCleanJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := startProcess(t, bin, processEnv(map[string]string{
-		"VALKEY_URL":       db.URL,
+		"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*",
 		"PI_WORKER_NAME":   name,
 		"PI_JOB_IMAGE":     jobimage.TestTag,
 		"PI_LOGS_DIR":      logsDir,
@@ -142,7 +143,7 @@ func TestWorkerLogStreamIsCleanJSON(t *testing.T) {
 	}))
 	p.waitEvent(t, "worker_started", 30*time.Second)
 
-	prod, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{WorkerName: name, WorkerNameDeclared: true})
+	prod, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{UnsignedQueues: []string{fleet.EveryQueue}, WorkerName: name, WorkerNameDeclared: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +187,7 @@ func TestBootWithServicesDownSaysSo(t *testing.T) {
 	addr := ln.Addr().String()
 	_ = ln.Close() // nothing listens there now
 	p := startProcess(t, bin, processEnv(map[string]string{
-		"VALKEY_URL":     "redis://" + addr + "/0",
+		"VALKEY_URL": "redis://" + addr + "/0", "PI_UNSIGNED_QUEUES": "*",
 		"DOCKER_HOST":    "unix://" + filepath.Join(t.TempDir(), "no-docker.sock"),
 		"PI_WORKER_NAME": "down-test",
 		"PI_LOGS_DIR":    t.TempDir(),

@@ -49,7 +49,7 @@ func httpGet(url string) (int, string) {
 // connects, naming the variable.
 func TestMetricsAddrInvalidRefusesBoot(t *testing.T) {
 	t.Parallel()
-	env := map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0", "PI_METRICS_ADDR": "no port here"}
+	env := map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0", "PI_UNSIGNED_QUEUES": "*", "PI_METRICS_ADDR": "no port here"}
 	var stderr bytes.Buffer
 	code := run(context.Background(), nil, func(k string) string { return env[k] }, io.Discard, &stderr)
 	if code != exitConfig || !strings.Contains(stderr.String(), "PI_METRICS_ADDR") {
@@ -100,7 +100,7 @@ func TestMetricsLiveWorker(t *testing.T) {
 		t.Fatalf("/healthz: %d %s", code, body)
 	}
 
-	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{WorkerName: name, WorkerNameDeclared: true})
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{UnsignedQueues: []string{fleet.EveryQueue}, WorkerName: name, WorkerNameDeclared: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -204,7 +204,7 @@ func TestKilledWorkerProcessRestarts(t *testing.T) {
 	}
 	logsDir := t.TempDir()
 	env := processEnv(map[string]string{
-		"VALKEY_URL":            db.URL,
+		"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*",
 		"PI_WORKER_NAME":        name,
 		"PI_JOB_IMAGE":          jobimage.TestTag,
 		"PI_LOGS_DIR":           logsDir,
@@ -303,7 +303,7 @@ func TestInvalidEnvironmentRefusesBoot(t *testing.T) {
 		{"PI_CONCURRENCY", "0"},
 		{"PI_SECRET_PROFILES", "prod:relative/path"},
 	} {
-		env := map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0", tc.name: tc.value}
+		env := map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0", "PI_UNSIGNED_QUEUES": "*", tc.name: tc.value}
 		var stderr bytes.Buffer
 		code := run(context.Background(), nil, func(k string) string { return env[k] }, io.Discard, &stderr)
 		if code != exitConfig || !strings.Contains(stderr.String(), tc.name) {
@@ -312,7 +312,7 @@ func TestInvalidEnvironmentRefusesBoot(t *testing.T) {
 	}
 
 	bin := workerBinary(t)
-	p := startProcess(t, bin, processEnv(map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0", "PI_CONCURRENCY": "0"}))
+	p := startProcess(t, bin, processEnv(map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0", "PI_UNSIGNED_QUEUES": "*", "PI_CONCURRENCY": "0"}))
 	if code := p.exit(t, 30*time.Second); code != exitConfig {
 		t.Fatalf("binary exit %d, want 2:\n%s", code, p.stderr.String())
 	}
@@ -333,7 +333,7 @@ func TestDuplicateNameRefusedWithoutHarm(t *testing.T) {
 	name := uniqueName("dup", db)
 	logsDir := t.TempDir()
 	env := processEnv(map[string]string{
-		"VALKEY_URL":     db.URL,
+		"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*",
 		"PI_WORKER_NAME": name,
 		"PI_JOB_IMAGE":   jobimage.TestTag,
 		"PI_LOGS_DIR":    logsDir,

@@ -23,6 +23,7 @@ import (
 	"github.com/pidispatch/pidispatch/cronsync"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/enqueue"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/forge"
 	"github.com/pidispatch/pidispatch/internal/image/agentimage"
 	"github.com/pidispatch/pidispatch/internal/testkit/fakeprovider"
@@ -148,7 +149,7 @@ func bootPromptRig(t *testing.T, db *livetest.ValkeyDB, prefix, triggersFile str
 	if r.triggers, err = cronsync.ParseForgeTriggers(data); err != nil {
 		t.Fatal(err)
 	}
-	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{WorkerName: "receiver-" + name, Attempts: 1})
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{UnsignedQueues: []string{fleet.EveryQueue}, WorkerName: "receiver-" + name, Attempts: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,7 @@ func TestUnknownFlowInTriggersRefusesBoot(t *testing.T) {
 	valkey := listenRecorder(t, "tcp", "127.0.0.1:0")
 	logs := filepath.Join(dir, "logs")
 	p := startProcess(t, bin, processEnv(map[string]string{
-		"VALKEY_URL": "redis://" + valkey.ln.Addr().String() + "/0", "PI_WORKER_NAME": "flows-boot-" + randomHex(4),
+		"VALKEY_URL": "redis://" + valkey.ln.Addr().String() + "/0", "PI_UNSIGNED_QUEUES": "*", "PI_WORKER_NAME": "flows-boot-" + randomHex(4),
 		"PI_TRIGGERS_FILE": triggers, "PI_LOGS_DIR": logs, "PI_JOB_IMAGE": jobimage.TestTag, "PI_FOLDER_ROOTS": dir,
 		// Its github triggers need a github credential, or that is what it refuses.
 		"GITHUB_PAT": "ghp_test-" + randomHex(8),

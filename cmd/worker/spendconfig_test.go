@@ -33,7 +33,7 @@ func TestSpendSettingsRefuseBoot(t *testing.T) {
 		{map[string]string{"ANTHROPIC_API_KEY": "sk-never-echoed", "PI_MAX_TOKENS": "0"}, []string{"PI_MAX_TOKENS"}},
 		{map[string]string{"PI_PRICING_FILE": pricing}, []string{"PI_PRICING_FILE", "line 3"}},
 	} {
-		env := map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0", "PI_LOGS_DIR": t.TempDir()}
+		env := map[string]string{"VALKEY_URL": "redis://127.0.0.1:1/0", "PI_UNSIGNED_QUEUES": "*", "PI_LOGS_DIR": t.TempDir()}
 		for k, v := range tc.env {
 			env[k] = v
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/dispatch"
 	"github.com/pidispatch/pidispatch/enqueue"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/image/jobimage"
 	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
 	"github.com/pidispatch/pidispatch/internal/testkit/logtest"
@@ -25,7 +26,7 @@ import (
 func testEnv(t *testing.T, valkeyURL string, extra map[string]string) func(string) string {
 	t.Helper()
 	env := map[string]string{
-		"VALKEY_URL":    valkeyURL,
+		"VALKEY_URL": valkeyURL, "PI_UNSIGNED_QUEUES": "*",
 		"PI_JOB_IMAGE":  jobimage.TestTag,
 		"PI_LOGS_DIR":   t.TempDir(),
 		"PI_JOB_MEMORY": "256m",
@@ -141,7 +142,7 @@ func TestLocalJobRunsAndRecords(t *testing.T) {
 	w := bootWorker(t, getenv, dispatch.Tuning{})
 
 	folder := t.TempDir()
-	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{WorkerName: name, WorkerNameDeclared: true})
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{UnsignedQueues: []string{fleet.EveryQueue}, WorkerName: name, WorkerNameDeclared: true})
 	if err != nil {
 		t.Fatal(err)
 	}

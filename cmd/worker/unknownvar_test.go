@@ -19,7 +19,7 @@ func TestBootWarnsOfAMisspeltVariable(t *testing.T) {
 	if err := os.WriteFile(envFile, []byte("PI_CONCURENCY=4\nPI_WORKER_NAME=unknown-var-test\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	env := map[string]string{"PI_ENV_FILE": envFile, "VALKEY_URL": "redis://127.0.0.1:1/0", "PI_LOGS_DIR": filepath.Join(dir, "logs"),
+	env := map[string]string{"PI_ENV_FILE": envFile, "VALKEY_URL": "redis://127.0.0.1:1/0", "PI_UNSIGNED_QUEUES": "*", "PI_LOGS_DIR": filepath.Join(dir, "logs"),
 		"DOCKER_HOST": "unix://" + filepath.Join(dir, "no-docker.sock")}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()

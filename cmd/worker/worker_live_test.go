@@ -42,7 +42,7 @@ func TestSecretJobRoutesToCapableHostAndStaysSecret(t *testing.T) {
 	waitHosts(t, db.Client, map[string]string{nameA: "", nameB: "s:prod"}, nameA, nameB)
 
 	var routerLogs logtest.Buffer
-	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{Logger: slog.New(slog.NewJSONHandler(&routerLogs, nil))})
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{UnsignedQueues: []string{fleet.EveryQueue}, Logger: slog.New(slog.NewJSONHandler(&routerLogs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func TestExit1RetriedThenFailed(t *testing.T) {
 	db := livetest.Valkey(t)
 	name := uniqueName("exit1", db)
 	w := bootWorker(t, testEnv(t, db.URL, map[string]string{"PI_WORKER_NAME": name}), dispatch.Tuning{})
-	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{UnsignedQueues: []string{fleet.EveryQueue},
 		WorkerName: name, WorkerNameDeclared: true,
 		Attempts: 2, Backoff: queue.Backoff{Type: queue.BackoffFixed, Delay: 200 * time.Millisecond},
 	})
@@ -234,7 +234,7 @@ func TestExit2RecordedAsPolicy(t *testing.T) {
 	db := livetest.Valkey(t)
 	name := uniqueName("exit2", db)
 	w := bootWorker(t, testEnv(t, db.URL, map[string]string{"PI_WORKER_NAME": name}), dispatch.Tuning{})
-	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{UnsignedQueues: []string{fleet.EveryQueue},
 		WorkerName: name, WorkerNameDeclared: true,
 		Attempts: 3, Backoff: queue.Backoff{Type: queue.BackoffFixed, Delay: 100 * time.Millisecond},
 	})
@@ -269,7 +269,7 @@ func TestTimeoutStopsTheContainer(t *testing.T) {
 	db := livetest.Valkey(t)
 	name := uniqueName("timeout", db)
 	w := bootWorker(t, testEnv(t, db.URL, map[string]string{"PI_WORKER_NAME": name, "PI_JOB_TIMEOUT": "2s"}), dispatch.Tuning{})
-	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{WorkerName: name, WorkerNameDeclared: true})
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{UnsignedQueues: []string{fleet.EveryQueue}, WorkerName: name, WorkerNameDeclared: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +321,7 @@ func TestConcurrencyBoundsBothQueues(t *testing.T) {
 		}
 		ids = append(ids, e.JobID)
 	}
-	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{WorkerName: name, WorkerNameDeclared: true})
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{UnsignedQueues: []string{fleet.EveryQueue}, WorkerName: name, WorkerNameDeclared: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -436,7 +436,7 @@ func TestDailyCapRefusesOverBudget(t *testing.T) {
 	db := livetest.Valkey(t)
 	name := uniqueName("cap", db)
 	w := bootWorker(t, testEnv(t, db.URL, map[string]string{"PI_WORKER_NAME": name, "PI_DAILY_CAP": "2"}), dispatch.Tuning{})
-	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{WorkerName: name, WorkerNameDeclared: true})
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{UnsignedQueues: []string{fleet.EveryQueue}, WorkerName: name, WorkerNameDeclared: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,17 +14,21 @@ import (
 )
 
 // A Worker on fakes runs one forge job to its record with no Valkey and no
-// Docker: the way to unit-test a deployment's configuration and gates.
+// Docker: the way to unit-test a deployment's configuration and gates. The
+// job is signed with the fleet key, as every producer that holds it signs:
+// a worker refuses a job its key did not sign.
 func Example() {
 	dir, _ := os.MkdirTemp("", "dispatchtest-example")
 	defer os.RemoveAll(dir)
+	key, _ := fleet.NewKey([]byte("an example fleet key, 32 bytes or more"))
 
 	q := dispatchtest.NewQueue(fleet.SharedQueue)
 	data, _ := json.Marshal(jobs.Job{Kind: jobs.KindForge, Repo: "acme/api", Flow: "fix", Task: "fix the build"})
-	q.Add(dispatchtest.Job{ID: "gh-1", Data: data})
+	sig, _ := key.SignJob(fleet.SharedQueue, "gh-1", data)
+	q.Add(dispatchtest.Job{ID: "gh-1", Data: data, Signature: sig})
 
 	cfg := dispatch.DefaultConfig()
-	cfg.WorkerName, cfg.LogsDir = "laptop", dir
+	cfg.WorkerName, cfg.LogsDir, cfg.FleetKey = "laptop", dir, key
 	w, err := dispatch.NewWorker(cfg, dispatch.Deps{
 		Stores: dispatch.Stores{
 			Queues: []dispatch.JobQueue{q},

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/dispatch"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 
@@ -39,6 +40,8 @@ type Host struct {
 // MakeFleet returns n hosts, host-1 to host-n, each with a declared name,
 // on one fresh fake Fleet, not yet started. Each host's runtime is a fresh
 // fake whose containers exit 0; its clock is the fleet's; it logs nothing.
+// The hosts hold no fleet key and take unsigned jobs on every queue
+// (Config.UnsignedQueues); a test of the signature gate changes that.
 // The hosts that are started are stopped when the test ends.
 func MakeFleet(t *testing.T, n int) *Cluster {
 	t.Helper()
@@ -51,6 +54,7 @@ func MakeFleet(t *testing.T, n int) *Cluster {
 		cfg.LogsDir = filepath.Join(t.TempDir(), "runs")
 		cfg.JobImage = "pi-agent:test"
 		cfg.Concurrency = 2
+		cfg.UnsignedQueues = []string{fleet.EveryQueue}
 		h := &Host{
 			Name:   name,
 			Config: cfg,

@@ -24,9 +24,12 @@ type Job struct {
 	ID   string
 	Data json.RawMessage
 	// Attempts is how many times the job may run; 0 and 1 both mean once.
-	Attempts        int
-	DedupID         string
-	SchedulerID     string
+	Attempts    int
+	DedupID     string
+	SchedulerID string
+	// Signature is the fleet key's signature of the job (fleet.Key.SignJob
+	// over the queue's name, ID and Data), as a signing producer adds it.
+	Signature       string
 	DeferredFailure string
 	Corrupt         string
 	// AttemptsMade starts the job as if that many attempts had finished.
@@ -188,6 +191,7 @@ func (j *queuedJob) held() *dispatch.HeldJob {
 		ID: j.job.ID, Data: slices.Clone(j.job.Data), DedupID: j.job.DedupID,
 		AttemptsMade: j.snap.AttemptsMade, Attempts: j.job.Attempts, ProcessedOn: j.processed, EnqueuedAt: j.added, SchedulerID: j.job.SchedulerID,
 		ProcessedBy: j.by, DeferredFailure: j.job.DeferredFailure, State: j.snap.State, Corrupt: j.job.Corrupt,
+		Signature: j.job.Signature,
 	}
 }
 

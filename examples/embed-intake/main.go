@@ -4,6 +4,7 @@
 // signals and exit code.
 //
 //	VALKEY_URL=redis://127.0.0.1:6379/0 PI_TRIGGERS_FILE=triggers.json \
+//	  PI_FLEET_KEY_FILE=/srv/pi/fleet.key \
 //	  WEBHOOK_SECRET=s3cret GITHUB_PAT=ghp_... go run ./examples/embed-intake
 //
 // Every variable of docs/forges.md applies; SIGINT or SIGTERM stops it.

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pidispatch/pidispatch/fleet"
 	fixtures "github.com/pidispatch/pidispatch/internal/testkit/forgefixtures"
 	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
 	"github.com/pidispatch/pidispatch/internal/testkit/logtest"
@@ -42,9 +43,17 @@ func TestRun_ServesADeliveryAndStops(t *testing.T) {
 	  "repos": ["Codertocat/Hello-World"], "phrase": "totally right"}, "run": {"kind": "github", "flow": "fix"}}]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	keyFile := filepath.Join(t.TempDir(), "fleet.key")
+	if err := os.WriteFile(keyFile, []byte("the embedded intake's fleet key, 32 bytes+"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	key, err := fleet.LoadKey(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
 	port := freePort(t)
 	vars := map[string]string{
-		"VALKEY_URL": db.URL, "PI_TRIGGERS_FILE": triggers, "WEBHOOK_SECRET": "embed-secret",
+		"VALKEY_URL": db.URL, "PI_FLEET_KEY_FILE": keyFile, "PI_TRIGGERS_FILE": triggers, "WEBHOOK_SECRET": "embed-secret",
 		"GITHUB_PAT": "ghp_embed", "GITHUB_API_URL": api.URL,
 		"RECEIVER_BIND": "127.0.0.1", "RECEIVER_PORT": strconv.Itoa(port), "RECEIVER_SPOOL_DIR": t.TempDir(),
 	}
@@ -68,15 +77,19 @@ func TestRun_ServesADeliveryAndStops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The delivery is stored, answered, then processed: the job follows.
+	// The delivery is stored, answered, then processed: the job follows,
+	// named by its body's digest and signed with the fleet key.
 	var j *queue.Job
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if j, err = q.Get(ctx, "gh-embed-d1"); err == nil {
+		if j = onlyForgeJob(t, db, q); j != nil {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no job gh-embed-d1: %v\n%s", err, stderr.String())
+			t.Fatalf("no gh- job on pi-jobs:\n%s", stderr.String())
 		}
+	}
+	if !key.VerifyJob(q.Name(), j.ID, j.Data, j.Signature) {
+		t.Fatalf("job %s is not signed with the fleet key", j.ID)
 	}
 	if got, err := jobs.ParseJob(j.Data); err != nil || got.Repo != "Codertocat/Hello-World" || got.Trigger != "c" {
 		t.Fatalf("job %+v, %v", got, err)
@@ -112,4 +125,30 @@ func freePort(t *testing.T) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// onlyForgeJob is the one gh- job on q, or nil while there is none.
+func onlyForgeJob(t *testing.T, db *livetest.ValkeyDB, q *queue.Queue) *queue.Job {
+	t.Helper()
+	keys, err := db.Client.Keys(context.Background(), "bull:"+q.Name()+":gh-*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, k := range keys {
+		if id := strings.TrimPrefix(k, "bull:"+q.Name()+":"); !strings.Contains(id, ":") {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	if len(ids) > 1 {
+		t.Fatalf("jobs %v, want one", ids)
+	}
+	j, err := q.Get(context.Background(), ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pidispatch/pidispatch/enqueue"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/image/jobimage"
 	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
 	"github.com/pidispatch/pidispatch/internal/testkit/logtest"
@@ -33,7 +34,7 @@ func TestRun_BootsRunsAJobAndStops(t *testing.T) {
 	}
 	const name = "embed-example-1"
 	vars := map[string]string{
-		"VALKEY_URL":     db.URL,
+		"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*",
 		"PI_WORKER_NAME": name,
 		"PI_JOB_IMAGE":   jobimage.TestTag,
 		"PI_LOGS_DIR":    logs,
@@ -55,7 +56,7 @@ func TestRun_BootsRunsAJobAndStops(t *testing.T) {
 		t.Fatalf("the service's own logger is not used:\n%s", stderr.String())
 	}
 
-	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{WorkerName: name, WorkerNameDeclared: true, Attempts: 1})
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{UnsignedQueues: []string{fleet.EveryQueue}, WorkerName: name, WorkerNameDeclared: true, Attempts: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

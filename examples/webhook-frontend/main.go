@@ -2,7 +2,7 @@
 // that receives signed forge deliveries and enqueues each as a pidispatch
 // forge job, routed to a host that can serve what it needs.
 //
-//	WEBHOOK_SECRET=s3cret VALKEY_URL=redis://127.0.0.1:6379/0 go run ./examples/webhook-frontend -addr :8080
+//	WEBHOOK_SECRET=s3cret PI_FLEET_KEY_FILE=/srv/pi/fleet.key VALKEY_URL=redis://127.0.0.1:6379/0 go run ./examples/webhook-frontend -addr :8080
 //
 //	body='{"repo":"acme/api","ref":"main","flow":"review","task":"Review the change"}'
 //	sig=$(printf %s "$body" | openssl dgst -sha256 -hmac s3cret -hex | sed 's/.* //')
@@ -11,7 +11,9 @@
 // POST /hooks/forge answers 202 with the job id and the queue it went to,
 // 401 when the X-Signature-256 HMAC does not match, 400 for a bad delivery id
 // or body, 409 for a delivery seen before, 503 when Valkey cannot take it.
-// It uses only the public packages (dispatch, queue).
+// Every job it adds is signed with the fleet key (PI_FLEET_KEY_FILE, the
+// file pi-dispatch init writes): workers refuse a job the key did not sign.
+// It uses only the public packages (enqueue, fleet, jobs, valkey).
 package main
 
 import (
@@ -38,6 +40,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/enqueue"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/valkey"
 )
@@ -73,6 +76,14 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer, addr
 	if secret == "" {
 		return errors.New("WEBHOOK_SECRET is not set: it is the shared secret deliveries are signed with")
 	}
+	keyFile := getenv("PI_FLEET_KEY_FILE")
+	if keyFile == "" {
+		return errors.New("PI_FLEET_KEY_FILE is not set: it names the fleet key jobs are signed with (pi-dispatch init writes one); workers refuse unsigned jobs")
+	}
+	key, err := fleet.LoadKey(keyFile)
+	if err != nil {
+		return fmt.Errorf("PI_FLEET_KEY_FILE=%s: %w", keyFile, err)
+	}
 	rawURL := getenv("VALKEY_URL")
 	if rawURL == "" {
 		rawURL = "redis://127.0.0.1:6379" // the worker's default
@@ -83,7 +94,7 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer, addr
 	}
 	defer rc.Close()
 	logger := slog.New(slog.NewJSONHandler(stderr, nil)).With("service", "webhook-frontend")
-	h, err := newHandler([]byte(secret), rc, logger)
+	h, err := newHandler([]byte(secret), rc, key, logger)
 	if err != nil {
 		return err
 	}
@@ -119,12 +130,13 @@ type handler struct {
 
 // newHandler returns the POST /hooks/forge handler. The router reads the
 // host registry (cached 5 s) to send a job that needs a secret or wait
-// profile to a host that has it; anything else goes to the shared queue.
-func newHandler(secret []byte, rc redis.UniversalClient, logger *slog.Logger) (*handler, error) {
+// profile to a host that has it (a host whose registry row the key signed);
+// anything else goes to the shared queue. Each job is signed with key.
+func newHandler(secret []byte, rc redis.UniversalClient, key fleet.Key, logger *slog.Logger) (*handler, error) {
 	if len(secret) == 0 {
 		return nil, errors.New("empty webhook secret")
 	}
-	p, err := enqueue.NewProducer(rc, enqueue.ProducerConfig{Logger: logger})
+	p, err := enqueue.NewProducer(rc, enqueue.ProducerConfig{Logger: logger, FleetKey: key})
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +27,9 @@ import (
 
 const testSecret = "It's a Secret to Everybody"
 
+// testKey is the fleet key the tests' front-end signs with.
+var testKey, _ = fleet.NewKey([]byte("the webhook front-end's test fleet key"))
+
 type frontend struct {
 	srv *httptest.Server
 	db  *livetest.ValkeyDB
@@ -33,7 +38,7 @@ type frontend struct {
 func newFrontend(t *testing.T) *frontend {
 	t.Helper()
 	db := livetest.Valkey(t)
-	h, err := newHandler([]byte(testSecret), db.Client, slog.New(slog.DiscardHandler))
+	h, err := newHandler([]byte(testSecret), db.Client, testKey, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,6 +108,9 @@ func TestWebhook_GoodSignatureEnqueues(t *testing.T) {
 	if j == nil {
 		t.Fatal("job gh-d-1 is not on the shared queue")
 	}
+	if !testKey.VerifyJob(fleet.SharedQueue, j.ID, j.Data, j.Signature) {
+		t.Fatal("the job does not carry the fleet key's signature: every worker would refuse it")
+	}
 	spec, err := jobs.ParseJob(j.Data)
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +132,7 @@ func TestWebhook_RoutesToACapableHost(t *testing.T) {
 	for name, caps := range map[string]string{"prod-1": "s:prod", "dev-1": "s:dev"} {
 		reg, err := registry.New(f.db.Client, name, registry.Facts{
 			Routes: registry.Value(true), Caps: registry.Value(caps),
-		}, registry.Config{})
+		}, registry.Config{FleetKey: testKey})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -251,6 +259,16 @@ func TestRun_NeedsASecret(t *testing.T) {
 	}
 }
 
+// Without the fleet key the front-end does not start: every job it added
+// would be refused job-unsigned.
+func TestRun_NeedsAFleetKey(t *testing.T) {
+	vars := map[string]string{"WEBHOOK_SECRET": testSecret}
+	err := run(context.Background(), func(k string) string { return vars[k] }, io.Discard, "127.0.0.1:0")
+	if err == nil || !strings.Contains(err.Error(), "PI_FLEET_KEY_FILE") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
 // run serves the endpoint on its address until its context ends, then
 // shuts down and returns nil.
 func TestRun_ServesAndStops(t *testing.T) {
@@ -266,7 +284,11 @@ func TestRun_ServesAndStops(t *testing.T) {
 	defer cancel()
 	var logs bytes.Buffer
 	done := make(chan error, 1)
-	vars := map[string]string{"WEBHOOK_SECRET": testSecret, "VALKEY_URL": db.URL}
+	keyFile := filepath.Join(t.TempDir(), "fleet.key")
+	if err := os.WriteFile(keyFile, []byte("the webhook front-end's test fleet key"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{"WEBHOOK_SECRET": testSecret, "VALKEY_URL": db.URL, "PI_FLEET_KEY_FILE": keyFile}
 	go func() { done <- run(ctx, func(k string) string { return vars[k] }, &logs, addr) }()
 
 	var resp *http.Response

@@ -21,6 +21,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/cronsync"
 	"github.com/pidispatch/pidispatch/enqueue"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/forge"
 	"github.com/pidispatch/pidispatch/forge/inbox"
 	fixtures "github.com/pidispatch/pidispatch/internal/testkit/forgefixtures"
@@ -64,7 +65,7 @@ func newIntake(t *testing.T, enq forge.Enqueuer, perms forge.Permissions, logs *
 // realRouter enqueues into the test's Valkey, as the receiver does.
 func realRouter(t *testing.T, c redis.UniversalClient) *enqueue.Router {
 	t.Helper()
-	p, err := enqueue.NewProducer(c, enqueue.ProducerConfig{})
+	p, err := enqueue.NewProducer(c, enqueue.ProducerConfig{UnsignedQueues: []string{fleet.EveryQueue}})
 	require.NoError(t, err)
 	return enqueue.NewRouter(p, enqueue.RouterConfig{})
 }

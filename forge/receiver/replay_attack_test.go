@@ -16,6 +16,7 @@ import (
 
 	"github.com/pidispatch/pidispatch/cronsync"
 	"github.com/pidispatch/pidispatch/enqueue"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/forge"
 	"github.com/pidispatch/pidispatch/forge/inbox"
 	"github.com/pidispatch/pidispatch/forge/receiver"
@@ -40,7 +41,7 @@ func newReplayTarget(t *testing.T, client redis.UniversalClient, withInbox bool)
 	t.Helper()
 	logs := &logtest.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
-	p, err := enqueue.NewProducer(client, enqueue.ProducerConfig{})
+	p, err := enqueue.NewProducer(client, enqueue.ProducerConfig{UnsignedQueues: []string{fleet.EveryQueue}})
 	require.NoError(t, err)
 	fts, err := cronsync.ParseForgeTriggers([]byte(triggersFile))
 	require.NoError(t, err)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pidispatch/pidispatch/enqueue"
+	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/testkit/browsertest"
 	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
 	"github.com/pidispatch/pidispatch/internal/testkit/livetest/liveworker"
@@ -22,7 +23,7 @@ func TestDashboardShowsARealWorkersRun(t *testing.T) {
 	db := livetest.Valkey(t)
 	name := "dash-worker-1"
 	liveworker.Boot(t, db, name, map[string]string{"PI_CONTAINER_USER": "owner"})
-	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{WorkerName: name, WorkerNameDeclared: true})
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{UnsignedQueues: []string{fleet.EveryQueue}, WorkerName: name, WorkerNameDeclared: true})
 	require.NoError(t, err)
 	e, err := p.EnqueueLocal(context.Background(), jobs.Job{Folder: t.TempDir(), Flow: "fix", Task: "JOB_PRINT_EXIT_LINE=1"})
 	require.NoError(t, err)
@@ -50,7 +51,7 @@ func TestCancelButtonStopsARealWorkersJob(t *testing.T) {
 	db := livetest.Valkey(t)
 	name := "dash-worker-2"
 	liveworker.Boot(t, db, name, map[string]string{"PI_CONTAINER_USER": "owner"})
-	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{WorkerName: name, WorkerNameDeclared: true})
+	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{UnsignedQueues: []string{fleet.EveryQueue}, WorkerName: name, WorkerNameDeclared: true})
 	require.NoError(t, err)
 	e, err := p.EnqueueLocal(context.Background(), jobs.Job{Folder: t.TempDir(), Flow: "fix", Task: "JOB_SLEEP=120s"})
 	require.NoError(t, err)

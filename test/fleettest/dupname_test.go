@@ -49,7 +49,7 @@ func TestFleetDuplicateNameRefused(t *testing.T) {
 	if h, ok := s.hosts()[d1.name]; !ok || h.Pid != holder.cmd.Process.Pid {
 		t.Fatalf("hosts: %s = %+v (present %v), want the holder's pid %d", d1.name, h, ok, holder.cmd.Process.Pid)
 	}
-	p, err := enqueue.NewProducer(s.client, enqueue.ProducerConfig{WorkerName: d1.name, WorkerNameDeclared: true})
+	p, err := enqueue.NewProducer(s.client, enqueue.ProducerConfig{UnsignedQueues: []string{fleet.EveryQueue}, WorkerName: d1.name, WorkerNameDeclared: true})
 	if err != nil {
 		t.Fatal(err)
 	}

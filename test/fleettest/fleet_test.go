@@ -138,7 +138,7 @@ func (s *scenario) worker(role string, extra map[string]string) *worker {
 		}
 	}
 	w.env = map[string]string{
-		"VALKEY_URL":     s.url,
+		"VALKEY_URL": s.url, "PI_UNSIGNED_QUEUES": "*",
 		"PI_WORKER_NAME": name,
 		"PI_JOB_IMAGE":   jobimage.TestTag,
 		"PI_LOGS_DIR":    w.logsDir,
@@ -500,7 +500,7 @@ func (s *scenario) waitLive(ws ...*worker) {
 // database.
 func (s *scenario) producer() *enqueue.Producer {
 	s.t.Helper()
-	p, err := enqueue.NewProducer(s.client, enqueue.ProducerConfig{})
+	p, err := enqueue.NewProducer(s.client, enqueue.ProducerConfig{UnsignedQueues: []string{fleet.EveryQueue}})
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -672,7 +672,7 @@ func (s *scenario) cli(env map[string]string, args ...string) (stdout, stderr st
 // code 0.
 func (s *scenario) mustCLI(args ...string) string {
 	s.t.Helper()
-	out, errOut, code := s.cli(map[string]string{"VALKEY_URL": s.url}, args...)
+	out, errOut, code := s.cli(map[string]string{"VALKEY_URL": s.url, "PI_UNSIGNED_QUEUES": "*"}, args...)
 	if code != 0 {
 		s.t.Fatalf("pi-dispatch %v: exit %d\nstdout: %s\nstderr: %s", args, code, out, errOut)
 	}

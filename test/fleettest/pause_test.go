@@ -107,7 +107,7 @@ func TestFleetPauseWithHostDown(t *testing.T) {
 func (s *scenario) runOn(w *worker, task string) string {
 	s.t.Helper()
 	folder := s.t.TempDir()
-	out, errOut, code := s.cli(map[string]string{"VALKEY_URL": s.url, "PI_WORKER_NAME": w.name},
+	out, errOut, code := s.cli(map[string]string{"VALKEY_URL": s.url, "PI_UNSIGNED_QUEUES": "*", "PI_WORKER_NAME": w.name},
 		"run", folder, "--force", "--flow", "fix", "--task", task, "--env-file", "") // a scratch folder, not a git work tree
 	id, ok := strings.CutPrefix(strings.TrimSpace(out), "queued ")
 	if code != 0 || !ok || strings.ContainsAny(id, " \n") || !strings.Contains(errOut, "queue "+w.hostQueue()) {

@@ -40,7 +40,7 @@ func Boot(t testing.TB, db *livetest.ValkeyDB, name string, env map[string]strin
 		t.Fatalf("test job image: %v", err)
 	}
 	vars := map[string]string{
-		"VALKEY_URL": db.URL, "PI_WORKER_NAME": name, "PI_JOB_IMAGE": jobimage.TestTag,
+		"VALKEY_URL": db.URL, "PI_UNSIGNED_QUEUES": "*", "PI_WORKER_NAME": name, "PI_JOB_IMAGE": jobimage.TestTag,
 		"PI_LOGS_DIR": t.TempDir(), "PI_JOB_MEMORY": "256m", "PI_JOB_CPUS": "0.5",
 		"PI_FOLDER_ROOTS": os.TempDir(), "PI_CONTAINER_USER": "root",
 	}
