@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	_ "embed"
+	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,7 +17,7 @@ import (
 )
 
 func init() {
-	register(command{name: "init", summary: "scaffold .env, triggers.json, scoped-limits.json and a pause-windows example here (never overwrites)", help: initHelp, run: cmdInit})
+	register(command{name: "init", summary: "scaffold fleet.key, .env, triggers.json, scoped-limits.json and a pause-windows example here (never overwrites)", help: initHelp, run: cmdInit})
 }
 
 // envExample is a copy of the repository's .env.example (a test keeps the two
@@ -26,8 +28,9 @@ var envExample string
 
 const initUsage = `usage: pi-dispatch init [--dir DIR]
 
-Writes a deployment's files into DIR (default: the current folder): .env
-(mode 0600), triggers.json, scoped-limits.json and pause-windows.example.json
+Writes a deployment's files into DIR (default: the current folder):
+fleet.key (a new signing key, mode 0600), .env (mode 0600) naming it,
+triggers.json, scoped-limits.json and pause-windows.example.json
 (an example, not read). A file that exists is kept as it is, never
 overwritten. In a git work tree, the files it writes are added to
 .git/info/exclude, so git does not offer to commit them.
@@ -35,6 +38,7 @@ overwritten. In a git work tree, the files it writes are added to
 
 // Files init writes.
 const (
+	initFleetKeyFile     = "fleet.key"
 	initEnvFile          = ".env"
 	initTriggersFile     = "triggers.json"
 	initScopedLimitsFile = "scoped-limits.json"
@@ -113,11 +117,20 @@ type initFile struct {
 // initFiles are the files init writes into dir, in the order it reports them.
 func initFiles(dir string) []initFile {
 	return []initFile{
+		{initFleetKeyFile, 0o600, newFleetKey()},
 		{initEnvFile, 0o600, scaffoldEnv(envExample, dir)},
 		{initTriggersFile, 0o644, initTriggers},
 		{initScopedLimitsFile, 0o644, initScopedLimits},
 		{initPauseWindowsFile, 0o644, initPauseWindows},
 	}
+}
+
+// newFleetKey is a fresh fleet key file's content: 48 random bytes in
+// base64, which any host reads the same (the file's bytes are the key).
+func newFleetKey() string {
+	b := make([]byte, 48)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24)
+	return base64.StdEncoding.EncodeToString(b) + "\n"
 }
 
 // writeInitFiles creates each file that is missing, never overwriting one, and says what it did with each.
@@ -151,6 +164,15 @@ func printInitGuide(e env, dir string, created []string) {
 		return
 	}
 	fmt.Fprintf(e.stdout, "\nin %s:\n", dir)
+	if slices.Contains(created, initFleetKeyFile) {
+		fmt.Fprint(e.stdout, `  fleet.key           the fleet's signing key (keep it secret, mode 0600). Copy it
+                      to every host, receiver and producer of the fleet: a
+                      worker refuses a job it did not sign.
+`)
+		if !slices.Contains(created, initEnvFile) {
+			fmt.Fprintf(e.stdout, "                      .env was kept: set PI_FLEET_KEY_FILE=%s in it.\n", filepath.Join(dir, initFleetKeyFile))
+		}
+	}
 	if slices.Contains(created, initEnvFile) {
 		fmt.Fprint(e.stdout, `  .env                the worker's configuration, every variable with its default.
                       PI_SCOPED_LIMITS_FILE names ./scoped-limits.json (paths
@@ -281,11 +303,16 @@ func scaffoldEnv(example, folderRoot string) string {
 
 // scaffoldComment uncomments PI_SCOPED_LIMITS_FILE, whose relative path
 // resolves against the worker's working directory: the unit's
-// WorkingDirectory, the compose file's working_dir.
+// WorkingDirectory, the compose file's working_dir; and sets
+// PI_FLEET_KEY_FILE to the fleet.key init writes beside it (the variable
+// takes an absolute path).
 func scaffoldComment(line, folderRoot string) string {
 	body := strings.TrimSpace(strings.TrimPrefix(line, "#"))
 	if strings.HasPrefix(body, "PI_FOLDER_ROOTS=") && plainEnvPath(folderRoot) {
 		return "PI_FOLDER_ROOTS=" + folderRoot
+	}
+	if strings.HasPrefix(body, "PI_FLEET_KEY_FILE=") && plainEnvPath(folderRoot) {
+		return "PI_FLEET_KEY_FILE=" + filepath.Join(folderRoot, initFleetKeyFile)
 	}
 	if assign, comment := splitTrailingComment(body); assign == "PI_SCOPED_LIMITS_FILE=./"+initScopedLimitsFile {
 		if comment != "" {

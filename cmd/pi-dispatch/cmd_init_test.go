@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"flag"
 	"os"
 	"os/exec"
@@ -99,6 +100,22 @@ func TestInitScaffoldsADeployment(t *testing.T) {
 	if err != nil {
 		t.Fatalf("scaffolded .env is invalid: %v", err)
 	}
+	// The fleet key is on: a fresh key of its own, 0600, that the .env names.
+	if cfg.FleetKeyFile != filepath.Join(dir, "fleet.key") || !cfg.FleetKey.IsSet() || len(cfg.UnsignedQueues) != 0 {
+		t.Fatalf("fleet key: file %q set %v unsigned %q", cfg.FleetKeyFile, cfg.FleetKey.IsSet(), cfg.UnsignedQueues)
+	}
+	if fi, err := os.Stat(cfg.FleetKeyFile); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("fleet.key: %v %v", fi, err)
+	}
+	other := t.TempDir()
+	if r := runCLI(t, nil, "init", "--dir", other); r.code != exitOK {
+		t.Fatalf("%+v", r)
+	}
+	a, _ := os.ReadFile(cfg.FleetKeyFile)
+	b, _ := os.ReadFile(filepath.Join(other, "fleet.key"))
+	if len(a) < 64 || bytes.Equal(a, b) {
+		t.Fatalf("two inits wrote keys of %d and %d bytes, equal %v: each must be fresh", len(a), len(b), bytes.Equal(a, b))
+	}
 	if cfg.ScopedLimitsFile != "./scoped-limits.json" || cfg.TriggersFile != "" {
 		t.Fatalf("files: limits %q triggers %q", cfg.ScopedLimitsFile, cfg.TriggersFile)
 	}
@@ -188,7 +205,7 @@ func TestInitNeverOverwrites(t *testing.T) {
 
 	// A second run keeps everything.
 	r = runCLI(t, nil, "init", "--dir", dir)
-	if r.code != exitOK || strings.Contains(r.stdout, "created") || strings.Count(r.stdout, "kept ") != 4 || strings.Contains(r.stdout, "in "+dir) {
+	if r.code != exitOK || strings.Contains(r.stdout, "created") || strings.Count(r.stdout, "kept ") != 5 || strings.Contains(r.stdout, "in "+dir) {
 		t.Fatalf("%+v", r)
 	}
 }
