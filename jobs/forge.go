@@ -19,6 +19,8 @@ const (
 	MaxDeliveryIDBytes = 128
 	MaxForgeNumber     = 1 << 30
 	MaxReplicas        = 3
+	// MaxRepoID is the largest integer a JSON number holds exactly.
+	MaxRepoID = 1<<53 - 1
 )
 
 // ForgeEvent is what a forge delivery adds to a job: which forge, which issue or pull
@@ -28,6 +30,12 @@ const (
 type ForgeEvent struct {
 	// Forge is the forge the repository lives on.
 	Forge Forge `json:"forge,omitempty"`
+	// RepoID is the forge's numeric id of the repository (GitLab: the
+	// project id) as the delivery named it; 0 when the job was made without
+	// one. A name can be renamed, transferred and taken again between the
+	// delivery and the run; the id cannot, so the host that runs the job
+	// refuses a repository the forge answers under another id.
+	RepoID int64 `json:"repoId,omitempty"`
 	// Number is the issue, pull request or merge request the event is about (0: none).
 	Number int `json:"number,omitempty"`
 	// PullRequest says Number is a pull (merge) request: the workspace is its head.
@@ -68,6 +76,9 @@ func (j Job) validateForge() error {
 		return check.Field("forge", "required with forge fields (github, gitlab or forgejo)")
 	default:
 		return check.Field("forge", "unknown forge %s (want github, gitlab or forgejo)", check.Quote(string(f.Forge)))
+	}
+	if f.RepoID < 0 || f.RepoID > MaxRepoID {
+		return check.Field("repoId", "must be between 0 and %d", int64(MaxRepoID))
 	}
 	if f.Number < 0 || f.Number > MaxForgeNumber {
 		return check.Field("number", "must be between 0 and %d", MaxForgeNumber)

@@ -7,11 +7,11 @@ import (
 )
 
 func TestParseJobForgeFields(t *testing.T) {
-	j, err := ParseJob([]byte(`{"kind":"forge","repo":"acme/app","flow":"fix","task":"t","forge":"github","number":7,"pullRequest":true,"deliveryId":"72d3162e-cc78-11e3-81ab-4c9367dc0958","trigger":"fix-label","instructions":"be brief","replica":2,"replicas":3}`))
+	j, err := ParseJob([]byte(`{"kind":"forge","repo":"acme/app","flow":"fix","task":"t","forge":"github","repoId":1296269,"number":7,"pullRequest":true,"deliveryId":"72d3162e-cc78-11e3-81ab-4c9367dc0958","trigger":"fix-label","instructions":"be brief","replica":2,"replicas":3}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := ForgeEvent{Forge: ForgeGitHub, Number: 7, PullRequest: true, DeliveryID: "72d3162e-cc78-11e3-81ab-4c9367dc0958", Trigger: "fix-label", Instructions: "be brief", Replica: 2, Replicas: 3}
+	want := ForgeEvent{Forge: ForgeGitHub, RepoID: 1296269, Number: 7, PullRequest: true, DeliveryID: "72d3162e-cc78-11e3-81ab-4c9367dc0958", Trigger: "fix-label", Instructions: "be brief", Replica: 2, Replicas: 3}
 	if j.ForgeEvent != want {
 		t.Fatalf("forge fields = %+v, want %+v", j.ForgeEvent, want)
 	}
@@ -23,6 +23,8 @@ func TestParseJobRefusesBadForgeFields(t *testing.T) {
 		{`"forge":"bitbucket"`, "forge"},
 		{`"number":7`, "forge"},
 		{`"forge":"github","number":-1`, "number"},
+		{`"forge":"github","repoId":-1`, "repoId"},
+		{`"forge":"github","repoId":9007199254740992`, "repoId"},
 		{`"forge":"github","pullRequest":true`, "pullRequest"},
 		{`"forge":"github","deliveryId":"a b"`, "deliveryId"},
 		{`"forge":"github","deliveryId":"` + strings.Repeat("a", 129) + `"`, "deliveryId"},
