@@ -48,6 +48,10 @@ type Event struct {
 	Repo string
 	// ProjectID is GitLab's numeric project id, which its API calls use.
 	ProjectID int64
+	// RepoID is the forge's numeric id of the repository (GitLab: the
+	// project id; 0 when the source names none). The job carries it: a name
+	// can be taken by another repository before the job runs, the id cannot.
+	RepoID int64
 	// Number is the issue or pull request number (GitLab: the iid).
 	Number      int
 	PullRequest bool
@@ -116,7 +120,7 @@ func ParseGitHub(eventType, deliveryID string, body []byte) (Event, error) {
 			ev.ReviewID = p.GetReview().GetID()
 		}
 	}
-	ev.CloneURL = githubRepo(payload).GetCloneURL()
+	ev.CloneURL, ev.RepoID = githubRepo(payload).GetCloneURL(), githubRepo(payload).GetID()
 	return ev, ev.Validate()
 }
 
@@ -240,6 +244,7 @@ func ParseGitLab(eventType, deliveryID string, body []byte) (Event, error) {
 		ev.Kind, ev.Comment, ev.CommentID = KindComment, p.ObjectAttributes.Note, int64(p.ObjectAttributes.ID)
 		ev.CloneURL = p.Project.GitHTTPURL
 	}
+	ev.RepoID = ev.ProjectID
 	return ev, ev.Validate()
 }
 
@@ -336,6 +341,7 @@ func ParseForgejo(eventType, deliveryID string, body []byte) (Event, error) {
 		return ev, malformed("%s: no repository or sender", eventType)
 	}
 	ev.Action, ev.Repo, ev.CloneURL = p.Action, p.Repository.FullName, p.Repository.CloneURL
+	ev.RepoID = p.Repository.ID
 	ev.SenderID, ev.SenderLogin = p.Sender.ID, p.Sender.UserName
 	labels := func(ls []*gitea.Label) []string {
 		out := make([]string, 0, len(ls))
@@ -397,6 +403,8 @@ func (ev Event) Validate() error {
 		return malformed("delivery id %q is not 1-%d bytes of [A-Za-z0-9._-]", clip(ev.DeliveryID), maxDeliveryBytes)
 	case ev.CommentID < 0 || ev.ReviewID < 0:
 		return malformed("a negative comment or review id")
+	case ev.RepoID < 0 || ev.RepoID > jobs.MaxRepoID:
+		return malformed("repository id %d is not between 0 and %d", ev.RepoID, int64(jobs.MaxRepoID))
 	}
 	if ev.CloneURL != "" {
 		return CheckCloneURL(ev.CloneURL, "")

@@ -323,6 +323,7 @@ func Delivery(t cronsync.ForgeTrigger, ev Event, i int) enqueue.ForgeDelivery {
 	job.Kind = jobs.KindForge
 	job.Repo = ev.Repo
 	job.Forge = ev.Forge
+	job.RepoID = ev.RepoID
 	job.Number = ev.Number
 	job.PullRequest = ev.PullRequest
 	job.DeliveryID = ev.DeliveryID
