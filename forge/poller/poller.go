@@ -411,6 +411,8 @@ func eventOf(repo string, e *github.IssueEvent) (forge.Event, bool) {
 		Forge: jobs.ForgeGitHub, DeliveryID: "poll-e" + strconv.FormatInt(e.GetID(), 10),
 		Repo: repo, Number: iss.GetNumber(), PullRequest: iss.IsPullRequest(),
 		SenderID: e.GetActor().GetID(), SenderLogin: e.GetActor().GetLogin(),
+		// The repository's id where the answer names it (0: the job runs by name).
+		RepoID: cmp.Or(e.GetRepository().GetID(), iss.GetRepository().GetID()),
 	}
 	for _, l := range iss.Labels {
 		ev.Labels = append(ev.Labels, l.GetName())
@@ -462,6 +464,7 @@ func pullEvent(repo string, pr *github.PullRequest, action string) (forge.Event,
 		Forge: jobs.ForgeGitHub, DeliveryID: "poll-pr" + strconv.Itoa(pr.GetNumber()) + "-" + sha[:min(7, len(sha))],
 		Kind: forge.KindPullRequest, Action: action, Repo: repo, Number: pr.GetNumber(), PullRequest: true,
 		SenderID: pr.GetUser().GetID(), SenderLogin: pr.GetUser().GetLogin(), Labels: labelNames(pr.Labels),
+		RepoID: pr.GetBase().GetRepo().GetID(), // the repository the pull request is in
 	}
 	return ev, ev.Validate() == nil
 }
