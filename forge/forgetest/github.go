@@ -76,6 +76,7 @@ type issued struct {
 }
 
 type ghRepo struct {
+	id            int64 // the repository's id, which a rename keeps
 	defaultBranch string
 	protected     map[string]bool
 	pulls         []*github.PullRequest
@@ -247,8 +248,28 @@ func (g *GitHub) SetClock(now func() time.Time) {
 func (g *GitHub) AddRepo(repo, defaultBranch string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.repos[repo] = &ghRepo{defaultBranch: defaultBranch, protected: map[string]bool{defaultBranch: true}, comments: map[int][]string{}, commentIDs: map[int][]int64{},
+	g.repos[repo] = &ghRepo{id: ghRepoIDBase + int64(len(g.repos)), defaultBranch: defaultBranch, protected: map[string]bool{defaultBranch: true}, comments: map[int][]string{}, commentIDs: map[int][]int64{},
 		issues: map[int]*ghIssue{}, reviews: map[int64]*ghReview{}, files: map[int][]*github.CommitFile{}}
+}
+
+// ghRepoIDBase is the id of the first repository AddRepo declares; the
+// next ones follow it.
+const ghRepoIDBase = 1296269
+
+// RepoID is repo's id, as the API answers it.
+func (g *GitHub) RepoID(repo string) int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.repos[repo].id
+}
+
+// SetRepoID makes repo answer id: the name now held by another repository,
+// as after the first was renamed or transferred and a new one created under
+// its old name.
+func (g *GitHub) SetRepoID(repo string, id int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.repos[repo].id = id
 }
 
 // Protect marks branch of repo protected.
@@ -463,6 +484,7 @@ func (g *GitHub) repo(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, github.Repository{
+		ID:            github.Ptr(rp.id),
 		FullName:      github.Ptr(repo),
 		CloneURL:      github.Ptr(g.answeredCloneURL(repo)),
 		DefaultBranch: github.Ptr(rp.defaultBranch),

@@ -93,6 +93,22 @@ func (g *GitLab) AddProject(repo, defaultBranch string, protected ...string) {
 		discussions: map[int64]glDiscussions{}, approved: map[int64]bool{}}
 }
 
+// ProjectID is repo's project id, as the API answers it.
+func (g *GitLab) ProjectID(repo string) int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.projects[repo].id
+}
+
+// SetProjectID makes repo answer id: the path now held by another project,
+// as after the first was renamed or transferred and a new one created under
+// its old path.
+func (g *GitLab) SetProjectID(repo string, id int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.projects[repo].id = id
+}
+
 // MergeRequests are repo's merge requests.
 func (g *GitLab) MergeRequests(repo string) []*gitlab.MergeRequest {
 	g.mu.Lock()

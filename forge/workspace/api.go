@@ -16,7 +16,7 @@ import (
 // answer the forge's text as it is, and the caller clips it (jobs.Clip)
 // before anyone sees it.
 type API interface {
-	// Repository answers the clone URL and default branch of repo.
+	// Repository answers the id, clone URL and default branch of repo.
 	Repository(ctx context.Context, tok token.Token, repo string) (Repository, error)
 	// PullRequest answers where pull (merge) request number's head is.
 	PullRequest(ctx context.Context, tok token.Token, repo string, number int) (PullHead, error)
@@ -87,6 +87,9 @@ type API interface {
 
 // Repository is the forge's answer for a repository.
 type Repository struct {
+	// ID is the forge's numeric id of the repository (GitLab: the project
+	// id), which no rename or transfer changes.
+	ID int64
 	// CloneURL is the HTTP(S) URL git clones and pushes over.
 	CloneURL      string
 	DefaultBranch string

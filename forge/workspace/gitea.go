@@ -62,7 +62,7 @@ func (g *Gitea) Repository(ctx context.Context, tok token.Token, repo string) (R
 	if err != nil {
 		return Repository{}, giteaErr(resp, err)
 	}
-	return Repository{CloneURL: r.CloneURL, DefaultBranch: r.DefaultBranch, WebURL: r.HTMLURL}, nil
+	return Repository{ID: r.ID, CloneURL: r.CloneURL, DefaultBranch: r.DefaultBranch, WebURL: r.HTMLURL}, nil
 }
 
 // PullRequest implements API.

@@ -73,7 +73,7 @@ func (g *GitHub) Repository(ctx context.Context, tok token.Token, repo string) (
 	if err != nil {
 		return Repository{}, token.ClassifyHTTP(resp, err)
 	}
-	return Repository{CloneURL: r.GetCloneURL(), DefaultBranch: r.GetDefaultBranch(), WebURL: r.GetHTMLURL()}, nil
+	return Repository{ID: r.GetID(), CloneURL: r.GetCloneURL(), DefaultBranch: r.GetDefaultBranch(), WebURL: r.GetHTMLURL()}, nil
 }
 
 // PullRequest implements API.

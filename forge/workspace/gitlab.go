@@ -60,7 +60,7 @@ func (g *GitLab) Repository(ctx context.Context, tok token.Token, repo string) (
 	if err != nil {
 		return Repository{}, gitlabErr(resp, err)
 	}
-	return Repository{CloneURL: p.HTTPURLToRepo, DefaultBranch: p.DefaultBranch, WebURL: p.WebURL}, nil
+	return Repository{ID: p.ID, CloneURL: p.HTTPURLToRepo, DefaultBranch: p.DefaultBranch, WebURL: p.WebURL}, nil
 }
 
 // PullRequest implements API: a merge request.

@@ -221,6 +221,13 @@ var ErrNotForge = errors.New("not a forge job")
 // (Config.Admit).
 var ErrNotAgreed = errors.New("no trigger of this host covers the forge job")
 
+// ErrRepoIDMismatch: the forge answers the job's repository name with
+// another repository id than the delivery named. The repository was renamed
+// or transferred and another took its name (repo-jacking): the job is not
+// for that one. It comes wrapped with token.ErrNoRepository, so the job
+// ends repo-gone, final, without a clone.
+var ErrRepoIDMismatch = errors.New("the repository under the job's name is not the one the delivery named")
+
 // Admit reports whether the host's own trigger configuration covers job
 // (Config.Admit); the error wraps ErrNotAgreed and says why.
 func (m *Manager) Admit(job jobs.Job) error {
@@ -362,11 +369,15 @@ func (c *Checkout) prepare(ctx context.Context) error {
 	return nil
 }
 
-// lookupRepository asks the forge for the clone URL and default branch. The
-// clone URL is the forge's word, and git sends the job's token to it: one
-// that is not https (http only on a forge configured on http), not on the
-// forge's configured host and port, or carries credentials (they would end
-// in the workspace's .git/config) is refused before any clone.
+// lookupRepository asks the forge for the repository's id, clone URL and
+// default branch. A job that names the repository's id (RepoID, from the
+// delivery) runs only on the repository with that id: a name can be taken by
+// another repository between the delivery and the run, and the job's token,
+// clone, push and comments would go to it. The clone URL is the forge's
+// word, and git sends the job's token to it: one that is not https (http
+// only on a forge configured on http), not on the forge's configured host
+// and port, or carries credentials (they would end in the workspace's
+// .git/config) is refused before any clone.
 func (c *Checkout) lookupRepository(ctx context.Context) error {
 	var repo Repository
 	if err := c.call(ctx, func(tok token.Token) (err error) {
@@ -374,6 +385,11 @@ func (c *Checkout) lookupRepository(ctx context.Context) error {
 		return err
 	}); err != nil {
 		return fmt.Errorf("repository: %w", err)
+	}
+	if want := c.job.Job.RepoID; want != 0 && repo.ID != want {
+		c.log.Warn("forge_repo_id_mismatch", "jobRepoId", want, "forgeRepoId", repo.ID)
+		return fmt.Errorf("repository: %w: %w: the forge answers %s with id %d, the delivery named id %d (renamed or transferred, and the name taken again); nothing was cloned",
+			ErrRepoIDMismatch, token.ErrNoRepository, c.job.Job.Repo, repo.ID, want)
 	}
 	if err := forge.CheckCloneURL(repo.CloneURL, c.forge.API.ForgeURL()); err != nil {
 		c.log.Warn("forge_clone_url_refused", "forgeUrl", c.forge.API.ForgeURL(), "error", err)
