@@ -67,6 +67,8 @@ func TestSignedGitHubDeliveryPublishesPullRequest(t *testing.T) {
 	const appID, installationID = 42, 7
 	gh := forgetest.StartGitHub(t, git, appID, &key.PublicKey, time.Hour)
 	gh.AddRepo(repo, "master")
+	// The example's repository, under the id it names.
+	gh.SetRepoID(repo, fixtures.RepoID(t, fixtures.GitHub(t, "issue_comment", "created", 0)))
 	gh.SetPermission(repo, "Codertocat", "write")
 	keyPath := filepath.Join(t.TempDir(), "app.pem")
 	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600); err != nil {

@@ -56,6 +56,8 @@ func TestPromptGitHubTriggers(t *testing.T) {
 	const appID, installationID = 42, 7
 	gh := forgetest.StartGitHub(t, git, appID, &key.PublicKey, time.Hour)
 	gh.AddRepo(repo, "master")
+	// The examples' repository, under the id they name.
+	gh.SetRepoID(repo, fixtures.RepoID(t, fixtures.GitHub(t, "issue_comment", "created", 0)))
 	gh.SetPermission(repo, "Codertocat", "write")
 	gh.SetPermission(repo, "hubot", "triage")
 	keyPath := filepath.Join(t.TempDir(), "app.pem")

@@ -53,6 +53,9 @@ func TestPromptGitLabTriggers(t *testing.T) {
 		git.CreateRepo(t, repo, "main", map[string]string{"README.md": "gitlab-test\n"})
 		gl.AddProject(repo, "main")
 	}
+	// Each example's project, under the id it names.
+	gl.SetProjectID(issueRepo, fixtures.RepoID(t, issueBody))
+	gl.SetProjectID(noteRepo, fixtures.RepoID(t, noteBody))
 	// The issue and the label it was opened with, by the user the example
 	// names; the noted issue and the note, under the id the double gave it.
 	iid := int(is.ObjectAttributes.IID)
