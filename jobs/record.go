@@ -185,6 +185,15 @@ type Record struct {
 	// PromptDigest is the first 16 hex digits of the SHA-256 of the prompt
 	// the job was given (/job/prompt.md); omitted when it was given none.
 	PromptDigest string `json:"promptDigest,omitempty"`
+	// Trigger names the triggers.json entry (forge trigger or cron entry)
+	// that made the job; omitted for jobs no trigger made.
+	Trigger string `json:"trigger,omitempty"`
+	// Timings and Container say where the attempt's time went and what its
+	// container used; PullRequest what became of its pull request (joined
+	// when read). Each is omitted when unknown.
+	Timings     *Timings            `json:"timings,omitempty"`
+	Container   *ContainerStats     `json:"container,omitempty"`
+	PullRequest *PullRequestOutcome `json:"pullRequest,omitempty"`
 }
 
 // Spend basis: how Spend.Dollars was found.
@@ -219,6 +228,9 @@ type Spend struct {
 	// gateway reserved (a call it could not bound exactly); the gateway
 	// stops the job's calls at the first.
 	OvershootMicros int64 `json:"overshootMicros,omitempty"`
+	// Models splits the spend by provider and model (at most 16; omitted in
+	// records written before it existed).
+	Models []ModelSpend `json:"models,omitempty"`
 }
 
 // SpendTokens are the tokens of a run's model calls.
@@ -287,6 +299,12 @@ func (r Record) Validate() error {
 			return check.Field(f.name, "must be an http(s) URL of at most 1024 bytes")
 		}
 	}
+	if r.Trigger != "" && !check.Name(r.Trigger) {
+		return check.Field("trigger", "must be a trigger name")
+	}
+	if err := r.validateUsage(); err != nil {
+		return err
+	}
 	for _, f := range []struct{ name, v string }{{"target", r.Target}, {"flow", r.Flow}, {"image", r.Image}, {"network", r.Network}} {
 		if check.Text(f.v, 1024) != "" || strings.ContainsFunc(f.v, isControl) {
 			return check.Field(f.name, "must be at most 1024 bytes of text without control characters")
@@ -328,7 +346,7 @@ func (s Spend) validate() error {
 			return check.Field("spend.unpriced", "must be model names of at most 200 bytes")
 		}
 	}
-	return nil
+	return s.validateModels()
 }
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
