@@ -194,6 +194,9 @@ type Record struct {
 	Timings     *Timings            `json:"timings,omitempty"`
 	Container   *ContainerStats     `json:"container,omitempty"`
 	PullRequest *PullRequestOutcome `json:"pullRequest,omitempty"`
+	// Predicted is the cost the worker predicted for the run when it
+	// admitted it; omitted when it made no prediction.
+	Predicted *Prediction `json:"predicted,omitempty"`
 }
 
 // Spend basis: how Spend.Dollars was found.
@@ -303,6 +306,9 @@ func (r Record) Validate() error {
 		return check.Field("trigger", "must be a trigger name")
 	}
 	if err := r.validateUsage(); err != nil {
+		return err
+	}
+	if err := r.Predicted.validate(); err != nil {
 		return err
 	}
 	for _, f := range []struct{ name, v string }{{"target", r.Target}, {"flow", r.Flow}, {"image", r.Image}, {"network", r.Network}} {

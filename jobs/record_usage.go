@@ -145,3 +145,26 @@ func (r Record) validateUsage() error {
 	}
 	return nil
 }
+
+// Prediction is what a run was expected to cost from the history of runs
+// like it, when it was admitted.
+type Prediction struct {
+	// ExpectedMicros is the mean and P90Micros the 90th percentile of the
+	// cost per run of the history it was drawn from.
+	ExpectedMicros int64 `json:"expectedMicros"`
+	P90Micros      int64 `json:"p90Micros"`
+	// Basis names that history: "trigger+flow+repo", "trigger+flow" or
+	// "trigger" (the narrowest with enough runs), and Runs its size.
+	Basis string `json:"basis"`
+	Runs  int    `json:"runs"`
+}
+
+func (p *Prediction) validate() error {
+	if p == nil {
+		return nil
+	}
+	if p.ExpectedMicros < 0 || p.P90Micros < 0 || p.Runs < 0 || check.Text(p.Basis, 64) != "" || strings.ContainsFunc(p.Basis, isControl) {
+		return check.Field("predicted", "costs and runs not negative, basis a short name")
+	}
+	return nil
+}
