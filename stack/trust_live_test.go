@@ -6,12 +6,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/pidispatch/pidispatch/config"
 	"github.com/pidispatch/pidispatch/dispatch"
@@ -19,6 +16,7 @@ import (
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/internal/image/jobimage"
 	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
+	"github.com/pidispatch/pidispatch/internal/testkit/recordtest"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/stack"
@@ -88,15 +86,7 @@ func TestLiveUnsignedJobsAreRefused(t *testing.T) {
 	// The attacker's writes, as raw BullMQ keys.
 	rawAdd := func(queueName, id, data, opts string) {
 		t.Helper()
-		k := "bull:" + queueName + ":"
-		ms := strconv.FormatInt(time.Now().UnixMilli(), 10)
-		if err := db.Client.HSet(ctx, k+id, "name", enqueue.JobName, "data", data, "opts", opts, "timestamp", ms).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if err := db.Client.LPush(ctx, k+"wait", id).Err(); err != nil {
-			t.Fatal(err)
-		}
-		_ = db.Client.ZAdd(ctx, k+"marker", redisZ()).Err()
+		livetest.RawJob(t, db.Client, queueName, id, data, "opts", opts)
 	}
 	rawAdd(hostQueue, "evil-unsigned", `{"kind":"forge","repo":"acme/widgets","flow":"fix","task":"JOB_PRINT_EXIT_LINE=1"}`, `{"attempts":1}`)
 	rawAdd(fleet.SharedQueue, "evil-unsigned-shared", `{"kind":"forge","repo":"acme/widgets","flow":"fix","task":"t"}`, `{"attempts":1,"pisig":"`+strings.Repeat("0", 64)+`"}`)
@@ -104,17 +94,7 @@ func TestLiveUnsignedJobsAreRefused(t *testing.T) {
 
 	record := func(id string) jobs.Record {
 		t.Helper()
-		deadline := time.Now().Add(90 * time.Second)
-		for {
-			recs, err := jobs.ReadRecords(logs, id)
-			if err == nil && len(recs) > 0 {
-				return recs[len(recs)-1]
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no record of %s: %v", id, err)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+		return recordtest.Wait(t, logs, id, 90*time.Second)
 	}
 	for _, id := range []string{"evil-unsigned", "evil-unsigned-shared", "evil-copied-id"} {
 		if r := record(id); r.Outcome != jobs.OutcomePolicy || r.Reason != jobs.ReasonJobUnsigned {
@@ -146,9 +126,6 @@ func TestLiveUnsignedJobsAreRefused(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
-
-// redisZ is the wake-up marker BullMQ's producers add.
-func redisZ() redis.Z { return redis.Z{Score: 0, Member: "0"} }
 
 // A host that re-homes a signed job (a dead host's waiting work) signs it
 // for its new queue; an unsigned job it moves stays unsigned there.

@@ -20,10 +20,10 @@ import (
 	"github.com/pidispatch/pidispatch/internal/envfile"
 	"github.com/pidispatch/pidispatch/internal/image/jobimage"
 	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
+	"github.com/pidispatch/pidispatch/internal/testkit/recordtest"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/registry"
 	"github.com/pidispatch/pidispatch/stack"
-	"github.com/redis/go-redis/v9"
 )
 
 // The settings init writes hold against a party that can write to Valkey
@@ -119,14 +119,7 @@ func TestInitDefaultsHoldAgainstAValkeyWriter(t *testing.T) {
 	hostQueue := fleet.HostQueueName(name)
 	rawAdd := func(queueName, id, data string) {
 		t.Helper()
-		k := "bull:" + queueName + ":"
-		if err := db.Client.HSet(ctx, k+id, "name", enqueue.JobName, "data", data, "opts", `{"attempts":1}`, "timestamp", strconv.FormatInt(time.Now().UnixMilli(), 10)).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if err := db.Client.LPush(ctx, k+"wait", id).Err(); err != nil {
-			t.Fatal(err)
-		}
-		_ = db.Client.ZAdd(ctx, k+"marker", redisZ()).Err()
+		livetest.RawJob(t, db.Client, queueName, id, data)
 	}
 	folder := t.TempDir()
 	rawAdd(hostQueue, "raw-folder", fmt.Sprintf(`{"kind":"local","folder":%q,"flow":"fix","task":"JOB_WRITE_FILE=pwned"}`, folder))
@@ -139,7 +132,7 @@ func TestInitDefaultsHoldAgainstAValkeyWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 	for id, want := range map[string]jobs.Reason{"raw-folder": jobs.ReasonJobUnsigned, "raw-forge": jobs.ReasonJobUnsigned, signed.JobID: jobs.ReasonCompleted} {
-		r := waitRecord(t, cfg.LogsDir, id)
+		r := recordtest.Wait(t, cfg.LogsDir, id, 90*time.Second)
 		if r.Reason != want {
 			t.Errorf("%s: %s/%s, want %s", id, r.Outcome, r.Reason, want)
 		}
@@ -148,22 +141,3 @@ func TestInitDefaultsHoldAgainstAValkeyWriter(t *testing.T) {
 		t.Fatalf("the raw folder job wrote into its folder: %v", err)
 	}
 }
-
-// waitRecord waits for job id's last run record in dir.
-func waitRecord(t *testing.T, dir, id string) jobs.Record {
-	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		recs, err := jobs.ReadRecords(dir, id)
-		if err == nil && len(recs) > 0 {
-			return recs[len(recs)-1]
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no record of %s: %v", id, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-// redisZ is the wake-up marker BullMQ's producers add.
-func redisZ() redis.Z { return redis.Z{Score: 0, Member: "0"} }

@@ -18,6 +18,7 @@ import (
 	"github.com/pidispatch/pidispatch/internal/image/jobimage"
 	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
 	"github.com/pidispatch/pidispatch/internal/testkit/logtest"
+	"github.com/pidispatch/pidispatch/internal/testkit/recordtest"
 	"github.com/pidispatch/pidispatch/jobs"
 	wiring "github.com/pidispatch/pidispatch/stack"
 )
@@ -106,19 +107,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 // attempt's.
 func waitRecord(t *testing.T, dir, jobID string, timeout time.Duration) jobs.Record {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		recs, err := jobs.ReadRecords(dir, jobID)
-		if err != nil {
-			t.Fatalf("records of %s: %v", jobID, err)
-		}
-		if len(recs) > 0 {
-			return recs[len(recs)-1]
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("no record for %s in %s after %s", jobID, dir, timeout)
-	return jobs.Record{}
+	return recordtest.Wait(t, dir, jobID, timeout)
 }
 
 func ensureImage(t *testing.T) {

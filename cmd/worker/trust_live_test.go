@@ -33,19 +33,7 @@ import (
 // attempts 1 unless fields say otherwise; fields are more hash fields.
 func rawJob(t *testing.T, c redis.UniversalClient, q, id, data string, fields ...any) {
 	t.Helper()
-	ctx := context.Background()
-	prefix := "bull:" + q + ":"
-	args := append([]any{"name", "pi-job", "data", data, "opts", `{"attempts":1}`,
-		"timestamp", strconv.FormatInt(time.Now().UnixMilli(), 10)}, fields...)
-	if err := c.HSet(ctx, prefix+id, args...).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.LPush(ctx, prefix+"wait", id).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.ZAdd(ctx, prefix+"marker", redis.Z{Score: 0, Member: "0"}).Err(); err != nil {
-		t.Fatal(err)
-	}
+	livetest.RawJob(t, c, q, id, data, fields...)
 }
 
 func jobData(t *testing.T, j jobs.Job) string {
