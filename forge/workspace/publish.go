@@ -126,6 +126,9 @@ func (c *Checkout) Publish(ctx context.Context, res Result) (Published, error) {
 
 func (c *Checkout) publish(ctx context.Context, pub Published, res Result) (Published, error) {
 	j := c.job.Job
+	if err := c.recheckRepository(ctx); err != nil {
+		return pub, err
+	}
 	if res.NoChanges {
 		return pub, nil // a flow that changes nothing: whatever the workspace holds stays there
 	}
@@ -179,6 +182,30 @@ func (c *Checkout) publish(ctx context.Context, pub Published, res Result) (Publ
 	}
 	pub.PullRequestURL = url
 	return pub, nil
+}
+
+// recheckRepository asks the forge again, before anything is written, that
+// the job's repository name still answers with the repository the job was
+// cloned from: a run takes minutes to hours, and a name renamed away and
+// taken again in that time would receive the job's push, pull request and
+// outputs. A different id is final (repo-gone), as at the start.
+func (c *Checkout) recheckRepository(ctx context.Context) error {
+	if c.repo.ID == 0 {
+		return nil // a forge that answered no id when the job started
+	}
+	var now Repository
+	if err := c.call(ctx, func(tok token.Token) (err error) {
+		now, err = c.forge.API.Repository(ctx, tok, c.job.Job.Repo)
+		return err
+	}); err != nil {
+		return fmt.Errorf("repository: %w", err)
+	}
+	if now.ID != c.repo.ID {
+		c.log.Warn("forge_repo_id_mismatch", "jobRepoId", c.repo.ID, "forgeRepoId", now.ID, "phase", "publish")
+		return fmt.Errorf("repository: %w: %w: the forge now answers %s with id %d, the job was cloned from id %d (renamed or transferred during the run, and the name taken again); nothing was pushed or posted",
+			ErrRepoIDMismatch, token.ErrNoRepository, c.job.Job.Repo, now.ID, c.repo.ID)
+	}
+	return nil
 }
 
 // push pushes commit to branch, fast-forward only: never with --force. A

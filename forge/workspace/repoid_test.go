@@ -116,3 +116,28 @@ func TestGitLabPrepareRefusesAProjectRecreatedUnderTheSamePath(t *testing.T) {
 	defer func() { _ = c.Close() }()
 	require.Equal(t, base, c.Base())
 }
+
+// The name changes hands while the job runs: publish asks again before it
+// writes anything, so the new repository under the name gets no push, no
+// pull request and no output, and the job ends repo-gone.
+func TestPublishRefusesARepositoryRecreatedDuringTheRun(t *testing.T) {
+	t.Parallel()
+	var logs bytes.Buffer
+	b := setupWith(t, workspace.PublishPolicy{}, workspace.Limits{}, func(c *workspace.Config) {
+		c.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	})
+	delivered := b.gh.RepoID(repo)
+	b.job.Job.RepoID = delivered
+	c := b.prepare(t)
+	b.write(t, "src/app.go", "package app\n\nfunc Fixed() {}\n")
+	b.write(t, "out/comment.md", "done\n")
+	b.gh.SetRepoID(repo, delivered+4242)
+
+	pub, err := c.Publish(context.Background(), completed)
+	requireRepoIDRefused(t, err, &logs, delivered, delivered+4242, b.gh.Tokens())
+	require.Empty(t, pub.PushedCommit)
+	require.Empty(t, pub.PullRequestURL)
+	require.Empty(t, b.git.Head(t, repo, "pi/issue-5"), "no branch pushed")
+	require.Empty(t, b.gh.Pulls(repo), "no pull request")
+	require.Empty(t, b.gh.Comments(repo, 5), "no output posted")
+}
