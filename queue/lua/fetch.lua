@@ -16,5 +16,6 @@
   nil, attempts started or nil, {dropped id, why, ...} or nil }.
 ]]
 local k = K()
+metaReadOnly = true
 local now, nowS = nowMs()
 return { now, fetchReply(k, ARGV[1], now, maxEvents(k), ARGV[2], ARGV[3], ARGV[4], true, nowS) }

@@ -114,8 +114,12 @@ end
 -- BullMQ's global concurrency, the events stream cap and the layout
 -- (legacy: BullMQ 5's paused list), writing BullMQ's default cap and our
 -- layout the first time (which also makes the meta hash exist for
--- discovery). Only pause.lua changes meta, after reading it.
+-- discovery). Only pause.lua changes meta, after reading it. A script that
+-- only takes work (fetch.lua) sets metaReadOnly first: it reads meta and
+-- writes none of it, as BullMQ 6's own fetch does, so an idle consumer does
+-- not bring back the meta hash of a queue that was obliterated.
 local metaCache = nil
+local metaReadOnly = false
 local function meta(k)
   if not metaCache then
     local m = rcall("HMGET", k.meta, "paused", "concurrency", "opts.maxLenEvents", "version")
@@ -126,7 +130,7 @@ local function meta(k)
       maxLen = tonumber(maxLen)
       if not maxLen then
         maxLen = 10000
-        rcall("HSET", k.meta, "opts.maxLenEvents", maxLen)
+        if not metaReadOnly then rcall("HSET", k.meta, "opts.maxLenEvents", maxLen) end
       end
     end
     local layout = layoutOf(m[4])
@@ -134,7 +138,7 @@ local function meta(k)
       layout = layoutDefault
       if layout == 0 then
         layout = 6
-      elseif not m[4] then
+      elseif not m[4] and not metaReadOnly then
         rcall("HSET", k.meta, "version", "pidispatch:bullmq" .. layout)
       end
     end
