@@ -147,6 +147,27 @@ type Deps struct {
 	// Transcripts, when set, keeps each attempt's output beside its record
 	// (package transcript). Nil keeps none.
 	Transcripts Transcripts
+	// Sessions, when set (PI_SESSION_STORE=valkey), also keeps each
+	// thread's session fleet-wide, so a resume job on another host than the
+	// one that ran the thread's last job continues it. Nil: sessions stay
+	// in this host's logs folder only.
+	Sessions SessionStore
+}
+
+// SessionStore keeps one value per thread (jobs.Job.Thread) for the fleet:
+// the thread's last session, encoded, redacted and signed by the Worker.
+// The store checks nothing of the value but its size; the Worker checks
+// everything else when it comes back (sessions.go). fleetstate.Sessions
+// implements it on Valkey.
+type SessionStore interface {
+	// PutSession stores value as thread's session for ttl, replacing the
+	// one stored before. A value over MaxSessionBytes is refused with
+	// ErrSessionTooLarge.
+	PutSession(ctx context.Context, thread string, value []byte, ttl time.Duration) error
+	// GetSession returns thread's stored value: ErrNoSession when there is
+	// none, ErrSessionTooLarge, unread past the bound, when it is over
+	// MaxSessionBytes.
+	GetSession(ctx context.Context, thread string) ([]byte, error)
 }
 
 // JobCancels is what a worker's job handler needs from the cancel watcher.

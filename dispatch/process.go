@@ -111,7 +111,7 @@ func (w *Worker) run(ctx context.Context, h *held) (v verdict, started bool, cle
 	if started = !end.Result.NeverStarted; started {
 		h.rec.StartedAt = end.StartedAt
 		h.started = h.rec.StartedAt
-		w.keepSession(h, h.session)
+		w.keepSession(ctx, h, h.session)
 	}
 	h.rec.Spend = spendOf(h)
 	if h.rec.Spend != nil {
@@ -135,7 +135,7 @@ func (w *Worker) prepareRun(ctx context.Context, h *held) (spec container.Spec, 
 		h.log.Error("job_dirs_failed", "err", err)
 		return container.Spec{}, cleanup, failFor(jobs.ReasonNeverStarted)
 	}
-	if h.session, err = w.prepareSession(h, filepath.Dir(jobDir), user); err != nil {
+	if h.session, err = w.prepareSession(ctx, h, filepath.Dir(jobDir), user); err != nil {
 		h.log.Error("job_session_failed", "err", err)
 		return container.Spec{}, removeDirs, failFor(jobs.ReasonNeverStarted)
 	}

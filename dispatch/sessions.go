@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -23,7 +24,8 @@ const (
 	// sessionsDir is the sessions' folder in PI_LOGS_DIR.
 	sessionsDir = "sessions"
 	// MaxSessionBytes bounds a thread's kept session; a larger one is not
-	// kept (the next resume starts afresh), and said in the log.
+	// kept (the next resume starts afresh), and said in the log. It bounds
+	// a value in the fleet's session store too.
 	MaxSessionBytes = 16 << 20
 	// maxSessionFiles bounds the files of one session.
 	maxSessionFiles = 64
@@ -44,8 +46,10 @@ func (w *Worker) threadSessionDir(thread string) string {
 // prepareSession makes the job's session folder in base, for the container's
 // user: a resume job's holds the thread's kept session, any other job's
 // starts empty (its agent's new session is kept for the thread's next job).
+// With the fleet's store, a resume job takes the thread's session from
+// there when it is newer than the one this host kept.
 // A job with no thread keeps no session.
-func (w *Worker) prepareSession(h *held, base, user string) (string, error) {
+func (w *Worker) prepareSession(ctx context.Context, h *held, base, user string) (string, error) {
 	thread := h.spec.Thread()
 	if thread == "" {
 		return "", nil
@@ -54,7 +58,7 @@ func (w *Worker) prepareSession(h *held, base, user string) (string, error) {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return "", err
 	}
-	if h.spec.Resume {
+	if h.spec.Resume && !w.restoreStoredSession(ctx, h, thread, w.threadSessionDir(thread), dir) {
 		if err := copySession(w.threadSessionDir(thread), dir, nil); err != nil {
 			h.log.Warn("session_restore_failed", "err", err)
 		}
@@ -66,7 +70,7 @@ func (w *Worker) prepareSession(h *held, base, user string) (string, error) {
 // redacted, replacing the one kept before. A session over MaxSessionBytes
 // or maxSessionFiles, or one holding anything but regular files, is not
 // kept.
-func (w *Worker) keepSession(h *held, dir string) {
+func (w *Worker) keepSession(ctx context.Context, h *held, dir string) {
 	thread := h.spec.Thread()
 	if dir == "" || thread == "" {
 		return
@@ -91,7 +95,13 @@ func (w *Worker) keepSession(h *held, dir string) {
 	if err := os.Rename(tmp, kept); err != nil {
 		_ = os.RemoveAll(tmp)
 		h.log.Warn("session_keep_failed", "err", err)
+		return
 	}
+	// The folder's time is when it was kept, by the Worker's clock: the
+	// retention rules and the store's "newer" compare with it.
+	keptAt := w.tune.Now()
+	_ = os.Chtimes(kept, keptAt, keptAt)
+	w.storeSession(ctx, h, thread, kept, keptAt)
 }
 
 // copySession copies the regular files of from (one level: pi keeps a

@@ -2,6 +2,7 @@ package dispatchtest_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/pidispatch/pidispatch/dispatch/dispatchtest"
 )
@@ -11,3 +12,11 @@ import (
 func TestFakeFleet(t *testing.T) { dispatchtest.Exercise(t, dispatchtest.FakeTestFleet) }
 
 func TestFakeRuntime(t *testing.T) { dispatchtest.TestRuntime(t, dispatchtest.FakeRuntimeHarness) }
+
+func TestFakeSessions(t *testing.T) {
+	dispatchtest.TestSessionStore(t, func(t *testing.T) dispatchtest.SessionsHarness {
+		s := dispatchtest.NewSessions()
+		return dispatchtest.SessionsHarness{Store: s, Wait: s.Advance,
+			Write: func(thread string, value []byte) { s.Write(thread, value, time.Hour) }}
+	})
+}
