@@ -93,3 +93,15 @@ func TestConformanceDollarBudget(t *testing.T) {
 		}
 	})
 }
+
+func TestConformanceSessionStore(t *testing.T) {
+	dispatchtest.TestSessionStore(t, func(t *testing.T) dispatchtest.SessionsHarness {
+		db := livetest.Valkey(t)
+		return dispatchtest.SessionsHarness{Store: NewSessions(db.Client, SessionsConfig{}), Wait: time.Sleep,
+			Write: func(thread string, value []byte) {
+				if err := db.Client.Set(context.Background(), SessionKey(thread), value, time.Hour).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}}
+	})
+}

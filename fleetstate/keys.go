@@ -42,6 +42,7 @@ import (
 //	thread:{<hash16>}:line              ZSET: a forge thread's waiting and running job ids, scored by enqueue ms
 //	thread:{<hash16>}:seen              HASH: job id -> when it last asked for its turn (server ms)
 //	thread:{<hash16>}:holder            STRING: the job id that holds the thread, PX its ttl
+//	session:{<hash16>}                  STRING: a thread's last agent session, signed and compressed, PX the record retention
 const (
 	budgetDayPrefix     = "budget:"
 	budgetWeekPrefix    = "budget:w:"
@@ -67,6 +68,7 @@ const (
 	rateLimitPrefix     = "ratelimit:"
 	runLivePrefix       = "runs:live:"
 	threadPrefix        = "thread:"
+	sessionPrefix       = "session:"
 
 	// budgetDayLayout is the date suffix of every day and week window key,
 	// budgetMonthLayout that of every month window key.
@@ -265,3 +267,8 @@ func ThreadSeenKey(thread string) string { return threadKeyPrefix(thread) + "see
 // ThreadHolderKey is the id of the job that holds thread (runs now), expiring
 // at the holder's ttl so a crashed holder does not keep the thread.
 func ThreadHolderKey(thread string) string { return threadKeyPrefix(thread) + "holder" }
+
+// SessionKey is the fleet's copy of thread's last agent session
+// (dispatch.SessionStore), named by the digest of the thread that names
+// the session's folder on each host (fleet.ScopeHash), as a hash tag.
+func SessionKey(thread string) string { return sessionPrefix + "{" + fleet.ScopeHash(thread) + "}" }
