@@ -156,6 +156,10 @@ type Config struct {
 	// job's event carries (0: none). PI_EVENT_MAX_COMMENTS, 0..100,
 	// defaults to 20.
 	EventMaxComments int
+	// SessionStore is where threads' agent sessions are kept between their
+	// jobs: SessionStoreLogs or SessionStoreValkey (sessions.go).
+	// PI_SESSION_STORE; empty is logs, the default.
+	SessionStore string
 	// Spend holds the dollar and token caps and the monthly window.
 	Spend Spend
 	// Gateway holds the model gateway's settings and the metrics address.
@@ -277,6 +281,7 @@ func Load(getenv func(string) string) (Config, error) {
 	r.readTrust(&c)
 	r.readFolders(&c)
 	r.readFlows(&c)
+	r.readSessions(&c)
 
 	// An explicit 0 for the weekly cap is refused: unset is how the window is disabled,
 	// and a cap of 0 reads like "no starts allowed".
@@ -445,6 +450,7 @@ func (c Config) problems(raw map[string]string) ConfigErrors {
 	c.trustProblems(p)
 	c.folderProblems(p)
 	c.flowProblems(p)
+	c.sessionProblems(p)
 	return p.errs
 }
 

@@ -68,6 +68,8 @@ func field(c config.Config, name string) any {
 		return c.LogsDir
 	case "PI_LOG_RETENTION_DAYS":
 		return c.LogRetentionDays
+	case "PI_SESSION_STORE":
+		return c.SessionStore
 	case "PI_TRIGGERS_FILE":
 		return c.TriggersFile
 	case "PI_SCOPED_LIMITS_FILE":
@@ -186,6 +188,8 @@ func TestLoad_GoodValues(t *testing.T) {
 		{"PI_MODEL_UPSTREAM", "https://api.anthropic.com", "https://api.anthropic.com"},
 		{"PI_MODEL_UPSTREAM", "http://127.0.0.1:8080/gateway", "http://127.0.0.1:8080/gateway"},
 		{"PI_LOGS_DIR", "/srv/pi/logs", "/srv/pi/logs"},
+		{"PI_SESSION_STORE", "valkey", "valkey"},
+		{"PI_SESSION_STORE", "logs", "logs"},
 		{"PI_LOG_RETENTION_DAYS", "7", 7},
 		{"PI_LOG_RETENTION_DAYS", "3650", 3650},
 		{"PI_TRIGGERS_FILE", "./triggers.json", "./triggers.json"},
@@ -318,6 +322,7 @@ func TestLoad_BadValues(t *testing.T) {
 		{"PI_MODEL_UPSTREAM", "ftp://x", "http:// or https:// URL"},
 		{"PI_MODEL_UPSTREAM", "https://gw/v1?key=x", "must not have a query"},
 		{"PI_LOGS_DIR", "logs", "absolute path"},
+		{"PI_SESSION_STORE", "redis", "must be logs (this host's logs folder) or valkey"},
 		{"PI_LOGS_DIR", "/srv/logs/", "clean path"},
 		{"PI_LOGS_DIR", "/srv/../logs", "clean path"},
 		{"PI_LOG_RETENTION_DAYS", "0", "between 1 and 3650"},

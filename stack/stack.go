@@ -207,6 +207,9 @@ func (b *builder) stores(s *Stack, runtime *runner.Docker, deps *dispatch.Deps) 
 	}
 	b.made = append(b.made, func() { _ = s.fleet.Close(context.WithoutCancel(b.ctx)) })
 	deps.Stores = st.stores
+	if b.cfg.SessionStore == config.SessionStoreValkey {
+		deps.Sessions = fleetstate.NewSessions(s.Valkey, fleetstate.SessionsConfig{})
+	}
 	deps.Cron = cronGate{live: live, peers: st.registry, host: b.cfg.WorkerName}
 	log := b.tune.Logger.With("host", b.cfg.WorkerName)
 	deps.Background = append(deps.Background, cronBackground(b.cfg, st.queues[len(st.queues)-1], st.registry, live, tz, b.tune, log))
