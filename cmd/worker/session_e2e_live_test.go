@@ -48,6 +48,18 @@ type sessionSight struct {
 // workspace.
 func TestResumeContinuesTheThreadsSessionWithTheRealAgent(t *testing.T) {
 	t.Parallel()
+	resumeWithTheRealAgent(t, false)
+}
+
+// With PI_SESSION_STORE=valkey and a fleet key, the resume job runs on
+// another host (its own logs folder, which kept no session) than the first
+// job: it continues the session the first host stored, signed, in Valkey.
+func TestResumeOnAnotherHostWithTheRealAgent(t *testing.T) {
+	t.Parallel()
+	resumeWithTheRealAgent(t, true)
+}
+
+func resumeWithTheRealAgent(t *testing.T, twoHosts bool) {
 	db := livetest.Valkey(t)
 	const repo = "Codertocat/Hello-World" // the octokit examples' repository
 	git := forgetest.StartGitServer(t, nil)
@@ -122,10 +134,18 @@ func TestResumeContinuesTheThreadsSessionWithTheRealAgent(t *testing.T) {
 		}
 		return fakeprovider.WriteFile("/workspace/README.md", "Hello World\nFixed by "+firstMark+".\n", fakeprovider.Usage{Input: 900, Output: 30})
 	}
-	r := bootPromptRig(t, db, "session-e2e", triggers, map[string]string{
+	env := map[string]string{
 		"GITHUB_API_URL": gh.URL, "GITHUB_APP_ID": strconv.Itoa(appID), "GITHUB_APP_INSTALLATION_ID": strconv.Itoa(installationID),
 		"GITHUB_APP_PRIVATE_KEY_PATH": keyPath, "ANTHROPIC_API_KEY": "sk-ant-host-" + randomHex(8),
-	}, respond)
+	}
+	if twoHosts {
+		fleetKey := filepath.Join(t.TempDir(), "fleet.key")
+		if err := os.WriteFile(fleetKey, []byte(randomHex(32)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		env["PI_SESSION_STORE"], env["PI_FLEET_KEY_FILE"] = "valkey", fleetKey
+	}
+	r := bootPromptRig(t, db, "session-e2e", triggers, env, respond)
 
 	commentBody := fixtures.GitHub(t, "issue_comment", "created", 0)
 	seedGitHubComment(t, gh, repo, commentBody)
@@ -156,7 +176,15 @@ func TestResumeContinuesTheThreadsSessionWithTheRealAgent(t *testing.T) {
 		t.Fatalf("no session kept on the host after the first job; worker log:\n%s", r.w.logs.String())
 	}
 
-	// The second job resumes the thread's session.
+	// The second job resumes the thread's session: on this host, or on a
+	// second one booted once the first is stopped, so it cannot take the job.
+	if twoHosts {
+		r.w.stop(t)
+		r = bootPromptRig(t, db, "session-e2e-b", triggers, env, respond)
+		if kept := keptSessionFiles(t, r.w.cfg.LogsDir); len(kept) != 0 {
+			t.Fatalf("the second host kept a session before its first job: %q", kept)
+		}
+	}
 	_, reqs2 := runSessionJob(t, r, ghPayload(t, "issue_comment", commentBody), "s-comment", func(jobID string) {
 		mu.Lock()
 		secondJob = jobID
@@ -176,6 +204,9 @@ func TestResumeContinuesTheThreadsSessionWithTheRealAgent(t *testing.T) {
 		t.Errorf("the resume job's first request has %d messages (%v), want the first job's four and its own", len(asked.Messages), err)
 	}
 
+	if ev := r.w.logs.Events(t, "session_restored"); twoHosts && (len(ev) != 1 || ev[0]["from"] != "store") {
+		t.Errorf("the second host's session_restored events %v, want one from the store", ev)
+	}
 	mu.Lock()
 	s := sight
 	mu.Unlock()
