@@ -1,6 +1,8 @@
 package fleetstate
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"time"
 
 	"github.com/pidispatch/pidispatch/fleet"
@@ -43,6 +45,7 @@ import (
 //	thread:{<hash16>}:seen              HASH: job id -> when it last asked for its turn (server ms)
 //	thread:{<hash16>}:holder            STRING: the job id that holds the thread, PX its ttl
 //	session:{<hash16>}                  STRING: a thread's last agent session, signed and compressed, PX the record retention
+//	pr:outcome:<sha256/32>              HASH: a pull request's outcome (o) and its fleet signature (s), EX 90 days
 const (
 	budgetDayPrefix     = "budget:"
 	budgetWeekPrefix    = "budget:w:"
@@ -69,6 +72,7 @@ const (
 	runLivePrefix       = "runs:live:"
 	threadPrefix        = "thread:"
 	sessionPrefix       = "session:"
+	pullOutcomePrefix   = "pr:outcome:"
 
 	// budgetDayLayout is the date suffix of every day and week window key,
 	// budgetMonthLayout that of every month window key.
@@ -272,3 +276,10 @@ func ThreadHolderKey(thread string) string { return threadKeyPrefix(thread) + "h
 // (dispatch.SessionStore), named by the digest of the thread that names
 // the session's folder on each host (fleet.ScopeHash), as a hash tag.
 func SessionKey(thread string) string { return sessionPrefix + "{" + fleet.ScopeHash(thread) + "}" }
+// PullRequestOutcomeKey is the outcome of the pull request at url, named by
+// a digest of the URL (a URL holds ':' and '/', and may be long); the value
+// names the URL too, and a reader checks it.
+func PullRequestOutcomeKey(url string) string {
+	sum := sha256.Sum256([]byte(url))
+	return pullOutcomePrefix + hex.EncodeToString(sum[:16])
+}
