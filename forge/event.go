@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	"code.gitea.io/sdk/gitea"
 	"github.com/google/go-github/v84/github"
@@ -78,6 +79,9 @@ type Event struct {
 	// the forge's API. It is checked (CheckCloneURL) because a payload whose
 	// clone URL is not the forge's own was not written by that forge.
 	CloneURL string
+	// Pull is what a pull (merge) request event says of the pull request
+	// itself, for following the project's own (nil on other events).
+	Pull *PullFacts
 }
 
 // ErrMalformed marks a payload that does not parse as its declared event.
@@ -113,6 +117,7 @@ func ParseGitHub(eventType, deliveryID string, body []byte) (Event, error) {
 			ev.Added = []string{p.GetLabel().GetName()}
 		}
 		ev.Kind = KindPullRequest
+		ev.Pull = githubPullFacts(p)
 	case *github.PullRequestReviewEvent:
 		githubOnPull(&ev, p.GetRepo(), p.GetSender(), p.GetPullRequest(), "review_"+p.GetAction())
 		if p.GetAction() == "submitted" {
@@ -209,6 +214,28 @@ func githubOnPull(ev *Event, repo *github.Repository, sender *github.User, pr *g
 	ev.Labels = githubLabels(pr.Labels)
 }
 
+// githubPullFacts reads a pull request event's pull request: closed
+// (merged or not), reopened, or given new commits (synchronize).
+func githubPullFacts(p *github.PullRequestEvent) *PullFacts {
+	pr := p.GetPullRequest()
+	f := &PullFacts{
+		URL: pr.GetHTMLURL(), HeadBranch: pr.GetHead().GetRef(),
+		SameRepo:    pr.GetHead().GetRepo().GetID() != 0 && pr.GetHead().GetRepo().GetID() == pr.GetBase().GetRepo().GetID(),
+		AuthorID:    pr.GetUser().GetID(),
+		AuthorLogin: pr.GetUser().GetLogin(),
+		UpdatedAt:   pr.GetUpdatedAt().Time,
+	}
+	switch p.GetAction() {
+	case "closed":
+		f.Change = pullClosedOrMerged(pr.GetMerged())
+	case "reopened":
+		f.Change = PullReopened
+	case "synchronize":
+		f.Change = PullPushed
+	}
+	return f
+}
+
 // githubLabels are the labels' names, which triggers name.
 func githubLabels(ls []*github.Label) []string {
 	out := make([]string, 0, len(ls))
@@ -235,6 +262,7 @@ func ParseGitLab(eventType, deliveryID string, body []byte) (Event, error) {
 		ev.Number, ev.Action, ev.PullRequest = int(p.ObjectAttributes.IID), p.ObjectAttributes.Action, true
 		ev.Labels, ev.Added = gitlabLabels(p.Labels), gitlabAdded(p.Changes.Labels)
 		ev.Kind, ev.CloneURL = KindPullRequest, p.Project.GitHTTPURL
+		ev.Pull = gitlabPullFacts(p)
 	case *gitlab.IssueCommentEvent:
 		gitlabIssueComment(&ev, p)
 	case *gitlab.MergeCommentEvent:
@@ -246,6 +274,41 @@ func ParseGitLab(eventType, deliveryID string, body []byte) (Event, error) {
 	}
 	ev.RepoID = ev.ProjectID
 	return ev, ev.Validate()
+}
+
+// gitlabPullFacts reads a merge request event's merge request: closed,
+// merged, reopened, or given new commits (update with oldrev).
+func gitlabPullFacts(p *gitlab.MergeEvent) *PullFacts {
+	a := p.ObjectAttributes
+	f := &PullFacts{
+		URL: a.URL, HeadBranch: a.SourceBranch,
+		SameRepo:  a.SourceProjectID != 0 && a.SourceProjectID == a.TargetProjectID,
+		AuthorID:  a.AuthorID,
+		Footer:    strings.Contains(a.Description, OwnFooterMarker),
+		UpdatedAt: gitlabTime(a.UpdatedAt),
+	}
+	switch {
+	case a.Action == "close":
+		f.Change = PullClosed
+	case a.Action == "merge":
+		f.Change = PullMerged
+	case a.Action == "reopen":
+		f.Change = PullReopened
+	case a.Action == "update" && a.OldRev != "":
+		f.Change = PullPushed
+	}
+	return f
+}
+
+// gitlabTime reads the times GitLab's webhooks write, in either of its two
+// forms; zero when neither parses.
+func gitlabTime(s string) time.Time {
+	for _, layout := range []string{time.RFC3339, "2006-01-02 15:04:05 MST", "2006-01-02 15:04:05 -0700"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t
+		}
+	}
+	return time.Time{}
 }
 
 // gitlabIssue reads an issue event: one closed, opened with its labels, or given new labels.
@@ -376,8 +439,36 @@ func ParseForgejo(eventType, deliveryID string, body []byte) (Event, error) {
 		if ev.Action == "label_updated" {
 			ev.Added = ev.Labels
 		}
+		if p.PullRequest != nil {
+			ev.Pull = forgejoPullFacts(p.Action, p.PullRequest)
+		}
 	}
 	return ev, ev.Validate()
+}
+
+// forgejoPullFacts reads a Forgejo/Gitea pull request event's pull request:
+// closed (merged or not), reopened, or given new commits (synchronized).
+func forgejoPullFacts(action string, pr *gitea.PullRequest) *PullFacts {
+	f := &PullFacts{URL: pr.HTMLURL}
+	if pr.Head != nil && pr.Base != nil {
+		f.HeadBranch = pr.Head.Ref
+		f.SameRepo = pr.Head.RepoID != 0 && pr.Head.RepoID == pr.Base.RepoID
+	}
+	if pr.Poster != nil {
+		f.AuthorID, f.AuthorLogin = pr.Poster.ID, pr.Poster.UserName
+	}
+	if pr.Updated != nil {
+		f.UpdatedAt = *pr.Updated
+	}
+	switch action {
+	case "closed":
+		f.Change = pullClosedOrMerged(pr.HasMerged)
+	case "reopened":
+		f.Change = PullReopened
+	case "synchronized":
+		f.Change = PullPushed
+	}
+	return f
 }
 
 // Validate checks an event a trigger may handle (an empty Kind is no such

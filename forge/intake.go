@@ -52,6 +52,11 @@ type IntakeConfig struct {
 	// or <host>/api/v3, gives <host>); with neither, a clone URL is only
 	// held to http(s) without credentials. Optional.
 	ForgeURLs map[jobs.Forge]string
+	// PullRequests, when set, records what became of the project's own pull
+	// requests (closed, merged, reopened, commits pushed by a person) as
+	// their events arrive; those events start a job only when a trigger
+	// says so, as any other. Optional.
+	PullRequests PullRequestRecorder
 	// Disarm, when set, is called after a one-shot trigger enqueued its job.
 	Disarm Disarmer
 	// Logger receives forge_enqueued, forge_refused and forge_dropped.
@@ -143,8 +148,22 @@ func (in *Intake) Ignore(f jobs.Forge, delivery, eventType string) {
 // Valkey failed): it must be handled again later (the inbox retries it; see
 // RetryAt for when the forge asked to be asked again). An event of a type no
 // trigger handles (an empty Kind) is ignored: forge_ignored, whatever its
-// repository.
+// repository. An event about the project's own pull request is also
+// followed (IntakeConfig.PullRequests), last, so a retry after an enqueue
+// failure does not count a push twice.
 func (in *Intake) Handle(ctx context.Context, ev Event) (Outcome, error) {
+	out, err := in.handle(ctx, ev)
+	if err != nil {
+		return out, err
+	}
+	if err := in.follow(ctx, ev); err != nil {
+		return Outcome{}, err
+	}
+	return out, nil
+}
+
+// handle matches, authorizes and enqueues: Handle without the following.
+func (in *Intake) handle(ctx context.Context, ev Event) (Outcome, error) {
 	if ev.Kind == "" {
 		in.log.Info("forge_ignored", "forge", ev.Forge, "delivery", ev.DeliveryID, "action", ev.Action)
 		return Outcome{Status: StatusIgnored, Reason: ReasonUnhandled}, nil

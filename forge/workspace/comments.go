@@ -5,6 +5,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/pidispatch/pidispatch/forge"
 	"github.com/pidispatch/pidispatch/internal/sinktext"
 	"github.com/pidispatch/pidispatch/jobs"
 )
@@ -88,7 +89,7 @@ func pullBody(j Job, res Result) string {
 // merge request by a project bot that carries it is the project's own.
 // The job's id follows it in a code span, whose fence starts with this
 // backtick.
-const footerMarker = "Proposed by pidispatch job `"
+const footerMarker = forge.OwnFooterMarker
 
 // footerNumbers are the run's cost and turns, each "unknown" when the run
 // did not say.

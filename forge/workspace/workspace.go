@@ -289,7 +289,7 @@ func ThreadBranch(j Job) string {
 }
 
 // ownBranchPrefix is the prefix of every branch the project publishes to.
-const ownBranchPrefix = "pi/"
+const ownBranchPrefix = forge.OwnBranchPrefix
 
 // Close revokes the job's tokens (on a context of its own: a worker
 // stopping mid-job must not leave a token valid for its hour, or a GitLab
