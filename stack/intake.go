@@ -17,6 +17,7 @@ import (
 	"github.com/pidispatch/pidispatch/cronsync"
 	"github.com/pidispatch/pidispatch/enqueue"
 	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/forge"
 	"github.com/pidispatch/pidispatch/forge/inbox"
 	"github.com/pidispatch/pidispatch/forge/poller"
@@ -235,6 +236,7 @@ func (p *IntakePlan) wire(in *Intake, self map[jobs.Forge]int64, logger *slog.Lo
 	in.Intake, err = forge.NewIntake(forge.IntakeConfig{
 		Enqueuer: enqueue.NewRouter(producer, enqueue.RouterConfig{}), Permissions: p.perms,
 		SelfIDs: self, Disarm: forge.FileDisarmer(p.cfg.TriggersFile), Logger: logger, Host: in.host,
+		PullRequests: fleetstate.NewPullRequestsWith(in.Valkey, fleetstate.PullRequestsConfig{Key: p.cfg.FleetKey, Logger: logger}),
 	})
 	if err != nil {
 		return err
