@@ -84,9 +84,25 @@ func Runs(ctx context.Context, client redis.UniversalClient, filter RunsFilter) 
 	if filter.Limit <= 0 {
 		filter.Limit = DefaultRunsLimit
 	}
+	recs, t, err := gatherRuns(ctx, client, filter, mirrorRuns)
+	if err != nil {
+		return nil, Totals{}, err
+	}
+	return summarize(recs, filter, t)
+}
+
+// mirrorReader reads the mirrored records that ended after since: the
+// valid ones, how many it skipped, and the mirror's state.
+type mirrorReader func(ctx context.Context, client redis.UniversalClient, since time.Time) ([]jobs.Record, int, string, error)
+
+// gatherRuns reads the records Runs and RunsBreakdown sum, unfiltered: the
+// mirror (read by readMirror) merged with filter.LogsDir, or the folder
+// alone when the mirror cannot be read or holds nothing. Totals carries
+// the source, its state, the invalid count and the local-only records.
+func gatherRuns(ctx context.Context, client redis.UniversalClient, filter RunsFilter, readMirror mirrorReader) ([]jobs.Record, Totals, error) {
 	var degraded string
 	if client != nil {
-		recs, invalid, state, err := mirrorRuns(ctx, client, filter.Since)
+		recs, invalid, state, err := readMirror(ctx, client, filter.Since)
 		// A refused password is a misconfiguration, not an outage: say so
 		// rather than answer from this host alone.
 		if ae := (*valkey.AuthError)(nil); errors.As(err, &ae) {
@@ -100,11 +116,9 @@ func Runs(ctx context.Context, client redis.UniversalClient, filter RunsFilter) 
 					return nil, Totals{}, err
 				}
 				t.Invalid += bad
-				var localOnly map[string]bool
-				recs, localOnly = MergeLocalRuns(recs, local)
-				t.localOnly = localOnly
+				recs, t.localOnly = MergeLocalRuns(recs, local)
 			}
-			return summarize(recs, filter, t)
+			return recs, t, nil
 		}
 		degraded = state
 	}
@@ -118,7 +132,7 @@ func Runs(ctx context.Context, client redis.UniversalClient, filter RunsFilter) 
 	if err != nil {
 		return nil, Totals{}, err
 	}
-	return summarize(recs, filter, Totals{Source: RunsFromLogsDir, Invalid: invalid, Degraded: degraded})
+	return recs, Totals{Source: RunsFromLogsDir, Invalid: invalid, Degraded: degraded}, nil
 }
 
 func okOrEmpty(state string) string {
