@@ -21,7 +21,8 @@ func init() {
 	register(command{name: "runs", summary: "the fleet's recent runs from the run mirror, with totals (--json)", help: runsHelp, run: runRuns})
 }
 
-const runsUsage = "usage: pi-dispatch runs [--host NAME] [--outcome O] [--reason R] [--target T] [--since 24h] [--until T] [--limit 50] [--json]"
+const runsUsage = "usage: pi-dispatch runs [--host NAME] [--outcome O] [--reason R] [--target T] [--since 24h] [--until T] [--limit 50] [--json]\n" +
+	"       pi-dispatch runs --by repo|trigger|model|flow|host|outcome [filters] [--since 30d] [--json|--csv]"
 
 const runsHelp = runsUsage + `
 
@@ -41,8 +42,19 @@ flags:
   --until WHEN      only runs that ended at or before WHEN
   --limit N         how many rows (default 50, at most 10000); totals count all
   --json            print {"runs":[...],"totals":{...}} as one JSON line
+  --by GROUPING     instead of the list, sum every matching run by repo,
+                    trigger, model, flow, host or outcome: runs, attempts,
+                    dollars, tokens, turns, wall time, p50/p90 cost per run,
+                    pull requests, the share merged, the cost per merged pull
+                    request, and predicted against actual cost. --since
+                    defaults to 30d; --limit does not apply
+  --csv             with --by: a header, one line per row and a total line,
+                    dollars with six decimals (--json prints the report)
   --env-file PATH   the env file under the shell's variables, instead of
                     $PI_ENV_FILE or ./.env ("" reads none)
+
+With --by, the table's dollars are rounded to the cent; the JSON and CSV
+give them exactly, with six decimals.
 
 Reads VALKEY_URL, VALKEY_PASSWORD and PI_LOGS_DIR. See docs/operations.md.
 `
@@ -65,6 +77,8 @@ func runRuns(ctx context.Context, e env, args []string) int {
 	until := fs.String("until", "", "only runs that ended at or before")
 	fs.IntVar(&f.Limit, "limit", operator.DefaultRunsLimit, "how many rows")
 	asJSON := fs.Bool("json", false, "one JSON line")
+	by := fs.String("by", "", "sum the runs by")
+	asCSV := fs.Bool("csv", false, "CSV, with --by")
 	envFile := envFileFlag(fs)
 	pos, code := parseFlags(e, fs, args, runsUsage)
 	if code >= 0 {
@@ -73,6 +87,13 @@ func runRuns(ctx context.Context, e env, args []string) int {
 	if len(pos) > 0 {
 		fmt.Fprintf(e.stderr, "pi-dispatch runs: unexpected argument %q (%s)\n", pos[0], runsUsage)
 		return exitUsage
+	}
+	if msg := checkBreakdownFlags(fs, *by, *asJSON, *asCSV); msg != "" {
+		fmt.Fprintf(e.stderr, "pi-dispatch runs: %s (%s)\n", msg, runsUsage)
+		return exitUsage
+	}
+	if *by != "" && *since == "" {
+		*since = defaultBreakdownSince
 	}
 	if msg := checkRunsFilter(&f, *since, *until, time.Now()); msg != "" {
 		fmt.Fprintf(e.stderr, "pi-dispatch runs: %s (%s)\n", msg, runsUsage)
@@ -90,6 +111,9 @@ func runRuns(ctx context.Context, e env, args []string) int {
 		return code
 	}
 	defer client.Close()
+	if *by != "" {
+		return runBreakdown(ctx, e, client, url, f, operator.BreakdownBy(*by), *asJSON, *asCSV)
+	}
 	ctx, cancel := context.WithTimeout(ctx, ksCommandTimeout)
 	defer cancel()
 	recs, tot, err := operator.Runs(ctx, client, f)
