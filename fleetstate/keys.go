@@ -276,6 +276,7 @@ func ThreadHolderKey(thread string) string { return threadKeyPrefix(thread) + "h
 // (dispatch.SessionStore), named by the digest of the thread that names
 // the session's folder on each host (fleet.ScopeHash), as a hash tag.
 func SessionKey(thread string) string { return sessionPrefix + "{" + fleet.ScopeHash(thread) + "}" }
+
 // PullRequestOutcomeKey is the outcome of the pull request at url, named by
 // a digest of the URL (a URL holds ':' and '/', and may be long); the value
 // names the URL too, and a reader checks it.

@@ -14,6 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pidispatch/pidispatch/fleet"
+	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/operator"
 )
@@ -29,9 +31,16 @@ const breakdownTimeout = 30 * time.Second
 // its own ("total" may be a trigger's name) could not be told from it.
 const totalKey = "(total)"
 
-// runsOutcomes gives `runs --by` the store of pull request outcomes it joins
-// runs to; nil joins none (merged shares are then unknown, and shown so).
-var runsOutcomes = func(redis.UniversalClient) operator.PullRequestOutcomes { return nil }
+// runsOutcomes gives `runs --by` the store of pull request outcomes the
+// receiver fills, checked with the fleet key when there is one: an outcome
+// the key did not sign is dropped, never counted merged. Without a client
+// it joins none (merged shares are then unknown, and shown so).
+func runsOutcomes(client redis.UniversalClient, key fleet.Key) operator.PullRequestOutcomes {
+	if client == nil {
+		return nil
+	}
+	return fleetstate.NewPullRequestsWith(client, fleetstate.PullRequestsConfig{Key: key})
+}
 
 // checkBreakdownFlags refuses flags --by does not combine with, and a
 // grouping it does not know.
@@ -61,7 +70,11 @@ func checkBreakdownFlags(fs *flag.FlagSet, by string, asJSON, asCSV bool) string
 func runBreakdown(ctx context.Context, e env, client redis.UniversalClient, url string, f operator.RunsFilter, by operator.BreakdownBy, asJSON, asCSV bool) int {
 	ctx, cancel := context.WithTimeout(ctx, breakdownTimeout)
 	defer cancel()
-	rep, err := operator.RunsBreakdown(ctx, client, f, by, operator.BreakdownOptions{PullRequests: runsOutcomes(client)})
+	key, code := fleetKeyFromEnv(e, "runs")
+	if code != exitOK {
+		return code
+	}
+	rep, err := operator.RunsBreakdown(ctx, client, f, by, operator.BreakdownOptions{PullRequests: runsOutcomes(client, key)})
 	if err != nil {
 		if !ksAuthRefused(e.stderr, "read the run mirror", url, err) {
 			fmt.Fprintf(e.stderr, "pi-dispatch runs: %v\n", err)

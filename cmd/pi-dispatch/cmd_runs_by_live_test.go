@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
@@ -252,9 +250,15 @@ func TestRunsByMatchesAMonthOfRecords(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now().UTC()
 	all, store := monthOfRecords(now)
-	old := runsOutcomes
-	runsOutcomes = func(redis.UniversalClient) operator.PullRequestOutcomes { return store }
-	t.Cleanup(func() { runsOutcomes = old })
+	// The outcomes, where the receiver keeps them: the CLI reads them there.
+	for _, db := range []*livetest.ValkeyDB{full, partial} {
+		prs := fleetstate.NewPullRequests(db.Client)
+		for url, o := range store {
+			if err := prs.Record(ctx, url, o); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 
 	logs, empty := t.TempDir(), t.TempDir()
 	mirrorFull := fleetstate.NewMirror(full.Client, fleetstate.MirrorConfig{})
