@@ -70,6 +70,11 @@ type Options struct {
 	Logger *slog.Logger
 	// Host is this machine's name, the host attribute of every log line.
 	Host string
+	// PullRequests, when set, joins what became of each run's pull request
+	// to the records the charts read (the merged share); nil charts none.
+	PullRequests PullRequestOutcomes
+	// Clock is the charts' now (time.Now when nil).
+	Clock func() time.Time
 }
 
 // Handler is the dashboard. Only a browser holding its session sees the
@@ -115,6 +120,7 @@ func New(src Source, opts Options) (*Handler, error) {
 	var page bytes.Buffer
 	err := pageTemplate.Execute(&page, map[string]any{
 		"Actions": opts.Actions != nil, "RefreshMs": opts.Refresh.Milliseconds(),
+		"Charts": isRecordReader(src), "Capacity": isCapacityReader(src),
 	})
 	if err != nil {
 		return nil, err
@@ -143,7 +149,8 @@ func (h *Handler) routes() {
 	h.mux.Handle("GET /static/", http.FileServerFS(static))
 	h.mux.HandleFunc("GET /{$}", h.authed(h.servePage))
 	h.mux.HandleFunc("GET /api/state", h.authed(h.serveState))
-	h.jobRoutes() // job.go
+	h.jobRoutes()   // job.go
+	h.chartRoutes() // charts.go
 	if h.opts.Actions != nil {
 		h.mux.HandleFunc("POST /api/pause", h.authed(h.action("pause", func(ctx context.Context, _ string) (string, error) { return h.opts.Actions.Pause(ctx) })))
 		h.mux.HandleFunc("POST /api/resume", h.authed(h.action("resume", func(ctx context.Context, _ string) (string, error) { return h.opts.Actions.Resume(ctx) })))

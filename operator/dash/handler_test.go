@@ -199,7 +199,9 @@ func TestEmbeddedFilesFetchNothingFromOutside(t *testing.T) {
 	for name, fsys := range files {
 		raw, err := fs.ReadFile(fsys, name)
 		require.NoError(t, err)
-		s := string(raw)
+		// The SVG namespace is a name the charts create elements in,
+		// never fetched: the one URL a page may hold.
+		s := strings.ReplaceAll(string(raw), "'http://www.w3.org/2000/svg'", "")
 		for _, bad := range []string{"http://", "https://", "src=\"//", "href=\"//", "@import", "url("} {
 			require.NotContains(t, s, bad, name)
 		}
