@@ -28,6 +28,12 @@
     return '$' + d.toFixed(4);
   }
 
+  // moneyTick is an axis label: cents are enough.
+  function moneyTick(micros) {
+    const d = micros / 1e6;
+    return '$' + (d >= 100 ? d.toFixed(0) : d >= 0.1 || d === 0 ? d.toFixed(2) : d.toFixed(4));
+  }
+
   function duration(ms) {
     if (ms === null || ms === undefined) return '-';
     if (ms < 1000) return Math.round(ms) + 'ms';
@@ -72,7 +78,7 @@
     for (let i = 0; i <= 4; i++) {
       const v = (top * i) / 4;
       root.append(svg('line', { x1: M.l, x2: W - M.r, y1: y(v), y2: y(v), class: i ? 'grid' : 'axis-line' }));
-      root.append(svg('text', { x: M.l - 6, y: y(v) + 4, 'text-anchor': 'end', class: 'tick' }, spec.fmt(v)));
+      root.append(svg('text', { x: M.l - 6, y: y(v) + 4, 'text-anchor': 'end', class: 'tick' }, (spec.tick || spec.fmt)(v)));
     }
     root.append(svg('text', { x: 12, y: M.t + ih / 2, transform: 'rotate(-90 12 ' + (M.t + ih / 2) + ')',
       'text-anchor': 'middle', class: 'axis-title' }, spec.yTitle));
@@ -85,7 +91,7 @@
     });
     const lines = spec.keys.map(() => []);
     spec.points.forEach((p, i) => {
-      const parts = spec.keys.map((k, j) => [k, p.values[j]]).filter(([, v]) => v !== null && v !== undefined && (spec.line || v > 0));
+      const parts = spec.keys.map((k, j) => [k, p.values[j]]).filter(([, v]) => v !== null && v !== undefined && (spec.line || spec.keys.length === 1 || v > 0));
       const words = parts.length ? parts.map(([k, v]) => k + ' ' + spec.fmt(v)).join(', ') : 'none';
       const text = p.when + ': ' + words + (spec.total ? '; ' + spec.total(p) : '');
       const g = svg('g', { tabindex: 0, class: 'bucket', 'data-when': p.when, 'aria-label': text });
@@ -94,7 +100,10 @@
       g.append(svg('rect', { x: M.l + bw * i, y: M.t, width: bw, height: ih, class: 'hit' }));
       let base = 0;
       p.values.forEach((v, j) => {
-        if (v === null || v === undefined) return;
+        if (v === null || v === undefined) {
+          if (spec.line) lines[j].push(null); // a gap breaks the line
+          return;
+        }
         if (spec.line) {
           const cx = M.l + bw * (i + 0.5);
           lines[j].push([cx, y(v)]);
@@ -109,8 +118,13 @@
       root.append(g);
     });
     lines.forEach((pts, j) => {
-      if (pts.length > 1) {
-        root.insertBefore(svg('polyline', { points: pts.map((q) => q.join(',')).join(' '), class: 'series ' + cls(j) }), root.querySelector('g.bucket'));
+      let run = [];
+      for (const q of pts.concat([null])) {
+        if (q) { run.push(q); continue; }
+        if (run.length > 1) {
+          root.insertBefore(svg('polyline', { points: run.map((r) => r.join(',')).join(' '), class: 'series ' + cls(j) }), root.querySelector('g.bucket'));
+        }
+        run = [];
       }
     });
     const legend = el('ul', undefined, 'legend');
@@ -143,7 +157,7 @@
     const byWord = { repo: 'repository', trigger: 'trigger', model: 'model' }[c.by] || c.by;
     const spendTotal = c.spendPerDay.reduce((a, d) => a + d.micros, 0);
     draw('chart-spend', {
-      keys: c.keys, yTitle: 'dollars', xTitle: 'day (UTC), by ' + byWord, fmt: money,
+      keys: c.keys, yTitle: 'dollars', xTitle: 'day (UTC), by ' + byWord, fmt: money, tick: moneyTick,
       points: c.spendPerDay.map((d) => ({ when: day(d.start), label: shortDay(d.start), values: d.parts, micros: d.micros })),
       total: (p) => 'total ' + money(p.micros),
       empty: spendTotal ? '' : 'no spend recorded in these days',
@@ -165,7 +179,7 @@
       ? 'waiting now: unknown' : 'waiting now: ' + c.queueDepth + (c.queueDepth === 1 ? ' job' : ' jobs');
     document.getElementById('queue-depth').dataset.value = c.queueDepth === null ? '' : c.queueDepth;
     draw('chart-cost', {
-      keys: ['p90 per run'], classes: ['s1'], yTitle: 'dollars per run', xTitle: 'day (UTC)', fmt: money,
+      keys: ['p90 per run'], classes: ['s1'], yTitle: 'dollars per run', xTitle: 'day (UTC)', fmt: money, tick: moneyTick,
       points: c.costPerDay.map((d) => ({ when: day(d.start), label: shortDay(d.start),
         values: [d.runs ? d.p90Micros : null], runs: d.runs })),
       total: (p) => p.runs + ' runs',
