@@ -121,3 +121,22 @@ flags:
 Reads VALKEY_URL, VALKEY_PASSWORD, PI_DAILY_CAP, PI_WEEKLY_CAP and
 PI_WORKER_NAME (the name a cancel is recorded under). See docs/dashboard.md.
 `
+
+const capacityHelp = capacityUsage + `
+
+Shows what the fleet can run and how long its backlog lasts: each live host's
+slots (its concurrency), the jobs it runs now and that share of its slots, the
+jobs waiting on its own queue, its runs per hour over the last hour and the
+time its queue takes to drain at that rate; each queue's waiting, delayed and
+active jobs; and the fleet's totals, with the time every waiting job takes at
+the fleet's rate ("no rate" when jobs wait and no run ended in the last hour).
+A registry row the fleet key did not sign is marked untrusted and adds no
+slots, as routing sends it nothing.
+
+flags:
+  --json   print the report as one JSON line, for scripts
+
+Reads VALKEY_URL, VALKEY_PASSWORD, PI_LOGS_DIR (this host's runs not yet in
+the run mirror), PI_FLEET_KEY_FILE and PI_UNSIGNED_QUEUES. See
+docs/operations.md.
+`
