@@ -107,8 +107,11 @@ const dashHelp = dashUsage + `
 Serves a web dashboard of the fleet on this machine and prints its URL: the
 hosts (age of their last beat, capabilities, running jobs), the queues' counts
 and pause state, held and running jobs, recent runs with their outcome and
-cost, and the container starts of the day and week against their caps. The
-page reads the fleet every few seconds; Ctrl-C stops the server.
+cost, the container starts of the day and week against their caps, the
+fleet's capacity (as pi-dispatch capacity), and charts of where the money and
+the time went: spend per day by repository, trigger or model, runs per hour
+by outcome, queue wait, cost per run and the merged share of pull requests.
+The page reads the fleet every few seconds; Ctrl-C stops the server.
 
 flags:
   --listen ADDR     the address to serve on (default 127.0.0.1:8477; port 0
