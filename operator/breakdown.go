@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/pidispatch/pidispatch/internal/percentile"
 	"github.com/pidispatch/pidispatch/jobs"
 )
 
@@ -235,15 +236,8 @@ func (g *group) row(key string) BreakdownRow {
 
 // NearestRank is the p-th percentile of values by the nearest-rank rule
 // (the smallest value with at least p% of values at or below it); 0 for no
-// values. values is sorted in place.
-func NearestRank(values []int64, p int) int64 {
-	if len(values) == 0 {
-		return 0
-	}
-	slices.Sort(values)
-	rank := (p*len(values) + 99) / 100
-	return values[max(rank, 1)-1]
-}
+// values. values is sorted in place. Cost predictions use the same rule.
+func NearestRank(values []int64, p int) int64 { return percentile.NearestRank(values, p) }
 
 // SeriesPoint is one bucket of a breakdown over time.
 type SeriesPoint struct {
