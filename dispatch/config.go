@@ -194,6 +194,13 @@ type Spend struct {
 	// PI_DAILY_COST_USD, PI_WEEKLY_COST_USD, PI_MONTHLY_COST_USD; each needs
 	// PI_MAX_COST_USD.
 	DailyCostMicros, WeeklyCostMicros, MonthlyCostMicros int64
+	// PredictOff turns predicted admission off: no job waits on what runs
+	// like it cost (PI_PREDICT_ADMISSION=off; "auto", the default, predicts
+	// once a trigger has PredictMinRuns runs).
+	PredictOff bool
+	// PredictMinRuns is how many runs a basis of history needs before it
+	// predicts. PI_PREDICT_MIN_RUNS, 1..100000; 0 is the default, 20.
+	PredictMinRuns int
 }
 
 // DollarWindows reports whether any fleet-wide dollar window is set.

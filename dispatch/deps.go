@@ -152,6 +152,11 @@ type Deps struct {
 	// one that ran the thread's last job continues it. Nil: sessions stay
 	// in this host's logs folder only.
 	Sessions SessionStore
+	// Predictor, when set, predicts a job's cost from the history of runs
+	// like it, and the predicted gate holds back a job whose predicted p90
+	// does not fit what is left of its dollar windows or its cap. Nil (or
+	// Spend.PredictOff): jobs are admitted by the plain caps alone.
+	Predictor CostPredictor
 }
 
 // SessionStore keeps one value per thread (jobs.Job.Thread) for the fleet:

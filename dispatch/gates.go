@@ -46,6 +46,7 @@ var gates = []gate{
 	{"rate-limit", (*Worker).gateRateLimit},
 	{"thread", (*Worker).gateThread},
 	{"scope-slot", (*Worker).gateScopeSlot},
+	{"predicted", (*Worker).gatePredicted},
 	{"budget", (*Worker).gateBudget},
 	{"dollars", (*Worker).gateDollars},
 	{"image", (*Worker).gateImage},

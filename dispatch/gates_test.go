@@ -30,6 +30,7 @@ func TestGateOrder(t *testing.T) {
 		"rate-limit (*Worker).gateRateLimit",
 		"thread (*Worker).gateThread",
 		"scope-slot (*Worker).gateScopeSlot",
+		"predicted (*Worker).gatePredicted",
 		"budget (*Worker).gateBudget",
 		"dollars (*Worker).gateDollars",
 		"image (*Worker).gateImage",

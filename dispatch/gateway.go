@@ -122,6 +122,13 @@ func (w *Worker) gateDollars(ctx context.Context, h *held) verdict {
 		return deferFor(w.tune.UnreachableDeferral, jobs.ReasonDollarsUnreachable)
 	}
 	if !res.Granted {
+		if p := h.predicted; p != nil {
+			// A run of this kind likely costs more than the window has left:
+			// it waits for the window to free rather than be refused.
+			if left := max(res.CapMicros-res.UsedMicros, 0); p.P90Micros > left {
+				return w.predictedOver(h, *p, left, res.Window)
+			}
+		}
 		h.log.Info("dollars_refused", "window", res.Window, "usedUsd", jobs.FormatUSD(res.UsedMicros), "capUsd", jobs.FormatUSD(res.CapMicros), "reserveUsd", jobs.FormatUSD(micros))
 		return refuseFor(jobs.ReasonDollarCap)
 	}

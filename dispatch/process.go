@@ -37,6 +37,9 @@ type held struct {
 	outDir   string            // the job's output folder on the host (/job/out)
 	thread   string            // the forge thread the job holds (thread gate), until its final outcome
 	session  string            // the job's session folder on the host (/session), "" for none
+	// predicted is the job's cost predicted from history (predicted gate);
+	// nil when none was made.
+	predicted *jobs.Prediction
 }
 
 // handle walks one job from pickup to record, one verdict at a time: the

@@ -34,6 +34,10 @@ type Tuning struct {
 	// UnreachableDeferral is how long a job waits when the budget cannot be
 	// read: money fails closed. Default 30s.
 	UnreachableDeferral time.Duration
+	// PredictedDeferral is how long a job waits when the cost predicted for
+	// it does not fit what is left of its dollar windows or its cap.
+	// Default 60s.
+	PredictedDeferral time.Duration
 	// ShutdownGrace is how long running jobs may finish after Run's context
 	// ends before their containers are stopped. Default Config.ShutdownGrace
 	// (PI_SHUTDOWN_GRACE).
@@ -85,6 +89,9 @@ func (t Tuning) withDefaults() Tuning {
 	}
 	if t.UnreachableDeferral <= 0 {
 		t.UnreachableDeferral = 30 * time.Second
+	}
+	if t.PredictedDeferral <= 0 {
+		t.PredictedDeferral = time.Minute
 	}
 	if t.ShutdownGrace <= 0 {
 		t.ShutdownGrace = 25 * time.Second

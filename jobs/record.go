@@ -81,6 +81,7 @@ const (
 	ReasonThreadUnreachable    Reason = "thread-unreachable"     // the thread's line could not be read
 	ReasonBudgetUnreachable    Reason = "budget-unreachable"     // the spend caps could not be read
 	ReasonDollarsUnreachable   Reason = "dollars-unreachable"    // the dollar windows could not be read
+	ReasonPredictedOverBudget  Reason = "predicted-over-budget"  // the p90 cost of runs like it does not fit what is left of its dollar windows or cap
 	ReasonDockerUnreachable    Reason = "docker-unreachable"     // the runtime could not say whether the image is present
 	ReasonRateLimited          Reason = "rate-limited"           // the job's provider is rate limited: RateLimitedOn names it
 	ReasonWaitAfter            Reason = "wait-after"             // a waitFor `after` has not passed
