@@ -57,6 +57,8 @@ var spendEnvVars = []string{
 	"PI_DAILY_COST_USD",
 	"PI_WEEKLY_COST_USD",
 	"PI_MONTHLY_COST_USD",
+	"PI_PREDICT_ADMISSION",
+	"PI_PREDICT_MIN_RUNS",
 	"PI_GATEWAY",
 	"PI_PROVIDER_URLS",
 	"PI_DEFAULT_PROVIDER",
@@ -148,6 +150,8 @@ func (r *envReader) readSpend(c *Config) {
 	parseEnv(r, "PI_DAILY_COST_USD", parseUSDVar, &c.Spend.DailyCostMicros)
 	parseEnv(r, "PI_WEEKLY_COST_USD", parseUSDVar, &c.Spend.WeeklyCostMicros)
 	parseEnv(r, "PI_MONTHLY_COST_USD", parseUSDVar, &c.Spend.MonthlyCostMicros)
+	parseEnv(r, "PI_PREDICT_ADMISSION", parseAutoOff, &c.Spend.PredictOff)
+	r.envInt("PI_PREDICT_MIN_RUNS", &c.Spend.PredictMinRuns)
 	parseEnv(r, "PI_GATEWAY", parseOnOff, &c.Gateway.Off)
 	parseEnv(r, "PI_PROVIDER_URLS", parseProviderURLs, &c.Gateway.ProviderURLs)
 	r.envText("PI_DEFAULT_PROVIDER", &c.Gateway.DefaultProvider)
@@ -213,6 +217,17 @@ func parseOnOff(s string) (off bool, rule string) {
 		return true, ""
 	}
 	return false, `must be "on" or "off"`
+}
+
+// parseAutoOff reads PI_PREDICT_ADMISSION: "auto" (the default) or "off".
+func parseAutoOff(s string) (off bool, rule string) {
+	switch s {
+	case "auto":
+		return false, ""
+	case "off":
+		return true, ""
+	}
+	return false, `must be "auto" or "off"`
 }
 
 // parseProviderURLs reads "name=url,name=url".
@@ -292,6 +307,9 @@ func (c Config) spendProblems(p *problemList) {
 		if v.m < 0 || v.m > MaxUSD*1_000_000 {
 			p.add(v.name, jobs.FormatUSD(v.m), fmt.Sprintf("must be above 0 and at most %d dollars", MaxUSD))
 		}
+	}
+	if s.PredictMinRuns != 0 {
+		p.intRange("PI_PREDICT_MIN_RUNS", s.PredictMinRuns, 1, 100_000)
 	}
 	if s.MaxTokens < 0 || s.MaxTokens > MaxJobTokens {
 		p.add("PI_MAX_TOKENS", strconv.FormatInt(s.MaxTokens, 10), fmt.Sprintf("must be between 1 and %d", MaxJobTokens))

@@ -119,3 +119,20 @@ func TestWorker_RefusesAnInvalidConfig(t *testing.T) {
 func mapEnv(m map[string]string) func(string) string {
 	return func(k string) string { return m[k] }
 }
+
+// Predicted admission: auto by default, off by the setting, and a bad value
+// is an error that names the variable and its rule.
+func TestWorker_PredictAdmission(t *testing.T) {
+	t.Parallel()
+	c, err := config.Load(mapEnv(map[string]string{"PI_PREDICT_ADMISSION": "off", "PI_PREDICT_MIN_RUNS": "50"}))
+	require.NoError(t, err)
+	require.True(t, c.Spend.PredictOff)
+	require.Equal(t, 50, c.Spend.PredictMinRuns)
+	require.False(t, config.Default().Spend.PredictOff, "on (auto) by default")
+	for k, v := range map[string]string{"PI_PREDICT_ADMISSION": "on", "PI_PREDICT_MIN_RUNS": "-1"} {
+		_, err := config.Load(mapEnv(map[string]string{k: v}))
+		var ce config.ConfigErrors
+		require.ErrorAs(t, err, &ce, "%s=%s", k, v)
+		require.Contains(t, err.Error(), k)
+	}
+}

@@ -158,6 +158,10 @@ func (b *builder) build(wcfg dispatch.Config, opts []Option) (*Stack, error) {
 	if err := b.reportAndGateway(s, st, &deps); err != nil {
 		return nil, err
 	}
+	if !b.cfg.Spend.PredictOff {
+		// Predicted admission reads the fleet's runs from the mirror.
+		deps.Predictor = fleetstate.NewPredictor(st.mirror, fleetstate.PredictorConfig{MinRuns: b.cfg.Spend.PredictMinRuns, Now: b.tune.Now})
+	}
 	for _, o := range opts {
 		o(&deps)
 	}
