@@ -24,37 +24,38 @@ import (
 
 // Finding codes, most important first (Explanation.Findings is sorted so).
 const (
-	FindRunning       = "running"        // active, its lock held
-	FindStalled       = "stalled"        // active, its lock expired: the stalled check fails it
-	FindFinished      = "finished"       // completed or failed
-	FindFleetPaused   = "fleet-paused"   // the fleet pause flag (pi:paused) is set
-	FindQueuePaused   = "queue-paused"   // its queue is paused
-	FindHostGone      = "host-gone"      // on a host queue whose host has no registry row
-	FindHostStale     = "host-stale"     // on a host queue whose host's row is old or undatable
-	FindNoHosts       = "no-hosts"       // no worker has a registry row
-	FindNotCapable    = "not-capable"    // hosts draining its queue lack a profile it names
-	FindInvalidJob    = "invalid-job"    // its data does not parse: it will be refused
-	FindJobUnsigned   = "job-unsigned"   // the fleet key did not sign it for its queue: it will be refused
-	FindHostUntrusted = "host-untrusted" // on a host queue whose host's row the fleet key did not sign
-	FindPauseWindow   = "pause-window"   // a pause window matches its scope
-	FindWaitHold      = "wait-hold"      // held on its waitFor conditions
-	FindScopeBusy     = "scope-busy"     // its scope's fleet-wide slots are all held
-	FindThreadBusy    = "thread-busy"    // an older job of its issue or pull request runs or waits first
-	FindScopeLocal    = "scope-local"    // one job per folder, counted on each host only
-	FindRateLimited   = "rate-limited"   // its provider is suspended by a rate limit: deferred to the reset
-	FindBudgetFull    = "budget-full"    // a count window is at its cap: it will be refused
-	FindDollarsFull   = "dollars-full"   // a dollar window cannot hold its cap: it will be refused
-	FindImageMissing  = "image-missing"  // hosts that can take it published no image
-	FindDelayed       = "delayed"        // deferred or backing off for a retry
-	FindReady         = "ready"          // nothing holds it: it waits for a free worker
-	FindUnread        = "unread"         // a part of the state could not be read
+	FindRunning       = "running"               // active, its lock held
+	FindStalled       = "stalled"               // active, its lock expired: the stalled check fails it
+	FindFinished      = "finished"              // completed or failed
+	FindFleetPaused   = "fleet-paused"          // the fleet pause flag (pi:paused) is set
+	FindQueuePaused   = "queue-paused"          // its queue is paused
+	FindHostGone      = "host-gone"             // on a host queue whose host has no registry row
+	FindHostStale     = "host-stale"            // on a host queue whose host's row is old or undatable
+	FindNoHosts       = "no-hosts"              // no worker has a registry row
+	FindNotCapable    = "not-capable"           // hosts draining its queue lack a profile it names
+	FindInvalidJob    = "invalid-job"           // its data does not parse: it will be refused
+	FindJobUnsigned   = "job-unsigned"          // the fleet key did not sign it for its queue: it will be refused
+	FindHostUntrusted = "host-untrusted"        // on a host queue whose host's row the fleet key did not sign
+	FindPauseWindow   = "pause-window"          // a pause window matches its scope
+	FindWaitHold      = "wait-hold"             // held on its waitFor conditions
+	FindScopeBusy     = "scope-busy"            // its scope's fleet-wide slots are all held
+	FindThreadBusy    = "thread-busy"           // an older job of its issue or pull request runs or waits first
+	FindScopeLocal    = "scope-local"           // one job per folder, counted on each host only
+	FindRateLimited   = "rate-limited"          // its provider is suspended by a rate limit: deferred to the reset
+	FindBudgetFull    = "budget-full"           // a count window is at its cap: it will be refused
+	FindDollarsFull   = "dollars-full"          // a dollar window cannot hold its cap: it will be refused
+	FindPredictedOver = "predicted-over-budget" // the p90 cost of runs like it does not fit its cap or a dollar window: it waits
+	FindImageMissing  = "image-missing"         // hosts that can take it published no image
+	FindDelayed       = "delayed"               // deferred or backing off for a retry
+	FindReady         = "ready"                 // nothing holds it: it waits for a free worker
+	FindUnread        = "unread"                // a part of the state could not be read
 )
 
 // findingRank orders findings for display: what stops every job first.
 var findingRank = []string{
 	FindRunning, FindStalled, FindFinished, FindFleetPaused, FindQueuePaused,
 	FindHostGone, FindHostStale, FindHostUntrusted, FindNoHosts, FindNotCapable, FindInvalidJob, FindJobUnsigned, FindPauseWindow,
-	FindWaitHold, FindRateLimited, FindThreadBusy, FindScopeBusy, FindBudgetFull, FindDollarsFull, FindImageMissing, FindReady,
+	FindWaitHold, FindRateLimited, FindThreadBusy, FindScopeBusy, FindPredictedOver, FindBudgetFull, FindDollarsFull, FindImageMissing, FindReady,
 	FindScopeLocal, FindDelayed, FindUnread,
 }
 
