@@ -104,7 +104,7 @@ func printBreakdown(w io.Writer, rep operator.BreakdownReport, logsDir string) e
 	row := func(key string, r operator.ReportRow) {
 		merged, perMerged := "-", "-"
 		if joined && r.PullRequests > 0 {
-			merged = percent(r.Merged, r.PullRequests)
+			merged = ratioPercent(r.Merged, r.PullRequests)
 		}
 		if joined && r.Merged > 0 {
 			perMerged = cents(r.MicrosPerMerged)
@@ -191,7 +191,7 @@ func cents(micros int64) string {
 	return fmt.Sprintf("$%d.%02d", c/100, c%100)
 }
 
-// percent is n of d as a whole percentage, half up.
-func percent(n, d int) string {
+// ratioPercent is n of d as a whole percentage, half up.
+func ratioPercent(n, d int) string {
 	return strconv.Itoa((200*n+d)/(2*d)) + "%"
 }
