@@ -24,14 +24,18 @@ func (w *Worker) deferJob(ctx context.Context, h *held, d time.Duration, why job
 
 // finishPolicy records a policy outcome (a refusal, exit 2, a timeout) and
 // completes the job with it as the result: never retried.
+//
+// Its status comes before its record, so the record of a job refused before
+// it ran (no running status wrote the comment's address) carries it too.
 func (w *Worker) finishPolicy(ctx context.Context, h *held, reason jobs.Reason, exit *int, telemetry json.RawMessage) {
-	w.record(ctx, h, jobs.OutcomePolicy, reason, exit, telemetry)
+	w.settle(h, jobs.OutcomePolicy, reason, exit, telemetry)
+	w.status(ctx, h, w.finalStatus(h, StatusRefused, reason))
+	w.commitRecord(ctx, h)
 	result, _ := json.Marshal(map[string]string{"outcome": jobs.OutcomePolicy, "reason": string(reason)})
 	if err := w.report(ctx, h, func(ctx context.Context) error { return h.q.Complete(ctx, h.job.ID, h.token, result) }); err != nil {
 		w.log.Error("job_report_failed", "jobId", h.job.ID, "err", err)
 	}
 	w.log.Info("job_refused", "jobId", h.job.ID, "outcome", jobs.OutcomePolicy, "reason", reason)
-	w.status(ctx, h, w.finalStatus(h, StatusRefused, reason))
 	w.threadDone(ctx, h)
 }
 
@@ -123,6 +127,12 @@ func (w *Worker) report(ctx context.Context, h *held, op func(context.Context) e
 // record writes the run record before anything reports the outcome, then
 // mirrors it fleet-wide without waiting.
 func (w *Worker) record(ctx context.Context, h *held, outcome string, reason jobs.Reason, exit *int, telemetry json.RawMessage) {
+	w.settle(h, outcome, reason, exit, telemetry)
+	w.commitRecord(ctx, h)
+}
+
+// settle puts the attempt's outcome in its record, not yet written.
+func (w *Worker) settle(h *held, outcome string, reason jobs.Reason, exit *int, telemetry json.RawMessage) {
 	h.rec.Outcome = outcome
 	h.rec.Reason = reason
 	h.rec.ExitCode = exit
@@ -131,6 +141,11 @@ func (w *Worker) record(ctx context.Context, h *held, outcome string, reason job
 	if h.rec.Target == "" {
 		h.rec.Target = "-"
 	}
+}
+
+// commitRecord writes the settled record, unless another host recorded the
+// attempt first, and mirrors it.
+func (w *Worker) commitRecord(ctx context.Context, h *held) {
 	w.observeFinish(h)
 	if owner, mine := w.claim(ctx, h.rec); !mine {
 		// Another host recorded this attempt first (its stalled check failed

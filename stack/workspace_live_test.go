@@ -254,3 +254,27 @@ func TestForgeJobStoppedMidRunRevokesItsToken(t *testing.T) {
 	require.NotEmpty(t, f.gh.Revoked())
 	require.ElementsMatch(t, f.gh.Tokens(), f.gh.Revoked(), "the stopped job's tokens are revoked")
 }
+
+// A forge job refused before it ran (here: an image the host does not
+// allow) writes its status comment before its record, so the record links
+// the comment as a job that ran does.
+func TestForgeJobRefusedBeforeRunRecordsItsStatusComment(t *testing.T) {
+	f := startForgeWorker(t, workspace.Limits{})
+	e, err := f.router.EnqueueForge(context.Background(), enqueue.ForgeDelivery{JobID: "gh-delivery-image", Job: jobs.Job{
+		Kind: jobs.KindForge, Repo: forgeRepo, Flow: "fix", Task: "JOB_WRITE_FILE=README.md", Image: "pidispatch-not-allowed:1",
+		ForgeEvent: jobs.ForgeEvent{Forge: jobs.ForgeGitHub, Number: 5, DeliveryID: "gh-delivery-image", Trigger: "fix-label"},
+	}})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		recs, err := jobs.ReadRecords(f.logs, e.JobID)
+		return err == nil && len(recs) == 1
+	}, 90*time.Second, 200*time.Millisecond, "no record of %s", e.JobID)
+	recs, err := jobs.ReadRecords(f.logs, e.JobID)
+	require.NoError(t, err)
+	require.Equal(t, jobs.OutcomePolicy, recs[0].Outcome)
+	require.Equal(t, jobs.ReasonImageNotAllowed, recs[0].Reason)
+	comments := f.gh.Comments(forgeRepo, 5)
+	require.Len(t, comments, 1, "one status comment")
+	require.Contains(t, comments[0], "refused (`image-not-allowed`)")
+	require.Regexp(t, `/acme/web/issues/5#issuecomment-\d+$`, recs[0].StatusCommentURL, "the refused job's record links its status comment")
+}
