@@ -315,6 +315,10 @@ type Forge struct {
 	// InboxMax is RECEIVER_INBOX_MAX: how many deliveries each forge's inbox
 	// in Valkey holds at most. 0: the default.
 	InboxMax int
+	// NoStatusComment is RECEIVER_STATUS_COMMENT=off: the receiver writes no
+	// queued status comment and holds only reading tokens; the worker writes
+	// the comment when it first takes the job.
+	NoStatusComment bool
 }
 
 // DefaultSpoolDir is RECEIVER_SPOOL_DIR's default, beside the worker's run
@@ -400,6 +404,13 @@ func LoadForge(getenv func(string) string) (Forge, error) {
 
 	if err := f.loadInbox(getenv); err != nil {
 		return Forge{}, err
+	}
+	if v := strings.TrimSpace(getenv("RECEIVER_STATUS_COMMENT")); v != "" {
+		off, rule := parseOnOff(v)
+		if rule != "" {
+			return fail("RECEIVER_STATUS_COMMENT", v, "%s: off keeps the receiver's tokens read-only, and the worker writes the status comment", rule)
+		}
+		f.NoStatusComment = off
 	}
 
 	switch f.GitLabWebhookMode {
