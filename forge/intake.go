@@ -57,6 +57,11 @@ type IntakeConfig struct {
 	// their events arrive; those events start a job only when a trigger
 	// says so, as any other. Optional.
 	PullRequests PullRequestRecorder
+	// Status, when set, shows each job on its issue or pull request as
+	// queued before it is enqueued (the job's one status comment, which the
+	// worker that takes it edits). Optional: without it the worker writes
+	// the comment when it first takes the job.
+	Status QueuedStatus
 	// Disarm, when set, is called after a one-shot trigger enqueued its job.
 	Disarm Disarmer
 	// Logger receives forge_enqueued, forge_refused and forge_dropped.
@@ -66,6 +71,22 @@ type IntakeConfig struct {
 	// Now is the clock (disarm times). Default time.Now.
 	Now func() time.Time
 }
+
+// QueuedStatus writes a job's status comment when the intake accepts it.
+// Its failures are logged and never hold a job back.
+type QueuedStatus interface {
+	// Queued shows the job as queued in its status comment, written before
+	// the job is enqueued (so no worker can write one first); a job that has
+	// a status comment already keeps it unchanged.
+	Queued(ctx context.Context, jobID string, job jobs.Job) error
+	// Duplicate says in the comment Queued wrote for jobID that the delivery
+	// was folded into job sameAs, queued already: nothing runs as jobID.
+	Duplicate(ctx context.Context, jobID string, job jobs.Job, sameAs string) error
+}
+
+// statusTimeout bounds writing one queued status comment: a slow forge
+// delays the delivery's processing by at most this, never its answer.
+const statusTimeout = 10 * time.Second
 
 // Outcome is what became of an event.
 type Outcome struct {
@@ -279,6 +300,7 @@ func (in *Intake) enqueueReplicas(ctx context.Context, t cronsync.ForgeTrigger, 
 	n := max(t.Replicas, 1)
 	for i := 1; i <= n; i++ {
 		d := Delivery(t, ev, i)
+		queued := in.queuedStatus(ctx, d, attrs)
 		e, err := in.cfg.Enqueuer.EnqueueForge(ctx, d)
 		if err != nil {
 			// Replicas enqueued so far keep their ids: a redelivery
@@ -286,11 +308,38 @@ func (in *Intake) enqueueReplicas(ctx context.Context, t cronsync.ForgeTrigger, 
 			in.log.Error("forge_enqueue_failed", append(attrs, "jobId", d.JobID, "err", err.Error())...)
 			return Outcome{}, fmt.Errorf("%w: %s: %w", ErrEnqueue, d.JobID, err)
 		}
+		if queued && e.JobID != d.JobID {
+			in.duplicateStatus(ctx, d, e.JobID, attrs)
+		}
 		out.JobIDs = append(out.JobIDs, e.JobID)
 		in.log.Info("forge_enqueued", append(attrs, "jobId", e.JobID, "queue", e.Queue, "added", e.Added,
 			"replica", d.Job.Replica, "replicas", d.Job.Replicas)...)
 	}
 	return out, nil
+}
+
+// queuedStatus writes d's queued status comment, when the intake writes
+// them, and reports whether it did.
+func (in *Intake) queuedStatus(ctx context.Context, d enqueue.ForgeDelivery, attrs []any) bool {
+	if in.cfg.Status == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
+	defer cancel()
+	if err := in.cfg.Status.Queued(ctx, d.JobID, d.Job); err != nil {
+		in.log.Warn("forge_status_failed", append(attrs, "jobId", d.JobID, "state", "queued", "err", err.Error())...)
+		return false
+	}
+	return true
+}
+
+// duplicateStatus says in d's comment that it was folded into job sameAs.
+func (in *Intake) duplicateStatus(ctx context.Context, d enqueue.ForgeDelivery, sameAs string, attrs []any) {
+	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
+	defer cancel()
+	if err := in.cfg.Status.Duplicate(ctx, d.JobID, d.Job, sameAs); err != nil {
+		in.log.Warn("forge_status_failed", append(attrs, "jobId", d.JobID, "state", "duplicate", "err", err.Error())...)
+	}
 }
 
 // disarm writes a one-shot trigger's disarm to the file and disarms it in memory, so it fires no more.

@@ -23,6 +23,7 @@ import (
 	"github.com/pidispatch/pidispatch/forge/poller"
 	"github.com/pidispatch/pidispatch/forge/receiver"
 	"github.com/pidispatch/pidispatch/forge/token"
+	"github.com/pidispatch/pidispatch/forge/workspace"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/valkey"
@@ -233,8 +234,12 @@ func (p *IntakePlan) wire(in *Intake, self map[jobs.Forge]int64, logger *slog.Lo
 	if err != nil {
 		return err
 	}
+	status, err := p.queuedStatus(in.host, logger)
+	if err != nil {
+		return err
+	}
 	in.Intake, err = forge.NewIntake(forge.IntakeConfig{
-		Enqueuer: enqueue.NewRouter(producer, enqueue.RouterConfig{}), Permissions: p.perms,
+		Enqueuer: enqueue.NewRouter(producer, enqueue.RouterConfig{}), Permissions: p.perms, Status: status,
 		SelfIDs: self, Disarm: forge.FileDisarmer(p.cfg.TriggersFile), Logger: logger, Host: in.host,
 		PullRequests: fleetstate.NewPullRequestsWith(in.Valkey, fleetstate.PullRequestsConfig{Key: p.cfg.FleetKey, Logger: logger}),
 	})
@@ -283,6 +288,55 @@ func (p *IntakePlan) wire(in *Intake, self map[jobs.Forge]int64, logger *slog.Lo
 			Valkey: in.Valkey, Handler: in.Intake, Logger: logger, Host: in.host,
 		})
 	}
+	return err
+}
+
+// queuedStatus is what writes each accepted job's queued status comment
+// (RECEIVER_STATUS_COMMENT, on by default): on GitHub with a token minted
+// for that one comment, restricted to the job's repository and to issues
+// and pull requests (a GitHub App's, revoked right after; a personal token
+// is what it is), on Forgejo/Gitea with FORGEJO_TOKEN. GitLab's is left to
+// the worker: each job's token there is a user of its own, which could not
+// edit a note GITLAB_TOKEN's user wrote. nil when off, or when no forge
+// configured has one.
+func (p *IntakePlan) queuedStatus(host string, logger *slog.Logger) (forge.QueuedStatus, error) {
+	if p.forge.NoStatusComment {
+		return nil, nil
+	}
+	creds := p.forge.Credentials
+	forges := map[jobs.Forge]workspace.Forge{}
+	if gh := creds.GitHub; gh != nil {
+		f := workspace.Forge{API: &workspace.GitHub{APIURL: gh.APIURL}, Minter: token.Static{Token: token.New(gh.PAT.Reveal(), time.Time{})}}
+		if p.ghApp != nil {
+			app := *p.ghApp
+			app.Permissions = token.StatusPermissions()
+			f.Minter = &app
+		}
+		forges[jobs.ForgeGitHub] = f
+	}
+	if fj := creds.Forgejo; fj != nil {
+		forges[jobs.ForgeForgejo] = workspace.Forge{API: &workspace.Gitea{URL: fj.URL}, Minter: token.Static{Token: token.New(fj.Token.Reveal(), time.Time{})}}
+	}
+	if len(forges) == 0 {
+		return nil, nil
+	}
+	m, err := workspace.New(workspace.Config{Forges: forges, Host: host, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	return queuedStatus{m}, nil
+}
+
+// queuedStatus adapts a workspace.Manager to forge.QueuedStatus.
+type queuedStatus struct{ m *workspace.Manager }
+
+func (q queuedStatus) Queued(ctx context.Context, jobID string, job jobs.Job) error {
+	_, err := q.m.Queued(ctx, workspace.Job{ID: jobID, Job: job})
+	return err
+}
+
+func (q queuedStatus) Duplicate(ctx context.Context, jobID string, job jobs.Job, sameAs string) error {
+	_, err := q.m.Status(ctx, workspace.Job{ID: jobID, Job: job}, workspace.Status{State: workspace.StatusDuplicate, SameAs: sameAs})
 	return err
 }
 

@@ -106,14 +106,38 @@ func TestReceiveAppMode(t *testing.T) {
 	if len(mints) == 0 {
 		t.Fatal("no installation token was minted")
 	}
+	// Reading tokens, and one token for the queued status comment: issues
+	// and pull requests, never the repository's contents, revoked at once.
+	var statusMints int
 	for _, m := range mints {
 		if len(m.Repositories) != 1 || m.Repositories[0] != "Hello-World" {
 			t.Errorf("token not restricted to the one repository: %v", m.Repositories)
 		}
 		p := m.Permissions
-		if p == nil || p.GetMetadata() != "read" || p.GetContents() != "" || p.GetIssues() != "read" {
+		switch {
+		case p != nil && p.GetIssues() == "write":
+			statusMints++
+			if p.GetMetadata() != "read" || p.GetContents() != "" || p.GetPullRequests() != "write" || p.GetAdministration() != "" || p.GetWorkflows() != "" {
+				t.Errorf("the status comment's token asks more than issues and pull requests: %+v", p)
+			}
+		case p == nil || p.GetMetadata() != "read" || p.GetContents() != "" || p.GetIssues() != "read":
 			t.Errorf("token asks more than reading: %+v", p)
 		}
+	}
+	if statusMints != 1 {
+		t.Errorf("%d tokens minted for the queued status comment, want 1", statusMints)
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(15 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s:\n%s", what, stderr.String())
+			}
+		}
+	}
+	waitFor("the status comment's token revoked", func() bool { return len(gh.Revoked()) == statusMints })
+	if c := gh.Comments("Codertocat/Hello-World", 1); len(c) != 1 || !strings.Contains(c[0], "queued, waiting for a worker") {
+		t.Fatalf("status comments %q, want one saying queued", c)
 	}
 
 	// The same comment by the App's own bot starts nothing.
@@ -141,6 +165,9 @@ func TestReceiveAppMode(t *testing.T) {
 	}
 	if _, err := q.Get(context.Background(), "gh-"+botKey); err == nil {
 		t.Fatal("the bot's own comment became a job")
+	}
+	if c := gh.Comments("Codertocat/Hello-World", 1); len(c) != 1 {
+		t.Fatalf("the refused comment got a reply: %q", c)
 	}
 	out := stderr.String() + stdout.String()
 	for _, tok := range gh.Tokens() {

@@ -15,6 +15,8 @@ import (
 	"github.com/pidispatch/pidispatch/internal/testkit/logtest"
 
 	"github.com/pidispatch/pidispatch/forge/forgetest"
+	"github.com/pidispatch/pidispatch/forge/token"
+	"github.com/pidispatch/pidispatch/forge/workspace"
 	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
@@ -138,6 +140,9 @@ func TestReceiveGiteaWebhookLive(t *testing.T) {
 	if ids := pending(); len(ids) != 0 {
 		t.Fatalf("the refused comment queued %v", ids)
 	}
+	if got := botComments(t, g, issue.Number, bot.Login); len(got) != 0 {
+		t.Fatalf("the outsider's refused comment got a reply: %q", got)
+	}
 
 	// The repository's owner: one job, named by Gitea's delivery id.
 	comment("", "/pi fix the wobble")
@@ -166,6 +171,30 @@ func TestReceiveGiteaWebhookLive(t *testing.T) {
 		job.Forge != jobs.ForgeForgejo {
 		t.Fatalf("job %+v", job)
 	}
+	// Accepted, before any worker: exactly one status comment, by the
+	// receiver's own account, saying queued, marked with the job's id.
+	waitFor("the queued status comment", func() bool { return len(botComments(t, g, issue.Number, bot.Login)) > 0 })
+	queued := botComments(t, g, issue.Number, bot.Login)
+	if len(queued) != 1 || !strings.Contains(queued[0], "queued, waiting for a worker") ||
+		!strings.Contains(queued[0], "<!-- pidispatch:status job=fj-"+delivery+" -->") {
+		t.Fatalf("status comments %q, want one saying queued for fj-%s", queued, delivery)
+	}
+	// The worker's status path, with the same account, edits that comment.
+	m, err := workspace.New(workspace.Config{Forges: map[jobs.Forge]workspace.Forge{jobs.ForgeForgejo: {
+		Minter: token.Static{Token: token.New(bot.Token, time.Time{})}, API: &workspace.Gitea{URL: g.URL},
+	}}, StateDir: t.TempDir(), Host: "gitea-worker-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []workspace.Status{{State: workspace.StatusRunning}, {State: workspace.StatusCompleted, Turns: 3}} {
+		url, err := m.Status(context.Background(), workspace.Job{ID: ids[0], Job: job}, st)
+		if err != nil || !strings.Contains(url, fmt.Sprintf("/acme/widgets/issues/%d#issuecomment-", issue.Number)) {
+			t.Fatalf("worker status %s: %q %v", st.State, url, err)
+		}
+	}
+	if got := botComments(t, g, issue.Number, bot.Login); len(got) != 1 || !strings.Contains(got[0], "done.") {
+		t.Fatalf("after the worker: %q, want the one comment saying done", got)
+	}
 	for _, s := range []string{secret, bot.Token, outsider.Token, g.AdminToken} {
 		if strings.Contains(stderr.String()+stdout.String(), s) || strings.Contains(string(j.Data), s) {
 			t.Fatalf("a secret leaked: %q", s)
@@ -181,4 +210,26 @@ func TestReceiveGiteaWebhookLive(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("receive did not stop with its context")
 	}
+}
+
+// botComments are the bodies of issue n's comments on acme/widgets written
+// by login.
+func botComments(t *testing.T, g *forgetest.Gitea, n int, login string) []string {
+	t.Helper()
+	var list []struct {
+		Body string `json:"body"`
+		User struct {
+			Login string `json:"login"`
+		} `json:"user"`
+	}
+	if err := json.Unmarshal(g.API(t, "", http.MethodGet, fmt.Sprintf("/repos/acme/widgets/issues/%d/comments", n), nil), &list); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, c := range list {
+		if c.User.Login == login {
+			out = append(out, c.Body)
+		}
+	}
+	return out
 }

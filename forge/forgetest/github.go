@@ -73,6 +73,7 @@ type MintRequest struct {
 type issued struct {
 	repos   []string
 	expires time.Time
+	perms   *github.InstallationPermissions // what it was minted with; nil: the installation's
 }
 
 type ghRepo struct {
@@ -420,7 +421,7 @@ func (g *GitHub) mint(w http.ResponseWriter, r *http.Request) {
 	tok := "ghs_" + hex.EncodeToString(b)
 	g.mu.Lock()
 	exp := g.now().Add(g.ttl)
-	g.tokens[tok] = issued{repos: opts.Repositories, expires: exp}
+	g.tokens[tok] = issued{repos: opts.Repositories, expires: exp, perms: opts.Permissions}
 	g.minted = append(g.minted, MintRequest{Repositories: opts.Repositories, Permissions: opts.Permissions})
 	g.mu.Unlock()
 	writeJSON(w, http.StatusCreated, github.InstallationToken{Token: github.Ptr(tok), ExpiresAt: &github.Timestamp{Time: exp}})
@@ -583,9 +584,24 @@ func (g *GitHub) getPull(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusNotFound, github.ErrorResponse{Message: "Not Found"})
 }
 
+// mayWriteComments answers, as GitHub does, 403 to an installation token
+// minted without issues or pull requests: write, and reports false when it
+// did.
+func (g *GitHub) mayWriteComments(w http.ResponseWriter, r *http.Request) bool {
+	tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	g.mu.Lock()
+	it, ok := g.tokens[tok]
+	g.mu.Unlock()
+	if !ok || it.perms == nil || it.perms.GetIssues() == "write" || it.perms.GetPullRequests() == "write" {
+		return true
+	}
+	writeJSON(w, http.StatusForbidden, github.ErrorResponse{Message: "Resource not accessible by integration"})
+	return false
+}
+
 func (g *GitHub) comment(w http.ResponseWriter, r *http.Request) {
 	rp, _, ok := g.authRepo(w, r)
-	if !ok {
+	if !ok || !g.mayWriteComments(w, r) {
 		return
 	}
 	n, _ := strconv.Atoi(r.PathValue("n"))
@@ -607,7 +623,7 @@ func (g *GitHub) comment(w http.ResponseWriter, r *http.Request) {
 // issues:write may edit anyone's; the host never tries).
 func (g *GitHub) editComment(w http.ResponseWriter, r *http.Request) {
 	rp, _, ok := g.authRepo(w, r)
-	if !ok {
+	if !ok || !g.mayWriteComments(w, r) {
 		return
 	}
 	id, _ := strconv.ParseInt(r.PathValue("id"), 10, 64)

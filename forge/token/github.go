@@ -61,6 +61,17 @@ func IntakePermissions() *github.InstallationPermissions {
 	}
 }
 
+// StatusPermissions are the least the receiver needs to write a job's
+// queued status comment on its issue or pull request, and find one written
+// already: nothing that reaches the repository's contents.
+func StatusPermissions() *github.InstallationPermissions {
+	return &github.InstallationPermissions{
+		Metadata:     github.Ptr("read"),
+		Issues:       github.Ptr("write"),
+		PullRequests: github.Ptr("write"),
+	}
+}
+
 // ParsePrivateKey reads an App's PEM private key (PKCS#1 or PKCS#8 RSA).
 func ParsePrivateKey(pemBytes []byte) (*rsa.PrivateKey, error) {
 	block, _ := pem.Decode(pemBytes)

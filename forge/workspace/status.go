@@ -30,10 +30,18 @@ type Status struct {
 	// Outputs says what became of the job's outputs (a refused one gets
 	// one line).
 	Outputs []jobs.OutputResult
+	// SameAs is the job a duplicate delivery was folded into.
+	SameAs string
 }
 
 // The states of a status comment.
 const (
+	// StatusQueued: the intake accepted the job; no worker took it yet
+	// (Manager.Queued writes it).
+	StatusQueued = "queued"
+	// StatusDuplicate: the delivery was folded into a job queued already
+	// for the same thread and trigger (Status.SameAs); nothing new runs.
+	StatusDuplicate = "duplicate"
 	StatusWaiting   = "waiting"
 	StatusRunning   = "running"
 	StatusRetrying  = "retrying"
@@ -141,6 +149,47 @@ func (m *Manager) Status(ctx context.Context, job Job, s Status) (string, error)
 	if id != prev.id || url == "" {
 		url = m.statusURL(ctx, job, f, tok, id)
 	}
+	m.status.put(job.ID, statusComment{id: id, key: key, url: url})
+	return url, nil
+}
+
+// Queued writes the job's status comment saying it is queued, when the
+// intake accepts it and before it is enqueued, so a job no worker has taken
+// yet shows on its thread and the first worker to take it finds the comment
+// by its marker and edits it. A job that has a status comment already (a
+// delivery handled again after a crash, when a worker may have moved it on)
+// keeps it as it is: a later state is never put back to queued. It answers
+// the comment's address, as Status does.
+func (m *Manager) Queued(ctx context.Context, job Job) (string, error) {
+	j := job.Job
+	f, ok := m.cfg.Forges[j.Forge]
+	switch {
+	case !ok || j.Repo == "":
+		return "", fmt.Errorf("%w: forge %q", ErrNotForge, j.Forge)
+	case j.Number == 0:
+		return "", nil
+	}
+	if err := m.Admit(j); err != nil {
+		m.log.Warn("forge_status_skipped", "jobId", job.ID, "why", err.Error())
+		return "", nil
+	}
+	if prev := m.status.get(job.ID); prev.id != 0 {
+		return prev.url, nil
+	}
+	tok, release, err := m.statusToken(ctx, job, f)
+	if err != nil {
+		return "", err
+	}
+	defer release()
+	s := Status{State: StatusQueued}
+	key := statusKey(job, s)
+	id := m.findStatus(ctx, job, f, tok)
+	if id != 0 {
+		key = "" // another's text: the next Status edits it
+	} else if id, err = f.API.Comment(ctx, tok, j.Repo, j.Number, j.PullRequest, statusBody(job, s)); err != nil {
+		return "", fmt.Errorf("write status comment: %w", err)
+	}
+	url := m.statusURL(ctx, job, f, tok, id)
 	m.status.put(job.ID, statusComment{id: id, key: key, url: url})
 	return url, nil
 }
@@ -317,6 +366,10 @@ func statusLine(s Status) string {
 	}
 	reason := sinktext.Code(string(s.Reason))
 	switch s.State {
+	case StatusQueued:
+		return "queued, waiting for a worker."
+	case StatusDuplicate:
+		return "already queued as job " + sinktext.Code(jobs.SanitizeJobID(s.SameAs)) + "; nothing new runs for this request."
 	case StatusWaiting:
 		line := "waiting: " + reason
 		if !s.Until.IsZero() {

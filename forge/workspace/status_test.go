@@ -181,3 +181,44 @@ func writeStatus(t *testing.T, m *workspace.Manager, job workspace.Job, s worksp
 	require.NoError(t, err)
 	return url
 }
+
+// The intake's queued comment is the job's one status comment: written
+// once whatever retries it, found and edited by the worker that takes the
+// job (another Manager, remembering nothing), and never put back to queued
+// by a delivery handled again after the job moved on.
+func TestQueuedStatusComment(t *testing.T) {
+	t.Parallel()
+	b := setup(t, workspace.PublishPolicy{}, workspace.Limits{})
+	withGitHubConfig(t, b, nil)
+	receiver := b.m
+	withGitHubConfig(t, b, nil)
+	retried := b.m // the same delivery handled again, after a restart
+	withGitHubConfig(t, b, nil)
+	worker := b.m
+	job := statusJob("gh-queued-1")
+
+	url, err := receiver.Queued(context.Background(), job)
+	require.NoError(t, err)
+	require.Regexp(t, `/issues/5#issuecomment-\d+$`, url)
+	again, err := retried.Queued(context.Background(), job)
+	require.NoError(t, err)
+	require.Equal(t, url, again, "found by its marker, not written twice")
+	comments := b.gh.Comments(repo, 5)
+	require.Len(t, comments, 1)
+	require.Contains(t, comments[0], "queued, waiting for a worker.")
+	require.Contains(t, comments[0], "<!-- pidispatch:status job=gh-queued-1 -->")
+
+	running, err := worker.Status(context.Background(), job, workspace.Status{State: workspace.StatusRunning})
+	require.NoError(t, err)
+	require.Equal(t, url, running, "the worker edits the queued comment")
+	_, err = retried.Queued(context.Background(), job)
+	require.NoError(t, err)
+	withGitHubConfig(t, b, nil)
+	_, err = b.m.Queued(context.Background(), job)
+	require.NoError(t, err)
+	comments = b.gh.Comments(repo, 5)
+	require.Len(t, comments, 1, "one status comment")
+	require.Contains(t, comments[0], "running.", "never put back to queued")
+	require.Equal(t, 1, b.gh.CommentEdits())
+	require.ElementsMatch(t, b.gh.Tokens(), b.gh.Revoked(), "every token minted for a status is revoked")
+}
