@@ -99,6 +99,9 @@ func runDash(ctx context.Context, e env, args []string) int {
 	}
 	defer src.Close(context.Background())
 	opts := dash.Options{Logger: slog.New(slog.NewTextHandler(e.stderr, nil)), Host: host}
+	// The charts' merged share: the receiver's outcomes, only those the
+	// fleet key signed when there is one.
+	opts.PullRequests = fleetstate.NewPullRequestsWith(client, fleetstate.PullRequestsConfig{Key: caps.FleetKey, Logger: caps.Logger})
 	if cfg, _ := operator.ConfigForDoctor(e.getenv); cfg.Spend.DollarWindows() {
 		opts.Dollars = dash.FleetDollars(fleetstate.NewDollars(client, fleetstate.DollarsConfig{
 			DailyMicros: cfg.Spend.DailyCostMicros, WeeklyMicros: cfg.Spend.WeeklyCostMicros, MonthlyMicros: cfg.Spend.MonthlyCostMicros,
