@@ -603,3 +603,74 @@ func TestModelNameCarryingASecretIsShownByDigest(t *testing.T) {
 		t.Fatalf("events %+v", events)
 	}
 }
+
+// The spend is split by provider and model, each call in its model's share,
+// the shares summing to the totals.
+func TestSpendSplitByModel(t *testing.T) {
+	ant := fakeprovider.Usage{Input: 1000, Output: 200}
+	r := newRig(t, Config{}, dispatch.GatewayJob{}, fakeprovider.Answer("hi", ant))
+	for _, c := range []struct{ path, body string }{
+		{"/anthropic/v1/messages", antStream}, {"/openai/chat/completions", oaiJSON},
+		{"/anthropic/v1/messages", antJSON}, {"/anthropic/v1/messages", `{"model":"claude-mystery","stream":true}`},
+	} {
+		if resp, body := r.post(t, c.path, c.body); resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, body)
+		}
+	}
+	sp := r.sess.Spend()
+	antMicros := int64(1000*3 + 200*15)
+	oaiMicros := int64(1000*125/100 + 200*10)
+	want := []jobs.ModelSpend{
+		{Provider: "anthropic", Model: "claude-test", Calls: 2, Micros: 2 * antMicros, Tokens: jobs.SpendTokens{Input: 2000, Output: 400}},
+		{Provider: "openai", Model: "gpt-test", Calls: 1, Micros: oaiMicros, Tokens: jobs.SpendTokens{Input: 1000, Output: 200}},
+		{Provider: "anthropic", Model: mystery, Calls: 1, Tokens: jobs.SpendTokens{Input: 1000, Output: 200}, Unpriced: true},
+	}
+	if fmt.Sprint(sp.Models) != fmt.Sprint(want) {
+		t.Fatalf("models %+v\nwant   %+v", sp.Models, want)
+	}
+	var calls int
+	var micros, tokens int64
+	for _, m := range sp.Models {
+		calls, micros, tokens = calls+m.Calls, micros+m.Micros, tokens+m.Tokens.Total()
+	}
+	if calls != sp.Calls || micros != sp.Micros || tokens != sp.Tokens.Total() {
+		t.Fatalf("the split (%d calls, %d micros, %d tokens) does not sum to the totals %+v", calls, micros, tokens, sp)
+	}
+	if err := (jobs.Record{JobID: "j", Outcome: jobs.OutcomeCompleted, Reason: jobs.ReasonCompleted, Host: "h1",
+		StartedAt: time.Unix(1, 0), EndedAt: time.Unix(2, 0), Spend: &sp}).Validate(); err != nil {
+		t.Fatalf("a record of this spend is invalid: %v", err)
+	}
+}
+
+// Past 16 models the rest is counted in the totals only.
+func TestSpendSplitBounded(t *testing.T) {
+	r := newRig(t, Config{}, dispatch.GatewayJob{}, fakeprovider.Answer("hi", fakeprovider.Usage{Input: 10, Output: 5}))
+	for i := range 20 {
+		r.post(t, "/anthropic/v1/messages", fmt.Sprintf(`{"model":"claude-m%d","stream":true}`, i))
+	}
+	sp := r.sess.Spend()
+	if len(sp.Models) != 16 || sp.Calls != 20 || sp.Tokens.Input != 200 {
+		t.Fatalf("%d models, spend %+v", len(sp.Models), sp)
+	}
+}
+
+// A job that hides a secret, or a bidi control that reorders what a reader
+// sees, in the model name it sends finds neither in the split: the share is
+// named by the model's digest.
+func TestSpendSplitNeverNamesTheJobsModel(t *testing.T) {
+	const secret = "sk-live-0123456789abcdef"
+	r := newRig(t, Config{}, dispatch.GatewayJob{}, fakeprovider.Answer("hi", fakeprovider.Usage{Input: 10, Output: 5}))
+	for _, m := range []string{secret, "claude-test\u202egnp.exe", "claude\u0007bell"} {
+		b, _ := json.Marshal(map[string]any{"model": m, "stream": true})
+		r.post(t, "/anthropic/v1/messages", string(b))
+	}
+	sp := r.sess.Spend()
+	if len(sp.Models) != 3 {
+		t.Fatalf("models %+v", sp.Models)
+	}
+	for _, m := range sp.Models {
+		if !strings.HasPrefix(m.Model, "model-") || strings.Contains(m.Model, secret) || strings.ContainsAny(m.Model, "\u202e\u0007") {
+			t.Fatalf("a model's share is named %q, not by its digest", m.Model)
+		}
+	}
+}

@@ -37,6 +37,7 @@ type Session struct {
 	micros     int64
 	estimated  bool
 	unpriced   map[string]bool
+	models     []jobs.ModelSpend // by provider and shown model, first called first, at most maxModels
 	capHit     jobs.Reason
 	overshoot  int64
 	heldMicros int64 // reservations of the calls in flight
@@ -459,6 +460,7 @@ func (s *Session) settle(c *call, answered bool) {
 	if !priced && (ok || u.Total() > 0) {
 		s.unpriced[c.provider+"/"+shown] = true
 	}
+	s.addModel(c.provider, shown, u, micros, !priced)
 	over := c.reserved && (s.job.MaxMicros > 0 && micros > c.heldMicros || s.job.MaxTokens > 0 && u.Total() > c.heldTokens)
 	if over {
 		// The provider billed past the bound: stop the job's calls now.
@@ -476,6 +478,29 @@ func (s *Session) settle(c *call, answered bool) {
 	s.log.Info("model_call", "provider", c.provider, "model", model, "status", c.status, "input", u.Input, "output", u.Output,
 		"cacheRead", u.CacheRead, "cacheWrite", u.CacheWrite, "micros", micros, "priced", priced, "estimated", estimated)
 	s.callDone(c, shown, u, micros, priced, estimated)
+}
+
+// maxModels bounds Spend.Models (as jobs.Record does): a job that calls
+// more models keeps the first ones split; the totals still hold every call.
+const maxModels = 16
+
+// addModel adds one settled call to its provider and model's share, by the
+// model's shown name (never the name as the job wrote it); s.mu is held.
+func (s *Session) addModel(provider, shown string, u Usage, micros int64, unpriced bool) {
+	i := slices.IndexFunc(s.models, func(m jobs.ModelSpend) bool { return m.Provider == provider && m.Model == shown })
+	if i < 0 {
+		if len(s.models) >= maxModels {
+			return
+		}
+		s.models = append(s.models, jobs.ModelSpend{Provider: provider, Model: shown})
+		i = len(s.models) - 1
+	}
+	m := &s.models[i]
+	m.Calls++
+	m.Micros += micros
+	m.Tokens = jobs.SpendTokens{Input: m.Tokens.Input + u.Input, Output: m.Tokens.Output + u.Output,
+		CacheRead: m.Tokens.CacheRead + u.CacheRead, CacheWrite: m.Tokens.CacheWrite + u.CacheWrite}
+	m.Unpriced = m.Unpriced || unpriced
 }
 
 // inFlight is the number of calls admitted and not yet settled.
@@ -503,6 +528,7 @@ func (s *Session) Spend() jobs.Spend {
 		sp.Unpriced = append(sp.Unpriced, k)
 	}
 	slices.Sort(sp.Unpriced)
+	sp.Models = slices.Clone(s.models)
 	return sp
 }
 
