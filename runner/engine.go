@@ -37,6 +37,19 @@ type engine interface {
 	// stdoutTail returns at most the last n bytes of a container's stdout
 	// as the engine logged it.
 	stdoutTail(ctx context.Context, id string, n int) ([]byte, error)
+	// usage streams a running container's resource samples to each until
+	// the container ends or ctx does; it returns once it stopped calling each.
+	usage(ctx context.Context, id string, each func(usageSample)) error
+}
+
+// usageSample is one reading of a container's resource use.
+type usageSample struct {
+	// MemoryBytes is the highest memory use the reading shows: the
+	// cgroup's recorded maximum where the engine reports one (cgroup v1),
+	// else its current use.
+	MemoryBytes uint64
+	// CPUNanos is the CPU time the container used so far.
+	CPUNanos uint64
 }
 
 // Errors an engine classifies its failures into (wrapping the engine's own).

@@ -5,6 +5,7 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -33,6 +34,7 @@ type mobyAPI interface {
 	ContainerInspect(ctx context.Context, id string, opts client.ContainerInspectOptions) (client.ContainerInspectResult, error)
 	ContainerList(ctx context.Context, opts client.ContainerListOptions) (client.ContainerListResult, error)
 	ContainerLogs(ctx context.Context, id string, opts client.ContainerLogsOptions) (client.ContainerLogsResult, error)
+	ContainerStats(ctx context.Context, id string, opts client.ContainerStatsOptions) (client.ContainerStatsResult, error)
 }
 
 var (
@@ -241,4 +243,26 @@ func (e mobyEngine) list(ctx context.Context, label, value string) ([]containerI
 		out = append(out, info)
 	}
 	return out, nil
+}
+
+// usage reads the engine's stats stream: a sample about every second while
+// the container runs. On cgroup v2 the engine reports no max_usage, so the
+// peak is the highest current use a sample caught.
+func (e mobyEngine) usage(ctx context.Context, id string, each func(usageSample)) error {
+	res, err := e.api.ContainerStats(ctx, id, client.ContainerStatsOptions{Stream: true})
+	if err != nil {
+		return classify(err)
+	}
+	defer res.Body.Close()
+	dec := json.NewDecoder(res.Body)
+	for {
+		var s container.StatsResponse
+		if err := dec.Decode(&s); err != nil {
+			if errors.Is(err, io.EOF) || ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("read the stats of container %s: %w", id, err)
+		}
+		each(usageSample{MemoryBytes: max(s.MemoryStats.Usage, s.MemoryStats.MaxUsage), CPUNanos: s.CPUStats.CPUUsage.TotalUsage})
+	}
 }

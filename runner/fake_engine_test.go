@@ -34,6 +34,9 @@ type fakeEngine struct {
 	waitErr        error
 	listErr        error
 	removeErr      map[string]error // by ID
+	samples        []usageSample    // what usage reports of a running container
+	usageErr       error
+	oomKilled      bool // inspect reports the container OOM-killed
 }
 
 type fakeContainer struct {
@@ -254,6 +257,9 @@ func (f *fakeEngine) inspect(_ context.Context, idOrName string) (containerInfo,
 	case <-c.exited:
 		info.ExitCode = int(c.code)
 		info.Exited = c.started
+		f.mu.Lock()
+		info.OOMKilled = f.oomKilled
+		f.mu.Unlock()
 	default:
 		info.Running = c.started
 		if !c.started {
@@ -285,4 +291,21 @@ func (f *fakeEngine) count() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.containers)
+}
+
+// usage hands each sample of f.samples in turn, then waits for ctx's end
+// like the engine's stream of a running container.
+func (f *fakeEngine) usage(ctx context.Context, id string, each func(usageSample)) error {
+	f.mu.Lock()
+	samples, err := f.samples, f.usageErr
+	f.mu.Unlock()
+	f.record("usage %s", id)
+	if err != nil {
+		return err
+	}
+	for _, s := range samples {
+		each(s)
+	}
+	<-ctx.Done()
+	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -255,7 +256,7 @@ func (d *Docker) Run(ctx context.Context, spec Spec) (Result, error) {
 	if err != nil {
 		return d.failedBeforeStart(ctx, res, err)
 	}
-	res, err = d.runCreated(ctx, id, timeout, out, res, log)
+	res, err = d.runCreated(ctx, id, cs.Memory, timeout, out, res, log)
 	if !spec.KeepContainer || res.NeverStarted {
 		d.remove(ctx, id, log)
 	}
@@ -578,12 +579,12 @@ func (d *Docker) remove(ctx context.Context, id string, log *slog.Logger) {
 
 // runCreated attaches to, starts and waits for a created container, stopping
 // it on timeout or cancellation, and collects its output.
-func (d *Docker) runCreated(ctx context.Context, id string, timeout time.Duration, out *outputFile, res Result, log *slog.Logger) (Result, error) {
+func (d *Docker) runCreated(ctx context.Context, id string, memory int64, timeout time.Duration, out *outputFile, res Result, log *slog.Logger) (Result, error) {
 	stream, err := d.eng.attach(ctx, id)
 	if err != nil {
 		return d.failedBeforeStart(ctx, res, fmt.Errorf("attach to container %s: %w", res.Container, err))
 	}
-	r := &jobRun{d: d, id: id, res: res, log: log}
+	r := &jobRun{d: d, id: id, res: res, log: log, memory: memory}
 	r.collectOutput(stream, out)
 	defer r.finishOutput(0)
 	r.watchExit(ctx)
@@ -595,9 +596,11 @@ func (d *Docker) runCreated(ctx context.Context, id string, timeout time.Duratio
 	}
 	r.res.NeverStarted = false
 	log.Info("job_container_started", "image", r.res.ImageID, "timeout", timeout.String())
+	r.watchUsage(ctx)
 
 	runErr := r.await(ctx, timeout)
 	r.res.EndedAt = time.Now()
+	r.unwatchUsage()
 	r.finishOutput(d.drainFor(r.res.ExitCode))
 	r.recordExit(ctx)
 	return r.res, runErr
@@ -621,6 +624,44 @@ type jobRun struct {
 	exited     <-chan waitResult
 	exitSeen   bool
 	cancelWait context.CancelFunc
+
+	// The resource readings while it runs: the highest of each, and the
+	// end of the reader; memory is the container's limit.
+	memory      int64
+	usageMu     sync.Mutex
+	peakMemory  uint64
+	cpuNanos    uint64
+	usageDone   chan struct{}
+	cancelUsage context.CancelFunc
+}
+
+// watchUsage reads the container's resource use while it runs, keeping the
+// highest memory and CPU time seen. A reading that fails costs only the
+// figures, never the run.
+func (r *jobRun) watchUsage(ctx context.Context) {
+	uctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	r.usageDone, r.cancelUsage = make(chan struct{}), cancel
+	go func() {
+		defer close(r.usageDone)
+		err := r.d.eng.usage(uctx, r.id, func(s usageSample) {
+			r.usageMu.Lock()
+			r.peakMemory, r.cpuNanos = max(r.peakMemory, s.MemoryBytes), max(r.cpuNanos, s.CPUNanos)
+			r.usageMu.Unlock()
+		})
+		if err != nil && uctx.Err() == nil {
+			r.log.Warn("job_container_usage_unread", "err", err)
+		}
+	}()
+}
+
+// unwatchUsage ends the reader, waits for it, and puts what it saw in the result.
+func (r *jobRun) unwatchUsage() {
+	r.cancelUsage()
+	<-r.usageDone
+	r.usageMu.Lock()
+	defer r.usageMu.Unlock()
+	r.res.PeakMemoryBytes = int64(min(r.peakMemory, math.MaxInt64))
+	r.res.CPUTime = time.Duration(min(r.cpuNanos, math.MaxInt64))
 }
 
 // collectOutput copies the output into the tail buffers (and the file) from before the start on.
@@ -728,19 +769,26 @@ func (r *jobRun) await(ctx context.Context, timeout time.Duration) error {
 	return runErr
 }
 
-// recordExit reads what the exit code tells (never run, OOM-killed) and logs the job's end.
+// recordExit reads what the exit tells (never run, OOM-killed) and logs the job's end.
 func (r *jobRun) recordExit(ctx context.Context) {
 	res := &r.res
 	if res.ExitCode >= 125 && res.ExitCode <= 127 {
 		res.NeverStarted = true
 	}
-	if res.ExitCode == 137 && !res.TimedOut && !res.Cancelled {
+	// Whatever the exit code: the kernel may have killed one of the job's
+	// processes for memory while another lived on to exit on its own.
+	if !res.NeverStarted {
 		if info, err := r.d.inspectAfter(ctx, r.id); err == nil {
 			res.OOMKilled = info.OOMKilled
 		}
 	}
+	if res.OOMKilled {
+		// Killed on reaching its limit, maybe between two readings.
+		res.PeakMemoryBytes = max(res.PeakMemoryBytes, r.memory)
+	}
 	r.log.Info("job_container_exited", "exit_code", res.ExitCode, "duration", res.EndedAt.Sub(res.StartedAt).String(),
-		"timed_out", res.TimedOut, "cancelled", res.Cancelled, "never_started", res.NeverStarted, "oom_killed", res.OOMKilled)
+		"timed_out", res.TimedOut, "cancelled", res.Cancelled, "never_started", res.NeverStarted, "oom_killed", res.OOMKilled,
+		"peak_memory_bytes", res.PeakMemoryBytes, "cpu_ms", res.CPUTime.Milliseconds())
 }
 
 // inspectAfter inspects the container within cleanupTimeout, whatever happened to ctx.

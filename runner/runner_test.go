@@ -73,7 +73,7 @@ func TestRunCompleted(t *testing.T) {
 	if res.ImageID != "sha256:feed" || res.Container != "pi-job-job-1" || res.StartedAt.IsZero() || res.EndedAt.Before(res.StartedAt) {
 		t.Fatalf("result %+v", res)
 	}
-	want := []string{"imageID job:latest", "create pi-job-job-1", "attach", "wait", "start", "remove c1"}
+	want := []string{"imageID job:latest", "create pi-job-job-1", "attach", "wait", "start", "usage c1", "inspect", "remove c1"}
 	if got := eng.callLog(); !slices.Equal(got, want) {
 		t.Fatalf("calls\n got %q\nwant %q", got, want)
 	}
@@ -623,5 +623,51 @@ func TestReapRunningLeavesExited(t *testing.T) {
 	}
 	if eng.count() != 1 || eng.get(running) != nil {
 		t.Fatalf("%d containers left, want the exited one", eng.count())
+	}
+}
+
+// The run keeps the highest memory and CPU time the engine's readings show,
+// and asks the engine whether the kernel killed the job for memory whatever
+// its exit code (a child killed, the job's own process exiting 1).
+func TestRunMeasuresUsage(t *testing.T) {
+	checkNoLeak(t)
+	eng := newFakeEngine()
+	eng.exitAfter = 20 * time.Millisecond
+	eng.exitCode = 1
+	eng.oomKilled = true
+	eng.samples = []usageSample{{MemoryBytes: 70 << 20, CPUNanos: 2e6}, {MemoryBytes: 90 << 20, CPUNanos: 5e6}, {MemoryBytes: 10 << 20, CPUNanos: 0}}
+	d, logs := newTestDocker(t, eng, Config{})
+	spec := baseSpec()
+	spec.Memory = 64 << 20
+	res, err := d.Run(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.PeakMemoryBytes != 90<<20 || res.CPUTime != 5*time.Millisecond || !res.OOMKilled {
+		t.Fatalf("peak %d, cpu %s, oom %v", res.PeakMemoryBytes, res.CPUTime, res.OOMKilled)
+	}
+	if !strings.Contains(logs.String(), `"peak_memory_bytes":94371840`) {
+		t.Fatalf("the exit line logs no peak: %s", logs.String())
+	}
+	// Killed for memory between two readings: it reached its limit.
+	eng.samples = eng.samples[:1]
+	spec.Memory = 80 << 20
+	if res, _ := d.Run(context.Background(), spec); res.PeakMemoryBytes != 80<<20 {
+		t.Fatalf("peak %d, want the 80 MiB limit", res.PeakMemoryBytes)
+	}
+}
+
+// Readings that cannot be had cost the figures, never the run.
+func TestRunWithoutUsage(t *testing.T) {
+	checkNoLeak(t)
+	eng := newFakeEngine()
+	eng.usageErr = errors.New("stats refused")
+	d, logs := newTestDocker(t, eng, Config{})
+	res, err := d.Run(context.Background(), baseSpec())
+	if err != nil || res.ExitCode != 0 || res.PeakMemoryBytes != 0 || res.CPUTime != 0 || res.OOMKilled {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if !strings.Contains(logs.String(), "job_container_usage_unread") {
+		t.Fatalf("no warning: %s", logs.String())
 	}
 }

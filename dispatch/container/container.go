@@ -109,6 +109,12 @@ type Result struct {
 	// OOMKilled: the engine reports the job was killed for exceeding its
 	// memory limit.
 	OOMKilled bool
+	// PeakMemoryBytes and CPUTime are what the runtime saw the container
+	// use while it ran: its highest memory use and its CPU time, as of the
+	// engine's last reading before the exit. Zero when it read nothing (the
+	// engine gave no reading, or the container ended before the first).
+	PeakMemoryBytes int64
+	CPUTime         time.Duration
 	// Telemetry is the job's exit line, nil when it printed none.
 	Telemetry *Telemetry
 	// Tail is the end of the job's combined output (the runtime bounds it), and

@@ -26,6 +26,8 @@
 //	                       FIFO: the standard library has no mkfifo on every platform this
 //	                       program builds for); exit 1 when it has not appeared within 5 minutes
 //	JOB_IGNORE_TERM=1      ignore SIGTERM, so only a kill ends the job
+//	JOB_ALLOC_BYTES=N      allocate N bytes, write every page of them and keep them until
+//	                       the exit (memory figures; past the memory limit, an OOM kill)
 //	JOB_SLEEP=DURATION     sleep (Go duration syntax) before the exit line
 //	JOB_PRINT_EXIT_LINE=1  exit line {"event":"exit","turns":3,"tokens":1234,"cost":0.05};
 //	                       0 prints none; unset prints the zero-telemetry line
@@ -104,9 +106,14 @@ func run(envLookup func(string) (string, bool), stdout, stderr io.Writer, p path
 	if r.getenv("JOB_IGNORE_TERM") == "1" && ignoreTERM != nil {
 		ignoreTERM()
 	}
+	held, ok := r.alloc()
+	if !ok {
+		return 1
+	}
 	if !r.sleep() {
 		return 1
 	}
+	held.touch()
 	line := r.exitLine(checked)
 	if !r.requiredEnv() {
 		return 3
@@ -358,6 +365,39 @@ func (r *prog) sleep() bool {
 	}
 	time.Sleep(d)
 	return true
+}
+
+// held is memory JOB_ALLOC_BYTES asked for.
+type held []byte
+
+// touch reads the memory again, so it is kept until here.
+func (h held) touch() {
+	if len(h) > 0 && h[len(h)-1] != 1 {
+		fmt.Fprintln(os.Stderr, "jobprog: memory lost")
+	}
+}
+
+// alloc allocates JOB_ALLOC_BYTES and writes every page, so the kernel
+// charges all of it to the container; false on a bad value.
+func (r *prog) alloc() (held, bool) {
+	raw := r.getenv("JOB_ALLOC_BYTES")
+	if raw == "" {
+		return nil, true
+	}
+	n, err := strconv.Atoi(raw)
+	if err != nil || n < 0 || n > 16<<30 {
+		fmt.Fprintf(r.stderr, "jobprog: bad JOB_ALLOC_BYTES %q\n", raw)
+		return nil, false
+	}
+	b := make(held, n)
+	for i := 0; i < n; i += 4096 {
+		b[i] = 1
+	}
+	if n > 0 {
+		b[n-1] = 1
+	}
+	fmt.Fprintf(r.stdout, "allocated %d bytes\n", n)
+	return b, true
 }
 
 // exitLine is the exit line to print ("" for none), as JOB_PRINT_EXIT_LINE and JOB_EXIT_LINE choose.
