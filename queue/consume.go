@@ -208,13 +208,25 @@ func (q *Queue) Fail(ctx context.Context, id, token, reason string, opts FailOpt
 // Defer moves a job the caller holds back to delayed for delay (counted on
 // the server's clock). It is not an attempt: AttemptsMade is unchanged.
 func (q *Queue) Defer(ctx context.Context, id, token string, delay time.Duration) error {
+	return q.DeferNoted(ctx, id, token, delay, "")
+}
+
+// MaxNoteBytes bounds the note DeferNoted keeps on a job.
+const MaxNoteBytes = 4 << 10
+
+// DeferNoted is Defer that also keeps note on the job (Job.GateWaits), for
+// the worker that takes it next; "" keeps the note there.
+func (q *Queue) DeferNoted(ctx context.Context, id, token string, delay time.Duration, note string) error {
 	if err := checkHeld(id, token); err != nil {
 		return err
 	}
 	if delay < 0 {
 		return optErr("delay", "negative")
 	}
-	res, err := q.run(ctx, deferScript, nil, id, token, durationMs(delay))
+	if len(note) > MaxNoteBytes {
+		return optErr("note", "longer than %d bytes", MaxNoteBytes)
+	}
+	res, err := q.run(ctx, deferScript, nil, id, token, durationMs(delay), note)
 	if err != nil {
 		return fmt.Errorf("defer %q in %s: %w", id, q.name, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -243,6 +244,28 @@ func TestQueue_DeferIsNotAnAttempt(t *testing.T) {
 	got, err = q.Get(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, 1, got.AttemptsMade)
+}
+
+// A deferral's note stays on the job for the next take; a deferral
+// without one keeps it.
+func TestQueue_DeferNotedKeepsTheNote(t *testing.T) {
+	t.Parallel()
+	_, q := setup(t, queue.Config{})
+	ctx := testCtx(t)
+	id := add(t, q, queue.AddOptions{})
+	fetch(t, q, "t")
+	require.ErrorIs(t, q.DeferNoted(ctx, id, "t", 0, strings.Repeat("x", queue.MaxNoteBytes+1)), queue.ErrInvalidOption)
+	require.NoError(t, q.DeferNoted(ctx, id, "t", time.Millisecond, `{"a":1}`))
+	time.Sleep(20 * time.Millisecond)
+	job := fetch(t, q, "t2")
+	require.Equal(t, `{"a":1}`, job.GateWaits)
+	require.NoError(t, q.Defer(ctx, id, "t2", time.Millisecond))
+	time.Sleep(20 * time.Millisecond)
+	job = fetch(t, q, "t3")
+	require.Equal(t, `{"a":1}`, job.GateWaits)
+	got, err := q.Get(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, `{"a":1}`, got.GateWaits)
 }
 
 func TestQueue_StalledJobFailsAndIsReported(t *testing.T) {

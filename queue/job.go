@@ -70,6 +70,9 @@ type Job struct {
 	// DeferredFailure is set by BullMQ's own stalled check ("defa"): a job
 	// that carries it must be failed without running (Fail with NoRetry).
 	DeferredFailure string
+	// GateWaits is the note the last DeferNoted left on the job ("pigw"),
+	// as any writer of the hash left it: the worker checks it.
+	GateWaits string
 
 	// State is set by Get.
 	State State
@@ -84,7 +87,7 @@ type Job struct {
 type hashFields struct {
 	name, data, opts, deid, priority, atm, attemptsMade, ats, stc string
 	timestamp, processedOn, finishedOn, delay, failedReason       string
-	returnValue, rjk, pb, defa                                    string
+	returnValue, rjk, pb, defa, pigw                              string
 	hasReturnValue                                                bool
 }
 
@@ -92,7 +95,7 @@ type hashFields struct {
 // lib.lua's jobFieldIndex does (a test keeps the two the same): a take
 // returns its job's fields with these numbers in place of the names.
 var takeFieldOrder = [...]string{"name", "data", "opts", "deid", "priority", "atm", "attemptsMade", "ats", "stc",
-	"timestamp", "processedOn", "finishedOn", "delay", "failedReason", "returnvalue", "rjk", "pb", "defa"}
+	"timestamp", "processedOn", "finishedOn", "delay", "failedReason", "returnvalue", "rjk", "pb", "defa", "pigw"}
 
 // set records field k's value; it ignores fields parseJob does not read.
 func (f *hashFields) set(k, v string) {
@@ -133,6 +136,8 @@ func (f *hashFields) set(k, v string) {
 		f.pb = v
 	case "defa":
 		f.defa = v
+	case "pigw":
+		f.pigw = v
 	}
 }
 
@@ -214,6 +219,7 @@ func (f *hashFields) job(id string) *Job {
 	j.SchedulerID = f.rjk
 	j.ProcessedBy = f.pb
 	j.DeferredFailure = f.defa
+	j.GateWaits = f.pigw
 	j.Corrupt = strings.Join(corrupt, "; ")
 	return j
 }

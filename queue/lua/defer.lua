@@ -7,6 +7,8 @@
   ARGV[2]     job id
   ARGV[3]     lock token the job was taken with
   ARGV[4]     delay in milliseconds (>= 0), counted from the server's now
+  ARGV[5]     a note kept on the job as "pigw" (its waits in the worker's
+              gates); "" keeps the one there
 
   Returns 0 ok, -1 no such job, -2 lock missing, -6 lock held by another
   token, -3 job not active.
@@ -23,6 +25,7 @@ rcall("SREM", k.stalled, jobId)
 local now = nowMs()
 local delay = math.floor(tonumber(ARGV[4]))
 rcall("HSET", jobKey, "delay", delay)
+if ARGV[5] and ARGV[5] ~= "" then rcall("HSET", jobKey, "pigw", ARGV[5]) end
 addDelayed(k, jobId, now + delay, maxEvents(k))
 wakeIfFreed(k)
 return 0

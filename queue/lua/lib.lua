@@ -548,7 +548,7 @@ end
 -- a string two, and the names were half of a take's strings.
 local jobFieldIndex = { name = 1, data = 2, opts = 3, deid = 4, priority = 5, atm = 6, attemptsMade = 7,
   ats = 8, stc = 9, timestamp = 10, processedOn = 11, finishedOn = 12, delay = 13, failedReason = 14,
-  returnvalue = 15, rjk = 16, pb = 17, defa = 18 }
+  returnvalue = 15, rjk = 16, pb = 17, defa = 18, pigw = 19 }
 
 -- takeNext moves the next ready job to active under a lock and returns its
 -- id, key, hash fields (HGETALL's, before this take's writes, names
