@@ -44,6 +44,10 @@ type HeldJob struct {
 	// Signature is the job's fleet signature, as its producer wrote it
 	// (fleet.Key); empty when it has none.
 	Signature string
+	// GateWaits is the note the last deferral left on the job
+	// (NotedDeferrer), as the queue holds it: anyone who writes Valkey may
+	// have written it, and the Worker checks it.
+	GateWaits string
 }
 
 // JobState is where a job is on its queue.

@@ -27,7 +27,7 @@ type held struct {
 	rec    jobs.Record
 
 	log      *slog.Logger      // the worker's, with the job's id and queue
-	pickedUp time.Time         // when the worker took the job
+	pickedUp time.Time         // when the worker took the job (the real clock, for latencies)
 	resolver string            // the secrets profile's resolver (secret-profile gate)
 	secrets  map[string]string // the resolved secrets (secrets gate)
 	gate     string            // the gate the job is at, for the events of a stop
@@ -40,6 +40,13 @@ type held struct {
 	// predicted is the job's cost predicted from history (predicted gate);
 	// nil when none was made.
 	predicted *jobs.Prediction
+
+	// pickedAt is the pickup by the worker's own clock (Tuning.Now), for the
+	// record; gateWaits how long the job waited in each gate before it
+	// (readGateWaits); agentMs how long its container ran.
+	pickedAt  time.Time
+	gateWaits map[jobs.Reason]int64
+	agentMs   int64
 }
 
 // handle walks one job from pickup to record, one verdict at a time: the
@@ -80,6 +87,8 @@ func (w *Worker) pickup(q JobQueue, job *HeldJob, token string) *held {
 	}
 	h.log = w.log.With("jobId", job.ID, "queue", q.Name())
 	h.pickedUp = time.Now()
+	h.pickedAt = h.rec.StartedAt
+	h.gateWaits = w.readGateWaits(h)
 	return h
 }
 
@@ -114,6 +123,7 @@ func (w *Worker) run(ctx context.Context, h *held) (v verdict, started bool, cle
 	if started = !end.Result.NeverStarted; started {
 		h.rec.StartedAt = end.StartedAt
 		h.started = h.rec.StartedAt
+		h.ranFor(end.Result)
 		w.keepSession(ctx, h, h.session)
 	}
 	h.rec.Spend = spendOf(h)

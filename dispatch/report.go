@@ -16,7 +16,7 @@ import (
 func (w *Worker) deferJob(ctx context.Context, h *held, d time.Duration, why jobs.Reason) {
 	w.observeJob(h, Event{Kind: EventGate, Gate: h.gate, Decision: DecisionDefer, Reason: why, Delay: d, Until: w.tune.Now().Add(d)})
 	w.status(ctx, h, JobStatus{State: StatusWaiting, Reason: why, Until: w.tune.Now().Add(d)})
-	if err := w.report(ctx, h, func(ctx context.Context) error { return h.q.Defer(ctx, h.job.ID, h.token, d) }); err != nil {
+	if err := w.report(ctx, h, func(ctx context.Context) error { return w.deferNoted(ctx, h, d, why) }); err != nil {
 		// The lock expires and the stalled check decides; nothing ran.
 		w.log.Error("job_defer_failed", "jobId", h.job.ID, "err", err)
 	}
@@ -138,6 +138,7 @@ func (w *Worker) settle(h *held, outcome string, reason jobs.Reason, exit *int, 
 	h.rec.ExitCode = exit
 	h.rec.Telemetry = telemetry
 	h.rec.EndedAt = w.tune.Now().UTC()
+	h.rec.Timings = h.timings()
 	if h.rec.Target == "" {
 		h.rec.Target = "-"
 	}

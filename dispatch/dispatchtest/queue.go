@@ -34,6 +34,9 @@ type Job struct {
 	Corrupt         string
 	// AttemptsMade starts the job as if that many attempts had finished.
 	AttemptsMade int
+	// GateWaits starts the job with a deferral's note, as a peer (or anyone
+	// who writes Valkey) left it.
+	GateWaits string
 }
 
 // Snapshot is what a fake Queue knows of one job, for assertions.
@@ -66,6 +69,7 @@ type queuedJob struct {
 	processed time.Time
 	by        string
 	added     time.Time // by the queue's clock
+	note      string    // the last DeferNoted's note
 }
 
 // Queue is an in-memory dispatch.JobQueue with the semantics of package
@@ -90,7 +94,8 @@ type Queue struct {
 }
 
 var (
-	_ dispatch.JobQueue = (*Queue)(nil)
+	_ dispatch.JobQueue      = (*Queue)(nil)
+	_ dispatch.NotedDeferrer = (*Queue)(nil)
 	_ interface {
 		Unlocked(ctx context.Context) ([]string, error)
 	} = (*Queue)(nil)
@@ -133,7 +138,7 @@ func (q *Queue) Add(j Job) bool {
 		return false
 	}
 	q.seq++
-	q.jobs[j.ID] = &queuedJob{job: j, seq: q.seq, added: q.now(), snap: Snapshot{State: StateWaiting, AttemptsMade: j.AttemptsMade}}
+	q.jobs[j.ID] = &queuedJob{job: j, seq: q.seq, added: q.now(), note: j.GateWaits, snap: Snapshot{State: StateWaiting, AttemptsMade: j.AttemptsMade}}
 	q.notify()
 	return true
 }
@@ -191,7 +196,7 @@ func (j *queuedJob) held() *dispatch.HeldJob {
 		ID: j.job.ID, Data: slices.Clone(j.job.Data), DedupID: j.job.DedupID,
 		AttemptsMade: j.snap.AttemptsMade, Attempts: j.job.Attempts, ProcessedOn: j.processed, EnqueuedAt: j.added, SchedulerID: j.job.SchedulerID,
 		ProcessedBy: j.by, DeferredFailure: j.job.DeferredFailure, State: j.snap.State, Corrupt: j.job.Corrupt,
-		Signature: j.job.Signature,
+		Signature: j.job.Signature, GateWaits: j.note,
 	}
 }
 
@@ -316,6 +321,12 @@ func (q *Queue) Fail(ctx context.Context, id, token, reason string, opts dispatc
 // Defer puts a job the caller holds back in delayed for delay; not an
 // attempt.
 func (q *Queue) Defer(ctx context.Context, id, token string, delay time.Duration) error {
+	return q.DeferNoted(ctx, id, token, delay, "")
+}
+
+// DeferNoted is Defer that keeps note on the job for its next take
+// (HeldJob.GateWaits); "" keeps the note there.
+func (q *Queue) DeferNoted(ctx context.Context, id, token string, delay time.Duration, note string) error {
 	if delay < 0 {
 		return fmt.Errorf("defer %q in %s: negative delay", id, q.name)
 	}
@@ -327,6 +338,9 @@ func (q *Queue) Defer(ctx context.Context, id, token string, delay time.Duration
 	}
 	j.snap.Deferrals++
 	j.snap.LastDelay = delay
+	if note != "" {
+		j.note = note
+	}
 	j.dueAt = q.now().Add(delay)
 	q.seq++
 	j.seq = q.seq
