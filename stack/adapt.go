@@ -28,6 +28,8 @@ var (
 	_ dispatch.Registry  = hostRow{}
 )
 
+var _ dispatch.NotedDeferrer = (*Queue)(nil)
+
 // Queue is a queue.Queue as the Worker holds jobs on it.
 type Queue struct{ q *queue.Queue }
 
@@ -47,6 +49,11 @@ func (a *Queue) Fail(ctx context.Context, id, token, reason string, o dispatch.F
 
 func (a *Queue) Defer(ctx context.Context, id, token string, delay time.Duration) error {
 	return queueErr(a.q.Defer(ctx, id, token, delay))
+}
+
+// DeferNoted defers the job keeping note on it (dispatch.NotedDeferrer).
+func (a *Queue) DeferNoted(ctx context.Context, id, token string, delay time.Duration, note string) error {
+	return queueErr(a.q.DeferNoted(ctx, id, token, delay, note))
 }
 
 func (a *Queue) ExtendLock(ctx context.Context, id, token string, ttl time.Duration) error {
@@ -79,7 +86,7 @@ func heldJob(j *queue.Job) *dispatch.HeldJob {
 		ID: j.ID, Data: j.Data, DedupID: j.DedupID, AttemptsMade: j.AttemptsMade, Attempts: j.Attempts,
 		ProcessedOn: j.ProcessedOn, EnqueuedAt: j.Timestamp, SchedulerID: j.SchedulerID, ProcessedBy: j.ProcessedBy,
 		DeferredFailure: j.DeferredFailure, State: dispatch.JobState(j.State), Corrupt: j.Corrupt,
-		Signature: j.Signature,
+		Signature: j.Signature, GateWaits: j.GateWaits,
 	}
 }
 
