@@ -38,6 +38,7 @@ func TestJobQueue(t *testing.T, newQueue func(t *testing.T) QueueHarness) {
 		{"FailNoRetryFailsForGood", queueFailNoRetry},
 		{"FailFreeAttemptGrantsOneMore", queueFailFreeAttempt},
 		{"DeferIsNotAnAttempt", queueDefer},
+		{"DeferNotedKeepsTheNote", queueDeferNoted},
 		{"ExtendLockKeepsTheJob", queueExtendLock},
 		{"ExpiredLockIsLostAndStalledFails", queueStalled},
 		{"FinishedJobCannotBeReported", queueFinished},
@@ -218,6 +219,43 @@ func queueDefer(t *testing.T, h QueueHarness) {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for h.Take("tok-4") == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("a job deferred for 0 was not handed out again")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// queueDeferNoted: a queue that keeps deferral notes hands the last one back
+// at the next take; a deferral without a note keeps it.
+func queueDeferNoted(t *testing.T, h QueueHarness) {
+	nd, ok := h.Queue.(dispatch.NotedDeferrer)
+	if !ok {
+		t.Skip("the queue keeps no notes")
+	}
+	ctx := qctx(t)
+	h.Add("job-n", []byte(`{}`), 1)
+	mustTake(t, h, "tok", "job-n")
+	if err := nd.DeferNoted(ctx, "job-n", "tok", 0, `{"a":1}`); err != nil {
+		t.Fatal(err)
+	}
+	j := takeAgain(t, h, "tok-2")
+	if err := h.Queue.Defer(ctx, "job-n", "tok-2", 0); err != nil {
+		t.Fatal(err)
+	}
+	k := takeAgain(t, h, "tok-3")
+	if j.GateWaits != `{"a":1}` || k.GateWaits != `{"a":1}` {
+		t.Fatalf("notes %q then %q, want the deferral's both times", j.GateWaits, k.GateWaits)
+	}
+}
+
+// takeAgain takes the job a deferral for 0 puts back.
+func takeAgain(t *testing.T, h QueueHarness, token string) *dispatch.HeldJob {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if j := h.Take(token); j != nil {
+			return j
+		}
 		if time.Now().After(deadline) {
 			t.Fatal("a job deferred for 0 was not handed out again")
 		}
