@@ -195,7 +195,7 @@ func (w *Worker) gateForge(_ context.Context, h *held) verdict {
 		return refuseFor(jobs.ReasonForgeNotAgreed)
 	}
 	if h.spec.Kind == jobs.KindForge {
-		h.rec.Trigger = trigger(h.spec.Trigger) // the entry of this host's triggers file that covers it
+		h.rec.Trigger = JobTrigger(h.spec, h.job.SchedulerID) // the entry of this host's triggers file that covers it
 	}
 	return goOn
 }
@@ -252,7 +252,7 @@ func (w *Worker) gateCron(ctx context.Context, h *held) verdict {
 	}
 	switch {
 	case v.Run:
-		h.rec.Trigger = trigger(sid) // the entry of this host's triggers file that made the run
+		h.rec.Trigger = JobTrigger(h.spec, h.job.SchedulerID) // the entry of this host's triggers file that made the run
 		return goOn
 	case v.Leave:
 		w.log.Info("cron_run_left", "jobId", h.job.ID, "queue", h.q.Name(), "schedulerId", sid, "why", v.Reason)

@@ -22,12 +22,18 @@ type CostPredictor interface {
 const LimitJobCap = "job-cap"
 
 // JobTrigger is the triggers.json entry that made j: a forge trigger, or the
-// cron entry of a scheduler's run; "" for a job no trigger made.
-func JobTrigger(j jobs.Job) string {
-	if j.Trigger != "" {
-		return j.Trigger
+// cron entry of a scheduler's run (schedulerID, the queue entry's scheduler,
+// else the one the job data names); "" for a job no trigger made, or one
+// whose name a record cannot hold (check.Name). The record's trigger and
+// the prediction's history are both named by it, so they always agree.
+func JobTrigger(j jobs.Job, schedulerID string) string {
+	switch {
+	case j.Trigger != "":
+		return trigger(j.Trigger)
+	case schedulerID != "":
+		return trigger(schedulerID)
 	}
-	return j.SchedulerID
+	return trigger(j.SchedulerID)
 }
 
 // gatePredicted predicts the job's cost from the runs of its trigger, flow
@@ -38,7 +44,7 @@ func JobTrigger(j jobs.Job) string {
 // history, or a history that cannot be read, leaves the job to the plain
 // caps, which still bound every dollar.
 func (w *Worker) gatePredicted(ctx context.Context, h *held) verdict {
-	trigger := JobTrigger(h.spec)
+	trigger := JobTrigger(h.spec, h.job.SchedulerID)
 	if w.deps.Predictor == nil || w.cfg.Spend.PredictOff || trigger == "" {
 		return goOn
 	}

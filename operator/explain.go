@@ -118,6 +118,9 @@ type ExplainJob struct {
 	State queue.State
 	// Spec is the parsed job data; nil when it does not parse.
 	Spec *jobs.Job
+	// SchedulerID is the scheduler the queue entry names, on a scheduler's
+	// run.
+	SchedulerID string
 }
 
 // FindingSource is the extension point for holds this package does not read

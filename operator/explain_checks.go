@@ -477,7 +477,7 @@ func hasAll(caps capabilities.Set, needs []string) bool {
 
 // sources asks each extension source.
 func (x *explainer) sources(ctx context.Context) {
-	job := ExplainJob{ID: x.job.ID, Queue: x.ex.Queue, State: x.job.State, Spec: x.spec}
+	job := ExplainJob{ID: x.job.ID, Queue: x.ex.Queue, State: x.job.State, Spec: x.spec, SchedulerID: x.job.SchedulerID}
 	for _, s := range x.opts.Sources {
 		fs, err := s.Findings(ctx, job)
 		if err != nil {

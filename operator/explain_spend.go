@@ -49,7 +49,7 @@ func predictJob(ctx context.Context, p dispatch.CostPredictor, job ExplainJob) (
 	if p == nil || job.Spec == nil {
 		return jobs.Prediction{}, false, nil
 	}
-	trigger := dispatch.JobTrigger(*job.Spec)
+	trigger := dispatch.JobTrigger(*job.Spec, job.SchedulerID)
 	if trigger == "" {
 		return jobs.Prediction{}, false, nil
 	}
