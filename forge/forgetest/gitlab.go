@@ -34,8 +34,10 @@ type GitLab struct {
 	bots      map[int64]bool   // the ids of project bot users
 	seq       int64            // numbers notes and events
 	noteEdits int
-	faults    []fault
-	calls     map[string]int // "METHOD sub"
+	// noteEditsRefused counts the edits answered 403.
+	noteEditsRefused int
+	faults           []fault
+	calls            map[string]int // "METHOD sub"
 	// parentScopes are the parent token's scopes (gitlab_check.go).
 	parentScopes *[]string
 }
@@ -198,9 +200,9 @@ func (g *GitLab) serve(w http.ResponseWriter, r *http.Request) {
 	case len(parts) >= 3 && parts[0] == "merge_requests" && parts[2] == "discussions":
 		g.discussions(w, r, p, tok, parts)
 	case r.Method == http.MethodPost && len(parts) == 3 && (parts[0] == "issues" || parts[0] == "merge_requests") && parts[2] == "notes":
-		g.createNote(w, r, p, parts[0], parts[1])
+		g.createNote(w, r, p, tok, parts[0], parts[1])
 	case r.Method == http.MethodPut && len(parts) == 4 && (parts[0] == "issues" || parts[0] == "merge_requests") && parts[2] == "notes":
-		g.editNote(w, r, p, parts[0], parts[1], parts[3])
+		g.editNote(w, r, p, tok, parts[0], parts[1], parts[3])
 	default:
 		writeJSON(w, http.StatusNotFound, glError{"404 Not Found"})
 	}
@@ -325,8 +327,9 @@ func (g *GitLab) createMergeRequest(w http.ResponseWriter, r *http.Request, p *g
 	writeJSON(w, http.StatusCreated, mr)
 }
 
-// createNote answers POST issues/<n>/notes or merge_requests/<n>/notes, kept for Notes.
-func (g *GitLab) createNote(w http.ResponseWriter, r *http.Request, p *glProject, kind, rawN string) {
+// createNote answers POST issues/<n>/notes or merge_requests/<n>/notes, kept
+// for Notes: the note's author is tok's user (author).
+func (g *GitLab) createNote(w http.ResponseWriter, r *http.Request, p *glProject, tok, kind, rawN string) {
 	n, _ := strconv.Atoi(rawN)
 	var opt gitlab.CreateIssueNoteOptions
 	_ = json.NewDecoder(r.Body).Decode(&opt)
@@ -346,15 +349,19 @@ func (g *GitLab) createNote(w http.ResponseWriter, r *http.Request, p *glProject
 		writeJSON(w, http.StatusAccepted, map[string]any{"commands_changes": map[string]any{}})
 		return
 	}
-	note := g.addNote(p, key, glBot, body, false)
+	note := g.addNote(p, key, g.author(p, tok), body, false)
 	p.noteIDs[key] = append(p.noteIDs[key], note.ID)
 	writeJSON(w, http.StatusCreated, note)
 }
 
-// editNote answers PUT issues/<n>/notes/<id> or merge_requests/<n>/notes/<id>:
-// a note the host wrote gets its new text (quick actions run again, as
+// editNote answers PUT issues/<n>/notes/<id> or merge_requests/<n>/notes/<id>
+// as GitLab's note policy does: tok's user may edit a note it wrote, or any
+// note of a project it is a Maintainer (or Owner) of; anyone else gets 403.
+// So a job's project token (its own bot user, a Developer) can edit only
+// the notes it wrote itself, while the parent's user, a Maintainer, could
+// edit a person's. The note gets its new text (quick actions run again, as
 // GitLab runs those an edit adds).
-func (g *GitLab) editNote(w http.ResponseWriter, r *http.Request, p *glProject, kind, rawN, rawID string) {
+func (g *GitLab) editNote(w http.ResponseWriter, r *http.Request, p *glProject, tok, kind, rawN, rawID string) {
 	n, _ := strconv.Atoi(rawN)
 	id, _ := strconv.ParseInt(rawID, 10, 64)
 	var opt gitlab.UpdateIssueNoteOptions
@@ -367,15 +374,17 @@ func (g *GitLab) editNote(w http.ResponseWriter, r *http.Request, p *glProject, 
 		writeJSON(w, http.StatusBadRequest, glError{"400 body is missing"})
 		return
 	}
-	g.noteEdits++
+	editor := g.author(p, tok)
 	for _, nt := range g.thread(p, key).notes {
 		if nt.ID != id {
 			continue
 		}
-		if nt.Author.Username != glBot {
+		if nt.Author.Username != editor && p.members[g.userID(editor)] < gitlab.MaintainerPermissions {
+			g.noteEditsRefused++
 			writeJSON(w, http.StatusForbidden, glError{"403 Forbidden"})
 			return
 		}
+		g.noteEdits++
 		nt.Body = g.quickActions(p, key, *opt.Body)
 		for i, posted := range p.noteIDs[key] {
 			if posted == id {
@@ -388,9 +397,36 @@ func (g *GitLab) editNote(w http.ResponseWriter, r *http.Request, p *glProject, 
 	writeJSON(w, http.StatusNotFound, glError{"404 Not found"})
 }
 
-// NoteEdits counts the note edits the double answered.
+// NoteEdits counts the note edits the double made.
 func (g *GitLab) NoteEdits() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.noteEdits
+}
+
+// NoteEditsRefused counts the note edits answered 403: the token's user
+// neither wrote the note nor is a Maintainer of its project.
+func (g *GitLab) NoteEditsRefused() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.noteEditsRefused
+}
+
+// NoteAuthors are the authors of the notes Notes answers, in the same
+// order ("" for a note of commands only, which GitLab keeps none of).
+func (g *GitLab) NoteAuthors(repo, on string) []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p := g.projects[repo]
+	out := make([]string, 0, len(p.noteIDs[on]))
+	for _, id := range p.noteIDs[on] {
+		author := ""
+		for _, nt := range g.thread(p, on).notes {
+			if nt.ID == id && id != 0 {
+				author = nt.Author.Username
+			}
+		}
+		out = append(out, author)
+	}
+	return out
 }

@@ -29,9 +29,6 @@ type glThread struct {
 // glEpoch dates the double's notes and events, one second apart.
 var glEpoch = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
-// glBot is the author of the notes the host writes through the API.
-const glBot = "project_bot"
-
 // userID is login's id on the double, made on first use.
 func (g *GitLab) userID(login string) int64 {
 	if g.users == nil {
@@ -107,6 +104,19 @@ func (g *GitLab) AddNote(repo, on, author, body string, system bool) int64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.addNote(g.projects[repo], on, author, body, system).ID
+}
+
+// Note is the text of note id on ("issue/N" or "mr/N") of repo as it is
+// now, whoever wrote it ("" when there is none).
+func (g *GitLab) Note(repo, on string, id int64) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, n := range g.thread(g.projects[repo], on).notes {
+		if n.ID == id {
+			return n.Body
+		}
+	}
+	return ""
 }
 
 func (g *GitLab) addNote(p *glProject, on, author, body string, system bool) *gitlab.Note {

@@ -250,8 +250,8 @@ func (m *Manager) writeStatus(ctx context.Context, job Job, f Forge, tok token.T
 // findStatus answers the id of the job's status comment among the thread's
 // last comments (0: none): the newest carrying the job's marker, written by
 // the host's own identity where the forge gives one that lasts (on GitLab
-// each job's token is a user of its own, so an edit that is refused writes
-// a new comment instead).
+// without a status token each job's token is a user of its own, so an edit
+// that is refused writes a new comment instead).
 func (m *Manager) findStatus(ctx context.Context, job Job, f Forge, tok token.Token) int64 {
 	j := job.Job
 	comments, _, err := f.API.LastComments(ctx, tok, j.Repo, j.Number, j.PullRequest, statusSearch)
@@ -274,10 +274,13 @@ func (m *Manager) findStatus(ctx context.Context, job Job, f Forge, tok token.To
 	return 0
 }
 
-// self answers who the host is on forge, asked once; false where the forge
-// gives no identity that outlives a job (GitLab) or could not say.
+// self answers who the host is on forge (the status token's user), asked
+// once; false where the forge gives no identity that outlives a job (GitLab
+// without Forge.Status) or could not say. On GitLab the status token's
+// user is a Maintainer, whom GitLab lets edit anyone's note: only a note
+// that user wrote is the host's.
 func (m *Manager) self(ctx context.Context, kind jobs.Forge, f Forge, tok token.Token) (Person, bool) {
-	if kind == jobs.ForgeGitLab {
+	if kind == jobs.ForgeGitLab && f.Status == nil {
 		return Person{}, false
 	}
 	if p, ok := m.status.self.Load(kind); ok {
@@ -298,20 +301,24 @@ func samePerson(a, b Person) bool {
 	return a.Login != "" && strings.EqualFold(a.Login, b.Login)
 }
 
-// statusToken answers a token for the job's status comment: the token of
-// the job's live workspace when it has one, else one minted for this and
-// revoked after it (release), on a context of its own.
+// statusToken answers a token for the job's status comment: the forge's
+// status token (Forge.Status) when it has one; else the token of the job's
+// live workspace when it has one, else one minted for this and revoked
+// after it (release), on a context of its own.
 func (m *Manager) statusToken(ctx context.Context, job Job, f Forge) (token.Token, func(), error) {
-	if c := m.liveCheckout(job.ID); c != nil {
+	minter := f.Minter
+	if f.Status != nil {
+		minter = f.Status
+	} else if c := m.liveCheckout(job.ID); c != nil {
 		tok, err := c.token(ctx)
 		return tok, func() {}, err
 	}
-	tok, err := f.Minter.Mint(ctx, job.Job.Repo)
+	tok, err := minter.Mint(ctx, job.Job.Repo)
 	if err != nil {
 		return token.Token{}, nil, fmt.Errorf("mint: %w", err)
 	}
 	release := func() {
-		r, ok := f.Minter.(token.Revoker)
+		r, ok := minter.(token.Revoker)
 		if !ok {
 			return
 		}

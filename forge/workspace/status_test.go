@@ -3,12 +3,16 @@ package workspace_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	gitlab "gitlab.com/gitlab-org/api/client-go/v2"
 
+	"github.com/pidispatch/pidispatch/forge/forgetest"
+	"github.com/pidispatch/pidispatch/forge/token"
 	"github.com/pidispatch/pidispatch/forge/workspace"
 	"github.com/pidispatch/pidispatch/jobs"
 )
@@ -133,7 +137,8 @@ func TestStatusComment(t *testing.T) {
 		require.Len(t, notes, 1)
 		require.True(t, strings.Contains(notes[0], "failed (`exit-other`)"), notes[0])
 		require.Equal(t, 2, b.gl.NoteEdits())
-		require.ElementsMatch(t, b.gl.Tokens(), b.gl.Revoked(), "each project token minted for a status is revoked")
+		require.Equal(t, []string{forgetest.ParentUser}, b.gl.NoteAuthors(glProject, "issue/3"), "written by GITLAB_TOKEN's user")
+		require.Empty(t, b.gl.Mints(), "a status note mints no project token")
 	})
 }
 
@@ -221,4 +226,124 @@ func TestQueuedStatusComment(t *testing.T) {
 	require.Contains(t, comments[0], "running.", "never put back to queued")
 	require.Equal(t, 1, b.gh.CommentEdits())
 	require.ElementsMatch(t, b.gh.Tokens(), b.gh.Revoked(), "every token minted for a status is revoked")
+}
+
+// glStatusManager is a Manager of the GitLab double's project with f as its
+// GitLab forge (a receiver's, or a worker's), remembering nothing.
+func glStatusManager(t *testing.T, b *glBundle, f workspace.Forge) *workspace.Manager {
+	t.Helper()
+	m, err := workspace.New(workspace.Config{Forges: map[jobs.Forge]workspace.Forge{jobs.ForgeGitLab: f},
+		StateDir: t.TempDir(), Host: "h1", Backoff: time.Millisecond, Trigger: hostTrigger})
+	require.NoError(t, err)
+	return m
+}
+
+// glReceiverForge is GitLab as the receiver writes queued notes: with the
+// parent token, never a project token.
+func glReceiverForge(b *glBundle) workspace.Forge {
+	parent := token.Static{Token: token.New(b.gl.Parent, time.Time{})}
+	return workspace.Forge{API: &workspace.GitLab{URL: b.gl.URL}, Minter: parent, Status: parent}
+}
+
+// glWorkerForge is GitLab as a worker uses it: a project token per job.
+func glWorkerForge(b *glBundle) workspace.Forge {
+	return workspace.Forge{API: &workspace.GitLab{URL: b.gl.URL},
+		Minter: &token.GitLabProject{URL: b.gl.URL, Parent: token.New(b.gl.Parent, time.Time{})}}
+}
+
+// On GitLab too the receiver's queued note is the job's one status note:
+// the receiver writes it with GITLAB_TOKEN's user (a Maintainer, as the
+// permissions table asks), a delivery handled again finds it, and the
+// workers that take the job (a live workspace with its own project token,
+// then another host) edit that note, never one of their own: each job's
+// project token is a bot user that GitLab lets edit only its own notes. A
+// job refused before it ran edits its queued note too.
+func TestQueuedStatusNoteGitLab(t *testing.T) {
+	t.Parallel()
+	b := glSetup(t, 0)
+	b.gl.SetMember(glProject, forgetest.ParentUser, gitlab.MaintainerPermissions)
+	b.job.Job.Trigger = fixTrigger.Event.Name
+	job := b.job
+	receiver := glStatusManager(t, b, glReceiverForge(b))
+	retried := glStatusManager(t, b, glReceiverForge(b))
+
+	url, err := receiver.Queued(context.Background(), job)
+	require.NoError(t, err)
+	require.Regexp(t, `/acme/platform/web/-/issues/3#note_\d+$`, url)
+	again, err := retried.Queued(context.Background(), job)
+	require.NoError(t, err)
+	require.Equal(t, url, again, "found by its marker and author, not written twice")
+	notes := b.gl.Notes(glProject, "issue/3")
+	require.Len(t, notes, 1, "before any worker: one note")
+	require.Contains(t, notes[0], "queued, waiting for a worker.")
+	require.Contains(t, notes[0], "<!-- pidispatch:status job=job-7 -->")
+	require.Empty(t, b.gl.Mints(), "the receiver mints no project token")
+
+	// A worker takes the job: its workspace holds the job's project token.
+	worker := glStatusManager(t, b, glWorkerForge(b))
+	c, err := worker.Prepare(context.Background(), job, t.TempDir())
+	require.NoError(t, err)
+	running, err := worker.Status(context.Background(), job, workspace.Status{State: workspace.StatusRunning, Attempt: 1, Attempts: 2})
+	require.NoError(t, err)
+	require.Equal(t, url, running, "the worker edits the queued note")
+	_, err = worker.Status(context.Background(), job, workspace.Status{State: workspace.StatusRetrying, Reason: jobs.ReasonExitOther, Attempt: 1, Attempts: 2})
+	require.NoError(t, err)
+	_, err = c.Publish(context.Background(), workspace.Result{Outcome: jobs.OutcomeFailed, Reason: jobs.ReasonExitOther})
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+
+	// The retry runs on another host, which remembers nothing.
+	second := glStatusManager(t, b, glWorkerForge(b))
+	_, err = second.Status(context.Background(), job, workspace.Status{State: workspace.StatusRunning, Attempt: 2, Attempts: 2})
+	require.NoError(t, err)
+	done, err := second.Status(context.Background(), job, workspace.Status{State: workspace.StatusCompleted, PullRequestURL: "https://example.test/mr/1"})
+	require.NoError(t, err)
+	require.Equal(t, url, done)
+	_, err = glStatusManager(t, b, glReceiverForge(b)).Queued(context.Background(), job)
+	require.NoError(t, err)
+
+	notes = b.gl.Notes(glProject, "issue/3")
+	require.Len(t, notes, 1, "one status note for the job")
+	require.Contains(t, notes[0], "done. Pull request: https://example.test/mr/1", "never put back to queued")
+	require.Equal(t, []string{forgetest.ParentUser}, b.gl.NoteAuthors(glProject, "issue/3"), "written by GITLAB_TOKEN's user")
+	require.Equal(t, 4, b.gl.NoteEdits())
+	require.Zero(t, b.gl.NoteEditsRefused(), "no edit the forge refused")
+	require.NotEmpty(t, b.gl.Mints(), "the job's workspace had its project token")
+	require.ElementsMatch(t, b.gl.Tokens(), b.gl.Revoked(), "every project token is revoked")
+
+	// A job refused before it ran (an image the host does not allow).
+	refusedJob := b.job
+	refusedJob.ID, refusedJob.Job.Number = "job-8", 4
+	_, err = receiver.Queued(context.Background(), refusedJob)
+	require.NoError(t, err)
+	_, err = glStatusManager(t, b, glWorkerForge(b)).Status(context.Background(), refusedJob,
+		workspace.Status{State: workspace.StatusRefused, Reason: jobs.ReasonImageNotAllowed})
+	require.NoError(t, err)
+	notes = b.gl.Notes(glProject, "issue/4")
+	require.Len(t, notes, 1, "the refusal edits the queued note")
+	require.Contains(t, notes[0], "refused (`image-not-allowed`)")
+}
+
+// An attacker who can comment on the thread writes a note carrying the
+// job's marker before the receiver writes its queued note (a job's id is
+// the digest of a delivery body the attacker may have seen). GITLAB_TOKEN's
+// user is a Maintainer, whom GitLab lets edit anyone's note: the host must
+// still neither adopt nor edit the attacker's note, only one it wrote.
+func TestStatusNoteGitLabSpoofedMarker(t *testing.T) {
+	t.Parallel()
+	b := glSetup(t, 0)
+	b.gl.SetMember(glProject, forgetest.ParentUser, gitlab.MaintainerPermissions)
+	b.job.Job.Trigger = fixTrigger.Event.Name
+	const spoof = "click https://evil.test <!-- pidispatch:status job=job-7 -->"
+	spoofed := b.gl.AddNote(glProject, "issue/3", "mallory", spoof, false)
+
+	url, err := glStatusManager(t, b, glReceiverForge(b)).Queued(context.Background(), b.job)
+	require.NoError(t, err)
+	_, err = glStatusManager(t, b, glWorkerForge(b)).Status(context.Background(), b.job, workspace.Status{State: workspace.StatusRunning})
+	require.NoError(t, err)
+	require.Equal(t, spoof, b.gl.Note(glProject, "issue/3", spoofed), "the attacker's note is never edited")
+	notes := b.gl.Notes(glProject, "issue/3")
+	require.Len(t, notes, 1, "the host wrote its own note")
+	require.Contains(t, notes[0], "running.", "and edits that one")
+	require.NotContains(t, url, fmt.Sprintf("#note_%d", spoofed), "the attacker's note is not the job's")
 }

@@ -80,6 +80,14 @@ type PublishPolicy struct {
 type Forge struct {
 	Minter token.Minter
 	API    API
+	// Status, when set, mints the token every status comment is written
+	// with, instead of the job's own token: an identity that outlives a
+	// job, so the receiver's queued comment, a later attempt and another
+	// host all find the one comment by its author and may edit it. GitLab
+	// needs it: each job's project token is a bot user of its own, which
+	// may not edit a note another user wrote. Unset on GitLab with a
+	// *token.GitLabProject minter, New sets it to that minter's Parent.
+	Status token.Minter
 }
 
 // Config configures a Manager.
@@ -145,11 +153,17 @@ func New(cfg Config) (*Manager, error) {
 	if len(cfg.Forges) == 0 {
 		return nil, errors.New("forge workspace: no forge configured")
 	}
+	forges := make(map[jobs.Forge]Forge, len(cfg.Forges))
 	for kind, f := range cfg.Forges {
 		if f.Minter == nil || f.API == nil {
 			return nil, fmt.Errorf("forge workspace: %s needs a minter and an API", kind)
 		}
+		if gp, ok := f.Minter.(*token.GitLabProject); ok && kind == jobs.ForgeGitLab && f.Status == nil {
+			f.Status = token.Static{Token: gp.Parent}
+		}
+		forges[kind] = f
 	}
+	cfg.Forges = forges // the caller's map is not written to
 	if cfg.Git == "" {
 		cfg.Git = "git"
 	}
