@@ -177,6 +177,7 @@ func (g *GitLab) serve(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	repo = p.repo // asked by id
 	parts := strings.Split(sub, "/")
 	if g.serveEvent(w, r, p, parts) {
 		return
@@ -224,7 +225,8 @@ func glProjectPath(w http.ResponseWriter, r *http.Request) (repo, sub string, ok
 	return repo, sub, true
 }
 
-// authorize finds repo for tok as GitLab does: 401 for a bad token, 404 out of its reach.
+// authorize finds repo (a project's full path, or its numeric id) for tok
+// as GitLab does: 401 for a bad token, 404 out of its reach.
 func (g *GitLab) authorize(w http.ResponseWriter, repo, tok string) (*glProject, bool) {
 	scope, minted := g.tokens[tok]
 	if tok != g.Parent && !minted {
@@ -232,7 +234,14 @@ func (g *GitLab) authorize(w http.ResponseWriter, repo, tok string) (*glProject,
 		return nil, false
 	}
 	p := g.projects[repo]
-	if p == nil || (minted && scope != repo) {
+	if id, err := strconv.ParseInt(repo, 10, 64); err == nil && p == nil {
+		for _, byID := range g.projects {
+			if byID.id == id {
+				p = byID
+			}
+		}
+	}
+	if p == nil || (minted && scope != p.repo) {
 		writeJSON(w, http.StatusNotFound, glError{"404 Project Not Found"})
 		return nil, false
 	}

@@ -41,6 +41,14 @@ func (g *GitLab) userID(login string) int64 {
 	return g.users[login]
 }
 
+// UserID is login's user id on the double, as notes, members and GET /user
+// name it.
+func (g *GitLab) UserID(login string) int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.userID(login)
+}
+
 func (g *GitLab) nextID() int64 {
 	g.seq++
 	return 7000 + g.seq
