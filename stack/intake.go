@@ -295,10 +295,9 @@ func (p *IntakePlan) wire(in *Intake, self map[jobs.Forge]int64, logger *slog.Lo
 // (RECEIVER_STATUS_COMMENT, on by default): on GitHub with a token minted
 // for that one comment, restricted to the job's repository and to issues
 // and pull requests (a GitHub App's, revoked right after; a personal token
-// is what it is), on Forgejo/Gitea with FORGEJO_TOKEN. GitLab's is left to
-// the worker: each job's token there is a user of its own, which could not
-// edit a note GITLAB_TOKEN's user wrote. nil when off, or when no forge
-// configured has one.
+// is what it is), on Forgejo/Gitea with FORGEJO_TOKEN, on GitLab with
+// GITLAB_TOKEN, whose user the workers write and edit every status note
+// with too. nil when off, or when no forge configured has one.
 func (p *IntakePlan) queuedStatus(host string, logger *slog.Logger) (forge.QueuedStatus, error) {
 	if p.forge.NoStatusComment {
 		return nil, nil
@@ -316,6 +315,10 @@ func (p *IntakePlan) queuedStatus(host string, logger *slog.Logger) (forge.Queue
 	}
 	if fj := creds.Forgejo; fj != nil {
 		forges[jobs.ForgeForgejo] = workspace.Forge{API: &workspace.Gitea{URL: fj.URL}, Minter: token.Static{Token: token.New(fj.Token.Reveal(), time.Time{})}}
+	}
+	if gl := creds.GitLab; gl != nil {
+		parent := token.Static{Token: token.New(gl.Token.Reveal(), time.Time{})}
+		forges[jobs.ForgeGitLab] = workspace.Forge{API: &workspace.GitLab{URL: gl.URL}, Minter: parent, Status: parent}
 	}
 	if len(forges) == 0 {
 		return nil, nil

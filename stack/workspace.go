@@ -300,8 +300,12 @@ func ForgesFromCredentials(creds config.ForgeCredentials) (map[jobs.Forge]worksp
 		forges[jobs.ForgeForgejo] = workspace.Forge{API: &workspace.Gitea{URL: fj.URL}, Minter: token.Static{Token: token.New(fj.Token.Reveal(), time.Time{})}}
 	}
 	if gl := creds.GitLab; gl != nil {
+		// Each job's project token is a user of its own; status notes are
+		// written with GITLAB_TOKEN's user, as the receiver writes them, so
+		// one note serves the job from queued to its outcome.
+		parent := token.New(gl.Token.Reveal(), time.Time{})
 		forges[jobs.ForgeGitLab] = workspace.Forge{API: &workspace.GitLab{URL: gl.URL},
-			Minter: &token.GitLabProject{URL: gl.URL, Parent: token.New(gl.Token.Reveal(), time.Time{})}}
+			Minter: &token.GitLabProject{URL: gl.URL, Parent: parent}, Status: token.Static{Token: parent}}
 	}
 	return forges, nil
 }
