@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -24,6 +23,8 @@ import (
 	"github.com/pidispatch/pidispatch/internal/image/jobimage"
 	fixtures "github.com/pidispatch/pidispatch/internal/testkit/forgefixtures"
 	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
+	"github.com/pidispatch/pidispatch/internal/testkit/logtest"
+	"github.com/pidispatch/pidispatch/internal/testkit/secrettest"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/stack"
@@ -66,7 +67,13 @@ func TestReceiverQueuedStatusNoteGitLab(t *testing.T) {
 		"GITLAB_URL": gl.URL, "GITLAB_TOKEN": gl.Parent, "GITLAB_WEBHOOK_MODE": "token", "GITLAB_WEBHOOK_SECRET": "gl-secret",
 		"RECEIVER_BIND": "127.0.0.1", "RECEIVER_PORT": strconv.Itoa(port), "RECEIVER_SPOOL_DIR": filepath.Join(dir, "spool"),
 	}
-	in, err := buildIntake(t, env)
+	var logBuf logtest.Buffer // what the receiver and the worker log
+	getenv := func(k string) string { return env[k] }
+	rcfg, err := config.Load(getenv)
+	require.NoError(t, err)
+	fc, err := config.LoadForge(getenv)
+	require.NoError(t, err)
+	in, err := stack.BuildIntake(context.Background(), rcfg, fc, logBuf.Logger())
 	require.NoError(t, err)
 	inCtx, stopIntake := context.WithCancel(context.Background())
 	inDone := make(chan error, 1)
@@ -137,17 +144,18 @@ func TestReceiverQueuedStatusNoteGitLab(t *testing.T) {
 		"PI_LOGS_DIR": logs, "PI_JOB_MEMORY": "256m", "PI_JOB_CPUS": "0.5", "PI_CONTAINER_USER": "65534:65534",
 		"GITLAB_URL": gl.URL, "GITLAB_TOKEN": gl.Parent,
 	}
-	getenv := func(k string) string { return wenv[k] }
-	cfg, err := config.Load(getenv)
+	wgetenv := func(k string) string { return wenv[k] }
+	cfg, err := config.Load(wgetenv)
 	require.NoError(t, err)
-	creds, err := config.LoadForgeCredentials(getenv)
+	creds, err := config.LoadForgeCredentials(wgetenv)
 	require.NoError(t, err)
 	forges, err := stack.ForgesFromCredentials(creds)
 	require.NoError(t, err)
-	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	log := logBuf.Logger()
 	m, err := workspace.New(workspace.Config{Forges: forges, StateDir: t.TempDir(), Host: name, Logger: log, Backoff: 10 * time.Millisecond})
 	require.NoError(t, err)
-	s, err := stack.Build(context.Background(), cfg, log, dispatch.Tuning{JobsDir: t.TempDir()}, stack.WithForgeWorkspaces(m))
+	spy := &secrettest.Spy{}
+	s, err := stack.Build(context.Background(), cfg, log, dispatch.Tuning{JobsDir: t.TempDir()}, stack.WithForgeWorkspaces(m), spy.Option)
 	require.NoError(t, err)
 	runCtx, stop := context.WithCancel(context.Background())
 	stopped := make(chan error, 1)
@@ -196,4 +204,7 @@ func TestReceiverQueuedStatusNoteGitLab(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return len(gl.Tokens()) == len(gl.Revoked())
 	}, 30*time.Second, 50*time.Millisecond, "every project token is revoked")
+	// GITLAB_TOKEN wrote the notes from the host only: it is in no
+	// container, mounted file, record, Valkey key or log line.
+	secrettest.Absent(t, append(secrettest.Texts(t, spy, logs, db.Client), logBuf.String()), append(gl.Tokens(), gl.Parent))
 }
