@@ -36,7 +36,8 @@ import (
 // A real worker, wired from the same variables, runs the job in Docker with
 // its own project token: still exactly one note, edited to the outcome, and
 // the record links it. A second job, refused before it ran (an image the
-// host does not allow), edits its own queued note to the refusal.
+// host does not allow), edits its own queued note to the refusal. A note by
+// GITLAB_TOKEN's user starts no job.
 func TestReceiverQueuedStatusNoteGitLab(t *testing.T) {
 	db := livetest.Valkey(t)
 	dc := livetest.Docker(t)
@@ -85,21 +86,21 @@ func TestReceiverQueuedStatusNoteGitLab(t *testing.T) {
 	})
 	q, err := queue.New(db.Client, "pi-jobs", queue.Config{})
 	require.NoError(t, err)
-	// deliver posts an example delivery by user1 on issue iid: a note
-	// saying "Hello world" (Note Hook), or the issue closed (Issue Hook);
-	// it answers the job's id once the job is queued.
-	deliver := func(iid int, hook string) string {
+	// post posts an example delivery by user on issue iid: a note saying
+	// "Hello world" (Note Hook), or the issue closed (Issue Hook); it
+	// answers the id a job of it has.
+	post := func(iid int, hook, user string) string {
 		t.Helper()
 		gl.AddIssue(repo, iid, "user1", "issue "+strconv.Itoa(iid), "It is broken.")
 		project := func(m map[string]any) {
-			m["user"].(map[string]any)["id"] = gl.UserID("user1")
-			m["user"].(map[string]any)["username"] = "user1"
+			m["user"].(map[string]any)["id"] = gl.UserID(user)
+			m["user"].(map[string]any)["username"] = user
 			p := m["project"].(map[string]any)
 			p["id"], p["path_with_namespace"], p["git_http_url"], p["web_url"] = 5, repo, gl.CloneURL(repo), gl.URL+"/"+repo
 		}
 		var body []byte
 		if hook == "Note Hook" {
-			noteID := gl.AddNote(repo, "issue/"+strconv.Itoa(iid), "user1", "Hello world", false)
+			noteID := gl.AddNote(repo, "issue/"+strconv.Itoa(iid), user, "Hello world", false)
 			body = fixtures.Edit(t, fixtures.File(t, "gitlab", "note_issue.json"), func(m map[string]any) {
 				project(m)
 				m["object_attributes"].(map[string]any)["id"] = noteID
@@ -123,10 +124,24 @@ func TestReceiverQueuedStatusNoteGitLab(t *testing.T) {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		_ = resp.Body.Close()
 		require.Equal(t, http.StatusAccepted, resp.StatusCode)
-		jobID := "gl-" + inbox.Delivery{Forge: jobs.ForgeGitLab, Body: body}.Key()
+		return "gl-" + inbox.Delivery{Forge: jobs.ForgeGitLab, Body: body}.Key()
+	}
+	// deliver posts user1's delivery and waits for its job to be queued.
+	deliver := func(iid int, hook string) string {
+		t.Helper()
+		jobID := post(iid, hook, "user1")
 		require.Eventually(t, func() bool { _, err := q.Get(context.Background(), jobID); return err == nil }, 30*time.Second, 20*time.Millisecond)
 		return jobID
 	}
+	// GITLAB_TOKEN's own user, which now writes every status note, starts
+	// no job, even with the trigger's phrase.
+	selfID := post(19, "Note Hook", forgetest.ParentUser)
+	require.Eventually(t, func() bool { return logBuf.Count(t, "forge_refused") > 0 }, 30*time.Second, 20*time.Millisecond)
+	require.Equal(t, "self", logBuf.Events(t, "forge_refused")[0]["reason"])
+	_, err = q.Get(context.Background(), selfID)
+	require.Error(t, err, "no job for the host's own note")
+	require.Empty(t, gl.Notes(repo, "issue/19"))
+
 	jobID := deliver(done, "Note Hook")
 	notes := gl.Notes(repo, "issue/17")
 	require.Len(t, notes, 1, "before any worker: one status note")
