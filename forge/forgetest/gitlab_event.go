@@ -165,12 +165,16 @@ func (g *GitLab) SetMember(repo, login string, level gitlab.AccessLevelValue) {
 }
 
 // Fail answers the next times requests of method to a project path (the
-// part after /projects/<id>/) starting with sub with status.
+// part after /projects/<id>/) starting with sub with status; sub GLUser
+// is GET /user.
 func (g *GitLab) Fail(method, sub string, status, times int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.faults = append(g.faults, fault{method: method, path: sub, status: status, times: times})
 }
+
+// GLUser names GET /user to Fail.
+const GLUser = "@user"
 
 // Calls counts the requests of "METHOD sub" (the part after /projects/<id>/).
 func (g *GitLab) Calls(key string) int {

@@ -266,6 +266,9 @@ func (g *GitLab) serveUsers(w http.ResponseWriter, r *http.Request) bool {
 		return true
 	}
 	if path == "/api/v4/user" {
+		if g.fail(w, r.Method, GLUser) {
+			return true
+		}
 		login := "root"
 		if repo, minted := g.tokens[tok]; minted {
 			login = g.author(g.projects[repo], tok)

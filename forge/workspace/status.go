@@ -260,13 +260,13 @@ func (m *Manager) findStatus(ctx context.Context, job Job, f Forge, tok token.To
 		return 0
 	}
 	marker := statusMarker(job.ID)
-	self, known := m.self(ctx, j.Forge, f, tok)
+	self, check := m.self(ctx, job, f, tok)
 	for i := len(comments) - 1; i >= 0; i-- {
 		cm := comments[i]
 		if !strings.Contains(cm.Body, marker) {
 			continue
 		}
-		if known && !samePerson(self, cm.Author) {
+		if check && !samePerson(self, cm.Author) {
 			continue
 		}
 		return cm.ID
@@ -274,12 +274,15 @@ func (m *Manager) findStatus(ctx context.Context, job Job, f Forge, tok token.To
 	return 0
 }
 
-// self answers who the host is on forge (the status token's user), asked
-// once; false where the forge gives no identity that outlives a job (GitLab
-// without Forge.Status) or could not say. On GitLab the status token's
-// user is a Maintainer, whom GitLab lets edit anyone's note: only a note
-// that user wrote is the host's.
-func (m *Manager) self(ctx context.Context, kind jobs.Forge, f Forge, tok token.Token) (Person, bool) {
+// self answers who the host is on the job's forge (the status token's
+// user), asked once, and whether a comment's author is checked against it:
+// not where the forge gives no identity that outlives a job (GitLab without
+// Forge.Status). When the forge does not say, the zero Person is answered,
+// which no author matches: a comment by someone else that carries the
+// marker is never edited (the host's token, a Maintainer's on GitLab, may
+// edit anyone's), and the host writes a new one instead.
+func (m *Manager) self(ctx context.Context, job Job, f Forge, tok token.Token) (Person, bool) {
+	kind := job.Job.Forge
 	if kind == jobs.ForgeGitLab && f.Status == nil {
 		return Person{}, false
 	}
@@ -288,7 +291,8 @@ func (m *Manager) self(ctx context.Context, kind jobs.Forge, f Forge, tok token.
 	}
 	p, err := f.API.Self(ctx, f.Minter, tok)
 	if err != nil || (p.Login == "" && p.ID == 0) {
-		return Person{}, false
+		m.log.Warn("forge_status_self_unknown", "jobId", job.ID, "forge", kind, "err", err)
+		return Person{}, true
 	}
 	m.status.self.Store(kind, p)
 	return p, true

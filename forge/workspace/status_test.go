@@ -347,3 +347,23 @@ func TestStatusNoteGitLabSpoofedMarker(t *testing.T) {
 	require.Contains(t, notes[0], "running.", "and edits that one")
 	require.NotContains(t, url, fmt.Sprintf("#note_%d", spoofed), "the attacker's note is not the job's")
 }
+
+// While GitLab does not say who GITLAB_TOKEN's user is (GET /user fails),
+// a note carrying the job's marker cannot be known as the host's: the host
+// writes its own rather than edit the attacker's.
+func TestStatusNoteGitLabSpoofedMarkerSelfUnknown(t *testing.T) {
+	t.Parallel()
+	b := glSetup(t, 0)
+	b.gl.SetMember(glProject, forgetest.ParentUser, gitlab.MaintainerPermissions)
+	b.job.Job.Trigger = fixTrigger.Event.Name
+	const spoof = "click https://evil.test <!-- pidispatch:status job=job-7 -->"
+	spoofed := b.gl.AddNote(glProject, "issue/3", "mallory", spoof, false)
+	b.gl.Fail("GET", forgetest.GLUser, 500, 100)
+
+	_, err := glStatusManager(t, b, glReceiverForge(b)).Queued(context.Background(), b.job)
+	require.NoError(t, err)
+	_, err = glStatusManager(t, b, glWorkerForge(b)).Status(context.Background(), b.job, workspace.Status{State: workspace.StatusRunning})
+	require.NoError(t, err)
+	require.Equal(t, spoof, b.gl.Note(glProject, "issue/3", spoofed), "the attacker's note is never edited")
+	require.NotEmpty(t, b.gl.Notes(glProject, "issue/3"), "the host wrote its own")
+}
