@@ -101,6 +101,17 @@ type Explanation struct {
 	// where they were read ("mirror", "logs-dir", "").
 	Records     []jobs.Record `json:"records,omitempty"`
 	RecordsFrom string        `json:"recordsFrom,omitempty"`
+	// PullRequestOutcomes is how Records were joined to their pull
+	// requests' outcomes (as Totals.PullRequestOutcomes); "" when there
+	// are no records.
+	PullRequestOutcomes string `json:"pullRequestOutcomes,omitempty"`
+}
+
+// joinPullRequests joins the records to their pull requests' outcomes.
+func (e *Explanation) joinPullRequests(ctx context.Context, store PullRequestOutcomes) {
+	if len(e.Records) > 0 {
+		e.PullRequestOutcomes, _ = JoinPullRequests(ctx, store, e.Records)
+	}
 }
 
 // Primary is the most important finding.
@@ -158,6 +169,10 @@ type ExplainOptions struct {
 	UnsignedQueues []string
 	// Sources add findings (see FindingSource).
 	Sources []FindingSource
+	// PullRequests joins each record to what became of its pull request
+	// (JoinPullRequests): the receiver's store, read with FleetKey. Nil
+	// shows none, never the outcome a record carries itself.
+	PullRequests PullRequestOutcomes
 	// Now is the clock pause windows are evaluated on; nil is time.Now, as
 	// the worker's gate uses.
 	Now func() time.Time
@@ -207,6 +222,7 @@ func Explain(ctx context.Context, client redis.UniversalClient, jobID string, op
 	name, job, err := dir.Find(ctx, jobID)
 	if errors.Is(err, queue.ErrNotFound) {
 		ex.Records, ex.RecordsFrom = jobRecords(ctx, client, "", jobID, 0, opts.LogsDir)
+		ex.joinPullRequests(ctx, opts.PullRequests)
 		return ex, fmt.Errorf("explain %q: %w", jobID, ErrJobNotFound)
 	}
 	if err != nil {
@@ -263,6 +279,7 @@ func (x *explainer) explain(ctx context.Context) error {
 	j := x.job
 	attempts := max(j.AttemptsMade, j.AttemptsStarted)
 	x.ex.Records, x.ex.RecordsFrom = jobRecords(ctx, x.client, x.ex.Queue, j.ID, attempts, x.opts.LogsDir)
+	x.ex.joinPullRequests(ctx, x.opts.PullRequests)
 	switch j.State {
 	case queue.StateActive:
 		return x.running(ctx)

@@ -42,6 +42,9 @@ type RunsFilter struct {
 	// LogsDir is read when there is no mirror to read (no client, Valkey
 	// unreachable, or no index).
 	LogsDir string
+	// PullRequests joins each run returned to what became of its pull
+	// request (JoinPullRequests); nil shows none. It selects nothing.
+	PullRequests PullRequestOutcomes
 }
 
 // Totals sum the runs that matched the filter, the ones past Limit included.
@@ -68,6 +71,12 @@ type Totals struct {
 	// mirror does not hold (not mirrored yet, Valkey down when they were
 	// written, or older than the mirror keeps): merged in, never hidden.
 	LocalOnly int `json:"localOnly"`
+	// PullRequestOutcomes is how the runs returned were joined to their
+	// pull requests' outcomes: OutcomesJoined, OutcomesOff or
+	// "unreachable (<cause>)"; Joined counts the pull requests whose
+	// outcome was known.
+	PullRequestOutcomes string `json:"pullRequestOutcomes"`
+	Joined              int    `json:"joined"`
 
 	localOnly map[string]bool // RunKey of each local-only record
 }
@@ -79,7 +88,10 @@ var ErrNoRunSource = errors.New("no run mirror and no logs dir to read runs from
 // mirror merged with this host's filter.LogsDir (a record only the folder
 // holds is added and counted LocalOnly), or the folder alone when the
 // mirror cannot be read or holds nothing. Every record is validated again,
-// whoever wrote it. The error is for a source that cannot be read at all.
+// whoever wrote it, and each one returned shows the outcome of its pull
+// request that filter.PullRequests knows, never one it carries itself. The
+// error is for a source that cannot be read at all; a failed join is
+// reported in Totals.
 func Runs(ctx context.Context, client redis.UniversalClient, filter RunsFilter) ([]jobs.Record, Totals, error) {
 	if filter.Limit <= 0 {
 		filter.Limit = DefaultRunsLimit
@@ -88,7 +100,12 @@ func Runs(ctx context.Context, client redis.UniversalClient, filter RunsFilter) 
 	if err != nil {
 		return nil, Totals{}, err
 	}
-	return summarize(recs, filter, t)
+	out, t, err := summarize(recs, filter, t)
+	if err != nil {
+		return nil, Totals{}, err
+	}
+	t.PullRequestOutcomes, t.Joined = JoinPullRequests(ctx, filter.PullRequests, out)
+	return out, t, nil
 }
 
 // mirrorReader reads the mirrored records that ended after since: the

@@ -23,7 +23,8 @@ type PullRequestOutcomes interface {
 // BreakdownOptions tunes RunsBreakdown.
 type BreakdownOptions struct {
 	// PullRequests joins each run's pull request to its outcome (merged,
-	// closed); nil joins nothing, and no run counts as merged.
+	// closed); nil is RunsFilter.PullRequests, and when both are nil no
+	// run counts as merged.
 	PullRequests PullRequestOutcomes
 	// MirrorIndexMax is the run index's size cap the fleet's workers write
 	// with (fleetstate.MirrorConfig.IndexMax); 0 is
@@ -124,11 +125,14 @@ func RunsBreakdown(ctx context.Context, client redis.UniversalClient, filter Run
 		if t.localOnly[RunKey(r)] {
 			rep.LocalOnly++
 		}
-		r.PullRequest = nil
 		recs = append(recs, r)
 	}
 	rep.Records = len(recs)
-	rep.PullRequestOutcomes, rep.Joined = joinOutcomes(ctx, opts.PullRequests, recs)
+	store := opts.PullRequests
+	if store == nil {
+		store = filter.PullRequests
+	}
+	rep.PullRequestOutcomes, rep.Joined = JoinPullRequests(ctx, store, recs)
 	rows, total, err := Breakdown(recs, by)
 	if err != nil {
 		return BreakdownReport{}, err
@@ -179,9 +183,17 @@ func MicrosDecimal(micros int64) string {
 // joinPage bounds the URLs of one Outcomes call.
 const joinPage = 500
 
-// joinOutcomes sets each record's PullRequest from store and says how it
-// went and how many pull requests it knew.
-func joinOutcomes(ctx context.Context, store PullRequestOutcomes, recs []jobs.Record) (string, int) {
+// JoinPullRequests sets each record's PullRequest to what store knows of
+// its pull request, and says how the join went (OutcomesJoined, OutcomesOff
+// or "unreachable (<cause>)") and how many pull requests it knew. The
+// outcome a record carries is cleared first, whatever the store answers:
+// a record is written by whichever host ran it, and only the store the
+// receiver fills knows what became of the pull request. Every place a
+// record is shown or summed joins through here.
+func JoinPullRequests(ctx context.Context, store PullRequestOutcomes, recs []jobs.Record) (string, int) {
+	for i := range recs {
+		recs[i].PullRequest = nil
+	}
 	if store == nil {
 		return OutcomesOff, 0
 	}
