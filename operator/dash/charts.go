@@ -40,8 +40,6 @@ const (
 	// summed under otherKey.
 	chartKeys = 8
 	otherKey  = "(other)"
-	// outcomeBatch bounds the pull request URLs asked per Outcomes call.
-	outcomeBatch = 500
 )
 
 // chartGroupings are the groupings the spend chart can stack by.
@@ -154,12 +152,12 @@ func (h *Handler) serveCharts(w http.ResponseWriter, r *http.Request, rr RecordR
 		recs = nil
 	}
 	v.Note = note
-	if h.opts.PullRequests != nil {
-		if err := joinOutcomes(ctx, h.opts.PullRequests, recs); err != nil {
-			v.Errors["pullRequests"] = err.Error()
-		} else {
-			v.Joined = true
-		}
+	switch state, _ := operator.JoinPullRequests(ctx, h.opts.PullRequests, recs); state {
+	case operator.OutcomesJoined:
+		v.Joined = true
+	case operator.OutcomesOff:
+	default:
+		v.Errors["pullRequests"] = state
 	}
 	for sec, msg := range v.Errors {
 		h.log.Warn("dash_read_failed", "section", sec, "err", msg)
@@ -180,36 +178,6 @@ func (h *Handler) now() time.Time {
 
 // dayStart is the start of t's UTC day.
 func dayStart(t time.Time) time.Time { return t.UTC().Truncate(24 * time.Hour) }
-
-// joinOutcomes sets each record's PullRequest from the store, in batches.
-func joinOutcomes(ctx context.Context, prs PullRequestOutcomes, recs []jobs.Record) error {
-	var urls []string
-	seen := map[string]bool{}
-	for _, r := range recs {
-		if r.PullRequestURL != "" && !seen[r.PullRequestURL] {
-			seen[r.PullRequestURL] = true
-			urls = append(urls, r.PullRequestURL)
-		}
-	}
-	known := map[string]jobs.PullRequestOutcome{}
-	for batch := range slices.Chunk(urls, outcomeBatch) {
-		got, err := prs.Outcomes(ctx, batch)
-		if err != nil {
-			return err
-		}
-		for u, o := range got {
-			if seen[u] && o.Validate() == nil {
-				known[u] = o
-			}
-		}
-	}
-	for i := range recs {
-		if o, ok := known[recs[i].PullRequestURL]; ok {
-			recs[i].PullRequest = &o
-		}
-	}
-	return nil
-}
 
 // fillCharts computes every chart of v from recs.
 func fillCharts(v *chartsView, recs []jobs.Record, by operator.BreakdownBy, now time.Time) error {

@@ -241,7 +241,7 @@ func TestChartsWithoutOrWithAFailingStore(t *testing.T) {
 	srv = serve(t, chartSource(), chartOptions(prs))
 	v = readCharts(t, srv.URL+"/api/charts")
 	require.False(t, v.Joined)
-	require.Equal(t, "store down", v.Errors["pullRequests"])
+	require.Equal(t, "unreachable (store down)", v.Errors["pullRequests"])
 	require.Equal(t, int64(1_750_000), point(t, v.SpendPerDay, func(d spendDay) time.Time { return d.Start }, d10).Micros)
 }
 

@@ -22,14 +22,34 @@
     return body;
   }
 
+  // outcomeText says what became of a record's pull request, as the
+  // receiver's store knows it (joined by the server): "merged, +1 human
+  // push"; "" when it is not known.
+  function outcomeText(r) {
+    const o = r.pullRequest;
+    if (!o || !o.state) return '';
+    const n = Number(o.humanCommits) || 0;
+    return n > 0 ? o.state + ', +' + n + (n === 1 ? ' human push' : ' human pushes') : o.state;
+  }
+
+  // prCell is a record's pull request: its link, then what became of it.
+  function prCell(url, outcome) {
+    if (!url) return '';
+    const span = el('span');
+    span.appendChild(urlLink(url));
+    if (outcome) span.appendChild(el('span', ' (' + outcome + ')', 'pr-outcome'));
+    return span;
+  }
+
   function renderJob(j) {
     document.getElementById('title').textContent = 'job ' + j.jobId;
     const recs = j.records || [];
-    const pr = recs.map(r => r.pullRequestUrl).filter(Boolean).pop();
+    const last = recs.filter(r => r.pullRequestUrl).pop();
+    const pr = last ? last.pullRequestUrl : '';
     const status = recs.map(r => r.statusCommentUrl).filter(Boolean).pop();
     const facts = [
       ['state', j.found ? j.state : 'on no queue'],
-      ['pull request', pr ? urlLink(pr) : ''],
+      ['pull request', last ? prCell(pr, outcomeText(last)) : ''],
       ['status comment', status ? urlLink(status) : ''],
       ['queue', j.queue || ''],
       ['host', j.host || ''],
@@ -41,7 +61,7 @@
       (j.findings || []).map(f => [f.code, f.words]), 'nothing holds it');
     table(document.getElementById('records'), ['attempt', 'host', 'outcome', 'reason', 'ended', 'dollars', 'pull request'],
       recs.map(r => [r.attempt, r.host, r.outcome, r.reason, r.endedAt,
-        r.spend ? '$' + Number(r.spend.dollars).toFixed(4) : '', urlLink(r.pullRequestUrl)]), 'no run recorded');
+        r.spend ? '$' + Number(r.spend.dollars).toFixed(4) : '', prCell(r.pullRequestUrl, outcomeText(r))]), 'no run recorded');
     let title = 'Transcript';
     if (j.transcriptAttempt) title += ' of attempt ' + j.transcriptAttempt + (j.transcriptFrom === 'live' ? ' (live)' : '');
     if (j.running) title += ' · running, refreshed every ' + Math.round(refreshMs / 1000) + 's';
