@@ -92,6 +92,11 @@ func runDash(ctx context.Context, e env, args []string) int {
 		host = fleet.DefaultName()
 	}
 	caps.Host = host
+	// What became of each run's pull request, on the job page and in the
+	// charts' merged share: the receiver's outcomes, only those the fleet
+	// key signed when there is one.
+	prs := fleetstate.NewPullRequestsWith(client, fleetstate.PullRequestsConfig{Key: caps.FleetKey, Logger: caps.Logger})
+	caps.Explain.PullRequests = prs
 	src, err := dash.NewValkey(client, caps)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "pi-dispatch dash: %v\n", err)
@@ -99,9 +104,7 @@ func runDash(ctx context.Context, e env, args []string) int {
 	}
 	defer src.Close(context.Background())
 	opts := dash.Options{Logger: slog.New(slog.NewTextHandler(e.stderr, nil)), Host: host}
-	// The charts' merged share: the receiver's outcomes, only those the
-	// fleet key signed when there is one.
-	opts.PullRequests = fleetstate.NewPullRequestsWith(client, fleetstate.PullRequestsConfig{Key: caps.FleetKey, Logger: caps.Logger})
+	opts.PullRequests = prs
 	if cfg, _ := operator.ConfigForDoctor(e.getenv); cfg.Spend.DollarWindows() {
 		opts.Dollars = dash.FleetDollars(fleetstate.NewDollars(client, fleetstate.DollarsConfig{
 			DailyMicros: cfg.Spend.DailyCostMicros, WeeklyMicros: cfg.Spend.WeeklyCostMicros, MonthlyMicros: cfg.Spend.MonthlyCostMicros,

@@ -27,7 +27,9 @@ it: one line per finding, the most important first. It reads the state the
 worker's gates decide on: the pause flag and queue pauses, this host's pause
 windows and scoped limits, the job's wait-for hold, its scope's fleet-wide
 slots, the budget windows, the registry's hosts and their images, and the
-run records of a finished job. It changes nothing.
+run records of a finished job, each pull request with what became of it
+as the receiver saw it (open, merged or closed, pushes a person added). It
+changes nothing.
 
 flags:
   --json            print the explanation as one JSON line
@@ -35,7 +37,7 @@ flags:
                     $PI_ENV_FILE or ./.env ("" reads none)
 
 Reads VALKEY_URL, VALKEY_PASSWORD, PI_PAUSE_WINDOWS_FILE, PI_SCOPED_LIMITS_FILE,
-PI_DAILY_CAP, PI_WEEKLY_CAP and PI_LOGS_DIR. Exits 1 when no queue has the
+PI_DAILY_CAP, PI_WEEKLY_CAP, PI_LOGS_DIR and PI_FLEET_KEY_FILE. Exits 1 when no queue has the
 job, 2 for an id no job can have. See docs/operations.md.
 `
 
@@ -68,6 +70,7 @@ func runExplain(ctx context.Context, e env, args []string) int {
 	}
 	defer client.Close()
 	opts.Sources = append(opts.Sources, operator.SpendSources(client, cfg)...)
+	opts.PullRequests = runsOutcomes(client, opts.FleetKey)
 	ctx, cancel := context.WithTimeout(ctx, ksCommandTimeout)
 	defer cancel()
 	id := ids[0]
@@ -160,10 +163,13 @@ func printExplanation(w io.Writer, ex operator.Explanation) {
 func printRecords(w io.Writer, ex operator.Explanation) {
 	from := map[string]string{operator.RunsFromMirror: "the run mirror", operator.RunsFromLogsDir: "PI_LOGS_DIR"}[ex.RecordsFrom]
 	fmt.Fprintf(w, "run records (%s):\n", from)
+	if o := ex.PullRequestOutcomes; o != "" && o != operator.OutcomesJoined && o != operator.OutcomesOff {
+		fmt.Fprintf(w, "  note: pull request outcomes %s\n", o)
+	}
 	for _, r := range ex.Records {
 		fmt.Fprintf(w, "  attempt %d  ended %s  on %s  %s/%s%s\n", r.Attempt, r.EndedAt.UTC().Format("2006-01-02T15:04:05Z"), r.Host, r.Outcome, r.Reason, dollars(r, " "))
 		if r.PullRequestURL != "" {
-			fmt.Fprintf(w, "    pull request: %s\n", r.PullRequestURL)
+			fmt.Fprintf(w, "    pull request: %s\n", pullRequestText(r))
 		}
 		if r.StatusCommentURL != "" {
 			fmt.Fprintf(w, "    status comment: %s\n", r.StatusCommentURL)

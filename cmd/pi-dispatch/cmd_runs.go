@@ -27,7 +27,9 @@ const runsUsage = "usage: pi-dispatch runs [--host NAME] [--outcome O] [--reason
 const runsHelp = runsUsage + `
 
 Lists recent runs, newest first, one row per attempt (ended, host, job,
-outcome, reason, attempt, duration, dollars), then a totals line: runs, jobs,
+outcome, reason, attempt, duration, dollars, the pull request and what
+became of it: open, merged or closed, and how many pushes a person added
+to it, as the receiver saw them), then a totals line: runs, jobs,
 runs by outcome and the dollars spent. It reads the fleet's run mirror on
 Valkey, or this host's PI_LOGS_DIR when there is no mirror to read, and says
 which. A record that does not validate is skipped and counted.
@@ -56,7 +58,8 @@ flags:
 With --by, the table's dollars are rounded to the cent; the JSON and CSV
 give them exactly, with six decimals.
 
-Reads VALKEY_URL, VALKEY_PASSWORD and PI_LOGS_DIR. See docs/operations.md.
+Reads VALKEY_URL, VALKEY_PASSWORD, PI_LOGS_DIR and PI_FLEET_KEY_FILE (with
+a key, an outcome it did not sign is not shown). See docs/operations.md.
 `
 
 // runsJSON is `runs --json`.
@@ -114,6 +117,11 @@ func runRuns(ctx context.Context, e env, args []string) int {
 	if *by != "" {
 		return runBreakdown(ctx, e, client, url, f, operator.BreakdownBy(*by), *asJSON, *asCSV)
 	}
+	key, code := fleetKeyFromEnv(e, "runs")
+	if code != exitOK {
+		return code
+	}
+	f.PullRequests = runsOutcomes(client, key)
 	ctx, cancel := context.WithTimeout(ctx, ksCommandTimeout)
 	defer cancel()
 	recs, tot, err := operator.Runs(ctx, client, f)
@@ -164,7 +172,7 @@ func printRuns(w io.Writer, recs []jobs.Record, tot operator.Totals, logsDir str
 	fmt.Fprintln(tw, "ENDED\tHOST\tJOB\tOUTCOME\tREASON\tATTEMPT\tDURATION\tDOLLARS\tPULL REQUEST")
 	for _, r := range recs {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.EndedAt.UTC().Format("2006-01-02T15:04:05Z"), r.Host, r.JobID,
-			r.Outcome, r.Reason, r.Attempt, r.EndedAt.Sub(r.StartedAt).Round(time.Second), orDash(dollars(r, "")), orDash(r.PullRequestURL))
+			r.Outcome, r.Reason, r.Attempt, r.EndedAt.Sub(r.StartedAt).Round(time.Second), orDash(dollars(r, "")), orDash(pullRequestText(r)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -189,7 +197,24 @@ func printRuns(w io.Writer, recs []jobs.Record, tot operator.Totals, logsDir str
 	if tot.Invalid > 0 {
 		fmt.Fprintf(w, "note: %d invalid record(s) skipped\n", tot.Invalid)
 	}
+	if tot.PullRequestOutcomes != operator.OutcomesJoined && tot.PullRequestOutcomes != operator.OutcomesOff {
+		fmt.Fprintf(w, "note: pull request outcomes %s: what became of each pull request is not shown\n", tot.PullRequestOutcomes)
+	}
 	return nil
+}
+
+// pullRequestText is a record's pull request and, when the receiver's
+// store knows it, what became of it: "URL (merged, +1 human push)".
+func pullRequestText(r jobs.Record) string {
+	if r.PullRequestURL == "" || r.PullRequest == nil {
+		return r.PullRequestURL
+	}
+	o := r.PullRequest
+	s := o.State
+	if o.HumanCommits > 0 {
+		s += fmt.Sprintf(", +%d %s", o.HumanCommits, pluralize(o.HumanCommits, "human push", "human pushes"))
+	}
+	return r.PullRequestURL + " (" + s + ")"
 }
 
 func totalsLine(tot operator.Totals) string {
