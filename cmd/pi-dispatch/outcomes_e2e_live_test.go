@@ -168,7 +168,9 @@ func (r *outcomeRig) receive(t *testing.T, triggers string, vars map[string]stri
 	ctx, cancel := context.WithCancel(context.Background())
 	stderr := &logtest.Buffer{}
 	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"receive"}, func(k string) string { return env[k] }, io.Discard, stderr) }()
+	go func() {
+		done <- run(ctx, []string{"receive"}, func(k string) string { return env[k] }, io.Discard, stderr)
+	}()
 	t.Cleanup(func() {
 		cancel()
 		select {
