@@ -287,14 +287,11 @@ func (r *outcomeRig) checkWorth(t *testing.T, recs map[string]jobs.Record, want 
 		runs, merged, closed, prs int
 		micros                    int64
 	}
-	// Grouped as the records name their trigger (a worker that does not
-	// write it groups them under operator.NoKey).
+	// Grouped as the records name their trigger (checkTrigger: each names
+	// the one that made it).
 	byTrigger := map[string]*sums{}
 	for url, rec := range recs {
 		key := rec.Trigger
-		if key == "" {
-			key = operator.NoKey
-		}
 		s := byTrigger[key]
 		if s == nil {
 			s = &sums{}
@@ -313,6 +310,9 @@ func (r *outcomeRig) checkWorth(t *testing.T, recs map[string]jobs.Record, want 
 	var rep operator.BreakdownReport
 	if err := json.Unmarshal([]byte(r.cli(t, "runs", "--by", "trigger", "--json")), &rep); err != nil {
 		t.Fatal(err)
+	}
+	if len(byTrigger) != 2 {
+		t.Fatalf("the runs name %d triggers, want 2: %v", len(byTrigger), byTrigger)
 	}
 	if rep.PullRequestOutcomes != operator.OutcomesJoined || len(rep.Rows) != len(byTrigger) {
 		t.Fatalf("runs --by trigger: join %q, %d rows; want joined, %d rows: %+v", rep.PullRequestOutcomes, len(rep.Rows), len(byTrigger), rep.Rows)
@@ -335,15 +335,10 @@ func (r *outcomeRig) checkWorth(t *testing.T, recs map[string]jobs.Record, want 
 	}
 }
 
-// checkTrigger checks the record names the trigger that made its job,
-// when its worker writes one.
+// checkTrigger checks the record names the trigger that made its job.
 func checkTrigger(t *testing.T, rec jobs.Record, want string) {
 	t.Helper()
-	switch rec.Trigger {
-	case want:
-	case "":
-		t.Logf("the run of %s names no trigger: this worker does not write it; runs --by trigger groups it under %s", rec.PullRequestURL, operator.NoKey)
-	default:
+	if rec.Trigger != want {
 		t.Fatalf("the run of %s: trigger %q, want %q", rec.PullRequestURL, rec.Trigger, want)
 	}
 }
