@@ -118,17 +118,9 @@ func statusMarker(jobID string) string {
 // It answers the comment's address on the forge's web pages ("" when it
 // wrote none, or the forge did not say where the repository's pages are).
 func (m *Manager) Status(ctx context.Context, job Job, s Status) (string, error) {
-	j := job.Job
-	f, ok := m.cfg.Forges[j.Forge]
-	switch {
-	case !ok || j.Repo == "":
-		return "", fmt.Errorf("%w: forge %q", ErrNotForge, j.Forge)
-	case j.Number == 0:
-		return "", nil
-	}
-	if err := m.Admit(j); err != nil {
-		m.log.Warn("forge_status_skipped", "jobId", job.ID, "why", err.Error())
-		return "", nil
+	f, ok, err := m.statusForge(job)
+	if !ok {
+		return "", err
 	}
 	body := statusBody(job, s)
 	key := statusKey(job, s)
@@ -162,16 +154,9 @@ func (m *Manager) Status(ctx context.Context, job Job, s Status) (string, error)
 // the comment's address, as Status does.
 func (m *Manager) Queued(ctx context.Context, job Job) (string, error) {
 	j := job.Job
-	f, ok := m.cfg.Forges[j.Forge]
-	switch {
-	case !ok || j.Repo == "":
-		return "", fmt.Errorf("%w: forge %q", ErrNotForge, j.Forge)
-	case j.Number == 0:
-		return "", nil
-	}
-	if err := m.Admit(j); err != nil {
-		m.log.Warn("forge_status_skipped", "jobId", job.ID, "why", err.Error())
-		return "", nil
+	f, ok, err := m.statusForge(job)
+	if !ok {
+		return "", err
 	}
 	if prev := m.status.get(job.ID); prev.id != 0 {
 		return prev.url, nil
@@ -192,6 +177,27 @@ func (m *Manager) Queued(ctx context.Context, job Job) (string, error) {
 	url := m.statusURL(ctx, job, f, tok, id)
 	m.status.put(job.ID, statusComment{id: id, key: key, url: url})
 	return url, nil
+}
+
+// statusForge is the forge a job's status comment is written on, and
+// whether one is: not for a job with no issue or pull request (nowhere to
+// show it), nor for one no trigger of this host covers (Config.Admit:
+// whoever wrote its data decides nothing the host says). An error is a
+// job on a forge this host does not serve.
+func (m *Manager) statusForge(job Job) (Forge, bool, error) {
+	j := job.Job
+	f, ok := m.cfg.Forges[j.Forge]
+	switch {
+	case !ok || j.Repo == "":
+		return Forge{}, false, fmt.Errorf("%w: forge %q", ErrNotForge, j.Forge)
+	case j.Number == 0:
+		return Forge{}, false, nil
+	}
+	if err := m.Admit(j); err != nil {
+		m.log.Warn("forge_status_skipped", "jobId", job.ID, "why", err.Error())
+		return Forge{}, false, nil
+	}
+	return f, true, nil
 }
 
 // statusURL is where comment id of the job's thread is on the forge's web
