@@ -32,6 +32,9 @@ type ServerOptions struct {
 	// ReadyTimeout bounds the wait for the first PING. Default
 	// DefaultReadyTimeout.
 	ReadyTimeout time.Duration
+	// Args are added to the server's command line (fleetsim raises
+	// --maxclients for its thousands of connections).
+	Args []string
 }
 
 // Server is a private redis-server the bench starts for itself, so that no
@@ -80,6 +83,7 @@ func StartServerWith(ctx context.Context, opts ServerOptions) (*Server, error) {
 		"--daemonize", "no",
 		"--protected-mode", "no",
 	}
+	args = append(args, opts.Args...)
 	args = append(slices.Clone(opts.Wrapper), args...)
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Dir = dir
