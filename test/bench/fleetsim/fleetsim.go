@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,6 +37,7 @@ const (
 	DefaultJobTime     = 5 * time.Second
 	DefaultServerTimes = 5 * time.Second
 	DefaultStatusEvery = 10 * time.Second
+	DefaultProbeCalls  = 100
 	// bootParallel bounds the hosts booting at once.
 	bootParallel = 32
 )
@@ -75,6 +77,9 @@ type Config struct {
 	// ServerTimes is how long, after the window, every call is logged in
 	// the slow log for the server's own time per call (0: skip).
 	ServerTimes time.Duration
+	// ProbeCalls is how many registry reads the probe makes once the
+	// fleet has stopped (Probe).
+	ProbeCalls int
 	// Rate is the forge deliveries per second, spread over Receivers.
 	Rate      float64
 	Receivers int
@@ -101,6 +106,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.JobTime == 0 {
 		c.JobTime = DefaultJobTime
+	}
+	if c.ProbeCalls == 0 {
+		c.ProbeCalls = DefaultProbeCalls
 	}
 	if c.Periods == (Periods{}) {
 		c.Periods = DefaultPeriods()
@@ -142,6 +150,8 @@ func (c Config) validate() error {
 		return bad("receivers %d: at least 1", c.Receivers)
 	case c.Concurrency < 1:
 		return bad("concurrency %d: at least 1", c.Concurrency)
+	case c.ProbeCalls < 1:
+		return bad("probe calls %d: at least 1", c.ProbeCalls)
 	}
 	return nil
 }
@@ -172,6 +182,7 @@ type Result struct {
 	Clients    int64              `json:"clients"`
 	Ops        map[string]Latency `json:"ops"`
 	Server     []ServerTime       `json:"serverTimes,omitempty"`
+	Probe      *Probe             `json:"probe,omitempty"`
 	Logged     int                `json:"serverTimesLogged,omitempty"`
 	Note       string             `json:"note,omitempty"`
 }
@@ -217,7 +228,12 @@ func runSize(ctx context.Context, cfg Config, n int) (Result, error) {
 		defer srv.Close()
 		url = srv.URL()
 	}
-	admin, err := valkey.NewClient(url, valkey.Options{})
+	// The bench's own client waits for a saturated server rather than fail.
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	admin, err := valkey.NewClient(url+sep+"dial_timeout=10s&read_timeout=60s&write_timeout=60s", valkey.Options{})
 	if err != nil {
 		return Result{}, err
 	}
@@ -308,6 +324,15 @@ func (s *sim) run(ctx context.Context, admin *redis.Client, n int) (Result, erro
 		return res, err
 	}
 	res.BootTime = boot
+	// The probe reads the rows the fleet left, with the fleet stopped.
+	stop()
+	wg.Wait()
+	probe, err := probeRead(ctx, admin, s.cfg.ProbeCalls)
+	if err != nil {
+		res.Note = strings.TrimPrefix(res.Note+"; probe: "+err.Error(), "; ")
+	} else {
+		res.Probe = &probe
+	}
 	log.Info("fleetsim_measured", "valkeyCpu", fmt.Sprintf("%.3f", res.ValkeyCPU), "commandsPerSec", int(res.CommandsSec))
 	return res, nil
 }

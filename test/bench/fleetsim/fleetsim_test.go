@@ -80,6 +80,9 @@ func TestRun_SmokeFiveHosts(t *testing.T) {
 	if res.registryReadServer() == "-" {
 		t.Errorf("no server time for the registry read in the slow log: %+v", res.Server)
 	}
+	if p := res.Probe; p == nil || p.Rows != 5 || p.Calls != DefaultProbeCalls || p.Client <= 0 || p.P99 < p.P50 {
+		t.Errorf("probe %+v: want the 5 rows read %d times, timed", p, DefaultProbeCalls)
+	}
 	if !strings.Contains(table.String(), "routing decision read") {
 		t.Errorf("the table lacks the routing decision read:\n%s", table.String())
 	}

@@ -77,6 +77,10 @@ func (res Result) write(w io.Writer) error {
 			return err
 		}
 	}
+	if p := res.Probe; p != nil {
+		fmt.Fprintf(w, "\nregistry read alone (fleet stopped, %d rows, %d calls): valkey cpu %.3f ms per call; valkey time p50 %.3f ms, p99 %.3f ms, max %.3f ms; client p99 %.3f ms\n",
+			p.Rows, p.Calls, ms(p.CPU), ms(p.P50), ms(p.P99), ms(p.Max), ms(p.Client))
+	}
 	if res.Note != "" {
 		fmt.Fprintf(w, "note: %s\n", res.Note)
 	}
@@ -89,10 +93,15 @@ func (res Result) write(w io.Writer) error {
 func (r *Report) writeGrowth(w io.Writer) error {
 	fmt.Fprintln(w, "== growth")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "hosts\tvalkey cpu %\tcommands/s\tused_memory\tregistry read p99 ms (valkey)\trouting read p99 ms (client)\tcron gate p99 ms (client)\tstatus p99 ms\tdashboard p99 ms\t")
+	fmt.Fprintln(tw, "hosts\tvalkey cpu %\tsimulator cpu %\tcommands/s\tused_memory\tregistry read alone: cpu ms\tp99 ms\tunder load: registry read p99 ms (valkey)\trouting read p99 ms (client)\tcron gate p99 ms (client)\tbeat p99 ms\tpickup p99 ms\tstatus p99 ms\tdashboard p99 ms\t")
 	for _, res := range r.Runs {
-		fmt.Fprintf(tw, "%d\t%.1f\t%.0f\t%s\t%s\t%.3f\t%.3f\t%.1f\t%.1f\t\n", res.Hosts, 100*res.ValkeyCPU, res.CommandsSec, mib(res.UsedMemory),
-			res.registryReadServer(), ms(res.Ops[OpRouteRead].P99), ms(res.Ops[OpCronGate].P99), ms(res.Ops[OpStatus].P99), ms(res.Ops[OpDashboard].P99))
+		alone, aloneP99 := "-", "-"
+		if p := res.Probe; p != nil {
+			alone, aloneP99 = fmt.Sprintf("%.3f", ms(p.CPU)), fmt.Sprintf("%.3f", ms(p.P99))
+		}
+		fmt.Fprintf(tw, "%d\t%.1f\t%.1f\t%.0f\t%s\t%s\t%s\t%s\t%.3f\t%.3f\t%.1f\t%.1f\t%.1f\t%.1f\t\n", res.Hosts, 100*res.ValkeyCPU, 100*res.ClientCPU,
+			res.CommandsSec, mib(res.UsedMemory), alone, aloneP99, res.registryReadServer(), ms(res.Ops[OpRouteRead].P99), ms(res.Ops[OpCronGate].P99),
+			ms(res.Ops[OpBeat].P99), ms(res.Ops[OpPickup].P99), ms(res.Ops[OpStatus].P99), ms(res.Ops[OpDashboard].P99))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
