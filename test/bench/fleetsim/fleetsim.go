@@ -220,7 +220,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 func runSize(ctx context.Context, cfg Config, n int) (Result, error) {
 	url := cfg.ValkeyURL
 	if url == "" {
-		// Each host holds about four connections; the default 10,000 is too few.
+		// Each host holds about five connections; the default 10,000 is too few.
 		srv, err := queuebench.StartServerWith(ctx, queuebench.ServerOptions{Args: []string{"--maxclients", "50000"}})
 		if err != nil {
 			return Result{}, err
@@ -233,11 +233,16 @@ func runSize(ctx context.Context, cfg Config, n int) (Result, error) {
 	if strings.Contains(url, "?") {
 		sep = "&"
 	}
-	admin, err := valkey.NewClient(url+sep+"dial_timeout=10s&read_timeout=60s&write_timeout=60s", valkey.Options{})
+	admin, err := valkey.NewClient(url+sep+"dial_timeout=60s&read_timeout=60s&write_timeout=60s", valkey.Options{})
 	if err != nil {
 		return Result{}, err
 	}
 	defer admin.Close()
+	// Its connection is made now, before the fleet may fill the server's
+	// accept queue.
+	if err := admin.Ping(ctx).Err(); err != nil {
+		return Result{}, err
+	}
 	if cfg.ValkeyURL != "" {
 		size, err := admin.DBSize(ctx).Result()
 		if err != nil {
