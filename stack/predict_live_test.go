@@ -17,6 +17,7 @@ import (
 	"github.com/pidispatch/pidispatch/fleet"
 	"github.com/pidispatch/pidispatch/fleetstate"
 	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
+	"github.com/pidispatch/pidispatch/internal/testkit/stacktest"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/operator"
 	"github.com/pidispatch/pidispatch/queue"
@@ -88,18 +89,7 @@ func TestLivePredictedAdmission(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Worker.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		select {
-		case <-done:
-		case <-time.After(60 * time.Second):
-			t.Error("the worker did not stop")
-		}
-		s.Close()
-	})
+	stacktest.Run(t, s)
 
 	q, err := queue.New(db.Client, fleet.SharedQueue, queue.Config{})
 	if err != nil {

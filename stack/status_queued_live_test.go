@@ -28,6 +28,7 @@ import (
 	"github.com/pidispatch/pidispatch/internal/image/jobimage"
 	fixtures "github.com/pidispatch/pidispatch/internal/testkit/forgefixtures"
 	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
+	"github.com/pidispatch/pidispatch/internal/testkit/stacktest"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/queue"
 	"github.com/pidispatch/pidispatch/stack"
@@ -121,19 +122,7 @@ func TestReceiverQueuedStatusCommentIsTheJobsOne(t *testing.T) {
 	require.NoError(t, err)
 	s, err := stack.Build(context.Background(), cfg, log, dispatch.Tuning{JobsDir: t.TempDir()}, stack.WithForgeWorkspaces(m))
 	require.NoError(t, err)
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Worker.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(60 * time.Second):
-			t.Error("the worker did not stop")
-		}
-		s.Close()
-	})
+	stacktest.Run(t, s)
 	require.Eventually(t, func() bool {
 		recs, err := jobs.ReadRecords(logs, jobID)
 		return err == nil && len(recs) == 1

@@ -23,6 +23,7 @@ import (
 	"github.com/pidispatch/pidispatch/forge/workspace"
 	"github.com/pidispatch/pidispatch/internal/image/jobimage"
 	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
+	"github.com/pidispatch/pidispatch/internal/testkit/stacktest"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/observe/transcript"
 	"github.com/pidispatch/pidispatch/stack"
@@ -67,19 +68,7 @@ func TestForgeJobOnGitea(t *testing.T) {
 	require.NoError(t, err)
 	s, err := stack.Build(context.Background(), cfg, log, dispatch.Tuning{JobsDir: t.TempDir()}, stack.WithForgeWorkspaces(m))
 	require.NoError(t, err)
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Worker.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(60 * time.Second):
-			t.Error("the worker did not stop")
-		}
-		s.Close()
-	})
+	stacktest.Run(t, s)
 
 	p, err := enqueue.NewProducer(db.Client, enqueue.ProducerConfig{UnsignedQueues: []string{fleet.EveryQueue}, Attempts: 1})
 	require.NoError(t, err)

@@ -21,6 +21,7 @@ import (
 	"github.com/pidispatch/pidispatch/internal/image/jobimage"
 	"github.com/pidispatch/pidispatch/internal/testkit/livetest"
 	"github.com/pidispatch/pidispatch/internal/testkit/recordtest"
+	"github.com/pidispatch/pidispatch/internal/testkit/stacktest"
 	"github.com/pidispatch/pidispatch/jobs"
 	"github.com/pidispatch/pidispatch/registry"
 	"github.com/pidispatch/pidispatch/stack"
@@ -104,18 +105,7 @@ func TestInitDefaultsHoldAgainstAValkeyWriter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Worker.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		select {
-		case <-done:
-		case <-time.After(60 * time.Second):
-			t.Error("the worker did not stop")
-		}
-		s.Close()
-	})
+	stacktest.Run(t, s)
 	hostQueue := fleet.HostQueueName(name)
 	rawAdd := func(queueName, id, data string) {
 		t.Helper()
