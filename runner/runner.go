@@ -648,7 +648,9 @@ func (r *jobRun) watchUsage(ctx context.Context) {
 			r.peakMemory, r.cpuNanos = max(r.peakMemory, s.MemoryBytes), max(r.cpuNanos, s.CPUNanos)
 			r.usageMu.Unlock()
 		})
-		if err != nil && uctx.Err() == nil {
+		// Said by what failed, not by whether the reader was stopped since:
+		// a read that failed just before the container ended is still said.
+		if err != nil && !errors.Is(err, context.Canceled) {
 			r.log.Warn("job_container_usage_unread", "err", err)
 		}
 	}()
